@@ -1,0 +1,84 @@
+"""Read llama weights out of a GGUF file into torch tensors, in Hugging Face layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+
+from specmon.errors import SpecmonError
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    n_layers: int
+    dim: int
+    ffn_dim: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    rope_theta: float
+    norm_eps: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+
+def read_config(reader: gguf.GGUFReader) -> LlamaConfig:
+    f = reader.fields
+    arch = f["general.architecture"].contents()
+    if arch != "llama":
+        raise SpecmonError(f"GGUF architecture {arch!r} is not supported; only llama is")
+    get = lambda key: f[f"llama.{key}"].contents()  # noqa: E731
+    vocab = f["llama.vocab_size"].contents() if "llama.vocab_size" in f else len(f["tokenizer.ggml.tokens"].data)
+    return LlamaConfig(
+        n_layers=int(get("block_count")), dim=int(get("embedding_length")),
+        ffn_dim=int(get("feed_forward_length")), n_heads=int(get("attention.head_count")),
+        n_kv_heads=int(get("attention.head_count_kv")), vocab_size=int(vocab),
+        rope_theta=float(get("rope.freq_base")), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+    )
+
+
+def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's q/k row permutation so rotate-half RoPE applies (HF layout)."""
+    rows = w.shape[0]
+    return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+_NAMES = {
+    "attn_norm": "attn_norm", "ffn_norm": "ffn_norm", "attn_q": "wq", "attn_k": "wk",
+    "attn_v": "wv", "attn_output": "wo", "ffn_gate": "w_gate", "ffn_up": "w_up", "ffn_down": "w_down",
+}
+
+
+def load_gguf_llama(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
+    """Dequantise every tensor to float32; keys are `embed`, `out_norm`, `head`, `layers.{i}.{name}`."""
+    try:
+        reader = gguf.GGUFReader(path)
+    except (OSError, ValueError) as exc:
+        raise SpecmonError(f"{path}: not a readable GGUF file ({exc})") from None
+    cfg = read_config(reader)
+    weights: dict[str, torch.Tensor] = {}
+    for tensor in reader.tensors:
+        array = np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        key, array = _to_hf(tensor.name, array, cfg)
+        weights[key] = torch.from_numpy(np.array(array, dtype=np.float32, order="C"))
+    weights.setdefault("head", weights["embed"])  # tied embeddings when there is no output.weight
+    return cfg, weights
+
+
+def _to_hf(name: str, array: np.ndarray, cfg: LlamaConfig) -> tuple[str, np.ndarray]:
+    """Our key for a GGUF tensor name, and the array in Hugging Face row order."""
+    top = {"token_embd.weight": "embed", "output_norm.weight": "out_norm", "output.weight": "head"}
+    if name in top:
+        return top[name], array
+    _, layer, part, _ = name.split(".")
+    if part == "attn_q":
+        array = _unpermute(array, cfg.n_heads)
+    elif part == "attn_k":
+        array = _unpermute(array, cfg.n_kv_heads)
+    return f"layers.{layer}.{_NAMES[part]}", array

@@ -1,0 +1,102 @@
+"""A minimal llama forward pass with a preallocated KV cache that rolls back by length.
+
+The gpt-fast shape: plain tensors, one cache tensor per layer, and `forward(tokens, start)`
+that writes positions start..start+T-1 and attends over 0..start+T-1. Rolling back is only
+a smaller `start` on the next call: stale positions beyond it are overwritten before use.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from specmon.backends.gguf_weights import LlamaConfig
+
+
+class KVCache:
+    """Keys and values for every layer, [layer, kv_head, position, head_dim]."""
+
+    def __init__(self, cfg: LlamaConfig, n_layers: int, max_len: int, dtype: torch.dtype, device: str):
+        shape = (n_layers, cfg.n_kv_heads, max_len, cfg.head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_len = max_len
+
+
+class Llama:
+    """Weights plus RoPE tables; `forward` runs the first `n_layers` (all by default)."""
+
+    def __init__(self, cfg: LlamaConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+                 device: str, max_len: int):
+        self.cfg = cfg
+        self.dtype = dtype
+        self.device = device
+        cast = lambda t: t.to(device=device, dtype=dtype).contiguous()  # noqa: E731
+        self.embed = cast(weights["embed"])
+        # The output layer stays fp32: low-precision heads blur near-ties between top tokens.
+        self.head = weights["head"].to(device=device, dtype=torch.float32).contiguous()
+        self.out_norm = cast(weights["out_norm"])
+        self.layers = [
+            {k.split(".", 2)[2]: cast(v) for k, v in weights.items() if k.startswith(f"layers.{i}.")}
+            for i in range(cfg.n_layers)
+        ]
+        self.cos, self.sin = _rope_tables(cfg, max_len, device, dtype)
+        self.max_len = max_len
+
+    def new_cache(self, n_layers: int | None = None) -> KVCache:
+        return KVCache(self.cfg, n_layers or self.cfg.n_layers, self.max_len, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, start: int, cache: KVCache, n_layers: int | None = None) -> torch.Tensor:
+        """Logits [T, vocab] (fp32) for `tokens` placed at positions start..start+T-1."""
+        n_tok = tokens.shape[0]
+        x = self.embed[tokens]
+        cos, sin = self.cos[start:start + n_tok], self.sin[start:start + n_tok]
+        mask = _causal_mask(n_tok, start, x.device) if n_tok > 1 else None
+        for i, layer in enumerate(self.layers[: n_layers or self.cfg.n_layers]):
+            x = x + self._attention(layer, _rms_norm(x, layer["attn_norm"], self.cfg.norm_eps),
+                                    cos, sin, start, cache, i, mask)
+            h = _rms_norm(x, layer["ffn_norm"], self.cfg.norm_eps)
+            x = x + F.linear(F.silu(F.linear(h, layer["w_gate"])) * F.linear(h, layer["w_up"]), layer["w_down"])
+        x = _rms_norm(x, self.out_norm, self.cfg.norm_eps)
+        return F.linear(x.float(), self.head)
+
+    def _attention(self, layer, h, cos, sin, start, cache, i, mask):
+        cfg, n_tok = self.cfg, h.shape[0]
+        q = F.linear(h, layer["wq"]).view(n_tok, cfg.n_heads, cfg.head_dim).transpose(0, 1)
+        k = F.linear(h, layer["wk"]).view(n_tok, cfg.n_kv_heads, cfg.head_dim).transpose(0, 1)
+        v = F.linear(h, layer["wv"]).view(n_tok, cfg.n_kv_heads, cfg.head_dim).transpose(0, 1)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        end = start + n_tok
+        cache.keys[i, :, start:end] = k
+        cache.values[i, :, start:end] = v
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(0), cache.keys[i, :, :end].unsqueeze(0), cache.values[i, :, :end].unsqueeze(0),
+            attn_mask=mask, enable_gqa=True,
+        )
+        return F.linear(out[0].transpose(0, 1).reshape(n_tok, cfg.dim), layer["wo"])
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def _rope_tables(cfg: LlamaConfig, max_len: int, device: str, dtype: torch.dtype):
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(device, dtype), angles.sin().to(device, dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def _causal_mask(n_tok: int, start: int, device) -> torch.Tensor:
+    """Query t (at position start+t) sees keys 0..start+t."""
+    keys = torch.arange(start + n_tok, device=device)
+    queries = torch.arange(start, start + n_tok, device=device)
+    return keys.unsqueeze(0) <= queries.unsqueeze(1)

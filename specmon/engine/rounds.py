@@ -1,0 +1,145 @@
+"""The round loop: draft k, verify k+1 positions in one target pass, accept, roll back, emit.
+
+Plain decoding is the same loop with a drafter that proposes nothing (k = 0), so the baseline
+is measured by the same code in the same run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from specmon.engine.accept import Verdict, accept_greedy, accept_sampled, alpha_hat
+from specmon.engine.drafters import Drafter, Proposal
+from specmon.engine.sampling import probs_from_logits
+from specmon.engine.target import Target
+from specmon.errors import SpecmonError
+from specmon.events.schema import RoundVerified, Sampling
+
+
+@dataclass
+class PromptRun:
+    """What one prompt's decode produced; the events hold the same, round by round."""
+
+    generated: list[int] = field(default_factory=list)
+    margins: list[float] = field(default_factory=list)  # per generated token
+    rounds: int = 0
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    stop_reason: str = "max_new_tokens"
+
+
+@dataclass
+class RoundContext:
+    session_id: str
+    prompt_id: str
+    prompt_class: str
+    round_ids: itertools.count  # shared across the session so round ids are unique
+
+
+def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft_len: int,
+                  sampling: Sampling, max_new_tokens: int, ctx: RoundContext,
+                  emit: Callable[[RoundVerified], None]) -> PromptRun:
+    """Decode one prompt round by round, emitting one RoundVerified per round."""
+    if len(prompt) + max_new_tokens + draft_len + 1 > target.max_len:
+        raise SpecmonError(
+            f"prompt {ctx.prompt_id!r}: {len(prompt)} prompt + {max_new_tokens} new + {draft_len + 1} "
+            f"verify positions exceed the cache's {target.max_len}; raise max_seq_len in the profile"
+        )
+    rng = np.random.default_rng(sampling.seed)
+    drafter.begin(prompt)
+    context = list(prompt)
+    run = PromptRun()
+    start = time.perf_counter()
+    target.forward(context[:-1], 0)  # prefill all but the last token, which the first round feeds
+    run.prefill_ms = (time.perf_counter() - start) * 1e3
+    carried_ms = 0.0  # time spent emitting the previous event, charged to this round's overhead
+    while len(run.generated) < max_new_tokens:
+        event = _one_round(target, drafter, context, draft_len, sampling, rng, max_new_tokens, run, ctx)
+        event.overhead_ms += carried_ms
+        run.decode_ms += event.draft_ms + event.verify_ms + event.overhead_ms
+        start = time.perf_counter()
+        emit(event)
+        carried_ms = (time.perf_counter() - start) * 1e3
+        if run.generated and run.generated[-1] == target.eos_id:
+            run.stop_reason = "eos"
+            break
+    return run
+
+
+def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_tokens, run, ctx) -> RoundVerified:
+    t0 = time.perf_counter()
+    proposal: Proposal = drafter.propose(context, draft_len, sampling, rng)
+    t1 = time.perf_counter()
+    base = len(context) - 1  # position of the last token, not yet in the target's cache
+    logits = target.forward([context[-1], *proposal.tokens], base)
+    t2 = time.perf_counter()
+    verdict, p = _accept(logits, proposal, sampling, rng)
+    target.truncate(base + verdict.accepted + 1)  # roll back past the first rejected token
+    new_tokens = [*proposal.tokens[: verdict.accepted], verdict.next_token]
+    new_tokens = _trim(new_tokens, max_new_tokens - len(run.generated), target.eos_id)
+    margins = _logit_margins(logits[: len(new_tokens)])
+    context.extend(new_tokens)
+    run.generated.extend(new_tokens)
+    run.margins.extend(margins)
+    index, run.rounds = run.rounds, run.rounds + 1
+    event = RoundVerified(
+        session_id=ctx.session_id, t=time.time(), round_id=next(ctx.round_ids),
+        prompt_id=ctx.prompt_id, prompt_class=ctx.prompt_class, round_index=index,
+        draft_len=draft_len, proposed=proposal.tokens, accepted=verdict.accepted,
+        rejection_pos=verdict.rejection_pos(len(proposal.tokens)), emitted=new_tokens,
+        draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3, overhead_ms=0.0,
+        target_probs=_target_probs(logits, p, proposal.tokens),
+        alpha_hat=alpha_hat(p, proposal.q, proposal.tokens) if p is not None else _greedy_alpha(logits, proposal),
+        margins=margins, sampling=sampling, mem_bytes=target.memory_bytes(),
+    )
+    event.overhead_ms = (time.perf_counter() - t2) * 1e3
+    return event
+
+
+def _accept(logits: np.ndarray, proposal: Proposal, sampling: Sampling,
+            rng: np.random.Generator) -> tuple[Verdict, np.ndarray | None]:
+    """Greedy needs only argmaxes; sampling needs the transformed target rows p as well."""
+    if sampling.greedy:
+        return accept_greedy(proposal.tokens, logits.argmax(axis=-1)), None
+    p = probs_from_logits(logits, sampling)
+    return accept_sampled(proposal.tokens, p, proposal.q, rng), p
+
+
+def _trim(tokens: list[int], room: int, eos_id: int) -> list[int]:
+    """Stop at max_new_tokens and at the end-of-sequence token."""
+    tokens = tokens[:room]
+    if eos_id in tokens:
+        tokens = tokens[: tokens.index(eos_id) + 1]
+    return tokens
+
+
+def _logit_margins(rows: np.ndarray) -> list[float]:
+    """Top-1 minus top-2 logit per row: how close a greedy choice was to a tie."""
+    top2 = np.partition(rows, -2, axis=-1)[:, -2:]
+    return (top2[:, 1] - top2[:, 0]).astype(float).tolist()
+
+
+def _target_probs(logits: np.ndarray, p: np.ndarray | None, proposed: list[int]) -> list[float]:
+    """p(x) of each proposed token; under greedy, the plain softmax (temperature 1)."""
+    if not proposed:
+        return []
+    rows = np.arange(len(proposed))
+    if p is not None:
+        return p[rows, proposed].astype(float).tolist()
+    head = logits[: len(proposed)].astype(np.float64)
+    peak = head.max(axis=-1)
+    log_z = peak + np.log(np.exp(head - peak[:, None]).sum(axis=-1))
+    return np.exp(head[rows, proposed] - log_z).tolist()
+
+
+def _greedy_alpha(logits: np.ndarray, proposal: Proposal) -> float | None:
+    """Under greedy p and q are one-hot, so sum min(p, q) is 1 where the argmaxes agree."""
+    if not proposal.tokens:
+        return None
+    agree = logits[: len(proposal.tokens)].argmax(axis=-1) == np.asarray(proposal.tokens)
+    return float(agree.mean())

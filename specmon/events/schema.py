@@ -1,0 +1,122 @@
+"""The wire contract: every event specmon emits, as tagged msgspec Structs in one union.
+
+Structs are `array_like`, so they encode as compact arrays. Schema evolution rule: a struct
+only ever gains fields at the end, each with a default, so logs written by an older specmon
+still decode. Never reorder, rename or remove a field.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+FORMAT_VERSION = 1
+
+
+class Sampling(msgspec.Struct, array_like=True, frozen=True):
+    """Settings applied identically to target (p) and draft (q) distributions."""
+
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 means no top-k cut
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+class Event(msgspec.Struct, array_like=True, tag=True, kw_only=True):
+    session_id: str
+    t: float  # wall clock, seconds since the epoch
+
+
+class SessionStarted(Event, tag="session"):
+    specmon_version: str
+    profile_name: str
+    profile_text: str
+    backend: str
+    target: str
+    drafter: str
+    dtype: str
+    device: str
+    host: dict[str, str] = {}
+    policy_text: str = ""
+    policy_hash: str = ""
+
+
+class PromptStarted(Event, tag="prompt"):
+    prompt_id: str
+    prompt_class: str
+    draft_len: int  # requested k; 0 is plain decoding
+    drafter: str
+    sampling: Sampling
+    prompt_tokens: int
+    max_new_tokens: int
+    class_rule: str = ""  # why the prompt got its class (e.g. "suite", "file", a policy rule)
+
+
+class RoundVerified(Event, tag="round"):
+    """One speculative round. Counts are stored; every ratio is derived in specmon.metrics."""
+
+    round_id: int  # unique within the session; decisions cite these
+    prompt_id: str
+    prompt_class: str
+    round_index: int  # 0-based within the prompt run
+    draft_len: int  # requested k
+    proposed: list[int]  # draft token ids offered (may be fewer than k, or none)
+    accepted: int  # length of the accepted prefix of `proposed`
+    rejection_pos: int | None  # index of the first rejected draft token; None if all accepted
+    emitted: list[int]  # tokens appended to the output this round (accepted + correction/bonus)
+    draft_ms: float
+    verify_ms: float
+    overhead_ms: float
+    target_probs: list[float]  # target probability of each proposed token
+    alpha_hat: float | None  # mean over proposed positions of sum_x min(p, q)
+    margins: list[float]  # target top-1 minus top-2 logit at each emitted token's position
+    sampling: Sampling
+    mem_bytes: int  # process memory (RSS) or device memory in use, bytes
+
+
+class Equivalence(msgspec.Struct, array_like=True, frozen=True):
+    """Did the speculative output equal plain decoding's on this prompt?"""
+
+    verdict: str  # "identical" | "near-tie" | "diverged" | "sampled" | "baseline"
+    first_divergence: int | None = None  # index into the generated tokens
+    margin: float | None = None  # plain decoding's top-1 minus top-2 logit there
+    near_tie_margin: float = 0.0  # below this a divergence is called a near-tie
+
+
+class PromptFinished(Event, tag="prompt_done"):
+    prompt_id: str
+    prompt_class: str
+    draft_len: int
+    rounds: int
+    generated: list[int]
+    text: str
+    stop_reason: str  # "eos" | "max_new_tokens"
+    prefill_ms: float
+    decode_ms: float  # sum of round times
+    equivalence: Equivalence
+
+
+class ResourceSample(Event, tag="resource"):
+    rss_bytes: int | None
+    vram_used_bytes: int | None
+    vram_total_bytes: int | None
+
+
+AnyEvent = Union[SessionStarted, PromptStarted, RoundVerified, PromptFinished, ResourceSample]
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(AnyEvent)
+
+
+def encode(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode(payload: bytes) -> AnyEvent:
+    """Raises msgspec.DecodeError (or ValidationError) on bytes that are not an event."""
+    return _decoder.decode(payload)

@@ -1,0 +1,177 @@
+"""The metric definitions of DESIGN.md, in one place.
+
+Accumulators store counts and time sums only; every ratio is a property derived from them,
+with its definition beside it. Everything is computed from events, so a replayed log yields
+exactly the figures the live run showed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from specmon.events.schema import AnyEvent, PromptFinished, RoundVerified
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+@dataclass
+class RunStats:
+    """Counts over the rounds of one prompt class at one draft length."""
+
+    draft_len: int
+    rounds: int = 0
+    empty_rounds: int = 0  # rounds that asked for k > 0 drafts but got none (excluded from acceptance)
+    proposed: int = 0
+    accepted: int = 0
+    emitted: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    overhead_ms: float = 0.0
+    alpha_sum: float = 0.0
+    alpha_rounds: int = 0
+    accepted_gt: list[int] = field(default_factory=list)  # [i]: rounds with accepted > i
+    proposed_gt: list[int] = field(default_factory=list)  # [i]: rounds with proposed > i
+    rejections: list[int] = field(default_factory=list)  # [i]: rounds whose first rejection was at i
+    all_accepted: int = 0  # rounds that proposed something and had no rejection
+    verdicts: dict[str, int] = field(default_factory=dict)  # equivalence verdict -> prompts
+
+    def add_round(self, ev: RoundVerified) -> None:
+        n_prop = len(ev.proposed)
+        self.rounds += 1
+        self.empty_rounds += ev.draft_len > 0 and n_prop == 0
+        self.proposed += n_prop
+        self.accepted += ev.accepted
+        self.emitted += len(ev.emitted)
+        self.draft_ms += ev.draft_ms
+        self.verify_ms += ev.verify_ms
+        self.overhead_ms += ev.overhead_ms
+        if ev.alpha_hat is not None:
+            self.alpha_sum += ev.alpha_hat
+            self.alpha_rounds += 1
+        _bump_below(self.proposed_gt, n_prop)
+        _bump_below(self.accepted_gt, ev.accepted)
+        if ev.rejection_pos is not None:
+            _grow(self.rejections, ev.rejection_pos + 1)
+            self.rejections[ev.rejection_pos] += 1
+        elif n_prop:
+            self.all_accepted += 1
+
+    def add_finish(self, ev: PromptFinished) -> None:
+        verdict = ev.equivalence.verdict
+        self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
+
+    @property
+    def round_ms(self) -> float:
+        return self.draft_ms + self.verify_ms + self.overhead_ms
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Σ accepted / Σ proposed; rounds that proposed nothing add to neither."""
+        return _ratio(self.accepted, self.proposed)
+
+    @property
+    def mean_accepted_len(self) -> float | None:
+        """Σ accepted / rounds; tokens per round is this plus one."""
+        return _ratio(self.accepted, self.rounds)
+
+    @property
+    def per_position(self) -> list[float]:
+        """a_i = rounds with accepted > i / rounds with proposed > i."""
+        return [a / p for a, p in zip(self.accepted_gt + [0] * len(self.proposed_gt), self.proposed_gt)]
+
+    @property
+    def alpha_hat(self) -> float | None:
+        """Mean over rounds of Σ_x min(p, q) averaged over proposed positions."""
+        return _ratio(self.alpha_sum, self.alpha_rounds)
+
+    @property
+    def goodput(self) -> float | None:
+        """Emitted tokens per millisecond of round time."""
+        return _ratio(self.emitted, self.round_ms)
+
+    @property
+    def tok_per_s(self) -> float | None:
+        return None if self.goodput is None else self.goodput * 1e3
+
+    def mean_ms(self, total: float) -> float | None:
+        return _ratio(total, self.rounds)
+
+
+def _grow(counts: list[int], size: int) -> None:
+    counts.extend([0] * (size - len(counts)))
+
+
+def _bump_below(counts: list[int], n: int) -> None:
+    """Add one to counts[0..n-1]: this round reached every position below n."""
+    _grow(counts, n)
+    for i in range(n):
+        counts[i] += 1
+
+
+@dataclass
+class ClassStats:
+    """Speculative and plain-decoding runs of one prompt class, side by side."""
+
+    name: str
+    runs: dict[int, RunStats] = field(default_factory=dict)  # draft_len -> stats
+
+    def run(self, draft_len: int) -> RunStats:
+        return self.runs.setdefault(draft_len, RunStats(draft_len))
+
+    @property
+    def baseline(self) -> RunStats | None:
+        return self.runs.get(0)
+
+    @property
+    def speculative(self) -> RunStats | None:
+        """The speculative run with the most rounds (one per class in a plain `specmon run`)."""
+        candidates = [r for k, r in self.runs.items() if k > 0]
+        return max(candidates, key=lambda r: r.rounds, default=None)
+
+    def speedup(self, draft_len: int | None = None) -> float | None:
+        """Goodput with speculation / goodput of plain decoding, same class, same run."""
+        spec = self.speculative if draft_len is None else self.runs.get(draft_len)
+        base = self.baseline
+        if spec is None or base is None or spec.goodput is None or not base.goodput:
+            return None
+        return spec.goodput / base.goodput
+
+
+def class_stats(events: Iterable[AnyEvent]) -> dict[str, ClassStats]:
+    """Fold an event stream into per-class, per-draft-length statistics."""
+    classes: dict[str, ClassStats] = {}
+    for ev in events:
+        if isinstance(ev, RoundVerified):
+            classes.setdefault(ev.prompt_class, ClassStats(ev.prompt_class)).run(ev.draft_len).add_round(ev)
+        elif isinstance(ev, PromptFinished):
+            classes.setdefault(ev.prompt_class, ClassStats(ev.prompt_class)).run(ev.draft_len).add_finish(ev)
+    return classes
+
+
+def summary(classes: dict[str, ClassStats]) -> dict:
+    """The JSON shape of `specmon run --json`: {"classes": {name: {...}}}."""
+    return {"classes": {name: _class_summary(c) for name, c in classes.items()}}
+
+
+def _class_summary(c: ClassStats) -> dict:
+    spec = c.speculative or c.baseline
+    base = c.baseline
+    assert spec is not None
+    identical = None
+    if spec.verdicts and "sampled" not in spec.verdicts and spec.draft_len > 0:
+        identical = set(spec.verdicts) == {"identical"}
+    return {
+        "draft_len": spec.draft_len, "rounds": spec.rounds, "empty_rounds": spec.empty_rounds,
+        "proposed": spec.proposed, "accepted": spec.accepted, "emitted": spec.emitted,
+        "acceptance_rate": spec.acceptance_rate, "mean_accepted_len": spec.mean_accepted_len,
+        "per_position_acceptance": spec.per_position, "alpha_hat": spec.alpha_hat,
+        "rejection_positions": spec.rejections, "all_accepted_rounds": spec.all_accepted,
+        "draft_ms": spec.mean_ms(spec.draft_ms), "verify_ms": spec.mean_ms(spec.verify_ms),
+        "overhead_ms": spec.mean_ms(spec.overhead_ms),
+        "tok_per_s": spec.tok_per_s, "baseline_tok_per_s": base.tok_per_s if base else None,
+        "speedup": c.speedup(spec.draft_len), "greedy_identical": identical,
+        "equivalence": dict(spec.verdicts),
+    }

