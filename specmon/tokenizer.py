@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,10 +37,21 @@ class ChatTokenizer:
         return self.encode(text)
 
 
+@functools.lru_cache(maxsize=2)
+def open_gguf(path: Path) -> gguf.GGUFReader:
+    """Parsing a GGUF's metadata takes seconds; weights and tokenizer share one reader."""
+    try:
+        return gguf.GGUFReader(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecmonError(f"{path}: not a readable GGUF file ({exc})") from None
+
+
 def load_tokenizer(path: Path) -> ChatTokenizer:
     """Build a byte-level BPE tokenizer from the GGUF's vocabulary and merges."""
-    reader = gguf.GGUFReader(path)
-    fields = reader.fields
+    fields = open_gguf(path).fields
+    missing = [k for k in ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.chat_template") if k not in fields]
+    if missing:
+        raise SpecmonError(f"{path}: GGUF has no {missing[0]}; specmon needs the tokenizer inside the model file")
     if fields["tokenizer.ggml.model"].contents() != "gpt2":
         raise SpecmonError(f"{path}: only byte-level BPE (gpt2) tokenizers are supported")
     tokens = fields["tokenizer.ggml.tokens"].contents()

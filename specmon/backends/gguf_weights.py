@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from specmon.errors import SpecmonError
+from specmon.tokenizer import open_gguf
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,7 @@ _NAMES = {
 
 def load_gguf_llama(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     """Dequantise every tensor to float32; keys are `embed`, `out_norm`, `head`, `layers.{i}.{name}`."""
-    try:
-        reader = gguf.GGUFReader(path)
-    except (OSError, ValueError) as exc:
-        raise SpecmonError(f"{path}: not a readable GGUF file ({exc})") from None
+    reader = open_gguf(path)
     cfg = read_config(reader)
     weights: dict[str, torch.Tensor] = {}
     for tensor in reader.tensors:
