@@ -33,8 +33,9 @@ class Llama:
         self.device = device
         cast = lambda t: t.to(device=device, dtype=dtype).contiguous()  # noqa: E731
         self.embed = cast(weights["embed"])
-        # The output layer stays fp32: low-precision heads blur near-ties between top tokens.
-        self.head = weights["head"].to(device=device, dtype=torch.float32).contiguous()
+        # The output layer stays at least fp32: low-precision heads blur near-ties between top tokens.
+        head_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        self.head = weights["head"].to(device=device, dtype=head_dtype).contiguous()
         self.out_norm = cast(weights["out_norm"])
         self.layers = [
             {k.split(".", 2)[2]: cast(v) for k, v in weights.items() if k.startswith(f"layers.{i}.")}
@@ -48,7 +49,7 @@ class Llama:
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, start: int, cache: KVCache, n_layers: int | None = None) -> torch.Tensor:
-        """Logits [T, vocab] (fp32) for `tokens` placed at positions start..start+T-1."""
+        """Logits [T, vocab] (fp32, or fp64 for an fp64 model) for `tokens` placed at positions start..start+T-1."""
         n_tok = tokens.shape[0]
         x = self.embed[tokens]
         cos, sin = self.cos[start:start + n_tok], self.sin[start:start + n_tok]
@@ -59,7 +60,7 @@ class Llama:
             h = _rms_norm(x, layer["ffn_norm"], self.cfg.norm_eps)
             x = x + F.linear(F.silu(F.linear(h, layer["w_gate"])) * F.linear(h, layer["w_up"]), layer["w_down"])
         x = _rms_norm(x, self.out_norm, self.cfg.norm_eps)
-        return F.linear(x.float(), self.head)
+        return F.linear(x.to(self.head.dtype), self.head)
 
     def _attention(self, layer, h, cos, sin, start, cache, i, mask):
         cfg, n_tok = self.cfg, h.shape[0]

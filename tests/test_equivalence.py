@@ -1,0 +1,73 @@
+"""Greedy speculative decoding in fp32 is token-identical to plain greedy decoding.
+
+Every built-in prompt, every drafter, k = 2, 4, 8. A mismatch is tolerated only at a near-tie:
+where plain decoding's top-1 and top-2 logits differ by less than 1e-4.
+"""
+
+import itertools
+
+import pytest
+
+from specmon.engine.drafters import NgramDrafter, NoDrafter
+from specmon.engine.equivalence import compare
+from specmon.engine.prompts import builtin_suite
+from specmon.engine.rounds import RoundContext, decode_prompt
+from specmon.events.schema import Sampling
+
+pytestmark = pytest.mark.slow
+NEW_TOKENS = 16
+GREEDY = Sampling()
+PROMPTS = builtin_suite()
+
+
+def _decode(target, drafter, tokens, k, prompt_id="p", emit=None):
+    ctx = RoundContext("s", prompt_id, "c", itertools.count())
+    return decode_prompt(target, drafter, tokens, k, GREEDY, NEW_TOKENS, ctx, emit or (lambda e: None))
+
+
+@pytest.fixture(scope="module")
+def plain_runs(pair):
+    runs = {}
+    for prompt in PROMPTS:
+        tokens = pair.tokenizer.encode_chat(prompt.text)
+        runs[prompt.id] = (tokens, _decode(pair.target, NoDrafter(), tokens, 0))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def drafters(pair, model_path):
+    from specmon.backends.llama import Llama
+    from specmon.backends.loader import cached_weights
+    from specmon.backends.torch_backend import LayerSkipDrafter, ModelDrafter
+    import dataclasses
+    import torch
+
+    cfg, weights = cached_weights(model_path)
+    small = Llama(dataclasses.replace(cfg, n_layers=8), weights, torch.float32, "cpu", 2048)
+    return {
+        "ngram": NgramDrafter(),
+        "layerskip": LayerSkipDrafter(pair.target, 4),
+        "model": ModelDrafter(small, "model:smollm2[:8]"),
+    }
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+@pytest.mark.parametrize("name", ["ngram", "layerskip", "model"])
+def test_greedy_speculation_equals_plain_decoding(pair, plain_runs, drafters, name, k):
+    verdicts = {}
+    rounds = []
+    for prompt in PROMPTS:
+        tokens, plain = plain_runs[prompt.id]
+        spec = _decode(pair.target, drafters[name], tokens, k, emit=rounds.append)
+        verdicts[prompt.id] = compare(plain.generated, plain.margins, spec.generated, True, 1e-4)
+    bad = {pid: v for pid, v in verdicts.items() if v.verdict not in ("identical", "near-tie")}
+    assert not bad, f"{name} k={k} diverged beyond a near-tie: {bad}"
+    assert sum(r.accepted for r in rounds) > 0 or name == "layerskip"  # the drafter really drafted
+    assert all(len(r.proposed) <= k and r.accepted <= len(r.proposed) for r in rounds)
+
+
+def test_plain_runs_stop_at_the_token_budget_or_eos(pair, plain_runs):
+    for tokens, run in plain_runs.values():
+        assert run.rounds == len(run.generated) <= NEW_TOKENS
+        assert run.stop_reason == "eos" or len(run.generated) == NEW_TOKENS
+        assert len(run.margins) == len(run.generated)
