@@ -32,7 +32,7 @@ class Event(msgspec.Struct, array_like=True, tag=True, kw_only=True):
     t: float  # wall clock, seconds since the epoch
 
 
-class SessionStarted(Event, tag="session"):
+class SessionStarted(Event, tag="session", kw_only=True):
     specmon_version: str
     profile_name: str
     profile_text: str
@@ -46,7 +46,7 @@ class SessionStarted(Event, tag="session"):
     policy_hash: str = ""
 
 
-class PromptStarted(Event, tag="prompt"):
+class PromptStarted(Event, tag="prompt", kw_only=True):
     prompt_id: str
     prompt_class: str
     draft_len: int  # requested k; 0 is plain decoding
@@ -57,7 +57,7 @@ class PromptStarted(Event, tag="prompt"):
     class_rule: str = ""  # why the prompt got its class (e.g. "suite", "file", a policy rule)
 
 
-class RoundVerified(Event, tag="round"):
+class RoundVerified(Event, tag="round", kw_only=True):
     """One speculative round. Counts are stored; every ratio is derived in specmon.metrics."""
 
     round_id: int  # unique within the session; decisions cite these
@@ -88,7 +88,7 @@ class Equivalence(msgspec.Struct, array_like=True, frozen=True):
     near_tie_margin: float = 0.0  # below this a divergence is called a near-tie
 
 
-class PromptFinished(Event, tag="prompt_done"):
+class PromptFinished(Event, tag="prompt_done", kw_only=True):
     prompt_id: str
     prompt_class: str
     draft_len: int
@@ -101,7 +101,7 @@ class PromptFinished(Event, tag="prompt_done"):
     equivalence: Equivalence
 
 
-class ResourceSample(Event, tag="resource"):
+class ResourceSample(Event, tag="resource", kw_only=True):
     rss_bytes: int | None
     vram_used_bytes: int | None
     vram_total_bytes: int | None
