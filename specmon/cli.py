@@ -22,7 +22,7 @@ from specmon.profiles import DEFAULT_PROFILE, DrafterSpec, load_profile
 from specmon.tables import class_table
 
 err = Console(stderr=True)
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 200)  # piped output is not cut to 80 columns
 
 EPILOG = """examples:
   specmon run --headless                         built-in suite, n-gram drafter, k=4, greedy
@@ -80,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except SpecmonError as exc:
-        err.print(f"[red]specmon:[/] {exc}", highlight=False, markup=True)
+        print(f"specmon: {exc}", file=sys.stderr)  # one line, never wrapped, no traceback
         return 2
     except KeyboardInterrupt:
-        err.print("specmon: interrupted; the session log keeps every finished round")
+        print("specmon: interrupted; the session log keeps every finished round", file=sys.stderr)
         return 130
 
 

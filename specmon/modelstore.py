@@ -6,6 +6,7 @@ cannot be imported; the GGUF is located with `find_spec` instead.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -83,13 +84,23 @@ def installed_gguf(model: EmbeddedModel) -> Path | None:
 def resolve(name: str) -> Path:
     """Path of a checked local GGUF for an embedded model name; pulls nothing."""
     model = _lookup(name)
-    path = cached_path(model)
-    if path.exists():
-        return path
-    found = installed_gguf(model)
-    if found is not None:
-        return found
+    for path in (cached_path(model), installed_gguf(model)):
+        if path is not None and path.exists():
+            if _checked(path) != model.gguf_sha256:
+                raise SpecmonError(f"{path} is damaged (sha256 mismatch): run `specmon models pull {name}`")
+            return path
     raise SpecmonError(f"model {name!r} is not here yet: run `specmon models pull {name}`")
+
+
+@functools.lru_cache(maxsize=8)
+def _checked_cached(path: Path, size: int, mtime_ns: int) -> str:
+    return sha256_file(path)
+
+
+def _checked(path: Path) -> str:
+    """sha256 of a file, hashed once per process for as long as its size and mtime hold."""
+    stat = path.stat()
+    return _checked_cached(path, stat.st_size, stat.st_mtime_ns)
 
 
 def pull(name: str, progress: ProgressFn | None = None) -> Path:

@@ -55,8 +55,9 @@ def load_tokenizer(path: Path) -> ChatTokenizer:
     if fields["tokenizer.ggml.model"].contents() != "gpt2":
         raise SpecmonError(f"{path}: only byte-level BPE (gpt2) tokenizers are supported")
     tokens = fields["tokenizer.ggml.tokens"].contents()
-    types = fields["tokenizer.ggml.token_type"].contents()
-    merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"].contents()]
+    types = fields["tokenizer.ggml.token_type"].contents() if "tokenizer.ggml.token_type" in fields else []
+    raw_merges = fields["tokenizer.ggml.merges"].contents() if "tokenizer.ggml.merges" in fields else []
+    merges = [tuple(m.split(" ", 1)) for m in raw_merges]
     bpe = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
     # llama.cpp's "smollm" pre-tokenizer: digits one at a time, then GPT-2's byte-level split.
     bpe.pre_tokenizer = pre_tokenizers.Sequence([

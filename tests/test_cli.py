@@ -1,0 +1,124 @@
+"""The CLI as a user meets it: real subprocesses, real model, one-line errors."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from specmon.events.log import read_log
+from specmon.metrics.stats import class_stats, summary
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def specmon(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True,
+                          cwd=cwd or REPO, timeout=600)
+
+
+def assert_one_line_error(done, *fragments):
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def write_profile(tmp_path, body: str) -> Path:
+    path = tmp_path / "p.toml"
+    path.write_text(body)
+    return path
+
+
+BASE = 'name = "t"\n[target]\nmodel = "smollm2-135m-instruct"\n'
+
+
+def test_unknown_key_in_a_profile(tmp_path):
+    done = specmon("run", "--headless", "--profile", str(write_profile(tmp_path, BASE + "[drafter]\nkindd = 'ngram'\n")))
+    assert_one_line_error(done, "p.toml", "kindd")
+
+
+def test_missing_model_file(tmp_path):
+    done = specmon("run", "--headless", "--profile", str(write_profile(tmp_path, 'name = "t"\n[target]\npath = "nope.gguf"\n')))
+    assert_one_line_error(done, "nope.gguf", "does not exist")
+
+
+def test_missing_profile():
+    assert_one_line_error(specmon("run", "--headless", "--profile", "no-such-profile"), "no-such-profile", "cannot read")
+
+
+def test_bad_prompt_file(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": 1, "prompt": "hi"}\n{"id": 2}\n')
+    assert_one_line_error(specmon("run", "--headless", "--prompts", str(prompts)), "line 2", "prompt")
+
+
+def _tiny_gguf(path: Path, vocab: list[str]) -> None:
+    """A GGUF with llama metadata and a tokenizer whose vocabulary differs from SmolLM2's."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in [("block_count", 1), ("embedding_length", 8), ("feed_forward_length", 16),
+                       ("attention.head_count", 2), ("attention.head_count_kv", 1)]:
+        writer.add_uint32(f"llama.{key}", value)
+    writer.add_float32("llama.rope.freq_base", 10000.0)
+    writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(vocab)
+    writer.add_token_types([1] * len(vocab))
+    writer.add_token_merges([])
+    writer.add_eos_token_id(0)
+    writer.add_chat_template("{{ messages[0]['content'] }}")
+    writer.add_tensor("token_embd.weight", np.zeros((len(vocab), 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_draft_and_target_vocabularies_that_differ(tmp_path):
+    _tiny_gguf(tmp_path / "other.gguf", ["a", "b", "c", "d"])
+    body = BASE + '[drafter]\nkind = "model"\n[drafter.target]\npath = "other.gguf"\n'
+    done = specmon("run", "--headless", "--profile", str(write_profile(tmp_path, body)))
+    assert_one_line_error(done, "draft vocabulary (4 tokens", "49152 tokens")
+
+
+def test_help_teaches():
+    done = specmon("run", "--help")
+    assert done.returncode == 0
+    for flag in ("--headless", "--prompts", "--draft-len", "--temperature", "--json"):
+        assert flag in done.stdout
+
+
+@pytest.mark.slow
+def test_headless_run_writes_json_and_a_log_that_replays_to_the_same_table(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps(row) for row in [
+        {"id": "a", "prompt": "Repeat exactly: the cat sat on the mat, the cat sat on the mat.", "class": "copy"},
+        {"id": "b", "prompt": "Say hello.", "class": "chat", "max_new_tokens": 6},
+    ]))
+    out, log = tmp_path / "out.json", tmp_path / "s.specmon"
+    done = specmon("run", "--headless", "--prompts", str(prompts), "--max-new-tokens", "12", "-k", "3",
+                   "--json", str(out), "--log", str(log))
+    assert done.returncode == 0, done.stderr
+    table = json.loads(out.read_text())
+    assert set(table["classes"]) == {"copy", "chat"}
+    for row in table["classes"].values():
+        assert row["draft_len"] == 3 and row["greedy_identical"] is True
+        assert row["rounds"] > 0 and row["baseline_tok_per_s"] > 0
+    assert table["classes"]["chat"]["emitted"] <= 6
+    replayed = json.loads(json.dumps(summary(class_stats(read_log(log)))))
+    assert replayed == table
+    info = specmon("log", "info", str(log))
+    assert info.returncode == 0 and "integrity        ok" in info.stdout and "copy" in info.stdout
+
+
+def test_committed_v1_log_still_replays():
+    """A log written by specmon 0.1.0 (format 1), kept as a fixture: later schemas must read it."""
+    fixture = REPO / "tests" / "fixtures"
+    events = list(read_log(fixture / "session-v1.specmon"))
+    expected = json.loads((fixture / "session-v1.json").read_text())
+    assert json.loads(json.dumps(summary(class_stats(events)))) == expected
