@@ -116,9 +116,26 @@ def cmd_run(args) -> int:
                          args.log, console=err)
     table = summary(class_stats(result.events))
     out.print(class_table(table, f"{result.title}  (log: {result.log_path})"))
+    for line in divergence_lines(result.events):
+        out.print(line, highlight=False)
     if args.json:
         args.json.write_text(json.dumps(table, indent=2))
     return 0
+
+
+def divergence_lines(events) -> list[str]:
+    """One line per prompt whose greedy output left plain decoding's, with the logit margin there."""
+    lines = []
+    for ev in events:
+        eq = getattr(ev, "equivalence", None)
+        if eq is None or eq.verdict not in ("near-tie", "diverged"):
+            continue
+        margin = "N/A" if eq.margin is None else f"{eq.margin:.4g}"
+        why = f"below the near-tie margin {eq.near_tie_margin:g}" if eq.verdict == "near-tie" \
+            else f"not a near-tie (margin >= {eq.near_tie_margin:g}): a real mismatch"
+        lines.append(f"{ev.prompt_id} (k={ev.draft_len}): {eq.verdict} at generated token {eq.first_divergence}, "
+                     f"plain top-1 minus top-2 logit {margin}, {why}")
+    return lines
 
 
 def _overrides(args, profile) -> tuple[Sampling, DrafterSpec]:

@@ -72,3 +72,16 @@ def load_tokenizer(path: Path) -> ChatTokenizer:
         eos_id=int(fields["tokenizer.ggml.eos_token_id"].contents()),
         vocab_size=len(tokens),
     )
+
+
+def _bytes_to_unicode_table() -> dict[int, str]:
+    """GPT-2's byte-to-printable-character map, which byte-level BPE vocabularies are written in."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table

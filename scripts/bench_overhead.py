@@ -1,0 +1,87 @@
+#!/usr/bin/env python
+"""The engine's own cost: plain decoding through the round loop vs a bare loop, same backend.
+
+The round loop adds the drafter call, accept, bookkeeping, margins and one event per round
+(here appended to a list and written to a session log, as in a real run). Repetitions alternate
+so drift cancels; prints the median ratio.
+
+    python scripts/bench_overhead.py --tokens 64 --reps 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from specmon.backends.loader import load_pair
+from specmon.engine.drafters import NoDrafter
+from specmon.engine.rounds import RoundContext, decode_prompt
+from specmon.events.log import LogWriter
+from specmon.events.schema import Sampling
+from specmon.profiles import DrafterSpec, load_profile
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+def bare_loop(target, tokens: list[int], n_new: int) -> float:
+    """Greedy decoding with nothing but the target's forward and an argmax."""
+    start = time.perf_counter()
+    target.forward(tokens[:-1], 0)
+    prefill = time.perf_counter() - start
+    context = list(tokens)
+    start = time.perf_counter()
+    for _ in range(n_new):
+        logits = target.forward([context[-1]], len(context) - 1)
+        context.append(int(logits[-1].argmax()))
+    return (time.perf_counter() - start) * 1e3, prefill
+
+
+def round_loop(target, tokens: list[int], n_new: int, log: LogWriter) -> float:
+    events = []
+
+    def emit(event):
+        events.append(event)
+        log.write(event)
+
+    ctx = RoundContext("bench", "p", "c", itertools.count())
+    start = time.perf_counter()
+    run = decode_prompt(target, NoDrafter(), tokens, 0, Sampling(), n_new, ctx, emit)
+    total = (time.perf_counter() - start) * 1e3
+    return total - run.prefill_ms, run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="smollm2-cpu")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=6)
+    args = parser.parse_args()
+    pair = load_pair(load_profile(args.profile), DrafterSpec(kind="none"))
+    pair.target.eos_id = -1  # never stop early: both loops decode exactly --tokens tokens
+    tokens = pair.tokenizer.encode_chat(PROMPT)
+    ratios = []
+    with tempfile.TemporaryDirectory() as tmp, LogWriter(Path(tmp) / "bench.specmon") as log:
+        bare_loop(pair.target, tokens, 8)  # warm-up
+        for rep in range(args.reps):
+            order = ["bare", "loop"] if rep % 2 == 0 else ["loop", "bare"]
+            times = {}
+            for which in order:
+                if which == "bare":
+                    times["bare"], _ = bare_loop(pair.target, tokens, args.tokens)
+                else:
+                    times["loop"], _ = round_loop(pair.target, tokens, args.tokens, log)
+            ratios.append(times["loop"] / times["bare"])
+            print(f"rep {rep}: bare {times['bare']:.0f} ms, round loop {times['loop']:.0f} ms, "
+                  f"ratio {ratios[-1]:.4f}", flush=True)
+    print(f"median round-loop / bare-loop time over {args.reps} reps of {args.tokens} tokens: "
+          f"{statistics.median(ratios):.4f} (overhead {100 * (statistics.median(ratios) - 1):+.2f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
