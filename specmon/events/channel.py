@@ -1,0 +1,116 @@
+"""Live fan-out: the decode loop publishes; the log writer and viewers each receive every event.
+
+- The log sink is lossless and never blocks the decode loop: an unbounded queue drained by its
+  own thread, which writes and flushes each batch (at least once per round).
+- Viewers (the TUI, the policy engine) get a bounded buffer: a slow one skips the oldest
+  events, and the skip is counted so it can be shown, never silent.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from pathlib import Path
+from typing import Callable
+
+from specmon.events.frames import frame
+from specmon.events.log import LogWriter
+from specmon.events.schema import AnyEvent
+
+_CLOSE = object()
+
+
+class Subscription:
+    """A viewer's bounded buffer. `drain()` takes everything buffered; `skipped` counts losses."""
+
+    def __init__(self, maxlen: int):
+        self._buf: collections.deque = collections.deque(maxlen=maxlen)
+        self._lock = threading.Lock()
+        self.skipped = 0
+        self.received = 0
+
+    def offer(self, event: AnyEvent) -> None:
+        with self._lock:
+            if len(self._buf) == self._buf.maxlen:
+                self.skipped += 1  # the deque drops its oldest entry
+            self._buf.append(event)
+            self.received += 1
+
+    def drain(self) -> list[AnyEvent]:
+        with self._lock:
+            batch = list(self._buf)
+            self._buf.clear()
+        return batch
+
+
+class LogSink:
+    """Writes every event to the session log on its own thread; `written` wakes followers."""
+
+    def __init__(self, path: Path):
+        self.writer = LogWriter(path)
+        self.path = self.writer.path
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.written = threading.Condition()
+        self.closed = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="specmon-log", daemon=True)
+        self._thread.start()
+
+    def offer_frame(self, data: bytes) -> None:
+        self._queue.put(data)
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while not self._queue.empty():
+                batch.append(self._queue.get())
+            done = batch[-1] is _CLOSE
+            frames = [b for b in batch if b is not _CLOSE]
+            try:
+                if frames:
+                    self.writer.write_frames(frames)
+            except OSError as exc:  # disk full or gone: remember it, let the run report it
+                self.error = exc
+            with self.written:
+                self.closed = done
+                self.written.notify_all()
+            if done:
+                self.writer.close()
+                return
+
+    def close(self) -> None:
+        self._queue.put(_CLOSE)
+        self._thread.join()
+
+
+class Channel:
+    """One publisher, many subscribers, every event encoded once."""
+
+    def __init__(self, log: LogSink | None = None):
+        self.log = log
+        self._subs: list[Subscription] = []
+        self._callbacks: list[Callable[[AnyEvent], None]] = []
+        self.published = 0
+
+    def subscribe(self, maxlen: int = 10_000) -> Subscription:
+        sub = Subscription(maxlen)
+        self._subs.append(sub)
+        return sub
+
+    def on_event(self, callback: Callable[[AnyEvent], None]) -> None:
+        """Called in the decode thread for every event: keep it tiny (the policy's fold, a list)."""
+        self._callbacks.append(callback)
+
+    def publish(self, event: AnyEvent) -> None:
+        if self.log is not None:
+            self.log.offer_frame(frame(event))
+        for sub in self._subs:
+            sub.offer(event)
+        for callback in self._callbacks:
+            callback(event)
+        self.published += 1
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()

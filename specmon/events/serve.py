@@ -1,0 +1,132 @@
+"""Serve a running session's events to `specmon attach` over a Unix socket (and TCP on loopback).
+
+Each client gets the log from its first byte (the history) and then follows it live, so every
+client sees exactly the events in the log. A client only reads the file: a slow or vanished
+one lags or ends alone and never touches the decode loop. TCP clients must first send the
+session's token; one that does not is closed with nothing sent.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+import socket
+import threading
+from pathlib import Path
+
+from specmon.errors import SpecmonError
+from specmon.events.channel import LogSink
+
+CHUNK = 1 << 16
+TOKEN_WAIT_S = 5.0
+
+
+def runtime_dir() -> Path:
+    """A per-user directory only its owner can enter: $XDG_RUNTIME_DIR/specmon or /tmp/specmon-UID."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    path = Path(base) / "specmon" if base else Path("/tmp") / f"specmon-{os.getuid()}"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_uid != os.getuid():
+        raise SpecmonError(f"{path} belongs to another user; set XDG_RUNTIME_DIR to a directory of yours")
+    os.chmod(path, 0o700)
+    return path
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """'127.0.0.1:PORT' → (host, port); anything but a loopback address is refused."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    try:
+        if not ipaddress.ip_address(host).is_loopback:
+            raise SpecmonError(f"--listen {text}: only loopback addresses are served (use SSH to reach it)")
+        return host, int(port)
+    except ValueError:
+        raise SpecmonError(f"--listen {text}: expected HOST:PORT with a loopback host, e.g. 127.0.0.1:7777") from None
+
+
+class EventServer:
+    def __init__(self, sink: LogSink, unix_path: Path | None = None, tcp: tuple[str, int] | None = None):
+        self.sink = sink
+        self.token = secrets.token_hex(16) if tcp else None
+        self._listeners: list[socket.socket] = []
+        self._stopping = threading.Event()
+        self.unix_path = unix_path
+        if unix_path is not None:
+            self._listeners.append(_unix_listener(unix_path))
+        self.tcp_address = None
+        if tcp is not None:
+            family = socket.AF_INET6 if ":" in tcp[0] else socket.AF_INET
+            listener = socket.socket(family, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                listener.bind(tcp)
+            except OSError as exc:
+                raise SpecmonError(f"cannot listen on {tcp[0]}:{tcp[1]}: {exc.strerror}") from None
+            listener.listen()
+            self.tcp_address = listener.getsockname()[:2]
+            self._listeners.append(listener)
+        for listener in self._listeners:
+            threading.Thread(target=self._accept, args=(listener,), daemon=True, name="specmon-accept").start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        needs_token = listener.family != socket.AF_UNIX
+        while not self._stopping.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn, needs_token), daemon=True, name="specmon-client").start()
+
+    def _serve(self, conn: socket.socket, needs_token: bool) -> None:
+        with conn:
+            try:
+                if needs_token and not self._token_ok(conn):
+                    return
+                self._stream(conn)
+            except OSError:
+                return  # the client went away; the run goes on
+
+    def _token_ok(self, conn: socket.socket) -> bool:
+        conn.settimeout(TOKEN_WAIT_S)
+        line = b""
+        while not line.endswith(b"\n") and len(line) < 256:
+            part = conn.recv(256)
+            if not part:
+                return False
+            line += part
+        conn.settimeout(None)
+        return hmac.compare_digest(line.strip(), (self.token or "").encode())
+
+    def _stream(self, conn: socket.socket) -> None:
+        with open(self.sink.path, "rb") as fh:
+            while True:
+                data = fh.read(CHUNK)
+                if data:
+                    conn.sendall(data)
+                    continue
+                with self.sink.written:
+                    if self.sink.closed and fh.tell() >= os.path.getsize(self.sink.path):
+                        return
+                    self.sink.written.wait(timeout=0.5)
+
+    def close(self) -> None:
+        self._stopping.set()
+        for listener in self._listeners:
+            listener.close()
+        if self.unix_path is not None:
+            self.unix_path.unlink(missing_ok=True)
+
+
+def _unix_listener(path: Path) -> socket.socket:
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # the socket is born 0600: no window where others could connect
+    try:
+        listener.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    listener.listen()
+    return listener
