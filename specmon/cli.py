@@ -10,14 +10,14 @@ from pathlib import Path
 
 import msgspec
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from specmon import __version__, modelstore
 from specmon.engine.prompts import builtin_suite, load_prompts
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.attach import attach_events
-from specmon.events.schema import PromptStarted, ResourceSample, RoundVerified, Sampling, SessionFinished, SessionStarted
+from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, Sampling, SessionFinished, SessionStarted
 from specmon.events.serve import parse_listen
 from specmon.metrics.stats import class_stats, summary
 from specmon.profiles import DEFAULT_PROFILE, DrafterSpec, load_profile
@@ -172,14 +172,15 @@ def _overrides(args, profile) -> tuple[Sampling, DrafterSpec]:
 
 
 def cmd_attach(args) -> int:
-    events = []
+    kept = []
     for ev in attach_events(args.target, args.token):
-        events.append(ev) if not isinstance(ev, ResourceSample) else None
+        if isinstance(ev, (RoundVerified, PromptFinished)):
+            kept.append(ev)
         line = event_line(ev)
         if line:
             out.print(line, highlight=False)
-    if any(isinstance(e, RoundVerified) for e in events):
-        out.print(class_table(summary(class_stats(events)), "per class"))
+    if kept:
+        out.print(class_table(summary(class_stats(kept)), "per class"))
     return 0
 
 
@@ -200,26 +201,36 @@ def event_line(ev) -> str | None:
 
 def cmd_log(args) -> int:
     counts: Counter[str] = Counter()
-    events, first, last, damage = [], None, None, None
+    kept, first, last, damage = [], None, None, None
     try:
         for ev in read_log(args.log):
             counts[type(ev).__name__] += 1
-            first = first if first is not None else ev.t
+            first = ev.t if first is None else first
             last = ev.t
             if isinstance(ev, SessionStarted):
-                out.print(f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}  "
-                          f"target {ev.target}  drafter {ev.drafter}  {ev.dtype} on {ev.device}", highlight=False)
-            events.append(ev) if isinstance(ev, (RoundVerified, PromptStarted)) or hasattr(ev, "equivalence") else None
+                _print_header(ev)
+            if isinstance(ev, (RoundVerified, PromptFinished)):
+                kept.append(ev)
     except LogDamaged as exc:
         damage = exc
     for name, n in sorted(counts.items()):
         out.print(f"  {name:<16} {n}", highlight=False)
     if first is not None:
         out.print(f"  time span        {last - first:.1f} s", highlight=False)
-    out.print("  integrity        " + (f"[red]{damage}[/]" if damage else "[green]ok[/]"))
-    if any(isinstance(e, RoundVerified) for e in events):
-        out.print(class_table(summary(class_stats(events)), "per class"))
+    out.print("  integrity        " + (f"[red]{damage}[/]" if damage else "[green]ok[/]"), highlight=False)
+    if kept:
+        out.print(class_table(summary(class_stats(kept)), "per class"))
     return 1 if damage else 0
+
+
+def _print_header(ev: SessionStarted) -> None:
+    out.print(f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}", highlight=False)
+    out.print(f"  target {ev.target}  drafter {ev.drafter}  {ev.dtype} on {ev.device}  backend {ev.backend}",
+              highlight=False)
+    host = ", ".join(f"{k} {v}" for k, v in ev.host.items())
+    out.print(f"  host: {host}", highlight=False)
+    if ev.policy_hash:
+        out.print(f"  policy sha256 {ev.policy_hash[:16]}…", highlight=False)
 
 
 COMMANDS = {"run": cmd_run, "models": cmd_models, "log": cmd_log, "attach": cmd_attach}

@@ -122,3 +122,19 @@ def test_committed_v1_log_still_replays():
     events = list(read_log(fixture / "session-v1.specmon"))
     expected = json.loads((fixture / "session-v1.json").read_text())
     assert json.loads(json.dumps(summary(class_stats(events)))) == expected
+
+
+def test_attach_without_a_running_session_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "specmon.cli", "attach", "--headless"], capture_output=True,
+                          text=True, cwd=REPO, env={**__import__("os").environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+    assert_one_line_error(done, "no running session")
+
+
+def test_log_info_on_a_damaged_log_reports_the_offset_and_fails(tmp_path):
+    damaged = tmp_path / "d.specmon"
+    raw = (REPO / "tests" / "fixtures" / "session-v1.specmon").read_bytes()
+    damaged.write_bytes(raw[:-7])
+    done = specmon("log", "info", str(damaged))
+    assert done.returncode == 1
+    assert "damaged at byte" in done.stdout and "RoundVerified" in done.stdout
