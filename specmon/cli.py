@@ -124,8 +124,9 @@ def cmd_run(args) -> int:
     else:
         prompts = builtin_suite(args.classes.split(",") if args.classes else None)
     listen = parse_listen(args.listen) if args.listen else None
+    tui = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
     result = run_session(profile, drafter_spec, sampling, prompts, args.max_new_tokens or profile.max_new_tokens,
-                         args.log, console=err, listen=listen)
+                         args.log, console=err, listen=listen, tui=tui)
     table = summary(class_stats(result.events))
     out.print(class_table(table, f"{result.title}  (log: {result.log_path})"))
     for line in divergence_lines(result.events):
@@ -172,6 +173,15 @@ def _overrides(args, profile) -> tuple[Sampling, DrafterSpec]:
 
 
 def cmd_attach(args) -> int:
+    if not args.headless and sys.stdout.isatty() and sys.stdin.isatty():
+        from specmon.tui.app import make_app
+        from specmon.tui.feed import thread_feed
+
+        feed = thread_feed(lambda: attach_events(args.target, args.token), f"attached to {args.target or 'newest session'}")
+        make_app(feed).run()
+        if feed.error:
+            raise SpecmonError(feed.error)
+        return 0
     kept = []
     for ev in attach_events(args.target, args.token):
         if isinstance(ev, (RoundVerified, PromptFinished)):

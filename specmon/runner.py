@@ -25,9 +25,13 @@ class RunResult:
     title: str
 
 
+class Stopped(Exception):
+    """Raised inside the decode thread when the viewer quits mid-run."""
+
+
 def run_session(profile: Profile, drafter_spec: DrafterSpec, sampling: Sampling, prompts: list[Prompt],
                 max_new_tokens: int, log_path: Path | None, console: Console,
-                listen: tuple[str, int] | None = None) -> RunResult:
+                listen: tuple[str, int] | None = None, tui: bool = False) -> RunResult:
     from specmon.backends.loader import load_pair  # the only place torch enters
 
     with console.status(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})"):
@@ -40,26 +44,58 @@ def run_session(profile: Profile, drafter_spec: DrafterSpec, sampling: Sampling,
     server = EventServer(sink, runtime_dir() / f"{session_id}.sock", listen)
     _announce(server, sink.path)
     settings = RunSettings(drafter_spec.draft_len, sampling, max_new_tokens, profile.tie_margin)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    reason = "error"
-    try:
-        channel.publish(session_started(session_id, profile, pair.drafter, pair.target))
-        with Progress(*columns, console=console) as bar:
-            task = bar.add_task(f"{pair.drafter.name} k={drafter_spec.draft_len} vs plain", total=len(prompts))
-            run_prompts(session_id, pair.target, pair.drafter, pair.tokenizer, prompts, settings, channel.publish,
-                        on_prompt=lambda done: bar.update(task, completed=done))
-        reason = "done"
-    except KeyboardInterrupt:
-        reason = "interrupted"
-        raise
-    finally:
-        rounds = sum(isinstance(e, RoundVerified) for e in events)
-        channel.publish(SessionFinished(session_id=session_id, t=_now(), rounds=rounds, reason=reason))
-        channel.close()
-        server.close()
     title = (f"{profile.name}: {pair.drafter.name} k={drafter_spec.draft_len}, "
              f"{'greedy' if sampling.greedy else f'T={sampling.temperature} top_p={sampling.top_p}'}")
+    channel.publish(session_started(session_id, profile, pair.drafter, pair.target))
+
+    def decode(emit, on_prompt) -> str:
+        """Run every prompt; returns how the session ended. Always closes the log and socket."""
+        reason = "error"
+        try:
+            run_prompts(session_id, pair.target, pair.drafter, pair.tokenizer, prompts, settings, emit, on_prompt)
+            reason = "done"
+        except (KeyboardInterrupt, Stopped):
+            reason = "interrupted"
+        finally:
+            rounds = sum(isinstance(e, RoundVerified) for e in events)
+            channel.publish(SessionFinished(session_id=session_id, t=_now(), rounds=rounds, reason=reason))
+            channel.close()
+            server.close()
+        return reason
+
+    if tui:
+        _decode_under_tui(channel, decode, title)
+    else:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=console) as bar:
+            task = bar.add_task(f"{pair.drafter.name} k={drafter_spec.draft_len} vs plain", total=len(prompts))
+            if decode(channel.publish, lambda done: bar.update(task, completed=done)) == "interrupted":
+                raise KeyboardInterrupt
     return RunResult(events, sink.path, title)
+
+
+def _decode_under_tui(channel: Channel, decode, title: str) -> None:
+    """Decode on a thread; the app (main thread) drains a bounded view of the channel."""
+    import threading
+
+    from specmon.tui.app import make_app
+    from specmon.tui.feed import Feed
+
+    stop = threading.Event()
+    feed = Feed(channel.subscribe(maxlen=100_000), title)
+
+    def emit(event) -> None:
+        if stop.is_set():
+            raise Stopped
+        channel.publish(event)
+
+    worker = threading.Thread(target=lambda: (decode(emit, None), feed.done.set()), name="specmon-decode")
+    worker.start()
+    try:
+        make_app(feed).run()
+    finally:
+        stop.set()
+        worker.join()
 
 
 def _announce(server: EventServer, log_path: Path) -> None:

@@ -39,6 +39,16 @@ class RoundContext:
     prompt_id: str
     prompt_class: str
     round_ids: itertools.count  # shared across the session so round ids are unique
+    detokenize: Callable[[list[int]], str] | None = None  # puts readable text into the events
+
+
+def _text_after(detokenize, context: list[int], new: list[int]) -> str:
+    """Text that `new` adds after `context`, decoded with a few tokens of left context so
+    byte-level pieces and leading spaces come out as they will in the full text."""
+    if detokenize is None or not new:
+        return ""
+    left = context[-4:]
+    return detokenize(left + new)[len(detokenize(left)):]
 
 
 def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft_len: int,
@@ -83,6 +93,9 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
     new_tokens = [*proposal.tokens[: verdict.accepted], verdict.next_token]
     new_tokens = _trim(new_tokens, max_new_tokens - len(run.generated), target.eos_id)
     margins = _logit_margins(logits[: len(new_tokens)])
+    n_accepted = min(verdict.accepted, len(new_tokens))
+    accepted_text = _text_after(ctx.detokenize, context, new_tokens[:n_accepted])
+    final_text = _text_after(ctx.detokenize, context + new_tokens[:n_accepted], new_tokens[n_accepted:])
     context.extend(new_tokens)
     run.generated.extend(new_tokens)
     run.margins.extend(margins)
@@ -96,6 +109,7 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
         target_probs=_target_probs(logits, p, proposal.tokens),
         alpha_hat=alpha_hat(p, proposal.q, proposal.tokens) if p is not None else _greedy_alpha(logits, proposal),
         margins=margins, sampling=sampling, mem_bytes=target.memory_bytes(),
+        accepted_text=accepted_text, final_text=final_text,
     )
     event.overhead_ms = (time.perf_counter() - t2) * 1e3
     return event

@@ -70,21 +70,21 @@ def run_prompts(session_id: str, target: Target, drafter: Drafter, tokenizer: To
         runs: dict[int, tuple[PromptStarted, PromptRun]] = {}
         for draft_len, which in order:
             runs[draft_len] = _decode(session_id, target, which, tokens, prompt, draft_len, limit,
-                                      settings.sampling, round_ids, emit)
+                                      settings.sampling, round_ids, emit, tokenizer.decode)
         _finish_pair(session_id, prompt, runs, tokenizer, settings, emit)
         if on_prompt:
             on_prompt(index + 1)
 
 
 def _decode(session_id, target, drafter, tokens, prompt, draft_len, limit, sampling, round_ids,
-            emit) -> tuple[PromptStarted, PromptRun]:
+            emit, detokenize) -> tuple[PromptStarted, PromptRun]:
     started = PromptStarted(
         session_id=session_id, t=time.time(), prompt_id=prompt.id, prompt_class=prompt.prompt_class,
         draft_len=draft_len, drafter=drafter.name, sampling=sampling, prompt_tokens=len(tokens),
         max_new_tokens=limit, class_rule="prompt set",
     )
     emit(started)
-    ctx = RoundContext(session_id, prompt.id, prompt.prompt_class, round_ids)
+    ctx = RoundContext(session_id, prompt.id, prompt.prompt_class, round_ids, detokenize)
     return started, decode_prompt(target, drafter, tokens, draft_len, sampling, limit, ctx, emit)
 
 

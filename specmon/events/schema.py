@@ -77,6 +77,9 @@ class RoundVerified(Event, tag="round", kw_only=True):
     margins: list[float]  # target top-1 minus top-2 logit at each emitted token's position
     sampling: Sampling
     mem_bytes: int  # process memory (RSS) or device memory in use, bytes
+    # Added after format 1's first fixture: logs without them decode with "" (schema evolution).
+    accepted_text: str = ""  # the accepted draft tokens, detokenized
+    final_text: str = ""  # the target's own token (correction or bonus), detokenized
 
 
 class Equivalence(msgspec.Struct, array_like=True, frozen=True):
