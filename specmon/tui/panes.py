@@ -25,6 +25,13 @@ def bar_line(values: list[float], width: int, top: float | None = None) -> str:
     return "".join(BARS[min(8, max(0, round(8 * v / peak)))] for v in values)
 
 
+DEFINITIONS = {
+    "acceptance rate": "Σacc/Σprop",
+    "mean accepted length": "Σacc/rounds",
+    "alpha-hat": "mean Σmin(p,q)",
+}
+
+
 def render_acceptance(state: ViewState, metric: str, width: int = 60) -> Text:
     run = state.current_run()
     series = state.acceptance_series(metric)
@@ -32,8 +39,8 @@ def render_acceptance(state: ViewState, metric: str, width: int = 60) -> Text:
     overall = {"acceptance rate": run.acceptance_rate if run else None,
                "mean accepted length": run.mean_accepted_len if run else None,
                "alpha-hat": run.alpha_hat if run else None}[metric]
-    text = Text(f"{metric} (k={state.class_k}): {fmt(overall)}  ", style="bold")
-    text.append(f"last {len(series)} rounds\n", style="dim")
+    text = Text(f"{metric} k={state.class_k}: {fmt(overall)} ", style="bold")
+    text.append(f"({DEFINITIONS[metric]}, {len(series)} rounds)\n", style="dim")
     text.append(bar_line(series, width, top), style="green")
     return text
 
