@@ -20,6 +20,9 @@ from specmon.events.attach import attach_events
 from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, Sampling, SessionFinished, SessionStarted
 from specmon.events.serve import parse_listen
 from specmon.metrics.stats import class_stats, summary
+from specmon.policy.edit import set_value
+from specmon.policy.explain import explain_log
+from specmon.policy.schema import load_policy
 from specmon.profiles import DEFAULT_PROFILE, DrafterSpec, load_profile
 from specmon.tables import class_table
 
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("target", nargs="?", metavar="TARGET")
     attach.add_argument("--token", help="the token `specmon run --listen` printed (TCP only)")
     attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
+    _add_policy(sub)
     log = sub.add_parser("log", help="inspect session logs").add_subparsers(
         dest="log_command", required=True, metavar="ACTION")
     info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
@@ -82,8 +86,48 @@ def _add_run(sub) -> None:
     run.add_argument("--seed", type=int)
     run.add_argument("--json", type=Path, help="also write the per-class summary as JSON here")
     run.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
+    run.add_argument("--policy", type=Path, help="let a TOML policy classify prompts and choose k per class "
+                     "(hot-reloaded while running; see policies/default.toml)")
     run.add_argument("--listen", metavar="127.0.0.1:PORT",
                      help="also serve events over TCP on loopback (attach needs the token printed at start)")
+
+
+def _add_policy(sub) -> None:
+    policy = sub.add_parser("policy", help="check, edit and explain TOML policies").add_subparsers(
+        dest="policy_command", required=True, metavar="ACTION")
+    check = policy.add_parser("check", help="validate: file:line:column: reason for each problem")
+    check.add_argument("file", type=Path)
+    explain = policy.add_parser("explain", help="recompute each logged decision from the rounds it cites")
+    explain.add_argument("log", type=Path)
+    explain.add_argument("decision", nargs="?", type=int, help="one decision id (default: all)")
+    edit = policy.add_parser("set", help="set KEY to VALUE, keeping comments; refused if the result is invalid",
+                             description="KEY: policy.min_gain, classes.NAME.speculate, classes[2].draft_len, ...")
+    edit.add_argument("file", type=Path)
+    edit.add_argument("key")
+    edit.add_argument("value")
+
+
+def cmd_policy(args) -> int:
+    if args.policy_command == "check":
+        policy = load_policy(args.file)
+        for warning in policy.warnings:
+            out.print(f"warning: {warning}", highlight=False)
+        out.print(f"{args.file}: ok, {len(policy.classes)} classes, mode {policy.settings.mode}", highlight=False)
+        return 0
+    if args.policy_command == "set":
+        set_value(args.file, args.key, args.value)
+        out.print(f"{args.file}: {args.key} = {args.value}", highlight=False)
+        return 0
+    explanations = explain_log(args.log, args.decision)
+    for e in explanations:
+        d = e.decision
+        change = f"speculate {d.speculate_from}->{d.speculate_to}, k {d.k_from}->{d.k_to}"
+        verdict = "[green]reproduces[/]" if e.reproduces else "[red]DOES NOT REPRODUCE[/]"
+        out.print(f"decision {d.decision_id} \\[{d.prompt_class}] {change} by {d.rule_key} (line {d.rule_line}): "
+                  f"{verdict}: {e.detail}", highlight=False)
+    good = sum(e.reproduces for e in explanations)
+    out.print(f"{good} of {len(explanations)} decisions reproduce from their cited rounds", highlight=False)
+    return 0 if good == len(explanations) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,12 +169,13 @@ def cmd_run(args) -> int:
         prompts = builtin_suite(args.classes.split(",") if args.classes else None)
     listen = parse_listen(args.listen) if args.listen else None
     tui = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
+    policy = load_policy(args.policy) if args.policy else None
     result = run_session(profile, drafter_spec, sampling, prompts, args.max_new_tokens or profile.max_new_tokens,
-                         args.log, console=err, listen=listen, tui=tui)
+                         args.log, console=err, listen=listen, tui=tui, policy=policy)
     table = summary(class_stats(result.events))
     out.print(class_table(table, f"{result.title}  (log: {result.log_path})"))
     for line in divergence_lines(result.events):
-        out.print(line, highlight=False)
+        out.print(line, highlight=False, markup=False)
     if args.json:
         args.json.write_text(json.dumps(table, indent=2))
     return 0
@@ -188,7 +233,7 @@ def cmd_attach(args) -> int:
             kept.append(ev)
         line = event_line(ev)
         if line:
-            out.print(line, highlight=False)
+            out.print(line, highlight=False, markup=False)
     if kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     return 0
@@ -243,7 +288,7 @@ def _print_header(ev: SessionStarted) -> None:
         out.print(f"  policy sha256 {ev.policy_hash[:16]}…", highlight=False)
 
 
-COMMANDS = {"run": cmd_run, "models": cmd_models, "log": cmd_log, "attach": cmd_attach}
+COMMANDS = {"run": cmd_run, "models": cmd_models, "log": cmd_log, "attach": cmd_attach, "policy": cmd_policy}
 
 
 if __name__ == "__main__":

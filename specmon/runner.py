@@ -15,6 +15,8 @@ from specmon.events.channel import Channel, LogSink
 from specmon.events.log import default_log_path
 from specmon.events.schema import AnyEvent, RoundVerified, Sampling, SessionFinished
 from specmon.events.serve import EventServer, runtime_dir
+from specmon.policy.engine import PolicyEngine
+from specmon.policy.session import run_policy_prompts
 from specmon.profiles import DrafterSpec, Profile
 
 
@@ -31,7 +33,7 @@ class Stopped(Exception):
 
 def run_session(profile: Profile, drafter_spec: DrafterSpec, sampling: Sampling, prompts: list[Prompt],
                 max_new_tokens: int, log_path: Path | None, console: Console,
-                listen: tuple[str, int] | None = None, tui: bool = False) -> RunResult:
+                listen: tuple[str, int] | None = None, tui: bool = False, policy=None) -> RunResult:
     from specmon.backends.loader import load_pair  # the only place torch enters
 
     with console.status(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})"):
@@ -46,13 +48,21 @@ def run_session(profile: Profile, drafter_spec: DrafterSpec, sampling: Sampling,
     settings = RunSettings(drafter_spec.draft_len, sampling, max_new_tokens, profile.tie_margin)
     title = (f"{profile.name}: {pair.drafter.name} k={drafter_spec.draft_len}, "
              f"{'greedy' if sampling.greedy else f'T={sampling.temperature} top_p={sampling.top_p}'}")
-    channel.publish(session_started(session_id, profile, pair.drafter, pair.target))
+    started = session_started(session_id, profile, pair.drafter, pair.target)
+    if policy is not None:
+        started.policy_text, started.policy_hash = policy.text, policy.sha256
+    channel.publish(started)
 
     def decode(emit, on_prompt) -> str:
         """Run every prompt; returns how the session ended. Always closes the log and socket."""
         reason = "error"
         try:
-            run_prompts(session_id, pair.target, pair.drafter, pair.tokenizer, prompts, settings, emit, on_prompt)
+            if policy is None:
+                run_prompts(session_id, pair.target, pair.drafter, pair.tokenizer, prompts, settings, emit, on_prompt)
+            else:
+                engine = PolicyEngine(policy, session_id)
+                run_policy_prompts(session_id, pair.target, pair.drafter, pair.tokenizer, prompts, settings,
+                                   engine, emit, on_prompt)
             reason = "done"
         except (KeyboardInterrupt, Stopped):
             reason = "interrupted"
@@ -68,7 +78,8 @@ def run_session(profile: Profile, drafter_spec: DrafterSpec, sampling: Sampling,
     else:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console) as bar:
-            task = bar.add_task(f"{pair.drafter.name} k={drafter_spec.draft_len} vs plain", total=len(prompts))
+            what = f"policy {policy.source}" if policy else f"{pair.drafter.name} k={drafter_spec.draft_len} vs plain"
+            task = bar.add_task(what, total=len(prompts))
             if decode(channel.publish, lambda done: bar.update(task, completed=done)) == "interrupted":
                 raise KeyboardInterrupt
     return RunResult(events, sink.path, title)

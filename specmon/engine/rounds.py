@@ -51,13 +51,16 @@ def _text_after(detokenize, context: list[int], new: list[int]) -> str:
     return detokenize(left + new)[len(detokenize(left)):]
 
 
-def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft_len: int,
+def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft_len: int | Callable[[], int],
                   sampling: Sampling, max_new_tokens: int, ctx: RoundContext,
                   emit: Callable[[RoundVerified], None]) -> PromptRun:
-    """Decode one prompt round by round, emitting one RoundVerified per round."""
-    if len(prompt) + max_new_tokens + draft_len + 1 > target.max_len:
+    """Decode one prompt round by round, emitting one RoundVerified per round.
+
+    `draft_len` may be a function asked before every round, so a policy can change k mid-prompt."""
+    k_for_round = draft_len if callable(draft_len) else (lambda: draft_len)
+    if len(prompt) + max_new_tokens + (64 if callable(draft_len) else draft_len) + 1 > target.max_len:
         raise SpecmonError(
-            f"prompt {ctx.prompt_id!r}: {len(prompt)} prompt + {max_new_tokens} new + {draft_len + 1} "
+            f"prompt {ctx.prompt_id!r}: {len(prompt)} prompt + {max_new_tokens} new + draft + 1 "
             f"verify positions exceed the cache's {target.max_len}; raise max_seq_len in the profile"
         )
     rng = np.random.default_rng(sampling.seed)
@@ -69,7 +72,7 @@ def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft
     run.prefill_ms = (time.perf_counter() - start) * 1e3
     carried_ms = 0.0  # time spent emitting the previous event, charged to this round's overhead
     while len(run.generated) < max_new_tokens:
-        event = _one_round(target, drafter, context, draft_len, sampling, rng, max_new_tokens, run, ctx)
+        event = _one_round(target, drafter, context, k_for_round(), sampling, rng, max_new_tokens, run, ctx)
         event.overhead_ms += carried_ms
         run.decode_ms += event.draft_ms + event.verify_ms + event.overhead_ms
         start = time.perf_counter()

@@ -117,8 +117,38 @@ class SessionFinished(Event, tag="session_done", kw_only=True):
     reason: str  # "done" | "interrupted" | "error"
 
 
+class PolicyLoaded(Event, tag="policy", kw_only=True):
+    """A policy took effect (at start or on a hot reload), or an edit was refused."""
+
+    source: str
+    sha256: str
+    text: str
+    accepted: bool  # False: the edit was invalid and the previous policy stays in force
+    error: str = ""
+
+
+class Decision(Event, tag="decision", kw_only=True):
+    """The policy changed (or, in advise mode, would change) a class's speculation or k."""
+
+    decision_id: int
+    prompt_class: str
+    speculate_from: bool
+    speculate_to: bool
+    k_from: int
+    k_to: int
+    rule_key: str  # the TOML key whose threshold decided, e.g. "policy.min_gain"
+    rule_line: int  # its line in the policy file
+    inputs: dict[str, float]  # goodput per k (tokens/ms) and the ratio to plain, as computed
+    thresholds: dict[str, float]
+    round_ids: list[int]  # the rounds the inputs were computed from
+    applied: bool  # False in advise mode
+    policy_sha256: str
+    reason: str = ""
+
+
 # New event types are added at the end; old logs never contain them and still decode.
-AnyEvent = Union[SessionStarted, PromptStarted, RoundVerified, PromptFinished, ResourceSample, SessionFinished]
+AnyEvent = Union[SessionStarted, PromptStarted, RoundVerified, PromptFinished, ResourceSample, SessionFinished,
+                 PolicyLoaded, Decision]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(AnyEvent)

@@ -1,0 +1,54 @@
+"""Which class a prompt belongs to, and which rule said so (first match wins)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from specmon.policy.schema import Policy, PromptClass
+
+
+def classify(policy: Policy, text: str, tag: str | None = None) -> tuple[str, str]:
+    """(class name, the rule that matched as `classes[i].match.KEY (line N)`)."""
+    for i, cls in enumerate(policy.classes):
+        key = _matching_key(cls, text, tag)
+        if key:
+            path = ("classes", i, "match", key) if key != "default" else ("classes", i, "default")
+            return cls.name, f"classes[{i}].{'match.' if key != 'default' else ''}{key} (line {policy.line_of(*path)})"
+    return policy.classes[-1].name, "last class (no rule matched)"
+
+
+def _matching_key(cls: PromptClass, text: str, tag: str | None) -> str | None:
+    m = cls.match
+    if m.tag and tag == m.tag:
+        return "tag"
+    if m.regex and any(re.search(p, text) for p in m.regex):
+        return "regex"
+    lowered = text.lower()
+    if m.keywords and any(k.lower() in lowered for k in m.keywords):
+        return "keywords"
+    if m.script and (dominant_script(text) in m.script or ("non-ascii" in m.script and _non_ascii_share(text) > 0.03)):
+        return "script"
+    if (m.min_chars or m.max_chars) and len(text) >= m.min_chars and (not m.max_chars or len(text) <= m.max_chars):
+        return "min_chars" if m.min_chars else "max_chars"
+    return "default" if cls.default else None
+
+
+def dominant_script(text: str) -> str:
+    """The script most of the letters are written in: latin, cjk, cyrillic, arabic or greek."""
+    counts: dict[str, int] = {}
+    for ch in text:
+        if ch.isalpha():
+            name = unicodedata.name(ch, "")
+            script = next((s for s, key in _SCRIPTS if key in name), "other")
+            counts[script] = counts.get(script, 0) + 1
+    return max(counts, key=counts.get) if counts else "latin"
+
+
+_SCRIPTS = [("cjk", "CJK"), ("cjk", "HIRAGANA"), ("cjk", "KATAKANA"), ("cjk", "HANGUL"),
+            ("cyrillic", "CYRILLIC"), ("arabic", "ARABIC"), ("greek", "GREEK"), ("latin", "LATIN")]
+
+
+def _non_ascii_share(text: str) -> float:
+    letters = [ch for ch in text if ch.isalpha()]
+    return sum(not ch.isascii() for ch in letters) / len(letters) if letters else 0.0

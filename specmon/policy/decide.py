@@ -1,0 +1,67 @@
+"""The decision rule, as one pure function of the evidence, so a log can re-derive every decision.
+
+goodput(k) = Σ emitted / Σ round ms over the evidence rounds at draft length k (k = 0 is plain).
+- on  -> off when goodput(k) / goodput(0) < 1 + min_gain                      (policy.min_gain)
+- off -> on  when goodput(k) / goodput(0) >= 1 + min_gain + hysteresis         (policy.hysteresis)
+- on, k adapting: move to the k in [k_min, k_max] with the best goodput, if it beats the
+  current k's by min_gain                                                      (classes[i].draft_len)
+Only draft lengths with at least min_rounds rounds in the window count as evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Row:
+    round_id: int
+    draft_len: int
+    emitted: int
+    round_ms: float
+
+
+@dataclass(frozen=True)
+class Outcome:
+    speculate: bool
+    k: int
+    rule: str  # "policy.min_gain" | "policy.hysteresis" | "draft_len"
+    inputs: dict[str, float]
+    round_ids: list[int]
+
+
+def goodput(rows: list[Row]) -> float:
+    ms = sum(r.round_ms for r in rows)
+    return sum(r.emitted for r in rows) / ms if ms > 0 else 0.0
+
+
+def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
+    """What should change for one class, given the evidence rows; None when nothing should.
+
+    The outcome cites exactly the rounds its inputs were computed from, so `decide` on those
+    rounds alone gives the same outcome (that is what `specmon policy explain` checks)."""
+    by_k: dict[int, list[Row]] = {}
+    for row in rows:
+        by_k.setdefault(row.draft_len, []).append(row)
+    enough = {kk: rr for kk, rr in by_k.items() if len(rr) >= thresholds["min_rounds"]}
+    if 0 not in enough or k not in enough:
+        return None
+    rate = {kk: goodput(rr) for kk, rr in enough.items()}
+    ratio = rate[k] / rate[0] if rate[0] else 0.0
+    if speculate and ratio < 1 + thresholds["min_gain"]:
+        return _outcome(False, k, "policy.min_gain", rate, enough, [0, k], k)
+    if not speculate and ratio >= 1 + thresholds["min_gain"] + thresholds["hysteresis"]:
+        return _outcome(True, k, "policy.hysteresis", rate, enough, [0, k], k)
+    if speculate and thresholds["adapt"]:
+        in_range = sorted(kk for kk in enough if thresholds["k_min"] <= kk <= thresholds["k_max"])
+        best = max(in_range, key=lambda kk: rate[kk], default=k)
+        if best != k and rate[best] >= rate[k] * (1 + thresholds["min_gain"]):
+            return _outcome(True, best, "draft_len", rate, enough, sorted({0, k, *in_range}), best)
+    return None
+
+
+def _outcome(speculate: bool, k: int, rule: str, rate: dict[int, float], enough: dict[int, list[Row]],
+             used: list[int], ratio_k: int) -> Outcome:
+    inputs = {f"goodput_k{kk}": rate[kk] for kk in used}
+    inputs["ratio"] = rate[ratio_k] / rate[0] if rate[0] else 0.0
+    return Outcome(speculate, k, rule, inputs, sorted(r.round_id for kk in used for r in enough[kk]))

@@ -1,0 +1,46 @@
+"""Recompute every decision of a logged session from the very rounds it cites."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from specmon.events.log import read_log
+from specmon.events.schema import Decision, RoundVerified
+from specmon.policy.decide import Row, decide
+
+
+@dataclass
+class Explanation:
+    decision: Decision
+    reproduces: bool
+    detail: str
+
+
+def explain_log(path: Path, decision_id: int | None = None) -> list[Explanation]:
+    rows: dict[int, Row] = {}
+    decisions: list[Decision] = []
+    for ev in read_log(path):
+        if isinstance(ev, RoundVerified):
+            rows[ev.round_id] = Row(ev.round_id, ev.draft_len, len(ev.emitted), ev.draft_ms + ev.verify_ms + ev.overhead_ms)
+        elif isinstance(ev, Decision) and decision_id in (None, ev.decision_id):
+            decisions.append(ev)
+    return [explain(d, rows) for d in decisions]
+
+
+def explain(d: Decision, rows: dict[int, Row]) -> Explanation:
+    missing = [rid for rid in d.round_ids if rid not in rows]
+    if missing:
+        return Explanation(d, False, f"{len(missing)} cited rounds are not in the log (first: {missing[0]})")
+    outcome = decide(d.speculate_from, d.k_from, [rows[rid] for rid in d.round_ids], d.thresholds)
+    if outcome is None:
+        return Explanation(d, False, "the cited rounds call for no change")
+    if (outcome.speculate, outcome.k) != (d.speculate_to, d.k_to):
+        return Explanation(d, False, f"recomputed: speculate={outcome.speculate} k={outcome.k}")
+    off = [key for key, value in d.inputs.items()
+           if not math.isclose(outcome.inputs.get(key, math.nan), value, rel_tol=1e-9)]
+    if off:
+        return Explanation(d, False, f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, "
+                                     f"recomputed {outcome.inputs.get(off[0], math.nan):.6g}")
+    return Explanation(d, True, f"ratio {outcome.inputs['ratio']:.3f} from {len(d.round_ids)} rounds")
