@@ -171,3 +171,29 @@ def test_real_tui_in_tmux_over_a_pseudo_terminal(tmp_path):
         assert "rate = accepted/proposed" in after  # the app quit and the table was printed
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+async def test_decisions_pane_lists_decisions_and_shows_the_rounds_they_cite():
+    policy_log = Path(__file__).resolve().parent / "fixtures" / "session-policy.specmon"
+    events = list(read_log(policy_log))
+    decisions = [e for e in events if e.__class__.__name__ == "Decision"]
+    sub = Subscription(maxlen=len(events))
+    for event in events:
+        sub.offer(event)
+    feed = Feed(sub, "policy session")
+    feed.done.set()
+    app = make_app(feed)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.5)
+        table = app.query_one("#decisions")
+        assert table.row_count == len(decisions)
+        first = decisions[0]
+        assert tuple(table.get_row_at(0)) == (str(first.decision_id), first.prompt_class,
+                                             "off" if not first.speculate_to else f"k {first.k_from}→{first.k_to}")
+        cited = app.state.cited(first)
+        assert [ev.round_id for ev in cited] == first.round_ids
+        table.focus()
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        shown = [n.message for n in app._notifications]
+        assert any(f"cited {len(first.round_ids)} rounds, {len(first.round_ids)} held" in m for m in shown)

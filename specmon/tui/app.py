@@ -89,7 +89,7 @@ class SpecmonApp(App):
         for name, width in [("class", 12), ("rounds", 7), ("accept", 6), ("mean len", 8), ("speedup", 7),
                             ("k", 3), ("spec", 4)]:
             classes.add_column(name, width=width, key=name)
-        self.query_one("#decisions", DataTable).add_columns("round", "class", "change")
+        self.query_one("#decisions", DataTable).add_columns("id", "class", "change")
         self.sub_title = self.feed.title
         self.set_interval(DRAIN_INTERVAL_S, self.drain)
         self.refresh_panes()
@@ -117,7 +117,25 @@ class SpecmonApp(App):
             self._text_version = state.text_version
             self.query_one("#text", Static).update(panes.render_text(state))
         self._update_classes(panes.class_rows(state))
+        self._update_decisions()
         self.sub_title = self._status()
+
+    def _update_decisions(self) -> None:
+        table = self.query_one("#decisions", DataTable)
+        for d in self.state.decisions[table.row_count:]:
+            table.add_row(*panes.decision_row(d), key=str(d.decision_id))
+        policy = self.state.policy
+        if policy is not None:
+            table.border_subtitle = (f"policy {policy.sha256[:8]}" if policy.accepted
+                                     else "edit refused: previous policy in force")
+
+    def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
+        """Selecting a decision shows the rounds it was based on."""
+        if message.data_table.id != "decisions":
+            return
+        decision = self.state.decisions[int(message.row_key.value)]
+        self.notify(panes.render_decision(decision, self.state.cited(decision)), title="decision", timeout=15,
+                    markup=False)
 
     def _update_classes(self, rows: list[tuple[str, ...]]) -> None:
         """Change cells in place; rebuilding the table every tick costs more than the rest."""

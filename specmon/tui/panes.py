@@ -132,3 +132,23 @@ class Pane(Static):
     def __init__(self, title: str, **kwargs):
         super().__init__(**kwargs)
         self.border_title = title
+
+
+def decision_row(d) -> tuple[str, str, str]:
+    if d.speculate_from != d.speculate_to:
+        change = "on" if d.speculate_to else "off"
+    else:
+        change = f"k {d.k_from}→{d.k_to}"
+    return str(d.decision_id), d.prompt_class, change + ("" if d.applied else " (advised)")
+
+
+def render_decision(d, cited: list) -> str:
+    """What a selected decision was based on: its rule, inputs, thresholds and cited rounds."""
+    inputs = ", ".join(f"{k} {v:.4g}" for k, v in d.inputs.items())
+    by_k: dict[int, list] = {}
+    for ev in cited:
+        by_k.setdefault(ev.draft_len, []).append(ev.round_id)
+    spans = "; ".join(f"k={k}: {len(ids)} rounds ({ids[0]}…{ids[-1]})" for k, ids in sorted(by_k.items()))
+    return (f"decision {d.decision_id} [{d.prompt_class}] by {d.rule_key} (policy line {d.rule_line})\n"
+            f"inputs: {inputs}\nthresholds: min_gain {d.thresholds['min_gain']}, hysteresis "
+            f"{d.thresholds['hysteresis']}\ncited {len(d.round_ids)} rounds, {len(cited)} held: {spans}")

@@ -7,12 +7,14 @@ import collections
 from dataclasses import dataclass, field
 
 from specmon.events.schema import (
-    AnyEvent, PromptFinished, PromptStarted, ResourceSample, RoundVerified, SessionFinished, SessionStarted,
+    AnyEvent, Decision, PolicyLoaded, PromptFinished, PromptStarted, ResourceSample, RoundVerified,
+    SessionFinished, SessionStarted,
 )
 from specmon.metrics.stats import ClassStats, RunStats
 
 WINDOW = 120  # rounds kept for the sparklines
 TEXT_SPANS = 400  # styled spans kept for the streaming text
+CITED_ROUNDS_KEPT = 20_000
 ACCEPTANCE_METRICS = ("acceptance rate", "mean accepted length", "alpha-hat")
 
 
@@ -41,6 +43,10 @@ class ViewState:
     vram_total: int | None = None
     rounds_seen: int = 0
     text_version: int = 0  # bumped whenever the text grows, so the pane redraws only then
+    decisions: list[Decision] = field(default_factory=list)
+    policy: PolicyLoaded | None = None  # the last policy event: in force, or an edit refused
+    # Rounds a decision may cite, by id: bounded, so a long session's memory stays flat.
+    recent_rounds: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     events_seen: int = 0
 
     def apply(self, batch: list[AnyEvent]) -> None:
@@ -64,6 +70,9 @@ class ViewState:
 
     def _round(self, ev: RoundVerified) -> None:
         self.rounds_seen += 1
+        self.recent_rounds[ev.round_id] = ev
+        if len(self.recent_rounds) > CITED_ROUNDS_KEPT:
+            self.recent_rounds.popitem(last=False)
         self._stats(ev.prompt_class).run(ev.draft_len).add_round(ev)
         self.current_k = ev.draft_len
         if ev.draft_len:
@@ -81,6 +90,18 @@ class ViewState:
 
     def _session_done(self, ev: SessionFinished) -> None:
         self.finished = ev
+
+    def _decision(self, ev: Decision) -> None:
+        self.decisions.append(ev)
+        if ev.applied:
+            self.draft_len_by_class[ev.prompt_class] = ev.k_to if ev.speculate_to else 0
+
+    def _policy(self, ev: PolicyLoaded) -> None:
+        self.policy = ev
+
+    def cited(self, decision: Decision) -> list[RoundVerified]:
+        """The rounds a decision cites that are still held (all of them in any normal session)."""
+        return [self.recent_rounds[rid] for rid in decision.round_ids if rid in self.recent_rounds]
 
     def _stats(self, name: str) -> ClassStats:
         return self.classes.setdefault(name, ClassStats(name))
@@ -117,4 +138,5 @@ class ViewState:
 _HANDLERS = {
     SessionStarted: ViewState._session, PromptStarted: ViewState._prompt, RoundVerified: ViewState._round,
     PromptFinished: ViewState._finished, ResourceSample: ViewState._resource, SessionFinished: ViewState._session_done,
+    Decision: ViewState._decision, PolicyLoaded: ViewState._policy,
 }
