@@ -59,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--token", help="the token `specmon run --listen` printed (TCP only)")
     attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
     _add_policy(sub)
+    replay = sub.add_parser(
+        "replay", help="replay a session log in the TUI, or under another policy",
+        description="Open the monitor on a log: space play/pause, n step a round, s speed (1x, 10x, max), "
+                    "g jump to r<round>, p:<prompt> or d<decision>. Every pane shows what it showed live.")
+    replay.add_argument("log", type=Path)
+    replay.add_argument("--speed", type=float, default=0.0, help="1, 10, or 0 for as fast as possible (default)")
+    replay.add_argument("--follow", action="store_true", help="keep reading a log that is still being written")
+    replay.add_argument("--policy", type=Path, help="what-if: the decisions OTHER.toml would have made")
+    replay.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
     log = sub.add_parser("log", help="inspect session logs").add_subparsers(
         dest="log_command", required=True, metavar="ACTION")
     info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
@@ -288,7 +297,36 @@ def _print_header(ev: SessionStarted) -> None:
         out.print(f"  policy sha256 {ev.policy_hash[:16]}…", highlight=False)
 
 
-COMMANDS = {"run": cmd_run, "models": cmd_models, "log": cmd_log, "attach": cmd_attach, "policy": cmd_policy}
+def cmd_replay(args) -> int:
+    if args.policy:
+        return _print_what_if(args.log, load_policy(args.policy))
+    if args.headless or not sys.stdout.isatty():
+        return cmd_log(argparse.Namespace(log=args.log))
+    from specmon.replay.player import ReplayFeed
+    from specmon.tui.app import make_app
+
+    feed = ReplayFeed(args.log, speed=args.speed, follow=args.follow)
+    make_app(feed).run()
+    return 1 if feed.error else 0
+
+
+def _print_what_if(log: Path, policy) -> int:
+    from rich.table import Table
+
+    from specmon.replay.whatif import what_if
+
+    table = Table(title=f"what if {policy.source} had decided on {log.name}", title_justify="left")
+    for col in ("class", "logged decisions", "other policy's decisions", "differs", "missing evidence"):
+        table.add_column(col)
+    for name, diff in what_if(log, policy).items():
+        missing = ", ".join(f"k={k} never run" for k in sorted(diff.missing)) or "-"
+        table.add_row(name, "; ".join(diff.logged) or "-", "; ".join(diff.other) or "-",
+                      "[yellow]yes[/]" if diff.differs else "no", missing)
+    out.print(table)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "replay": cmd_replay, "models": cmd_models, "log": cmd_log, "attach": cmd_attach, "policy": cmd_policy}
 
 
 if __name__ == "__main__":

@@ -186,4 +186,10 @@ class SpecmonApp(App):
 
 def make_app(feed: Feed) -> SpecmonApp:
     """The one way an app is built: for `run`, `attach`, `replay` and the tests."""
+    from specmon.replay.player import ReplayFeed
+
+    if isinstance(feed, ReplayFeed):
+        from specmon.tui.replay_app import ReplayApp
+
+        return ReplayApp(feed)
     return SpecmonApp(feed)

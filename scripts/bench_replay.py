@@ -1,0 +1,81 @@
+#!/usr/bin/env python
+"""A million-round log in the replay TUI: time to first frame, and memory as it plays through.
+
+Writes a synthetic log (real frames, three classes, decisions), opens it in the real app
+(headless), and prints the seconds until the first rounds are on screen and the process's
+resident memory at points along the replay; memory must stay flat as the log gets longer.
+
+    python scripts/bench_replay.py --rounds 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from specmon.events.frames import frame, preamble
+from specmon.events.schema import PromptStarted, Sampling, SessionStarted
+from specmon.replay.player import ReplayFeed
+from specmon.telemetry.memory import rss_bytes
+from specmon.tui.app import make_app
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_tui import synthetic_round  # noqa: E402
+
+
+def write_log(path: Path, rounds: int) -> None:
+    with open(path, "wb") as fh:
+        fh.write(preamble())
+        fh.write(frame(SessionStarted(session_id="bench", t=0.0, specmon_version="bench", profile_name="bench",
+                                      profile_text="", backend="torch", target="synthetic", drafter="ngram",
+                                      dtype="float32", device="cpu")))
+        for cls in ("chat", "rewrite", "code"):
+            fh.write(frame(PromptStarted(session_id="bench", t=0.0, prompt_id="p", prompt_class=cls, draft_len=4,
+                                         drafter="ngram", sampling=Sampling(), prompt_tokens=10,
+                                         max_new_tokens=10**9)))
+        chunk = []
+        for i in range(rounds):
+            chunk.append(frame(synthetic_round(i)))
+            if len(chunk) == 10_000:
+                fh.write(b"".join(chunk))
+                chunk = []
+        fh.write(b"".join(chunk))
+
+
+async def replay(path: Path, rounds: int) -> None:
+    start = time.perf_counter()
+    app = make_app(ReplayFeed(path, speed=0.0))
+    async with app.run_test(size=(160, 48)) as pilot:
+        while app.state.rounds_seen == 0:
+            await pilot.pause(0.01)
+        print(f"first rounds on screen after {time.perf_counter() - start:.2f} s "
+              f"(rss {rss_bytes() / 2**20:.0f} MiB)")
+        marks = [rounds // 10, rounds // 2, rounds]
+        while marks:
+            await pilot.pause(0.25)
+            if app.state.rounds_seen >= marks[0]:
+                print(f"{app.state.rounds_seen:>9} rounds replayed at {time.perf_counter() - start:6.1f} s, "
+                      f"rss {rss_bytes() / 2**20:.0f} MiB")
+                marks.pop(0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=1_000_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "big.specmon"
+        start = time.perf_counter()
+        write_log(path, args.rounds)
+        print(f"wrote {args.rounds:,} rounds ({path.stat().st_size / 2**20:.0f} MiB) in "
+              f"{time.perf_counter() - start:.1f} s")
+        asyncio.run(replay(path, args.rounds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Replay a session log at 1×, 10× or as fast as possible, step by step, or jump ahead.
+
+Pull-based: the TUI's timer asks for the events due now. Nothing is preloaded: the log is
+read lazily, so a million-round log opens at once and memory stays within the panes' windows.
+Jumping back re-reads from the start (the panes are folds over events, so that is exact)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+from specmon.errors import SpecmonError
+from specmon.events.log import follow_log, read_log
+from specmon.events.schema import AnyEvent, Decision, PromptStarted, RoundVerified
+
+SPEEDS = (1.0, 10.0, 0.0)  # 0 means as fast as possible
+MAX_BATCH = 20_000  # events handed to the app per tick, so the screen keeps refreshing
+
+
+class ReplayFeed:
+    """Looks like a live Feed to the app: drain(), done, skipped, error, title."""
+
+    def __init__(self, path: Path, speed: float = 0.0, follow: bool = False):
+        self.path = Path(path)
+        self.follow = follow
+        self.title = f"replay {self.path.name}"
+        self.speed = speed
+        self.playing = True
+        self.error: str | None = None
+        self.done = threading.Event()
+        self.skipped = 0
+        self.position = 0  # events handed out so far
+        self.restarted = False  # the app must reset its state (after a jump back)
+        self._open()
+
+    def _open(self) -> None:
+        self._events: Iterator[AnyEvent] = follow_log(self.path) if self.follow else read_log(self.path)
+        self._peeked: AnyEvent | None = None
+        self._clock: tuple[float, float] | None = None  # (wall time, log time) when playback last synced
+        self.position = 0
+        self.done.clear()
+
+    # -- what the app's timer calls -------------------------------------------------------------
+    def drain(self) -> list[AnyEvent]:
+        if not self.playing:
+            return []
+        if self.speed == 0.0:
+            return self._take(lambda ev: True, MAX_BATCH)
+        now = time.monotonic()
+        first = self._peek()
+        if first is None:
+            return []
+        if self._clock is None:
+            self._clock = (now, first.t)
+        due = self._clock[1] + (now - self._clock[0]) * self.speed
+        return self._take(lambda ev: ev.t <= due, MAX_BATCH)
+
+    # -- controls ---------------------------------------------------------------------------
+    def toggle(self) -> None:
+        self.playing = not self.playing
+        self._clock = None
+
+    def cycle_speed(self) -> float:
+        self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)] if self.speed in SPEEDS else 0.0
+        self._clock = None
+        return self.speed
+
+    def step(self) -> list[AnyEvent]:
+        """Everything up to and including the next round."""
+        self.playing = False
+        batch = self._take(lambda ev: True, MAX_BATCH, stop_after=lambda ev: isinstance(ev, RoundVerified))
+        return batch
+
+    def jump(self, target: str) -> list[AnyEvent]:
+        """Events up to a round id (`r123`), a prompt id (`p:chat-2`) or a decision (`d4`)."""
+        match = _target(target)
+        self.playing = False
+        if match is None:
+            raise SpecmonError(f"jump target {target!r}: use r<round id>, p:<prompt id> or d<decision id>")
+        events = self._take(lambda ev: True, 10**9, stop_after=match)
+        if events and match(events[-1]):
+            return events
+        self._open()  # not ahead of us: start again from the beginning
+        self.restarted = True
+        events = self._take(lambda ev: True, 10**9, stop_after=match)
+        if not events or not match(events[-1]):
+            raise SpecmonError(f"jump target {target!r} is not in {self.path.name}")
+        return events
+
+    # -- reading ----------------------------------------------------------------------------
+    def _peek(self) -> AnyEvent | None:
+        if self._peeked is None and not self.done.is_set():
+            try:
+                self._peeked = next(self._events)
+            except StopIteration:
+                self.done.set()
+            except SpecmonError as exc:  # damage: everything before it has been shown
+                self.error = str(exc)
+                self.done.set()
+        return self._peeked
+
+    def _take(self, due: Callable[[AnyEvent], bool], limit: int,
+              stop_after: Callable[[AnyEvent], bool] | None = None) -> list[AnyEvent]:
+        batch: list[AnyEvent] = []
+        while len(batch) < limit:
+            ev = self._peek()
+            if ev is None or not due(ev):
+                break
+            self._peeked = None
+            batch.append(ev)
+            if stop_after is not None and stop_after(ev):
+                break
+        self.position += len(batch)
+        return batch
+
+
+def _target(text: str) -> Callable[[AnyEvent], bool] | None:
+    if text.startswith("p:"):
+        prompt_id = text[2:]
+        return lambda ev: isinstance(ev, PromptStarted) and ev.prompt_id == prompt_id
+    if text[:1] in ("r", "d") and text[1:].isdigit():
+        number = int(text[1:])
+        if text[0] == "r":
+            return lambda ev: isinstance(ev, RoundVerified) and ev.round_id == number
+        return lambda ev: isinstance(ev, Decision) and ev.decision_id == number
+    return None

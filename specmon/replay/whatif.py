@@ -1,0 +1,60 @@
+"""What would another policy have decided on the same logged evidence?
+
+Each prompt keeps the class it had live (the log does not hold prompt texts); a class the other
+policy lacks falls to its default class. The logged rounds are fed, in order, to a fresh
+PolicyEngine running the other policy; its decisions are compared with the logged ones. When
+the other policy would have run a draft length the log never ran, that is reported as missing
+evidence: no round is ever invented."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specmon.events.log import read_log
+from specmon.events.schema import Decision, PromptFinished, PromptStarted, RoundVerified
+from specmon.policy.engine import PolicyEngine
+from specmon.policy.schema import Policy
+
+
+@dataclass
+class ClassDiff:
+    name: str
+    logged: list[str] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)
+    missing: set[int] = field(default_factory=set)  # k the other policy wanted but the log lacks
+
+    @property
+    def differs(self) -> bool:
+        return self.logged != self.other
+
+
+def describe(d: Decision) -> str:
+    if d.speculate_from != d.speculate_to:
+        return ("on" if d.speculate_to else "off") + f" (k={d.k_to})"
+    return f"k {d.k_from}->{d.k_to}"
+
+
+def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
+    engine = PolicyEngine(other, "what-if")
+    diffs: dict[str, ClassDiff] = {}
+    held: dict[str, set[int]] = {}  # draft lengths the log holds, per class
+    events = list(read_log(log))
+    for ev in events:
+        if isinstance(ev, RoundVerified):
+            held.setdefault(ev.prompt_class, set()).add(ev.draft_len)
+    for ev in events:
+        if isinstance(ev, PromptStarted):
+            diff = diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
+            wanted, _ = engine.plan(ev.prompt_class)
+            if wanted not in held.get(ev.prompt_class, set()):
+                diff.missing.add(wanted)
+        elif isinstance(ev, RoundVerified):
+            engine.observe(ev)
+        elif isinstance(ev, Decision):
+            diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).logged.append(describe(ev))
+        elif isinstance(ev, PromptFinished):
+            decision = engine.decide(ev.prompt_class)
+            if decision is not None:
+                diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).other.append(describe(decision))
+    return diffs

@@ -1,0 +1,111 @@
+"""Replay shows what the live run showed; what-if changes exactly what the other policy changes."""
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from specmon.events.log import read_log
+from specmon.events.schema import Decision, RoundVerified
+from specmon.metrics.stats import class_stats, summary
+from specmon.policy.schema import load_policy, parse_policy
+from specmon.profiles import DrafterSpec, load_profile
+from specmon.replay.player import ReplayFeed
+from specmon.replay.whatif import what_if
+from specmon.tui.app import make_app
+from specmon.tui.state import ViewState
+from tinymodel import tiny_profile
+
+REPO = Path(__file__).resolve().parent.parent
+POLICY_LOG = REPO / "tests" / "fixtures" / "session-policy.specmon"
+QUICK_POLICY = (REPO / "policies" / "default.toml").read_text().replace(
+    "min_rounds = 16", "min_rounds = 8").replace("evidence_window = 64", "evidence_window = 24")
+
+
+@pytest.fixture(scope="module")
+def live_session(tmp_path_factory):
+    """A real policy-driven session on the tiny model: the events as the live run held them."""
+    from specmon.engine.prompts import builtin_suite
+    from specmon.runner import run_session
+
+    tmp = tmp_path_factory.mktemp("live")
+    policy_file = tmp / "policy.toml"
+    policy_file.write_text(QUICK_POLICY)
+    profile = load_profile(str(tiny_profile(tmp)))
+    result = run_session(profile, DrafterSpec(kind="ngram", draft_len=4), profile.sampling.to_event(),
+                         builtin_suite() * 3, 24, tmp / "live.specmon", Console(file=open("/dev/null", "w")),
+                         policy=load_policy(policy_file))
+    return result
+
+
+def fold(feed: ReplayFeed) -> ViewState:
+    state = ViewState()
+    while not feed.done.is_set():
+        state.apply(feed.drain())
+    return state
+
+
+def test_replay_equals_the_live_run(live_session):
+    live = live_session.events
+    replayed = fold(ReplayFeed(live_session.log_path))
+    assert summary(replayed.classes) == summary(class_stats(live))
+    live_decisions = [e for e in live if isinstance(e, Decision)]
+    assert live_decisions, "the session should have made decisions"
+    assert replayed.decisions == live_decisions
+    for name, stats in replayed.classes.items():
+        for k, run in stats.runs.items():
+            live_run = class_stats(live)[name].runs[k]
+            assert (run.rejections, run.all_accepted, run.per_position) == \
+                   (live_run.rejections, live_run.all_accepted, live_run.per_position)
+
+
+def test_what_if_with_the_same_policy_changes_nothing(live_session, tmp_path):
+    diffs = what_if(live_session.log_path, parse_policy(QUICK_POLICY, "same.toml"))
+    assert not any(d.differs for d in diffs.values())
+
+
+def test_what_if_turning_one_class_off_changes_exactly_that_class(live_session):
+    decided = {e.prompt_class for e in live_session.events if isinstance(e, Decision)}
+    victim = sorted(decided)[0]
+    text = QUICK_POLICY
+    start = text.index(f'name = "{victim}"')
+    end = text.index('speculate = "auto"', start)
+    other = parse_policy(text[:end] + 'speculate = "off"' + text[end + len('speculate = "auto"'):], "off.toml")
+    diffs = what_if(live_session.log_path, other)
+    assert diffs[victim].differs and diffs[victim].other == []
+    assert [name for name, d in diffs.items() if d.differs] == [victim]
+
+
+def test_what_if_marks_draft_lengths_the_log_never_ran(tmp_path):
+    text = QUICK_POLICY.replace("draft_len = 4\n", "draft_len = 7\n")  # non-english at k=7: never run
+    diffs = what_if(POLICY_LOG, parse_policy(text, "k7.toml"))
+    assert 7 in diffs["non-english"].missing
+
+
+def test_damaged_log_replays_up_to_the_damage(tmp_path):
+    raw = POLICY_LOG.read_bytes()
+    damaged = tmp_path / "d.specmon"
+    damaged.write_bytes(raw[: len(raw) // 2])
+    feed = ReplayFeed(damaged)
+    state = fold(feed)
+    assert state.rounds_seen > 0 and "damaged at byte" in feed.error
+
+
+async def test_replay_controls_step_and_jump():
+    rounds = [e for e in read_log(POLICY_LOG) if isinstance(e, RoundVerified)]
+    decision = next(e for e in read_log(POLICY_LOG) if isinstance(e, Decision))
+    feed = ReplayFeed(POLICY_LOG, speed=1.0)
+    app = make_app(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("space")  # pause
+        seen = app.state.rounds_seen
+        await pilot.press("n")
+        assert app.state.rounds_seen == seen + 1
+        app.apply_now(feed.jump(f"r{rounds[100].round_id}"))
+        assert app.state.rounds_seen == 101
+        app.apply_now(feed.jump(f"d{decision.decision_id}"))
+        assert app.state.decisions == [decision]
+        app.apply_now(feed.jump(f"r{rounds[5].round_id}"))  # backwards: folded again from the start
+        assert app.state.rounds_seen == 6 and app.state.decisions == []
+        await pilot.press("s")
+        assert feed.speed == 10.0
