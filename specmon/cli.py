@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--token", help="the token `specmon run --listen` printed (TCP only)")
     attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
     _add_policy(sub)
+    report = sub.add_parser("report", help="per-class tables and PNG plots of a session log, as a Markdown page")
+    report.add_argument("log", type=Path)
+    report.add_argument("--out", type=Path, help="output folder (default: reports/LOGNAME/)")
     replay = sub.add_parser(
         "replay", help="replay a session log in the TUI, or under another policy",
         description="Open the monitor on a log: space play/pause, n step a round, s speed (1x, 10x, max), "
@@ -326,7 +329,15 @@ def _print_what_if(log: Path, policy) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "replay": cmd_replay, "models": cmd_models, "log": cmd_log, "attach": cmd_attach, "policy": cmd_policy}
+def cmd_report(args) -> int:
+    from specmon.replay.report import build_report
+
+    page = build_report(args.log, args.out or Path("reports") / args.log.stem)
+    out.print(f"report: {page} (plots and report.json beside it)", highlight=False)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "replay": cmd_replay, "report": cmd_report, "models": cmd_models, "log": cmd_log, "attach": cmd_attach, "policy": cmd_policy}
 
 
 if __name__ == "__main__":

@@ -109,3 +109,24 @@ async def test_replay_controls_step_and_jump():
         assert app.state.rounds_seen == 6 and app.state.decisions == []
         await pilot.press("s")
         assert feed.speed == 10.0
+
+
+def test_report_writes_plots_holding_the_logs_numbers(tmp_path):
+    import json
+
+    from specmon.replay.report import build_report
+
+    page = build_report(POLICY_LOG, tmp_path)
+    for name in ("acceptance_by_position.png", "timing.png", "goodput_by_k.png", "acceptance_over_time.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"![{name}]({name})" in page.read_text()
+    data = json.loads((tmp_path / "report.json").read_text())
+    stats = class_stats(read_log(POLICY_LOG))
+    for cls, s in stats.items():
+        for k, run in s.runs.items():
+            assert data["goodput_tok_per_s"][cls][str(k)] == pytest.approx(run.tok_per_s)
+            assert data["timing_ms"][cls][str(k)][1] == pytest.approx(run.verify_ms / run.rounds)
+            if k:
+                assert data["acceptance_by_position"][cls][str(k)] == pytest.approx(run.per_position)
+    assert data["summary"] == json.loads(json.dumps(summary(stats)))
+    assert len(data["decisions"]) == sum(isinstance(e, Decision) for e in read_log(POLICY_LOG))

@@ -1,0 +1,158 @@
+"""`specmon report LOG`: per-class tables and PNG plots tied together in a Markdown page.
+
+Every plotted number is also written to report.json, so the figures can be checked against
+the log (and are, in the tests)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specmon.events.log import read_log
+from specmon.events.schema import Decision, RoundVerified
+from specmon.metrics.stats import class_stats, summary
+
+WINDOW = 32  # rounds per point on the acceptance-over-time plot
+
+
+def build_report(log: Path, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    out.mkdir(parents=True, exist_ok=True)
+    rounds, decisions, events = [], [], []
+    for ev in read_log(log):
+        if isinstance(ev, RoundVerified):
+            rounds.append(ev)
+        elif isinstance(ev, Decision):
+            decisions.append(ev)
+        events.append(ev)
+    stats = class_stats(events)
+    data = {
+        "log": str(log),
+        "summary": summary(stats),
+        "acceptance_by_position": {c: {str(k): r.per_position for k, r in s.runs.items() if k}
+                                   for c, s in stats.items()},
+        "timing_ms": {c: {str(k): [r.mean_ms(r.draft_ms), r.mean_ms(r.verify_ms), r.mean_ms(r.overhead_ms)]
+                          for k, r in s.runs.items()} for c, s in stats.items()},
+        "goodput_tok_per_s": {c: {str(k): r.tok_per_s for k, r in sorted(s.runs.items())} for c, s in stats.items()},
+        "acceptance_over_time": _over_time(rounds),
+        "decisions": [{"id": d.decision_id, "class": d.prompt_class, "rule": d.rule_key, "k_to": d.k_to,
+                       "speculate_to": d.speculate_to} for d in decisions],
+    }
+    plots = {
+        "acceptance_by_position.png": _plot_positions, "timing.png": _plot_timing,
+        "goodput_by_k.png": _plot_goodput, "acceptance_over_time.png": _plot_over_time,
+    }
+    for name, plot in plots.items():
+        plot(data, out / name)
+    (out / "report.json").write_text(json.dumps(data, indent=1))
+    page = out / "report.md"
+    page.write_text(_markdown(data, list(plots)))
+    return page
+
+
+def _over_time(rounds: list[RoundVerified]) -> dict[str, list[float]]:
+    """Acceptance rate per block of WINDOW speculative rounds, per class."""
+    series: dict[str, list[float]] = {}
+    blocks: dict[str, list[int]] = {}
+    for ev in rounds:
+        if not ev.proposed:
+            continue
+        acc = blocks.setdefault(ev.prompt_class, [0, 0, 0])
+        acc[0] += ev.accepted
+        acc[1] += len(ev.proposed)
+        acc[2] += 1
+        if acc[2] == WINDOW:
+            series.setdefault(ev.prompt_class, []).append(acc[0] / acc[1])
+            blocks[ev.prompt_class] = [0, 0, 0]
+    return series
+
+
+def _figure(title: str):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    return fig, ax
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def _plot_positions(data: dict, path: Path) -> None:
+    fig, ax = _figure("acceptance by draft position (a_i)")
+    for cls, by_k in data["acceptance_by_position"].items():
+        for k, values in by_k.items():
+            if values:
+                ax.plot(range(len(values)), values, marker="o", label=f"{cls} k={k}")
+    ax.set_xlabel("draft position i")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylabel("rounds with accepted > i / rounds with proposed > i")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def _plot_timing(data: dict, path: Path) -> None:
+    fig, ax = _figure("per-round time: draft vs verify vs overhead (ms)")
+    labels, draft, verify, overhead = [], [], [], []
+    for cls, by_k in data["timing_ms"].items():
+        for k, (d, v, o) in by_k.items():
+            labels.append(f"{cls}\nk={k}")
+            draft.append(d or 0.0)
+            verify.append(v or 0.0)
+            overhead.append(o or 0.0)
+    ax.bar(labels, draft, label="draft")
+    ax.bar(labels, verify, bottom=draft, label="verify")
+    ax.bar(labels, overhead, bottom=[a + b for a, b in zip(draft, verify)], label="overhead")
+    ax.tick_params(axis="x", labelsize=6)
+    ax.legend()
+    _save(fig, path)
+
+
+def _plot_goodput(data: dict, path: Path) -> None:
+    fig, ax = _figure("goodput by draft length (k = 0 is plain decoding)")
+    for cls, by_k in data["goodput_tok_per_s"].items():
+        ks = [int(k) for k, v in by_k.items() if v is not None]
+        ax.plot(ks, [by_k[str(k)] for k in ks], marker="o", label=cls)
+    ax.set_xlabel("draft length k")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylabel("emitted tokens / s of round time")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def _plot_over_time(data: dict, path: Path) -> None:
+    fig, ax = _figure(f"acceptance rate over time (blocks of {WINDOW} speculative rounds)")
+    for cls, values in data["acceptance_over_time"].items():
+        ax.plot(range(len(values)), values, label=cls)
+    ax.set_xlabel("block")
+    ax.set_ylim(0, 1.05)
+    if data["acceptance_over_time"]:
+        ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def _markdown(data: dict, plots: list[str]) -> str:
+    lines = [f"# specmon report: {Path(data['log']).name}", "",
+             "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    fmt = lambda v, s="{:.2f}": "N/A" if v is None else s.format(v)  # noqa: E731
+    for cls, row in data["summary"]["classes"].items():
+        lines.append(f"| {cls} | {row['draft_len']} | {row['rounds']} | {fmt(row['acceptance_rate'])} | "
+                     f"{fmt(row['mean_accepted_len'])} | {fmt(row['tok_per_s'], '{:.1f}')} | "
+                     f"{fmt(row['baseline_tok_per_s'], '{:.1f}')} | {fmt(row['speedup'], '{:.2f}×')} |")
+    if data["decisions"]:
+        lines += ["", "## Decisions", ""]
+        lines += [f"- {d['id']}: {d['class']} → {'on' if d['speculate_to'] else 'off'}, k={d['k_to']} ({d['rule']})"
+                  for d in data["decisions"]]
+    lines.append("")
+    lines += [f"![{name}]({name})" for name in plots]
+    return "\n".join(lines) + "\n"
