@@ -59,6 +59,25 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--token", help="the token `specmon run --listen` printed (TCP only)")
     attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
     _add_policy(sub)
+    sweep = sub.add_parser(
+        "sweep", help="grid of draft lengths x sampling settings x drafters against plain decoding",
+        description="Per class, decode every prompt under every cell of the grid (plain decoding included, "
+                    "interleaved). Prints measured and predicted speedup per cell and the break-even "
+                    "acceptance; Ctrl-C keeps what finished.")
+    sweep.add_argument("--profile", default=DEFAULT_PROFILE)
+    sweep.add_argument("--prompts", type=Path)
+    sweep.add_argument("--classes")
+    sweep.add_argument("--drafters", default="ngram", help="comma-separated: ngram,layerskip (default ngram)")
+    sweep.add_argument("--layers", type=int, help="layer-skip draft depth (default: the profile's)")
+    sweep.add_argument("--ks", default="0-8", help="draft lengths, e.g. 0-8 or 2,4,6 (default 0-8)")
+    sweep.add_argument("--temperatures", default="0", help="comma-separated (default 0, greedy)")
+    sweep.add_argument("--top-ps", default="1.0", help="comma-separated (default 1.0)")
+    sweep.add_argument("--seed", type=int, default=0)
+    sweep.add_argument("--max-new-tokens", type=int, default=48)
+    sweep.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
+    sweep.add_argument("--out", type=Path, help="folder for the plots (default reports/SESSION-sweep)")
+    sweep.add_argument("--suggest-policy", type=Path, metavar="FILE",
+                       help="write the best k per class (or off) into FILE, commented with the figures")
     report = sub.add_parser("report", help="per-class tables and PNG plots of a session log, as a Markdown page")
     report.add_argument("log", type=Path)
     report.add_argument("--out", type=Path, help="output folder (default: reports/LOGNAME/)")
@@ -337,7 +356,13 @@ def cmd_report(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "replay": cmd_replay, "report": cmd_report, "models": cmd_models, "log": cmd_log, "attach": cmd_attach, "policy": cmd_policy}
+def cmd_sweep(args) -> int:
+    from specmon.sweep_runner import run_sweep_command
+
+    return run_sweep_command(args, out, err)
+
+
+COMMANDS = {"sweep": cmd_sweep, "run": cmd_run, "replay": cmd_replay, "report": cmd_report, "models": cmd_models, "log": cmd_log, "attach": cmd_attach, "policy": cmd_policy}
 
 
 if __name__ == "__main__":

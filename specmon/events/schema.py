@@ -102,6 +102,8 @@ class PromptFinished(Event, tag="prompt_done", kw_only=True):
     prefill_ms: float
     decode_ms: float  # sum of round times
     equivalence: Equivalence
+    drafter: str = ""  # which run this closes, when one prompt runs under several drafters (sweeps)
+    sampling: Sampling | None = None
 
 
 class ResourceSample(Event, tag="resource", kw_only=True):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from specmon.events.schema import AnyEvent, PromptFinished, RoundVerified
+from specmon.events.schema import AnyEvent, PromptFinished, PromptStarted, RoundVerified, Sampling
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -175,3 +175,30 @@ def _class_summary(c: ClassStats) -> dict:
         "speedup": c.speedup(spec.draft_len), "greedy_identical": identical,
         "equivalence": dict(spec.verdicts),
     }
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """One cell of a sweep: a class decoded by one drafter at one k under one sampling setting."""
+
+    prompt_class: str
+    drafter: str
+    sampling: Sampling
+    draft_len: int
+
+
+def cell_stats(events: Iterable[AnyEvent]) -> dict[CellKey, RunStats]:
+    """Like class_stats, but keyed by drafter and sampling too (a round belongs to the prompt run
+    its PromptStarted opened; k = 0 rounds are plain decoding whatever the drafter)."""
+    cells: dict[CellKey, RunStats] = {}
+    current: PromptStarted | None = None  # rounds follow the PromptStarted of their run
+    for ev in events:
+        if isinstance(ev, PromptStarted):
+            current = ev
+        elif isinstance(ev, RoundVerified) and current is not None:
+            key = CellKey(ev.prompt_class, current.drafter if ev.draft_len else "none", ev.sampling, ev.draft_len)
+            cells.setdefault(key, RunStats(ev.draft_len)).add_round(ev)
+        elif isinstance(ev, PromptFinished) and ev.sampling is not None:
+            key = CellKey(ev.prompt_class, ev.drafter if ev.draft_len else "none", ev.sampling, ev.draft_len)
+            cells.setdefault(key, RunStats(ev.draft_len)).add_finish(ev)
+    return cells

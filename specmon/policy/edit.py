@@ -29,7 +29,7 @@ def set_value(path: Path, key: str, value: str) -> str:
     parent[last] = _parse_value(value)
     new_text = tomlkit.dumps(doc)
     parse_policy(new_text, str(path))  # raises PolicyError: the file is not touched
-    _replace_atomically(path, new_text)
+    replace_atomically(path, new_text)
     return new_text
 
 
@@ -72,7 +72,7 @@ def _parse_value(value: str):
         return tomlkit.string(value)  # a bare word such as off or enforce
 
 
-def _replace_atomically(path: Path, text: str) -> None:
+def replace_atomically(path: Path, text: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -80,7 +80,7 @@ def _replace_atomically(path: Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, os.stat(path).st_mode & 0o777)
+        os.chmod(tmp, os.stat(path).st_mode & 0o777 if path.exists() else 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,135 @@
+"""Glue for `specmon sweep`: parse the grid, load the pair, log, progress bar, tables, suggestion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from specmon.engine.prompts import builtin_suite, load_prompts
+from specmon.engine.session import new_session_id, session_started
+from specmon.engine.sweep import grid, run_sweep
+from specmon.errors import SpecmonError
+from specmon.events.channel import Channel, LogSink
+from specmon.events.log import default_log_path
+from specmon.events.schema import AnyEvent, Sampling, SessionFinished
+from specmon.profiles import DrafterSpec, load_profile
+from specmon.sweep_results import CellRow, cell_rows, suggest_policy, sweep_plots
+
+DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default.toml"
+
+
+def parse_ks(text: str) -> list[int]:
+    try:
+        if "-" in text:
+            low, high = (int(x) for x in text.split("-"))
+            ks = list(range(low, high + 1))
+        else:
+            ks = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise SpecmonError(f"--ks {text!r}: expected a range like 0-8 or a list like 2,4,6") from None
+    if not ks or min(ks) < 0 or max(ks) > 64:
+        raise SpecmonError(f"--ks {text!r}: draft lengths must be 0..64")
+    return sorted(set(ks) | {0})
+
+
+def _floats(text: str, flag: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise SpecmonError(f"{flag} {text!r}: expected comma-separated numbers") from None
+
+
+def run_sweep_command(args, out: Console, err: Console) -> int:
+    from specmon.backends.loader import build_drafter, load_pair
+
+    profile = load_profile(args.profile)
+    ks = parse_ks(args.ks)
+    samplings = [Sampling(t, p, 0, args.seed) for t in _floats(args.temperatures, "--temperatures")
+                 for p in _floats(args.top_ps, "--top-ps")]
+    if any(s.temperature < 0 or not 0 < s.top_p <= 1 for s in samplings):
+        raise SpecmonError("sampling needs temperatures >= 0 and 0 < top-p <= 1")
+    prompts = load_prompts(args.prompts) if args.prompts else builtin_suite(args.classes.split(",") if args.classes else None)
+    with err.status("loading the model"):
+        pair = load_pair(profile, DrafterSpec(kind="none"))
+    names = [d.strip() for d in args.drafters.split(",") if d.strip()]
+    specs = {name: DrafterSpec(kind=name, layers=args.layers or profile.drafter.layers,
+                               ngram_sizes=profile.drafter.ngram_sizes) for name in names}
+    drafters = {name: build_drafter(spec, profile, pair.target, pair.tokenizer) for name, spec in specs.items()}
+    cells = grid([d.name for d in drafters.values()], ks, samplings)
+    drafters = {d.name: d for d in drafters.values()}
+    session_id = new_session_id()
+    sink = LogSink(args.log or default_log_path(session_id))
+    channel = Channel(sink)
+    events: list[AnyEvent] = []
+    channel.on_event(events.append)
+    channel.publish(session_started(session_id, profile, pair.drafter, pair.target))
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    reason = "done"
+    try:
+        with Progress(*columns, console=err) as bar:
+            task = bar.add_task(f"sweep {len(cells)} cells", total=len(cells) * len(prompts))
+            run_sweep(session_id, pair.target, drafters, pair.tokenizer, prompts, cells, args.max_new_tokens,
+                      profile.tie_margin, channel.publish, on_run=lambda: bar.advance(task))
+    except KeyboardInterrupt:
+        reason = "interrupted"
+        err.print("sweep interrupted: the tables cover the runs that finished")
+    finally:
+        channel.publish(SessionFinished(session_id=session_id, t=0.0, rounds=0, reason=reason))
+        channel.close()
+    rows = cell_rows(events)
+    out.print(results_table(rows, sink.path.name))
+    out.print(break_even_table(rows))
+    plots = sweep_plots(rows, args.out or Path("reports") / f"{session_id}-sweep")
+    out.print(f"log: {sink.path}  plots: {', '.join(str(p) for p in plots)}", highlight=False, markup=False)
+    if args.suggest_policy:
+        base = args.suggest_policy.read_text() if args.suggest_policy.exists() else DEFAULT_POLICY.read_text()
+        for name, what in suggest_policy(rows, base, args.suggest_policy, sink.path.name).items():
+            out.print(f"suggested for {name}: {what}", highlight=False, markup=False)
+    return 0
+
+
+def _f(value, spec="{:.2f}") -> str:
+    return "N/A" if value is None else spec.format(value)
+
+
+def results_table(rows: list[CellRow], log_name: str) -> Table:
+    table = Table(title=f"sweep {log_name}: measured against predicted (gap = measured/predicted - 1)",
+                  title_justify="left")
+    for col in ("class", "drafter", "T", "top_p", "k", "rate", "mean", "a_i", "α̂", "draft ms", "verify ms",
+                "tok/s", "speedup", "predicted", "gap", "c", "v(k)", "output"):
+        table.add_column(col, justify="left" if col in ("class", "drafter", "a_i", "output") else "right")
+    for r in rows:
+        run, key = r.run, r.key
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(run.verdicts.items())) or "-"
+        gap = r.gap
+        gap_text = _f(gap * 100 if gap is not None else None, "{:+.0f}%")
+        if gap is not None and abs(gap) > 0.15:
+            gap_text = f"[yellow]{gap_text}[/]"
+        table.add_row(key.prompt_class, key.drafter, f"{key.sampling.temperature:g}", f"{key.sampling.top_p:g}",
+                      str(key.draft_len), _f(run.acceptance_rate), _f(run.mean_accepted_len),
+                      " ".join(f"{a:.2f}" for a in run.per_position) or "-", _f(run.alpha_hat),
+                      _f(run.mean_ms(run.draft_ms)), _f(run.mean_ms(run.verify_ms)), _f(run.tok_per_s, "{:.1f}"),
+                      _f(r.speedup, "{:.2f}×"), _f(r.predicted, "{:.2f}×"), gap_text, _f(r.c, "{:.3f}"),
+                      _f(r.v), verdicts)
+    return table
+
+
+def break_even_table(rows: list[CellRow]) -> Table:
+    """Per class and drafter: the smallest acceptance at which each k pays, from the measured costs."""
+    ks = sorted({r.key.draft_len for r in rows if r.key.draft_len})
+    table = Table(title="break-even acceptance α per k (from measured c and v(k); '-' = cannot pay)",
+                  title_justify="left")
+    for col in ["class", "drafter", *(f"k={k}" for k in ks)]:
+        table.add_column(col, justify="left" if col in ("class", "drafter") else "right")
+    groups: dict[tuple, dict[int, CellRow]] = {}
+    for r in rows:
+        if r.key.draft_len and r.key.sampling.greedy:
+            groups.setdefault((r.key.prompt_class, r.key.drafter), {})[r.key.draft_len] = r
+    for (cls, drafter), by_k in groups.items():
+        cells = [by_k.get(k) for k in ks]
+        table.add_row(cls, drafter, *("-" if c is None or c.break_even is None else f"{c.break_even:.2f}"
+                                      for c in cells))
+    return table

@@ -1,0 +1,96 @@
+"""The sweep: plain cells equal plain decoding, tables recompute from the log, predictions and
+break-even follow their formulas, and the suggested policy is valid and says why."""
+
+import argparse
+import itertools
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from specmon.engine.drafters import NoDrafter
+from specmon.engine.prompts import builtin_suite
+from specmon.engine.rounds import RoundContext, decode_prompt
+from specmon.events.log import read_log
+from specmon.events.schema import PromptFinished, Sampling
+from specmon.metrics.predict import break_even_alpha, predicted_speedup, tokens_per_round
+from specmon.policy.schema import load_policy
+from specmon.sweep_results import cell_rows
+from specmon.sweep_runner import parse_ks, run_sweep_command
+from tinymodel import tiny_profile
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sweep")
+    profile = tiny_profile(tmp)
+    args = argparse.Namespace(
+        profile=str(profile), prompts=None, classes="rewrite,code-edit", drafters="ngram,layerskip", layers=1,
+        ks="0-3", temperatures="0,0.9", top_ps="1.0", seed=3, max_new_tokens=16, log=tmp / "sweep.specmon",
+        out=tmp / "plots", suggest_policy=tmp / "suggested.toml")
+    quiet = Console(file=open("/dev/null", "w"), width=200)
+    assert run_sweep_command(args, quiet, quiet) == 0
+    return args, profile
+
+
+def test_plain_cells_equal_plain_decoding(sweep):
+    from specmon.backends.loader import load_pair
+    from specmon.profiles import DrafterSpec, load_profile
+
+    args, profile = sweep
+    pair = load_pair(load_profile(str(profile)), DrafterSpec(kind="none"))
+    plain_greedy = {e.prompt_id: e.generated for e in read_log(args.log)
+                    if isinstance(e, PromptFinished) and e.draft_len == 0 and e.sampling.greedy}
+    prompts = builtin_suite(["rewrite", "code-edit"])
+    assert set(plain_greedy) == {p.id for p in prompts}
+    for prompt in prompts:
+        ctx = RoundContext("t", prompt.id, prompt.prompt_class, itertools.count())
+        run = decode_prompt(pair.target, NoDrafter(), pair.tokenizer.encode_chat(prompt.text), 0, Sampling(),
+                            16, ctx, lambda e: None)
+        assert run.generated == plain_greedy[prompt.id]
+
+
+def test_every_cell_is_there_and_recomputes_from_the_log(sweep):
+    args, _ = sweep
+    rows = cell_rows(read_log(args.log))
+    keys = {(r.key.prompt_class, r.key.drafter, r.key.sampling.temperature, r.key.draft_len) for r in rows}
+    for cls in ("rewrite", "code-edit"):
+        for temp in (0.0, 0.9):
+            assert (cls, "none", temp, 0) in keys
+            for drafter in ("ngram", "layerskip-1"):
+                assert {(cls, drafter, temp, k) for k in (1, 2, 3)} <= keys
+    for r in rows:
+        if r.key.draft_len and r.run.alpha_hat is not None:
+            assert r.predicted == pytest.approx(predicted_speedup(r.run.alpha_hat, r.key.draft_len, r.c, r.v))
+        if r.key.draft_len and r.key.sampling.greedy:
+            assert set(r.run.verdicts) <= {"identical", "near-tie"}  # greedy cells equal plain decoding
+        if not r.key.sampling.greedy and r.key.draft_len:
+            assert set(r.run.verdicts) == {"sampled"}
+
+
+def test_suggested_policy_is_valid_and_names_the_sweep(sweep):
+    args, _ = sweep
+    policy = load_policy(args.suggest_policy)
+    text = args.suggest_policy.read_text()
+    for name in ("rewrite", "code-edit"):
+        cls = policy.classes[policy.class_index(name)]
+        assert cls.speculate in ("on", "off")
+        assert f"# sweep {args.log.name}:" in text.split(f'name = "{name}"')[1].split("[[classes]]")[0]
+    assert "# Classes are tried in order" in text  # the default policy's comments survive
+
+
+def test_prediction_formulas():
+    assert tokens_per_round(0.0, 4) == 1.0 and tokens_per_round(1.0, 4) == 5.0
+    assert tokens_per_round(0.5, 2) == pytest.approx(1.75)
+    assert predicted_speedup(0.5, 2, 0.1, 1.2) == pytest.approx(1.75 / 1.4)
+    alpha = break_even_alpha(4, 0.05, 1.6)
+    assert predicted_speedup(alpha, 4, 0.05, 1.6) == pytest.approx(1.0, abs=1e-9)
+    assert break_even_alpha(2, 2.0, 1.5) is None  # 3 tokens at best, 5.5 steps of cost: never pays
+
+
+def test_ks_parsing():
+    assert parse_ks("0-8") == list(range(9)) and parse_ks("2,4") == [0, 2, 4]
+    with pytest.raises(Exception, match="expected a range"):
+        parse_ks("four")
