@@ -130,3 +130,14 @@ def test_report_writes_plots_holding_the_logs_numbers(tmp_path):
                 assert data["acceptance_by_position"][cls][str(k)] == pytest.approx(run.per_position)
     assert data["summary"] == json.loads(json.dumps(summary(stats)))
     assert len(data["decisions"]) == sum(isinstance(e, Decision) for e in read_log(POLICY_LOG))
+
+
+async def test_replay_app_plays_a_whole_log_to_the_end():
+    feed = ReplayFeed(POLICY_LOG, speed=0.0)
+    app = make_app(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        while not feed.done.is_set():
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        assert app.state.rounds_seen == sum(isinstance(e, RoundVerified) for e in read_log(POLICY_LOG))
+        assert "finished (done)" in app.sub_title

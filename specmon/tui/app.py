@@ -102,7 +102,7 @@ class SpecmonApp(App):
             self.ticks += 1
         ended_unseen = self.feed.done.is_set() and not self._drawn_end
         if not self.paused and (batch or ended_unseen):
-            self._drawn_end = self.feed.done.is_set() and not self.feed.subscription.received - self.state.events_seen
+            self._drawn_end = self.feed.done.is_set() and not batch  # the feed is over and fully drawn
             self.refresh_panes()
 
     def refresh_panes(self) -> None:
