@@ -30,8 +30,10 @@ def sweep(tmp_path_factory):
         profile=str(profile), prompts=None, classes="rewrite,code-edit", drafters="ngram,layerskip", layers=1,
         ks="0-3", temperatures="0,0.9", top_ps="1.0", seed=3, max_new_tokens=16, log=tmp / "sweep.specmon",
         out=tmp / "plots", suggest_policy=tmp / "suggested.toml")
-    quiet = Console(file=open("/dev/null", "w"), width=200)
-    assert run_sweep_command(args, quiet, quiet) == 0
+    printed = Console(file=open("/dev/null", "w"), width=250, record=True)
+    quiet = Console(file=open("/dev/null", "w"), width=250)
+    assert run_sweep_command(args, printed, quiet) == 0
+    args.printed = printed.export_text()
     return args, profile
 
 
@@ -68,6 +70,17 @@ def test_every_cell_is_there_and_recomputes_from_the_log(sweep):
             assert set(r.run.verdicts) <= {"identical", "near-tie"}  # greedy cells equal plain decoding
         if not r.key.sampling.greedy and r.key.draft_len:
             assert set(r.run.verdicts) == {"sampled"}
+
+
+def test_the_printed_table_is_the_one_the_log_recomputes(sweep):
+    from specmon.sweep_runner import break_even_table, results_table
+
+    args, _ = sweep
+    again = Console(file=open("/dev/null", "w"), width=250, record=True)
+    rows = cell_rows(read_log(args.log))
+    again.print(results_table(rows, args.log.name))
+    again.print(break_even_table(rows))
+    assert again.export_text() in args.printed
 
 
 def test_suggested_policy_is_valid_and_names_the_sweep(sweep):
