@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def run_session(profile: Profile, drafter_spec: DrafterSpec, sampling: Sampling,
             reason = "interrupted"
         finally:
             rounds = sum(isinstance(e, RoundVerified) for e in events)
-            channel.publish(SessionFinished(session_id=session_id, t=_now(), rounds=rounds, reason=reason))
+            channel.publish(SessionFinished(session_id=session_id, t=time.time(), rounds=rounds, reason=reason))
             channel.close()
             server.close()
         return reason
@@ -116,9 +117,3 @@ def _announce(server: EventServer, log_path: Path) -> None:
         host, port = server.tcp_address
         print(f"specmon: serving on {host}:{port}; attach with: specmon attach {host}:{port} --token {server.token}",
               file=sys.stderr)
-
-
-def _now() -> float:
-    import time
-
-    return time.time()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -14,7 +15,7 @@ from specmon.engine.sweep import grid, run_sweep
 from specmon.errors import SpecmonError
 from specmon.events.channel import Channel, LogSink
 from specmon.events.log import default_log_path
-from specmon.events.schema import AnyEvent, Sampling, SessionFinished
+from specmon.events.schema import AnyEvent, RoundVerified, Sampling, SessionFinished
 from specmon.profiles import DrafterSpec, load_profile
 from specmon.sweep_results import CellRow, cell_rows, suggest_policy, sweep_plots
 
@@ -77,7 +78,8 @@ def run_sweep_command(args, out: Console, err: Console) -> int:
         reason = "interrupted"
         err.print("sweep interrupted: the tables cover the runs that finished")
     finally:
-        channel.publish(SessionFinished(session_id=session_id, t=0.0, rounds=0, reason=reason))
+        rounds = sum(isinstance(e, RoundVerified) for e in events)
+        channel.publish(SessionFinished(session_id=session_id, t=time.time(), rounds=rounds, reason=reason))
         channel.close()
     rows = cell_rows(events)
     out.print(results_table(rows, sink.path.name))
