@@ -5,12 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 
 from specmon.events.log import read_log
 from specmon.metrics.stats import class_stats, summary
+from tinymodel import write_tiny_gguf
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,29 +57,8 @@ def test_bad_prompt_file(tmp_path):
     assert_one_line_error(specmon("run", "--headless", "--prompts", str(prompts)), "line 2", "prompt")
 
 
-def _tiny_gguf(path: Path, vocab: list[str]) -> None:
-    """A GGUF with llama metadata and a tokenizer whose vocabulary differs from SmolLM2's."""
-    writer = gguf.GGUFWriter(str(path), "llama")
-    for key, value in [("block_count", 1), ("embedding_length", 8), ("feed_forward_length", 16),
-                       ("attention.head_count", 2), ("attention.head_count_kv", 1)]:
-        writer.add_uint32(f"llama.{key}", value)
-    writer.add_float32("llama.rope.freq_base", 10000.0)
-    writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(vocab)
-    writer.add_token_types([1] * len(vocab))
-    writer.add_token_merges([])
-    writer.add_eos_token_id(0)
-    writer.add_chat_template("{{ messages[0]['content'] }}")
-    writer.add_tensor("token_embd.weight", np.zeros((len(vocab), 8), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
 def test_draft_and_target_vocabularies_that_differ(tmp_path):
-    _tiny_gguf(tmp_path / "other.gguf", ["a", "b", "c", "d"])
+    write_tiny_gguf(tmp_path / "other.gguf", vocab=["a", "b", "c", "d"])
     body = BASE + '[drafter]\nkind = "model"\n[drafter.target]\npath = "other.gguf"\n'
     done = specmon("run", "--headless", "--profile", str(write_profile(tmp_path, body)))
     assert_one_line_error(done, "draft vocabulary (4 tokens", "49152 tokens")

@@ -13,9 +13,11 @@ TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '
             "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
-def write_tiny_gguf(path: Path, seed: int = 0, dim: int = 32, layers: int = 2) -> Path:
+def write_tiny_gguf(path: Path, seed: int = 0, dim: int = 32, layers: int = 2,
+                    vocab: list[str] | None = None) -> Path:
+    """`vocab` replaces the byte-level vocabulary (to make a model whose tokenizer differs)."""
     rng = np.random.default_rng(seed)
-    vocab = SPECIALS + list(_bytes_to_unicode_table().values())
+    vocab = vocab or SPECIALS + list(_bytes_to_unicode_table().values())
     writer = gguf.GGUFWriter(str(path), "llama")
     for key, value in [("block_count", layers), ("embedding_length", dim), ("feed_forward_length", 2 * dim),
                        ("attention.head_count", 4), ("attention.head_count_kv", 2)]:
@@ -24,7 +26,7 @@ def write_tiny_gguf(path: Path, seed: int = 0, dim: int = 32, layers: int = 2) -
     writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list(vocab)
-    writer.add_token_types([3] * len(SPECIALS) + [1] * (len(vocab) - len(SPECIALS)))
+    writer.add_token_types([3 if token in SPECIALS else 1 for token in vocab])
     writer.add_eos_token_id(2)
     writer.add_chat_template(TEMPLATE)
     w = lambda *shape: (rng.normal(size=shape) * 0.3).astype(np.float32)  # noqa: E731
