@@ -58,9 +58,9 @@ def run_sweep_command(args, out: Console, err: Console) -> int:
     names = [d.strip() for d in args.drafters.split(",") if d.strip()]
     specs = {name: DrafterSpec(kind=name, layers=args.layers or profile.drafter.layers,
                                ngram_sizes=profile.drafter.ngram_sizes) for name in names}
-    drafters = {name: build_drafter(spec, profile, pair.target, pair.tokenizer) for name, spec in specs.items()}
-    cells = grid([d.name for d in drafters.values()], ks, samplings)
-    drafters = {d.name: d for d in drafters.values()}
+    built = [build_drafter(spec, profile, pair.target, pair.tokenizer) for spec in specs.values()]
+    drafters = {d.name: d for d in built}  # keyed by the drafter's own name, e.g. "layerskip-4"
+    cells = grid(list(drafters), ks, samplings)
     session_id = new_session_id()
     sink = LogSink(args.log or default_log_path(session_id))
     channel = Channel(sink)

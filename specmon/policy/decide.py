@@ -20,6 +20,11 @@ class Row:
     emitted: int
     round_ms: float
 
+    @classmethod
+    def of(cls, ev) -> "Row":
+        """The evidence a RoundVerified event contributes: live (PolicyEngine) and in explain alike."""
+        return cls(ev.round_id, ev.draft_len, len(ev.emitted), ev.draft_ms + ev.verify_ms + ev.overhead_ms)
+
 
 @dataclass(frozen=True)
 class Outcome:

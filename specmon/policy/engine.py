@@ -90,7 +90,7 @@ class PolicyEngine:
     def observe(self, ev: RoundVerified) -> None:
         st = self.state(ev.prompt_class)
         window = st.windows.setdefault(ev.draft_len, collections.deque(maxlen=self.policy.settings.evidence_window))
-        window.append(Row(ev.round_id, ev.draft_len, len(ev.emitted), ev.draft_ms + ev.verify_ms + ev.overhead_ms))
+        window.append(Row.of(ev))
 
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)

@@ -23,7 +23,7 @@ def explain_log(path: Path, decision_id: int | None = None) -> list[Explanation]
     decisions: list[Decision] = []
     for ev in read_log(path):
         if isinstance(ev, RoundVerified):
-            rows[ev.round_id] = Row(ev.round_id, ev.draft_len, len(ev.emitted), ev.draft_ms + ev.verify_ms + ev.overhead_ms)
+            rows[ev.round_id] = Row.of(ev)
         elif isinstance(ev, Decision) and decision_id in (None, ev.decision_id):
             decisions.append(ev)
     return [explain(d, rows) for d in decisions]
