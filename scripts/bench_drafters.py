@@ -18,7 +18,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from specmon.backends.loader import build_drafter, load_pair
+from specmon.backends.loader import load_pair
 from specmon.engine.drafters import NoDrafter
 from specmon.engine.prompts import builtin_suite
 from specmon.engine.rounds import RoundContext, decode_prompt
@@ -40,7 +40,7 @@ def main() -> int:
     pair = load_pair(profile, DrafterSpec(kind="none"))
     configs = [("ngram", int(k)) for k in args.ngram_k.split(",") if k] + \
               [("layerskip", int(k)) for k in args.layerskip_k.split(",") if k]
-    drafters = {name: build_drafter(DrafterSpec(kind=name, layers=args.layers), profile, pair.target, pair.tokenizer)
+    drafters = {name: pair.make_drafter(DrafterSpec(kind=name, layers=args.layers))
                 for name in {c[0] for c in configs}}
     prompts = builtin_suite(args.classes.split(",") if args.classes else None)
     plain_events, config_events = [], {c: [] for c in configs}

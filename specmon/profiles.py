@@ -102,6 +102,8 @@ def _check(profile: Profile, path: Path) -> None:
         raise SpecmonError(f"profile {path}: drafter.kind = \"model\" needs a [drafter.target] table")
     if not (profile.target.model or profile.target.path):
         raise SpecmonError(f"profile {path}: [target] needs `model` (embedded name) or `path`")
+    if profile.backend == "exllamav2" and not profile.device.startswith("cuda"):
+        raise SpecmonError(f"profile {path}: backend = \"exllamav2\" runs on an NVIDIA GPU; set device = \"cuda\"")
     if profile.sampling.temperature < 0 or not 0 < profile.sampling.top_p <= 1:
         raise SpecmonError(f"profile {path}: sampling needs temperature >= 0 and 0 < top_p <= 1")
 

@@ -44,7 +44,7 @@ def _floats(text: str, flag: str) -> list[float]:
 
 
 def run_sweep_command(args, out: Console, err: Console) -> int:
-    from specmon.backends.loader import build_drafter, load_pair
+    from specmon.backends.loader import load_pair
 
     profile = load_profile(args.profile)
     ks = parse_ks(args.ks)
@@ -56,9 +56,14 @@ def run_sweep_command(args, out: Console, err: Console) -> int:
     with err.status("loading the model"):
         pair = load_pair(profile, DrafterSpec(kind="none"))
     names = [d.strip() for d in args.drafters.split(",") if d.strip()]
+    unknown = [n for n in names if n not in ("ngram", "layerskip", "model")]
+    if unknown or ("model" in names and profile.drafter.target is None):
+        raise SpecmonError(f"--drafters {args.drafters}: choose from ngram, layerskip, model "
+                           "(model needs a [drafter.target] in the profile)")
     specs = {name: DrafterSpec(kind=name, layers=args.layers or profile.drafter.layers,
-                               ngram_sizes=profile.drafter.ngram_sizes) for name in names}
-    built = [build_drafter(spec, profile, pair.target, pair.tokenizer) for spec in specs.values()]
+                               ngram_sizes=profile.drafter.ngram_sizes, target=profile.drafter.target)
+             for name in names}
+    built = [pair.make_drafter(spec) for spec in specs.values()]
     drafters = {d.name: d for d in built}  # keyed by the drafter's own name, e.g. "layerskip-4"
     cells = grid(list(drafters), ks, samplings)
     session_id = new_session_id()

@@ -85,3 +85,34 @@ def _bytes_to_unicode_table() -> dict[int, str]:
             table[byte] = chr(256 + extra)
             extra += 1
     return table
+
+
+def load_hf_tokenizer(folder: Path) -> ChatTokenizer:
+    """tokenizer.json plus the chat template and end-of-sequence token of a Hugging Face folder."""
+    import json
+
+    path = folder / "tokenizer.json"
+    if not path.exists():
+        raise SpecmonError(f"{folder}: no tokenizer.json; specmon needs the fast tokenizer file in the model folder")
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+        meta = json.loads((folder / "tokenizer_config.json").read_text()) if (folder / "tokenizer_config.json").exists() else {}
+        config = json.loads((folder / "config.json").read_text())
+    except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+        raise SpecmonError(f"{folder}: cannot read the tokenizer ({exc})") from None
+    template = meta.get("chat_template") or ""
+    if not template:
+        raise SpecmonError(f"{folder}: tokenizer_config.json has no chat_template; use an instruct model's folder")
+    eos = config.get("eos_token_id")
+    eos = eos[0] if isinstance(eos, list) else eos
+    if eos is None and meta.get("eos_token"):
+        eos = tokenizer.token_to_id(_token_text(meta["eos_token"]))
+    if eos is None:
+        raise SpecmonError(f"{folder}: no eos_token_id in config.json")
+    return ChatTokenizer(tokenizer=tokenizer, chat_template=template, eos_id=int(eos),
+                         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True))
+
+
+def _token_text(token) -> str:
+    """tokenizer_config.json writes special tokens as strings or as {"content": ...} objects."""
+    return token["content"] if isinstance(token, dict) else token

@@ -6,38 +6,44 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from specmon.backends.gguf_weights import load_gguf_llama
+from specmon.backends.hf_folder import load_hf_llama
 from specmon.backends.llama import Llama
 from specmon.backends.torch_backend import LayerSkipDrafter, ModelDrafter, TorchTarget
 from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
+from specmon.engine.target import Target
 from specmon.errors import SpecmonError
 from specmon.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
-from specmon.tokenizer import ChatTokenizer, load_tokenizer
+from specmon.tokenizer import ChatTokenizer, load_hf_tokenizer, load_tokenizer
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
 class Pair:
-    target: TorchTarget
+    target: Target
     drafter: Drafter
     tokenizer: ChatTokenizer
+    make_drafter: Callable[[DrafterSpec], Drafter]  # another drafter on the same target (sweeps)
 
 
 def load_pair(profile: Profile, drafter_spec: DrafterSpec | None = None) -> Pair:
     """Load the profile's target and drafter; `drafter_spec` overrides the profile's drafter."""
-    if profile.backend != "torch":
-        raise SpecmonError(f"profile {profile.source}: backend {profile.backend!r} is not available yet")
+    if profile.backend == "exllamav2":
+        from specmon.backends.exl2_loader import load_exl2_pair  # exllamav2 only when asked for
+
+        return load_exl2_pair(profile, drafter_spec or profile.drafter)
     _check_device(profile.device)
     target_path = resolve_model_path(profile.target, profile)
     tokenizer = cached_tokenizer(target_path)
     model = _model(profile, profile.target, target_path)
     target = TorchTarget(model, profile.target.describe(), tokenizer.eos_id)
-    drafter = build_drafter(drafter_spec or profile.drafter, profile, target, tokenizer)
-    return Pair(target, drafter, tokenizer)
+    make = functools.partial(build_drafter, profile=profile, target=target, tokenizer=tokenizer)
+    return Pair(target, make(drafter_spec or profile.drafter), tokenizer, make)
 
 
 def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget,
@@ -76,9 +82,10 @@ def _model(profile: Profile, ref: ModelRef, path: Path) -> Llama:
 
 @functools.lru_cache(maxsize=4)
 def cached_weights(path: Path):
-    return load_gguf_llama(path)
+    """A GGUF file, or an unquantised Hugging Face folder."""
+    return load_hf_llama(path) if path.is_dir() else load_gguf_llama(path)
 
 
 @functools.lru_cache(maxsize=4)
 def cached_tokenizer(path: Path) -> ChatTokenizer:
-    return load_tokenizer(path)
+    return load_hf_tokenizer(path) if path.is_dir() else load_tokenizer(path)

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from specmon.backends.llama import KVCache, Llama
+from specmon.engine.draft_cache import CacheLedger, choose_draft_token
 from specmon.engine.drafters import Proposal
-from specmon.engine.sampling import probs_from_logits, sample
 from specmon.events.schema import Sampling
 from specmon.telemetry.memory import rss_bytes
 
@@ -25,6 +25,9 @@ class TorchTarget:
         self.max_len = model.max_len
         self.cache: KVCache = model.new_cache()
         self.cached_len = 0  # positions [0, cached_len) hold valid keys and values
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        self.forward(tokens, 0)
 
     def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
         if not tokens:
@@ -43,6 +46,9 @@ class TorchTarget:
             return int(torch.cuda.memory_allocated())
         return rss_bytes() or 0
 
+    def cache_bytes(self) -> dict[str, int]:
+        return {"target": _tensor_bytes(self.cache.keys) * 2}
+
 
 class _CachedDraft:
     """Shared bookkeeping for drafters that run a model: feed what the cache has not seen,
@@ -53,49 +59,39 @@ class _CachedDraft:
     def __init__(self, model: Llama, n_layers: int | None):
         self.model = model
         self.n_layers = n_layers
-        self.fed: list[int] = []  # tokens whose keys/values sit in the draft cache, in order
+        self.ledger = CacheLedger()  # tokens whose keys/values sit in the draft cache
 
     def begin(self, prompt: Sequence[int]) -> None:
-        self.fed = []
+        self.ledger.reset()
 
     def _cache(self) -> KVCache:
         raise NotImplementedError
 
-    def _valid_len(self, context: Sequence[int]) -> int:
-        """How much of `context` the cache already holds (a rejected draft token ends it)."""
-        valid = 0
-        limit = min(len(self.fed), len(context) - 1)  # always feed the last token for fresh logits
-        while valid < limit and self.fed[valid] == context[valid]:
-            valid += 1
-        return valid
+    def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
+        return self.ledger.plan(context)
 
     def propose(self, context: Sequence[int], k: int, sampling: Sampling,
                 rng: np.random.Generator) -> Proposal:
         if k <= 0:
             return Proposal([], None)
-        valid = self._valid_len(context)
-        pending = list(context[valid:])
-        self.fed = list(context[:valid])
+        start, pending = self._plan(context)
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         for _ in range(k):
             ids = torch.tensor(pending, dtype=torch.long, device=self.model.device)
-            logits = self.model.forward(ids, len(self.fed), self._cache(), self.n_layers)[-1:]
-            self.fed.extend(pending)
-            token, q_row = self._choose(logits.cpu().numpy(), sampling, rng)
+            logits = self.model.forward(ids, start, self._cache(), self.n_layers)[-1:]
+            start += len(pending)
+            self.ledger.feed(pending)
+            token, q_row = choose_draft_token(logits.cpu().numpy(), sampling, rng)
             tokens.append(token)
             if q_row is not None:
                 rows.append(q_row)
             pending = [token]
         return Proposal(tokens, np.stack(rows) if rows else None)
 
-    @staticmethod
-    def _choose(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator):
-        """Greedy drafts the argmax (q one-hot, so None); sampling draws from the transformed q."""
-        if sampling.greedy:
-            return int(logits[0].argmax()), None
-        q = probs_from_logits(logits, sampling)[0]
-        return sample(q, rng), q
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 class ModelDrafter(_CachedDraft):
@@ -108,6 +104,9 @@ class ModelDrafter(_CachedDraft):
 
     def _cache(self) -> KVCache:
         return self.cache
+
+    def cache_bytes(self) -> dict[str, int]:
+        return {"draft": _tensor_bytes(self.cache.keys) * 2}
 
 
 class LayerSkipDrafter(_CachedDraft):
@@ -125,5 +124,6 @@ class LayerSkipDrafter(_CachedDraft):
     def _cache(self) -> KVCache:
         return self.target.cache
 
-    def _valid_len(self, context: Sequence[int]) -> int:
-        return min(self.target.cached_len, len(context) - 1)
+    def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
+        valid = min(self.target.cached_len, len(context) - 1)  # the target's cache is the ledger
+        return valid, list(context[valid:])

@@ -68,7 +68,7 @@ def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft
     context = list(prompt)
     run = PromptRun()
     start = time.perf_counter()
-    target.forward(context[:-1], 0)  # prefill all but the last token, which the first round feeds
+    target.prefill(context[:-1])  # prefill all but the last token, which the first round feeds
     run.prefill_ms = (time.perf_counter() - start) * 1e3
     carried_ms = 0.0  # time spent emitting the previous event, charged to this round's overhead
     while len(run.generated) < max_new_tokens:

@@ -51,6 +51,7 @@ def session_started(session_id: str, profile, drafter: Drafter, target: Target) 
         session_id=session_id, t=time.time(), specmon_version=__version__, profile_name=profile.name,
         profile_text=profile.text, backend=profile.backend, target=target.name, drafter=drafter.name,
         dtype=profile.dtype, device=profile.device, host=host_facts(),
+        cache_bytes={**target.cache_bytes(), **getattr(drafter, "cache_bytes", dict)()},
     )
 
 

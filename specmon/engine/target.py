@@ -13,6 +13,9 @@ class Target(Protocol):
     max_len: int  # positions the KV cache holds
     eos_id: int
 
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Fill cache positions [0, len(tokens)) from scratch; no logits are needed."""
+
     def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
         """fp32 logits [len(tokens), vocab] for tokens at positions start...; returns after a device sync."""
 
@@ -21,3 +24,6 @@ class Target(Protocol):
 
     def memory_bytes(self) -> int:
         """Memory in use by this model's device right now (RSS on the CPU)."""
+
+    def cache_bytes(self) -> dict[str, int]:
+        """Size of each KV cache this pair holds (e.g. {"target": ..., "draft": ...})."""

@@ -44,6 +44,7 @@ class SessionStarted(Event, tag="session", kw_only=True):
     host: dict[str, str] = {}
     policy_text: str = ""
     policy_hash: str = ""
+    cache_bytes: dict[str, int] = {}  # KV cache size per model ("target", "draft")
 
 
 class PromptStarted(Event, tag="prompt", kw_only=True):

@@ -97,6 +97,10 @@ def render_memory(state: ViewState) -> Text:
     else:
         text.append("VRAM N/A\n", style="dim")
     text.append(f"RSS  {fmt(gib(state.rss_bytes))} GiB")
+    caches = state.session.cache_bytes if state.session else {}
+    if caches:
+        sizes = ", ".join(f"{name} {size / 2**20:.0f}" for name, size in caches.items())
+        text.append(f"\nKV cache MiB: {sizes}", style="dim")
     return text
 
 

@@ -1,0 +1,137 @@
+"""Hugging Face model folders (config.json, *.safetensors, tokenizer.json): write one from a GGUF,
+read one into the torch backend. ExLlamaV2 loads the same folders, so the embedded SmolLM2 can
+run on both backends from one copy of its weights."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from specmon.backends.gguf_weights import LlamaConfig, load_gguf_llama
+from specmon.errors import SpecmonError
+from specmon.tokenizer import load_tokenizer
+
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "wq": "self_attn.q_proj", "wk": "self_attn.k_proj", "wv": "self_attn.v_proj", "wo": "self_attn.o_proj",
+    "w_gate": "mlp.gate_proj", "w_up": "mlp.up_proj", "w_down": "mlp.down_proj",
+}
+_TOP_NAMES = {"embed": "model.embed_tokens", "out_norm": "model.norm", "head": "lm_head"}
+_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def hf_name(key: str) -> str:
+    """Our weight key (`layers.3.wq`) as a Hugging Face llama tensor name."""
+    if key in _TOP_NAMES:
+        return f"{_TOP_NAMES[key]}.weight"
+    _, layer, part = key.split(".")
+    return f"model.layers.{layer}.{_LAYER_NAMES[part]}.weight"
+
+
+_OUR_KEYS = {hf_name(k): k for k in _TOP_NAMES} | {
+    f"model.layers.{{}}.{hf}.weight": part for part, hf in _LAYER_NAMES.items()}
+
+
+def our_key(name: str) -> str | None:
+    if name in _OUR_KEYS:
+        return _OUR_KEYS[name]
+    parts = name.split(".")
+    if len(parts) > 3 and parts[:2] == ["model", "layers"]:
+        template = ".".join(["model", "layers", "{}", *parts[3:]])
+        if template in _OUR_KEYS:
+            return f"layers.{parts[2]}.{_OUR_KEYS[template]}"
+    return None
+
+
+def config_json(cfg: LlamaConfig, eos_id: int, dtype: str) -> dict:
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": cfg.dim, "intermediate_size": cfg.ffn_dim, "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim,
+        "vocab_size": cfg.vocab_size, "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta,
+        "max_position_embeddings": 8192, "hidden_act": "silu", "tie_word_embeddings": False,
+        "eos_token_id": eos_id, "torch_dtype": dtype,
+    }
+
+
+def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "float16") -> Path:
+    """Write a GGUF llama (optionally its first `layers` layers) as a Hugging Face folder, atomically."""
+    cfg, weights = load_gguf_llama(gguf_path)
+    if layers:
+        if not 0 < layers <= cfg.n_layers:
+            raise SpecmonError(f"--layers {layers}: {gguf_path.name} has {cfg.n_layers} layers")
+        cfg = dataclasses.replace(cfg, n_layers=layers)
+        weights = {k: v for k, v in weights.items() if not k.startswith("layers.") or int(k.split(".")[1]) < layers}
+    tokenizer = load_tokenizer(gguf_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        tensors = {hf_name(k): v.to(_DTYPES[dtype]).clone() for k, v in weights.items()}  # tied head: own copy
+        save_file(tensors, str(staged / "model.safetensors"), metadata={"format": "pt"})
+        (staged / "config.json").write_text(json.dumps(config_json(cfg, tokenizer.eos_id, dtype), indent=2))
+        tokenizer.tokenizer.save(str(staged / "tokenizer.json"))
+        eos = tokenizer.tokenizer.id_to_token(tokenizer.eos_id)
+        (staged / "tokenizer_config.json").write_text(json.dumps(
+            {"chat_template": tokenizer.chat_template, "eos_token": eos}, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staged, out)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return out
+
+
+def folder_for_gguf(gguf_path: Path, layers: int = 0) -> Path:
+    """A Hugging Face copy of a GGUF (first `layers` layers), written once into the model cache."""
+    from specmon.modelstore import cache_dir
+
+    stat = gguf_path.stat()
+    stamp = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
+    folder = cache_dir() / "hf" / f"{gguf_path.stem}{f'-{layers}l' if layers else ''}-{stamp}"
+    if not (folder / "config.json").exists():
+        export_hf_folder(gguf_path, folder, layers)
+    return folder
+
+
+def read_hf_config(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except OSError:
+        raise SpecmonError(f"{folder}: no config.json; expected a Hugging Face or EXL2 model folder") from None
+    except ValueError as exc:
+        raise SpecmonError(f"{folder}/config.json: not valid JSON ({exc})") from None
+
+
+def load_hf_llama(folder: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
+    """An unquantised llama folder's weights as float32, keyed like `load_gguf_llama`'s."""
+    raw = read_hf_config(folder)
+    if raw.get("model_type") != "llama":
+        raise SpecmonError(f"{folder}: model_type {raw.get('model_type')!r}; the torch backend runs llama models")
+    if "quantization_config" in raw or (folder / "measurement.json").exists():
+        raise SpecmonError(f"{folder}: a quantised (EXL2) folder; run it with backend = \"exllamav2\"")
+    cfg = LlamaConfig(
+        n_layers=raw["num_hidden_layers"], dim=raw["hidden_size"], ffn_dim=raw["intermediate_size"],
+        n_heads=raw["num_attention_heads"], n_kv_heads=raw.get("num_key_value_heads", raw["num_attention_heads"]),
+        vocab_size=raw["vocab_size"], rope_theta=float(raw.get("rope_theta", 10000.0)),
+        norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+    )
+    weights: dict[str, torch.Tensor] = {}
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise SpecmonError(f"{folder}: no *.safetensors files")
+    for file in files:
+        for name, tensor in load_file(str(file)).items():
+            key = our_key(name)
+            if key is not None:
+                weights[key] = tensor.float()
+    weights.setdefault("head", weights["embed"])  # tie_word_embeddings
+    return cfg, weights

@@ -1,0 +1,111 @@
+"""The ExLlamaV2 backend's checks, which run before anything needs a GPU, and its one-line errors."""
+
+import json
+import re
+
+import pytest
+import torch
+
+from specmon.backends.exl2_loader import build_failure, cache_bytes, check_fits, cuda_problem
+from specmon.backends.hf_folder import export_hf_folder
+from specmon.errors import SpecmonError
+from specmon.profiles import PROFILE_DIR, load_profile
+from test_cli import assert_one_line_error, specmon, write_profile
+from tinymodel import write_tiny_gguf
+
+EXL2 = 'name = "g"\nbackend = "exllamav2"\ndevice = "cuda"\nmax_new_tokens = 8\n'
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("exl2")
+    target = export_hf_folder(write_tiny_gguf(tmp / "t.gguf", layers=2), tmp / "target")
+    draft = export_hf_folder(write_tiny_gguf(tmp / "t.gguf", layers=2), tmp / "draft", layers=1)
+    other = export_hf_folder(write_tiny_gguf(tmp / "o.gguf", vocab=["a", "b", "c", "d"]), tmp / "other")
+    return target, draft, other
+
+
+def _run(tmp_path, body):
+    return specmon("run", "--headless", "--profile", str(write_profile(tmp_path, body)))
+
+
+def test_exllamav2_needs_a_cuda_device_in_the_profile(tmp_path, folders):
+    body = EXL2.replace('"cuda"', '"cpu"') + f'[target]\npath = "{folders[0]}"\n'
+    assert_one_line_error(_run(tmp_path, body), 'backend = "exllamav2"', 'device = "cuda"')
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks how far a machine without CUDA gets")
+def test_a_gguf_is_written_out_as_folders_once_then_cuda_is_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECMON_CACHE", str(tmp_path / "cache"))
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", layers=2)
+    body = EXL2 + f'[target]\npath = "{gguf}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{gguf}"\nlayers = 1\n'
+    assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU")
+    written = sorted((tmp_path / "cache" / "hf").iterdir())
+    layers = {re.sub(r"-[0-9a-f]{10}$", "", p.name): json.loads((p / "config.json").read_text())["num_hidden_layers"]
+              for p in written}
+    assert layers == {"tiny": 2, "tiny-1l": 1}
+    stamps = [p.stat().st_mtime_ns for p in written]
+    assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU")
+    assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "cache" / "hf").iterdir())] == stamps  # not rewritten
+
+
+def test_layers_on_a_folder_is_refused(tmp_path, folders):
+    body = EXL2 + f'[target]\npath = "{folders[0]}"\nlayers = 1\n'
+    assert_one_line_error(_run(tmp_path, body), "`layers` cuts a GGUF model")
+
+
+def test_layerskip_is_refused_before_loading(tmp_path, folders):
+    body = EXL2 + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "layerskip"\n'
+    assert_one_line_error(_run(tmp_path, body), "layerskip", "torch backend only")
+
+
+def test_draft_vocabulary_that_differs(tmp_path, folders):
+    body = EXL2 + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[2]}"\n'
+    assert_one_line_error(_run(tmp_path, body), "draft vocabulary (4 tokens, other)", "259 tokens")
+
+
+def test_a_file_instead_of_a_folder(tmp_path, folders):
+    body = EXL2 + f'[target]\npath = "{folders[0] / "config.json"}"\n'
+    assert_one_line_error(_run(tmp_path, body), "config.json is neither a model folder nor a .gguf file")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without CUDA gets")
+def test_no_cuda_is_one_line(tmp_path, folders):
+    body = EXL2 + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[1]}"\n'
+    assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU", "CPU build", "download.pytorch.org")
+
+
+def test_cuda_problems_are_named():
+    assert "CPU build" in cuda_problem("2.13.0+cpu", None, 0)
+    assert "no CUDA device" in cuda_problem("2.11.0+cu130", "13.0", 0)
+    assert cuda_problem("2.11.0+cu130", "13.0", 1) is None
+
+
+def test_build_failure_names_what_is_missing():
+    boom = RuntimeError("Error building extension 'exllamav2_ext'\n[1/40] nvcc ...\nq_matrix.cu(12): error: identifier undefined")
+    none = lambda tool: None  # noqa: E731
+    every = lambda tool: f"/usr/bin/{tool}"  # noqa: E731
+    assert build_failure(boom, which=none, env={}, torch_cuda="13.0") == (
+        "exllamav2's CUDA extension cannot be built: missing nvcc (install the CUDA toolkit matching torch's "
+        "CUDA, or set CUDA_HOME); ninja (pip install ninja)")
+    assert "a CUDA build of torch" in build_failure(boom, which=every, env={}, torch_cuda=None)
+    assert "nvcc" not in build_failure(boom, which=lambda t: None if t == "nvcc" else t, env={"CUDA_HOME": "/usr/local/cuda"})
+    assert build_failure(boom, which=every, env={}, torch_cuda="13.0") == (
+        "exllamav2's CUDA extension failed to build or load: Error building extension 'exllamav2_ext'")
+
+
+def test_cache_size_and_fit(folders):
+    llama8b = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096}
+    assert cache_bytes(llama8b, 8192) == 2 * 32 * 8 * 128 * 8192 * 2 == 2**30  # 1 GiB of fp16 keys and values
+    target, draft, _ = folders
+    check_fits([target, draft], 4096, free=2**30, total=2**30, gpu="test GPU")  # a tiny pair fits
+    with pytest.raises(SpecmonError, match=r"target \+ draft need about 0\.5 GiB .* but 0\.1 of 24\.0 GiB is free on RTX"):
+        check_fits([target, draft], 4096, free=2**27, total=24 * 2**30, gpu="RTX")
+
+
+@pytest.mark.parametrize("path", sorted(PROFILE_DIR.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_shipped_profile_loads(path):
+    profile = load_profile(str(path))
+    assert profile.name == path.stem and profile.backend in ("torch", "exllamav2")
+    if profile.backend == "exllamav2":
+        assert profile.device == "cuda" and profile.drafter.kind == "model"
