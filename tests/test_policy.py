@@ -1,6 +1,7 @@
 """Policies: refused with the right line, edited without losing a comment, hot-reloaded safely,
 and every logged decision recomputed from the rounds it cites."""
 
+import itertools
 import os
 import re
 import time
@@ -13,11 +14,11 @@ import tomlkit
 from specmon.engine.prompts import builtin_suite
 from specmon.events.frames import frame, preamble
 from specmon.events.log import read_log
-from specmon.events.schema import Decision, RoundVerified
+from specmon.events.schema import Decision, RoundVerified, Sampling
 from specmon.policy.classify import classify
 from specmon.policy.decide import Row, decide
 from specmon.policy.edit import set_value
-from specmon.policy.engine import PolicyEngine
+from specmon.policy.engine import PolicyEngine, Schedule
 from specmon.policy.explain import explain_log
 from specmon.policy.schema import PolicyError, load_policy, parse_policy
 
@@ -170,3 +171,45 @@ def test_explain_reports_a_mismatch_when_one_cited_round_is_altered(tmp_path):
     explanations = {e.decision.decision_id: e for e in explain_log(altered)}
     assert not explanations[decision.decision_id].reproduces
     assert all(e.reproduces for i, e in explanations.items() if victim not in e.decision.round_ids)
+
+
+def _round(rid, name, k, emitted, ms):
+    return RoundVerified(session_id="s", t=0.0, round_id=rid, prompt_id="p", prompt_class=name, round_index=0,
+                         draft_len=k, proposed=[1] * k, accepted=k, rejection_pos=None, emitted=[1] * emitted,
+                         draft_ms=0.0, verify_ms=ms, overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[],
+                         sampling=Sampling(), mem_bytes=0)
+
+
+def _prompt(engine, name, ids, rounds=40, speedup=1.5):
+    """Decode one synthetic prompt as the engine plans it: k > 0 emits `speedup` x plain's tokens per ms."""
+    plan = engine.plan(name)
+    schedule = Schedule(plan)
+    ks = [engine.round_k(name, schedule.next_k()) for _ in range(rounds)]
+    for k in ks:
+        engine.observe(_round(next(ids), name, k, 3 if k else 1, 20.0 if k else 20.0 * speedup / 3))
+    return plan, ks, engine.decide(name)
+
+
+def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_holds():
+    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    engine, ids = PolicyEngine(policy, "s"), itertools.count()
+    first, ks, decision = _prompt(engine, "rewrite", ids)
+    # the first prompt measures both: min_rounds plain rounds, then speculation at the start k
+    assert first.lead == (0, 16) and ks == [0] * 16 + [4] * 24 and decision is None
+    plans = [_prompt(engine, "rewrite", ids)[0] for _ in range(60)]
+    remeasures = [i + 2 for i, p in enumerate(plans) if p.lead and p.lead[0] == 0]
+    gaps = [b - a for a, b in zip([1] + remeasures, remeasures)]
+    assert gaps[:4] == [4, 8, 16, 32] and all(g == 32 for g in gaps[4:])  # doubling while confirmed, capped at 8x
+    assert all(p.lead[1] == 16 for p in plans if p.lead)  # never a whole plain prompt
+    probes = {p.lead[0] for p in plans if p.lead and p.lead[0]}
+    assert probes == {3, 5}  # the neighbours of k = 4, tried in short runs
+
+
+def test_a_losing_class_goes_off_and_then_only_probes():
+    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    engine, ids = PolicyEngine(policy, "s"), itertools.count()
+    _, _, decision = _prompt(engine, "chat", ids, speedup=0.8)
+    assert decision is not None and (decision.speculate_from, decision.speculate_to) == (True, False)
+    plans = [_prompt(engine, "chat", ids, speedup=0.8)[0] for _ in range(12)]
+    spent = sum(p.lead[1] for p in plans if p.lead) + sum(40 for p in plans if p.k)
+    assert all(p.k == 0 for p in plans) and spent == 3 * 16  # 3 probes of 16 rounds in 12 x 40 rounds

@@ -23,6 +23,37 @@ class ClassState:
     k: int
     prompts: int = 0
     windows: dict[int, collections.deque] = field(default_factory=dict)  # k -> recent Rows
+    remeasure_gap: int = 0  # prompts between plain re-measures; doubles while decisions hold
+    since_plain: int = 0  # prompts since the last plain re-measure
+    remeasuring: bool = False  # the last prompt re-measured plain decoding
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One prompt's draft lengths: `lead` = (k, rounds) decoded first (a short plain re-measure
+    or a probe of another k), then `k` for the rest of the prompt."""
+
+    k: int
+    why: str
+    lead: tuple[int, int] | None = None
+
+    def describe(self) -> str:
+        if self.lead is None:
+            return f"k={self.k}: {self.why}"
+        return f"k={self.lead[0]} for {self.lead[1]} rounds, then k={self.k}: {self.why}"
+
+
+class Schedule:
+    """Hands out each round's k for one prompt, following its plan."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.rounds = 0
+
+    def next_k(self) -> int:
+        lead_k, lead_rounds = self.plan.lead or (0, 0)
+        self.rounds += 1
+        return lead_k if self.rounds <= lead_rounds else self.plan.k
 
 
 def start_k(cls: PromptClass) -> int:
@@ -48,26 +79,32 @@ class PolicyEngine:
             self.states[name] = ClassState(speculate=cls.speculate != "off", k=start_k(cls))
         return self.states[name]
 
-    def plan(self, name: str) -> tuple[int, str]:
-        """(k for this class's next prompt, why): the policy's k, or a plain re-measure, or a probe."""
+    def plan(self, name: str) -> Plan:
+        """This class's next prompt: the policy's k, with a short plain re-measure or a probe of
+        another k first when one is due. Measuring in short runs of min_rounds rounds, not whole
+        prompts, keeps what learning costs small next to what the decision gains."""
         cls, st, s = self._class(name), self.state(name), self.policy.settings
         st.prompts += 1
+        st.since_plain += 1
         if cls.speculate != "auto":
-            return (st.k if cls.speculate == "on" else 0), f"speculate = {cls.speculate}"
+            return Plan(st.k if cls.speculate == "on" else 0, f"speculate = {cls.speculate}")
+        short = s.min_rounds
         if self._rounds(st, 0) < s.min_rounds:
-            return 0, "measuring plain decoding"
-        if st.speculate and self._rounds(st, st.k) < s.min_rounds:
-            return st.k, "measuring speculation"
-        if st.speculate:
-            if s.remeasure_every and st.prompts % s.remeasure_every == 0:
-                return 0, "re-measuring plain decoding"
-            neighbour = self._neighbour(cls, st)
-            if neighbour is not None and s.probe_every and st.prompts % s.probe_every == s.probe_every // 2:
-                return neighbour, f"trying k={neighbour}"
-            return st.k, "policy"
-        if s.probe_every and st.prompts % s.probe_every == 0:
-            return st.k, "probing speculation while off"
-        return 0, "speculation off"
+            st.since_plain = 0
+            return Plan(st.k, "measuring plain decoding, then speculation", (0, short))
+        due = s.probe_every and st.prompts % s.probe_every == 0
+        if not st.speculate:
+            st.since_plain = 0  # every prompt decodes plainly: the baseline stays fresh
+            return Plan(0, "probing speculation while off", (st.k, short)) if due else Plan(0, "speculation off")
+        if self._rounds(st, st.k) < s.min_rounds:
+            return Plan(st.k, "measuring speculation")
+        if s.remeasure_every and st.since_plain >= (st.remeasure_gap or s.remeasure_every):
+            st.since_plain, st.remeasuring = 0, True
+            return Plan(st.k, "re-measuring plain decoding", (0, short))
+        neighbour = self._neighbour(cls, st)
+        if neighbour is not None and due:
+            return Plan(st.k, f"trying k={neighbour}", (neighbour, short))
+        return Plan(st.k, "policy")
 
     def round_k(self, name: str, planned: int) -> int:
         """k for the next round of a prompt planned at `planned`: a reloaded policy that now
@@ -99,6 +136,8 @@ class PolicyEngine:
         thresholds = self.thresholds(cls)
         rows = [row for window in st.windows.values() for row in window]
         outcome = decide(st.speculate, st.k, rows, thresholds)
+        enough = min(self._rounds(st, 0), self._rounds(st, st.k)) >= self.policy.settings.min_rounds
+        self._pace_remeasures(st, changed=outcome is not None, confirmed=outcome is None and enough)
         if outcome is None:
             return None
         index = self.policy.classes.index(cls)
@@ -115,6 +154,16 @@ class PolicyEngine:
         if applied:
             st.speculate, st.k = outcome.speculate, outcome.k
         return event
+
+    def _pace_remeasures(self, st: ClassState, changed: bool, confirmed: bool) -> None:
+        """A re-measure that confirms the decision doubles the gap to the next (up to 8x
+        remeasure_every); any change goes back to re-measuring every remeasure_every prompts."""
+        base = self.policy.settings.remeasure_every
+        if changed:
+            st.remeasure_gap = base
+        elif st.remeasuring and confirmed:
+            st.remeasure_gap = min(2 * (st.remeasure_gap or base), 8 * base)
+        st.remeasuring = False
 
     def thresholds(self, cls: PromptClass) -> dict[str, float]:
         s, k = self.policy.settings, cls.draft_len

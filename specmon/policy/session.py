@@ -13,7 +13,7 @@ from specmon.engine.rounds import RoundContext, decode_prompt
 from specmon.engine.session import RunSettings, Tokenizer
 from specmon.engine.target import Target
 from specmon.events.schema import AnyEvent, Equivalence, PromptFinished, PromptStarted, RoundVerified
-from specmon.policy.engine import PolicyEngine, loaded_event
+from specmon.policy.engine import PolicyEngine, Schedule, loaded_event
 
 
 def run_policy_prompts(session_id: str, target: Target, drafter: Drafter, tokenizer: Tokenizer,
@@ -33,18 +33,20 @@ def run_policy_prompts(session_id: str, target: Target, drafter: Drafter, tokeni
     for index, prompt in enumerate(prompts):
         tag = prompt.prompt_class if prompt.prompt_class != "default" else None
         name, rule = engine.classify(prompt.text, tag)
-        planned, why = engine.plan(name)
+        plan = engine.plan(name)
+        schedule = Schedule(plan)
+        speculates = plan.k or (plan.lead and plan.lead[0])
         tokens = tokenizer.encode_chat(prompt.text)
         limit = prompt.max_new_tokens or settings.max_new_tokens
         emit(PromptStarted(session_id=session_id, t=time.time(), prompt_id=prompt.id, prompt_class=name,
-                           draft_len=planned, drafter=drafter.name if planned else "none",
+                           draft_len=plan.k, drafter=drafter.name if speculates else "none",
                            sampling=settings.sampling, prompt_tokens=len(tokens), max_new_tokens=limit,
-                           class_rule=f"{rule}; k={planned}: {why}"))
+                           class_rule=f"{rule}; {plan.describe()}"))
         ctx = RoundContext(session_id, prompt.id, name, round_ids, tokenizer.decode)
-        run = decode_prompt(target, drafter, tokens, lambda: engine.round_k(name, planned), settings.sampling,
+        run = decode_prompt(target, drafter, tokens, lambda: engine.round_k(name, schedule.next_k()), settings.sampling,
                             limit, ctx, emit_round)
         emit(PromptFinished(session_id=session_id, t=time.time(), prompt_id=prompt.id, prompt_class=name,
-                            draft_len=planned, rounds=run.rounds, generated=run.generated,
+                            draft_len=plan.k, rounds=run.rounds, generated=run.generated,
                             text=tokenizer.decode(run.generated), stop_reason=run.stop_reason,
                             prefill_ms=run.prefill_ms, decode_ms=run.decode_ms,
                             equivalence=Equivalence("unchecked")))

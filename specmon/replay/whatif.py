@@ -46,9 +46,10 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
     for ev in events:
         if isinstance(ev, PromptStarted):
             diff = diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
-            wanted, _ = engine.plan(ev.prompt_class)
-            if wanted not in held.get(ev.prompt_class, set()):
-                diff.missing.add(wanted)
+            plan = engine.plan(ev.prompt_class)
+            for wanted in {plan.k, *(plan.lead[:1] if plan.lead else ())}:
+                if wanted not in held.get(ev.prompt_class, set()):
+                    diff.missing.add(wanted)
         elif isinstance(ev, RoundVerified):
             engine.observe(ev)
         elif isinstance(ev, Decision):
