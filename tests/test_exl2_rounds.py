@@ -11,6 +11,7 @@ import torch
 from specmon.backends.exl2 import Exl2Drafter, Exl2Target
 from specmon.engine.drafters import NoDrafter
 from specmon.engine.rounds import RoundContext, decode_prompt
+from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
 
 VOCAB = 50
@@ -176,3 +177,11 @@ def test_syncs_once_per_phase():
     events = []
     decode_prompt(target, drafter, PROMPT, 3, GREEDY, 6, _ctx(), events.append)
     assert syncs == ["t"] + ["d", "t"] * len(events)  # prefill, then draft and verify each round
+
+
+def test_a_context_longer_than_the_caches_is_one_error_before_any_forward():
+    model = FakeModel()
+    target = Exl2Target(model, FakeCache(max_seq_len=64), "fake", eos_id=-1, vocab_size=VOCAB, sync=lambda: None)
+    with pytest.raises(SpecmonError, match="40 prompt \\+ 24 new \\+ draft \\+ 1 verify positions exceed the cache's 64"):
+        decode_prompt(target, _draft(FakeModel()), list(range(40)), 4, GREEDY, 24, _ctx(), lambda e: None)
+    assert model.calls == []
