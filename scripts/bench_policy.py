@@ -83,7 +83,7 @@ def main() -> int:
 def _timed_policy(engine: PolicyEngine) -> dict:
     """Wrap the engine's per-round and per-prompt calls with a stopwatch."""
     spent = {"s": 0.0}
-    for name in ("observe", "maybe_reload", "decide", "plan", "classify", "round_k"):
+    for name in ("observe", "maybe_reload", "decide", "decide_due", "plan", "classify", "round_k"):
         original = getattr(engine, name)
 
         def timed(*a, _f=original, **kw):

@@ -181,35 +181,50 @@ def _round(rid, name, k, emitted, ms):
 
 
 def _prompt(engine, name, ids, rounds=40, speedup=1.5):
-    """Decode one synthetic prompt as the engine plans it: k > 0 emits `speedup` x plain's tokens per ms."""
+    """Decode one synthetic prompt as a policy session does: k > 0 emits `speedup` x plain's tokens
+    per ms; a decision is checked when due, outside the lead run."""
     plan = engine.plan(name)
     schedule = Schedule(plan)
-    ks = [engine.round_k(name, schedule.next_k()) for _ in range(rounds)]
-    for k in ks:
+    ks, decisions = [], []
+    for _ in range(rounds):
+        k = engine.round_k(name, schedule)
+        ks.append(k)
         engine.observe(_round(next(ids), name, k, 3 if k else 1, 20.0 if k else 20.0 * speedup / 3))
-    return plan, ks, engine.decide(name)
+        if schedule.lead_over() and engine.decide_due(name):
+            decisions.append(engine.decide(name))
+    return plan, ks, [d for d in decisions if d is not None]
 
 
 def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_holds():
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
     engine, ids = PolicyEngine(policy, "s"), itertools.count()
-    first, ks, decision = _prompt(engine, "rewrite", ids)
+    first, ks, decisions = _prompt(engine, "rewrite", ids)
+    start = first.k
     # the first prompt measures both: min_rounds plain rounds, then speculation at the start k
-    assert first.lead == (0, 16) and ks == [0] * 16 + [4] * 24 and decision is None
-    plans = [_prompt(engine, "rewrite", ids)[0] for _ in range(60)]
+    assert first.lead == (0, 16) and ks == [0] * 16 + [start] * 24 and decisions == []
+    plans = [_prompt(engine, "rewrite", ids)[0] for _ in range(120)]
     remeasures = [i + 2 for i, p in enumerate(plans) if p.lead and p.lead[0] == 0]
     gaps = [b - a for a, b in zip([1] + remeasures, remeasures)]
-    assert gaps[:4] == [4, 8, 16, 32] and all(g == 32 for g in gaps[4:])  # doubling while confirmed, capped at 8x
+    base = policy.settings.remeasure_every
+    assert gaps[:4] == [base, 2 * base, 4 * base, 8 * base]  # doubling while the decision holds,
+    assert all(g == 8 * base for g in gaps[4:])  # capped at 8x
     assert all(p.lead[1] == 16 for p in plans if p.lead)  # never a whole plain prompt
-    probes = {p.lead[0] for p in plans if p.lead and p.lead[0]}
-    assert probes == {3, 5}  # the neighbours of k = 4, tried in short runs
+    probes = [p.lead[0] for p in plans if p.lead and p.lead[0]]
+    others = [k for k in range(2, 9) if k != start]
+    # every other k in range is tried once, nearest first, before any is tried again
+    assert sorted(probes[: len(others)]) == others
+    assert [abs(k - start) for k in probes[: len(others)]] == sorted(abs(k - start) for k in others)
 
 
-def test_a_losing_class_goes_off_and_then_only_probes():
+def test_a_losing_class_goes_off_mid_prompt_and_then_only_probes():
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
     engine, ids = PolicyEngine(policy, "s"), itertools.count()
-    _, _, decision = _prompt(engine, "chat", ids, speedup=0.8)
-    assert decision is not None and (decision.speculate_from, decision.speculate_to) == (True, False)
+    first, ks, decisions = _prompt(engine, "chat", ids, speedup=0.8)
+    (decision,) = decisions
+    assert (decision.speculate_from, decision.speculate_to) == (True, False)
+    # 16 plain rounds, 16 at k, the decision, and the rest of the same prompt plain
+    assert ks == [0] * 16 + [first.k] * 16 + [0] * 8
     plans = [_prompt(engine, "chat", ids, speedup=0.8)[0] for _ in range(12)]
     spent = sum(p.lead[1] for p in plans if p.lead) + sum(40 for p in plans if p.k)
-    assert all(p.k == 0 for p in plans) and spent == 3 * 16  # 3 probes of 16 rounds in 12 x 40 rounds
+    probes = (len(plans) + 1) // policy.settings.probe_every  # every probe_every-th prompt of the class
+    assert all(p.k == 0 for p in plans) and spent == probes * 16  # probes of 16 rounds in 12 x 40 rounds

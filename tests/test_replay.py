@@ -141,3 +141,15 @@ async def test_replay_app_plays_a_whole_log_to_the_end():
         await pilot.pause(0.3)
         assert app.state.rounds_seen == sum(isinstance(e, RoundVerified) for e in read_log(POLICY_LOG))
         assert "finished (done)" in app.sub_title
+
+
+def test_explain_reproduces_every_decision_of_a_live_policy_session(live_session):
+    from specmon.policy.explain import explain_log
+
+    explanations = explain_log(live_session.log_path)
+    decisions = [e for e in live_session.events if isinstance(e, Decision)]
+    assert len(explanations) == len(decisions) > 0
+    assert all(e.reproduces for e in explanations), [e.detail for e in explanations if not e.reproduces]
+    # decisions are taken mid-prompt: a round of the same prompt follows the decision
+    events = live_session.events
+    assert any(isinstance(e, Decision) and isinstance(nxt, RoundVerified) for e, nxt in zip(events, events[1:]))

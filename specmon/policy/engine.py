@@ -25,7 +25,9 @@ class ClassState:
     windows: dict[int, collections.deque] = field(default_factory=dict)  # k -> recent Rows
     remeasure_gap: int = 0  # prompts between plain re-measures; doubles while decisions hold
     since_plain: int = 0  # prompts since the last plain re-measure
-    remeasuring: bool = False  # the last prompt re-measured plain decoding
+    remeasuring: bool = False  # a plain re-measure is under way; the next decision judges it
+    fresh: int = 0  # rounds observed since the last decision check
+    probed: dict[int, int] = field(default_factory=dict)  # k -> prompt count when last probed
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,21 @@ class Plan:
 
 
 class Schedule:
-    """Hands out each round's k for one prompt, following its plan."""
+    """Counts one prompt's rounds against its plan's lead run."""
 
     def __init__(self, plan: Plan):
         self.plan = plan
         self.rounds = 0
 
-    def next_k(self) -> int:
-        lead_k, lead_rounds = self.plan.lead or (0, 0)
+    def lead_k(self) -> int | None:
+        """The lead run's k for the next round, or None once the lead run is over."""
         self.rounds += 1
-        return lead_k if self.rounds <= lead_rounds else self.plan.k
+        if self.plan.lead and self.rounds <= self.plan.lead[1]:
+            return self.plan.lead[0]
+        return None
+
+    def lead_over(self) -> bool:
+        return self.plan.lead is None or self.rounds >= self.plan.lead[1]
 
 
 def start_k(cls: PromptClass) -> int:
@@ -101,36 +108,49 @@ class PolicyEngine:
         if s.remeasure_every and st.since_plain >= (st.remeasure_gap or s.remeasure_every):
             st.since_plain, st.remeasuring = 0, True
             return Plan(st.k, "re-measuring plain decoding", (0, short))
-        neighbour = self._neighbour(cls, st)
-        if neighbour is not None and due:
-            return Plan(st.k, f"trying k={neighbour}", (neighbour, short))
+        probe = self._next_probe(cls, st) if due else None
+        if probe is not None:
+            st.probed[probe] = st.prompts
+            return Plan(st.k, f"trying k={probe}", (probe, short))
         return Plan(st.k, "policy")
 
-    def round_k(self, name: str, planned: int) -> int:
-        """k for the next round of a prompt planned at `planned`: a reloaded policy that now
-        says speculate = "off" or "on" for this class takes effect at once."""
+    def round_k(self, name: str, schedule: Schedule) -> int:
+        """k for a prompt's next round: its lead run's, else the class's current decision, which a
+        decision taken mid-prompt or a reloaded policy ("on"/"off") changes at once."""
         cls = self._class(name)
+        lead = schedule.lead_k()
         if cls.speculate == "off":
             return 0
         if cls.speculate == "on":
             return start_k(cls)
-        return planned
+        if lead is not None:
+            return lead
+        st = self.state(name)
+        return st.k if st.speculate else 0
 
-    def _neighbour(self, cls: PromptClass, st: ClassState) -> int | None:
-        """The next k to gather evidence for: the nearer untried or staler neighbour in range."""
+    def _next_probe(self, cls: PromptClass, st: ClassState) -> int | None:
+        """The next other k in range to gather evidence for: untried ones first, nearest first
+        (goodput need not be smooth in k: verify cost depends on the kernel's shape), then the
+        one probed longest ago."""
         if not isinstance(cls.draft_len, DraftLen) or cls.draft_len.adapt == "none":
             return None
-        candidates = [k for k in (st.k - 1, st.k + 1) if cls.draft_len.min <= k <= cls.draft_len.max]
-        return min(candidates, key=lambda k: self._rounds(st, k), default=None)
+        others = [k for k in range(cls.draft_len.min, cls.draft_len.max + 1) if k != st.k]
+        return min(others, key=lambda k: (st.probed.get(k, -1), abs(k - st.k), k), default=None)
 
     # -- evidence and decisions ------------------------------------------------------------
     def observe(self, ev: RoundVerified) -> None:
         st = self.state(ev.prompt_class)
         window = st.windows.setdefault(ev.draft_len, collections.deque(maxlen=self.policy.settings.evidence_window))
         window.append(Row.of(ev))
+        st.fresh += 1
+
+    def decide_due(self, name: str) -> bool:
+        """A decision is checked every min_rounds new rounds of a class, mid-prompt included."""
+        return self.state(name).fresh >= self.policy.settings.min_rounds
 
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)
+        st.fresh = 0
         if cls.speculate != "auto":
             return None
         thresholds = self.thresholds(cls)

@@ -22,8 +22,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     min_rounds: int = 16  # rounds needed at both k and plain before deciding
     min_gain: float = 0.03  # speculation must beat plain goodput by this fraction to stay on
     hysteresis: float = 0.05  # extra gain needed to switch back on, so it does not flap
-    remeasure_every: int = 4  # every Nth prompt of a class starts with a short plain (k = 0) run
-    probe_every: int = 4  # every Nth prompt starts with a short run at another k (or at k while off)
+    remeasure_every: int = 6  # every Nth prompt of a class starts with a short plain (k = 0) run
+    probe_every: int = 3  # every Nth prompt starts with a short run at another k (or at k while off)
 
 
 class DraftLen(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specmon.events.log import read_log
-from specmon.events.schema import Decision, PromptFinished, PromptStarted, RoundVerified
+from specmon.events.schema import Decision, PromptStarted, RoundVerified
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import Policy
 
@@ -52,10 +52,9 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
                     diff.missing.add(wanted)
         elif isinstance(ev, RoundVerified):
             engine.observe(ev)
-        elif isinstance(ev, Decision):
-            diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).logged.append(describe(ev))
-        elif isinstance(ev, PromptFinished):
-            decision = engine.decide(ev.prompt_class)
+            decision = engine.decide(ev.prompt_class) if engine.decide_due(ev.prompt_class) else None
             if decision is not None:
                 diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).other.append(describe(decision))
+        elif isinstance(ev, Decision):
+            diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).logged.append(describe(ev))
     return diffs
