@@ -148,6 +148,17 @@ def test_decide_moves_k_toward_the_best_goodput_not_the_best_acceptance():
     assert (out.speculate, out.k, out.rule) == (True, 2, "draft_len")
 
 
+def test_decide_damps_k_moves_by_k_gain_and_needs_only_plain_rounds_of_plain():
+    damped = {**T, "plain_rounds": 2.0, "k_gain": 0.08}
+    spec = rows(3, 5, 3, 60.0, start=100) + rows(4, 5, 3, 60.0 / 1.05, start=200)  # k=4 is 5% faster
+    assert decide(True, 3, rows(0, 2, 1, 40.0) + spec, damped) is None  # 5% < k_gain; 2 plain rounds do
+    assert decide(True, 3, rows(0, 2, 1, 40.0) + rows(3, 5, 3, 60.0, start=100)
+                  + rows(4, 5, 3, 60.0 / 1.1, start=200), damped).k == 4  # 10% > k_gain
+    # thresholds from a log written before these keys: min_rounds for plain, min_gain for k
+    assert decide(True, 3, rows(0, 2, 1, 40.0) + spec, T) is None
+    assert decide(True, 3, rows(0, 4, 1, 40.0) + spec, T).k == 4
+
+
 def test_decide_waits_for_min_rounds():
     assert decide(True, 4, rows(0, 3, 1, 40.0) + rows(4, 9, 2, 40.0, start=50), T) is None
 
@@ -199,16 +210,16 @@ def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_hold
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
     engine, ids = PolicyEngine(policy, "s"), itertools.count()
     first, ks, decisions = _prompt(engine, "rewrite", ids)
-    start = first.k
-    # the first prompt measures both: min_rounds plain rounds, then speculation at the start k
-    assert first.lead == (0, 16) and ks == [0] * 16 + [start] * 24 and decisions == []
+    start, plain = first.k, policy.settings.plain_rounds
+    # the first prompt measures both: plain_rounds plain rounds, then speculation at the start k
+    assert first.lead == (0, plain) and ks == [0] * plain + [start] * (40 - plain) and decisions == []
     plans = [_prompt(engine, "rewrite", ids)[0] for _ in range(120)]
     remeasures = [i + 2 for i, p in enumerate(plans) if p.lead and p.lead[0] == 0]
     gaps = [b - a for a, b in zip([1] + remeasures, remeasures)]
     base = policy.settings.remeasure_every
     assert gaps[:4] == [base, 2 * base, 4 * base, 8 * base]  # doubling while the decision holds,
     assert all(g == 8 * base for g in gaps[4:])  # capped at 8x
-    assert all(p.lead[1] == 16 for p in plans if p.lead)  # never a whole plain prompt
+    assert all(p.lead[1] == (plain if p.lead[0] == 0 else 16) for p in plans if p.lead)  # short runs only
     probes = [p.lead[0] for p in plans if p.lead and p.lead[0]]
     others = [k for k in range(2, 9) if k != start]
     # every other k in range is tried once, nearest first, before any is tried again
@@ -222,8 +233,8 @@ def test_a_losing_class_goes_off_mid_prompt_and_then_only_probes():
     first, ks, decisions = _prompt(engine, "chat", ids, speedup=0.8)
     (decision,) = decisions
     assert (decision.speculate_from, decision.speculate_to) == (True, False)
-    # 16 plain rounds, 16 at k, the decision, and the rest of the same prompt plain
-    assert ks == [0] * 16 + [first.k] * 16 + [0] * 8
+    # 8 plain rounds, 16 at k, the decision, and the rest of the same prompt plain
+    assert ks == [0] * 8 + [first.k] * 16 + [0] * 16
     plans = [_prompt(engine, "chat", ids, speedup=0.8)[0] for _ in range(12)]
     spent = sum(p.lead[1] for p in plans if p.lead) + sum(40 for p in plans if p.k)
     probes = (len(plans) + 1) // policy.settings.probe_every  # every probe_every-th prompt of the class

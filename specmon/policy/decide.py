@@ -4,8 +4,11 @@ goodput(k) = Σ emitted / Σ round ms over the evidence rounds at draft length k
 - on  -> off when goodput(k) / goodput(0) < 1 + min_gain                      (policy.min_gain)
 - off -> on  when goodput(k) / goodput(0) >= 1 + min_gain + hysteresis         (policy.hysteresis)
 - on, k adapting: move to the k in [k_min, k_max] with the best goodput, if it beats the
-  current k's by min_gain                                                      (classes[i].draft_len)
-Only draft lengths with at least min_rounds rounds in the window count as evidence.
+  current k's by k_gain (min_gain + hysteresis: k's measured on different prompts differ by
+  noise too)                                                                   (classes[i].draft_len)
+Only draft lengths with at least min_rounds rounds in the window count as evidence; plain
+decoding (k = 0) needs plain_rounds. Logs written before these two keys existed carry neither,
+and are re-derived with min_rounds and min_gain, as they were decided.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
     by_k: dict[int, list[Row]] = {}
     for row in rows:
         by_k.setdefault(row.draft_len, []).append(row)
-    enough = {kk: rr for kk, rr in by_k.items() if len(rr) >= thresholds["min_rounds"]}
+    needed = {0: thresholds.get("plain_rounds", thresholds["min_rounds"])}
+    enough = {kk: rr for kk, rr in by_k.items() if len(rr) >= needed.get(kk, thresholds["min_rounds"])}
     if 0 not in enough or k not in enough:
         return None
     rate = {kk: goodput(rr) for kk, rr in enough.items()}
@@ -60,7 +64,7 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
     if speculate and thresholds["adapt"]:
         in_range = sorted(kk for kk in enough if thresholds["k_min"] <= kk <= thresholds["k_max"])
         best = max(in_range, key=lambda kk: rate[kk], default=k)
-        if best != k and rate[best] >= rate[k] * (1 + thresholds["min_gain"]):
+        if best != k and rate[best] >= rate[k] * (1 + thresholds.get("k_gain", thresholds["min_gain"])):
             return _outcome(True, best, "draft_len", rate, enough, sorted({0, k, *in_range}), best)
     return None
 

@@ -1,6 +1,7 @@
 """The policy at run time: classify prompts, plan each prompt's k, gather evidence, decide.
 
-Work per round is one append to a bounded window; deciding runs once per prompt."""
+Work per round is one append to a bounded window; a decision is checked every min_rounds rounds
+of a class, so it can take effect in the middle of a prompt."""
 
 from __future__ import annotations
 
@@ -96,9 +97,9 @@ class PolicyEngine:
         if cls.speculate != "auto":
             return Plan(st.k if cls.speculate == "on" else 0, f"speculate = {cls.speculate}")
         short = s.min_rounds
-        if self._rounds(st, 0) < s.min_rounds:
+        if self._rounds(st, 0) < s.plain_rounds:
             st.since_plain = 0
-            return Plan(st.k, "measuring plain decoding, then speculation", (0, short))
+            return Plan(st.k, "measuring plain decoding, then speculation", (0, s.plain_rounds))
         due = s.probe_every and st.prompts % s.probe_every == 0
         if not st.speculate:
             st.since_plain = 0  # every prompt decodes plainly: the baseline stays fresh
@@ -107,7 +108,7 @@ class PolicyEngine:
             return Plan(st.k, "measuring speculation")
         if s.remeasure_every and st.since_plain >= (st.remeasure_gap or s.remeasure_every):
             st.since_plain, st.remeasuring = 0, True
-            return Plan(st.k, "re-measuring plain decoding", (0, short))
+            return Plan(st.k, "re-measuring plain decoding", (0, s.plain_rounds))
         probe = self._next_probe(cls, st) if due else None
         if probe is not None:
             st.probed[probe] = st.prompts
@@ -145,8 +146,8 @@ class PolicyEngine:
         st.fresh += 1
 
     def decide_due(self, name: str) -> bool:
-        """A decision is checked every min_rounds new rounds of a class, mid-prompt included."""
-        return self.state(name).fresh >= self.policy.settings.min_rounds
+        """A decision is checked every plain_rounds new rounds of a class, mid-prompt included."""
+        return self.state(name).fresh >= self.policy.settings.plain_rounds
 
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)
@@ -156,7 +157,8 @@ class PolicyEngine:
         thresholds = self.thresholds(cls)
         rows = [row for window in st.windows.values() for row in window]
         outcome = decide(st.speculate, st.k, rows, thresholds)
-        enough = min(self._rounds(st, 0), self._rounds(st, st.k)) >= self.policy.settings.min_rounds
+        s = self.policy.settings
+        enough = self._rounds(st, 0) >= s.plain_rounds and self._rounds(st, st.k) >= s.min_rounds
         self._pace_remeasures(st, changed=outcome is not None, confirmed=outcome is None and enough)
         if outcome is None:
             return None
@@ -189,6 +191,7 @@ class PolicyEngine:
         s, k = self.policy.settings, cls.draft_len
         ranged = isinstance(k, DraftLen)
         return {"min_gain": s.min_gain, "hysteresis": s.hysteresis, "min_rounds": float(s.min_rounds),
+                "plain_rounds": float(s.plain_rounds), "k_gain": s.min_gain + s.hysteresis,
                 "adapt": float(ranged and k.adapt == "goodput"),
                 "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k)}
 

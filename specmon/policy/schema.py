@@ -19,11 +19,12 @@ from specmon.errors import SpecmonError
 class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     mode: Literal["enforce", "advise"] = "enforce"
     evidence_window: int = 64  # rounds per (class, k) that a decision looks at
-    min_rounds: int = 16  # rounds needed at both k and plain before deciding
+    min_rounds: int = 16  # rounds needed at a draft length before deciding on it
+    plain_rounds: int = 8  # rounds in each plain re-measure (and needed at k = 0): plain rounds vary little
     min_gain: float = 0.03  # speculation must beat plain goodput by this fraction to stay on
     hysteresis: float = 0.05  # extra gain needed to switch back on, so it does not flap
     remeasure_every: int = 6  # every Nth prompt of a class starts with a short plain (k = 0) run
-    probe_every: int = 3  # every Nth prompt starts with a short run at another k (or at k while off)
+    probe_every: int = 4  # every Nth prompt starts with a short run at another k (or at k while off)
 
 
 class DraftLen(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -107,6 +108,7 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
     s = parsed.policy
     for key, value, ok in [("evidence_window", s.evidence_window, s.evidence_window >= 1),
                            ("min_rounds", s.min_rounds, 1 <= s.min_rounds <= s.evidence_window),
+                           ("plain_rounds", s.plain_rounds, 1 <= s.plain_rounds <= s.evidence_window),
                            ("min_gain", s.min_gain, -1 < s.min_gain < 10), ("hysteresis", s.hysteresis, s.hysteresis >= 0),
                            ("remeasure_every", s.remeasure_every, s.remeasure_every >= 0),
                            ("probe_every", s.probe_every, s.probe_every >= 0)]:
