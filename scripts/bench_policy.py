@@ -3,11 +3,14 @@
 
 The policy decodes the suite --repeat times, learning as it goes; right after each of its
 prompts, the same prompt is decoded at every fixed k (0 = plain) in an order that rotates, so
-drift in the machine's speed falls on the policy and on every fixed k alike. A class's goodput
+drift in the machine's speed falls on the policy and on every fixed k alike. --fixed-passes N
+keeps the fixed k > 0 to the first N passes (slow drafters, long sessions); plain still runs
+beside every policy prompt, so auto/plain stays paired. A class's goodput
 is Σ emitted / Σ round ms over all its rounds, the policy's own plain re-measures and probes
 included. Also prints the policy's own work per round against round time.
 
     python scripts/bench_policy.py --drafter ngram --max-new-tokens 48 --repeat 3
+    python scripts/bench_policy.py --drafter layerskip --max-new-tokens 48 --repeat 6 --fixed-passes 1
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--policy", default="policies/default.toml")
+    parser.add_argument("--fixed-passes", type=int, default=0,
+                        help="run the fixed k > 0 only in the first N passes over the suite (0: all); "
+                             "plain (k = 0) still runs beside every policy prompt")
     args = parser.parse_args()
     profile = load_profile("smollm2-cpu")
     pair = load_pair(profile, DrafterSpec(kind="none"))
@@ -65,7 +71,10 @@ def main() -> int:
         name = next(e.prompt_class for e in reversed(auto_events) if isinstance(e, RoundVerified))
         tokens = pair.tokenizer.encode_chat(prompt.text)
         shift = done % len(ks)
+        passes_done = (done - 1) // len(prompts)
         for k in ks[shift:] + ks[:shift]:
+            if k and args.fixed_passes and passes_done >= args.fixed_passes:
+                continue
             ctx = RoundContext("bench", prompt.id, name, ids)
             decode_prompt(pair.target, drafter, tokens, k, Sampling(), args.max_new_tokens, ctx, fixed[k].append)
         console.print(f"{done}/{len(sequence)} prompts (policy, then k={','.join(map(str, ks))})", highlight=False)

@@ -159,6 +159,15 @@ def test_decide_damps_k_moves_by_k_gain_and_needs_only_plain_rounds_of_plain():
     assert decide(True, 3, rows(0, 4, 1, 40.0) + spec, T).k == 4
 
 
+def test_decide_switches_off_early_only_below_early_off():
+    early = {**T, "plain_rounds": 2.0, "early_off": 0.75}
+    evidence = rows(0, 2, 1, 40.0) + rows(4, 2, 1, 60.0, start=100)  # 2 rounds at k: fewer than min_rounds
+    out = decide(True, 4, evidence, early)
+    assert (out.speculate, out.rule, out.round_ids) == (False, "policy.min_gain", [0, 1, 100, 101])
+    assert decide(True, 4, rows(0, 2, 1, 40.0) + rows(4, 2, 1, 50.0, start=100), early) is None  # 0.8: wait
+    assert decide(True, 4, evidence, {**T, "plain_rounds": 2.0}) is None  # a log from before early_off
+
+
 def test_decide_waits_for_min_rounds():
     assert decide(True, 4, rows(0, 3, 1, 40.0) + rows(4, 9, 2, 40.0, start=50), T) is None
 
@@ -235,7 +244,18 @@ def test_a_losing_class_goes_off_mid_prompt_and_then_only_probes():
     assert (decision.speculate_from, decision.speculate_to) == (True, False)
     # 8 plain rounds, 16 at k, the decision, and the rest of the same prompt plain
     assert ks == [0] * 8 + [first.k] * 16 + [0] * 16
-    plans = [_prompt(engine, "chat", ids, speedup=0.8)[0] for _ in range(12)]
-    spent = sum(p.lead[1] for p in plans if p.lead) + sum(40 for p in plans if p.k)
-    probes = (len(plans) + 1) // policy.settings.probe_every  # every probe_every-th prompt of the class
-    assert all(p.k == 0 for p in plans) and spent == probes * 16  # probes of 16 rounds in 12 x 40 rounds
+    plans = [_prompt(engine, "chat", ids, speedup=0.8)[0] for _ in range(30)]
+    assert all(p.k == 0 for p in plans)
+    probes = [i + 2 for i, p in enumerate(plans) if p.lead]  # prompt numbers, the first prompt being 1
+    every = policy.settings.probe_every
+    assert [b - a for a, b in zip([1] + probes, probes)] == [every, 2 * every, 4 * every]  # backing off
+    assert all(p.lead == (first.k, policy.settings.plain_rounds) for p in plans if p.lead)  # short runs
+
+
+def test_a_draft_length_that_loses_by_far_is_switched_off_early():
+    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    engine, ids = PolicyEngine(policy, "s"), itertools.count()
+    first, ks, (decision,) = _prompt(engine, "rewrite", ids, speedup=0.5)
+    plain = policy.settings.plain_rounds
+    assert ks == [0] * plain + [first.k] * plain + [0] * (40 - 2 * plain)  # off after plain_rounds, not min_rounds
+    assert decision.inputs["ratio"] == pytest.approx(0.5) and len(decision.round_ids) == 2 * plain

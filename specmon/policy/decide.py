@@ -7,7 +7,7 @@ goodput(k) = Σ emitted / Σ round ms over the evidence rounds at draft length k
   current k's by k_gain (min_gain + hysteresis: k's measured on different prompts differ by
   noise too)                                                                   (classes[i].draft_len)
 Only draft lengths with at least min_rounds rounds in the window count as evidence; plain
-decoding (k = 0) needs plain_rounds. Logs written before these two keys existed carry neither,
+decoding (k = 0) needs plain_rounds, and so does switching off a k whose ratio is below early_off. Logs written before these two keys existed carry neither,
 and are re-derived with min_rounds and min_gain, as they were decided.
 """
 
@@ -51,8 +51,10 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
     by_k: dict[int, list[Row]] = {}
     for row in rows:
         by_k.setdefault(row.draft_len, []).append(row)
-    needed = {0: thresholds.get("plain_rounds", thresholds["min_rounds"])}
-    enough = {kk: rr for kk, rr in by_k.items() if len(rr) >= needed.get(kk, thresholds["min_rounds"])}
+    plain_rounds = thresholds.get("plain_rounds", thresholds["min_rounds"])
+    enough = {kk: rr for kk, rr in by_k.items() if len(rr) >= (plain_rounds if kk == 0 else thresholds["min_rounds"])}
+    if speculate and 0 in enough and k not in enough and len(by_k.get(k, ())) >= plain_rounds:
+        return _early_off(k, enough[0], by_k[k], thresholds)
     if 0 not in enough or k not in enough:
         return None
     rate = {kk: goodput(rr) for kk, rr in enough.items()}
@@ -66,6 +68,15 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
         best = max(in_range, key=lambda kk: rate[kk], default=k)
         if best != k and rate[best] >= rate[k] * (1 + thresholds.get("k_gain", thresholds["min_gain"])):
             return _outcome(True, best, "draft_len", rate, enough, sorted({0, k, *in_range}), best)
+    return None
+
+
+def _early_off(k: int, plain: list[Row], spec: list[Row], thresholds: dict[str, float]) -> Outcome | None:
+    """A draft length that loses by far is switched off on plain_rounds rounds, before min_rounds:
+    waiting costs most exactly where speculation costs most (early_off is absent in old logs)."""
+    rate = {0: goodput(plain), k: goodput(spec)}
+    if rate[0] and rate[k] / rate[0] < thresholds.get("early_off", 0.0):
+        return _outcome(False, k, "policy.min_gain", rate, {0: plain, k: spec}, [0, k], k)
     return None
 
 

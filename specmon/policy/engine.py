@@ -18,6 +18,9 @@ from specmon.policy.decide import Row, decide
 from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
 
 
+EARLY_OFF = 0.75  # a k this far behind plain is switched off after plain_rounds rounds, not min_rounds
+
+
 @dataclass
 class ClassState:
     speculate: bool
@@ -28,6 +31,9 @@ class ClassState:
     since_plain: int = 0  # prompts since the last plain re-measure
     remeasuring: bool = False  # a plain re-measure is under way; the next decision judges it
     fresh: int = 0  # rounds observed since the last decision check
+    probe_gap: int = 0  # while off: prompts between probes; doubles while probes confirm "off"
+    since_probe: int = 0  # while off: prompts since the last probe
+    probing: bool = False  # a probe while off is under way; the next decision judges it
     probed: dict[int, int] = field(default_factory=dict)  # k -> prompt count when last probed
 
 
@@ -103,7 +109,11 @@ class PolicyEngine:
         due = s.probe_every and st.prompts % s.probe_every == 0
         if not st.speculate:
             st.since_plain = 0  # every prompt decodes plainly: the baseline stays fresh
-            return Plan(0, "probing speculation while off", (st.k, short)) if due else Plan(0, "speculation off")
+            st.since_probe += 1
+            if s.probe_every and st.since_probe >= (st.probe_gap or s.probe_every):
+                st.since_probe, st.probing = 0, True
+                return Plan(0, "probing speculation while off", (st.k, s.plain_rounds))
+            return Plan(0, "speculation off")
         if self._rounds(st, st.k) < s.min_rounds:
             return Plan(st.k, "measuring speculation")
         if s.remeasure_every and st.since_plain >= (st.remeasure_gap or s.remeasure_every):
@@ -159,7 +169,7 @@ class PolicyEngine:
         outcome = decide(st.speculate, st.k, rows, thresholds)
         s = self.policy.settings
         enough = self._rounds(st, 0) >= s.plain_rounds and self._rounds(st, st.k) >= s.min_rounds
-        self._pace_remeasures(st, changed=outcome is not None, confirmed=outcome is None and enough)
+        self._pace_measures(st, changed=outcome is not None, confirmed=outcome is None and enough)
         if outcome is None:
             return None
         index = self.policy.classes.index(cls)
@@ -177,21 +187,28 @@ class PolicyEngine:
             st.speculate, st.k = outcome.speculate, outcome.k
         return event
 
-    def _pace_remeasures(self, st: ClassState, changed: bool, confirmed: bool) -> None:
-        """A re-measure that confirms the decision doubles the gap to the next (up to 8x
-        remeasure_every); any change goes back to re-measuring every remeasure_every prompts."""
+    def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool) -> None:
+        """A plain re-measure (or, while off, a probe) that confirms the decision doubles the gap
+        to the next, up to 8x remeasure_every (probe_every); any change resets both gaps."""
         base = self.policy.settings.remeasure_every
         if changed:
             st.remeasure_gap = base
         elif st.remeasuring and confirmed:
             st.remeasure_gap = min(2 * (st.remeasure_gap or base), 8 * base)
         st.remeasuring = False
+        probe_base = self.policy.settings.probe_every
+        if changed:
+            st.probe_gap, st.since_probe = probe_base, 0
+        elif st.probing and confirmed:
+            st.probe_gap = min(2 * (st.probe_gap or probe_base), 8 * probe_base)
+        st.probing = False
 
     def thresholds(self, cls: PromptClass) -> dict[str, float]:
         s, k = self.policy.settings, cls.draft_len
         ranged = isinstance(k, DraftLen)
         return {"min_gain": s.min_gain, "hysteresis": s.hysteresis, "min_rounds": float(s.min_rounds),
                 "plain_rounds": float(s.plain_rounds), "k_gain": s.min_gain + s.hysteresis,
+                "early_off": EARLY_OFF,
                 "adapt": float(ranged and k.adapt == "goodput"),
                 "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k)}
 
