@@ -222,7 +222,7 @@ def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_hold
     start, plain = first.k, policy.settings.plain_rounds
     # the first prompt measures both: plain_rounds plain rounds, then speculation at the start k
     assert first.lead == (0, plain) and ks == [0] * plain + [start] * (40 - plain) and decisions == []
-    plans = [_prompt(engine, "rewrite", ids)[0] for _ in range(120)]
+    plans = [_prompt(engine, "rewrite", ids)[0] for _ in range(200)]
     remeasures = [i + 2 for i, p in enumerate(plans) if p.lead and p.lead[0] == 0]
     gaps = [b - a for a, b in zip([1] + remeasures, remeasures)]
     base = policy.settings.remeasure_every
@@ -231,6 +231,9 @@ def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_hold
     assert all(p.lead[1] == (plain if p.lead[0] == 0 else 16) for p in plans if p.lead)  # short runs only
     probes = [p.lead[0] for p in plans if p.lead and p.lead[0]]
     others = [k for k in range(2, 9) if k != start]
+    at = [i + 2 for i, p in enumerate(plans) if p.lead and p.lead[0]]
+    every = policy.settings.probe_every
+    assert [b - a for a, b in zip([1] + at, at)][:5] == [every, 2 * every, 4 * every, 8 * every, 8 * every]
     # every other k in range is tried once, nearest first, before any is tried again
     assert sorted(probes[: len(others)]) == others
     assert [abs(k - start) for k in probes[: len(others)]] == sorted(abs(k - start) for k in others)

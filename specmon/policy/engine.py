@@ -31,9 +31,9 @@ class ClassState:
     since_plain: int = 0  # prompts since the last plain re-measure
     remeasuring: bool = False  # a plain re-measure is under way; the next decision judges it
     fresh: int = 0  # rounds observed since the last decision check
-    probe_gap: int = 0  # while off: prompts between probes; doubles while probes confirm "off"
-    since_probe: int = 0  # while off: prompts since the last probe
-    probing: bool = False  # a probe while off is under way; the next decision judges it
+    probe_gap: int = 0  # prompts between probes (of k while off, of other k while on); doubles while they confirm
+    since_probe: int = 0  # prompts since the last probe
+    probing: bool = False  # a probe is under way; the next decision judges it
     probed: dict[int, int] = field(default_factory=dict)  # k -> prompt count when last probed
 
 
@@ -106,11 +106,11 @@ class PolicyEngine:
         if self._rounds(st, 0) < s.plain_rounds:
             st.since_plain = 0
             return Plan(st.k, "measuring plain decoding, then speculation", (0, s.plain_rounds))
-        due = s.probe_every and st.prompts % s.probe_every == 0
+        st.since_probe += 1
+        due = s.probe_every and st.since_probe >= (st.probe_gap or s.probe_every)
         if not st.speculate:
             st.since_plain = 0  # every prompt decodes plainly: the baseline stays fresh
-            st.since_probe += 1
-            if s.probe_every and st.since_probe >= (st.probe_gap or s.probe_every):
+            if due:
                 st.since_probe, st.probing = 0, True
                 return Plan(0, "probing speculation while off", (st.k, s.plain_rounds))
             return Plan(0, "speculation off")
@@ -122,6 +122,7 @@ class PolicyEngine:
         probe = self._next_probe(cls, st) if due else None
         if probe is not None:
             st.probed[probe] = st.prompts
+            st.since_probe, st.probing = 0, True
             return Plan(st.k, f"trying k={probe}", (probe, short))
         return Plan(st.k, "policy")
 
@@ -188,8 +189,8 @@ class PolicyEngine:
         return event
 
     def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool) -> None:
-        """A plain re-measure (or, while off, a probe) that confirms the decision doubles the gap
-        to the next, up to 8x remeasure_every (probe_every); any change resets both gaps."""
+        """A plain re-measure or a probe that confirms the decision doubles the gap to the next
+        of its kind, up to 8x remeasure_every (probe_every); any change resets both gaps."""
         base = self.policy.settings.remeasure_every
         if changed:
             st.remeasure_gap = base
