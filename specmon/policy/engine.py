@@ -1,7 +1,7 @@
 """The policy at run time: classify prompts, plan each prompt's k, gather evidence, decide.
 
-Work per round is one append to a bounded window; a decision is checked every min_rounds rounds
-of a class, so it can take effect in the middle of a prompt."""
+Work per round is one append to a bounded window; a decision is checked every plain_rounds
+rounds of a class, so it can take effect in the middle of a prompt."""
 
 from __future__ import annotations
 
@@ -95,8 +95,8 @@ class PolicyEngine:
 
     def plan(self, name: str) -> Plan:
         """This class's next prompt: the policy's k, with a short plain re-measure or a probe of
-        another k first when one is due. Measuring in short runs of min_rounds rounds, not whole
-        prompts, keeps what learning costs small next to what the decision gains."""
+        another k first when one is due. Measuring in short runs (plain_rounds plain rounds,
+        min_rounds at another k), not whole prompts, keeps what learning costs small."""
         cls, st, s = self._class(name), self.state(name), self.policy.settings
         st.prompts += 1
         st.since_plain += 1
