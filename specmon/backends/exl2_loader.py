@@ -14,7 +14,7 @@ import torch
 
 from specmon.backends.exl2 import Exl2Drafter, Exl2Target
 from specmon.backends.hf_folder import folder_for_gguf, read_hf_config
-from specmon.backends.loader import Pair
+from specmon.backends.loader import Pair, check_same_vocab
 from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
 from specmon.errors import SpecmonError
 from specmon.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
@@ -83,14 +83,6 @@ def draft_folder(spec: DrafterSpec, profile: Profile, tokenizer: ChatTokenizer) 
     folder = model_folder(spec.target, profile)
     check_same_vocab(tokenizer, load_hf_tokenizer(folder), folder, profile)
     return folder
-
-
-def check_same_vocab(target: ChatTokenizer, draft: ChatTokenizer, draft_dir: Path, profile: Profile) -> None:
-    if target.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
-        raise SpecmonError(
-            f"profile {profile.source}: draft vocabulary ({draft.vocab_size} tokens, {draft_dir.name}) differs "
-            f"from the target's ({target.vocab_size} tokens); pick a draft of the same family"
-        )
 
 
 def cuda_problem(torch_version: str, torch_cuda: str | None, device_count: int) -> str | None:

@@ -57,13 +57,17 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget,
             raise SpecmonError(f"profile {profile.source}: drafter.layers must be 1..{target.model.cfg.n_layers - 1}")
         return LayerSkipDrafter(target, spec.layers)
     draft_path = resolve_model_path(spec.target, profile)
-    draft_tok = cached_tokenizer(draft_path)
-    if draft_tok.tokenizer.get_vocab() != tokenizer.tokenizer.get_vocab():
-        raise SpecmonError(
-            f"profile {profile.source}: draft vocabulary ({draft_tok.vocab_size} tokens, {draft_path.name}) "
-            f"differs from the target's ({tokenizer.vocab_size} tokens); pick a draft of the same family"
-        )
+    check_same_vocab(tokenizer, cached_tokenizer(draft_path), draft_path, profile)
     return ModelDrafter(_model(profile, spec.target, draft_path), name=f"model:{spec.target.describe()}")
+
+
+def check_same_vocab(target: ChatTokenizer, draft: ChatTokenizer, draft_path: Path, profile: Profile) -> None:
+    """Draft and target must share one vocabulary (every backend): token ids are compared as they are."""
+    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
+        raise SpecmonError(
+            f"profile {profile.source}: draft vocabulary ({draft.vocab_size} tokens, {draft_path.name}) "
+            f"differs from the target's ({target.vocab_size} tokens); pick a draft of the same family"
+        )
 
 
 def _check_device(device: str) -> None:
