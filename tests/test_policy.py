@@ -159,13 +159,33 @@ def test_decide_damps_k_moves_by_k_gain_and_needs_only_plain_rounds_of_plain():
     assert decide(True, 3, rows(0, 4, 1, 40.0) + spec, T).k == 4
 
 
-def test_decide_switches_off_early_only_below_early_off():
-    early = {**T, "plain_rounds": 2.0, "early_off": 0.75}
-    evidence = rows(0, 2, 1, 40.0) + rows(4, 2, 1, 60.0, start=100)  # 2 rounds at k: fewer than min_rounds
-    out = decide(True, 4, evidence, early)
+def test_decide_switches_off_early_when_even_perfect_rounds_would_not_pay():
+    early = {**T, "min_rounds": 16.0, "plain_rounds": 2.0, "early_rounds": 4.0}
+    plain = rows(0, 2, 1, 40.0)  # 25 tokens/s
+    # 4 unlucky rounds at k=7, 1.5x a plain round each: 2 perfect ones would make it 2.2x plain
+    assert decide(True, 7, plain + rows(7, 4, 1, 60.0, start=100), early) is None
+    # the same at k=1: (4 + 2 * 2) / 6 rounds of 60 ms is 0.89x plain, so off on 4 rounds
+    out = decide(True, 1, plain + rows(1, 4, 1, 60.0, start=100), early)
+    assert (out.speculate, out.rule) == (False, "policy.min_gain")
+    assert out.inputs["ratio"] == pytest.approx(8 / 360 / (1 / 40)) and out.round_ids == [0, 1, 100, 101, 102, 103]
+    assert decide(True, 1, plain + rows(1, 3, 1, 60.0, start=100), early) is None  # fewer than early_rounds
+
+
+def test_decide_rederives_the_early_off_of_older_logs_by_their_rule():
+    legacy = {**T, "plain_rounds": 2.0, "early_off": 0.75}
+    evidence = rows(0, 2, 1, 40.0) + rows(4, 2, 1, 60.0, start=100)
+    out = decide(True, 4, evidence, legacy)
     assert (out.speculate, out.rule, out.round_ids) == (False, "policy.min_gain", [0, 1, 100, 101])
-    assert decide(True, 4, rows(0, 2, 1, 40.0) + rows(4, 2, 1, 50.0, start=100), early) is None  # 0.8: wait
-    assert decide(True, 4, evidence, {**T, "plain_rounds": 2.0}) is None  # a log from before early_off
+    assert decide(True, 4, rows(0, 2, 1, 40.0) + rows(4, 2, 1, 50.0, start=100), legacy) is None  # 0.8
+    assert decide(True, 4, evidence, {**T, "plain_rounds": 2.0}) is None  # a log from before either
+
+
+def test_decide_switches_back_on_at_the_best_k_with_evidence():
+    evidence = rows(0, 4, 1, 40.0) + rows(2, 4, 2, 60.0, start=100) + rows(4, 4, 4, 80.0, start=200)
+    out = decide(False, 6, evidence, T)  # off at k=6, probes measured k=2 (1.33x) and k=4 (2x)
+    assert (out.speculate, out.k, out.rule) == (True, 4, "policy.hysteresis")
+    assert out.round_ids == [0, 1, 2, 3, 200, 201, 202, 203]
+    assert decide(False, 6, evidence, {**T, "adapt": 0.0, "k_min": 6.0, "k_max": 6.0}) is None  # fixed k
 
 
 def test_decide_waits_for_min_rounds():
@@ -200,16 +220,18 @@ def _round(rid, name, k, emitted, ms):
                          sampling=Sampling(), mem_bytes=0)
 
 
-def _prompt(engine, name, ids, rounds=40, speedup=1.5):
-    """Decode one synthetic prompt as a policy session does: k > 0 emits `speedup` x plain's tokens
-    per ms; a decision is checked when due, outside the lead run."""
+def _prompt(engine, name, ids, rounds=40, speedup=1.5, emitted=3):
+    """Decode one synthetic prompt as a policy session does: a round at k > 0 emits up to
+    `emitted` tokens in 20 ms, and k = `emitted` - 1 is `speedup` x plain's goodput; a decision
+    is checked when due, outside the lead run."""
     plan = engine.plan(name)
     schedule = Schedule(plan)
     ks, decisions = [], []
     for _ in range(rounds):
         k = engine.round_k(name, schedule)
         ks.append(k)
-        engine.observe(_round(next(ids), name, k, 3 if k else 1, 20.0 if k else 20.0 * speedup / 3))
+        engine.observe(_round(next(ids), name, k, min(emitted, k + 1) if k else 1,
+                              20.0 if k else 20.0 * speedup / emitted))
         if schedule.lead_over() and engine.decide_due(name):
             decisions.append(engine.decide(name))
     return plan, ks, [d for d in decisions if d is not None]
@@ -239,26 +261,59 @@ def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_hold
     assert [abs(k - start) for k in probes[: len(others)]] == sorted(abs(k - start) for k in others)
 
 
-def test_a_losing_class_goes_off_mid_prompt_and_then_only_probes():
+def test_a_probe_cut_short_by_the_end_of_a_prompt_is_finished_first():
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
     engine, ids = PolicyEngine(policy, "s"), itertools.count()
-    first, ks, decisions = _prompt(engine, "chat", ids, speedup=0.8)
+    plans = [_prompt(engine, "rewrite", ids, rounds=10)[0] for _ in range(40)]
+    probes = [p.lead for p in plans if p.lead and p.lead[0]]
+    # 10-round prompts end a 16-round probe after 10: the next probe finishes that k's 16
+    assert probes[0] == (6, 16) and probes[1] == (6, 6)
+
+
+def test_a_narrowly_losing_class_goes_off_at_min_rounds_and_then_only_probes_its_cheapest_k():
+    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    engine, ids = PolicyEngine(policy, "s"), itertools.count()
+    first, ks, decisions = _prompt(engine, "chat", ids, speedup=0.97, emitted=2)
     (decision,) = decisions
     assert (decision.speculate_from, decision.speculate_to) == (True, False)
-    # 8 plain rounds, 16 at k, the decision, and the rest of the same prompt plain
+    # 8 plain rounds, 16 at k (a 3% loss passes the early test), the decision, the rest plain
     assert ks == [0] * 8 + [first.k] * 16 + [0] * 16
-    plans = [_prompt(engine, "chat", ids, speedup=0.8)[0] for _ in range(30)]
+    assert decision.inputs["ratio"] == pytest.approx(0.97)
+    plans = [_prompt(engine, "chat", ids, speedup=0.97, emitted=2)[0] for _ in range(30)]
     assert all(p.k == 0 for p in plans)
     probes = [i + 2 for i, p in enumerate(plans) if p.lead]  # prompt numbers, the first prompt being 1
     every = policy.settings.probe_every
     assert [b - a for a, b in zip([1] + probes, probes)] == [every, 2 * every, 4 * every]  # backing off
-    assert all(p.lead == (first.k, policy.settings.plain_rounds) for p in plans if p.lead)  # short runs
+    k_min = policy.classes[-1].draft_len.min
+    assert all(p.lead == (k_min, 4) for p in plans if p.lead)  # the cheapest k, 4 rounds: it cannot pay
 
 
-def test_a_draft_length_that_loses_by_far_is_switched_off_early():
+def test_a_draft_length_that_loses_by_far_is_switched_off_after_four_rounds():
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
     engine, ids = PolicyEngine(policy, "s"), itertools.count()
     first, ks, (decision,) = _prompt(engine, "rewrite", ids, speedup=0.5)
     plain = policy.settings.plain_rounds
-    assert ks == [0] * plain + [first.k] * plain + [0] * (40 - 2 * plain)  # off after plain_rounds, not min_rounds
-    assert decision.inputs["ratio"] == pytest.approx(0.5) and len(decision.round_ids) == 2 * plain
+    assert ks == [0] * plain + [first.k] * 4 + [0] * (40 - plain - 4)  # not min_rounds
+    k = first.k
+    assert decision.inputs[f"goodput_k{k}"] / decision.inputs["goodput_k0"] == pytest.approx(0.5)
+    # even were 2 more rounds to emit k + 1 tokens: (4 * 3 + 2 * 8) / 6 rounds, against plain's 6 per 20 ms
+    assert decision.inputs["ratio"] == pytest.approx((4 * 3 + 2 * (k + 1)) / 6 / 6)
+    assert len(decision.round_ids) == plain + 4
+
+
+def test_a_class_switched_off_comes_back_on_when_its_probes_win():
+    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    engine, ids = PolicyEngine(policy, "s"), itertools.count()
+    _prompt(engine, "chat", ids, speedup=0.5)
+    assert not engine.state("chat").speculate
+    plans, found = [], []
+    for _ in range(6):
+        plan, ks, decisions = _prompt(engine, "chat", ids, speedup=2.0, emitted=2)
+        plans.append(plan)
+        found += decisions
+    k_min = policy.classes[-1].draft_len.min
+    # prompt 5 probes the cheapest k for 4 rounds; they could pay, so prompt 6 finishes its 16
+    assert [p.lead for p in plans[:5]] == [None, None, None, (k_min, 4), (k_min, 12)]
+    (on,) = found
+    assert (on.speculate_to, on.k_to, on.rule_key) == (True, k_min, "policy.hysteresis")
+    assert plans[5].k == k_min

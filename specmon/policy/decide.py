@@ -2,18 +2,26 @@
 
 goodput(k) = Σ emitted / Σ round ms over the evidence rounds at draft length k (k = 0 is plain).
 - on  -> off when goodput(k) / goodput(0) < 1 + min_gain                      (policy.min_gain)
-- off -> on  when goodput(k) / goodput(0) >= 1 + min_gain + hysteresis         (policy.hysteresis)
+- off -> on  when goodput(k) / goodput(0) >= 1 + min_gain + hysteresis, for the best
+  k in range that has evidence                                                 (policy.hysteresis)
 - on, k adapting: move to the k in [k_min, k_max] with the best goodput, if it beats the
-  current k's by k_gain (min_gain + hysteresis: k's measured on different prompts differ by
-  noise too)                                                                   (classes[i].draft_len)
+  current k's by k_gain (min_gain + hysteresis: k's measured on different prompts also differ
+  by the prompts)                                                              (classes[i].draft_len)
 Only draft lengths with at least min_rounds rounds in the window count as evidence; plain
-decoding (k = 0) needs plain_rounds, and so does switching off a k whose ratio is below early_off. Logs written before these two keys existed carry neither,
-and are re-derived with min_rounds and min_gain, as they were decided.
+decoding (k = 0) needs plain_rounds.
+- early off: after early_rounds rounds at k, off already if k would lose even were the next
+  OPTIMISM rounds to accept every draft token; waiting for min_rounds costs most exactly
+  where speculation costs most                                                 (policy.min_gain)
+Logs from before a key existed carry no such threshold and are re-derived by the rules they
+were decided by: no plain_rounds -> min_rounds; no k_gain -> min_gain; early_off (a ratio,
+checked at plain_rounds) instead of early_rounds; neither -> no early off.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+OPTIMISM = 2  # early off pretends this many more rounds at k accepted every draft token
 
 
 @dataclass(frozen=True)
@@ -53,29 +61,54 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
         by_k.setdefault(row.draft_len, []).append(row)
     plain_rounds = thresholds.get("plain_rounds", thresholds["min_rounds"])
     enough = {kk: rr for kk, rr in by_k.items() if len(rr) >= (plain_rounds if kk == 0 else thresholds["min_rounds"])}
-    if speculate and 0 in enough and k not in enough and len(by_k.get(k, ())) >= plain_rounds:
+    if speculate and 0 in enough and k not in enough and k in by_k:
         return _early_off(k, enough[0], by_k[k], thresholds)
-    if 0 not in enough or k not in enough:
+    if 0 not in enough:
         return None
     rate = {kk: goodput(rr) for kk, rr in enough.items()}
+    in_range = sorted(kk for kk in enough if thresholds["k_min"] <= kk <= thresholds["k_max"])
+    if not speculate:
+        best = max(in_range, key=lambda kk: rate[kk], default=k) if thresholds["adapt"] else k
+        if best in enough and rate[best] >= rate[0] * (1 + thresholds["min_gain"] + thresholds["hysteresis"]):
+            return _outcome(True, best, "policy.hysteresis", rate, enough, [0, best], best)
+        return None
+    if k not in enough:
+        return None
     ratio = rate[k] / rate[0] if rate[0] else 0.0
-    if speculate and ratio < 1 + thresholds["min_gain"]:
+    if ratio < 1 + thresholds["min_gain"]:
         return _outcome(False, k, "policy.min_gain", rate, enough, [0, k], k)
-    if not speculate and ratio >= 1 + thresholds["min_gain"] + thresholds["hysteresis"]:
-        return _outcome(True, k, "policy.hysteresis", rate, enough, [0, k], k)
-    if speculate and thresholds["adapt"]:
-        in_range = sorted(kk for kk in enough if thresholds["k_min"] <= kk <= thresholds["k_max"])
+    if thresholds["adapt"]:
         best = max(in_range, key=lambda kk: rate[kk], default=k)
         if best != k and rate[best] >= rate[k] * (1 + thresholds.get("k_gain", thresholds["min_gain"])):
             return _outcome(True, best, "draft_len", rate, enough, sorted({0, k, *in_range}), best)
     return None
 
 
+def optimistic_goodput(k: int, rows: list[Row]) -> float:
+    """Goodput at k were the next OPTIMISM rounds, at these rounds' mean cost, to accept every
+    draft token: a few unlucky rounds cannot push this below plain, a weak drafter soon does."""
+    ms = sum(r.round_ms for r in rows)
+    extra = OPTIMISM * ms / len(rows)
+    return (sum(r.emitted for r in rows) + OPTIMISM * (k + 1)) / (ms + extra) if ms > 0 else 0.0
+
+
 def _early_off(k: int, plain: list[Row], spec: list[Row], thresholds: dict[str, float]) -> Outcome | None:
-    """A draft length that loses by far is switched off on plain_rounds rounds, before min_rounds:
-    waiting costs most exactly where speculation costs most (early_off is absent in old logs)."""
+    """Off before min_rounds rounds at k when even an optimistic estimate loses (early_rounds);
+    logs from before it used a plain ratio below early_off at plain_rounds rounds."""
     rate = {0: goodput(plain), k: goodput(spec)}
-    if rate[0] and rate[k] / rate[0] < thresholds.get("early_off", 0.0):
+    if not rate[0]:
+        return None
+    if "early_rounds" in thresholds:
+        if len(spec) < thresholds["early_rounds"]:
+            return None
+        hope = optimistic_goodput(k, spec)
+        if hope >= rate[0] * (1 + thresholds["min_gain"]):
+            return None
+        outcome = _outcome(False, k, "policy.min_gain", rate, {0: plain, k: spec}, [0, k], k)
+        outcome.inputs[f"optimistic_k{k}"] = hope
+        outcome.inputs["ratio"] = hope / rate[0]
+        return outcome
+    if len(spec) >= thresholds.get("plain_rounds", thresholds["min_rounds"]) and rate[k] / rate[0] < thresholds.get("early_off", 0.0):
         return _outcome(False, k, "policy.min_gain", rate, {0: plain, k: spec}, [0, k], k)
     return None
 

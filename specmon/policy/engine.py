@@ -14,11 +14,11 @@ from pathlib import Path
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
-from specmon.policy.decide import Row, decide
+from specmon.policy.decide import Row, decide, goodput, optimistic_goodput
 from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
 
 
-EARLY_OFF = 0.75  # a k this far behind plain is switched off after plain_rounds rounds, not min_rounds
+EARLY_ROUNDS = 4  # rounds at a k before the optimistic early-off test, and the length of a first probe while off
 
 
 @dataclass
@@ -110,10 +110,7 @@ class PolicyEngine:
         due = s.probe_every and st.since_probe >= (st.probe_gap or s.probe_every)
         if not st.speculate:
             st.since_plain = 0  # every prompt decodes plainly: the baseline stays fresh
-            if due:
-                st.since_probe, st.probing = 0, True
-                return Plan(0, "probing speculation while off", (st.k, s.plain_rounds))
-            return Plan(0, "speculation off")
+            return self._plan_off(cls, st, due)
         if self._rounds(st, st.k) < s.min_rounds:
             return Plan(st.k, "measuring speculation")
         if s.remeasure_every and st.since_plain >= (st.remeasure_gap or s.remeasure_every):
@@ -123,8 +120,33 @@ class PolicyEngine:
         if probe is not None:
             st.probed[probe] = st.prompts
             st.since_probe, st.probing = 0, True
-            return Plan(st.k, f"trying k={probe}", (probe, short))
+            rounds = s.min_rounds - self._rounds(st, probe)
+            return Plan(st.k, f"trying k={probe}", (probe, rounds if rounds > 0 else s.min_rounds))
         return Plan(st.k, "policy")
+
+    def _plan_off(self, cls: PromptClass, st: ClassState, due: bool) -> Plan:
+        """While off, probe at the cheapest k (the range's least): first EARLY_ROUNDS rounds, and
+        only if those could still beat plain, the rest of min_rounds, at once."""
+        k, s = self._off_probe_k(cls, st), self.policy.settings
+        have = self._rounds(st, k)
+        if EARLY_ROUNDS <= have < s.min_rounds and self._hopeful(st, k):
+            st.since_probe, st.probing = 0, True
+            return Plan(0, f"probing k={k} while off: its first rounds could pay", (k, s.min_rounds - have))
+        if due:
+            st.since_probe, st.probing = 0, True
+            rounds = s.plain_rounds if have >= s.min_rounds else EARLY_ROUNDS
+            return Plan(0, f"probing k={k} while off", (k, rounds))
+        return Plan(0, "speculation off")
+
+    @staticmethod
+    def _off_probe_k(cls: PromptClass, st: ClassState) -> int:
+        ranged = isinstance(cls.draft_len, DraftLen) and cls.draft_len.adapt != "none"
+        return cls.draft_len.min if ranged else st.k
+
+    def _hopeful(self, st: ClassState, k: int) -> bool:
+        """k's rounds so far could still beat plain (the early-off test, passed)."""
+        spec, plain = list(st.windows.get(k, ())), list(st.windows.get(0, ()))
+        return bool(spec and plain) and optimistic_goodput(k, spec) >= goodput(plain) * (1 + self.policy.settings.min_gain)
 
     def round_k(self, name: str, schedule: Schedule) -> int:
         """k for a prompt's next round: its lead run's, else the class's current decision, which a
@@ -141,13 +163,14 @@ class PolicyEngine:
         return st.k if st.speculate else 0
 
     def _next_probe(self, cls: PromptClass, st: ClassState) -> int | None:
-        """The next other k in range to gather evidence for: untried ones first, nearest first
-        (goodput need not be smooth in k: verify cost depends on the kernel's shape), then the
-        one probed longest ago."""
+        """The next other k in range to gather evidence for: one whose evidence a short prompt
+        cut off first, then untried ones, nearest first (goodput need not be smooth in k: verify
+        cost depends on the kernel's shape), then the one probed longest ago."""
         if not isinstance(cls.draft_len, DraftLen) or cls.draft_len.adapt == "none":
             return None
         others = [k for k in range(cls.draft_len.min, cls.draft_len.max + 1) if k != st.k]
-        return min(others, key=lambda k: (st.probed.get(k, -1), abs(k - st.k), k), default=None)
+        short = {k for k in others if 0 < self._rounds(st, k) < self.policy.settings.min_rounds}
+        return min(others, key=lambda k: (k not in short, st.probed.get(k, -1), abs(k - st.k), k), default=None)
 
     # -- evidence and decisions ------------------------------------------------------------
     def observe(self, ev: RoundVerified) -> None:
@@ -157,8 +180,11 @@ class PolicyEngine:
         st.fresh += 1
 
     def decide_due(self, name: str) -> bool:
-        """A decision is checked every plain_rounds new rounds of a class, mid-prompt included."""
-        return self.state(name).fresh >= self.policy.settings.plain_rounds
+        """A decision is checked every plain_rounds new rounds of a class, mid-prompt included;
+        every EARLY_ROUNDS while speculation's k has no more than min_rounds (early off)."""
+        st, s = self.state(name), self.policy.settings
+        early = st.speculate and self._rounds(st, st.k) <= s.min_rounds
+        return st.fresh >= (EARLY_ROUNDS if early else s.plain_rounds)
 
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)
@@ -168,9 +194,7 @@ class PolicyEngine:
         thresholds = self.thresholds(cls)
         rows = [row for window in st.windows.values() for row in window]
         outcome = decide(st.speculate, st.k, rows, thresholds)
-        s = self.policy.settings
-        enough = self._rounds(st, 0) >= s.plain_rounds and self._rounds(st, st.k) >= s.min_rounds
-        self._pace_measures(st, changed=outcome is not None, confirmed=outcome is None and enough)
+        self._pace_measures(st, changed=outcome is not None, confirmed=outcome is None and self._judged(cls, st))
         if outcome is None:
             return None
         index = self.policy.classes.index(cls)
@@ -187,6 +211,18 @@ class PolicyEngine:
         if applied:
             st.speculate, st.k = outcome.speculate, outcome.k
         return event
+
+    def _judged(self, cls: PromptClass, st: ClassState) -> bool:
+        """The evidence gives a verdict: while on, enough rounds of plain and of k; while off,
+        the probe's k has either failed the early-off test or has min_rounds rounds."""
+        s = self.policy.settings
+        if self._rounds(st, 0) < s.plain_rounds:
+            return False
+        if st.speculate:
+            return self._rounds(st, st.k) >= s.min_rounds
+        k = self._off_probe_k(cls, st)
+        have = self._rounds(st, k)
+        return have >= s.min_rounds or (have >= EARLY_ROUNDS and not self._hopeful(st, k))
 
     def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool) -> None:
         """A plain re-measure or a probe that confirms the decision doubles the gap to the next
@@ -209,7 +245,7 @@ class PolicyEngine:
         ranged = isinstance(k, DraftLen)
         return {"min_gain": s.min_gain, "hysteresis": s.hysteresis, "min_rounds": float(s.min_rounds),
                 "plain_rounds": float(s.plain_rounds), "k_gain": s.min_gain + s.hysteresis,
-                "early_off": EARLY_OFF,
+                "early_rounds": float(EARLY_ROUNDS),
                 "adapt": float(ranged and k.adapt == "goodput"),
                 "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k)}
 
