@@ -10,9 +10,9 @@ from pathlib import Path
 
 import msgspec
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-from specmon import __version__, modelstore
+from specmon import __version__
+from specmon.cli_models import add_models, cmd_models
 from specmon.engine.prompts import builtin_suite, load_prompts
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
@@ -53,19 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run(sub)
-    models = sub.add_parser("models", help="list or pull the embedded models").add_subparsers(
-        dest="models_command", required=True, metavar="ACTION")
-    models.add_parser("list", help="embedded models and whether each is here")
-    pull = models.add_parser("pull", help="copy an embedded model into the cache, checked by sha256")
-    pull.add_argument("name", nargs="?", default=modelstore.SMOLLM2.name)
-    export = models.add_parser(
-        "export", help="write a model as a Hugging Face folder (for ExLlamaV2 or the torch backend)",
-        description="Write config.json, model.safetensors, tokenizer.json and tokenizer_config.json. "
-                    "--layers N keeps the first N layers: a small draft model of the same family.")
-    export.add_argument("source", help="an embedded model name or a .gguf file")
-    export.add_argument("out", type=Path, help="folder to write (replaced atomically)")
-    export.add_argument("--layers", type=int, default=0, help="keep only the first N layers (default: all)")
-    export.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], default="float16")
+    add_models(sub)
     attach = sub.add_parser(
         "attach", help="watch a running session from another terminal or SSH login",
         description="Receive a session's history, then its live events. TARGET is a Unix socket "
@@ -186,40 +174,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specmon: interrupted; the session log keeps every finished round", file=sys.stderr)
         return 130
-
-
-def cmd_models(args) -> int:
-    if args.models_command == "list":
-        for model in modelstore.EMBEDDED.values():
-            try:
-                where = str(modelstore.resolve(model.name))
-            except SpecmonError:
-                where = "not pulled (specmon models pull)"
-            out.print(f"{model.name}  {model.package}=={model.version}  {where}", highlight=False)
-        return 0
-    if args.models_command == "export":
-        return _export_model(args)
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=err) as bar:
-        task = bar.add_task(f"pull {args.name}", total=None)
-        path = modelstore.pull(args.name, lambda done, total: bar.update(task, completed=done, total=total))
-    out.print(f"{args.name}: {path} (sha256 checked)", highlight=False)
-    return 0
-
-
-def _export_model(args) -> int:
-    from specmon.backends.hf_folder import export_hf_folder  # loads torch
-
-    source = Path(args.source)
-    if not source.suffix == ".gguf":
-        source = modelstore.resolve(args.source)
-    elif not source.exists():
-        raise SpecmonError(f"{source}: no such file")
-    with err.status(f"writing {args.out} ({args.dtype}{f', first {args.layers} layers' if args.layers else ''})"):
-        folder = export_hf_folder(source, args.out.expanduser(), args.layers, args.dtype)
-    size = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
-    out.print(f"{folder}: {size:.0f} MiB (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)",
-              highlight=False)
-    return 0
 
 
 def cmd_run(args) -> int:
