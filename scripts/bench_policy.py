@@ -11,6 +11,8 @@ included. Also prints the policy's own work per round against round time.
 
     python scripts/bench_policy.py --drafter ngram --max-new-tokens 48 --repeat 3
     python scripts/bench_policy.py --drafter layerskip --max-new-tokens 48 --repeat 6 --fixed-passes 1
+
+--log PATH keeps the policy run's events, for `specmon policy explain PATH` and `specmon replay`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import itertools
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -27,6 +30,7 @@ from specmon.backends.loader import load_pair
 from specmon.engine.prompts import builtin_suite
 from specmon.engine.rounds import RoundContext, decode_prompt
 from specmon.engine.session import RunSettings
+from specmon.events.log import LogWriter
 from specmon.events.schema import RoundVerified, Sampling
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
@@ -50,6 +54,7 @@ def main() -> int:
     parser.add_argument("--fixed-passes", type=int, default=0,
                         help="run the fixed k > 0 only in the first N passes over the suite (0: all); "
                              "plain (k = 0) still runs beside every policy prompt")
+    parser.add_argument("--log", type=Path, help="write the policy run's events here")
     args = parser.parse_args()
     profile = load_profile("smollm2-cpu")
     pair = load_pair(profile, DrafterSpec(kind="none"))
@@ -82,7 +87,12 @@ def main() -> int:
     run_policy_prompts("bench", pair.target, drafter, pair.tokenizer, sequence, settings, engine,
                        auto_events.append, fixed_ks)
     auto_rounds = [e for e in auto_events if isinstance(e, RoundVerified)]
+    if args.log:
+        with LogWriter(args.log) as log:
+            for event in auto_events:
+                log.write(event)
     _print(fixed, auto_rounds, ks, args)
+    _print_time_by_k(auto_rounds)
     round_ms = sum(r.draft_ms + r.verify_ms + r.overhead_ms for r in auto_rounds)
     print(f"policy's own work: {policy_s['s'] * 1e3:.1f} ms over {len(auto_rounds)} rounds "
           f"({100 * policy_s['s'] * 1e3 / round_ms:.3f}% of {round_ms / 1e3:.1f} s of round time)")
@@ -117,6 +127,19 @@ def _print(fixed, auto_rounds, ks, args) -> None:
         table.add_row(cls, *(f"{rates[k]:.1f}" for k in ks), f"k={best} {rates[best]:.1f}", f"{auto:.1f}",
                       f"{rates[best] / rates[0]:.3f}", f"{auto / rates[0]:.3f}", f"{auto / rates[best]:.3f}")
     Console(width=220).print(table)
+
+
+def _print_time_by_k(auto_rounds) -> None:
+    """Where the policy run's time went, per class: share of round time and rounds at each k."""
+    for cls in dict.fromkeys(r.prompt_class for r in auto_rounds):
+        rounds = [r for r in auto_rounds if r.prompt_class == cls]
+        total = sum(r.draft_ms + r.verify_ms + r.overhead_ms for r in rounds)
+        parts = []
+        for k in sorted({r.draft_len for r in rounds}):
+            at = [r for r in rounds if r.draft_len == k]
+            ms = sum(r.draft_ms + r.verify_ms + r.overhead_ms for r in at)
+            parts.append(f"k={k}: {len(at)} rounds {100 * ms / total:.0f}%")
+        print(f"auto {cls}: " + ", ".join(parts))
 
 
 if __name__ == "__main__":

@@ -240,11 +240,11 @@ def _prompt(engine, name, ids, rounds=40, speedup=1.5, emitted=3):
 def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_holds():
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
     engine, ids = PolicyEngine(policy, "s"), itertools.count()
-    first, ks, decisions = _prompt(engine, "rewrite", ids)
+    first, ks, decisions = _prompt(engine, "rewrite", ids, speedup=1.2)
     start, plain = first.k, policy.settings.plain_rounds
     # the first prompt measures both: plain_rounds plain rounds, then speculation at the start k
     assert first.lead == (0, plain) and ks == [0] * plain + [start] * (40 - plain) and decisions == []
-    plans = [_prompt(engine, "rewrite", ids)[0] for _ in range(200)]
+    plans = [_prompt(engine, "rewrite", ids, speedup=1.2)[0] for _ in range(200)]
     remeasures = [i + 2 for i, p in enumerate(plans) if p.lead and p.lead[0] == 0]
     gaps = [b - a for a, b in zip([1] + remeasures, remeasures)]
     base = policy.settings.remeasure_every
@@ -259,6 +259,14 @@ def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_hold
     # every other k in range is tried once, nearest first, before any is tried again
     assert sorted(probes[: len(others)]) == others
     assert [abs(k - start) for k in probes[: len(others)]] == sorted(abs(k - start) for k in others)
+
+
+def test_plain_is_remeasured_at_the_longest_gap_while_speculation_is_far_ahead():
+    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    engine, ids = PolicyEngine(policy, "s"), itertools.count()
+    plans = [_prompt(engine, "rewrite", ids, speedup=1.5)[0] for _ in range(120)]  # 1.5 > 1.08 x 1.25
+    remeasures = [i + 1 for i, p in enumerate(plans) if p.lead and p.lead[0] == 0]
+    assert remeasures == [1, 1 + 8 * policy.settings.remeasure_every, 1 + 16 * policy.settings.remeasure_every]
 
 
 def test_a_probe_cut_short_by_the_end_of_a_prompt_is_finished_first():

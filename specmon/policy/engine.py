@@ -18,6 +18,7 @@ from specmon.policy.decide import Row, decide, goodput, optimistic_goodput
 from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
 
 
+FAR_AHEAD = 1.25  # speculation this far past the switch-on line: plain drift could hardly flip it
 EARLY_ROUNDS = 4  # rounds at a k before the optimistic early-off test, and the length of a first probe while off
 
 
@@ -194,7 +195,8 @@ class PolicyEngine:
         thresholds = self.thresholds(cls)
         rows = [row for window in st.windows.values() for row in window]
         outcome = decide(st.speculate, st.k, rows, thresholds)
-        self._pace_measures(st, changed=outcome is not None, confirmed=outcome is None and self._judged(cls, st))
+        confirmed = outcome is None and self._judged(cls, st)
+        self._pace_measures(st, changed=outcome is not None, confirmed=confirmed, far=confirmed and self._far_ahead(st))
         if outcome is None:
             return None
         index = self.policy.classes.index(cls)
@@ -224,12 +226,22 @@ class PolicyEngine:
         have = self._rounds(st, k)
         return have >= s.min_rounds or (have >= EARLY_ROUNDS and not self._hopeful(st, k))
 
-    def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool) -> None:
+    def _far_ahead(self, st: ClassState) -> bool:
+        s = self.policy.settings
+        if not st.speculate:
+            return False
+        line = (1 + s.min_gain + s.hysteresis) * FAR_AHEAD
+        return goodput(list(st.windows[st.k])) >= goodput(list(st.windows[0])) * line
+
+    def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool, far: bool = False) -> None:
         """A plain re-measure or a probe that confirms the decision doubles the gap to the next
-        of its kind, up to 8x remeasure_every (probe_every); any change resets both gaps."""
+        of its kind, up to 8x remeasure_every (probe_every); any change resets both gaps. Plain
+        is re-measured at the longest gap at once while speculation is far ahead."""
         base = self.policy.settings.remeasure_every
         if changed:
             st.remeasure_gap = base
+        elif far:
+            st.remeasure_gap = 8 * base
         elif st.remeasuring and confirmed:
             st.remeasure_gap = min(2 * (st.remeasure_gap or base), 8 * base)
         st.remeasuring = False
