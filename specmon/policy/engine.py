@@ -103,7 +103,6 @@ class PolicyEngine:
         st.since_plain += 1
         if cls.speculate != "auto":
             return Plan(st.k if cls.speculate == "on" else 0, f"speculate = {cls.speculate}")
-        short = s.min_rounds
         if self._rounds(st, 0) < s.plain_rounds:
             st.since_plain = 0
             return Plan(st.k, "measuring plain decoding, then speculation", (0, s.plain_rounds))
