@@ -188,6 +188,23 @@ def test_decide_switches_back_on_at_the_best_k_with_evidence():
     assert decide(False, 6, evidence, {**T, "adapt": 0.0, "k_min": 6.0, "k_max": 6.0}) is None  # fixed k
 
 
+def test_decide_compares_k_on_the_prompts_where_both_ran():
+    paired = {**T, "paired": 1.0, "k_gain": 0.08, "k_max": 8.0}
+    plain = rows(0, 4, 1, 40.0)
+    hard = [Row(100 + i, 7, 2, 60.0, "hard") for i in range(12)]  # k=7 over mostly hard prompts
+    easy7 = [Row(200 + i, 7, 6, 60.0, "easy") for i in range(4)]  # and 4 rounds beside the probe
+    easy6 = [Row(300 + i, 6, 5, 55.0, "easy") for i in range(4)]  # the probe of k=6 ran on the easy one
+    # over all their rounds k=6 looks 2x k=7; over the same prompt it is slower: stay
+    assert decide(True, 7, plain + hard + easy7 + easy6, {**paired, "min_rounds": 4.0}) is None
+    assert decide(True, 7, plain + hard + easy7 + easy6, {**T, "k_gain": 0.08, "k_max": 8.0,
+                                                          "min_rounds": 4.0}).k == 6  # a log from before
+    better6 = [Row(300 + i, 6, 6, 45.0, "easy") for i in range(4)]  # 1.33x k=7 on the same text
+    out = decide(True, 7, plain + hard + easy7 + better6, {**paired, "min_rounds": 4.0})
+    assert (out.k, out.rule) == (6, "draft_len")
+    assert out.inputs["ratio"] == pytest.approx((6 / 45) / (6 / 60))
+    assert out.round_ids == sorted(r.round_id for r in plain + hard + easy7 + better6)
+
+
 def test_decide_waits_for_min_rounds():
     assert decide(True, 4, rows(0, 3, 1, 40.0) + rows(4, 9, 2, 40.0, start=50), T) is None
 
@@ -274,8 +291,11 @@ def test_a_probe_cut_short_by_the_end_of_a_prompt_is_finished_first():
     engine, ids = PolicyEngine(policy, "s"), itertools.count()
     plans = [_prompt(engine, "rewrite", ids, rounds=10)[0] for _ in range(40)]
     probes = [p.lead for p in plans if p.lead and p.lead[0]]
-    # 10-round prompts end a 16-round probe after 10: the next probe finishes that k's 16
-    assert probes[0] == (6, 16) and probes[1] == (6, 6)
+    # a probe alternates k=6 with the class's k=7; 10-round prompts end it after 5 rounds at k=6,
+    # so the next prompts finish that k's 16 at once
+    assert probes[:3] == [(6, 16), (6, 11), (6, 6)]
+    at = [i for i, p in enumerate(plans) if p.lead and p.lead[0]]
+    assert at[1:3] == [at[0] + 1, at[0] + 2] and all(p.alternate for p in plans if p.lead and p.lead[0])
 
 
 def test_a_narrowly_losing_class_goes_off_at_min_rounds_and_then_only_probes_its_cheapest_k():
@@ -322,6 +342,6 @@ def test_a_class_switched_off_comes_back_on_when_its_probes_win():
     k_min = policy.classes[-1].draft_len.min
     # prompt 5 probes the cheapest k for 4 rounds; they could pay, so prompt 6 finishes its 16
     assert [p.lead for p in plans[:5]] == [None, None, None, (k_min, 4), (k_min, 12)]
-    (on,) = found
+    on = found[0]
     assert (on.speculate_to, on.k_to, on.rule_key) == (True, k_min, "policy.hysteresis")
     assert plans[5].k == k_min

@@ -5,8 +5,10 @@ goodput(k) = Σ emitted / Σ round ms over the evidence rounds at draft length k
 - off -> on  when goodput(k) / goodput(0) >= 1 + min_gain + hysteresis, for the best
   k in range that has evidence                                                 (policy.hysteresis)
 - on, k adapting: move to the k in [k_min, k_max] with the best goodput, if it beats the
-  current k's by k_gain (min_gain + hysteresis: k's measured on different prompts also differ
-  by the prompts)                                                              (classes[i].draft_len)
+  current k's by k_gain (min_gain + hysteresis)                                (classes[i].draft_len)
+  With `paired`, each other k is compared with the current k over the prompts where both ran
+  (probes alternate the two round by round): goodput differs far more between prompts than
+  between neighbouring k, so only the same text makes a fair comparison.
 Only draft lengths with at least min_rounds rounds in the window count as evidence; plain
 decoding (k = 0) needs plain_rounds.
 - early off: after early_rounds rounds at k, off already if k would lose even were the next
@@ -14,7 +16,8 @@ decoding (k = 0) needs plain_rounds.
   where speculation costs most                                                 (policy.min_gain)
 Logs from before a key existed carry no such threshold and are re-derived by the rules they
 were decided by: no plain_rounds -> min_rounds; no k_gain -> min_gain; early_off (a ratio,
-checked at plain_rounds) instead of early_rounds; neither -> no early off.
+checked at plain_rounds) instead of early_rounds; neither -> no early off; no paired -> k's
+compared over all their rounds.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ class Row:
     draft_len: int
     emitted: int
     round_ms: float
+    prompt_id: str = ""
 
     @classmethod
     def of(cls, ev) -> "Row":
         """The evidence a RoundVerified event contributes: live (PolicyEngine) and in explain alike."""
-        return cls(ev.round_id, ev.draft_len, len(ev.emitted), ev.draft_ms + ev.verify_ms + ev.overhead_ms)
+        return cls(ev.round_id, ev.draft_len, len(ev.emitted), ev.draft_ms + ev.verify_ms + ev.overhead_ms,
+                   ev.prompt_id)
 
 
 @dataclass(frozen=True)
@@ -77,11 +82,34 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
     ratio = rate[k] / rate[0] if rate[0] else 0.0
     if ratio < 1 + thresholds["min_gain"]:
         return _outcome(False, k, "policy.min_gain", rate, enough, [0, k], k)
+    if thresholds["adapt"] and thresholds.get("paired"):
+        return _paired_move(k, enough, thresholds)
     if thresholds["adapt"]:
         best = max(in_range, key=lambda kk: rate[kk], default=k)
         if best != k and rate[best] >= rate[k] * (1 + thresholds.get("k_gain", thresholds["min_gain"])):
             return _outcome(True, best, "draft_len", rate, enough, sorted({0, k, *in_range}), best)
     return None
+
+
+def _paired_move(k: int, enough: dict[int, list[Row]], thresholds: dict[str, float]) -> Outcome | None:
+    """The other k in range that beats k by k_gain over the prompts where both ran, best first."""
+    gains: dict[int, tuple[float, float, float]] = {}
+    for kk, theirs in enough.items():
+        if kk in (0, k) or not thresholds["k_min"] <= kk <= thresholds["k_max"]:
+            continue
+        prompts = {r.prompt_id for r in theirs}
+        mine = [r for r in enough[k] if r.prompt_id in prompts]
+        shared = [r for r in theirs if r.prompt_id in {m.prompt_id for m in mine}]
+        if len(shared) >= thresholds["min_rounds"] and len(mine) >= thresholds["min_rounds"]:
+            gains[kk] = (goodput(shared) / goodput(mine), goodput(shared), goodput(mine))
+    best = max(gains, key=lambda kk: gains[kk][0], default=None)
+    if best is None or gains[best][0] < 1 + thresholds["k_gain"]:
+        return None
+    rate = {kk: goodput(rr) for kk, rr in enough.items() if kk in (0, k, best)}
+    outcome = _outcome(True, best, "draft_len", rate, enough, [0, k, best], best)
+    outcome.inputs.update({f"paired_goodput_k{best}": gains[best][1], f"paired_goodput_k{k}": gains[best][2],
+                           "ratio": gains[best][0]})
+    return outcome
 
 
 def optimistic_goodput(k: int, rows: list[Row]) -> float:

@@ -41,15 +41,19 @@ class ClassState:
 @dataclass(frozen=True)
 class Plan:
     """One prompt's draft lengths: `lead` = (k, rounds) decoded first (a short plain re-measure
-    or a probe of another k), then `k` for the rest of the prompt."""
+    or a probe of another k), then `k` for the rest of the prompt. An `alternate` lead takes
+    turns with `k` round by round, so the two are measured on the same text."""
 
     k: int
     why: str
     lead: tuple[int, int] | None = None
+    alternate: bool = False
 
     def describe(self) -> str:
         if self.lead is None:
             return f"k={self.k}: {self.why}"
+        if self.alternate:
+            return f"k={self.lead[0]} and k={self.k} in turn for {self.lead[1]} rounds each, then k={self.k}: {self.why}"
         return f"k={self.lead[0]} for {self.lead[1]} rounds, then k={self.k}: {self.why}"
 
 
@@ -61,14 +65,19 @@ class Schedule:
         self.rounds = 0
 
     def lead_k(self) -> int | None:
-        """The lead run's k for the next round, or None once the lead run is over."""
+        """The lead run's k for the next round, or None (the class's k) outside it."""
         self.rounds += 1
-        if self.plan.lead and self.rounds <= self.plan.lead[1]:
-            return self.plan.lead[0]
-        return None
+        if self.plan.lead is None or self.rounds > self._length():
+            return None
+        if self.plan.alternate and self.rounds % 2 == 0:
+            return None
+        return self.plan.lead[0]
 
     def lead_over(self) -> bool:
-        return self.plan.lead is None or self.rounds >= self.plan.lead[1]
+        return self.plan.lead is None or self.rounds >= self._length()
+
+    def _length(self) -> int:
+        return self.plan.lead[1] * (2 if self.plan.alternate else 1)
 
 
 def start_k(cls: PromptClass) -> int:
@@ -116,12 +125,12 @@ class PolicyEngine:
         if s.remeasure_every and st.since_plain >= (st.remeasure_gap or s.remeasure_every):
             st.since_plain, st.remeasuring = 0, True
             return Plan(st.k, "re-measuring plain decoding", (0, s.plain_rounds))
-        probe = self._next_probe(cls, st) if due else None
+        probe = self._next_probe(cls, st) if due or self._cut_short(cls, st) else None
         if probe is not None:
             st.probed[probe] = st.prompts
             st.since_probe, st.probing = 0, True
             rounds = s.min_rounds - self._rounds(st, probe)
-            return Plan(st.k, f"trying k={probe}", (probe, rounds if rounds > 0 else s.min_rounds))
+            return Plan(st.k, f"trying k={probe}", (probe, rounds if rounds > 0 else s.min_rounds), alternate=True)
         return Plan(st.k, "policy")
 
     def _plan_off(self, cls: PromptClass, st: ClassState, due: bool) -> Plan:
@@ -163,14 +172,21 @@ class PolicyEngine:
         return st.k if st.speculate else 0
 
     def _next_probe(self, cls: PromptClass, st: ClassState) -> int | None:
-        """The next other k in range to gather evidence for: one whose evidence a short prompt
-        cut off first, then untried ones, nearest first (goodput need not be smooth in k: verify
+        """The next other k in range to gather evidence for: one whose probe a prompt's end cut
+        short first, then untried ones, nearest first (goodput need not be smooth in k: verify
         cost depends on the kernel's shape), then the one probed longest ago."""
         if not isinstance(cls.draft_len, DraftLen) or cls.draft_len.adapt == "none":
             return None
         others = [k for k in range(cls.draft_len.min, cls.draft_len.max + 1) if k != st.k]
-        short = {k for k in others if 0 < self._rounds(st, k) < self.policy.settings.min_rounds}
+        short = self._cut_short(cls, st)
         return min(others, key=lambda k: (k not in short, st.probed.get(k, -1), abs(k - st.k), k), default=None)
+
+    def _cut_short(self, cls: PromptClass, st: ClassState) -> set[int]:
+        """Other k in range with some rounds but fewer than min_rounds: a probe to finish at once."""
+        if not isinstance(cls.draft_len, DraftLen) or cls.draft_len.adapt == "none":
+            return set()
+        return {k for k in range(cls.draft_len.min, cls.draft_len.max + 1)
+                if k != st.k and 0 < self._rounds(st, k) < self.policy.settings.min_rounds}
 
     # -- evidence and decisions ------------------------------------------------------------
     def observe(self, ev: RoundVerified) -> None:
@@ -220,7 +236,7 @@ class PolicyEngine:
         if self._rounds(st, 0) < s.plain_rounds:
             return False
         if st.speculate:
-            return self._rounds(st, st.k) >= s.min_rounds
+            return self._rounds(st, st.k) >= s.min_rounds and not self._cut_short(cls, st)
         k = self._off_probe_k(cls, st)
         have = self._rounds(st, k)
         return have >= s.min_rounds or (have >= EARLY_ROUNDS and not self._hopeful(st, k))
@@ -256,7 +272,7 @@ class PolicyEngine:
         ranged = isinstance(k, DraftLen)
         return {"min_gain": s.min_gain, "hysteresis": s.hysteresis, "min_rounds": float(s.min_rounds),
                 "plain_rounds": float(s.plain_rounds), "k_gain": s.min_gain + s.hysteresis,
-                "early_rounds": float(EARLY_ROUNDS),
+                "early_rounds": float(EARLY_ROUNDS), "paired": 1.0,
                 "adapt": float(ranged and k.adapt == "goodput"),
                 "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k)}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, PromptStarted, RoundVerified
-from specmon.policy.engine import PolicyEngine
+from specmon.policy.engine import Plan, PolicyEngine, Schedule
 from specmon.policy.schema import Policy
 
 
@@ -43,16 +43,20 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
     for ev in events:
         if isinstance(ev, RoundVerified):
             held.setdefault(ev.prompt_class, set()).add(ev.draft_len)
+    schedule = Schedule(Plan(0, ""))
     for ev in events:
         if isinstance(ev, PromptStarted):
             diff = diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
             plan = engine.plan(ev.prompt_class)
+            schedule = Schedule(plan)
             for wanted in {plan.k, *(plan.lead[:1] if plan.lead else ())}:
                 if wanted not in held.get(ev.prompt_class, set()):
                     diff.missing.add(wanted)
         elif isinstance(ev, RoundVerified):
             engine.observe(ev)
-            decision = engine.decide(ev.prompt_class) if engine.decide_due(ev.prompt_class) else None
+            schedule.lead_k()  # decisions wait for a lead run's end, as they did live
+            due = schedule.lead_over() and engine.decide_due(ev.prompt_class)
+            decision = engine.decide(ev.prompt_class) if due else None
             if decision is not None:
                 diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).other.append(describe(decision))
         elif isinstance(ev, Decision):
