@@ -136,7 +136,8 @@ def _early_off(k: int, plain: list[Row], spec: list[Row], thresholds: dict[str, 
         outcome.inputs[f"optimistic_k{k}"] = hope
         outcome.inputs["ratio"] = hope / rate[0]
         return outcome
-    if len(spec) >= thresholds.get("plain_rounds", thresholds["min_rounds"]) and rate[k] / rate[0] < thresholds.get("early_off", 0.0):
+    legacy_rounds = thresholds.get("plain_rounds", thresholds["min_rounds"])
+    if len(spec) >= legacy_rounds and rate[k] / rate[0] < thresholds.get("early_off", 0.0):
         return _outcome(False, k, "policy.min_gain", rate, {0: plain, k: spec}, [0, k], k)
     return None
 

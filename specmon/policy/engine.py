@@ -53,7 +53,8 @@ class Plan:
         if self.lead is None:
             return f"k={self.k}: {self.why}"
         if self.alternate:
-            return f"k={self.lead[0]} and k={self.k} in turn for {self.lead[1]} rounds each, then k={self.k}: {self.why}"
+            (k, rounds), then = self.lead, self.k
+            return f"k={k} and k={then} in turn for {rounds} rounds each, then k={then}: {self.why}"
         return f"k={self.lead[0]} for {self.lead[1]} rounds, then k={self.k}: {self.why}"
 
 
@@ -155,7 +156,8 @@ class PolicyEngine:
     def _hopeful(self, st: ClassState, k: int) -> bool:
         """k's rounds so far could still beat plain (the early-off test, passed)."""
         spec, plain = list(st.windows.get(k, ())), list(st.windows.get(0, ()))
-        return bool(spec and plain) and optimistic_goodput(k, spec) >= goodput(plain) * (1 + self.policy.settings.min_gain)
+        line = goodput(plain) * (1 + self.policy.settings.min_gain) if plain else 0.0
+        return bool(spec and plain) and optimistic_goodput(k, spec) >= line
 
     def round_k(self, name: str, schedule: Schedule) -> int:
         """k for a prompt's next round: its lead run's, else the class's current decision, which a
