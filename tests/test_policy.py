@@ -249,8 +249,7 @@ def _prompt(engine, name, ids, rounds=40, speedup=1.5, emitted=3):
         ks.append(k)
         engine.observe(_round(next(ids), name, k, min(emitted, k + 1) if k else 1,
                               20.0 if k else 20.0 * speedup / emitted))
-        if schedule.lead_over() and engine.decide_due(name):
-            decisions.append(engine.decide(name))
+        decisions.append(engine.decide_when_due(name, schedule))
     return plan, ks, [d for d in decisions if d is not None]
 
 

@@ -22,6 +22,7 @@ compared over all their rounds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 OPTIMISM = 2  # early off pretends this many more rounds at k accepted every draft token
@@ -51,7 +52,7 @@ class Outcome:
     round_ids: list[int]
 
 
-def goodput(rows: list[Row]) -> float:
+def goodput(rows: Sequence[Row]) -> float:
     ms = sum(r.round_ms for r in rows)
     return sum(r.emitted for r in rows) / ms if ms > 0 else 0.0
 
@@ -97,11 +98,12 @@ def _paired_move(k: int, enough: dict[int, list[Row]], thresholds: dict[str, flo
     for kk, theirs in enough.items():
         if kk in (0, k) or not thresholds["k_min"] <= kk <= thresholds["k_max"]:
             continue
-        prompts = {r.prompt_id for r in theirs}
-        mine = [r for r in enough[k] if r.prompt_id in prompts]
-        shared = [r for r in theirs if r.prompt_id in {m.prompt_id for m in mine}]
+        both_ran = {r.prompt_id for r in theirs} & {r.prompt_id for r in enough[k]}
+        mine = [r for r in enough[k] if r.prompt_id in both_ran]
+        shared = [r for r in theirs if r.prompt_id in both_ran]
         if len(shared) >= thresholds["min_rounds"] and len(mine) >= thresholds["min_rounds"]:
-            gains[kk] = (goodput(shared) / goodput(mine), goodput(shared), goodput(mine))
+            rate_kk, rate_k = goodput(shared), goodput(mine)
+            gains[kk] = (rate_kk / rate_k, rate_kk, rate_k)
     best = max(gains, key=lambda kk: gains[kk][0], default=None)
     if best is None or gains[best][0] < 1 + thresholds["k_gain"]:
         return None
@@ -112,12 +114,17 @@ def _paired_move(k: int, enough: dict[int, list[Row]], thresholds: dict[str, flo
     return outcome
 
 
-def optimistic_goodput(k: int, rows: list[Row]) -> float:
+def optimistic_goodput(k: int, rows: Sequence[Row]) -> float:
     """Goodput at k were the next OPTIMISM rounds, at these rounds' mean cost, to accept every
     draft token: a few unlucky rounds cannot push this below plain, a weak drafter soon does."""
     ms = sum(r.round_ms for r in rows)
     extra = OPTIMISM * ms / len(rows)
     return (sum(r.emitted for r in rows) + OPTIMISM * (k + 1)) / (ms + extra) if ms > 0 else 0.0
+
+
+def can_still_pay(k: int, spec: Sequence[Row], plain: Sequence[Row], min_gain: float) -> bool:
+    """The early-off test, passed: k's optimistic goodput reaches plain's by min_gain."""
+    return optimistic_goodput(k, spec) >= goodput(plain) * (1 + min_gain)
 
 
 def _early_off(k: int, plain: list[Row], spec: list[Row], thresholds: dict[str, float]) -> Outcome | None:
@@ -129,9 +136,9 @@ def _early_off(k: int, plain: list[Row], spec: list[Row], thresholds: dict[str, 
     if "early_rounds" in thresholds:
         if len(spec) < thresholds["early_rounds"]:
             return None
-        hope = optimistic_goodput(k, spec)
-        if hope >= rate[0] * (1 + thresholds["min_gain"]):
+        if can_still_pay(k, spec, plain, thresholds["min_gain"]):
             return None
+        hope = optimistic_goodput(k, spec)
         outcome = _outcome(False, k, "policy.min_gain", rate, {0: plain, k: spec}, [0, k], k)
         outcome.inputs[f"optimistic_k{k}"] = hope
         outcome.inputs["ratio"] = hope / rate[0]

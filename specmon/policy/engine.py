@@ -14,7 +14,7 @@ from pathlib import Path
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
-from specmon.policy.decide import Row, decide, goodput, optimistic_goodput
+from specmon.policy.decide import Row, can_still_pay, decide, goodput
 from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
 
 
@@ -126,7 +126,8 @@ class PolicyEngine:
         if s.remeasure_every and st.since_plain >= (st.remeasure_gap or s.remeasure_every):
             st.since_plain, st.remeasuring = 0, True
             return Plan(st.k, "re-measuring plain decoding", (0, s.plain_rounds))
-        probe = self._next_probe(cls, st) if due or self._cut_short(cls, st) else None
+        short = self._cut_short(cls, st)
+        probe = self._next_probe(cls, st, short) if due or short else None
         if probe is not None:
             st.probed[probe] = st.prompts
             st.since_probe, st.probing = 0, True
@@ -150,14 +151,12 @@ class PolicyEngine:
 
     @staticmethod
     def _off_probe_k(cls: PromptClass, st: ClassState) -> int:
-        ranged = isinstance(cls.draft_len, DraftLen) and cls.draft_len.adapt != "none"
-        return cls.draft_len.min if ranged else st.k
+        return cls.draft_len.min if _adapts(cls) else st.k
 
     def _hopeful(self, st: ClassState, k: int) -> bool:
         """k's rounds so far could still beat plain (the early-off test, passed)."""
-        spec, plain = list(st.windows.get(k, ())), list(st.windows.get(0, ()))
-        line = goodput(plain) * (1 + self.policy.settings.min_gain) if plain else 0.0
-        return bool(spec and plain) and optimistic_goodput(k, spec) >= line
+        spec, plain = st.windows.get(k, ()), st.windows.get(0, ())
+        return bool(spec and plain) and can_still_pay(k, spec, plain, self.policy.settings.min_gain)
 
     def round_k(self, name: str, schedule: Schedule) -> int:
         """k for a prompt's next round: its lead run's, else the class's current decision, which a
@@ -173,22 +172,16 @@ class PolicyEngine:
         st = self.state(name)
         return st.k if st.speculate else 0
 
-    def _next_probe(self, cls: PromptClass, st: ClassState) -> int | None:
+    def _next_probe(self, cls: PromptClass, st: ClassState, short: set[int]) -> int | None:
         """The next other k in range to gather evidence for: one whose probe a prompt's end cut
         short first, then untried ones, nearest first (goodput need not be smooth in k: verify
         cost depends on the kernel's shape), then the one probed longest ago."""
-        if not isinstance(cls.draft_len, DraftLen) or cls.draft_len.adapt == "none":
-            return None
-        others = [k for k in range(cls.draft_len.min, cls.draft_len.max + 1) if k != st.k]
-        short = self._cut_short(cls, st)
+        others = _other_ks(cls, st)
         return min(others, key=lambda k: (k not in short, st.probed.get(k, -1), abs(k - st.k), k), default=None)
 
     def _cut_short(self, cls: PromptClass, st: ClassState) -> set[int]:
         """Other k in range with some rounds but fewer than min_rounds: a probe to finish at once."""
-        if not isinstance(cls.draft_len, DraftLen) or cls.draft_len.adapt == "none":
-            return set()
-        return {k for k in range(cls.draft_len.min, cls.draft_len.max + 1)
-                if k != st.k and 0 < self._rounds(st, k) < self.policy.settings.min_rounds}
+        return {k for k in _other_ks(cls, st) if 0 < self._rounds(st, k) < self.policy.settings.min_rounds}
 
     # -- evidence and decisions ------------------------------------------------------------
     def observe(self, ev: RoundVerified) -> None:
@@ -203,6 +196,11 @@ class PolicyEngine:
         st, s = self.state(name), self.policy.settings
         early = st.speculate and self._rounds(st, st.k) <= s.min_rounds
         return st.fresh >= (EARLY_ROUNDS if early else s.plain_rounds)
+
+    def decide_when_due(self, name: str, schedule: Schedule) -> Decision | None:
+        """Check a decision when one is due, never inside a lead run (a re-measure or probe is
+        judged whole): the live session and what-if alike."""
+        return self.decide(name) if schedule.lead_over() and self.decide_due(name) else None
 
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)
@@ -248,9 +246,9 @@ class PolicyEngine:
         if not st.speculate:
             return False
         line = (1 + s.min_gain + s.hysteresis) * FAR_AHEAD
-        return goodput(list(st.windows[st.k])) >= goodput(list(st.windows[0])) * line
+        return goodput(st.windows[st.k]) >= goodput(st.windows[0]) * line
 
-    def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool, far: bool = False) -> None:
+    def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool, far: bool) -> None:
         """A plain re-measure or a probe that confirms the decision doubles the gap to the next
         of its kind, up to 8x remeasure_every (probe_every); any change resets both gaps. Plain
         is re-measured at the longest gap at once while speculation is far ahead."""
@@ -302,6 +300,17 @@ class PolicyEngine:
     @staticmethod
     def _rounds(st: ClassState, k: int) -> int:
         return len(st.windows.get(k, ()))
+
+
+def _adapts(cls: PromptClass) -> bool:
+    return isinstance(cls.draft_len, DraftLen) and cls.draft_len.adapt != "none"
+
+
+def _other_ks(cls: PromptClass, st: ClassState) -> list[int]:
+    """The draft lengths a probe may try: the class's range less its current k (none if k is fixed)."""
+    if not _adapts(cls):
+        return []
+    return [k for k in range(cls.draft_len.min, cls.draft_len.max + 1) if k != st.k]
 
 
 def loaded_event(policy: Policy, session_id: str) -> PolicyLoaded:

@@ -58,9 +58,8 @@ def _round_sink(engine: PolicyEngine, name: str, schedule: Schedule,
         reloaded = engine.maybe_reload()
         if reloaded is not None:
             emit(reloaded)
-        if schedule.lead_over() and engine.decide_due(name):
-            decision = engine.decide(name)
-            if decision is not None:
-                emit(decision)
+        decision = engine.decide_when_due(name, schedule)
+        if decision is not None:
+            emit(decision)
 
     return emit_round

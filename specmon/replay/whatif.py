@@ -54,9 +54,8 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
                     diff.missing.add(wanted)
         elif isinstance(ev, RoundVerified):
             engine.observe(ev)
-            schedule.lead_k()  # decisions wait for a lead run's end, as they did live
-            due = schedule.lead_over() and engine.decide_due(ev.prompt_class)
-            decision = engine.decide(ev.prompt_class) if due else None
+            schedule.lead_k()  # count the round against the lead run, as the live session did
+            decision = engine.decide_when_due(ev.prompt_class, schedule)
             if decision is not None:
                 diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).other.append(describe(decision))
         elif isinstance(ev, Decision):
