@@ -38,8 +38,12 @@ from specmon.policy.session import run_policy_prompts
 from specmon.profiles import DrafterSpec, load_profile
 
 
+def round_time(rounds) -> float:
+    return sum(r.draft_ms + r.verify_ms + r.overhead_ms for r in rounds)
+
+
 def goodput(rounds) -> float:
-    ms = sum(r.draft_ms + r.verify_ms + r.overhead_ms for r in rounds)
+    ms = round_time(rounds)
     return sum(len(r.emitted) for r in rounds) / ms if ms else 0.0
 
 
@@ -93,7 +97,7 @@ def main() -> int:
                 log.write(event)
     _print(fixed, auto_rounds, ks, args)
     _print_time_by_k(auto_rounds)
-    round_ms = sum(r.draft_ms + r.verify_ms + r.overhead_ms for r in auto_rounds)
+    round_ms = round_time(auto_rounds)
     print(f"policy's own work: {policy_s['s'] * 1e3:.1f} ms over {len(auto_rounds)} rounds "
           f"({100 * policy_s['s'] * 1e3 / round_ms:.3f}% of {round_ms / 1e3:.1f} s of round time)")
     return 0
@@ -133,11 +137,11 @@ def _print_time_by_k(auto_rounds) -> None:
     """Where the policy run's time went, per class: share of round time and rounds at each k."""
     for cls in dict.fromkeys(r.prompt_class for r in auto_rounds):
         rounds = [r for r in auto_rounds if r.prompt_class == cls]
-        total = sum(r.draft_ms + r.verify_ms + r.overhead_ms for r in rounds)
+        total = round_time(rounds)
         parts = []
         for k in sorted({r.draft_len for r in rounds}):
             at = [r for r in rounds if r.draft_len == k]
-            ms = sum(r.draft_ms + r.verify_ms + r.overhead_ms for r in at)
+            ms = round_time(at)
             parts.append(f"k={k}: {len(at)} rounds {100 * ms / total:.0f}%")
         print(f"auto {cls}: " + ", ".join(parts))
 
