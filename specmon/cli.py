@@ -9,10 +9,10 @@ from collections import Counter
 from pathlib import Path
 
 import msgspec
-from rich.console import Console
 
 from specmon import __version__
 from specmon.cli_models import add_models, cmd_models
+from specmon.console import err, out
 from specmon.engine.prompts import builtin_suite, load_prompts
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
@@ -26,8 +26,6 @@ from specmon.policy.schema import load_policy
 from specmon.profiles import DEFAULT_PROFILE, DrafterSpec, load_profile
 from specmon.tables import class_table
 
-err = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 200)  # piped output is not cut to 80 columns
 
 EPILOG = """examples:
   specmon run --headless                         built-in suite, n-gram drafter, k=4, greedy

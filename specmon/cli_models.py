@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from specmon import modelstore
+from specmon.console import err, out
 from specmon.errors import SpecmonError
-
-err = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 200)
 
 
 def add_models(sub) -> None:
