@@ -20,10 +20,10 @@ import threading
 import time
 from pathlib import Path
 
-from specmon.events.attach import attach_events
-from specmon.events.channel import Channel, LogSink
+from specmon.transport.attach import attach_events
+from specmon.transport.channel import Channel, LogSink
 from specmon.events.schema import RoundVerified, Sampling, SessionFinished
-from specmon.events.serve import EventServer
+from specmon.transport.serve import EventServer
 
 
 def sample_round(i: int) -> RoundVerified:
@@ -49,8 +49,9 @@ def throughput(n: int, tmp: Path) -> float:
 def decode_times(tokens: int, reps: int, tmp: Path) -> list[tuple[float, float]]:
     from specmon.backends.loader import load_pair
     from specmon.engine.drafters import NoDrafter
+    from specmon.engine.draft_len import FixedDraftLen
     from specmon.engine.rounds import RoundContext, decode_prompt
-    from specmon.profiles import DrafterSpec, load_profile
+    from specmon.backends.profiles import DrafterSpec, load_profile
 
     pair = load_pair(load_profile("smollm2-cpu"), DrafterSpec(kind="none"))
     pair.target.eos_id = -1  # always decode exactly `tokens`
@@ -58,7 +59,7 @@ def decode_times(tokens: int, reps: int, tmp: Path) -> list[tuple[float, float]]
 
     def one(emit) -> float:
         ctx = RoundContext("bench", "p", "c", itertools.count())
-        run = decode_prompt(pair.target, NoDrafter(), prompt, 0, Sampling(), tokens, ctx, emit)
+        run = decode_prompt(pair.target, NoDrafter(), prompt, FixedDraftLen(0), Sampling(), tokens, ctx, emit)
         return run.decode_ms
 
     one(lambda e: None)  # warm-up

@@ -20,10 +20,11 @@ from pathlib import Path
 
 from specmon.backends.loader import load_pair
 from specmon.engine.drafters import NoDrafter
+from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.rounds import RoundContext, decode_prompt
 from specmon.events.log import LogWriter
 from specmon.events.schema import Sampling
-from specmon.profiles import DrafterSpec, load_profile
+from specmon.backends.profiles import DrafterSpec, load_profile
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
@@ -50,7 +51,7 @@ def round_loop(target, tokens: list[int], n_new: int, log: LogWriter):
 
     ctx = RoundContext("bench", "p", "c", itertools.count())
     start = time.perf_counter()
-    run = decode_prompt(target, NoDrafter(), tokens, 0, Sampling(), n_new, ctx, emit)
+    run = decode_prompt(target, NoDrafter(), tokens, FixedDraftLen(0), Sampling(), n_new, ctx, emit)
     total = (time.perf_counter() - start) * 1e3
     return total - run.prefill_ms, events
 

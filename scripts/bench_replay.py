@@ -21,7 +21,7 @@ from specmon.events.frames import frame, preamble
 from specmon.events.schema import PromptStarted, Sampling, SessionStarted
 from specmon.replay.player import ReplayFeed
 from specmon.telemetry.memory import rss_bytes
-from specmon.tui.app import make_app
+from specmon.tui.factory import make_app
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_tui import synthetic_round  # noqa: E402

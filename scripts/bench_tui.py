@@ -14,9 +14,9 @@ import sys
 import threading
 import time
 
-from specmon.events.channel import Subscription
+from specmon.transport.channel import Subscription
 from specmon.events.schema import PromptStarted, RoundVerified, Sampling
-from specmon.tui.app import make_app
+from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
 
 

@@ -14,7 +14,7 @@ import sys
 import time
 
 from specmon.backends.loader import load_pair
-from specmon.profiles import DrafterSpec, load_profile
+from specmon.backends.profiles import DrafterSpec, load_profile
 
 
 def main() -> int:

@@ -22,14 +22,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from specmon import modelstore
+from specmon.backends import modelstore
 from specmon.backends.hf_folder import folder_for_gguf
 from specmon.backends.loader import load_pair
 from specmon.engine.prompts import builtin_suite
-from specmon.engine.session import RunSettings, new_session_id, run_prompts
+from specmon.engine.driver import SessionDriver, new_session_id
+from specmon.sched.pairing import run_paired
 from specmon.events.schema import PromptFinished, RoundVerified
 from specmon.metrics.stats import RunStats
-from specmon.profiles import load_profile
+from specmon.backends.profiles import load_profile
 
 DRAFT_LAYERS = 8
 
@@ -54,9 +55,10 @@ def configurations(tmp: Path, target_dir: Path, draft_dir: Path) -> dict:
 def run_config(profile, prompts, k: int, max_new_tokens: int) -> list:
     pair = load_pair(profile)
     events: list = []
-    settings = RunSettings(k, profile.sampling.to_event(), max_new_tokens, profile.tie_margin)
-    run_prompts(new_session_id(), pair.target, pair.drafter, pair.tokenizer, prompts[:1], settings, lambda e: None)
-    run_prompts(new_session_id(), pair.target, pair.drafter, pair.tokenizer, prompts, settings, events.append)
+    sampling = profile.sampling.to_event()
+    for chosen, emit in ((prompts[:1], lambda e: None), (prompts, events.append)):
+        driver = SessionDriver(new_session_id(), pair.target, pair.tokenizer, emit, profile.tie_margin)
+        run_paired(driver, chosen, pair.drafter, k, sampling, max_new_tokens)
     return events  # the first call warmed up kernels and caches; only the second is measured
 
 

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from specmon import modelstore
-from specmon.profiles import load_profile
+from specmon.backends import modelstore
+from specmon.backends.profiles import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
 

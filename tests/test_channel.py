@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from specmon.errors import SpecmonError
-from specmon.events.attach import attach_events
-from specmon.events.channel import Channel, LogSink
+from specmon.transport.attach import attach_events
+from specmon.transport.channel import Channel, LogSink
 from specmon.events.frames import FrameDecoder, LogDamaged, frame, preamble
 from specmon.events.log import follow_log, read_log
 from specmon.events.schema import RoundVerified, Sampling, SessionFinished
-from specmon.events.serve import EventServer, parse_listen
+from specmon.transport.serve import EventServer, parse_listen
 from tinymodel import tiny_profile
 
 SPECMON = [sys.executable, "-m", "specmon.cli"]

@@ -11,6 +11,7 @@ import pytest
 from specmon.engine.drafters import NgramDrafter, NoDrafter
 from specmon.engine.equivalence import compare
 from specmon.engine.prompts import builtin_suite
+from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.rounds import RoundContext, decode_prompt
 from specmon.events.schema import Sampling
 
@@ -22,7 +23,7 @@ PROMPTS = builtin_suite()
 
 def _decode(target, drafter, tokens, k, prompt_id="p", emit=None):
     ctx = RoundContext("s", prompt_id, "c", itertools.count())
-    return decode_prompt(target, drafter, tokens, k, GREEDY, NEW_TOKENS, ctx, emit or (lambda e: None))
+    return decode_prompt(target, drafter, tokens, FixedDraftLen(k), GREEDY, NEW_TOKENS, ctx, emit or (lambda e: None))
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from specmon.engine.drafters import NoDrafter
+from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.rounds import RoundContext, decode_prompt
 from specmon.events.schema import Sampling
-from specmon.profiles import load_profile
+from specmon.backends.profiles import load_profile
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with a CUDA build of torch"),
@@ -41,6 +42,6 @@ def test_greedy_speculative_equals_plain(exl2_pair, k):
     outputs = []
     for drafter, draft_len in ((NoDrafter(), 0), (exl2_pair.drafter, k)):
         ctx = RoundContext("s", "p", "c", itertools.count())
-        outputs.append(decode_prompt(exl2_pair.target, drafter, prompt, draft_len, greedy, 48, ctx, lambda e: None).generated)
+        outputs.append(decode_prompt(exl2_pair.target, drafter, prompt, FixedDraftLen(draft_len), greedy, 48, ctx, lambda e: None).generated)
     assert len(outputs[0]) > 10
     assert outputs[1] == outputs[0]

@@ -9,7 +9,8 @@ import torch
 from specmon.backends.exl2_loader import build_failure, cache_bytes, check_fits, cuda_problem
 from specmon.backends.hf_folder import export_hf_folder
 from specmon.errors import SpecmonError
-from specmon.profiles import PROFILE_DIR, load_profile
+from specmon.backends.profiles import load_profile
+from specmon.data import shipped
 from test_cli import assert_one_line_error, specmon, write_profile
 from tinymodel import write_tiny_gguf
 
@@ -103,9 +104,9 @@ def test_cache_size_and_fit(folders):
         check_fits([target, draft], 4096, free=2**27, total=24 * 2**30, gpu="RTX")
 
 
-@pytest.mark.parametrize("path", sorted(PROFILE_DIR.glob("*.toml")), ids=lambda p: p.stem)
-def test_every_shipped_profile_loads(path):
-    profile = load_profile(str(path))
-    assert profile.name == path.stem and profile.backend in ("torch", "exllamav2")
+@pytest.mark.parametrize("name", shipped("profiles"))
+def test_every_shipped_profile_loads_by_name(name):
+    profile = load_profile(name)
+    assert profile.name == name and profile.backend in ("torch", "exllamav2")
     if profile.backend == "exllamav2":
         assert profile.device == "cuda" and profile.drafter.kind == "model"

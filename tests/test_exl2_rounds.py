@@ -10,6 +10,7 @@ import torch
 
 from specmon.backends.exl2 import Exl2Drafter, Exl2Target
 from specmon.engine.drafters import NoDrafter
+from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.rounds import RoundContext, decode_prompt
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
@@ -65,7 +66,7 @@ def _ctx():
 def _decode(target_model, drafter, k, prompt, n=40, sampling=GREEDY):
     target = Exl2Target(target_model, FakeCache(), "fake", eos_id=-1, vocab_size=VOCAB, sync=lambda: None)
     events = []
-    run = decode_prompt(target, drafter, prompt, k, sampling, n, _ctx(), events.append)
+    run = decode_prompt(target, drafter, prompt, FixedDraftLen(k), sampling, n, _ctx(), events.append)
     return target, run, events
 
 
@@ -175,7 +176,7 @@ def test_syncs_once_per_phase():
     target = Exl2Target(FakeModel(), FakeCache(), "fake", eos_id=-1, vocab_size=VOCAB, sync=lambda: syncs.append("t"))
     drafter = Exl2Drafter(FakeModel(), FakeCache(), "d", VOCAB, sync=lambda: syncs.append("d"))
     events = []
-    decode_prompt(target, drafter, PROMPT, 3, GREEDY, 6, _ctx(), events.append)
+    decode_prompt(target, drafter, PROMPT, FixedDraftLen(3), GREEDY, 6, _ctx(), events.append)
     assert syncs == ["t"] + ["d", "t"] * len(events)  # prefill, then draft and verify each round
 
 
@@ -183,5 +184,5 @@ def test_a_context_longer_than_the_caches_is_one_error_before_any_forward():
     model = FakeModel()
     target = Exl2Target(model, FakeCache(max_seq_len=64), "fake", eos_id=-1, vocab_size=VOCAB, sync=lambda: None)
     with pytest.raises(SpecmonError, match="40 prompt \\+ 24 new \\+ draft \\+ 1 verify positions exceed the cache's 64"):
-        decode_prompt(target, _draft(FakeModel()), list(range(40)), 4, GREEDY, 24, _ctx(), lambda e: None)
+        decode_prompt(target, _draft(FakeModel()), list(range(40)), FixedDraftLen(4), GREEDY, 24, _ctx(), lambda e: None)
     assert model.calls == []

@@ -13,7 +13,7 @@ from specmon.backends.hf_folder import export_hf_folder, load_hf_llama
 from specmon.backends.llama import Llama
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished
-from specmon.tokenizer import load_hf_tokenizer, load_tokenizer
+from specmon.backends.tokenizer import load_hf_tokenizer, load_tokenizer
 from test_cli import assert_one_line_error, specmon
 from tinymodel import write_tiny_gguf
 

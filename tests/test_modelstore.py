@@ -2,7 +2,7 @@
 
 import pytest
 
-from specmon import modelstore
+from specmon.backends import modelstore
 from specmon.errors import SpecmonError
 
 

@@ -3,16 +3,15 @@
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import load_policy, parse_policy
-from specmon.profiles import DrafterSpec, load_profile
+from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.replay.player import ReplayFeed
 from specmon.replay.whatif import what_if
-from specmon.tui.app import make_app
+from specmon.tui.factory import make_app
 from specmon.tui.state import ViewState
 from tinymodel import tiny_profile
 
@@ -25,17 +24,22 @@ QUICK_POLICY = (REPO / "policies" / "default.toml").read_text().replace(
 @pytest.fixture(scope="module")
 def live_session(tmp_path_factory):
     """A real policy-driven session on the tiny model: the events as the live run held them."""
+    from specmon.backends.loader import load_pair
     from specmon.engine.prompts import builtin_suite
-    from specmon.runner import run_session
+    from specmon.policy.engine import PolicyEngine
+    from specmon.sched.policy import PolicyScheduler
+    from specmon.transport.session import live_session as open_session
 
     tmp = tmp_path_factory.mktemp("live")
     policy_file = tmp / "policy.toml"
     policy_file.write_text(QUICK_POLICY)
     profile = load_profile(str(tiny_profile(tmp)))
-    result = run_session(profile, DrafterSpec(kind="ngram", draft_len=4), profile.sampling.to_event(),
-                         builtin_suite() * 3, 24, tmp / "live.specmon", Console(file=open("/dev/null", "w")),
-                         policy=load_policy(policy_file))
-    return result
+    policy = load_policy(policy_file)
+    pair = load_pair(profile, DrafterSpec(kind="ngram", draft_len=4))
+    with open_session(pair, profile, pair.drafter, tmp / "live.specmon", policy=policy, announce=False) as session:
+        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter)
+        scheduler.run(builtin_suite() * 3, profile.sampling.to_event(), 24)
+    return session
 
 
 def fold(feed: ReplayFeed) -> ViewState:

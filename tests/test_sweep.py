@@ -8,15 +8,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from specmon.cli import sweep as sweep_cli
+from specmon.cli.sweep import cmd_sweep, parse_ks
+from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import NoDrafter
 from specmon.engine.prompts import builtin_suite
 from specmon.engine.rounds import RoundContext, decode_prompt
 from specmon.events.log import read_log
-from specmon.events.schema import PromptFinished, Sampling
+from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, Sampling
 from specmon.metrics.predict import break_even_alpha, predicted_speedup, tokens_per_round
 from specmon.policy.schema import load_policy
-from specmon.sweep_results import cell_rows
-from specmon.sweep_runner import parse_ks, run_sweep_command
+from specmon.replay.sweep_report import cell_rows
 from tinymodel import tiny_profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,14 +34,17 @@ def sweep(tmp_path_factory):
         out=tmp / "plots", suggest_policy=tmp / "suggested.toml")
     printed = Console(file=open("/dev/null", "w"), width=250, record=True)
     quiet = Console(file=open("/dev/null", "w"), width=250)
-    assert run_sweep_command(args, printed, quiet) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep_cli, "out", printed)
+        patch.setattr(sweep_cli, "err", quiet)
+        assert cmd_sweep(args) == 0
     args.printed = printed.export_text()
     return args, profile
 
 
 def test_plain_cells_equal_plain_decoding(sweep):
     from specmon.backends.loader import load_pair
-    from specmon.profiles import DrafterSpec, load_profile
+    from specmon.backends.profiles import DrafterSpec, load_profile
 
     args, profile = sweep
     pair = load_pair(load_profile(str(profile)), DrafterSpec(kind="none"))
@@ -49,7 +54,7 @@ def test_plain_cells_equal_plain_decoding(sweep):
     assert set(plain_greedy) == {p.id for p in prompts}
     for prompt in prompts:
         ctx = RoundContext("t", prompt.id, prompt.prompt_class, itertools.count())
-        run = decode_prompt(pair.target, NoDrafter(), pair.tokenizer.encode_chat(prompt.text), 0, Sampling(),
+        run = decode_prompt(pair.target, NoDrafter(), pair.tokenizer.encode_chat(prompt.text), FixedDraftLen(0), Sampling(),
                             16, ctx, lambda e: None)
         assert run.generated == plain_greedy[prompt.id]
 
@@ -63,17 +68,44 @@ def test_every_cell_is_there_and_recomputes_from_the_log(sweep):
             assert (cls, "none", temp, 0) in keys
             for drafter in ("ngram", "layerskip-1"):
                 assert {(cls, drafter, temp, k) for k in (1, 2, 3)} <= keys
+    by_cell = _raw_cells(args.log)
     for r in rows:
         if r.key.draft_len and r.run.alpha_hat is not None:
-            assert r.predicted == pytest.approx(predicted_speedup(r.run.alpha_hat, r.key.draft_len, r.c, r.v))
+            assert r.predicted == pytest.approx(_predicted_by_hand(by_cell, r.key), rel=1e-9)
         if r.key.draft_len and r.key.sampling.greedy:
             assert set(r.run.verdicts) <= {"identical", "near-tie"}  # greedy cells equal plain decoding
         if not r.key.sampling.greedy and r.key.draft_len:
             assert set(r.run.verdicts) == {"sampled"}
 
 
+def _raw_cells(log) -> dict:
+    """Rounds per (class, drafter, temperature, k), grouped straight from the raw events."""
+    cells, opened = {}, None
+    for ev in read_log(log):
+        if isinstance(ev, PromptStarted):
+            opened = ev
+        elif isinstance(ev, RoundVerified):
+            drafter = opened.drafter if ev.draft_len else "none"
+            cells.setdefault((ev.prompt_class, drafter, ev.sampling.temperature, ev.draft_len), []).append(ev)
+    return cells
+
+
+def _predicted_by_hand(cells: dict, key) -> float:
+    """Leviathan et al. eq. 1 over (k*c + v(k)), written out here rather than calling metrics.predict."""
+    k = key.draft_len
+    rounds = cells[(key.prompt_class, key.drafter, key.sampling.temperature, k)]
+    plain = cells[(key.prompt_class, "none", key.sampling.temperature, 0)]
+    step = sum(e.verify_ms for e in plain) / len(plain)
+    c = sum(e.draft_ms for e in rounds) / len(rounds) / k / step
+    v = sum(e.verify_ms for e in rounds) / len(rounds) / step
+    alphas = [e.alpha_hat for e in rounds if e.alpha_hat is not None]
+    alpha = sum(alphas) / len(alphas)
+    expected_tokens = sum(alpha ** i for i in range(k + 1))  # 1 + a + ... + a^k = (1 - a^(k+1)) / (1 - a)
+    return expected_tokens / (k * c + v)
+
+
 def test_the_printed_table_is_the_one_the_log_recomputes(sweep):
-    from specmon.sweep_runner import break_even_table, results_table
+    from specmon.cli.sweep import break_even_table, results_table
 
     args, _ = sweep
     again = Console(file=open("/dev/null", "w"), width=250, record=True)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from specmon.events.channel import Subscription
+from specmon.transport.channel import Subscription
 from specmon.events.log import read_log
 from specmon.metrics.stats import class_stats
-from specmon.tui.app import make_app
+from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed, thread_feed
 from specmon.tui.panes import render_text
 

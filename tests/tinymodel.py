@@ -6,7 +6,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from specmon.tokenizer import _bytes_to_unicode_table
+from specmon.backends.tokenizer import _bytes_to_unicode_table
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "

@@ -14,11 +14,11 @@ import torch
 
 from specmon.backends.exl2 import Exl2Drafter, Exl2Target
 from specmon.backends.hf_folder import folder_for_gguf, read_hf_config
-from specmon.backends.loader import Pair, check_same_vocab
+from specmon.backends.pair import Pair, check_same_vocab
 from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
 from specmon.errors import SpecmonError
-from specmon.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
-from specmon.tokenizer import ChatTokenizer, load_hf_tokenizer
+from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
+from specmon.backends.tokenizer import ChatTokenizer, load_hf_tokenizer
 
 GIB = 2**30
 RESERVE_BYTES = 512 * 2**20  # activations, logits and ExLlamaV2's own scratch space

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from specmon.errors import SpecmonError
-from specmon.tokenizer import open_gguf
+from specmon.backends.tokenizer import open_gguf
 
 
 @dataclass(frozen=True)

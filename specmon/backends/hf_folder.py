@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from specmon.backends.gguf_weights import LlamaConfig, load_gguf_llama
 from specmon.errors import SpecmonError
-from specmon.tokenizer import load_tokenizer
+from specmon.backends.tokenizer import load_tokenizer
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
@@ -92,7 +92,7 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
 
 def folder_for_gguf(gguf_path: Path, layers: int = 0) -> Path:
     """A Hugging Face copy of a GGUF (first `layers` layers), written once into the model cache."""
-    from specmon.modelstore import cache_dir
+    from specmon.backends.modelstore import cache_dir
 
     stat = gguf_path.stat()
     stamp = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]

@@ -4,31 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from specmon.backends.gguf_weights import load_gguf_llama
 from specmon.backends.hf_folder import load_hf_llama
 from specmon.backends.llama import Llama
+from specmon.backends.pair import Pair, check_same_vocab
 from specmon.backends.torch_backend import LayerSkipDrafter, ModelDrafter, TorchTarget
 from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
-from specmon.engine.target import Target
 from specmon.errors import SpecmonError
-from specmon.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
-from specmon.tokenizer import ChatTokenizer, load_hf_tokenizer, load_tokenizer
+from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
+from specmon.backends.tokenizer import ChatTokenizer, load_hf_tokenizer, load_tokenizer
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass
-class Pair:
-    target: Target
-    drafter: Drafter
-    tokenizer: ChatTokenizer
-    make_drafter: Callable[[DrafterSpec], Drafter]  # another drafter on the same target (sweeps)
 
 
 def load_pair(profile: Profile, drafter_spec: DrafterSpec | None = None) -> Pair:
@@ -59,15 +49,6 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget,
     draft_path = resolve_model_path(spec.target, profile)
     check_same_vocab(tokenizer, cached_tokenizer(draft_path), draft_path, profile)
     return ModelDrafter(_model(profile, spec.target, draft_path), name=f"model:{spec.target.describe()}")
-
-
-def check_same_vocab(target: ChatTokenizer, draft: ChatTokenizer, draft_path: Path, profile: Profile) -> None:
-    """Draft and target must share one vocabulary (every backend): token ids are compared as they are."""
-    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
-        raise SpecmonError(
-            f"profile {profile.source}: draft vocabulary ({draft.vocab_size} tokens, {draft_path.name}) "
-            f"differs from the target's ({target.vocab_size} tokens); pick a draft of the same family"
-        )
 
 
 def _check_device(device: str) -> None:

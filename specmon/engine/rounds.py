@@ -14,11 +14,13 @@ from typing import Callable, Sequence
 import numpy as np
 
 from specmon.engine.accept import Verdict, accept_greedy, accept_sampled, alpha_hat
+from specmon.engine.draft_len import DraftLenSource
 from specmon.engine.drafters import Drafter, Proposal
 from specmon.engine.sampling import probs_from_logits
 from specmon.engine.target import Target
 from specmon.errors import SpecmonError
 from specmon.events.schema import RoundVerified, Sampling
+from specmon.metrics.rates import round_ms
 
 
 @dataclass
@@ -51,14 +53,13 @@ def _text_after(detokenize, context: list[int], new: list[int]) -> str:
     return detokenize(left + new)[len(detokenize(left)):]
 
 
-def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft_len: int | Callable[[], int],
+def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft_len: DraftLenSource,
                   sampling: Sampling, max_new_tokens: int, ctx: RoundContext,
                   emit: Callable[[RoundVerified], None]) -> PromptRun:
     """Decode one prompt round by round, emitting one RoundVerified per round.
 
-    `draft_len` may be a function asked before every round, so a policy can change k mid-prompt."""
-    k_for_round = draft_len if callable(draft_len) else (lambda: draft_len)
-    if len(prompt) + max_new_tokens + (64 if callable(draft_len) else draft_len) + 1 > target.max_len:
+    `draft_len` is asked before every round, so a policy can change k mid-prompt."""
+    if len(prompt) + max_new_tokens + draft_len.max_draft_len + 1 > target.max_len:
         raise SpecmonError(
             f"prompt {ctx.prompt_id!r}: {len(prompt)} prompt + {max_new_tokens} new + draft + 1 "
             f"verify positions exceed the cache's {target.max_len}; raise max_seq_len in the profile"
@@ -72,9 +73,10 @@ def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft
     run.prefill_ms = (time.perf_counter() - start) * 1e3
     carried_ms = 0.0  # time spent emitting the previous event, charged to this round's overhead
     while len(run.generated) < max_new_tokens:
-        event = _one_round(target, drafter, context, k_for_round(), sampling, rng, max_new_tokens, run, ctx)
+        event = _one_round(target, drafter, context, draft_len.next_draft_len(), sampling, rng, max_new_tokens,
+                           run, ctx)
         event.overhead_ms += carried_ms
-        run.decode_ms += event.draft_ms + event.verify_ms + event.overhead_ms
+        run.decode_ms += round_ms(event)
         start = time.perf_counter()
         emit(event)
         carried_ms = (time.perf_counter() - start) * 1e3

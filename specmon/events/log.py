@@ -20,29 +20,50 @@ CHUNK = 1 << 16
 
 
 class LogWriter:
-    """Appends framed events, flushing after each batch (see LogSink for the threaded writer)."""
+    """Appends framed events; every batch goes straight to the OS (see LogSink for the thread).
+
+    Writes are unbuffered, so a failed write (disk full) leaves no half-written frame behind:
+    the file is cut back to its last whole frame and the error is raised."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: BinaryIO = open(self.path, "ab")
-        if self._fh.tell() == 0:
-            self._fh.write(preamble())
-            self._fh.flush()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh: BinaryIO = open(self.path, "ab", buffering=0)
+        except OSError as exc:
+            raise SpecmonError(f"{self.path}: cannot create the session log ({exc.strerror})") from None
+        self._good = self._fh.tell()  # end of the last whole frame
         self.events_written = 0
+        if self._good == 0:
+            try:
+                self._append(preamble())
+            except OSError as exc:
+                self._fh.close()
+                raise SpecmonError(f"{self.path}: cannot write the session log ({exc.strerror})") from None
 
     def write_frames(self, frames: list[bytes]) -> None:
-        self._fh.write(b"".join(frames))
-        self._fh.flush()  # into the OS: a SIGKILL after this loses nothing
+        self._append(b"".join(frames))  # into the OS: a SIGKILL after this loses nothing
         self.events_written += len(frames)
+
+    def _append(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._fh.write(view):]
+        except OSError:
+            os.ftruncate(self._fh.fileno(), self._good)  # readers then see only whole frames
+            raise
+        self._good += len(data)
 
     def write(self, event: Event) -> None:
         self.write_frames([frame(event)])
 
     def close(self) -> None:
         if not self._fh.closed:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            try:
+                os.fsync(self._fh.fileno())
+            except OSError:
+                pass  # every frame is already in the OS; a failed fsync loses nothing we can keep
             self._fh.close()
 
     def __enter__(self) -> "LogWriter":

@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from specmon.events.schema import AnyEvent, PromptFinished, PromptStarted, RoundVerified, Sampling
-
-
-def _ratio(num: float, den: float) -> float | None:
-    return num / den if den else None
+from specmon.metrics import rates
+from specmon.metrics.rates import ratio as _ratio
 
 
 @dataclass
@@ -90,7 +88,7 @@ class RunStats:
     @property
     def goodput(self) -> float | None:
         """Emitted tokens per millisecond of round time."""
-        return _ratio(self.emitted, self.round_ms)
+        return rates.goodput(self.emitted, self.round_ms)
 
     @property
     def tok_per_s(self) -> float | None:
@@ -135,9 +133,9 @@ class ClassStats:
         """Goodput with speculation / goodput of plain decoding, same class, same run."""
         spec = self.speculative if draft_len is None else self.runs.get(draft_len)
         base = self.baseline
-        if spec is None or base is None or spec.goodput is None or not base.goodput:
+        if spec is None or base is None:
             return None
-        return spec.goodput / base.goodput
+        return rates.speedup(spec.goodput, base.goodput)
 
 
 def class_stats(events: Iterable[AnyEvent]) -> dict[str, ClassStats]:

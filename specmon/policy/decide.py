@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specmon.metrics import rates
+
 OPTIMISM = 2  # early off pretends this many more rounds at k accepted every draft token
 
 
@@ -39,8 +41,7 @@ class Row:
     @classmethod
     def of(cls, ev) -> "Row":
         """The evidence a RoundVerified event contributes: live (PolicyEngine) and in explain alike."""
-        return cls(ev.round_id, ev.draft_len, len(ev.emitted), ev.draft_ms + ev.verify_ms + ev.overhead_ms,
-                   ev.prompt_id)
+        return cls(ev.round_id, ev.draft_len, len(ev.emitted), rates.round_ms(ev), ev.prompt_id)
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,8 @@ class Outcome:
 
 
 def goodput(rows: Sequence[Row]) -> float:
-    ms = sum(r.round_ms for r in rows)
-    return sum(r.emitted for r in rows) / ms if ms > 0 else 0.0
+    """metrics' goodput over the rows (0.0, never better than anything, when they took no time)."""
+    return rates.goodput(sum(r.emitted for r in rows), sum(r.round_ms for r in rows)) or 0.0
 
 
 def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:

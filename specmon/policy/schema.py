@@ -14,6 +14,8 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from specmon.errors import SpecmonError
+from specmon.data import resolve
+from specmon.engine.draft_len import MAX_DRAFT_LEN
 
 
 class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -78,9 +80,11 @@ class PolicyError(SpecmonError):
         self.line, self.column, self.reason = line, column, reason
 
 
-def load_policy(path: Path) -> Policy:
+def load_policy(path: Path | str) -> Policy:
+    """A policy file, or a shipped policy by name (`default`): the working directory first."""
+    path = resolve("policies", str(path))
     try:
-        text = Path(path).read_text()
+        text = path.read_text()
     except OSError as exc:
         raise SpecmonError(f"policy {path}: cannot read it ({exc.strerror})") from None
     return parse_policy(text, str(path))
@@ -144,11 +148,12 @@ def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str) -
                               f"bad regular expression {pattern!r}: {exc}") from None
     k = cls.draft_len
     if isinstance(k, int):
-        if not 0 <= k <= 64:
-            raise PolicyError(source, *locate(text, ("classes", i, "draft_len")), f"draft_len = {k} must be 0..64")
-    elif not 1 <= k.min <= k.max <= 64 or (k.start and not k.min <= k.start <= k.max):
+        if not 0 <= k <= MAX_DRAFT_LEN:
+            raise PolicyError(source, *locate(text, ("classes", i, "draft_len")),
+                              f"draft_len = {k} must be 0..{MAX_DRAFT_LEN}")
+    elif not 1 <= k.min <= k.max <= MAX_DRAFT_LEN or (k.start and not k.min <= k.start <= k.max):
         raise PolicyError(source, *locate(text, ("classes", i, "draft_len")),
-                          f"draft_len range min={k.min} max={k.max} start={k.start} is empty or out of 1..64")
+                          f"draft_len range min={k.min} max={k.max} start={k.start} is empty or out of 1..{MAX_DRAFT_LEN}")
     if cls.match.max_chars and cls.match.max_chars < cls.match.min_chars:
         raise PolicyError(source, *locate(text, ("classes", i, "match", "max_chars")), "max_chars < min_chars")
 

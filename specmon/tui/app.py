@@ -182,14 +182,3 @@ class SpecmonApp(App):
         yield SystemCommand("Switch acceptance metric", "rate / mean accepted length / α̂", self.action_cycle_metric)
         yield SystemCommand("Text only", "Give the generated text the whole screen", self.action_toggle_text)
         yield SystemCommand("Help", "What every pane shows", self.action_help)
-
-
-def make_app(feed: Feed) -> SpecmonApp:
-    """The one way an app is built: for `run`, `attach`, `replay` and the tests."""
-    from specmon.replay.player import ReplayFeed
-
-    if isinstance(feed, ReplayFeed):
-        from specmon.tui.replay_app import ReplayApp
-
-        return ReplayApp(feed)
-    return SpecmonApp(feed)

@@ -9,7 +9,7 @@ import threading
 from typing import Callable, Iterable
 
 from specmon.errors import SpecmonError
-from specmon.events.channel import Subscription
+from specmon.transport.channel import Subscription
 
 
 class Feed:

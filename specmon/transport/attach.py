@@ -10,7 +10,7 @@ from specmon.errors import SpecmonError
 from specmon.events.frames import FrameDecoder
 from specmon.events.log import follow_log
 from specmon.events.schema import AnyEvent, SessionFinished
-from specmon.events.serve import runtime_dir
+from specmon.transport.serve import runtime_dir
 
 
 def newest_socket() -> Path:

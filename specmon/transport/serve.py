@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from specmon.errors import SpecmonError
-from specmon.events.channel import LogSink
+from specmon.transport.channel import LogSink
 
 CHUNK = 1 << 16
 TOKEN_WAIT_S = 5.0

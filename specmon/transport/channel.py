@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from specmon.errors import SpecmonError
 from specmon.events.frames import frame
 from specmon.events.log import LogWriter
 from specmon.events.schema import AnyEvent
@@ -68,9 +69,9 @@ class LogSink:
             done = batch[-1] is _CLOSE
             frames = [b for b in batch if b is not _CLOSE]
             try:
-                if frames:
+                if frames and self.error is None:  # after a failure, later frames would leave a gap
                     self.writer.write_frames(frames)
-            except OSError as exc:  # disk full or gone: remember it, let the run report it
+            except OSError as exc:  # disk full or gone: remember it; the publisher raises it
                 self.error = exc
             with self.written:
                 self.closed = done
@@ -78,6 +79,14 @@ class LogSink:
             if done:
                 self.writer.close()
                 return
+
+    def failure(self) -> SpecmonError | None:
+        """The write error, as the one line a user sees; None while the log is healthy."""
+        if self.error is None:
+            return None
+        why = getattr(self.error, "strerror", None) or str(self.error)
+        return SpecmonError(f"{self.path}: writing the session log failed ({why}); "
+                            f"the {self.writer.events_written} events before it are intact and readable")
 
     def close(self) -> None:
         self._queue.put(_CLOSE)
@@ -103,7 +112,11 @@ class Channel:
         self._callbacks.append(callback)
 
     def publish(self, event: AnyEvent) -> None:
+        """Raises the log's write error, so a decode stops at the first event the log lost."""
         if self.log is not None:
+            failure = self.log.failure()
+            if failure is not None:
+                raise failure
             self.log.offer_frame(frame(event))
         for sub in self._subs:
             sub.offer(event)

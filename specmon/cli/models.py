@@ -6,8 +6,8 @@ from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-from specmon import modelstore
-from specmon.console import err, out
+from specmon.backends import modelstore
+from specmon.cli.console import err, out
 from specmon.errors import SpecmonError
 
 

@@ -8,10 +8,11 @@ from typing import Literal
 
 import msgspec
 
+from specmon.data import resolve
+from specmon.engine.draft_len import check_draft_len
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
 DEFAULT_PROFILE = "smollm2-cpu"
 
 
@@ -70,10 +71,8 @@ class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 def profile_path(name_or_path: str) -> Path:
-    path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
-        return path
-    return PROFILE_DIR / f"{name_or_path}.toml"
+    """A path, or a profile name: from the working directory first, then the shipped profiles."""
+    return resolve("profiles", name_or_path)
 
 
 def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
@@ -96,8 +95,7 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
 
 def _check(profile: Profile, path: Path) -> None:
     spec = profile.drafter
-    if spec.draft_len < 0 or spec.draft_len > 64:
-        raise SpecmonError(f"profile {path}: drafter.draft_len must be 0..64, not {spec.draft_len}")
+    check_draft_len(spec.draft_len, f"profile {path}: drafter.draft_len")
     if spec.kind == "model" and spec.target is None:
         raise SpecmonError(f"profile {path}: drafter.kind = \"model\" needs a [drafter.target] table")
     if not (profile.target.model or profile.target.path):
@@ -110,7 +108,7 @@ def _check(profile: Profile, path: Path) -> None:
 
 def resolve_model_path(ref: ModelRef, profile: Profile) -> Path:
     """Local path of a model reference; embedded names come from the model store."""
-    from specmon import modelstore
+    from specmon.backends import modelstore
 
     if ref.model:
         return modelstore.resolve(ref.model)

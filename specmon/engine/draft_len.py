@@ -1,0 +1,42 @@
+"""Draft length (k): one name, one maximum, and one small protocol for "k for the next round".
+
+A fixed k, the policy's per-round choice and any future scheduler all answer the same two
+questions: which k the next round drafts, and the longest k it may ever ask for (so the round
+loop can check the KV cache has room before the first forward)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from specmon.errors import SpecmonError
+
+MAX_DRAFT_LEN = 64  # longest draft any profile, policy, sweep or flag may ask for
+
+
+class DraftLenSource(Protocol):
+    max_draft_len: int  # the longest k next_draft_len() may return
+
+    def next_draft_len(self) -> int:
+        """The draft length of the next round (0: a plain decoding step)."""
+
+
+@dataclass(frozen=True)
+class FixedDraftLen:
+    """The same k every round."""
+
+    draft_len: int
+
+    @property
+    def max_draft_len(self) -> int:
+        return self.draft_len
+
+    def next_draft_len(self) -> int:
+        return self.draft_len
+
+
+def check_draft_len(draft_len: int, what: str, low: int = 0) -> int:
+    """A k from a user (flag, profile, policy): within low..MAX_DRAFT_LEN, or one clear error."""
+    if isinstance(draft_len, bool) or not isinstance(draft_len, int) or not low <= draft_len <= MAX_DRAFT_LEN:
+        raise SpecmonError(f"{what} must be {low}..{MAX_DRAFT_LEN}, not {draft_len}")
+    return draft_len

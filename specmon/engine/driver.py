@@ -1,0 +1,130 @@
+"""The one session driver: every scheduler (`run`'s plain-vs-speculative pairing, the sweep
+grid, the policy, the policy benchmark, the coming server) decodes its prompts through it.
+
+It owns the target, the tokenizer, the session's round ids and the emit path, and runs one
+prompt at a time: PromptStarted, one RoundVerified per round, then PromptFinished (with a
+ResourceSample), with the k of each round asked of a DraftLenSource."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import platform
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from specmon import __version__
+from specmon.engine.draft_len import DraftLenSource
+from specmon.engine.drafters import Drafter
+from specmon.engine.equivalence import compare
+from specmon.engine.prompts import Prompt
+from specmon.engine.rounds import PromptRun, RoundContext, decode_prompt
+from specmon.engine.target import Target
+from specmon.events.schema import (
+    AnyEvent, Equivalence, PromptFinished, PromptStarted, ResourceSample, RoundVerified, Sampling, SessionStarted,
+)
+from specmon.telemetry.memory import rss_bytes, vram_bytes
+
+Emit = Callable[[AnyEvent], None]
+BASELINE = Equivalence("baseline")
+UNCHECKED = Equivalence("unchecked")
+
+
+class Tokenizer(Protocol):
+    def encode_chat(self, user_text: str) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...
+
+
+@dataclass
+class Decoded:
+    """One prompt decoded under one drafter and sampling setting: what opened it and what it made."""
+
+    started: PromptStarted
+    run: PromptRun
+
+    @property
+    def greedy(self) -> bool:
+        return self.started.sampling.greedy
+
+
+def new_session_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def host_facts() -> dict[str, str]:
+    return {"hostname": platform.node(), "platform": platform.platform(),
+            "python": platform.python_version(), "cpus": str(os.cpu_count())}
+
+
+class SessionDriver:
+    def __init__(self, session_id: str, target: Target, tokenizer: Tokenizer, emit: Emit,
+                 near_tie_margin: float):
+        self.session_id = session_id
+        self.target = target
+        self.tokenizer = tokenizer
+        self.emit = emit
+        self.near_tie_margin = near_tie_margin
+        self.round_ids = itertools.count()  # unique across the session: decisions cite them
+        self._tokens: dict[str, list[int]] = {}
+
+    def started_event(self, profile, drafter: Drafter) -> SessionStarted:
+        """The session header: specmon version, profile text, models, host, cache sizes."""
+        return SessionStarted(
+            session_id=self.session_id, t=time.time(), specmon_version=__version__, profile_name=profile.name,
+            profile_text=profile.text, backend=profile.backend, target=self.target.name, drafter=drafter.name,
+            dtype=profile.dtype, device=profile.device, host=host_facts(),
+            cache_bytes={**self.target.cache_bytes(), **getattr(drafter, "cache_bytes", dict)()},
+        )
+
+    def tokens(self, prompt: Prompt) -> list[int]:
+        if prompt.text not in self._tokens:
+            self._tokens = {prompt.text: self.tokenizer.encode_chat(prompt.text)}  # one prompt's worth
+        return self._tokens[prompt.text]
+
+    def decode(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
+               max_new_tokens: int, *, prompt_class: str | None = None, class_rule: str = "prompt set",
+               start_draft_len: int | None = None,
+               on_round: Callable[[RoundVerified], None] | None = None) -> Decoded:
+        """Decode one prompt: PromptStarted, then its rounds (each handed to `on_round` after it is
+        emitted, so a policy can observe it and decide before the next). Call finish() after."""
+        tokens = self.tokens(prompt)
+        limit = prompt.max_new_tokens or max_new_tokens
+        name = prompt_class or prompt.prompt_class
+        started = PromptStarted(
+            session_id=self.session_id, t=time.time(), prompt_id=prompt.id, prompt_class=name,
+            draft_len=draft_len.max_draft_len if start_draft_len is None else start_draft_len,
+            drafter=drafter.name, sampling=sampling, prompt_tokens=len(tokens), max_new_tokens=limit,
+            class_rule=class_rule)
+        self.emit(started)
+        ctx = RoundContext(self.session_id, prompt.id, name, self.round_ids, self.tokenizer.decode)
+        emit = self.emit if on_round is None else _then(self.emit, on_round)
+        return Decoded(started, decode_prompt(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit))
+
+    def equivalence(self, plain: Decoded, done: Decoded) -> Equivalence:
+        """Did `done` give plain decoding's tokens (greedy), with the logit margin where it left them?"""
+        if done is plain:
+            return BASELINE
+        return compare(plain.run.generated, plain.run.margins, done.run.generated, done.greedy,
+                       self.near_tie_margin)
+
+    def finish(self, done: Decoded, equivalence: Equivalence) -> None:
+        """PromptFinished for one decode, then a memory sample."""
+        s, run = done.started, done.run
+        self.emit(PromptFinished(
+            session_id=self.session_id, t=time.time(), prompt_id=s.prompt_id, prompt_class=s.prompt_class,
+            draft_len=s.draft_len, rounds=run.rounds, generated=run.generated,
+            text=self.tokenizer.decode(run.generated), stop_reason=run.stop_reason, prefill_ms=run.prefill_ms,
+            decode_ms=run.decode_ms, equivalence=equivalence, drafter=s.drafter, sampling=s.sampling))
+        used, total = vram_bytes()
+        self.emit(ResourceSample(session_id=self.session_id, t=time.time(), rss_bytes=rss_bytes(),
+                                 vram_used_bytes=used, vram_total_bytes=total))
+
+
+def _then(emit: Emit, on_round: Callable[[RoundVerified], None]) -> Emit:
+    def emit_round(event: AnyEvent) -> None:
+        emit(event)
+        if isinstance(event, RoundVerified):
+            on_round(event)
+    return emit_round

@@ -1,0 +1,10 @@
+"""How a figure is written wherever it is shown: one spelling for a missing value."""
+
+from __future__ import annotations
+
+MISSING = "N/A"
+
+
+def fmt(value: float | None, spec: str = "{:.2f}") -> str:
+    """`spec.format(value)`, or N/A when the figure cannot be computed (no rounds, no GPU)."""
+    return MISSING if value is None else spec.format(value)

@@ -1,0 +1,27 @@
+"""The ratios of DESIGN.md's metric table that everything else derives from: round time,
+goodput and speedup, each defined once here and used by the TUI, tables, reports, the policy
+and the benchmarks alike."""
+
+from __future__ import annotations
+
+
+def ratio(num: float, den: float) -> float | None:
+    """num / den, or None (shown as N/A) when there is nothing to divide by."""
+    return num / den if den else None
+
+
+def round_ms(ev) -> float:
+    """Wall time of one round: drafting + the target's verify pass + the rest (accept, emit)."""
+    return ev.draft_ms + ev.verify_ms + ev.overhead_ms
+
+
+def goodput(emitted: int, ms: float) -> float | None:
+    """Accepted progress per millisecond: emitted tokens / round ms."""
+    return ratio(emitted, ms)
+
+
+def speedup(spec_goodput: float | None, plain_goodput: float | None) -> float | None:
+    """Goodput with speculation / goodput of plain decoding (same class, same run)."""
+    if spec_goodput is None or not plain_goodput:
+        return None
+    return spec_goodput / plain_goodput

@@ -1,0 +1,87 @@
+"""`specmon bench policy`: the policy against every fixed draft length, per class.
+
+The policy decodes the prompt set `repeat` times, learning as it goes; right after each of its
+prompts, the same prompt is decoded at every fixed k (0 = plain) in an order that rotates, so
+drift in the machine's speed falls on the policy and on every fixed k alike. Everything is
+logged; the fixed runs are marked by their PromptStarted's class_rule, so the figures are
+recomputed from the log alone (bench_results). A class's auto goodput counts every round the
+policy ran, its own plain re-measures and probes included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from specmon.engine.draft_len import FixedDraftLen
+from specmon.engine.drafters import Drafter, NoDrafter
+from specmon.engine.driver import UNCHECKED
+from specmon.engine.prompts import Prompt
+from specmon.events.schema import AnyEvent, PromptStarted, RoundVerified, Sampling
+from specmon.metrics.rates import ratio
+from specmon.metrics.stats import RunStats
+from specmon.sched.policy import PolicyScheduler
+
+FIXED_RULE = "bench: fixed k="  # class_rule prefix of the fixed-k runs beside each policy prompt
+
+
+def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[int], repeat: int,
+              sampling: Sampling, max_new_tokens: int, fixed_passes: int = 0,
+              on_prompt: Callable[[int], None] | None = None) -> None:
+    """`fixed_passes` > 0 keeps the fixed k > 0 to the first passes (slow drafters); plain still
+    runs beside every policy prompt, so auto/plain stays paired."""
+    driver, plain = policy.driver, NoDrafter()
+    sequence = list(prompts) * repeat
+    for index, prompt in enumerate(sequence):
+        name = policy.decode(prompt, sampling, max_new_tokens).started.prompt_class
+        shift = (index + 1) % len(ks)
+        for k in list(ks[shift:]) + list(ks[:shift]):
+            if k and fixed_passes and index // len(prompts) >= fixed_passes:
+                continue
+            drafter: Drafter = policy.drafter if k else plain
+            done = driver.decode(prompt, drafter, FixedDraftLen(k), sampling, max_new_tokens, prompt_class=name,
+                                 class_rule=f"{FIXED_RULE}{k}")
+            driver.finish(done, UNCHECKED)
+        if on_prompt:
+            on_prompt(index + 1)
+
+
+@dataclass
+class BenchClass:
+    auto: RunStats = field(default_factory=lambda: RunStats(-1))
+    fixed: dict[int, RunStats] = field(default_factory=dict)
+    auto_rounds_by_k: dict[int, int] = field(default_factory=dict)  # where the policy's rounds went
+
+    @property
+    def plain(self) -> float | None:
+        return self.fixed[0].tok_per_s if 0 in self.fixed else None
+
+    @property
+    def best_k(self) -> int | None:
+        rated = {k: r.tok_per_s for k, r in self.fixed.items() if r.tok_per_s is not None}
+        return max(rated, key=rated.get) if rated else None
+
+    def to_json(self) -> dict:
+        best = self.best_k
+        best_rate = self.fixed[best].tok_per_s if best is not None else None
+        return {"plain": self.plain, "fixed": {str(k): r.tok_per_s for k, r in sorted(self.fixed.items())},
+                "best_k": best, "auto": self.auto.tok_per_s,
+                "auto_over_best": ratio(self.auto.tok_per_s or 0.0, best_rate or 0.0) if self.auto.rounds else None,
+                "auto_over_plain": ratio(self.auto.tok_per_s or 0.0, self.plain or 0.0) if self.auto.rounds else None,
+                "auto_rounds_by_k": {str(k): n for k, n in sorted(self.auto_rounds_by_k.items())}}
+
+
+def bench_results(events: Iterable[AnyEvent]) -> dict[str, BenchClass]:
+    """Per class: goodput of the policy's rounds and of each fixed k, from a bench session's events."""
+    classes: dict[str, BenchClass] = {}
+    opened: PromptStarted | None = None  # a round belongs to the prompt run that opened it
+    for ev in events:
+        if isinstance(ev, PromptStarted):
+            opened = ev
+        elif isinstance(ev, RoundVerified) and opened is not None:
+            entry = classes.setdefault(ev.prompt_class, BenchClass())
+            if opened.class_rule.startswith(FIXED_RULE):
+                entry.fixed.setdefault(ev.draft_len, RunStats(ev.draft_len)).add_round(ev)
+            else:
+                entry.auto.add_round(ev)
+                entry.auto_rounds_by_k[ev.draft_len] = entry.auto_rounds_by_k.get(ev.draft_len, 0) + 1
+    return classes

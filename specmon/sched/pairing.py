@@ -1,0 +1,26 @@
+"""`specmon run`: each prompt decoded plainly (k = 0) and with the drafter, alternating which
+goes first so that drift in the machine's speed falls on both equally."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from specmon.engine.draft_len import FixedDraftLen
+from specmon.engine.drafters import Drafter, NoDrafter
+from specmon.engine.driver import SessionDriver
+from specmon.engine.prompts import Prompt
+from specmon.events.schema import Sampling
+
+
+def run_paired(driver: SessionDriver, prompts: Sequence[Prompt], drafter: Drafter, draft_len: int,
+               sampling: Sampling, max_new_tokens: int, on_prompt: Callable[[int], None] | None = None) -> None:
+    plain = NoDrafter()
+    for index, prompt in enumerate(prompts):
+        order = [(plain, 0), (drafter, draft_len)] if draft_len else [(plain, 0)]
+        if index % 2:
+            order.reverse()
+        runs = {k: driver.decode(prompt, which, FixedDraftLen(k), sampling, max_new_tokens) for which, k in order}
+        for done in runs.values():  # finished after both, so plain can run second
+            driver.finish(done, driver.equivalence(runs[0], done))
+        if on_prompt:
+            on_prompt(index + 1)

@@ -1,0 +1,66 @@
+"""A session driven by a policy: each prompt is classified, decoded at the k the policy plans
+round by round, and its rounds become the evidence for the class's next decision."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from specmon.engine.draft_len import MAX_DRAFT_LEN
+from specmon.engine.drafters import Drafter
+from specmon.engine.driver import UNCHECKED, Decoded, SessionDriver
+from specmon.engine.prompts import Prompt
+from specmon.events.schema import RoundVerified, Sampling
+from specmon.policy.engine import PolicyEngine, Schedule, loaded_event
+
+
+class PolicyDraftLen:
+    """k for each round of one prompt: its plan's lead run (re-measure or probe), else the class's
+    current decision, which a decision mid-prompt or a reloaded policy changes at once."""
+
+    max_draft_len = MAX_DRAFT_LEN  # a reload may raise k mid-prompt: the cache must have room for any
+
+    def __init__(self, engine: PolicyEngine, prompt_class: str, schedule: Schedule):
+        self.engine, self.prompt_class, self.schedule = engine, prompt_class, schedule
+
+    def next_draft_len(self) -> int:
+        return self.engine.round_k(self.prompt_class, self.schedule)
+
+
+class PolicyScheduler:
+    def __init__(self, driver: SessionDriver, engine: PolicyEngine, drafter: Drafter):
+        self.driver, self.engine, self.drafter = driver, engine, drafter
+        driver.emit(loaded_event(engine.policy, driver.session_id))
+
+    def decode(self, prompt: Prompt, sampling: Sampling, max_new_tokens: int) -> Decoded:
+        """Classify, plan, decode and finish one prompt under the policy."""
+        tag = prompt.prompt_class if prompt.prompt_class != "default" else None
+        name, rule = self.engine.classify(prompt.text, tag)
+        plan = self.engine.plan(name)
+        schedule = Schedule(plan)
+        done = self.driver.decode(prompt, self.drafter, PolicyDraftLen(self.engine, name, schedule), sampling,
+                                  max_new_tokens, prompt_class=name, class_rule=f"{rule}; {plan.describe()}",
+                                  start_draft_len=plan.k, on_round=self._after_round(name, schedule))
+        self.driver.finish(done, UNCHECKED)
+        return done
+
+    def run(self, prompts: Sequence[Prompt], sampling: Sampling, max_new_tokens: int,
+            on_prompt: Callable[[int], None] | None = None) -> None:
+        for index, prompt in enumerate(prompts):
+            self.decode(prompt, sampling, max_new_tokens)
+            if on_prompt:
+                on_prompt(index + 1)
+
+    def _after_round(self, name: str, schedule: Schedule) -> Callable[[RoundVerified], None]:
+        """Each round: feed it to the policy, pick up a policy edit, and decide when due (never
+        inside a lead run, so a re-measure or probe is judged whole); the next round follows."""
+
+        def observe(event: RoundVerified) -> None:
+            self.engine.observe(event)
+            reloaded = self.engine.maybe_reload()
+            if reloaded is not None:
+                self.driver.emit(reloaded)
+            decision = self.engine.decide_when_due(name, schedule)
+            if decision is not None:
+                self.driver.emit(decision)
+
+        return observe

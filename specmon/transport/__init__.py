@@ -1,0 +1,1 @@
+"""Where events travel live: the in-process channel, socket serving and attaching."""

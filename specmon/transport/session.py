@@ -1,0 +1,103 @@
+"""One live session's plumbing: the log, the channel, the attach socket and the driver, opened
+together and closed together, whichever scheduler (run, sweep, policy, bench, server) feeds it.
+
+Closing publishes SessionFinished (unless the decode thread already did), flushes the log,
+removes the socket, and turns a log-writer failure into one SpecmonError naming the file."""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from specmon.engine.driver import SessionDriver, new_session_id
+from specmon.engine.drafters import Drafter
+from specmon.events.log import default_log_path
+from specmon.events.schema import AnyEvent, RoundVerified, SessionFinished
+from specmon.transport.channel import Channel, LogSink, Subscription
+from specmon.transport.serve import EventServer, runtime_dir
+
+VIEW_BUFFER = 100_000  # events a slow viewer may fall behind before it skips (and counts) the oldest
+
+
+class Stopped(Exception):
+    """Raised inside the decode thread when the viewer quits mid-run."""
+
+
+@dataclass
+class LiveSession:
+    driver: SessionDriver
+    channel: Channel
+    sink: LogSink
+    server: EventServer | None
+    view: Subscription | None = None  # the TUI's bounded buffer, subscribed before the first event
+    events: list[AnyEvent] = field(default_factory=list)  # everything published, for the final tables
+    finished: SessionFinished | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.driver.session_id
+
+    @property
+    def log_path(self) -> Path:
+        return self.sink.path
+
+    def finish(self, reason: str) -> None:
+        """SessionFinished, once: "done", "interrupted" or "error"."""
+        if self.finished is not None or self.sink.error is not None:
+            return
+        rounds = sum(isinstance(e, RoundVerified) for e in self.events)
+        self.finished = SessionFinished(session_id=self.session_id, t=time.time(), rounds=rounds, reason=reason)
+        self.channel.publish(self.finished)
+
+
+@contextmanager
+def live_session(pair, profile, drafter: Drafter, log_path: Path | None = None, *, serve: bool = True,
+                 listen: tuple[str, int] | None = None, policy=None, announce: bool = True,
+                 viewer: bool = False) -> Iterator[LiveSession]:
+    """Open the log (and the attach socket when `serve`), publish SessionStarted, and yield the
+    session; on leaving, finish and close everything, raising a log-write failure if there was one."""
+    session_id = new_session_id()
+    sink = LogSink(log_path or default_log_path(session_id))
+    channel = Channel(sink)
+    session = LiveSession(SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin),
+                          channel, sink, None)
+    channel.on_event(session.events.append)
+    session.view = channel.subscribe(maxlen=VIEW_BUFFER) if viewer else None
+    try:
+        session.server = EventServer(sink, runtime_dir() / f"{session_id}.sock", listen) if serve else None
+        if announce:
+            _announce(session)
+        started = session.driver.started_event(profile, drafter)
+        if policy is not None:
+            started.policy_text, started.policy_hash = policy.text, policy.sha256
+        channel.publish(started)
+        yield session
+        session.finish("done")
+    except (KeyboardInterrupt, Stopped):
+        session.finish("interrupted")
+        raise
+    except BaseException:
+        session.finish("error")
+        raise
+    finally:
+        channel.close()
+        if session.server is not None:
+            session.server.close()
+        failure = sink.failure()
+        if failure is not None:
+            raise failure
+
+
+def _announce(session: LiveSession) -> None:
+    """Tell the user where to watch from: another terminal or an SSH login."""
+    server = session.server
+    where = f"; watch with: specmon attach {server.unix_path}" if server else ""
+    print(f"specmon: logging to {session.log_path}{where}", file=sys.stderr)
+    if server and server.tcp_address:
+        host, port = server.tcp_address
+        print(f"specmon: serving on {host}:{port}; attach with: specmon attach {host}:{port} --token {server.token}",
+              file=sys.stderr)
