@@ -29,6 +29,7 @@ from specmon.engine.prompts import builtin_suite
 from specmon.engine.driver import SessionDriver, new_session_id
 from specmon.sched.pairing import run_paired
 from specmon.events.schema import PromptFinished, RoundVerified
+from specmon.metrics.rates import speedup
 from specmon.metrics.stats import RunStats
 from specmon.backends.profiles import load_profile
 
@@ -74,7 +75,7 @@ def fold(events: list, k: int) -> dict:
     plain, spec = runs[0], runs[k]
     return {
         "plain tok/s": plain.tok_per_s, "spec tok/s": spec.tok_per_s,
-        "speedup": spec.goodput / plain.goodput if spec.goodput and plain.goodput else None,
+        "speedup": speedup(spec.goodput, plain.goodput),
         "acceptance": spec.acceptance_rate, "accepted/round": spec.mean_accepted_len,
         "draft ms": spec.mean_ms(spec.draft_ms), "verify ms": spec.mean_ms(spec.verify_ms),
         "plain step ms": plain.mean_ms(plain.verify_ms), "VRAM GiB": mem / 2**30,
@@ -103,13 +104,17 @@ def fmt(value) -> str:
     return "-" if value is None else str(value)
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=10, help="built-in prompts to decode (default 10)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("-k", type=int, default=4, help="draft length (default 4)")
     parser.add_argument("--build-seconds", type=int, default=None, help="extension build time, for the table")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     import torch
 
     suite = builtin_suite()

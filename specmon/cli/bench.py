@@ -12,7 +12,7 @@ from specmon.cli.console import err, out, progress
 from specmon.cli.sweep import parse_ks
 from specmon.engine.prompts import builtin_suite, load_prompts
 from specmon.errors import SpecmonError
-from specmon.metrics.format import fmt
+from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import BenchClass, bench_results, run_bench
 from specmon.transport.session import live_session
@@ -58,7 +58,7 @@ def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Ta
     for name, c in results.items():
         figures = c.to_json()
         best = c.best_k
-        best_text = "N/A" if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
+        best_text = MISSING if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
         best_over_plain = None if best is None or not c.plain else figures["fixed"][str(best)] / c.plain
         table.add_row(name, *(fmt(figures["fixed"].get(str(k)), "{:.1f}") for k in ks), best_text,
                       fmt(figures["auto"], "{:.1f}"), fmt(best_over_plain, "{:.3f}"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specmon import __version__
 from specmon.backends.profiles import DEFAULT_PROFILE
-from specmon.cli import inspect
+from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
 from specmon.errors import SpecmonError
 
@@ -184,9 +184,8 @@ def cmd_bench(args) -> int:
     return bench(args)
 
 
-COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench, "replay": inspect.cmd_replay,
-            "report": inspect.cmd_report, "models": cmd_models, "log": inspect.cmd_log,
-            "attach": inspect.cmd_attach, "policy": inspect.cmd_policy}
+COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench, "replay": cmd_replay, "report": cmd_report,
+            "models": cmd_models, "log": cmd_log, "attach": cmd_attach, "policy": cmd_policy}
 
 
 if __name__ == "__main__":

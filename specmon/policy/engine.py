@@ -199,8 +199,17 @@ class PolicyEngine:
 
     def decide_when_due(self, name: str, schedule: Schedule) -> Decision | None:
         """Check a decision when one is due, never inside a lead run (a re-measure or probe is
-        judged whole): the live session and what-if alike."""
+        judged whole)."""
         return self.decide(name) if schedule.lead_over() and self.decide_due(name) else None
+
+    def start_prompt(self, name: str) -> Schedule:
+        """Plan a prompt of class `name`: the live session and what-if alike."""
+        return Schedule(self.plan(name))
+
+    def after_round(self, ev: RoundVerified, schedule: Schedule) -> Decision | None:
+        """Take a round as evidence and decide if due: the live session and what-if alike."""
+        self.observe(ev)
+        return self.decide_when_due(ev.prompt_class, schedule)
 
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
+from specmon.metrics.format import fmt
 from specmon.metrics.stats import class_stats, summary
 
 WINDOW = 32  # rounds per point on the acceptance-over-time plot
@@ -144,7 +145,6 @@ def _markdown(data: dict, plots: list[str]) -> str:
     lines = [f"# specmon report: {Path(data['log']).name}", "",
              "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    fmt = lambda v, s="{:.2f}": "N/A" if v is None else s.format(v)  # noqa: E731
     for cls, row in data["summary"]["classes"].items():
         lines.append(f"| {cls} | {row['draft_len']} | {row['rounds']} | {fmt(row['acceptance_rate'])} | "
                      f"{fmt(row['mean_accepted_len'])} | {fmt(row['tok_per_s'], '{:.1f}')} | "

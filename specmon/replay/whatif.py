@@ -47,15 +47,14 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
     for ev in events:
         if isinstance(ev, PromptStarted):
             diff = diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
-            plan = engine.plan(ev.prompt_class)
-            schedule = Schedule(plan)
+            schedule = engine.start_prompt(ev.prompt_class)
+            plan = schedule.plan
             for wanted in {plan.k, *(plan.lead[:1] if plan.lead else ())}:
                 if wanted not in held.get(ev.prompt_class, set()):
                     diff.missing.add(wanted)
         elif isinstance(ev, RoundVerified):
-            engine.observe(ev)
             schedule.lead_k()  # count the round against the lead run, as the live session did
-            decision = engine.decide_when_due(ev.prompt_class, schedule)
+            decision = engine.after_round(ev, schedule)
             if decision is not None:
                 diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).other.append(describe(decision))
         elif isinstance(ev, Decision):

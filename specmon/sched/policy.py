@@ -35,11 +35,11 @@ class PolicyScheduler:
         """Classify, plan, decode and finish one prompt under the policy."""
         tag = prompt.prompt_class if prompt.prompt_class != "default" else None
         name, rule = self.engine.classify(prompt.text, tag)
-        plan = self.engine.plan(name)
-        schedule = Schedule(plan)
+        schedule = self.engine.start_prompt(name)
+        plan = schedule.plan
         done = self.driver.decode(prompt, self.drafter, PolicyDraftLen(self.engine, name, schedule), sampling,
                                   max_new_tokens, prompt_class=name, class_rule=f"{rule}; {plan.describe()}",
-                                  start_draft_len=plan.k, on_round=self._after_round(name, schedule))
+                                  start_draft_len=plan.k, on_round=self._after_round(schedule))
         self.driver.finish(done, UNCHECKED)
         return done
 
@@ -50,16 +50,15 @@ class PolicyScheduler:
             if on_prompt:
                 on_prompt(index + 1)
 
-    def _after_round(self, name: str, schedule: Schedule) -> Callable[[RoundVerified], None]:
+    def _after_round(self, schedule: Schedule) -> Callable[[RoundVerified], None]:
         """Each round: feed it to the policy, pick up a policy edit, and decide when due (never
         inside a lead run, so a re-measure or probe is judged whole); the next round follows."""
 
         def observe(event: RoundVerified) -> None:
-            self.engine.observe(event)
             reloaded = self.engine.maybe_reload()
             if reloaded is not None:
                 self.driver.emit(reloaded)
-            decision = self.engine.decide_when_due(name, schedule)
+            decision = self.engine.after_round(event, schedule)
             if decision is not None:
                 self.driver.emit(decision)
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from specmon.metrics.format import MISSING, fmt
 from specmon.tui.state import ViewState
 
 TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cyan", "plain": "default",
                "prompt": "dim"}
 BARS = " ▁▂▃▄▅▆▇█"
-
-
-def fmt(value, spec: str = "{:.2f}") -> str:
-    return "N/A" if value is None else spec.format(value)
 
 
 def bar_line(values: list[float], width: int, top: float | None = None) -> str:
@@ -95,7 +92,7 @@ def render_memory(state: ViewState) -> Text:
     if state.vram_total is not None:
         text.append(f"VRAM {fmt(gib(state.vram_used))} / {fmt(gib(state.vram_total))} GiB\n")
     else:
-        text.append("VRAM N/A\n", style="dim")
+        text.append(f"VRAM {MISSING}\n", style="dim")
     text.append(f"RSS  {fmt(gib(state.rss_bytes))} GiB")
     caches = state.session.cache_bytes if state.session else {}
     if caches:
