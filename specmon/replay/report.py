@@ -11,7 +11,7 @@ from pathlib import Path
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
 from specmon.metrics.format import fmt
-from specmon.metrics.stats import class_stats, summary
+from specmon.metrics.stats import RunStats, class_stats, summary
 
 WINDOW = 32  # rounds per point on the acceptance-over-time plot
 
@@ -54,19 +54,17 @@ def build_report(log: Path, out: Path) -> Path:
 
 
 def _over_time(rounds: list[RoundVerified]) -> dict[str, list[float]]:
-    """Acceptance rate per block of WINDOW speculative rounds, per class."""
+    """Acceptance rate per block of WINDOW proposing rounds, per class (metrics' definition)."""
     series: dict[str, list[float]] = {}
-    blocks: dict[str, list[int]] = {}
+    blocks: dict[str, RunStats] = {}
     for ev in rounds:
         if not ev.proposed:
             continue
-        acc = blocks.setdefault(ev.prompt_class, [0, 0, 0])
-        acc[0] += ev.accepted
-        acc[1] += len(ev.proposed)
-        acc[2] += 1
-        if acc[2] == WINDOW:
-            series.setdefault(ev.prompt_class, []).append(acc[0] / acc[1])
-            blocks[ev.prompt_class] = [0, 0, 0]
+        block = blocks.setdefault(ev.prompt_class, RunStats(ev.draft_len))
+        block.add_round(ev)
+        if block.rounds == WINDOW:
+            series.setdefault(ev.prompt_class, []).append(block.acceptance_rate)
+            del blocks[ev.prompt_class]
     return series
 
 
