@@ -1,5 +1,7 @@
 """Crash safety, damaged-log properties, live fan-out and attach over real sockets."""
 
+import bisect
+import itertools
 import os
 import random
 import signal
@@ -11,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from specmon.errors import SpecmonError
 from specmon.transport.attach import attach_events
@@ -50,15 +52,32 @@ def decode_all(data: bytes, chunk: int):
     return got, None
 
 
+# Where each frame starts in LOG_BYTES; the last entry is the end of the log.
+FRAME_STARTS = list(itertools.accumulate((len(frame(e)) for e in WRITTEN), initial=len(preamble())))
+
+
 @settings(max_examples=300, deadline=None)
-@given(cut=st.integers(0, len(LOG_BYTES)), chunk=st.integers(1, 4096))
+@given(cut=st.integers(0, len(LOG_BYTES)) | st.sampled_from(FRAME_STARTS), chunk=st.integers(1, 4096))
+@example(cut=0, chunk=1)
+@example(cut=len(preamble()) - 1, chunk=3)
+@example(cut=len(preamble()), chunk=7)
+@example(cut=FRAME_STARTS[1] - 1, chunk=4096)
+@example(cut=FRAME_STARTS[20] + 1, chunk=1)
+@example(cut=len(LOG_BYTES) - 1, chunk=64)
+@example(cut=len(LOG_BYTES), chunk=5)
 def test_random_truncation_yields_a_prefix_and_names_the_offset(cut, chunk):
     got, error = decode_all(LOG_BYTES[:cut], chunk)
-    assert got == WRITTEN[: len(got)]
-    if cut == len(LOG_BYTES):
-        assert error is None and got == WRITTEN
-    elif cut >= len(preamble()) and error is not None:
+    if cut < len(preamble()):  # not even the header: not a log at all, rather than a damaged one
+        assert got == [] and type(error) is SpecmonError and "not a specmon session log" in str(error)
+        return
+    whole = bisect.bisect_right(FRAME_STARTS, cut) - 1  # frames that end at or before the cut
+    assert got == WRITTEN[:whole]
+    if cut == FRAME_STARTS[whole]:  # cut between frames: nothing to tell it from a shorter log
+        assert error is None
+    else:
         assert isinstance(error, LogDamaged) and "truncated" in error.reason
+        assert error.offset == FRAME_STARTS[whole]  # where the partial frame began, not where the bytes stop
+        assert f"damaged at byte {FRAME_STARTS[whole]}:" in str(error)
 
 
 @settings(max_examples=300, deadline=None)

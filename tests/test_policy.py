@@ -1,26 +1,32 @@
 """Policies: refused with the right line, edited without losing a comment, hot-reloaded safely,
-and every logged decision recomputed from the rounds it cites."""
+scheduled round by round through the live PolicyScheduler and SessionDriver, and every logged
+decision recomputed from the rounds it cites."""
 
-import itertools
 import os
 import re
 import time
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 import tomlkit
 
-from specmon.engine.prompts import builtin_suite
+from specmon.engine import rounds as rounds_module
+from specmon.engine.drafters import Proposal
+from specmon.engine.driver import SessionDriver
+from specmon.engine.prompts import Prompt, builtin_suite
 from specmon.events.frames import frame, preamble
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified, Sampling
+from specmon.metrics import rates
 from specmon.policy.classify import classify
 from specmon.policy.decide import Row, decide
 from specmon.policy.edit import set_value
-from specmon.policy.engine import PolicyEngine, Schedule
+from specmon.policy.engine import PolicyEngine
 from specmon.policy.explain import explain_log
 from specmon.policy.schema import PolicyError, load_policy, parse_policy
+from specmon.sched.policy import PolicyScheduler
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = REPO / "policies" / "default.toml"
@@ -230,37 +236,135 @@ def test_explain_reports_a_mismatch_when_one_cited_round_is_altered(tmp_path):
     assert all(e.reproduces for i, e in explanations.items() if victim not in e.decision.round_ids)
 
 
-def _round(rid, name, k, emitted, ms):
-    return RoundVerified(session_id="s", t=0.0, round_id=rid, prompt_id="p", prompt_class=name, round_index=0,
-                         draft_len=k, proposed=[1] * k, accepted=k, rejection_pos=None, emitted=[1] * emitted,
-                         draft_ms=0.0, verify_ms=ms, overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[],
-                         sampling=Sampling(), mem_bytes=0)
+DRAFT, CORRECTION, EOS = 1, 2, 0  # the scripted pair's only tokens
+TEXTS = {"rewrite": "Rewrite this sentence in simpler words.", "chat": "Why is the sky blue?"}
 
 
-def _prompt(engine, name, ids, rounds=40, speedup=1.5, emitted=3):
-    """Decode one synthetic prompt as a policy session does: a round at k > 0 emits up to
-    `emitted` tokens in 20 ms, and k = `emitted` - 1 is `speedup` x plain's goodput; a decision
-    is checked when due, outside the lead run."""
-    plan = engine.plan(name)
-    schedule = Schedule(plan)
-    ks, decisions = [], []
-    for _ in range(rounds):
-        k = engine.round_k(name, schedule)
-        ks.append(k)
-        engine.observe(_round(next(ids), name, k, min(emitted, k + 1) if k else 1,
-                              20.0 if k else 20.0 * speedup / emitted))
-        decisions.append(engine.decide_when_due(name, schedule))
-    return plan, ks, [d for d in decisions if d is not None]
+class ScriptedClock:
+    """The round loop's timer, advanced only by the scripted target's verify pass."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def perf_counter(self) -> float:
+        return self.seconds
+
+    def time(self) -> float:
+        return time.time()  # event timestamps stay wall-clock
 
 
-def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_holds():
+class ScriptedTarget:
+    """A target whose verify pass accepts `emitted` - 1 draft tokens (or all of them, if fewer) in
+    20 ms, so k = `emitted` - 1 is `speedup` x plain's goodput: a plain step (nothing drafted)
+    takes 20 * speedup / emitted ms. Its `rounds`-th round of a prompt ends it with EOS."""
+
+    name, vocab_size, max_len, eos_id = "scripted", 3, 1 << 20, EOS
+
+    def __init__(self, clock: ScriptedClock):
+        self.clock = clock
+        self.rounds, self.speedup, self.emitted, self.round = 40, 1.5, 3, 0
+
+    def round_ms(self, draft_len: int) -> float:
+        return 20.0 if draft_len else 20.0 * self.speedup / self.emitted
+
+    def prefill(self, tokens) -> None:
+        self.round = 0
+
+    def forward(self, tokens, start) -> np.ndarray:
+        self.round += 1
+        drafted = len(tokens) - 1
+        accepted = min(self.emitted - 1, drafted)
+        logits = np.zeros((len(tokens), self.vocab_size))
+        logits[:accepted, DRAFT] = 1.0
+        logits[accepted, EOS if self.round == self.rounds else CORRECTION] = 1.0
+        self.clock.seconds += self.round_ms(drafted) / 1e3
+        return logits
+
+    def truncate(self, length: int) -> None:
+        pass
+
+    def memory_bytes(self) -> int:
+        return 0
+
+    def cache_bytes(self) -> dict[str, int]:
+        return {}
+
+
+class RepeatDrafter:
+    """Proposes k copies of the one draft token: the target alone decides how many are accepted."""
+
+    name = "scripted"
+
+    def begin(self, prompt) -> None:
+        pass
+
+    def propose(self, context, k, sampling, rng) -> Proposal:
+        return Proposal([DRAFT] * k, None)
+
+
+class ScriptedTokenizer:
+    def encode_chat(self, user_text: str) -> list[int]:
+        return [CORRECTION, CORRECTION]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join({EOS: "</s>", DRAFT: "d", CORRECTION: "c"}[i] for i in ids)
+
+
+class PlanRecorder(PolicyEngine):
+    """The policy engine, keeping each plan it makes so a test can read what it scheduled."""
+
+    def __init__(self, policy, session_id):
+        super().__init__(policy, session_id)
+        self.plans = []
+
+    def plan(self, name: str):
+        plan = super().plan(name)
+        self.plans.append(plan)
+        return plan
+
+
+class PolicySession:
+    """The live path on the scripted pair: PolicyScheduler feeding a SessionDriver, round by round."""
+
+    def __init__(self, policy, clock: ScriptedClock):
+        self.events: list = []
+        self.target = ScriptedTarget(clock)
+        self.engine = PlanRecorder(policy, "s")
+        driver = SessionDriver("s", self.target, ScriptedTokenizer(), self.events.append, near_tie_margin=0.0)
+        self.scheduler = PolicyScheduler(driver, self.engine, RepeatDrafter())
+        self.prompts = 0
+
+    def prompt(self, name, rounds=40, speedup=1.5, emitted=3):
+        """Decode one prompt of class `name`; its plan, each round's k and the decisions it emitted."""
+        self.target.rounds, self.target.speedup, self.target.emitted = rounds, speedup, emitted
+        self.prompts += 1
+        start = len(self.events)
+        done = self.scheduler.decode(Prompt(f"p{self.prompts}", TEXTS[name], "default"), Sampling(), 10_000)
+        new = self.events[start:]
+        played = [e for e in new if isinstance(e, RoundVerified)]
+        assert done.started.prompt_class == name and done.run.stop_reason == "eos" and len(played) == rounds
+        for ev in played:  # the evidence is what the driver timed, and what the script says
+            assert len(ev.emitted) == (min(emitted, ev.draft_len + 1) if ev.draft_len else 1)
+            assert rates.round_ms(ev) == pytest.approx(self.target.round_ms(ev.draft_len))
+        return self.engine.plans[-1], [e.draft_len for e in played], [e for e in new if isinstance(e, Decision)]
+
+
+@pytest.fixture
+def session(monkeypatch):
+    """A new policy session per call, its round loop timed by the scripted clock."""
+    clock = ScriptedClock()
+    monkeypatch.setattr(rounds_module, "time", clock)
+    return lambda policy: PolicySession(policy, clock)
+
+
+def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_holds(session):
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
-    engine, ids = PolicyEngine(policy, "s"), itertools.count()
-    first, ks, decisions = _prompt(engine, "rewrite", ids, speedup=1.2)
+    live = session(policy)
+    first, ks, decisions = live.prompt("rewrite", speedup=1.2)
     start, plain = first.k, policy.settings.plain_rounds
     # the first prompt measures both: plain_rounds plain rounds, then speculation at the start k
     assert first.lead == (0, plain) and ks == [0] * plain + [start] * (40 - plain) and decisions == []
-    plans = [_prompt(engine, "rewrite", ids, speedup=1.2)[0] for _ in range(200)]
+    plans = [live.prompt("rewrite", speedup=1.2)[0] for _ in range(200)]
     remeasures = [i + 2 for i, p in enumerate(plans) if p.lead and p.lead[0] == 0]
     gaps = [b - a for a, b in zip([1] + remeasures, remeasures)]
     base = policy.settings.remeasure_every
@@ -277,18 +381,18 @@ def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_hold
     assert [abs(k - start) for k in probes[: len(others)]] == sorted(abs(k - start) for k in others)
 
 
-def test_plain_is_remeasured_at_the_longest_gap_while_speculation_is_far_ahead():
+def test_plain_is_remeasured_at_the_longest_gap_while_speculation_is_far_ahead(session):
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
-    engine, ids = PolicyEngine(policy, "s"), itertools.count()
-    plans = [_prompt(engine, "rewrite", ids, speedup=1.5)[0] for _ in range(120)]  # 1.5 > 1.08 x 1.25
+    live = session(policy)
+    plans = [live.prompt("rewrite", speedup=1.5)[0] for _ in range(120)]  # 1.5 > 1.08 x 1.25
     remeasures = [i + 1 for i, p in enumerate(plans) if p.lead and p.lead[0] == 0]
     assert remeasures == [1, 1 + 8 * policy.settings.remeasure_every, 1 + 16 * policy.settings.remeasure_every]
 
 
-def test_a_probe_cut_short_by_the_end_of_a_prompt_is_finished_first():
+def test_a_probe_cut_short_by_the_end_of_a_prompt_is_finished_first(session):
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
-    engine, ids = PolicyEngine(policy, "s"), itertools.count()
-    plans = [_prompt(engine, "rewrite", ids, rounds=10)[0] for _ in range(40)]
+    live = session(policy)
+    plans = [live.prompt("rewrite", rounds=10)[0] for _ in range(40)]
     probes = [p.lead for p in plans if p.lead and p.lead[0]]
     # a probe alternates k=6 with the class's k=7; 10-round prompts end it after 5 rounds at k=6,
     # so the next prompts finish that k's 16 at once
@@ -297,16 +401,16 @@ def test_a_probe_cut_short_by_the_end_of_a_prompt_is_finished_first():
     assert at[1:3] == [at[0] + 1, at[0] + 2] and all(p.alternate for p in plans if p.lead and p.lead[0])
 
 
-def test_a_narrowly_losing_class_goes_off_at_min_rounds_and_then_only_probes_its_cheapest_k():
+def test_a_narrowly_losing_class_goes_off_at_min_rounds_and_then_only_probes_its_cheapest_k(session):
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
-    engine, ids = PolicyEngine(policy, "s"), itertools.count()
-    first, ks, decisions = _prompt(engine, "chat", ids, speedup=0.97, emitted=2)
+    live = session(policy)
+    first, ks, decisions = live.prompt("chat", speedup=0.97, emitted=2)
     (decision,) = decisions
     assert (decision.speculate_from, decision.speculate_to) == (True, False)
     # 8 plain rounds, 16 at k (a 3% loss passes the early test), the decision, the rest plain
     assert ks == [0] * 8 + [first.k] * 16 + [0] * 16
     assert decision.inputs["ratio"] == pytest.approx(0.97)
-    plans = [_prompt(engine, "chat", ids, speedup=0.97, emitted=2)[0] for _ in range(30)]
+    plans = [live.prompt("chat", speedup=0.97, emitted=2)[0] for _ in range(30)]
     assert all(p.k == 0 for p in plans)
     probes = [i + 2 for i, p in enumerate(plans) if p.lead]  # prompt numbers, the first prompt being 1
     every = policy.settings.probe_every
@@ -315,10 +419,10 @@ def test_a_narrowly_losing_class_goes_off_at_min_rounds_and_then_only_probes_its
     assert all(p.lead == (k_min, 4) for p in plans if p.lead)  # the cheapest k, 4 rounds: it cannot pay
 
 
-def test_a_draft_length_that_loses_by_far_is_switched_off_after_four_rounds():
+def test_a_draft_length_that_loses_by_far_is_switched_off_after_four_rounds(session):
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
-    engine, ids = PolicyEngine(policy, "s"), itertools.count()
-    first, ks, (decision,) = _prompt(engine, "rewrite", ids, speedup=0.5)
+    live = session(policy)
+    first, ks, (decision,) = live.prompt("rewrite", speedup=0.5)
     plain = policy.settings.plain_rounds
     assert ks == [0] * plain + [first.k] * 4 + [0] * (40 - plain - 4)  # not min_rounds
     k = first.k
@@ -328,14 +432,14 @@ def test_a_draft_length_that_loses_by_far_is_switched_off_after_four_rounds():
     assert len(decision.round_ids) == plain + 4
 
 
-def test_a_class_switched_off_comes_back_on_when_its_probes_win():
+def test_a_class_switched_off_comes_back_on_when_its_probes_win(session):
     policy = parse_policy(DEFAULT.read_text(), "default.toml")
-    engine, ids = PolicyEngine(policy, "s"), itertools.count()
-    _prompt(engine, "chat", ids, speedup=0.5)
-    assert not engine.state("chat").speculate
+    live = session(policy)
+    live.prompt("chat", speedup=0.5)
+    assert not live.engine.state("chat").speculate
     plans, found = [], []
     for _ in range(6):
-        plan, ks, decisions = _prompt(engine, "chat", ids, speedup=2.0, emitted=2)
+        plan, ks, decisions = live.prompt("chat", speedup=2.0, emitted=2)
         plans.append(plan)
         found += decisions
     k_min = policy.classes[-1].draft_len.min

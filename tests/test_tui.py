@@ -70,11 +70,21 @@ async def test_rejection_histogram_and_metric_switch():
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
         run = app.state.current_run()
-        if run.proposed_gt:
-            rejections = pane_text(app, "rejections")
-            assert f"all accepted: {run.all_accepted}" in rejections
-            for pos, a_i in enumerate(run.per_position):
-                assert f"{a_i:.2f}" in rejections.splitlines()[pos + 1]
+        last_class = [e for e in EVENTS if hasattr(e, "prompt_class")][-1].prompt_class
+        assert run == class_stats(EVENTS)[last_class].runs[3]  # the pane's run is the fixture's last class at k=3
+        assert run.proposed_gt, "the fixture's last class drafted, so the histogram has rows"
+        drafted = [e for e in EVENTS if e.__class__.__name__ == "RoundVerified"
+                   and e.prompt_class == last_class and e.draft_len == 3]
+        assert run.per_position == [sum(e.accepted > pos for e in drafted) / sum(len(e.proposed) > pos for e in drafted)
+                                    for pos in range(max(len(e.proposed) for e in drafted))]
+        lines = pane_text(app, "rejections").splitlines()
+        assert lines[0].split() == ["pos", "first", "rejection", "a_i"]
+        assert len(lines) == len(run.proposed_gt) + 2  # header, one row per draft position, the total
+        for pos, a_i in enumerate(run.per_position):
+            count = run.rejections[pos] if pos < len(run.rejections) else 0
+            row = lines[pos + 1].split()
+            assert [row[0], *row[-2:]] == [str(pos), str(count), f"{a_i:.2f}"]
+        assert lines[-1] == f"all accepted: {run.all_accepted}"
         assert f"acceptance rate k=3: {run.acceptance_rate:.2f} (Σacc/Σprop" in pane_text(app, "acceptance")
         await pilot.press("m")
         assert f"mean accepted length k=3: {run.mean_accepted_len:.2f} (Σacc/rounds" in pane_text(app, "acceptance")

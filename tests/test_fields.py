@@ -1,0 +1,141 @@
+"""The wire contract, pinned: every event type, every field set, through the codec and the frames;
+and each struct's fields in order, since array_like structs encode as arrays in that order."""
+
+import typing
+
+import msgspec
+import pytest
+
+from specmon.events.frames import FrameDecoder, frame, preamble
+from specmon.events.schema import (
+    AnyEvent, Decision, Equivalence, PolicyLoaded, PromptFinished, PromptStarted, ResourceSample, RoundVerified,
+    Sampling, SessionFinished, SessionStarted, decode, encode,
+)
+
+# Field order is the wire format: a struct only ever gains fields at the end. A change here that
+# is not an append breaks every log already written.
+FIELDS = {
+    SessionStarted: ["session_id", "t", "specmon_version", "profile_name", "profile_text", "backend", "target",
+                     "drafter", "dtype", "device", "host", "policy_text", "policy_hash", "cache_bytes"],
+    PromptStarted: ["session_id", "t", "prompt_id", "prompt_class", "draft_len", "drafter", "sampling",
+                    "prompt_tokens", "max_new_tokens", "class_rule"],
+    RoundVerified: ["session_id", "t", "round_id", "prompt_id", "prompt_class", "round_index", "draft_len",
+                    "proposed", "accepted", "rejection_pos", "emitted", "draft_ms", "verify_ms", "overhead_ms",
+                    "target_probs", "alpha_hat", "margins", "sampling", "mem_bytes", "accepted_text", "final_text"],
+    PromptFinished: ["session_id", "t", "prompt_id", "prompt_class", "draft_len", "rounds", "generated", "text",
+                     "stop_reason", "prefill_ms", "decode_ms", "equivalence", "drafter", "sampling"],
+    ResourceSample: ["session_id", "t", "rss_bytes", "vram_used_bytes", "vram_total_bytes"],
+    SessionFinished: ["session_id", "t", "rounds", "reason"],
+    PolicyLoaded: ["session_id", "t", "source", "sha256", "text", "accepted", "error"],
+    Decision: ["session_id", "t", "decision_id", "prompt_class", "speculate_from", "speculate_to", "k_from", "k_to",
+               "rule_key", "rule_line", "inputs", "thresholds", "round_ids", "applied", "policy_sha256", "reason"],
+    Sampling: ["temperature", "top_p", "top_k", "seed"],
+    Equivalence: ["verdict", "first_divergence", "margin", "near_tie_margin"],
+}
+# The tag is the first element of an event's array: renaming one orphans it in old logs too.
+TAGS = {SessionStarted: "session", PromptStarted: "prompt", RoundVerified: "round", PromptFinished: "prompt_done",
+        ResourceSample: "resource", SessionFinished: "session_done", PolicyLoaded: "policy", Decision: "decision",
+        Sampling: None, Equivalence: None}
+
+SAMPLING = Sampling(temperature=0.7, top_p=0.9, top_k=40, seed=1234)
+EQUIVALENCE = Equivalence(verdict="near-tie", first_divergence=17, margin=0.125, near_tie_margin=0.5)
+SESSION = dict(session_id="20250101-120000-abc123", t=1_700_000_000.25)
+SHA = "c0ffee" * 10 + "abcd"
+
+# One of each event type, every field (nested ones too) away from its default and from zero/empty.
+SAMPLES = [
+    SessionStarted(**SESSION, specmon_version="0.4.0", profile_name="smollm2-cpu",
+                   profile_text='name = "smollm2-cpu"\n', backend="torch", target="SmolLM2-135M-Instruct",
+                   drafter="ngram", dtype="float32", device="cpu", host={"hostname": "box", "cpus": "16"},
+                   policy_text='[policy]\nmode = "enforce"\n', policy_hash=SHA,
+                   cache_bytes={"target": 1 << 24, "draft": 1 << 20}),
+    PromptStarted(**SESSION, prompt_id="rewrite-2", prompt_class="rewrite", draft_len=7, drafter="ngram",
+                  sampling=SAMPLING, prompt_tokens=93, max_new_tokens=128,
+                  class_rule="classes[1].match.keywords (line 41); k=7: policy"),
+    RoundVerified(**SESSION, round_id=4242, prompt_id="rewrite-2", prompt_class="rewrite", round_index=12,
+                  draft_len=4, proposed=[11, 12, 13, 14], accepted=2, rejection_pos=2, emitted=[11, 12, 99],
+                  draft_ms=0.25, verify_ms=41.5, overhead_ms=1.75, target_probs=[0.875, 0.5, 0.0625, 0.03125],
+                  alpha_hat=0.625, margins=[3.5, 2.25, 0.75], sampling=SAMPLING, mem_bytes=3 << 30,
+                  accepted_text=" the cat", final_text=" sat"),
+    PromptFinished(**SESSION, prompt_id="rewrite-2", prompt_class="rewrite", draft_len=7, rounds=31,
+                   generated=[11, 12, 99, 2], text="the cat sat.", stop_reason="eos", prefill_ms=12.5,
+                   decode_ms=640.25, equivalence=EQUIVALENCE, drafter="layerskip-4", sampling=SAMPLING),
+    ResourceSample(**SESSION, rss_bytes=512 << 20, vram_used_bytes=6 << 30, vram_total_bytes=80 << 30),
+    SessionFinished(**SESSION, rounds=4243, reason="interrupted"),
+    PolicyLoaded(**SESSION, source="policies/default.toml", sha256=SHA, text='[policy]\nmode = "sometimes"\n',
+                 accepted=False, error="policies/default.toml:2:8: Invalid enum value 'sometimes'"),
+    Decision(**SESSION, decision_id=3, prompt_class="chat", speculate_from=True, speculate_to=False, k_from=2, k_to=1,
+             rule_key="policy.min_gain", rule_line=17, inputs={"goodput_k0": 0.05, "goodput_k2": 0.0375, "ratio": 0.75},
+             thresholds={"min_gain": 0.03, "hysteresis": 0.05}, round_ids=[0, 1, 2, 100, 101], applied=True,
+             policy_sha256=SHA, reason="k=2 loses to plain decoding"),
+]
+
+
+def _structs(value):
+    """The struct and every struct nested in it."""
+    yield value
+    for name in value.__struct_fields__:
+        if isinstance(getattr(value, name), msgspec.Struct):
+            yield from _structs(getattr(value, name))
+
+
+def _blank(value) -> bool:
+    """Zero, empty or None: a value a broken codec could produce by dropping the field. (False is
+    kept: a bool's only other value is True.)"""
+    return value is None or (not isinstance(value, bool) and value in (0, "", [], {}))
+
+
+def test_the_samples_are_one_of_each_event_type_with_every_field_set():
+    assert [type(e) for e in SAMPLES] == list(typing.get_args(AnyEvent))
+    for event in SAMPLES:
+        for struct in _structs(event):
+            for field in msgspec.structs.fields(struct):
+                value = getattr(struct, field.name)
+                default = field.default_factory() if field.default_factory is not msgspec.NODEFAULT else field.default
+                assert value != default and not _blank(value), f"{type(struct).__name__}.{field.name} = {value!r}"
+
+
+@pytest.mark.parametrize("event", SAMPLES, ids=lambda e: type(e).__name__)
+def test_every_event_round_trips_through_the_codec(event):
+    back = decode(encode(event))
+    assert type(back) is type(event) and back == event
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_every_event_round_trips_through_frames(chunk):
+    stream = preamble() + b"".join(frame(e) for e in SAMPLES)
+    decoder, got = FrameDecoder("samples"), []
+    for start in range(0, len(stream), chunk):
+        got.extend(decoder.feed(stream[start:start + chunk]))
+    decoder.finish()
+    assert [type(e) for e in got] == [type(e) for e in SAMPLES] and got == SAMPLES
+    assert decoder.offset == len(stream) and decoder.pending == 0
+
+
+@pytest.mark.parametrize("struct", list(FIELDS), ids=lambda s: s.__name__)
+def test_field_order_and_tag_are_pinned(struct):
+    assert [f.name for f in msgspec.structs.fields(struct)] == FIELDS[struct]
+    assert list(struct.__struct_fields__) == FIELDS[struct]
+    assert struct.__struct_config__.array_like and struct.__struct_config__.tag == TAGS[struct]
+
+
+def test_every_event_type_and_every_struct_in_one_is_pinned():
+    nested = {type(s) for e in SAMPLES for s in _structs(e)}
+    assert set(FIELDS) == set(typing.get_args(AnyEvent)) | nested == set(TAGS)
+
+
+def _wire(value):
+    """What msgpack carries for `value`, built from the pinned lists: [tag, *fields in order]."""
+    if isinstance(value, msgspec.Struct):
+        fields = [_wire(getattr(value, name)) for name in FIELDS[type(value)]]
+        return fields if TAGS[type(value)] is None else [TAGS[type(value)], *fields]
+    if isinstance(value, list):
+        return [_wire(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _wire(v) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("event", SAMPLES, ids=lambda e: type(e).__name__)
+def test_the_encoded_array_is_the_pinned_fields_in_order(event):
+    assert msgspec.msgpack.decode(encode(event)) == _wire(event)
