@@ -39,6 +39,7 @@ class LogWriter:
                 self._append(preamble())
             except OSError as exc:
                 self._fh.close()
+                self.path.unlink(missing_ok=True)  # an empty file would later read as "not a log"
                 raise SpecmonError(f"{self.path}: cannot write the session log ({exc.strerror})") from None
 
     def write_frames(self, frames: list[bytes]) -> None:

@@ -1,0 +1,192 @@
+"""One live session, seen from every side: a disk that fills mid-run, the same figures in every
+output (table, --json, report, log info, the TUI's fold), and `specmon bench policy`.
+Real subprocesses on the tiny model; the full-disk test mounts a real tmpfs (root only)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specmon.events.log import read_log
+from specmon.events.schema import Decision, PromptFinished, RoundVerified, SessionFinished
+from specmon.metrics.stats import class_stats, summary
+from specmon.replay.player import ReplayFeed
+from specmon.sched.bench import bench_results
+from specmon.tui.state import ViewState
+from tinymodel import tiny_profile
+
+REPO = Path(__file__).resolve().parent.parent
+WRITE_FAILED = "writing the session log failed"
+
+
+def specmon(*args, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specmon.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd or REPO, timeout=timeout)
+
+
+def as_json(value):
+    """The shape a value has once written as JSON and read back (tuples become lists, keys strings)."""
+    return json.loads(json.dumps(value))
+
+
+def assert_same_figures(expected: dict, actual: dict, where: str) -> None:
+    """Per class, per field, so a failure names the figure that differs."""
+    assert set(actual) == set(expected), where
+    assert list(actual["classes"]) == list(expected["classes"]), f"{where}: classes"
+    for name, row in expected["classes"].items():
+        got = actual["classes"][name]
+        assert set(got) == set(row), f"{where}: {name} fields"
+        for field, value in row.items():
+            assert got[field] == value, f"{where}: {name}.{field}: {got[field]!r} != {value!r}"
+
+
+def table_lines(stdout: str) -> list[str]:
+    """The rich table in a command's output, from its top border to its caption, title left out."""
+    lines = stdout.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    bottom = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    return [line.rstrip() for line in lines[top:bottom + 1]]
+
+
+def fold(feed: ReplayFeed) -> ViewState:
+    """What the TUI's panes hold after replaying the whole log."""
+    state = ViewState()
+    while not feed.done.is_set():
+        state.apply(feed.drain())
+    return state
+
+
+# -- a disk that fills mid-run ---------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 64 KiB tmpfs: the session log fills it a few prompts into the run."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_full_disk_ends_the_run_with_one_line_and_keeps_what_was_written(tmp_path, small_disk):
+    log = small_disk / "x.specmon"
+    done = specmon("run", "--headless", "--profile", tiny_profile(tmp_path), "--log", log,
+                   "--max-new-tokens", 48, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"specmon: {log}: {WRITE_FAILED} (No space left on device)"), done.stderr
+    assert done.stderr.count(WRITE_FAILED) == 1, done.stderr
+
+    info = specmon("log", "info", log, cwd=tmp_path)
+    assert info.returncode == 0, info.stdout
+    assert "integrity        ok" in info.stdout
+    events = list(read_log(log))
+    rounds = sum(isinstance(e, RoundVerified) for e in events)
+    assert rounds > 0 and re.search(rf"RoundVerified\s+{rounds}\n", info.stdout)
+    # The disk filled mid-run: not every prompt finished, and the session never said it had.
+    assert 0 < sum(isinstance(e, PromptFinished) for e in events) < 40
+    assert not any(isinstance(e, SessionFinished) for e in events)
+    # The count the error line promises is the count a reader gets back.
+    promised = int(re.search(r"the (\d+) events before it are intact", last).group(1))
+    assert promised == len(events)
+    # The attach socket went away with the session.
+    socket = re.search(r"watch with: specmon attach (\S+)", done.stderr).group(1)
+    assert not Path(socket).exists()
+
+
+# -- the same figures everywhere -------------------------------------------------------------
+
+RUNS = {
+    "plain": [],
+    "policy": ["--policy", "default"],
+}
+
+
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def recorded_run(request, tmp_path_factory):
+    """One real run on the tiny model: (its stdout, its --json summary, its log)."""
+    tmp = tmp_path_factory.mktemp(f"run-{request.param}")
+    out, log = tmp / "out.json", tmp / "s.specmon"
+    done = specmon("run", "--headless", "--profile", tiny_profile(tmp), "--classes", "rewrite,chat",
+                   "--max-new-tokens", 16, "--json", out, "--log", log, *RUNS[request.param], cwd=tmp)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, json.loads(out.read_text()), log
+
+
+def test_json_report_and_replayed_tui_show_the_figures_of_the_log(recorded_run, tmp_path):
+    _, written, log = recorded_run
+    from_log = as_json(summary(class_stats(read_log(log))))
+    assert set(from_log["classes"]) == {"rewrite", "chat"}
+    assert all(row["rounds"] > 0 for row in from_log["classes"].values())
+    assert_same_figures(from_log, written, "specmon run --json")
+
+    report = specmon("report", log, "--out", tmp_path / "report")
+    assert report.returncode == 0, report.stderr
+    report_json = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert_same_figures(from_log, report_json["summary"], "report.json summary")
+
+    state = fold(ReplayFeed(log))
+    assert state.finished is not None and state.finished.reason == "done"
+    assert_same_figures(from_log, as_json(summary(state.classes)), "TUI state folded from the log")
+
+
+def test_log_info_prints_the_table_the_run_printed(recorded_run):
+    stdout, _, log = recorded_run
+    info = specmon("log", "info", log)
+    assert info.returncode == 0, info.stdout
+    assert "integrity        ok" in info.stdout
+    printed = table_lines(stdout)
+    assert sorted(line.split("│")[1].strip() for line in printed if line.startswith("│")) == ["chat", "rewrite"]
+    assert table_lines(info.stdout) == printed
+
+
+# -- flags that cannot go together -----------------------------------------------------------
+
+@pytest.mark.parametrize("flag", [["-k", "6"], ["--draft-len", "0"]])
+def test_a_draft_length_with_a_policy_is_one_line(flag, tmp_path):
+    done = specmon("run", "--policy", "default", *flag, cwd=tmp_path, timeout=60)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "-k/--draft-len cannot be used with --policy" in lines[0]
+    assert not (tmp_path / "logs").exists(), "refused before a session log was opened"
+
+
+# -- specmon bench policy --------------------------------------------------------------------
+
+BENCH_FIELDS = {"plain", "fixed", "best_k", "auto", "auto_over_best", "auto_over_plain"}
+
+
+def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
+    out, log = tmp_path / "bench.json", tmp_path / "bench.specmon"
+    done = specmon("bench", "policy", "--profile", tiny_profile(tmp_path), "--classes", "rewrite,chat",
+                   "--repeat", 1, "--ks", "0,2", "--max-new-tokens", 12, "--json", out, "--log", log, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    written = json.loads(out.read_text())
+    assert set(written) == {"classes"} and set(written["classes"]) == {"rewrite", "chat"}
+    for name, row in written["classes"].items():
+        assert BENCH_FIELDS <= set(row), name
+        assert set(row["fixed"]) == {"0", "2"} and all(v > 0 for v in row["fixed"].values()), name
+        assert row["plain"] == row["fixed"]["0"]
+        assert row["fixed"][str(row["best_k"])] == max(row["fixed"].values())
+        assert row["auto"] > 0
+        assert row["auto_over_plain"] == pytest.approx(row["auto"] / row["plain"], rel=1e-12)
+        assert row["auto_over_best"] == pytest.approx(row["auto"] / max(row["fixed"].values()), rel=1e-12)
+
+    recomputed = {"classes": {n: c.to_json() for n, c in bench_results(read_log(log)).items()}}
+    assert as_json(recomputed) == written
+
+    if any(isinstance(e, Decision) for e in read_log(log)):
+        explain = specmon("policy", "explain", log)
+        assert explain.returncode == 0, explain.stdout
+        assert re.search(r"(\d+) of \1 decisions reproduce", explain.stdout), explain.stdout
