@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import msgspec
 from rich.table import Table
 
 from specmon.backends.profiles import load_profile
 from specmon.cli.console import err, out, progress
+from specmon.cli.run import write_json
 from specmon.cli.sweep import parse_ks
 from specmon.engine.prompts import builtin_suite, load_prompts
 from specmon.errors import SpecmonError
@@ -39,14 +38,19 @@ def cmd_bench(args) -> int:
     with live_session(pair, profile, pair.drafter, args.log, policy=policy) as session:
         scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter)
         what = f"policy and k={','.join(map(str, ks))}"
-        with progress(what, len(prompts) * args.repeat) as done:
-            run_bench(scheduler, prompts, ks, args.repeat, sampling, args.max_new_tokens, args.fixed_passes, done)
+        try:
+            with progress(what, len(prompts) * args.repeat) as done:
+                run_bench(scheduler, prompts, ks, args.repeat, sampling, args.max_new_tokens, args.fixed_passes,
+                          done)
+        except KeyboardInterrupt:
+            session.finish("interrupted")
+            err.print("bench interrupted: the table covers the prompts that finished")
     results = bench_results(session.events)
     title = (f"goodput, tokens/s: {pair.drafter.name}, policy {policy.source}, {args.max_new_tokens} new tokens, "
              f"{len(prompts)} prompts x {args.repeat}  (log: {session.log_path})")
     out.print(bench_table(results, ks, title))
     if args.json:
-        args.json.write_text(json.dumps({"classes": {n: c.to_json() for n, c in results.items()}}, indent=2))
+        write_json(args.json, {"classes": {n: c.to_json() for n, c in results.items()}})
     return 0
 
 
@@ -59,8 +63,7 @@ def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Ta
         figures = c.to_json()
         best = c.best_k
         best_text = MISSING if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
-        best_over_plain = None if best is None or not c.plain else figures["fixed"][str(best)] / c.plain
         table.add_row(name, *(fmt(figures["fixed"].get(str(k)), "{:.1f}") for k in ks), best_text,
-                      fmt(figures["auto"], "{:.1f}"), fmt(best_over_plain, "{:.3f}"),
+                      fmt(figures["auto"], "{:.1f}"), fmt(figures["best_over_plain"], "{:.3f}"),
                       fmt(figures["auto_over_plain"], "{:.3f}"), fmt(figures["auto_over_best"], "{:.3f}"))
     return table

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specmon.cli.console import out
 from specmon.cli.tables import class_table
+from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, SessionFinished, SessionStarted
@@ -20,6 +21,11 @@ from specmon.transport.attach import attach_events
 
 
 def cmd_policy(args) -> int:
+    if args.policy_command == "show":
+        if args.name not in shipped("policies"):
+            raise SpecmonError(f"no shipped policy {args.name!r}; shipped: {', '.join(shipped('policies'))}")
+        sys.stdout.write(read_shipped("policies", args.name))
+        return 0
     if args.policy_command == "check":
         policy = load_policy(args.file)
         for warning in policy.warnings:
@@ -27,6 +33,9 @@ def cmd_policy(args) -> int:
         out.print(f"{args.file}: ok, {len(policy.classes)} classes, mode {policy.settings.mode}", highlight=False)
         return 0
     if args.policy_command == "set":
+        if not args.file.exists() and args.file.parent == Path(".") and args.file.stem in shipped("policies"):
+            raise SpecmonError(f"{args.file}: the shipped policies are not edited in place; copy one first: "
+                               f"specmon policy show {args.file.stem} > my.toml")
         set_value(args.file, args.key, args.value)
         out.print(f"{args.file}: {args.key} = {args.value}", highlight=False)
         return 0

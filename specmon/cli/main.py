@@ -92,7 +92,7 @@ def _add_run(sub) -> None:
         description="Decode each prompt plainly (k=0) and with the drafter, interleaved, and print a "
                     "per-class table. Every round is logged as an event under logs/.")
     run.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
-    run.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name in profiles/ or a .toml path "
+    run.add_argument("--profile", default=DEFAULT_PROFILE, help="a profile .toml path, or a name (working directory first, then the shipped profiles) "
                      f"(default: {DEFAULT_PROFILE})")
     run.add_argument("--prompts", type=Path, help="JSON lines: id, prompt, optional class, max_new_tokens")
     run.add_argument("--classes", help="comma-separated built-in classes to run (default: all)")
@@ -115,6 +115,8 @@ def _add_run(sub) -> None:
 def _add_policy(sub) -> None:
     policy = sub.add_parser("policy", help="check, edit and explain TOML policies").add_subparsers(
         dest="policy_command", required=True, metavar="ACTION")
+    show = policy.add_parser("show", help="print a shipped policy (to copy and edit): specmon policy show default")
+    show.add_argument("name", nargs="?", default="default")
     check = policy.add_parser("check", help="validate: file:line:column: reason for each problem")
     check.add_argument("file", type=Path)
     explain = policy.add_parser("explain", help="recompute each logged decision from the rounds it cites")
@@ -164,10 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-
-
+# The heavy commands are imported when run, so `specmon --help` and `specmon log info` start fast.
 def cmd_run(args) -> int:
-    from specmon.cli.run import cmd_run as run  # loads torch; keep `specmon --help` fast
+    from specmon.cli.run import cmd_run as run
 
     return run(args)
 

@@ -63,8 +63,15 @@ def cmd_run(args) -> int:
     for line in divergence_lines(session.events):
         out.print(line, highlight=False, markup=False)
     if args.json:
-        args.json.write_text(json.dumps(table, indent=2))
+        write_json(args.json, table)
     return 0
+
+
+def write_json(path, data: dict) -> None:
+    try:
+        path.write_text(json.dumps(data, indent=2))
+    except OSError as exc:
+        raise SpecmonError(f"{path}: cannot write the JSON summary ({exc.strerror})") from None
 
 
 def decode_under_tui(session: LiveSession, work: Work, title: str) -> None:
@@ -83,16 +90,26 @@ def decode_under_tui(session: LiveSession, work: Work, title: str) -> None:
             raise Stopped
         publish(event)
 
+    def fail(exc: BaseException) -> None:
+        """Shown in the title now, raised once the app has closed."""
+        failed.append(exc)
+        feed.error = str(exc) if isinstance(exc, SpecmonError) else f"decode failed: {exc!r}"
+
     def decode() -> None:
+        reason = "done"
         try:
             work(None)
-            session.finish("done")
         except Stopped:
-            session.finish("interrupted")
-        except BaseException as exc:  # shown in the title, raised once the app has closed
-            failed.append(exc)
-            feed.error = str(exc) if isinstance(exc, SpecmonError) else f"decode failed: {exc!r}"
+            reason = "interrupted"
+        except BaseException as exc:
+            reason = "error"
+            fail(exc)
         finally:
+            try:
+                session.finish(reason)  # the view and attached clients see the session end now
+            except BaseException as exc:
+                if not failed:
+                    fail(exc)
             feed.done.set()
 
     session.driver.emit = emit

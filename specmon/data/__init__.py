@@ -21,11 +21,13 @@ def shipped(kind: Kind) -> list[str]:
 def resolve(kind: Kind, name: str) -> Path:
     """A path as given if it exists; else, for a bare name, NAME or NAME.toml here, then shipped."""
     path = Path(name).expanduser()
-    if path.exists() or len(path.parts) > 1:
+    if path.exists():
+        return path.absolute()  # a hot reload re-reads this very file, wherever the run was started
+    if len(path.parts) > 1:
         return path
     file_name = name if name.endswith(".toml") else f"{name}.toml"
     if Path(file_name).exists():
-        return Path(file_name)
+        return Path(file_name).absolute()
     packaged = resources.files(__name__) / kind / file_name
     return Path(str(packaged)) if packaged.is_file() else path
 

@@ -35,8 +35,8 @@ class FixedDraftLen:
         return self.draft_len
 
 
-def check_draft_len(draft_len: int, what: str, low: int = 0) -> int:
-    """A k from a user (flag, profile, policy): within low..MAX_DRAFT_LEN, or one clear error."""
-    if isinstance(draft_len, bool) or not isinstance(draft_len, int) or not low <= draft_len <= MAX_DRAFT_LEN:
-        raise SpecmonError(f"{what} must be {low}..{MAX_DRAFT_LEN}, not {draft_len}")
+def check_draft_len(draft_len: int, what: str) -> int:
+    """A k from a user (flag, profile): within 0..MAX_DRAFT_LEN, or one clear error."""
+    if isinstance(draft_len, bool) or not isinstance(draft_len, int) or not 0 <= draft_len <= MAX_DRAFT_LEN:
+        raise SpecmonError(f"{what} must be 0..{MAX_DRAFT_LEN}, not {draft_len}")
     return draft_len

@@ -3,7 +3,7 @@ grid, the policy, the policy benchmark, the coming server) decodes its prompts t
 
 It owns the target, the tokenizer, the session's round ids and the emit path, and runs one
 prompt at a time: PromptStarted, one RoundVerified per round, then PromptFinished (with a
-ResourceSample), with the k of each round asked of a DraftLenSource."""
+ResourceSample per prompt), with the k of each round asked of a DraftLenSource."""
 
 from __future__ import annotations
 
@@ -110,13 +110,16 @@ class SessionDriver:
                        self.near_tie_margin)
 
     def finish(self, done: Decoded, equivalence: Equivalence) -> None:
-        """PromptFinished for one decode, then a memory sample."""
+        """PromptFinished for one decode."""
         s, run = done.started, done.run
         self.emit(PromptFinished(
             session_id=self.session_id, t=time.time(), prompt_id=s.prompt_id, prompt_class=s.prompt_class,
             draft_len=s.draft_len, rounds=run.rounds, generated=run.generated,
             text=self.tokenizer.decode(run.generated), stop_reason=run.stop_reason, prefill_ms=run.prefill_ms,
             decode_ms=run.decode_ms, equivalence=equivalence, drafter=s.drafter, sampling=s.sampling))
+
+    def sample_resources(self) -> None:
+        """A memory sample (RSS, VRAM or N/A): schedulers take one per prompt."""
         used, total = vram_bytes()
         self.emit(ResourceSample(session_id=self.session_id, t=time.time(), rss_bytes=rss_bytes(),
                                  vram_used_bytes=used, vram_total_bytes=total))

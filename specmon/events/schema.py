@@ -47,6 +47,9 @@ class SessionStarted(Event, tag="session", kw_only=True):
     cache_bytes: dict[str, int] = {}  # KV cache size per model ("target", "draft")
 
 
+BENCH_FIXED_RULE = "bench: fixed k="  # class_rule of `specmon bench policy`'s fixed-k runs: not the policy's
+
+
 class PromptStarted(Event, tag="prompt", kw_only=True):
     prompt_id: str
     prompt_class: str

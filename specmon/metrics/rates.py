@@ -10,8 +10,13 @@ def ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
+def acceptance_rate(accepted: int, proposed: int) -> float | None:
+    """Σ accepted / Σ proposed (over one round or many); nothing proposed gives None, never 0."""
+    return ratio(accepted, proposed)
+
+
 def round_ms(ev) -> float:
-    """Wall time of one round: drafting + the target's verify pass + the rest (accept, emit)."""
+    """Wall time of a round (or of summed rounds): drafting + the target's verify pass + the rest."""
     return ev.draft_ms + ev.verify_ms + ev.overhead_ms
 
 

@@ -63,12 +63,12 @@ class RunStats:
 
     @property
     def round_ms(self) -> float:
-        return self.draft_ms + self.verify_ms + self.overhead_ms
+        return rates.round_ms(self)
 
     @property
     def acceptance_rate(self) -> float | None:
         """Σ accepted / Σ proposed; rounds that proposed nothing add to neither."""
-        return _ratio(self.accepted, self.proposed)
+        return rates.acceptance_rate(self.accepted, self.proposed)
 
     @property
     def mean_accepted_len(self) -> float | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import tomlkit
 
+from specmon.metrics import rates
 from specmon.metrics.predict import break_even_alpha, predicted_speedup
 from specmon.metrics.stats import CellKey, RunStats, cell_stats
 from specmon.policy.edit import replace_atomically
@@ -43,7 +44,7 @@ def _row(key: CellKey, run: RunStats, base: RunStats | None) -> CellRow:
     if base is None or not base.rounds or not run.rounds or not base.goodput:
         return CellRow(key, run, None, None, None, None, None)
     step = base.verify_ms / base.rounds
-    speedup = run.goodput / base.goodput if run.goodput else None
+    speedup = rates.speedup(run.goodput, base.goodput)
     if key.draft_len == 0:
         return CellRow(key, run, speedup, None, 1.0, 1.0, None)
     c = (run.draft_ms / run.rounds / key.draft_len) / step

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specmon.events.log import read_log
-from specmon.events.schema import Decision, PromptStarted, RoundVerified
+from specmon.events.schema import BENCH_FIXED_RULE, Decision, PromptStarted, RoundVerified
 from specmon.policy.engine import Plan, PolicyEngine, Schedule
 from specmon.policy.schema import Policy
 
@@ -44,15 +44,19 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
         if isinstance(ev, RoundVerified):
             held.setdefault(ev.prompt_class, set()).add(ev.draft_len)
     schedule = Schedule(Plan(0, ""))
+    beside = False  # inside a bench's fixed-k run: evidence held, but never the policy's to see
     for ev in events:
         if isinstance(ev, PromptStarted):
+            beside = ev.class_rule.startswith(BENCH_FIXED_RULE)
+            if beside:
+                continue
             diff = diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
             schedule = engine.start_prompt(ev.prompt_class)
             plan = schedule.plan
             for wanted in {plan.k, *(plan.lead[:1] if plan.lead else ())}:
                 if wanted not in held.get(ev.prompt_class, set()):
                     diff.missing.add(wanted)
-        elif isinstance(ev, RoundVerified):
+        elif isinstance(ev, RoundVerified) and not beside:
             schedule.lead_k()  # count the round against the lead run, as the live session did
             decision = engine.after_round(ev, schedule)
             if decision is not None:

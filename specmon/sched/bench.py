@@ -16,12 +16,11 @@ from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import Drafter, NoDrafter
 from specmon.engine.driver import UNCHECKED
 from specmon.engine.prompts import Prompt
-from specmon.events.schema import AnyEvent, PromptStarted, RoundVerified, Sampling
-from specmon.metrics.rates import ratio
+from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling
+from specmon.metrics.rates import speedup
 from specmon.metrics.stats import RunStats
 from specmon.sched.policy import PolicyScheduler
 
-FIXED_RULE = "bench: fixed k="  # class_rule prefix of the fixed-k runs beside each policy prompt
 
 
 def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[int], repeat: int,
@@ -39,7 +38,7 @@ def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[i
                 continue
             drafter: Drafter = policy.drafter if k else plain
             done = driver.decode(prompt, drafter, FixedDraftLen(k), sampling, max_new_tokens, prompt_class=name,
-                                 class_rule=f"{FIXED_RULE}{k}")
+                                 class_rule=f"{BENCH_FIXED_RULE}{k}")
             driver.finish(done, UNCHECKED)
         if on_prompt:
             on_prompt(index + 1)
@@ -65,8 +64,9 @@ class BenchClass:
         best_rate = self.fixed[best].tok_per_s if best is not None else None
         return {"plain": self.plain, "fixed": {str(k): r.tok_per_s for k, r in sorted(self.fixed.items())},
                 "best_k": best, "auto": self.auto.tok_per_s,
-                "auto_over_best": ratio(self.auto.tok_per_s or 0.0, best_rate or 0.0) if self.auto.rounds else None,
-                "auto_over_plain": ratio(self.auto.tok_per_s or 0.0, self.plain or 0.0) if self.auto.rounds else None,
+                "auto_over_best": speedup(self.auto.tok_per_s, best_rate),
+                "auto_over_plain": speedup(self.auto.tok_per_s, self.plain),
+                "best_over_plain": speedup(best_rate, self.plain),
                 "auto_rounds_by_k": {str(k): n for k, n in sorted(self.auto_rounds_by_k.items())}}
 
 
@@ -79,7 +79,7 @@ def bench_results(events: Iterable[AnyEvent]) -> dict[str, BenchClass]:
             opened = ev
         elif isinstance(ev, RoundVerified) and opened is not None:
             entry = classes.setdefault(ev.prompt_class, BenchClass())
-            if opened.class_rule.startswith(FIXED_RULE):
+            if opened.class_rule.startswith(BENCH_FIXED_RULE):
                 entry.fixed.setdefault(ev.draft_len, RunStats(ev.draft_len)).add_round(ev)
             else:
                 entry.auto.add_round(ev)

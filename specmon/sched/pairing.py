@@ -22,5 +22,6 @@ def run_paired(driver: SessionDriver, prompts: Sequence[Prompt], drafter: Drafte
         runs = {k: driver.decode(prompt, which, FixedDraftLen(k), sampling, max_new_tokens) for which, k in order}
         for done in runs.values():  # finished after both, so plain can run second
             driver.finish(done, driver.equivalence(runs[0], done))
+        driver.sample_resources()
         if on_prompt:
             on_prompt(index + 1)

@@ -41,6 +41,7 @@ class PolicyScheduler:
                                   max_new_tokens, prompt_class=name, class_rule=f"{rule}; {plan.describe()}",
                                   start_draft_len=plan.k, on_round=self._after_round(schedule))
         self.driver.finish(done, UNCHECKED)
+        self.driver.sample_resources()
         return done
 
     def run(self, prompts: Sequence[Prompt], sampling: Sampling, max_new_tokens: int,
@@ -51,8 +52,8 @@ class PolicyScheduler:
                 on_prompt(index + 1)
 
     def _after_round(self, schedule: Schedule) -> Callable[[RoundVerified], None]:
-        """Each round: feed it to the policy, pick up a policy edit, and decide when due (never
-        inside a lead run, so a re-measure or probe is judged whole); the next round follows."""
+        """Each round: pick up a policy edit, feed the round to the policy, and decide when due
+        (never inside a lead run, so a re-measure or probe is judged whole); the next round follows."""
 
         def observe(event: RoundVerified) -> None:
             reloaded = self.engine.maybe_reload()

@@ -47,3 +47,4 @@ def run_sweep(driver: SessionDriver, drafters: dict[str, Drafter], prompts: Sequ
                 on_run(finished)
         for cell, done in runs.items():  # finishes after all cells, so plain can run in any position
             driver.finish(done, driver.equivalence(runs[Cell("none", 0, cell.sampling)], done))
+        driver.sample_resources()

@@ -22,6 +22,10 @@ from specmon.events.schema import AnyEvent
 _CLOSE = object()
 
 
+class LogWriteFailed(SpecmonError):
+    """The session log could not be written (disk full or gone); what was written still reads."""
+
+
 class Subscription:
     """A viewer's bounded buffer. `drain()` takes everything buffered; `skipped` counts losses."""
 
@@ -80,12 +84,12 @@ class LogSink:
                 self.writer.close()
                 return
 
-    def failure(self) -> SpecmonError | None:
+    def failure(self) -> LogWriteFailed | None:
         """The write error, as the one line a user sees; None while the log is healthy."""
         if self.error is None:
             return None
         why = getattr(self.error, "strerror", None) or str(self.error)
-        return SpecmonError(f"{self.path}: writing the session log failed ({why}); "
+        return LogWriteFailed(f"{self.path}: writing the session log failed ({why}); "
                             f"the {self.writer.events_written} events before it are intact and readable")
 
     def close(self) -> None:

@@ -53,22 +53,29 @@ class EventServer:
         self._listeners: list[socket.socket] = []
         self._stopping = threading.Event()
         self.unix_path = unix_path
-        if unix_path is not None:
-            self._listeners.append(_unix_listener(unix_path))
         self.tcp_address = None
-        if tcp is not None:
-            family = socket.AF_INET6 if ":" in tcp[0] else socket.AF_INET
-            listener = socket.socket(family, socket.SOCK_STREAM)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                listener.bind(tcp)
-            except OSError as exc:
-                raise SpecmonError(f"cannot listen on {tcp[0]}:{tcp[1]}: {exc.strerror}") from None
-            listener.listen()
-            self.tcp_address = listener.getsockname()[:2]
-            self._listeners.append(listener)
+        try:
+            if unix_path is not None:
+                self._listeners.append(_unix_listener(unix_path))
+            if tcp is not None:
+                self._listeners.append(self._tcp_listener(tcp))
+        except BaseException:
+            self.close()  # no listener or socket file outlives a failed start
+            raise
         for listener in self._listeners:
             threading.Thread(target=self._accept, args=(listener,), daemon=True, name="specmon-accept").start()
+
+    def _tcp_listener(self, tcp: tuple[str, int]) -> socket.socket:
+        listener = socket.socket(socket.AF_INET6 if ":" in tcp[0] else socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(tcp)
+        except OSError as exc:
+            listener.close()
+            raise SpecmonError(f"cannot listen on {tcp[0]}:{tcp[1]}: {exc.strerror}") from None
+        listener.listen()
+        self.tcp_address = listener.getsockname()[:2]
+        return listener
 
     def _accept(self, listener: socket.socket) -> None:
         needs_token = listener.family != socket.AF_UNIX
@@ -125,6 +132,10 @@ def _unix_listener(path: Path) -> socket.socket:
     old = os.umask(0o177)  # the socket is born 0600: no window where others could connect
     try:
         listener.bind(str(path))
+    except OSError as exc:
+        listener.close()
+        raise SpecmonError(f"cannot serve on {path}: {exc.strerror or exc}; set XDG_RUNTIME_DIR to a short "
+                           "directory of yours") from None
     finally:
         os.umask(old)
     os.chmod(path, 0o600)

@@ -17,7 +17,7 @@ from specmon.engine.driver import SessionDriver, new_session_id
 from specmon.engine.drafters import Drafter
 from specmon.events.log import default_log_path
 from specmon.events.schema import AnyEvent, RoundVerified, SessionFinished
-from specmon.transport.channel import Channel, LogSink, Subscription
+from specmon.transport.channel import Channel, LogSink, LogWriteFailed, Subscription
 from specmon.transport.serve import EventServer, runtime_dir
 
 VIEW_BUFFER = 100_000  # events a slow viewer may fall behind before it skips (and counts) the oldest
@@ -60,36 +60,60 @@ def live_session(pair, profile, drafter: Drafter, log_path: Path | None = None, 
                  viewer: bool = False) -> Iterator[LiveSession]:
     """Open the log (and the attach socket when `serve`), publish SessionStarted, and yield the
     session; on leaving, finish and close everything, raising a log-write failure if there was one."""
-    session_id = new_session_id()
-    sink = LogSink(log_path or default_log_path(session_id))
-    channel = Channel(sink)
-    session = LiveSession(SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin),
-                          channel, sink, None)
-    channel.on_event(session.events.append)
-    session.view = channel.subscribe(maxlen=VIEW_BUFFER) if viewer else None
+    session = _open(pair, profile, log_path, serve, listen, viewer)
+    in_flight: BaseException | None = None
     try:
-        session.server = EventServer(sink, runtime_dir() / f"{session_id}.sock", listen) if serve else None
         if announce:
             _announce(session)
         started = session.driver.started_event(profile, drafter)
         if policy is not None:
             started.policy_text, started.policy_hash = policy.text, policy.sha256
-        channel.publish(started)
+        session.channel.publish(started)
         yield session
         session.finish("done")
-    except (KeyboardInterrupt, Stopped):
-        session.finish("interrupted")
-        raise
-    except BaseException:
-        session.finish("error")
+    except BaseException as exc:
+        in_flight = exc
+        _finish_quietly(session, "interrupted" if isinstance(exc, (KeyboardInterrupt, Stopped)) else "error")
         raise
     finally:
+        _close(session)
+        failure = session.sink.failure()
+        if failure is not None and (in_flight is None or isinstance(in_flight, LogWriteFailed)):
+            raise failure
+        if failure is not None:  # the error in flight says what went wrong first; this says what it cost
+            print(f"specmon: {failure}", file=sys.stderr)
+
+
+def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: bool) -> LiveSession:
+    session_id = new_session_id()
+    sink = LogSink(log_path or default_log_path(session_id))
+    channel = Channel(sink)
+    driver = SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin)
+    session = LiveSession(driver, channel, sink, None)
+    channel.on_event(session.events.append)
+    session.view = channel.subscribe(maxlen=VIEW_BUFFER) if viewer else None
+    try:
+        session.server = EventServer(sink, runtime_dir() / f"{session_id}.sock", listen) if serve else None
+    except BaseException:
         channel.close()
+        sink.path.unlink(missing_ok=True)  # it holds no event yet: nothing to keep
+        raise
+    return session
+
+
+def _finish_quietly(session: LiveSession, reason: str) -> None:
+    try:
+        session.finish(reason)
+    except LogWriteFailed:
+        pass  # the log is already failing; closing reports it
+
+
+def _close(session: LiveSession) -> None:
+    try:
+        session.channel.close()
+    finally:
         if session.server is not None:
             session.server.close()
-        failure = sink.failure()
-        if failure is not None:
-            raise failure
 
 
 def _announce(session: LiveSession) -> None:

@@ -10,6 +10,7 @@ from specmon.events.schema import (
     AnyEvent, Decision, PolicyLoaded, PromptFinished, PromptStarted, ResourceSample, RoundVerified,
     SessionFinished, SessionStarted,
 )
+from specmon.metrics.rates import acceptance_rate
 from specmon.metrics.stats import ClassStats, RunStats
 
 WINDOW = 120  # rounds kept for the sparklines
@@ -132,7 +133,7 @@ class ViewState:
             return [float(ev.accepted) for ev in self.acceptance]
         if metric == "alpha-hat":
             return [ev.alpha_hat for ev in self.acceptance if ev.alpha_hat is not None]
-        return [ev.accepted / len(ev.proposed) for ev in self.acceptance if ev.proposed]
+        return [acceptance_rate(ev.accepted, len(ev.proposed)) for ev in self.acceptance if ev.proposed]
 
 
 _HANDLERS = {
