@@ -3,7 +3,9 @@ output (table, --json, report, log info, the TUI's fold), and `specmon bench pol
 Real subprocesses on the tiny model; the full-disk test mounts a real tmpfs (root only)."""
 
 import json
+import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +192,24 @@ def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
         explain = specmon("policy", "explain", log)
         assert explain.returncode == 0, explain.stdout
         assert re.search(r"(\d+) of \1 decisions reproduce", explain.stdout), explain.stdout
+
+
+def test_a_busy_listen_port_leaves_no_log_and_no_socket(tmp_path):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    runtime = tmp_path / "run"
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    log = tmp_path / "x.specmon"
+    try:
+        done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile",
+                               str(tiny_profile(tmp_path)), "--classes", "rewrite", "--max-new-tokens", "4",
+                               "--listen", f"127.0.0.1:{port}", "--log", str(log)],
+                              capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    finally:
+        busy.close()
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [f"specmon: cannot listen on 127.0.0.1:{port}: Address already in use"]
+    assert not log.exists()  # it would hold no event: a session that never started leaves no log
+    assert list((runtime / "specmon").glob("*.sock")) == []
