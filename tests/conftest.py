@@ -1,4 +1,5 @@
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,19 @@ from specmon.backends import modelstore
 from specmon.backends.profiles import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_runtime_dir(tmp_path_factory):
+    """Sessions the tests start (and kill) serve their sockets here, never in the user's own
+    runtime directory, where `specmon attach` would find them."""
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(tmp_path_factory.mktemp("runtime"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_RUNTIME_DIR")
+    else:
+        os.environ["XDG_RUNTIME_DIR"] = old
 
 
 @pytest.fixture(scope="session")

@@ -213,3 +213,26 @@ def test_a_busy_listen_port_leaves_no_log_and_no_socket(tmp_path):
     assert done.stderr.strip().splitlines() == [f"specmon: cannot listen on 127.0.0.1:{port}: Address already in use"]
     assert not log.exists()  # it would hold no event: a session that never started leaves no log
     assert list((runtime / "specmon").glob("*.sock")) == []
+
+
+def test_attach_skips_and_removes_sockets_of_killed_sessions(tmp_path, monkeypatch):
+    from specmon.transport.attach import newest_socket
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    folder = tmp_path / "specmon"
+    folder.mkdir(mode=0o700)
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(str(folder / "live.sock"))
+    live.listen()
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(folder / "dead.sock"))  # bound, never listening: what a SIGKILLed run leaves
+    dead.close()
+    os.utime(folder / "live.sock", (1, 1))  # the live one is the older
+    try:
+        assert newest_socket() == folder / "live.sock"
+        assert not (folder / "dead.sock").exists()
+    finally:
+        live.close()
+    (folder / "live.sock").unlink()
+    with pytest.raises(Exception, match="no running session found"):
+        newest_socket()

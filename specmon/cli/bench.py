@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 from rich.table import Table
 
@@ -46,7 +48,7 @@ def cmd_bench(args) -> int:
             session.finish("interrupted")
             err.print("bench interrupted: the table covers the prompts that finished")
     results = bench_results(session.events)
-    title = (f"goodput, tokens/s: {pair.drafter.name}, policy {policy.source}, {args.max_new_tokens} new tokens, "
+    title = (f"goodput, tokens/s: {pair.drafter.name}, policy {Path(policy.source).name}, {args.max_new_tokens} new tokens, "
              f"{len(prompts)} prompts x {args.repeat}  (log: {session.log_path})")
     out.print(bench_table(results, ks, title))
     if args.json:

@@ -12,11 +12,12 @@ from specmon.cli.tables import class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
-from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, SessionFinished, SessionStarted
+from specmon.events.schema import BENCH_FIXED_RULE, PromptFinished, PromptStarted, RoundVerified, SessionFinished, SessionStarted
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
 from specmon.policy.explain import explain_log
 from specmon.policy.schema import load_policy
+from specmon.sched.bench import bench_results
 from specmon.transport.attach import attach_events
 
 
@@ -98,7 +99,7 @@ def cmd_log(args) -> int:
             last = ev.t
             if isinstance(ev, SessionStarted):
                 _print_header(ev)
-            if isinstance(ev, (RoundVerified, PromptFinished)):
+            if isinstance(ev, (PromptStarted, RoundVerified, PromptFinished)):
                 kept.append(ev)
     except LogDamaged as exc:
         damage = exc
@@ -107,7 +108,13 @@ def cmd_log(args) -> int:
     if first is not None:
         out.print(f"  time span        {last - first:.1f} s", highlight=False)
     out.print("  integrity        " + (f"[red]{damage}[/]" if damage else "[green]ok[/]"), highlight=False)
-    if kept:
+    if any(isinstance(e, PromptStarted) and e.class_rule.startswith(BENCH_FIXED_RULE) for e in kept):
+        from specmon.cli.bench import bench_table  # a bench log: the policy and each fixed k apart
+
+        results = bench_results(kept)
+        ks = sorted({k for c in results.values() for k in c.fixed})
+        out.print(bench_table(results, ks, "bench: goodput, tokens/s, recomputed from the log"))
+    elif kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     return 1 if damage else 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 import msgspec
@@ -42,7 +43,7 @@ def cmd_run(args) -> int:
     max_new_tokens = args.max_new_tokens or profile.max_new_tokens
     with err.status(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})"):
         pair = load_pair(profile, spec)
-    mode = f"policy {policy.source}" if policy else f"k={spec.draft_len}"
+    mode = f"policy {Path(policy.source).name}" if policy else f"k={spec.draft_len}"
     title = f"{profile.name}: {pair.drafter.name} {mode}, {_sampling_text(sampling)}"
     tui = _wants_tui(args)
     with live_session(pair, profile, pair.drafter, args.log, listen=listen, policy=policy, viewer=tui) as session:

@@ -170,7 +170,8 @@ def _class_summary(c: ClassStats) -> dict:
         "draft_ms": spec.mean_ms(spec.draft_ms), "verify_ms": spec.mean_ms(spec.verify_ms),
         "overhead_ms": spec.mean_ms(spec.overhead_ms),
         "tok_per_s": spec.tok_per_s, "baseline_tok_per_s": base.tok_per_s if base else None,
-        "speedup": c.speedup(spec.draft_len), "greedy_identical": identical,
+        "speedup": c.speedup(spec.draft_len) if spec.draft_len else None,  # plain over itself is no finding
+        "greedy_identical": identical,
         "equivalence": dict(spec.verdicts),
     }
 

@@ -14,10 +14,26 @@ from specmon.transport.serve import runtime_dir
 
 
 def newest_socket() -> Path:
-    sockets = sorted(runtime_dir().glob("*.sock"), key=lambda p: p.stat().st_mtime)
-    if not sockets:
-        raise SpecmonError(f"no running session found in {runtime_dir()}; start one with `specmon run`")
-    return sockets[-1]
+    """The newest socket a session still answers on; those left by killed sessions are removed."""
+    for path in sorted(runtime_dir().glob("*.sock"), key=_mtime, reverse=True):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+            return path
+        except ConnectionRefusedError:
+            path.unlink(missing_ok=True)  # nobody listens: its session was killed before it could clean up
+        except OSError:
+            continue
+        finally:
+            probe.close()
+    raise SpecmonError(f"no running session found in {runtime_dir()}; start one with `specmon run`")
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def attach_events(target: str | None, token: str | None = None) -> Iterator[AnyEvent]:
