@@ -10,6 +10,7 @@ from specmon import __version__
 from specmon.backends.profiles import DEFAULT_PROFILE
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
+from specmon.cli.signals import Terminated, ending_signals
 from specmon.errors import SpecmonError
 
 
@@ -157,10 +158,14 @@ def _add_bench(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        with ending_signals():
+            return COMMANDS[args.command](args)
     except SpecmonError as exc:
         print(f"specmon: {exc}", file=sys.stderr)  # one line, never wrapped, no traceback
         return 2
+    except Terminated as exc:
+        print(f"specmon: ended by {exc}; the session log keeps every finished round", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print("specmon: interrupted; the session log keeps every finished round", file=sys.stderr)
         return 130

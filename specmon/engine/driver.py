@@ -13,14 +13,14 @@ import platform
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from specmon import __version__
 from specmon.engine.draft_len import DraftLenSource
 from specmon.engine.drafters import Drafter
 from specmon.engine.equivalence import compare
 from specmon.engine.prompts import Prompt
-from specmon.engine.rounds import PromptRun, RoundContext, decode_prompt
+from specmon.engine.rounds import PromptRun, RoundContext, check_room, decode_prompt
 from specmon.engine.target import Target
 from specmon.events.schema import (
     AnyEvent, Equivalence, PromptFinished, PromptStarted, ResourceSample, RoundVerified, Sampling, SessionStarted,
@@ -82,6 +82,12 @@ class SessionDriver:
         if prompt.text not in self._tokens:
             self._tokens = {prompt.text: self.tokenizer.encode_chat(prompt.text)}  # one prompt's worth
         return self._tokens[prompt.text]
+
+    def check_room(self, prompts: Sequence[Prompt], max_new_tokens: int, max_draft_len: int) -> None:
+        """Every prompt fits the KV cache, checked before the first round, not when its turn comes."""
+        for prompt in prompts:
+            tokens = self.tokenizer.encode_chat(prompt.text)
+            check_room(self.target, prompt.id, len(tokens), prompt.max_new_tokens or max_new_tokens, max_draft_len)
 
     def decode(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
                max_new_tokens: int, *, prompt_class: str | None = None, class_rule: str = "prompt set",

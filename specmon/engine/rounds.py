@@ -59,11 +59,7 @@ def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft
     """Decode one prompt round by round, emitting one RoundVerified per round.
 
     `draft_len` is asked before every round, so a policy can change k mid-prompt."""
-    if len(prompt) + max_new_tokens + draft_len.max_draft_len + 1 > target.max_len:
-        raise SpecmonError(
-            f"prompt {ctx.prompt_id!r}: {len(prompt)} prompt + {max_new_tokens} new + draft + 1 "
-            f"verify positions exceed the cache's {target.max_len}; raise max_seq_len in the profile"
-        )
+    check_room(target, ctx.prompt_id, len(prompt), max_new_tokens, draft_len.max_draft_len)
     rng = np.random.default_rng(sampling.seed)
     drafter.begin(prompt)
     context = list(prompt)
@@ -84,6 +80,15 @@ def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft
             run.stop_reason = "eos"
             break
     return run
+
+
+def check_room(target: Target, prompt_id: str, prompt_len: int, max_new_tokens: int, max_draft_len: int) -> None:
+    """The KV cache holds the prompt, every new token and one round's draft plus its verify position."""
+    if prompt_len + max_new_tokens + max_draft_len + 1 > target.max_len:
+        raise SpecmonError(
+            f"prompt {prompt_id!r}: {prompt_len} prompt + {max_new_tokens} new + {max_draft_len} draft + 1 "
+            f"verify positions exceed the cache's {target.max_len}; raise max_seq_len in the profile"
+        )
 
 
 def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_tokens, run, ctx) -> RoundVerified:

@@ -19,7 +19,7 @@ from specmon.engine.prompts import Prompt
 from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling
 from specmon.metrics.rates import speedup
 from specmon.metrics.stats import RunStats
-from specmon.sched.policy import PolicyScheduler
+from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 
 
 
@@ -29,6 +29,7 @@ def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[i
     """`fixed_passes` > 0 keeps the fixed k > 0 to the first passes (slow drafters); plain still
     runs beside every policy prompt, so auto/plain stays paired."""
     driver, plain = policy.driver, NoDrafter()
+    driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
     sequence = list(prompts) * repeat
     for index, prompt in enumerate(sequence):
         name = policy.decode(prompt, sampling, max_new_tokens).started.prompt_class

@@ -14,6 +14,7 @@ from specmon.events.schema import Sampling
 
 def run_paired(driver: SessionDriver, prompts: Sequence[Prompt], drafter: Drafter, draft_len: int,
                sampling: Sampling, max_new_tokens: int, on_prompt: Callable[[int], None] | None = None) -> None:
+    driver.check_room(prompts, max_new_tokens, draft_len)
     plain = NoDrafter()
     for index, prompt in enumerate(prompts):
         order = [(plain, 0), (drafter, draft_len)] if draft_len else [(plain, 0)]

@@ -46,6 +46,7 @@ class PolicyScheduler:
 
     def run(self, prompts: Sequence[Prompt], sampling: Sampling, max_new_tokens: int,
             on_prompt: Callable[[int], None] | None = None) -> None:
+        self.driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
         for index, prompt in enumerate(prompts):
             self.decode(prompt, sampling, max_new_tokens)
             if on_prompt:

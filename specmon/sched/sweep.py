@@ -34,6 +34,7 @@ def run_sweep(driver: SessionDriver, drafters: dict[str, Drafter], prompts: Sequ
     """Each prompt runs every cell, in an order rotated from prompt to prompt so drift cancels.
     Every round is emitted as it happens, so an interrupted sweep keeps all it finished;
     `on_run(n)` is told after each of the prompt x cell runs."""
+    driver.check_room(prompts, max_new_tokens, max(cell.draft_len for cell in cells))
     drafters = {**drafters, "none": NoDrafter()}
     finished = 0
     for index, prompt in enumerate(prompts):
