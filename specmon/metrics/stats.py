@@ -12,6 +12,7 @@ from typing import Iterable
 
 from specmon.events.schema import AnyEvent, PromptFinished, PromptStarted, RoundVerified, Sampling
 from specmon.metrics import rates
+from specmon.metrics.interval import PromptTotals, SpeedupEstimate, sanity_bound, speedup_estimate
 from specmon.metrics.rates import ratio as _ratio
 
 
@@ -35,6 +36,8 @@ class RunStats:
     rejections: list[int] = field(default_factory=list)  # [i]: rounds whose first rejection was at i
     all_accepted: int = 0  # rounds that proposed something and had no rejection
     verdicts: dict[str, int] = field(default_factory=dict)  # equivalence verdict -> prompts
+    prompt_emitted: dict[str, int] = field(default_factory=dict)  # per prompt: the unit of an interval
+    prompt_ms: dict[str, float] = field(default_factory=dict)
 
     def add_round(self, ev: RoundVerified) -> None:
         n_prop = len(ev.proposed)
@@ -46,6 +49,8 @@ class RunStats:
         self.draft_ms += ev.draft_ms
         self.verify_ms += ev.verify_ms
         self.overhead_ms += ev.overhead_ms
+        self.prompt_emitted[ev.prompt_id] = self.prompt_emitted.get(ev.prompt_id, 0) + len(ev.emitted)
+        self.prompt_ms[ev.prompt_id] = self.prompt_ms.get(ev.prompt_id, 0.0) + rates.round_ms(ev)
         if ev.alpha_hat is not None:
             self.alpha_sum += ev.alpha_hat
             self.alpha_rounds += 1
@@ -97,6 +102,10 @@ class RunStats:
     def mean_ms(self, total: float) -> float | None:
         return _ratio(total, self.rounds)
 
+    @property
+    def prompt_totals(self) -> PromptTotals:
+        return PromptTotals(self.prompt_emitted, self.prompt_ms)
+
 
 def _grow(counts: list[int], size: int) -> None:
     counts.extend([0] * (size - len(counts)))
@@ -137,6 +146,14 @@ class ClassStats:
             return None
         return rates.speedup(spec.goodput, base.goodput)
 
+    def speedup_estimate(self, draft_len: int) -> SpeedupEstimate | None:
+        """The speedup at k with its 95% interval over prompts and the sanity bound."""
+        spec, base = self.runs.get(draft_len), self.baseline
+        if spec is None or base is None or not spec.rounds or not base.rounds:
+            return None
+        bound = sanity_bound(spec.mean_accepted_len, base.mean_ms(base.round_ms), spec.mean_ms(spec.round_ms))
+        return speedup_estimate(spec.prompt_totals, base.prompt_totals, bound)
+
 
 def class_stats(events: Iterable[AnyEvent]) -> dict[str, ClassStats]:
     """Fold an event stream into per-class, per-draft-length statistics."""
@@ -171,9 +188,19 @@ def _class_summary(c: ClassStats) -> dict:
         "overhead_ms": spec.mean_ms(spec.overhead_ms),
         "tok_per_s": spec.tok_per_s, "baseline_tok_per_s": base.tok_per_s if base else None,
         "speedup": c.speedup(spec.draft_len) if spec.draft_len else None,  # plain over itself is no finding
+        **_interval(c.speedup_estimate(spec.draft_len) if spec.draft_len else None),
         "greedy_identical": identical,
         "equivalence": dict(spec.verdicts),
     }
+
+
+def _interval(estimate: SpeedupEstimate | None) -> dict:
+    """The speedup's 95% interval over prompts, its sample sizes and what it allows one to say."""
+    if estimate is None:
+        return {"speedup_low": None, "speedup_high": None, "speedup_verdict": "not yet known",
+                "speedup_prompts": [0, 0], "speedup_bound": None}
+    return {"speedup_low": estimate.low, "speedup_high": estimate.high, "speedup_verdict": estimate.verdict,
+            "speedup_prompts": [estimate.prompts_spec, estimate.prompts_plain], "speedup_bound": estimate.bound}
 
 
 @dataclass(frozen=True)

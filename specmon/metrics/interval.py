@@ -1,0 +1,99 @@
+"""How sure a speedup is: the goodput ratio with a 95% interval, from rounds grouped by prompt.
+
+Prompts differ far more than rounds within one, so the prompt is the unit that is resampled:
+a bootstrap over prompts (jointly when both sides ran the same prompts, as `run` pairs them;
+independently otherwise, as a policy's plain re-measures fall on some prompts only). The
+resampling is seeded, so a replay shows exactly the interval the live run showed.
+
+Until the interval excludes 1.0 the honest word is "not yet known"; a ratio above what the
+rounds' own counts allow (DESIGN.md's sanity bound) is noise, whatever its interval says."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specmon.metrics import rates
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+MIN_PROMPTS = 2  # per side: with one prompt there is no spread to speak of
+
+
+@dataclass(frozen=True)
+class PromptTotals:
+    """Σ emitted tokens and Σ round ms per prompt, for one class at one k."""
+
+    emitted: dict[str, int]
+    ms: dict[str, float]
+
+    @property
+    def prompts(self) -> int:
+        return len(self.emitted)
+
+
+@dataclass(frozen=True)
+class SpeedupEstimate:
+    ratio: float | None  # goodput(k) / goodput(plain) over all rounds: the policy's own figure
+    low: float | None  # 95% interval; None while either side has fewer than MIN_PROMPTS prompts
+    high: float | None
+    prompts_spec: int
+    prompts_plain: int
+    bound: float | None  # the most the rounds' own counts allow (sanity bound)
+
+    @property
+    def verdict(self) -> str:
+        """'noise', 'not yet known', 'faster' or 'slower'."""
+        if self.ratio is None:
+            return "not yet known"
+        if self.bound is not None and self.ratio > self.bound * 1.0001:
+            return "noise"
+        if self.low is None or self.low <= 1.0 <= self.high:
+            return "not yet known"
+        return "faster" if self.low > 1.0 else "slower"
+
+
+def speedup_estimate(spec: PromptTotals, plain: PromptTotals, bound: float | None = None,
+                     seed: int = 0) -> SpeedupEstimate:
+    """The goodput ratio spec/plain and its bootstrap interval over prompts."""
+    ratio = rates.speedup(_goodput(spec.emitted.values(), spec.ms.values()),
+                          _goodput(plain.emitted.values(), plain.ms.values()))
+    low = high = None
+    if ratio is not None and spec.prompts >= MIN_PROMPTS and plain.prompts >= MIN_PROMPTS:
+        low, high = _bootstrap(spec, plain, seed)
+    return SpeedupEstimate(ratio, low, high, spec.prompts, plain.prompts, bound)
+
+
+def sanity_bound(mean_accepted: float | None, plain_step_ms: float | None, mean_round_ms: float | None) -> float | None:
+    """speedup <= (1 + mean accepted) x plain step ms / mean round ms: a round emits at most
+    accepted + 1 tokens at its measured cost."""
+    if mean_accepted is None or not plain_step_ms or not mean_round_ms:
+        return None
+    return (1.0 + mean_accepted) * plain_step_ms / mean_round_ms
+
+
+def _goodput(emitted, ms) -> float | None:
+    return rates.goodput(sum(emitted), sum(ms))
+
+
+def _bootstrap(spec: PromptTotals, plain: PromptTotals, seed: int) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    paired = set(spec.emitted) == set(plain.emitted)
+    names = sorted(spec.emitted)
+    s_e, s_ms = _arrays(spec, names)
+    p_names = names if paired else sorted(plain.emitted)
+    p_e, p_ms = _arrays(plain, p_names)
+    s_idx = rng.integers(0, len(names), size=(RESAMPLES, len(names)))
+    p_idx = s_idx if paired else rng.integers(0, len(p_names), size=(RESAMPLES, len(p_names)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = (s_e[s_idx].sum(1) / s_ms[s_idx].sum(1)) / (p_e[p_idx].sum(1) / p_ms[p_idx].sum(1))
+    ratios = ratios[np.isfinite(ratios)]
+    tail = (1.0 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _arrays(totals: PromptTotals, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([totals.emitted[n] for n in names], dtype=float),
+            np.array([totals.ms[n] for n in names], dtype=float))
