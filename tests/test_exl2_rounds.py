@@ -183,6 +183,6 @@ def test_syncs_once_per_phase():
 def test_a_context_longer_than_the_caches_is_one_error_before_any_forward():
     model = FakeModel()
     target = Exl2Target(model, FakeCache(max_seq_len=64), "fake", eos_id=-1, vocab_size=VOCAB, sync=lambda: None)
-    with pytest.raises(SpecmonError, match="40 prompt \\+ 24 new \\+ draft \\+ 1 verify positions exceed the cache's 64"):
+    with pytest.raises(SpecmonError, match="40 prompt \\+ 24 new \\+ 4 draft \\+ 1 verify positions exceed the cache's 64"):
         decode_prompt(target, _draft(FakeModel()), list(range(40)), FixedDraftLen(4), GREEDY, 24, _ctx(), lambda e: None)
     assert model.calls == []
