@@ -1,12 +1,21 @@
 """Incremental frame decoding: the one parser behind log files, followed logs and sockets.
 
 Bytes arrive in any chunking; whole events come out in order. Damage (bad magic, a frame
-that fails its checksum, an implausible length) raises LogDamaged naming the byte offset,
-after every whole event before it has been handed out. Only one partial frame is buffered.
+that fails its checksum, an implausible length, a frame out of order) raises LogDamaged naming
+the byte offset, after every whole event before it has been handed out. Memory stays within
+one fed chunk and one partial frame.
+
+Format 2 (written by LogWriter): preamble = magic, version, an 8-byte random log id; each frame
+= length, sequence number (0, 1, 2, ...), CRC-32 seeded with the log id over length, sequence
+number and payload, msgpack payload. So a duplicated, reordered or missing frame fails the
+sequence check, and a frame spliced in from another log fails the checksum.
+Format 1 (older logs, still read as before): preamble = magic, version; frame = length, CRC-32
+of the payload, payload.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from typing import Iterator
@@ -17,8 +26,12 @@ from specmon.errors import SpecmonError
 from specmon.events.schema import FORMAT_VERSION, AnyEvent, decode, encode
 
 MAGIC = b"SPECMON\x00"
-PREAMBLE = struct.Struct(">8sH")
-FRAME = struct.Struct(">II")
+PREAMBLE = struct.Struct(">8sH")  # magic, format version: the same in every format
+LOG_ID_SIZE = 8  # format 2: follows the preamble
+FRAME_V1 = struct.Struct(">II")  # length, CRC-32 of the payload
+FRAME_V2 = struct.Struct(">III")  # length, sequence number, CRC-32 (log id seed; length, seq, payload)
+_LENGTH_SEQ, _CRC = struct.Struct(">II"), struct.Struct(">I")
+SEQ_MASK = 0xFFFFFFFF  # sequence numbers wrap at 2**32 frames rather than overflow
 MAX_FRAME = 64 << 20  # no event is this big; a larger length means damage
 
 
@@ -32,26 +45,48 @@ class LogDamaged(SpecmonError):
 
 
 def preamble() -> bytes:
-    return PREAMBLE.pack(MAGIC, FORMAT_VERSION)
+    """Format 1's preamble. With `frame`, builds a format-1 log (tests, tools); LogWriter writes format 2."""
+    return PREAMBLE.pack(MAGIC, 1)
 
 
 def frame(event) -> bytes:
-    """One event, framed: length, CRC-32, msgpack payload."""
+    """One event as a format-1 frame: length, CRC-32, msgpack payload (unnumbered)."""
     payload = encode(event)
-    return FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+    return FRAME_V1.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+class FrameEncoder:
+    """Format 2: the preamble and numbered frames of one log, bound to it by a random log id."""
+
+    def __init__(self, log_id: bytes | None = None):
+        self.log_id = os.urandom(LOG_ID_SIZE) if log_id is None else log_id
+        if len(self.log_id) != LOG_ID_SIZE:
+            raise ValueError(f"a log id is {LOG_ID_SIZE} bytes")
+        self._seed = zlib.crc32(self.log_id)
+
+    def preamble(self) -> bytes:
+        return PREAMBLE.pack(MAGIC, 2) + self.log_id
+
+    def frame(self, payload: bytes, seq: int) -> bytes:
+        """An encoded event as frame number `seq` (numbered from 0)."""
+        head = _LENGTH_SEQ.pack(len(payload), seq & SEQ_MASK)
+        return head + _CRC.pack(zlib.crc32(payload, zlib.crc32(head, self._seed))) + payload
 
 
 class FrameDecoder:
     def __init__(self, source: str):
         self.source = source
         self._buf = bytearray()
-        self._offset = 0  # stream offset of _buf[0]
-        self._started = False
+        self._pos = 0  # bytes of _buf already handed out (dropped at the next feed, not per frame)
+        self._offset = 0  # stream offset of _buf[_pos]
+        self._version: int | None = None  # known once the preamble is read
+        self._seed = 0  # format 2: CRC-32 of the log id
+        self._seq = 0  # format 2: the number the next frame must carry
 
     @property
     def pending(self) -> int:
         """Bytes of an incomplete frame held back, waiting for the rest."""
-        return len(self._buf)
+        return len(self._buf) - self._pos
 
     @property
     def offset(self) -> int:
@@ -59,44 +94,76 @@ class FrameDecoder:
         return self._offset
 
     def feed(self, data: bytes) -> Iterator[AnyEvent]:
+        del self._buf[:self._pos]
+        self._pos = 0
         self._buf += data
-        if not self._started:
-            if len(self._buf) < PREAMBLE.size:
-                return
-            self._check_preamble()
-        while len(self._buf) >= FRAME.size:
-            length, crc = FRAME.unpack_from(self._buf)
-            if length > MAX_FRAME:
-                raise LogDamaged(self.source, self._offset, f"implausible frame length {length}")
-            end = FRAME.size + length
-            if len(self._buf) < end:
-                return
-            payload = bytes(self._buf[FRAME.size:end])
-            if zlib.crc32(payload) != crc:
-                raise LogDamaged(self.source, self._offset, "checksum mismatch")
-            try:
-                event = decode(payload)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise LogDamaged(self.source, self._offset, f"undecodable event ({exc})") from None
-            del self._buf[:end]
-            self._offset += end
-            yield event
+        if self._version is None and not self._read_preamble():
+            return
+        yield from (self._frames_v2() if self._version >= 2 else self._frames_v1())
 
     def finish(self) -> None:
         """The stream ended: leftover bytes are a truncated frame."""
-        if not self._started:
-            if self._buf or self._offset == 0:
-                raise SpecmonError(f"{self.source}: not a specmon session log")
-        elif self._buf:
-            raise LogDamaged(self.source, self._offset, f"truncated event ({len(self._buf)} bytes of a frame)")
+        if self._version is None:
+            raise SpecmonError(f"{self.source}: not a specmon session log")
+        if self.pending:
+            raise LogDamaged(self.source, self._offset, f"truncated event ({self.pending} bytes of a frame)")
 
-    def _check_preamble(self) -> None:
+    def _read_preamble(self) -> bool:
+        """Parse the preamble once all of it is here; False while it is still incomplete."""
+        if len(self._buf) < PREAMBLE.size:
+            return False
         magic, version = PREAMBLE.unpack_from(self._buf)
-        if magic != MAGIC:
+        if magic != MAGIC or version == 0:  # no specmon ever wrote format 0
             raise SpecmonError(f"{self.source}: not a specmon session log")
         if version > FORMAT_VERSION:
             raise SpecmonError(f"{self.source}: log format {version} is newer than this specmon reads "
                                f"({FORMAT_VERSION}); upgrade specmon")
-        del self._buf[:PREAMBLE.size]
-        self._offset = PREAMBLE.size
-        self._started = True
+        size = PREAMBLE.size + (LOG_ID_SIZE if version >= 2 else 0)
+        if len(self._buf) < size:
+            return False
+        self._seed = zlib.crc32(self._buf[PREAMBLE.size:size])
+        self._pos = self._offset = size
+        self._version = version
+        return True
+
+    def _frames_v1(self) -> Iterator[AnyEvent]:
+        buf = self._buf
+        while len(buf) - self._pos >= FRAME_V1.size:
+            length, crc = FRAME_V1.unpack_from(buf, self._pos)
+            start, end = self._pos + FRAME_V1.size, self._pos + FRAME_V1.size + length
+            if length > MAX_FRAME:
+                raise LogDamaged(self.source, self._offset, f"implausible frame length {length}")
+            if len(buf) < end:
+                return
+            payload = bytes(buf[start:end])
+            if zlib.crc32(payload) != crc:
+                raise LogDamaged(self.source, self._offset, "checksum mismatch")
+            yield self._take(payload, end)
+
+    def _frames_v2(self) -> Iterator[AnyEvent]:
+        buf = self._buf
+        while len(buf) - self._pos >= FRAME_V2.size:
+            length, seq, crc = FRAME_V2.unpack_from(buf, self._pos)
+            start, end = self._pos + FRAME_V2.size, self._pos + FRAME_V2.size + length
+            if length > MAX_FRAME:
+                raise LogDamaged(self.source, self._offset, f"implausible frame length {length}")
+            if len(buf) < end:
+                return
+            payload = bytes(buf[start:end])
+            if zlib.crc32(payload, zlib.crc32(buf[self._pos:self._pos + 8], self._seed)) != crc:
+                raise LogDamaged(self.source, self._offset, "checksum mismatch (corrupt, or a frame of another log)")
+            if seq != self._seq & SEQ_MASK:
+                raise LogDamaged(self.source, self._offset, f"frame {seq} where frame {self._seq & SEQ_MASK} "
+                                 "belongs (a duplicated, reordered or missing frame)")
+            self._seq += 1
+            yield self._take(payload, end)
+
+    def _take(self, payload: bytes, end: int) -> AnyEvent:
+        """Decode a checked frame's event and move past the frame, which ends at _buf[end]."""
+        try:
+            event = decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise LogDamaged(self.source, self._offset, f"undecodable event ({exc})") from None
+        self._offset += end - self._pos
+        self._pos = end
+        return event

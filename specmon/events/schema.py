@@ -11,7 +11,7 @@ from typing import Union
 
 import msgspec
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: numbered frames bound to their log (specmon.events.frames); 1 still reads
 
 
 class Sampling(msgspec.Struct, array_like=True, frozen=True):

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Callable
 
 from specmon.errors import SpecmonError
-from specmon.events.frames import frame
 from specmon.events.log import LogWriter
-from specmon.events.schema import AnyEvent
+from specmon.events.schema import AnyEvent, encode
 
 _CLOSE = object()
 
@@ -50,7 +49,9 @@ class Subscription:
 
 
 class LogSink:
-    """Writes every event to the session log on its own thread; `written` wakes followers."""
+    """Writes every event to the session log on its own thread; `written` wakes followers.
+
+    The log must be a new file: an existing one raises SpecmonError here, before anything starts."""
 
     def __init__(self, path: Path):
         self.writer = LogWriter(path)
@@ -62,8 +63,9 @@ class LogSink:
         self._thread = threading.Thread(target=self._run, name="specmon-log", daemon=True)
         self._thread.start()
 
-    def offer_frame(self, data: bytes) -> None:
-        self._queue.put(data)
+    def offer(self, payload: bytes) -> None:
+        """An encoded event; the writer thread numbers and frames it in the order offered."""
+        self._queue.put(payload)
 
     def _run(self) -> None:
         while True:
@@ -71,10 +73,10 @@ class LogSink:
             while not self._queue.empty():
                 batch.append(self._queue.get())
             done = batch[-1] is _CLOSE
-            frames = [b for b in batch if b is not _CLOSE]
+            payloads = [b for b in batch if b is not _CLOSE]
             try:
-                if frames and self.error is None:  # after a failure, later frames would leave a gap
-                    self.writer.write_frames(frames)
+                if payloads and self.error is None:  # after a failure, later frames would leave a gap
+                    self.writer.write_payloads(payloads)
             except OSError as exc:  # disk full or gone: remember it; the publisher raises it
                 self.error = exc
             with self.written:
@@ -121,7 +123,7 @@ class Channel:
             failure = self.log.failure()
             if failure is not None:
                 raise failure
-            self.log.offer_frame(frame(event))
+            self.log.offer(encode(event))
         for sub in self._subs:
             sub.offer(event)
         for callback in self._callbacks:
