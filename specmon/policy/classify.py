@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 import unicodedata
 
+from specmon.policy import regex
 from specmon.policy.schema import Policy, PromptClass
 
 
@@ -22,7 +22,7 @@ def _matching_key(cls: PromptClass, text: str, tag: str | None) -> str | None:
     m = cls.match
     if m.tag and tag == m.tag:
         return "tag"
-    if m.regex and any(re.search(p, text) for p in m.regex):
+    if m.regex and any(regex.search(p, text) for p in m.regex):
         return "regex"
     lowered = text.lower()
     if m.keywords and any(k.lower() in lowered for k in m.keywords):

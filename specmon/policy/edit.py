@@ -1,10 +1,12 @@
 """`specmon policy set FILE KEY VALUE`: edit through tomlkit, validate, replace atomically.
 
-Comments and layout survive; an edit that would make the policy invalid is refused and the
-file is left exactly as it was."""
+Comments and layout survive, and so do CRLF line endings, a byte-order mark and a symlink (the
+edit is written through to its target); an edit that would make the policy invalid is refused
+and the file is left exactly as it was."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -15,73 +17,124 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import AoT
 
 from specmon.errors import SpecmonError
-from specmon.policy.schema import parse_policy
+from specmon.policy.schema import PolicyError, load_toml, parse_policy, read_policy_text
 
 _STEP = re.compile(r"([A-Za-z0-9_\-]+)(?:\[(\d+)\])?")
+_BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")  # off, enforce, goodput: a string without its quotes
+_BOM = "\ufeff"
 
 
 def set_value(path: Path, key: str, value: str) -> str:
     """Set KEY (e.g. policy.min_gain, classes.rewrite.speculate, classes[1].draft_len) to VALUE,
     a TOML value ("off" needs its quotes only if it could be read as something else)."""
-    text = _read(path)
-    doc = tomlkit.parse(text)
+    text = read_policy_text(path, keep_newlines=True)
+    bom, body = (_BOM, text[1:]) if text.startswith(_BOM) else ("", text)
+    doc = _parse(body, str(path))
     parent, last = _walk(doc, key, path)
-    parent[last] = _parse_value(value)
+    parent[last] = _parse_value(value, path)
     new_text = tomlkit.dumps(doc)
+    if "\r\n" in body:  # tomlkit writes a key it adds with "\n": keep the file's own line ending
+        new_text = re.sub(r"(?<!\r)\n", "\r\n", new_text)
     parse_policy(new_text, str(path))  # raises PolicyError: the file is not touched
-    replace_atomically(path, new_text)
+    replace_atomically(path, bom + new_text)
     return new_text
 
 
-def _read(path: Path) -> str:
+def _parse(text: str, source: str) -> tomlkit.TOMLDocument:
+    """tomlkit's document; a file that is not TOML is refused at its line, as `policy check` does."""
+    load_toml(text, source)  # tomllib's verdict and location first, as `policy check` gives them
     try:
-        return Path(path).read_text()
-    except OSError as exc:
-        raise SpecmonError(f"policy {path}: cannot read it ({exc.strerror})") from None
+        return tomlkit.parse(text)
+    except (TOMLKitError, ValueError, RecursionError) as exc:
+        line, col = getattr(exc, "line", 1) or 1, getattr(exc, "col", 1) or 1
+        raise PolicyError(source, line, col, f"invalid TOML: {str(exc).rsplit(' at line', 1)[0]}") from None
 
 
 def _walk(doc, key: str, path: Path):
-    """The container that holds KEY's last part; `classes.NAME` picks a class by its name."""
+    """The table that holds KEY's last part; `classes.NAME` picks a class by its name."""
     steps = key.split(".")
     node, i = doc, 0
     while i < len(steps) - 1:
         match = _STEP.fullmatch(steps[i])
-        if not match or match.group(1) not in node:
-            raise SpecmonError(f"policy {path}: no {'.'.join(steps[:i + 1])!r} in the file")
+        where = ".".join(steps[:i + 1])
+        if not match or not _is_table(node) or match.group(1) not in node:
+            raise SpecmonError(f"policy {path}: no {where!r} in the file")
         node = node[match.group(1)]
         if match.group(2) is not None:
-            node = node[int(match.group(2))]
+            node = _entry(node, int(match.group(2)), where, path)
         elif isinstance(node, (list, AoT)):
-            i += 1
-            node = _class_by_name(node, steps[i], key, path)
+            node, used = _class_by_name(node, steps[i + 1:-1], key, path)
+            i += used
         i += 1
+    if not _is_table(node) or not steps[-1]:
+        raise SpecmonError(f"policy {path}: {key!r} does not name a key in a table "
+                           f"({'.'.join(steps[:-1]) or 'the file'} is not a table)")
     return node, steps[-1]
 
 
-def _class_by_name(classes, name: str, key: str, path: Path):
-    for entry in classes:
-        if entry.get("name") == name:
-            return entry
-    raise SpecmonError(f"policy {path}: no class named {name!r} (in {key!r})")
+def _is_table(node) -> bool:
+    return isinstance(node, dict)  # tomlkit's document, tables and inline tables alike
 
 
-def _parse_value(value: str):
+def _entry(node, index: int, where: str, path: Path):
+    if not isinstance(node, (list, AoT)):
+        raise SpecmonError(f"policy {path}: {where!r}: {where.split('[')[0]!r} is not a list")
+    if index >= len(node):
+        raise SpecmonError(f"policy {path}: no {where!r}: the file has {len(node)} (0..{len(node) - 1})")
+    return node[index]
+
+
+def _class_by_name(classes, steps: list[str], key: str, path: Path):
+    """The entry whose name is the next step(s): a name may hold dots, so the longest that names
+    one wins. Returns the entry and how many steps the name took."""
+    if not steps:
+        raise SpecmonError(f"policy {path}: {key!r}: name a class, as classes.NAME.KEY or classes[I].KEY")
+    for used in range(len(steps), 0, -1):
+        name = ".".join(steps[:used])
+        for entry in classes:
+            if isinstance(entry, dict) and entry.get("name") == name:
+                return entry, used
+    raise SpecmonError(f"policy {path}: no class named {steps[0] if steps else ''!r} (in {key!r})")
+
+
+def _parse_value(value: str, path: Path):
+    """VALUE as exactly one TOML value: anything after it (a second line, a table) is refused."""
+    value = value.strip(" \t")
     try:
-        return tomlkit.parse(f"v = {value}")["v"]
-    except TOMLKitError:
-        return tomlkit.string(value)  # a bare word such as off or enforce
+        return tomlkit.value(value)
+    except (TOMLKitError, ValueError, RecursionError) as exc:
+        if _BARE_WORD.fullmatch(value):
+            return tomlkit.string(value)  # a bare word such as off or enforce
+        reason = str(exc).split(" at line")[0] if isinstance(exc, TOMLKitError) else type(exc).__name__
+    raise SpecmonError(f"policy {path}: VALUE {value[:60]!r} is not one TOML value ({reason}); "
+                       "a string with spaces or symbols needs quotes: '\"text\"'")
 
 
 def replace_atomically(path: Path, text: str) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write text (UTF-8) in place of the file at once: a temporary file beside it, fsynced, renamed
+    over it, and the directory fsynced so the rename itself survives a crash. A symlink stays a
+    symlink: its target is replaced."""
+    target = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, os.stat(path).st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(tmp, path)
+        os.chmod(tmp, os.stat(target).st_mode & 0o777 if target.exists() else 0o644)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_dir(target.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):  # some file systems cannot sync a directory
+            raise
+    finally:
+        os.close(fd)

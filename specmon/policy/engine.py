@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
 from specmon.policy.decide import Row, can_still_pay, decide, goodput
-from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
+from specmon.policy.schema import MAX_POLICY_BYTES, DraftLen, Policy, PromptClass, load_policy
 
 
 FAR_AHEAD = 1.25  # speculation this far past the switch-on line: plain drift could hardly flip it
@@ -295,11 +296,21 @@ class PolicyEngine:
         try:
             new = load_policy(Path(self.policy.source))
         except SpecmonError as exc:
-            text = Path(self.policy.source).read_text() if os.path.exists(self.policy.source) else ""
-            return PolicyLoaded(session_id=self.session_id, t=time.time(), source=self.policy.source,
-                                sha256="", text=text, accepted=False, error=str(exc))
+            return self._refused(str(exc))
+        except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the run
+            return self._refused(f"{self.policy.source}: cannot load it ({exc!r})")
         self.policy = new
         return loaded_event(new, self.session_id)
+
+    def _refused(self, error: str) -> PolicyLoaded:
+        """The refusal, with what the file held (as far as it reads as text)."""
+        try:
+            with open(self.policy.source, "rb") as fh:
+                text = fh.read(MAX_POLICY_BYTES).decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        return PolicyLoaded(session_id=self.session_id, t=time.time(), source=self.policy.source,
+                            sha256="", text=text, accepted=False, error=error)
 
     def _class(self, name: str) -> PromptClass:
         """The class by name; if a reload removed it, the default class stands in."""
@@ -327,9 +338,23 @@ def loaded_event(policy: Policy, session_id: str) -> PolicyLoaded:
                         text=policy.text, accepted=True)
 
 
-def _mtime(path: str) -> float:
+def reload_line(event: PolicyLoaded) -> str:
+    """One line for a reload, for a run without the TUI (which shows it in its decisions pane)."""
+    if event.accepted:
+        return f"specmon: policy reloaded from {event.source} (sha256 {event.sha256[:12]})"
+    error = " ".join(event.error.splitlines())
+    return f"specmon: policy edit refused, the previous policy stays in force: {error}"
+
+
+def print_reload(event: PolicyLoaded) -> None:
+    """reload_line on stderr, looked up at each call: under the TUI, Textual redirects it off the screen."""
+    print(reload_line(event), file=sys.stderr, flush=True)
+
+
+def _mtime(path: str) -> tuple[int, int, int] | None:
+    """What says the file changed: an atomic rename (a new inode) within one clock tick included."""
     try:
         stat = os.stat(path)
-        return stat.st_mtime_ns + stat.st_size
+        return stat.st_mtime_ns, stat.st_size, stat.st_ino
     except OSError:
-        return 0.0
+        return None

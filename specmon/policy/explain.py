@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
 from specmon.policy.decide import Row, decide
@@ -19,13 +20,21 @@ class Explanation:
 
 
 def explain_log(path: Path, decision_id: int | None = None) -> list[Explanation]:
+    """Every decision in the log, or the one asked for: a SpecmonError says which ids there are."""
     rows: dict[int, Row] = {}
     decisions: list[Decision] = []
     for ev in read_log(path):
         if isinstance(ev, RoundVerified):
             rows[ev.round_id] = Row.of(ev)
-        elif isinstance(ev, Decision) and decision_id in (None, ev.decision_id):
+        elif isinstance(ev, Decision):
             decisions.append(ev)
+    if decision_id is not None:
+        if not decisions:
+            raise SpecmonError(f"{path} holds no policy decisions")
+        ids = [d.decision_id for d in decisions]
+        decisions = [d for d in decisions if d.decision_id == decision_id]
+        if not decisions:
+            raise SpecmonError(f"no decision {decision_id} in {path} (it has {min(ids)}..{max(ids)})")
     return [explain(d, rows) for d in decisions]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import tomllib
 from dataclasses import dataclass
@@ -16,6 +17,14 @@ from tomlkit.exceptions import TOMLKitError
 from specmon.errors import SpecmonError
 from specmon.data import resolve
 from specmon.engine.draft_len import MAX_DRAFT_LEN
+from specmon.policy.regex import RegexError, compile_regex
+
+MAX_POLICY_BYTES = 1 << 20  # read once a round while a run watches the file: a policy is a page, not a dump
+MAX_WINDOW = 10_000  # evidence_window's bound: a deque of this many rows per (class, k) is still small
+MAX_EVERY = 10_000  # remeasure_every / probe_every: beyond this a measure never comes anyway
+MAX_CHARS = 100_000_000  # match.min_chars / max_chars
+CLASS_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,40}")  # shown in tables and TUI markup, used as a key in events
+TOO_DEEP = 32  # arrays / inline tables nested deeper than this are reported where they get there
 
 
 class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -83,19 +92,33 @@ class PolicyError(SpecmonError):
 def load_policy(path: Path | str) -> Policy:
     """A policy file, or a shipped policy by name (`default`): the working directory first."""
     path = resolve("policies", str(path))
+    return parse_policy(read_policy_text(path), str(path))
+
+
+def read_policy_text(path: Path | str, keep_newlines: bool = False) -> str:
+    """The file's text, as `Path.read_text` gives it (newlines as \\n, unless kept) but strictly
+    UTF-8: a file that is not, or is larger than MAX_POLICY_BYTES, is refused with a location."""
     try:
-        text = path.read_text()
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_POLICY_BYTES + 1)
     except OSError as exc:
         raise SpecmonError(f"policy {path}: cannot read it ({exc.strerror})") from None
-    return parse_policy(text, str(path))
+    if len(data) > MAX_POLICY_BYTES:
+        raise PolicyError(str(path), 1, 1, f"the file is larger than {MAX_POLICY_BYTES >> 10} KiB: not a policy")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        line, col = data.count(b"\n", 0, exc.start) + 1, len(data[start:exc.start].decode("utf-8")) + 1
+        reason = f"not UTF-8 (byte 0x{data[exc.start]:02x}): save the file as UTF-8"
+        raise PolicyError(str(path), line, col, reason) from None
+    return text if keep_newlines else text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Parse, validate and warn; the first error raises PolicyError with its location."""
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise _syntax_error(text, source, exc) from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as some editors save UTF-8
+    raw = load_toml(text, source)
     try:
         parsed = msgspec.convert(raw, PolicyFile)
     except msgspec.ValidationError as exc:
@@ -107,18 +130,36 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     return Policy(parsed.policy, parsed.classes, source, text, digest, warnings)
 
 
+def load_toml(text: str, source: str) -> dict:
+    """tomllib's reading; every way it can fail becomes a located PolicyError."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _syntax_error(text, source, exc) from None
+    except RecursionError:
+        raise PolicyError(source, *_too_deep(text), f"arrays or tables nested too deeply (over {TOO_DEEP})") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        found = re.search(r"[0-9_]{1000,}", text)
+        line, col = _line_col(text, found.start()) if found else (1, 1)
+        raise PolicyError(source, line, col, "invalid TOML: a number of more than 4300 digits") from None
+
+
 def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
     """Semantic checks msgspec cannot do; errors raise, overlaps and unreachable classes warn."""
     s = parsed.policy
-    for key, value, ok in [("evidence_window", s.evidence_window, s.evidence_window >= 1),
-                           ("min_rounds", s.min_rounds, 1 <= s.min_rounds <= s.evidence_window),
-                           ("plain_rounds", s.plain_rounds, 1 <= s.plain_rounds <= s.evidence_window),
-                           ("min_gain", s.min_gain, -1 < s.min_gain < 10), ("hysteresis", s.hysteresis, s.hysteresis >= 0),
-                           ("remeasure_every", s.remeasure_every, s.remeasure_every >= 0),
-                           ("probe_every", s.probe_every, s.probe_every >= 0)]:
+    window = min(s.evidence_window, MAX_WINDOW)
+    for key, ok, allowed in [
+        ("evidence_window", 1 <= s.evidence_window <= MAX_WINDOW, f"1..{MAX_WINDOW}"),
+        ("min_rounds", 1 <= s.min_rounds <= window, "1..evidence_window"),
+        ("plain_rounds", 1 <= s.plain_rounds <= window, "1..evidence_window"),
+        ("min_gain", math.isfinite(s.min_gain) and -1 < s.min_gain < 10, "a number above -1 and below 10"),
+        ("hysteresis", math.isfinite(s.hysteresis) and 0 <= s.hysteresis < 10, "a number from 0 up to 10"),
+        ("remeasure_every", 0 <= s.remeasure_every <= MAX_EVERY, f"0..{MAX_EVERY}, 0 for never"),
+        ("probe_every", 0 <= s.probe_every <= MAX_EVERY, f"0..{MAX_EVERY}, 0 for never"),
+    ]:
         if not ok:
             line, col = locate(text, ("policy", key))
-            raise PolicyError(source, line, col, f"policy.{key} = {value} is out of range")
+            raise PolicyError(source, line, col, f"policy.{key} = {_shown(getattr(s, key))} is out of range: {allowed}")
     if not parsed.classes:
         raise PolicyError(source, 1, 1, "no [[classes]]: add at least a default class")
     names, warnings = set(), []
@@ -138,14 +179,21 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
 
 
 def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str) -> None:
+    if not CLASS_NAME.fullmatch(cls.name):
+        raise PolicyError(source, *locate(text, ("classes", i, "name")), f"class name {_shown(cls.name)} must be "
+                          "1 to 40 of: letters, digits, '-', '_', '.'")
     if cls.name in names:
         raise PolicyError(source, *locate(text, ("classes", i, "name")), f"class name {cls.name!r} is used twice")
-    for j, pattern in enumerate(cls.match.regex):
+    for pattern in cls.match.regex:
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            compile_regex(pattern)
+        except RegexError as exc:
             raise PolicyError(source, *locate(text, ("classes", i, "match", "regex")),
-                              f"bad regular expression {pattern!r}: {exc}") from None
+                              f"bad regular expression {_shown(pattern)}: {exc}") from None
+    for key in ("min_chars", "max_chars"):
+        if not 0 <= getattr(cls.match, key) <= MAX_CHARS:
+            raise PolicyError(source, *locate(text, ("classes", i, "match", key)),
+                              f"match.{key} = {_shown(getattr(cls.match, key))} must be 0..{MAX_CHARS}")
     k = cls.draft_len
     if isinstance(k, int):
         if not 0 <= k <= MAX_DRAFT_LEN:
@@ -172,7 +220,29 @@ def _overlaps(classes: list[PromptClass], text: str, source: str) -> list[str]:
     return warnings
 
 
+def _shown(value) -> str:
+    """A value for an error message, cut short: a name of a million characters is still one line."""
+    shown = repr(value) if isinstance(value, str) else str(value)
+    return shown if len(shown) <= 60 else f"{shown[:40]}... ({len(shown)} characters)"
+
+
 # -- locations -----------------------------------------------------------------------------
+
+def _line_col(text: str, offset: int) -> tuple[int, int]:
+    line_start = text.rfind("\n", 0, offset) + 1
+    return text.count("\n", 0, offset) + 1, offset - line_start + 1
+
+
+def _too_deep(text: str) -> tuple[int, int]:
+    """Where brackets first nest deeper than TOO_DEEP; brackets inside strings count too, which
+    is a fair guess for a file tomllib gave up on."""
+    depth = 0
+    for offset, ch in enumerate(text):
+        depth += (ch in "[{") - (ch in "]}")
+        if depth > TOO_DEEP:
+            return _line_col(text, offset)
+    return 1, 1
+
 
 _HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(#.*)?$")
 
@@ -232,9 +302,12 @@ def _syntax_error(text: str, source: str, exc: Exception) -> PolicyError:
     try:
         tomlkit.parse(text)
     except TOMLKitError as kit:
-        if getattr(kit, "line", None):
+        if getattr(kit, "line", None) and "\\x00" not in str(kit):  # "\x00": tomlkit's end of text
             reason = str(kit).rsplit(" at line", 1)[0]
-            return PolicyError(source, kit.line, kit.col, f"invalid TOML: {reason}")
+            return PolicyError(source, kit.line, max(kit.col, 1), f"invalid TOML: {reason}")
+    except (ValueError, RecursionError):
+        pass  # tomlkit gives up too (huge integer, deep nesting): tomllib's own words below
     found = re.search(r"at line (\d+), column (\d+)", str(exc))
-    line, col = (int(found.group(1)), int(found.group(2))) if found else (len(text.splitlines()) or 1, 1)
-    return PolicyError(source, line, col, f"invalid TOML: {str(exc).split(' (at')[0]}")
+    lines = text.splitlines() or [""]
+    line, col = (int(found.group(1)), int(found.group(2))) if found else (len(lines), len(lines[-1]) + 1)
+    return PolicyError(source, line, col, f"invalid TOML: {re.sub(r' [(]at line .*[)]$', '', str(exc))}")

@@ -9,8 +9,8 @@ from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.drafters import Drafter
 from specmon.engine.driver import UNCHECKED, Decoded, SessionDriver
 from specmon.engine.prompts import Prompt
-from specmon.events.schema import RoundVerified, Sampling
-from specmon.policy.engine import PolicyEngine, Schedule, loaded_event
+from specmon.events.schema import PolicyLoaded, RoundVerified, Sampling
+from specmon.policy.engine import PolicyEngine, Schedule, loaded_event, print_reload
 
 
 class PolicyDraftLen:
@@ -27,8 +27,11 @@ class PolicyDraftLen:
 
 
 class PolicyScheduler:
-    def __init__(self, driver: SessionDriver, engine: PolicyEngine, drafter: Drafter):
+    def __init__(self, driver: SessionDriver, engine: PolicyEngine, drafter: Drafter,
+                 on_reload: Callable[[PolicyLoaded], None] | None = print_reload):
+        """`on_reload` hears of every hot reload, taken or refused (by default, one line on stderr)."""
         self.driver, self.engine, self.drafter = driver, engine, drafter
+        self.on_reload = on_reload
         driver.emit(loaded_event(engine.policy, driver.session_id))
 
     def decode(self, prompt: Prompt, sampling: Sampling, max_new_tokens: int) -> Decoded:
@@ -60,6 +63,8 @@ class PolicyScheduler:
             reloaded = self.engine.maybe_reload()
             if reloaded is not None:
                 self.driver.emit(reloaded)
+                if self.on_reload:
+                    self.on_reload(reloaded)
             decision = self.engine.after_round(event, schedule)
             if decision is not None:
                 self.driver.emit(decision)
