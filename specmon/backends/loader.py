@@ -9,14 +9,14 @@ from pathlib import Path
 import torch
 
 from specmon.backends.gguf_weights import load_gguf_llama
-from specmon.backends.hf_folder import load_hf_llama
+from specmon.backends.hf_folder import load_hf_llama, read_hf_config
 from specmon.backends.llama import Llama
 from specmon.backends.pair import Pair, check_same_vocab
 from specmon.backends.torch_backend import LayerSkipDrafter, ModelDrafter, TorchTarget
 from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
 from specmon.errors import SpecmonError
 from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
-from specmon.backends.tokenizer import ChatTokenizer, load_hf_tokenizer, load_tokenizer
+from specmon.backends.tokenizer import ChatTokenizer, load_hf_tokenizer, load_tokenizer, open_gguf
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -44,7 +44,10 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget,
         return NgramDrafter(spec.ngram_sizes)
     if spec.kind == "layerskip":
         if not 0 < spec.layers < target.model.cfg.n_layers:
-            raise SpecmonError(f"profile {profile.source}: drafter.layers must be 1..{target.model.cfg.n_layers - 1}")
+            # a depth that differs from the profile's came from --layers: blame the flag, not the file
+            origin = f"profile {profile.source}: drafter.layers" if spec.layers == profile.drafter.layers else "--layers"
+            raise SpecmonError(f"{origin} = {spec.layers}, but a layer-skip draft of {target.name} needs "
+                               f"1..{target.model.cfg.n_layers - 1} layers (the target has {target.model.cfg.n_layers})")
         return LayerSkipDrafter(target, spec.layers)
     draft_path = resolve_model_path(spec.target, profile)
     check_same_vocab(tokenizer, cached_tokenizer(draft_path), draft_path, profile)
@@ -57,6 +60,10 @@ def _check_device(device: str) -> None:
 
 
 def _model(profile: Profile, ref: ModelRef, path: Path) -> Llama:
+    context = context_length(path)
+    if context and profile.max_seq_len > context:
+        raise SpecmonError(f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {path.name} was "
+                           f"trained for {context} tokens; set max_seq_len <= {context}")
     cfg, weights = cached_weights(path)
     if ref.layers:
         if not 0 < ref.layers <= cfg.n_layers:
@@ -69,6 +76,18 @@ def _model(profile: Profile, ref: ModelRef, path: Path) -> Llama:
 def cached_weights(path: Path):
     """A GGUF file, or an unquantised Hugging Face folder."""
     return load_hf_llama(path) if path.is_dir() else load_gguf_llama(path)
+
+
+@functools.lru_cache(maxsize=4)
+def context_length(path: Path) -> int | None:
+    """The longest sequence the model was trained for (GGUF `llama.context_length`, or config.json's
+    `max_position_embeddings`); None when the file does not say."""
+    if path.is_dir():
+        value = read_hf_config(path).get("max_position_embeddings")
+    else:
+        field = open_gguf(path).fields.get("llama.context_length")
+        value = field.contents() if field is not None else None
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 @functools.lru_cache(maxsize=4)

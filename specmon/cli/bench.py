@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+from rich.markup import escape
 from rich.table import Table
 
 from specmon.backends.profiles import load_profile
 from specmon.cli.console import err, out, progress
-from specmon.cli.run import write_json
+from specmon.cli.run import check_model_drafter, check_writable, write_json
 from specmon.cli.sweep import parse_ks
-from specmon.engine.prompts import builtin_suite, load_prompts
+from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
@@ -20,28 +21,30 @@ from specmon.transport.session import live_session
 
 
 def cmd_bench(args) -> int:
-    from specmon.backends.loader import load_pair  # loads torch; keep `specmon --help` fast
     from specmon.policy.engine import PolicyEngine
     from specmon.sched.policy import PolicyScheduler
 
     profile = load_profile(args.profile)
     policy = load_policy(args.policy)
     ks = parse_ks(args.ks)
-    if args.repeat < 1 or args.fixed_passes < 0 or args.max_new_tokens < 1:
-        raise SpecmonError("--repeat and --max-new-tokens must be >= 1, --fixed-passes >= 0")
-    prompts = load_prompts(args.prompts) if args.prompts else builtin_suite(args.classes.split(",") if args.classes else None)
+    prompts = prompt_set(args.prompts, args.classes)
     spec = msgspec.structs.replace(profile.drafter, kind=args.drafter or profile.drafter.kind,
-                                   layers=args.layers or profile.drafter.layers)
+                                   layers=profile.drafter.layers if args.layers is None else args.layers)
     if spec.kind == "none":
         raise SpecmonError(f"profile {profile.source} has no drafter; pick one with --drafter")
+    check_model_drafter(spec, profile)
+    if args.json:
+        check_writable(args.json, "--json")
     sampling = profile.sampling.to_event()
-    with err.status(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})"):
+    from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
+
+    with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
         pair = load_pair(profile, spec)
     with live_session(pair, profile, pair.drafter, args.log, policy=policy) as session:
         scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter)
         what = f"policy and k={','.join(map(str, ks))}"
         try:
-            with progress(what, len(prompts) * args.repeat) as done:
+            with progress(escape(what), len(prompts) * args.repeat) as done:
                 run_bench(scheduler, prompts, ks, args.repeat, sampling, args.max_new_tokens, args.fixed_passes,
                           done)
         except KeyboardInterrupt:
@@ -57,7 +60,7 @@ def cmd_bench(args) -> int:
 
 
 def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(title), title_justify="left")
     table.caption = "goodput = emitted tokens / s of round time; auto counts the policy's re-measures and probes"
     for col in ["class", *(f"k={k}" for k in ks), "best fixed", "auto", "best/plain", "auto/plain", "auto/best"]:
         table.add_column(col, justify="left" if col == "class" else "right")
@@ -65,7 +68,7 @@ def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Ta
         figures = c.to_json()
         best = c.best_k
         best_text = MISSING if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
-        table.add_row(name, *(fmt(figures["fixed"].get(str(k)), "{:.1f}") for k in ks), best_text,
+        table.add_row(escape(name), *(fmt(figures["fixed"].get(str(k)), "{:.1f}") for k in ks), best_text,
                       fmt(figures["auto"], "{:.1f}"), fmt(figures["best_over_plain"], "{:.3f}"),
                       fmt(figures["auto_over_plain"], "{:.3f}"), fmt(figures["auto_over_best"], "{:.3f}"))
     return table

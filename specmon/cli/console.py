@@ -17,6 +17,6 @@ out = Console(width=None if sys.stdout.isatty() else 200)  # piped output is not
 def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
     """A bar on stderr; yields `done(n)`, which sets how many of `total` are finished."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err) as bar:
+    with Progress(*columns, console=err, transient=not err.is_terminal) as bar:  # no stale bar in piped stderr
         task = bar.add_task(description, total=total)
         yield lambda done: bar.update(task, completed=done)

@@ -7,18 +7,21 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from rich.markup import escape
+
 from specmon.cli.console import out
 from specmon.cli.tables import class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
-from specmon.events.schema import BENCH_FIXED_RULE, PromptFinished, PromptStarted, RoundVerified, SessionFinished, SessionStarted
+from specmon.events.schema import (BENCH_FIXED_RULE, PolicyLoaded, PromptFinished, PromptStarted, RoundVerified,
+                                   SessionFinished, SessionStarted)
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
 from specmon.policy.explain import explain_log
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import bench_results
-from specmon.transport.attach import attach_events
+from specmon.transport.attach import attach_events, read_token
 
 
 def cmd_policy(args) -> int:
@@ -30,40 +33,48 @@ def cmd_policy(args) -> int:
     if args.policy_command == "check":
         policy = load_policy(args.file)
         for warning in policy.warnings:
-            out.print(f"warning: {warning}", highlight=False)
-        out.print(f"{args.file}: ok, {len(policy.classes)} classes, mode {policy.settings.mode}", highlight=False)
+            out.print(f"warning: {warning}", highlight=False, markup=False)  # regexes hold brackets
+        out.print(f"{args.file}: ok, {len(policy.classes)} classes, mode {policy.settings.mode}", highlight=False,
+                  markup=False)
         return 0
     if args.policy_command == "set":
         if not args.file.exists() and args.file.parent == Path(".") and args.file.stem in shipped("policies"):
             raise SpecmonError(f"{args.file}: the shipped policies are not edited in place; copy one first: "
                                f"specmon policy show {args.file.stem} > my.toml")
         set_value(args.file, args.key, args.value)
-        out.print(f"{args.file}: {args.key} = {args.value}", highlight=False)
+        out.print(f"{args.file}: {args.key} = {args.value}", highlight=False, markup=False)
         return 0
     explanations = explain_log(args.log, args.decision)
+    if not explanations:
+        out.print(f"{args.log} holds no policy decisions", highlight=False, markup=False)
+        return 0
     for e in explanations:
         d = e.decision
         change = f"speculate {d.speculate_from}->{d.speculate_to}, k {d.k_from}->{d.k_to}"
         verdict = "[green]reproduces[/]" if e.reproduces else "[red]DOES NOT REPRODUCE[/]"
-        out.print(f"decision {d.decision_id} \\[{d.prompt_class}] {change} by {d.rule_key} (line {d.rule_line}): "
-                  f"{verdict}: {e.detail}", highlight=False)
+        out.print(f"decision {d.decision_id} \\[{escape(d.prompt_class)}] {change} by {escape(d.rule_key)} "
+                  f"(line {d.rule_line}): {verdict}: {escape(e.detail)}", highlight=False)
     good = sum(e.reproduces for e in explanations)
     out.print(f"{good} of {len(explanations)} decisions reproduce from their cited rounds", highlight=False)
     return 0 if good == len(explanations) else 1
 
 
 def cmd_attach(args) -> int:
+    if args.token is not None:  # kept only to say why it went: a command line is readable by every local user
+        raise SpecmonError("--token was removed: any local user can read a command line (ps); use --token-file FILE "
+                           "(the path `specmon run --listen` printed) or the SPECMON_TOKEN environment variable")
+    token = read_token(args.token_file)
     if not args.headless and sys.stdout.isatty() and sys.stdin.isatty():
         from specmon.tui.factory import make_app
         from specmon.tui.feed import thread_feed
 
-        feed = thread_feed(lambda: attach_events(args.target, args.token), f"attached to {args.target or 'newest session'}")
+        feed = thread_feed(lambda: attach_events(args.target, token), f"attached to {args.target or 'newest session'}")
         make_app(feed).run()
         if feed.error:
             raise SpecmonError(feed.error)
         return 0
     kept = []
-    for ev in attach_events(args.target, args.token):
+    for ev in attach_events(args.target, token):
         if isinstance(ev, (RoundVerified, PromptFinished)):
             kept.append(ev)
         line = event_line(ev)
@@ -91,7 +102,7 @@ def event_line(ev) -> str | None:
 
 def cmd_log(args) -> int:
     counts: Counter[str] = Counter()
-    kept, first, last, damage = [], None, None, None
+    kept, policies, first, last, damage = [], [], None, None, None
     try:
         for ev in read_log(args.log):
             counts[type(ev).__name__] += 1
@@ -101,13 +112,21 @@ def cmd_log(args) -> int:
                 _print_header(ev)
             if isinstance(ev, (PromptStarted, RoundVerified, PromptFinished)):
                 kept.append(ev)
+            elif isinstance(ev, PolicyLoaded):
+                policies.append(ev)
     except LogDamaged as exc:
         damage = exc
     for name, n in sorted(counts.items()):
         out.print(f"  {name:<16} {n}", highlight=False)
     if first is not None:
         out.print(f"  time span        {last - first:.1f} s", highlight=False)
-    out.print("  integrity        " + (f"[red]{damage}[/]" if damage else "[green]ok[/]"), highlight=False)
+    refused = [ev for ev in policies if not ev.accepted]
+    if len(policies) > 1 or refused:  # the first PolicyLoaded is the policy the run started with
+        reloads = f"  policy reloads   {sum(ev.accepted for ev in policies[1:])} taken, {len(refused)} refused"
+        why = (refused[0].error.splitlines() or ["no reason logged"])[0] if refused else ""
+        out.print(reloads + (f"; first refused: {why}" if why else ""), highlight=False, markup=False,
+                  soft_wrap=True)  # one line, however long the path
+    out.print("  integrity        " + (f"[red]{escape(str(damage))}[/]" if damage else "[green]ok[/]"), highlight=False)
     if any(isinstance(e, PromptStarted) and e.class_rule.startswith(BENCH_FIXED_RULE) for e in kept):
         from specmon.cli.bench import bench_table  # a bench log: the policy and each fixed k apart
 
@@ -120,11 +139,13 @@ def cmd_log(args) -> int:
 
 
 def _print_header(ev: SessionStarted) -> None:
-    out.print(f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}", highlight=False)
+    # Names come from user files (profiles, hosts): printed as they are, never parsed as markup.
+    out.print(f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}",
+              highlight=False, markup=False)
     out.print(f"  target {ev.target}  drafter {ev.drafter}  {ev.dtype} on {ev.device}  backend {ev.backend}",
-              highlight=False)
+              highlight=False, markup=False)
     host = ", ".join(f"{k} {v}" for k, v in ev.host.items())
-    out.print(f"  host: {host}", highlight=False)
+    out.print(f"  host: {host}", highlight=False, markup=False)
     if ev.policy_hash:
         out.print(f"  policy sha256 {ev.policy_hash[:16]}…", highlight=False)
 
@@ -147,12 +168,12 @@ def _print_what_if(log: Path, policy) -> int:
 
     from specmon.replay.whatif import what_if
 
-    table = Table(title=f"what if {policy.source} had decided on {log.name}", title_justify="left")
+    table = Table(title=escape(f"what if {policy.source} had decided on {log.name}"), title_justify="left")
     for col in ("class", "logged decisions", "other policy's decisions", "differs", "missing evidence"):
         table.add_column(col)
     for name, diff in what_if(log, policy).items():
         missing = ", ".join(f"k={k} never run" for k in sorted(diff.missing)) or "-"
-        table.add_row(name, "; ".join(diff.logged) or "-", "; ".join(diff.other) or "-",
+        table.add_row(escape(name), escape("; ".join(diff.logged) or "-"), escape("; ".join(diff.other) or "-"),
                       "[yellow]yes[/]" if diff.differs else "no", missing)
     out.print(table)
     return 0
@@ -162,5 +183,5 @@ def cmd_report(args) -> int:
     from specmon.replay.report import build_report
 
     page = build_report(args.log, args.out or Path("reports") / args.log.stem)
-    out.print(f"report: {page} (plots and report.json beside it)", highlight=False)
+    out.print(f"report: {page} (plots and report.json beside it)", highlight=False, markup=False)
     return 0

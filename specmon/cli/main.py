@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 from specmon import __version__
-from specmon.backends.profiles import DEFAULT_PROFILE
+from specmon.backends.profiles import DEFAULT_PROFILE, MAX_INT, MAX_SEED
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
 from specmon.cli.signals import Terminated, ending_signals
+from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
 
 
@@ -32,8 +34,44 @@ EPILOG = """examples:
 """
 
 
+class Parser(argparse.ArgumentParser):
+    """A usage mistake is one line too, naming the flag: specmon: argument --top-p: ... (see `specmon run --help`)"""
+
+    def error(self, message: str):
+        self.exit(2, f"specmon: {message} (see `{self.prog} --help`)\n")
+
+
+def whole(low: int, high: int = MAX_INT):
+    """An argparse type: an integer in low..high, refused in one line naming the flag."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, not {value}" if high == MAX_INT
+                                             else f"must be {low}..{high}, not {value}")
+        return value
+    return parse
+
+
+def finite(low: float, high: float = math.inf, *, above_low: bool = False):
+    """An argparse type: a finite number (no nan, no inf) in [low, high] (or (low, high])."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+        if not math.isfinite(value) or value < low or (above_low and value == low) or value > high:
+            low_text = f"> {low:g}" if above_low else f">= {low:g}"
+            raise argparse.ArgumentTypeError(f"must be a finite number {low_text}" +
+                                             (f" and <= {high:g}" if high < math.inf else "") + f", not {text}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="specmon", description="Watch speculative decoding and find where it pays.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
@@ -43,9 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     attach = sub.add_parser(
         "attach", help="watch a running session from another terminal or SSH login",
         description="Receive a session's history, then its live events. TARGET is a Unix socket "
-                    "(default: the newest running session), HOST:PORT with --token, or a .specmon log to follow.")
+                    "(default: the newest running session), HOST:PORT (its token from --token-file or $SPECMON_TOKEN), "
+                    "or a .specmon log to follow.")
     attach.add_argument("target", nargs="?", metavar="TARGET")
-    attach.add_argument("--token", help="the token `specmon run --listen` printed (TCP only)")
+    attach.add_argument("--token-file", type=Path, metavar="FILE",
+                        help="TCP only: the token file whose path `specmon run --listen` printed "
+                             "(else the SPECMON_TOKEN environment variable)")
+    attach.add_argument("--token", help=argparse.SUPPRESS)  # removed (visible in `ps`); refused with a hint
     attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
     _add_policy(sub)
     _add_bench(sub)
@@ -56,14 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "acceptance; Ctrl-C keeps what finished.")
     sweep.add_argument("--profile", default=DEFAULT_PROFILE)
     sweep.add_argument("--prompts", type=Path)
-    sweep.add_argument("--classes")
+    sweep.add_argument("--classes", help="comma-separated classes (built-in, or the --prompts file's)")
     sweep.add_argument("--drafters", default="ngram", help="comma-separated: ngram,layerskip,model (default ngram; model is the profile's draft model)")
-    sweep.add_argument("--layers", type=int, help="layer-skip draft depth (default: the profile's)")
+    sweep.add_argument("--layers", type=whole(1), help="layer-skip draft depth (default: the profile's)")
     sweep.add_argument("--ks", default="0-8", help="draft lengths, e.g. 0-8 or 2,4,6 (default 0-8)")
     sweep.add_argument("--temperatures", default="0", help="comma-separated (default 0, greedy)")
     sweep.add_argument("--top-ps", default="1.0", help="comma-separated (default 1.0)")
-    sweep.add_argument("--seed", type=int, default=0)
-    sweep.add_argument("--max-new-tokens", type=int, default=48)
+    sweep.add_argument("--seed", type=whole(0, MAX_SEED), default=0)
+    sweep.add_argument("--max-new-tokens", type=whole(1), default=48)
     sweep.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
     sweep.add_argument("--out", type=Path, help="folder for the plots (default reports/SESSION-sweep)")
     sweep.add_argument("--suggest-policy", type=Path, metavar="FILE",
@@ -76,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Open the monitor on a log: space play/pause, n step a round, s speed (1x, 10x, max), "
                     "g jump to r<round>, p:<prompt> or d<decision>. Every pane shows what it showed live.")
     replay.add_argument("log", type=Path)
-    replay.add_argument("--speed", type=float, default=0.0, help="1, 10, or 0 for as fast as possible (default)")
+    replay.add_argument("--speed", type=finite(0), default=0.0, help="1, 10, or 0 for as fast as possible (default)")
     replay.add_argument("--follow", action="store_true", help="keep reading a log that is still being written")
     replay.add_argument("--policy", type=Path, help="what-if: the decisions OTHER.toml would have made")
     replay.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
@@ -96,21 +138,24 @@ def _add_run(sub) -> None:
     run.add_argument("--profile", default=DEFAULT_PROFILE, help="a profile .toml path, or a name (working directory first, then the shipped profiles) "
                      f"(default: {DEFAULT_PROFILE})")
     run.add_argument("--prompts", type=Path, help="JSON lines: id, prompt, optional class, max_new_tokens")
-    run.add_argument("--classes", help="comma-separated built-in classes to run (default: all)")
+    run.add_argument("--classes", help="comma-separated classes to run: built-in ones, or with --prompts "
+                     "the file's own (default: all)")
     run.add_argument("--drafter", choices=["ngram", "layerskip", "model", "none"], help="override the profile's drafter")
-    run.add_argument("-k", "--draft-len", type=int, help="draft tokens per round (0 = plain decoding only)")
-    run.add_argument("--layers", type=int, help="layer-skip draft depth")
-    run.add_argument("--max-new-tokens", type=int, help="per prompt, unless the prompt sets its own")
-    run.add_argument("--temperature", type=float, help="0 is greedy")
-    run.add_argument("--top-p", type=float)
-    run.add_argument("--top-k", type=int)
-    run.add_argument("--seed", type=int)
+    run.add_argument("-k", "--draft-len", type=whole(0, MAX_DRAFT_LEN),
+                     help="draft tokens per round (0 = plain decoding only)")
+    run.add_argument("--layers", type=whole(1), help="layer-skip draft depth")
+    run.add_argument("--max-new-tokens", type=whole(1), help="per prompt, unless the prompt sets its own")
+    run.add_argument("--temperature", type=finite(0), help="0 is greedy")
+    run.add_argument("--top-p", type=finite(0, 1, above_low=True))
+    run.add_argument("--top-k", type=whole(0), help="0: no top-k cut")
+    run.add_argument("--seed", type=whole(0, MAX_SEED))
     run.add_argument("--json", type=Path, help="also write the per-class summary as JSON here")
     run.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
     run.add_argument("--policy", type=Path, help="let a TOML policy classify prompts and choose k per class "
                      "(a file, or `default` for the shipped one; hot-reloaded while running)")
     run.add_argument("--listen", metavar="127.0.0.1:PORT",
-                     help="also serve events over TCP on loopback (attach needs the token printed at start)")
+                     help="also serve events over TCP on loopback (HOST may be a name, e.g. localhost); the token "
+                          "goes to a 0600 file whose path is printed at start")
 
 
 def _add_policy(sub) -> None:
@@ -140,17 +185,17 @@ def _add_bench(sub) -> None:
                     "Prints goodput per class for each k, the best fixed k and the policy (its own re-measures "
                     "and probes counted), and logs every run (`specmon policy explain LOG` works on it).")
     policy.add_argument("--prompts", type=Path, help="JSON lines (default: the built-in suite)")
-    policy.add_argument("--classes", help="comma-separated built-in classes (default: all)")
+    policy.add_argument("--classes", help="comma-separated classes, built-in or the --prompts file's (default: all)")
     policy.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
     policy.add_argument("--profile", default=DEFAULT_PROFILE)
     policy.add_argument("--drafter", choices=["ngram", "layerskip", "model"], help="override the profile's drafter")
-    policy.add_argument("--layers", type=int, help="layer-skip draft depth")
+    policy.add_argument("--layers", type=whole(1), help="layer-skip draft depth")
     policy.add_argument("--ks", default="0,1,2,3,4,5,6,7,8", help="fixed draft lengths, e.g. 0-8 or 2,4,7 "
                         "(plain, k=0, is always included; default 0-8)")
-    policy.add_argument("--repeat", type=int, default=3, help="passes over the prompt set (default 3)")
-    policy.add_argument("--fixed-passes", type=int, default=0,
+    policy.add_argument("--repeat", type=whole(1), default=3, help="passes over the prompt set (default 3)")
+    policy.add_argument("--fixed-passes", type=whole(0), default=0,
                         help="run the fixed k > 0 only in the first N passes (0: every pass); plain runs in all")
-    policy.add_argument("--max-new-tokens", type=int, default=48)
+    policy.add_argument("--max-new-tokens", type=whole(1), default=48)
     policy.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
     policy.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from specmon.backends import modelstore
@@ -30,32 +31,35 @@ def add_models(sub) -> None:
 def cmd_models(args) -> int:
     if args.models_command == "list":
         for model in modelstore.EMBEDDED.values():
-            try:
-                where = str(modelstore.resolve(model.name))
-            except SpecmonError:
-                where = "not pulled (specmon models pull)"
-            out.print(f"{model.name}  {model.package}=={model.version}  {where}", highlight=False)
+            path, state = modelstore.locate(model.name)
+            where = {"ok": str(path), "damaged": f"{path}: damaged, sha256 mismatch (specmon models pull {model.name})",
+                     "not pulled": f"not pulled (specmon models pull {model.name})"}[state]
+            out.print(f"{model.name}  {model.package}=={model.version}  {where}", highlight=False, markup=False,
+                      soft_wrap=True)
         return 0
     if args.models_command == "export":
         return _export_model(args)
+    modelstore.cache_folder(args.name)  # an unwritable cache is one line, before any progress bar
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=err) as bar:
-        task = bar.add_task(f"pull {args.name}", total=None)
+        task = bar.add_task(escape(f"pull {args.name}"), total=None)
         path = modelstore.pull(args.name, lambda done, total: bar.update(task, completed=done, total=total))
-    out.print(f"{args.name}: {path} (sha256 checked)", highlight=False)
+    out.print(f"{args.name}: {path} (sha256 checked)", highlight=False, markup=False, soft_wrap=True)
     return 0
 
 
 def _export_model(args) -> int:
     from specmon.backends.hf_folder import export_hf_folder  # loads torch
 
+    if args.layers < 0:
+        raise SpecmonError(f"--layers must be >= 0 (0 keeps all), not {args.layers}")
     source = Path(args.source)
     if not source.suffix == ".gguf":
         source = modelstore.resolve(args.source)
     elif not source.exists():
         raise SpecmonError(f"{source}: no such file")
-    with err.status(f"writing {args.out} ({args.dtype}{f', first {args.layers} layers' if args.layers else ''})"):
+    with err.status(escape(f"writing {args.out} ({args.dtype}{f', first {args.layers} layers' if args.layers else ''})")):
         folder = export_hf_folder(source, args.out.expanduser(), args.layers, args.dtype)
     size = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
     out.print(f"{folder}: {size:.0f} MiB (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)",
-              highlight=False)
+              highlight=False, markup=False)
     return 0

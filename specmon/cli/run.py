@@ -4,18 +4,20 @@ pairing, or a policy) feed the driver, under the TUI or a progress bar."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from pathlib import Path
 from typing import Callable
 
 import msgspec
+from rich.markup import escape
 
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.cli.console import err, out, progress
 from specmon.cli.tables import class_table, divergence_lines
 from specmon.engine.draft_len import check_draft_len
-from specmon.engine.prompts import builtin_suite, load_prompts
+from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
 from specmon.metrics.stats import class_stats, summary
@@ -27,7 +29,6 @@ Work = Callable[[Callable[[int], None] | None], None]  # decodes every prompt, r
 
 
 def cmd_run(args) -> int:
-    from specmon.backends.loader import load_pair  # loads torch; keep `specmon --help` fast
     from specmon.policy.engine import PolicyEngine
     from specmon.sched.pairing import run_paired
     from specmon.sched.policy import PolicyScheduler
@@ -37,11 +38,15 @@ def cmd_run(args) -> int:
         raise SpecmonError("-k/--draft-len cannot be used with --policy: the policy chooses k per class "
                            "(set draft_len in the policy file)")
     sampling, spec = overrides(args, profile)
-    prompts = load_prompts(args.prompts) if args.prompts else builtin_suite(_classes(args.classes))
+    prompts = prompt_set(args.prompts, args.classes)
     listen = parse_listen(args.listen) if args.listen else None
     policy = load_policy(args.policy) if args.policy else None
-    max_new_tokens = args.max_new_tokens or profile.max_new_tokens
-    with err.status(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})"):
+    if args.json:
+        check_writable(args.json, "--json")  # before the run, not after it
+    max_new_tokens = profile.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
+    from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
+
+    with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
         pair = load_pair(profile, spec)
     mode = f"policy {Path(policy.source).name}" if policy else f"k={spec.draft_len}"
     title = f"{profile.name}: {pair.drafter.name} {mode}, {_sampling_text(sampling)}"
@@ -57,7 +62,7 @@ def cmd_run(args) -> int:
             decode_under_tui(session, work, title)
         else:
             what = f"{pair.drafter.name} {mode}" + ("" if policy else " vs plain")
-            with progress(what, len(prompts)) as done:
+            with progress(escape(what), len(prompts)) as done:
                 work(done)
     table = summary(class_stats(session.events))
     out.print(class_table(table, f"{title}  (log: {session.log_path})"))
@@ -66,6 +71,15 @@ def cmd_run(args) -> int:
     if args.json:
         write_json(args.json, table)
     return 0
+
+
+def check_writable(path: Path, what: str) -> None:
+    """An output file's folder exists and can be written, checked before a run spends minutes."""
+    folder = path.parent
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        reason = "is a folder" if path.is_dir() else f"folder {folder} does not exist" if not folder.is_dir() \
+            else f"folder {folder} is not writable"
+        raise SpecmonError(f"{what} {path}: cannot write there ({reason})")
 
 
 def write_json(path, data: dict) -> None:
@@ -134,19 +148,20 @@ def overrides(args, profile) -> tuple[Sampling, DrafterSpec]:
         top_k=s.top_k if args.top_k is None else args.top_k,
         seed=s.seed if args.seed is None else args.seed,
     )
-    if sampling.temperature < 0 or not 0 < sampling.top_p <= 1 or sampling.top_k < 0:
-        raise SpecmonError("sampling needs --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0")
     d = profile.drafter
     spec = msgspec.structs.replace(
         d, kind=args.drafter or d.kind,
         draft_len=d.draft_len if args.draft_len is None else check_draft_len(args.draft_len, "--draft-len"),
-        layers=args.layers or d.layers,
+        layers=d.layers if args.layers is None else args.layers,  # the flag's range is checked when parsed
     )
+    check_model_drafter(spec, profile)
     return sampling, spec
 
 
-def _classes(text: str | None) -> list[str] | None:
-    return text.split(",") if text else None
+def check_model_drafter(spec: DrafterSpec, profile) -> None:
+    if spec.kind == "model" and spec.target is None:
+        raise SpecmonError(f"--drafter model: profile {profile.source} names no draft model; add a [drafter.target] "
+                           "table (model = NAME or path = FILE) or pick another drafter")
 
 
 def _wants_tui(args) -> bool:

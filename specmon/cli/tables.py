@@ -1,7 +1,11 @@
-"""Plain-terminal tables of the per-class summary (rich, not Textual)."""
+"""Plain-terminal tables of the per-class summary (rich, not Textual).
+
+Class names, prompt ids and paths come from users' files: they are escaped, so a class named
+`[/]` prints as itself instead of being read as Rich markup."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from specmon.metrics.format import fmt as _num
@@ -21,7 +25,7 @@ def _verdict(row: dict) -> str:
 
 
 def class_table(summary: dict, title: str) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = Table(title=escape(title), title_justify="left", header_style="bold")
     table.caption = ("rate = accepted/proposed; mean = accepted/round; a_i = per-position acceptance; "
                      "ms per round; speedup = tok/s over plain decoding's, same class, same run")
     for name in ("class", "k", "rounds", "proposed", "accepted", "rate", "mean",
@@ -32,7 +36,7 @@ def class_table(summary: dict, title: str) -> Table:
         speedup = row["speedup"]
         colour = "green" if speedup and speedup >= 1.02 else "red" if speedup and speedup < 0.98 else "white"
         table.add_row(
-            name, str(row["draft_len"]), str(row["rounds"]), str(row["proposed"]), str(row["accepted"]),
+            escape(name), str(row["draft_len"]), str(row["rounds"]), str(row["proposed"]), str(row["accepted"]),
             _num(row["acceptance_rate"]), _num(row["mean_accepted_len"]), positions,
             _num(row["draft_ms"]), _num(row["verify_ms"]), _num(row["tok_per_s"], "{:.1f}"),
             _num(row["baseline_tok_per_s"], "{:.1f}"), f"[{colour}]{_num(speedup, '{:.2f}×')}[/]", _verdict(row),

@@ -1,12 +1,23 @@
-"""Prompt sets: the built-in suite (five classes, four prompts each) or JSON lines from a file."""
+"""Prompt sets: the built-in suite (five classes, four prompts each) or JSON lines from a file.
+
+A file's rows are typed (`PromptRow`) the way the log's events are, so every value accepted
+here is one the log's reader accepts back: strings are text, counts are integers, not booleans."""
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+import msgspec
 
 from specmon.errors import SpecmonError
+
+MAX_NEW_TOKENS = 2**31 - 1  # fits every reader; the KV cache check refuses far less
+# a \uD800-\uDBFF escape with no \uDC00-\uDFFF after it, or the reverse: valid JSON, but not text
+_LONE_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+                             r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
 @dataclass(frozen=True)
@@ -74,27 +85,91 @@ def builtin_suite(classes: list[str] | None = None) -> list[Prompt]:
             for i, text in enumerate(texts)]
 
 
+def prompt_set(path: Path | None, classes: str | None) -> list[Prompt]:
+    """The prompts of `--prompts FILE` (else the built-in suite), keeping only the `--classes` listed
+    (comma-separated); a class the set does not have is refused, naming the ones it has."""
+    wanted = _class_list(classes)
+    if path is None:
+        return builtin_suite(wanted)
+    prompts = load_prompts(path)
+    have = list(dict.fromkeys(p.prompt_class for p in prompts))
+    missing = [name for name in wanted or [] if name not in have]
+    if missing:
+        raise SpecmonError(f"--classes: prompts file {path} has no class {missing[0]!r}; its classes: {', '.join(have)}")
+    return [p for p in prompts if not wanted or p.prompt_class in wanted]
+
+
+def _class_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise SpecmonError(f"--classes {text!r}: expected comma-separated class names")
+    return names
+
+
+class PromptRow(msgspec.Struct):
+    """One line of a prompts file. Unknown keys are allowed (notes, expected answers)."""
+
+    id: Annotated[str, msgspec.Meta(min_length=1)]
+    prompt: str
+    prompt_class: Annotated[str, msgspec.Meta(min_length=1)] = msgspec.field(name="class", default="default")
+    max_new_tokens: Annotated[int, msgspec.Meta(ge=1, le=MAX_NEW_TOKENS)] | None = None
+
+
+_ROW = msgspec.json.Decoder(PromptRow)
+MAX_PROBLEMS = 3  # listed in the one error line; the rest are counted
+
+
 def load_prompts(path: Path) -> list[Prompt]:
-    """JSON lines: {"id", "prompt", optional "class", optional "max_new_tokens"}."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise SpecmonError(f"prompts file {path}: cannot read it ({exc.strerror})") from None
-    prompts = [_parse_line(path, number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    """JSON lines: {"id", "prompt", optional "class", optional "max_new_tokens"}, UTF-8 (a BOM is
+    fine). Every bad line is named (file, line, reason) in one error; nothing is half-loaded."""
+    text = _read_text(path)
+    prompts, problems = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            prompts.append(_parse_line(line))
+        except ValueError as exc:
+            problems.append(f"line {number}: {exc}")
+    if problems:
+        more = f" (and {len(problems) - MAX_PROBLEMS} more bad lines)" if len(problems) > MAX_PROBLEMS else ""
+        raise SpecmonError(f"prompts file {path}, {'; '.join(problems[:MAX_PROBLEMS])}{more}")
     if not prompts:
         raise SpecmonError(f"prompts file {path}: no prompts in it")
     return prompts
 
 
-def _parse_line(path: Path, number: int, line: str) -> Prompt:
-    where = f"prompts file {path}, line {number}"
+def _read_text(path: Path) -> str:
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise SpecmonError(f"{where}: not JSON ({exc.msg})") from None
-    if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "id" not in row:
-        raise SpecmonError(f"{where}: needs an object with \"id\" and a string \"prompt\"")
-    limit = row.get("max_new_tokens")
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
-        raise SpecmonError(f"{where}: max_new_tokens must be a positive integer")
-    return Prompt(str(row["id"]), row["prompt"], str(row.get("class", "default")), limit)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SpecmonError(f"prompts file {path}: cannot read it ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecmonError(f"prompts file {path}, line {line}: not UTF-8 text (byte {exc.start}); "
+                           "save it as UTF-8") from None
+
+
+def _parse_line(line: str) -> Prompt:
+    """One row, or ValueError saying what is wrong with it."""
+    try:
+        row = _ROW.decode(line)
+    except msgspec.ValidationError as exc:
+        raise ValueError(_readable(exc)) from None
+    except msgspec.DecodeError as exc:
+        if _LONE_SURROGATE.search(line):
+            raise ValueError("a lone UTF-16 surrogate escape (like \\ud800) is not text; remove it") from None
+        raise ValueError(f"not JSON ({exc})") from None
+    return Prompt(row.id, row.prompt, row.prompt_class, row.max_new_tokens)
+
+
+def _readable(exc: msgspec.ValidationError) -> str:
+    """msgspec's `Expected `int`, got `bool` - at `$.max_new_tokens`` as `max_new_tokens: expected ...`."""
+    reason, _, where = str(exc).partition(" - at `$")
+    reason = reason.replace("Expected", "expected").replace("Object missing required field", "needs the field")
+    where = where.strip("`.")
+    return f"{where}: {reason}" if where else reason

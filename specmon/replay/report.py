@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
 from specmon.metrics.format import fmt
@@ -20,7 +21,6 @@ def build_report(log: Path, out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
-    out.mkdir(parents=True, exist_ok=True)
     rounds, decisions, events = [], [], []
     for ev in read_log(log):
         if isinstance(ev, RoundVerified):
@@ -41,6 +41,15 @@ def build_report(log: Path, out: Path) -> Path:
         "decisions": [{"id": d.decision_id, "class": d.prompt_class, "rule": d.rule_key, "k_to": d.k_to,
                        "speculate_to": d.speculate_to} for d in decisions],
     }
+    try:
+        return _write(data, out)
+    except OSError as exc:  # a read-only folder, a full disk, a path through a file
+        raise SpecmonError(f"report: cannot write {exc.filename or out} ({exc.strerror or exc}); "
+                           "pick another folder with --out") from None
+
+
+def _write(data: dict, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
     plots = {
         "acceptance_by_position.png": _plot_positions, "timing.png": _plot_timing,
         "goodput_by_k.png": _plot_goodput, "acceptance_over_time.png": _plot_over_time,
@@ -51,6 +60,16 @@ def build_report(log: Path, out: Path) -> Path:
     page = out / "report.md"
     page.write_text(_markdown(data, list(plots)))
     return page
+
+
+def _label(text: str) -> str:
+    """A class name as matplotlib shows it: `$` would start mathtext (and fail on unbalanced ones)."""
+    return text.replace("$", r"\$")
+
+
+def _cell(text: str) -> str:
+    """A class name inside a Markdown table: `|` would end the cell."""
+    return text.replace("|", r"\|")
 
 
 def _over_time(rounds: list[RoundVerified]) -> dict[str, list[float]]:
@@ -90,7 +109,7 @@ def _plot_positions(data: dict, path: Path) -> None:
     for cls, by_k in data["acceptance_by_position"].items():
         for k, values in by_k.items():
             if values:
-                ax.plot(range(len(values)), values, marker="o", label=f"{cls} k={k}")
+                ax.plot(range(len(values)), values, marker="o", label=_label(f"{cls} k={k}"))
     ax.set_xlabel("draft position i")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("rounds with accepted > i / rounds with proposed > i")
@@ -104,7 +123,7 @@ def _plot_timing(data: dict, path: Path) -> None:
     labels, draft, verify, overhead = [], [], [], []
     for cls, by_k in data["timing_ms"].items():
         for k, (d, v, o) in by_k.items():
-            labels.append(f"{cls}\nk={k}")
+            labels.append(_label(f"{cls}\nk={k}"))
             draft.append(d or 0.0)
             verify.append(v or 0.0)
             overhead.append(o or 0.0)
@@ -120,7 +139,7 @@ def _plot_goodput(data: dict, path: Path) -> None:
     fig, ax = _figure("goodput by draft length (k = 0 is plain decoding)")
     for cls, by_k in data["goodput_tok_per_s"].items():
         ks = [int(k) for k, v in by_k.items() if v is not None]
-        ax.plot(ks, [by_k[str(k)] for k in ks], marker="o", label=cls)
+        ax.plot(ks, [by_k[str(k)] for k in ks], marker="o", label=_label(cls))
     ax.set_xlabel("draft length k")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("emitted tokens / s of round time")
@@ -131,7 +150,7 @@ def _plot_goodput(data: dict, path: Path) -> None:
 def _plot_over_time(data: dict, path: Path) -> None:
     fig, ax = _figure(f"acceptance rate over time (blocks of {WINDOW} speculative rounds)")
     for cls, values in data["acceptance_over_time"].items():
-        ax.plot(range(len(values)), values, label=cls)
+        ax.plot(range(len(values)), values, label=_label(cls))
     ax.set_xlabel("block")
     ax.set_ylim(0, 1.05)
     if data["acceptance_over_time"]:
@@ -144,12 +163,12 @@ def _markdown(data: dict, plots: list[str]) -> str:
              "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for cls, row in data["summary"]["classes"].items():
-        lines.append(f"| {cls} | {row['draft_len']} | {row['rounds']} | {fmt(row['acceptance_rate'])} | "
+        lines.append(f"| {_cell(cls)} | {row['draft_len']} | {row['rounds']} | {fmt(row['acceptance_rate'])} | "
                      f"{fmt(row['mean_accepted_len'])} | {fmt(row['tok_per_s'], '{:.1f}')} | "
                      f"{fmt(row['baseline_tok_per_s'], '{:.1f}')} | {fmt(row['speedup'], '{:.2f}×')} |")
     if data["decisions"]:
         lines += ["", "## Decisions", ""]
-        lines += [f"- {d['id']}: {d['class']} → {'on' if d['speculate_to'] else 'off'}, k={d['k_to']} ({d['rule']})"
+        lines += [f"- {d['id']}: {_cell(d['class'])} → {'on' if d['speculate_to'] else 'off'}, k={d['k_to']} ({d['rule']})"
                   for d in data["decisions"]]
     lines.append("")
     lines += [f"![{name}]({name})" for name in plots]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Iterator
@@ -10,7 +11,10 @@ from specmon.errors import SpecmonError
 from specmon.events.frames import FrameDecoder
 from specmon.events.log import follow_log
 from specmon.events.schema import AnyEvent, SessionFinished
-from specmon.transport.serve import runtime_dir
+from specmon.transport.serve import runtime_dir, split_address
+
+TOKEN_ENV = "SPECMON_TOKEN"
+CONNECT_TIMEOUT_S = 10.0
 
 
 def newest_socket() -> Path:
@@ -36,21 +40,50 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
+def read_token(token_file: Path | None) -> str | None:
+    """The TCP token: from `--token-file` (the file `specmon run --listen` wrote), else $SPECMON_TOKEN."""
+    if token_file is None:
+        return os.environ.get(TOKEN_ENV, "").strip() or None
+    try:
+        token = token_file.read_text(encoding="ascii").strip()
+    except OSError as exc:
+        raise SpecmonError(f"--token-file {token_file}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpecmonError(f"--token-file {token_file}: not a token file (expected one line of hex)") from None
+    if not token:
+        raise SpecmonError(f"--token-file {token_file}: the file is empty")
+    return token
+
+
 def attach_events(target: str | None, token: str | None = None) -> Iterator[AnyEvent]:
     """Events of a session: from a Unix socket path, HOST:PORT (with token), or a .specmon log file."""
     if target and target.endswith(".specmon"):
         yield from follow_log(Path(target))
         return
     if target and ":" in target and not Path(target).exists():
-        host, _, port = target.rpartition(":")
+        try:
+            host, port = split_address(target, "attach", lowest_port=1)
+        except SpecmonError:
+            raise SpecmonError(f"attach {target}: no such socket or log, and not HOST:PORT with a port 1..65535") from None
         if not token:
-            raise SpecmonError("attaching over TCP needs --token (printed by `specmon run --listen`)")
-        sock = _connect(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET, (host.strip("[]"), int(port)))
+            raise SpecmonError(f"attaching over TCP needs the session's token: --token-file FILE (the path "
+                               f"`specmon run --listen` printed) or {TOKEN_ENV}")
+        sock = _connect_tcp(host, port)
         sock.sendall(token.encode() + b"\n")
     else:
         path = Path(target) if target else newest_socket()
         sock = _connect(socket.AF_UNIX, str(path))
     yield from _receive(sock, target or "socket")
+
+
+def _connect_tcp(host: str, port: int) -> socket.socket:
+    try:
+        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+    except (OSError, UnicodeError) as exc:
+        raise SpecmonError(f"cannot attach to {host}:{port}: {getattr(exc, 'strerror', None) or exc}; "
+                           "is the session still running?") from None
+    sock.settimeout(None)  # a quiet session is not an error: wait for its next event
+    return sock
 
 
 def _connect(family, address) -> socket.socket:

@@ -3,7 +3,8 @@
 Each client gets the log from its first byte (the history) and then follows it live, so every
 client sees exactly the events in the log. A client only reads the file: a slow or vanished
 one lags or ends alone and never touches the decode loop. TCP clients must first send the
-session's token; one that does not is closed with nothing sent.
+session's token; one that does not is closed with nothing sent. The token is written to a 0600
+file beside the socket (its path is printed, the token never is) and removed with it.
 """
 
 from __future__ import annotations
@@ -34,22 +35,35 @@ def runtime_dir() -> Path:
     return path
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """'127.0.0.1:PORT' → (host, port); anything but a loopback address is refused."""
+def split_address(text: str, what: str, lowest_port: int = 0) -> tuple[str, int]:
+    """'HOST:PORT' or '[::1]:PORT' → (host, port), the port checked; one SpecmonError line otherwise."""
     host, _, port = text.rpartition(":")
     host = host.strip("[]")
+    if not host or not port.isdigit() or not lowest_port <= int(port) <= 65535:
+        raise SpecmonError(f"{what} {text}: expected HOST:PORT with a port {lowest_port}..65535, e.g. 127.0.0.1:7777")
+    return host, int(port)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """'127.0.0.1:PORT' or 'localhost:PORT' → (loopback address, port). A name is resolved, and
+    refused unless every address it has is loopback (a name that also reaches the network is not)."""
+    host, port = split_address(text, "--listen")
     try:
-        if not ipaddress.ip_address(host).is_loopback:
-            raise SpecmonError(f"--listen {text}: only loopback addresses are served (use SSH to reach it)")
-        return host, int(port)
-    except ValueError:
-        raise SpecmonError(f"--listen {text}: expected HOST:PORT with a loopback host, e.g. 127.0.0.1:7777") from None
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise SpecmonError(f"--listen {text}: cannot resolve {host!r} ({getattr(exc, 'strerror', None) or exc})") from None
+    addresses = sorted(dict.fromkeys(info[4][0] for info in found if info[0] in (socket.AF_INET, socket.AF_INET6)),
+                       key=lambda address: ":" in address)  # IPv4 first: what tunnels and clients expect
+    if not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        raise SpecmonError(f"--listen {text}: only loopback addresses are served (use SSH to reach it)")
+    return addresses[0], port
 
 
 class EventServer:
     def __init__(self, sink: LogSink, unix_path: Path | None = None, tcp: tuple[str, int] | None = None):
         self.sink = sink
-        self.token = secrets.token_hex(16) if tcp else None
+        self.token = secrets.token_hex(16) if tcp else None  # in memory and in token_path, never printed
+        self.token_path: Path | None = None
         self._listeners: list[socket.socket] = []
         self._stopping = threading.Event()
         self.unix_path = unix_path
@@ -59,6 +73,8 @@ class EventServer:
                 self._listeners.append(_unix_listener(unix_path))
             if tcp is not None:
                 self._listeners.append(self._tcp_listener(tcp))
+                base = unix_path or runtime_dir() / f"tcp-{self.tcp_address[1]}.sock"
+                self.token_path = write_token(base.with_suffix(".token"), self.token)
         except BaseException:
             self.close()  # no listener or socket file outlives a failed start
             raise
@@ -122,8 +138,22 @@ class EventServer:
         self._stopping.set()
         for listener in self._listeners:
             listener.close()
-        if self.unix_path is not None:
-            self.unix_path.unlink(missing_ok=True)
+        for path in (self.unix_path, self.token_path):
+            if path is not None:
+                path.unlink(missing_ok=True)
+
+
+def write_token(path: Path, token: str) -> Path:
+    """The token in a file only its owner can read: created 0600, never through a planted link."""
+    path.unlink(missing_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise SpecmonError(f"cannot write the token file {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), 0o600)  # whatever the umask
+        fh.write(token + "\n")
+    return path
 
 
 def _unix_listener(path: Path) -> socket.socket:

@@ -117,11 +117,12 @@ def _close(session: LiveSession) -> None:
 
 
 def _announce(session: LiveSession) -> None:
-    """Tell the user where to watch from: another terminal or an SSH login."""
+    """Where to watch from. For TCP, the path of the 0600 token file: never the token itself,
+    which on a command line or in a scrollback is readable by others."""
     server = session.server
     where = f"; watch with: specmon attach {server.unix_path}" if server else ""
     print(f"specmon: logging to {session.log_path}{where}", file=sys.stderr)
     if server and server.tcp_address:
         host, port = server.tcp_address
-        print(f"specmon: serving on {host}:{port}; attach with: specmon attach {host}:{port} --token {server.token}",
-              file=sys.stderr)
+        print(f"specmon: serving on {host}:{port}; attach with: specmon attach {host}:{port} --token-file "
+              f"{server.token_path} (from another machine: copy that file, or set SPECMON_TOKEN)", file=sys.stderr)
