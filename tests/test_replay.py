@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
 from specmon.metrics.stats import class_stats, summary
@@ -144,7 +145,7 @@ async def test_replay_app_plays_a_whole_log_to_the_end():
             await pilot.pause(0.05)
         await pilot.pause(0.3)
         assert app.state.rounds_seen == sum(isinstance(e, RoundVerified) for e in read_log(POLICY_LOG))
-        assert "finished (done)" in app.sub_title
+        assert "finished" in app.sub_title
 
 
 def test_explain_reproduces_every_decision_of_a_live_policy_session(live_session):
@@ -157,3 +158,49 @@ def test_explain_reproduces_every_decision_of_a_live_policy_session(live_session
     # decisions are taken mid-prompt: a round of the same prompt follows the decision
     events = live_session.events
     assert any(isinstance(e, Decision) and isinstance(nxt, RoundVerified) for e, nxt in zip(events, events[1:]))
+
+
+async def test_a_failed_jump_leaves_the_view_and_the_position_as_they_were():
+    feed = ReplayFeed(POLICY_LOG, speed=1.0)
+    app = make_app(feed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("space")  # pause
+        for _ in range(3):
+            await pilot.press("n")
+        await pilot.pause(0.2)
+        before = (app.state.rounds_seen, feed.position, str(app.query_one("#acceptance").render()),
+                  app.query_one("#classes").row_count)
+        assert before[0] > 0
+        for target in ("r99999", "nonsense", "p:no-such-prompt"):
+            await pilot.press("g", *target, "enter")
+            await pilot.pause(0.2)
+            assert (app.state.rounds_seen, feed.position, str(app.query_one("#acceptance").render()),
+                    app.query_one("#classes").row_count) == before, target
+            assert not feed.done.is_set() and not feed.restarted
+        shown = [n.message for n in app._notifications]
+        assert any("'r99999' is not in" in m for m in shown) and any("'p:no-such-prompt' is not in" in m for m in shown)
+        assert any("'nonsense': use r<round id>" in m for m in shown)  # typed whole: n, s, p went to the box
+        await pilot.press("n")  # stepping goes on from where it was
+        assert app.state.rounds_seen == before[0] + 1
+        await pilot.press("s", "s")  # as fast as possible
+        await pilot.press("space")  # and play goes on to the end
+        while not feed.done.is_set():
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        assert app.state.rounds_seen == sum(isinstance(e, RoundVerified) for e in read_log(POLICY_LOG))
+
+
+def test_jump_finds_targets_ahead_and_behind_without_losing_events():
+    feed = ReplayFeed(POLICY_LOG)
+    events = list(read_log(POLICY_LOG))
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
+    state = ViewState()
+    state.apply(feed.jump("r10"))
+    assert state.rounds_seen == 11 and feed.position == events.index(rounds[10]) + 1
+    with pytest.raises(SpecmonError):
+        feed.jump("r99999")
+    assert feed.position == events.index(rounds[10]) + 1 and not feed.restarted
+    state.apply(feed.jump("r20"))  # ahead: only the events between
+    assert state.rounds_seen == 21
+    batch = feed.jump("r3")  # behind: from the start again
+    assert feed.restarted and batch[-1] == rounds[3] and len(batch) == events.index(rounds[3]) + 1

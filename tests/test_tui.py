@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from specmon.transport.channel import Subscription
 from specmon.events.log import read_log
+from specmon.events.schema import SessionFinished
+from specmon.replay.player import ReplayFeed
+from specmon.transport.channel import Subscription
 from specmon.metrics.stats import class_stats
 from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed, thread_feed
@@ -46,22 +48,27 @@ async def test_panes_show_the_metrics_of_the_same_events():
         await settle(app, pilot)
         c = stats[last_class]
         spec = c.runs[3]
-        speed = pane_text(app, "speed")
-        assert f"class {last_class}" in speed
-        assert f"spec  {spec.tok_per_s:.1f} tok/s" in speed
-        assert f"plain {c.baseline.tok_per_s:.1f} tok/s" in speed
-        assert f"speedup {c.speedup(3):.2f}×" in speed
-        timing = pane_text(app, "timing")
-        assert f"draft {spec.draft_ms / spec.rounds:.2f}" in timing
-        assert f"verify {spec.verify_ms / spec.rounds:.2f}" in timing
+        estimate = c.speedup_estimate(3)
+        assert app.query_one("#speed").border_title == f"speed · {last_class} k=3"
+        speed = pane_text(app, "speed").splitlines()
+        assert speed[0].startswith(f"{estimate.ratio:.2f}×") and estimate.ratio == pytest.approx(c.speedup(3))
+        assert speed[2].split()[:2] == ["spec", f"{spec.tok_per_s:.1f}"]
+        assert speed[3].split()[:2] == ["plain", f"{c.baseline.tok_per_s:.1f}"]
+        timing = [line.split() for line in pane_text(app, "timing").splitlines()]
+        assert timing[0] == ["draft", f"{spec.draft_ms / spec.rounds:.2f}"]
+        assert timing[1] == ["verify", f"{spec.verify_ms / spec.rounds:.2f}"]
+        assert timing[2] == ["other", f"{spec.overhead_ms / spec.rounds:.2f}"]
         table = app.query_one("#classes")
-        rows = {table.get_row_at(i)[0]: table.get_row_at(i) for i in range(table.row_count)}
+        rows = {str(table.get_row_at(i)[0]): [str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)}
         assert set(rows) == set(stats)
         for name, row in rows.items():
             run = stats[name].runs[3]
             rate = "N/A" if run.acceptance_rate is None else f"{run.acceptance_rate:.2f}"
-            assert tuple(row[1:5]) == (str(run.rounds), rate, f"{run.mean_accepted_len:.2f}", f"{stats[name].speedup(3):.2f}×")
-            assert tuple(row[5:]) == ("3", "on")
+            ratio = stats[name].speedup_estimate(3).ratio
+            assert row[1:7] == ["3", str(run.rounds), str(run.empty_rounds), rate, f"{run.mean_accepted_len:.2f}",
+                                f"{ratio:.2f}×" + {"not yet known": "?", "noise": "!"}.get(
+                                    stats[name].speedup_estimate(3).verdict, "")]
+            assert row[7].strip() == "on"
         assert app.state.rounds_seen == sum(e.__class__.__name__ == "RoundVerified" for e in EVENTS)
 
 
@@ -78,18 +85,18 @@ async def test_rejection_histogram_and_metric_switch():
         assert run.per_position == [sum(e.accepted > pos for e in drafted) / sum(len(e.proposed) > pos for e in drafted)
                                     for pos in range(max(len(e.proposed) for e in drafted))]
         lines = pane_text(app, "rejections").splitlines()
-        assert lines[0].split() == ["pos", "first", "rejection", "a_i"]
-        assert len(lines) == len(run.proposed_gt) + 2  # header, one row per draft position, the total
-        for pos, a_i in enumerate(run.per_position):
-            count = run.rejections[pos] if pos < len(run.rejections) else 0
-            row = lines[pos + 1].split()
-            assert [row[0], *row[-2:]] == [str(pos), str(count), f"{a_i:.2f}"]
-        assert lines[-1] == f"all accepted: {run.all_accepted}"
-        assert f"acceptance rate k=3: {run.acceptance_rate:.2f} (Σacc/Σprop" in pane_text(app, "acceptance")
+        proposing = sum(bool(e.proposed) for e in drafted)
+        assert lines[0].startswith(f"{proposing} rounds proposed; {len(drafted) - proposing} empty")
+        assert lines[1].split() == ["pos", "0", "1", "2", "all"]
+        counts = [run.rejections[pos] if pos < len(run.rejections) else 0 for pos in range(3)]
+        assert lines[2].split() == ["rej", *map(str, counts), str(run.all_accepted)]
+        assert lines[3].split() == ["a_i", *(f"{a:.2f}"[1:] if a < 0.995 else "1.0" for a in run.per_position)]
+        assert pane_text(app, "acceptance").startswith(f"acceptance rate {run.acceptance_rate:.2f} (Σacc/Σprop")
+        assert app.query_one("#acceptance").border_title == f"acceptance · {last_class} k=3"
         await pilot.press("m")
-        assert f"mean accepted length k=3: {run.mean_accepted_len:.2f} (Σacc/rounds" in pane_text(app, "acceptance")
+        assert pane_text(app, "acceptance").startswith(f"mean accepted length {run.mean_accepted_len:.2f} (Σacc/rounds")
         await pilot.press("m")
-        assert f"alpha-hat k=3: {run.alpha_hat:.2f} (mean Σmin(p,q)" in pane_text(app, "acceptance")
+        assert pane_text(app, "acceptance").startswith(f"α̂ {run.alpha_hat:.2f} (mean Σmin(p,q)")
 
 
 async def test_text_pane_tells_accepted_corrections_and_bonus_apart():
@@ -168,13 +175,13 @@ def test_real_tui_in_tmux_over_a_pseudo_terminal(tmp_path):
     try:
         screen = ""
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and "finished (done)" not in screen:
+        while time.monotonic() < deadline and "finished" not in screen:
             time.sleep(1)
             screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-        assert "finished (done)" in screen, screen
+        assert "finished" in screen, screen
         stats = class_stats(read_log(log))["rewrite"]
-        assert f"speedup {stats.speedup(3):.2f}×" in screen
-        assert "acceptance rate k=3" in screen and "rewrite" in screen
+        assert f"{stats.speedup_estimate(3).ratio:.2f}×" in screen
+        assert "acceptance · rewrite k=3" in screen and "acceptance rate" in screen
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         time.sleep(2)
         after = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
@@ -198,12 +205,83 @@ async def test_decisions_pane_lists_decisions_and_shows_the_rounds_they_cite():
         table = app.query_one("#decisions")
         assert table.row_count == len(decisions)
         first = decisions[0]
-        assert tuple(table.get_row_at(0)) == (str(first.decision_id), first.prompt_class,
-                                             "off" if not first.speculate_to else f"k {first.k_from}→{first.k_to}")
+        assert tuple(table.get_row_at(0)) == (str(first.decision_id),
+                                             "off" if not first.speculate_to else f"k{first.k_from}→{first.k_to}",
+                                             first.prompt_class)
         cited = app.state.cited(first)
         assert [ev.round_id for ev in cited] == first.round_ids
         table.focus()
+        table.move_cursor(row=0)
         await pilot.press("enter")
         await pilot.pause(0.2)
         shown = [n.message for n in app._notifications]
         assert any(f"cited {len(first.round_ids)} rounds, {len(first.round_ids)} held" in m for m in shown)
+
+
+# -- snapshots at 80×24 of what issue 14 named: help, text only, the end of a run, a replay jump,
+#    a policy run with decisions, and the too-small screen ---------------------------------------
+
+POLICY_LOG = Path(__file__).resolve().parent / "fixtures" / "session-policy.specmon"
+POLICY_EVENTS = list(read_log(POLICY_LOG))
+
+
+def prefilled_events(events):
+    sub = Subscription(maxlen=len(events) + 1)
+    for event in events:
+        sub.offer(event)
+    feed = Feed(sub, "fixture")
+    feed.done.set()
+    return make_app(feed)
+
+
+def _until_drawn(events):
+    async def run_before(pilot):
+        app = pilot.app
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and app.state.events_seen < len(events):
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        await pilot.wait_for_scheduled_animations()
+    return run_before
+
+
+def test_snapshot_policy_run_with_decisions_80x24(snap_compare):
+    assert snap_compare(prefilled_events(POLICY_EVENTS), terminal_size=(80, 24), run_before=_until_drawn(POLICY_EVENTS))
+
+
+def test_snapshot_help_80x24(snap_compare):
+    """The whole help text, replay keys included, over the dimmed replay view."""
+    async def run_before(pilot):
+        while not pilot.app.feed.done.is_set():
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+    assert snap_compare(make_app(ReplayFeed(POLICY_LOG, speed=0.0)), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_snapshot_text_only_80x24(snap_compare):
+    async def run_before(pilot):
+        await _until_drawn(POLICY_EVENTS)(pilot)
+        await pilot.press("t")
+        await pilot.pause(0.3)
+    assert snap_compare(prefilled_events(POLICY_EVENTS), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_snapshot_end_of_a_run_that_ends_on_newlines_80x24(snap_compare):
+    end = next(i for i, e in enumerate(POLICY_EVENTS) if e.__class__.__name__ == "PromptFinished"
+               and e.prompt_id == "rewrite-3")
+    events = POLICY_EVENTS[: end + 1] + [SessionFinished(session_id="s", t=0.0, rounds=0, reason="done")]
+    assert snap_compare(prefilled_events(events), terminal_size=(80, 24), run_before=_until_drawn(events))
+
+
+def test_snapshot_replay_after_a_jump_80x24(snap_compare):
+    async def run_before(pilot):
+        await pilot.press("space")
+        await pilot.press("g", "r", "2", "0", "0", "enter")
+        await pilot.pause(0.3)
+    assert snap_compare(make_app(ReplayFeed(POLICY_LOG, speed=1.0)), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_snapshot_too_small_60x20(snap_compare):
+    assert snap_compare(prefilled_events(POLICY_EVENTS), terminal_size=(60, 20), run_before=_until_drawn(POLICY_EVENTS))

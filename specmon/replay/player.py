@@ -74,20 +74,33 @@ class ReplayFeed:
         return batch
 
     def jump(self, target: str) -> list[AnyEvent]:
-        """Events up to a round id (`r123`), a prompt id (`p:chat-2`) or a decision (`d4`)."""
+        """Events up to a round id (`r123`), a prompt id (`p:chat-2`) or a decision (`d4`).
+
+        The log is searched first, with a reader of its own: a target that is not there raises
+        and leaves the position, the play state and what was handed out as they were."""
         match = _target(target)
-        self.playing = False
         if match is None:
             raise SpecmonError(f"jump target {target!r}: use r<round id>, p:<prompt id> or d<decision id>")
-        events = self._take(lambda ev: True, 10**9, stop_after=match)
-        if events and match(events[-1]):
-            return events
-        self._open()  # not ahead of us: start again from the beginning
-        self.restarted = True
-        events = self._take(lambda ev: True, 10**9, stop_after=match)
-        if not events or not match(events[-1]):
+        index = self._find(match)
+        if index is None:
             raise SpecmonError(f"jump target {target!r} is not in {self.path.name}")
-        return events
+        self.playing = False
+        if index == self.position - 1:  # already there
+            return []
+        if index < self.position:  # behind us: start again from the beginning
+            self._open()
+            self.restarted = True
+        return self._take(lambda ev: True, index + 1 - self.position)
+
+    def _find(self, match: Callable[[AnyEvent], bool]) -> int | None:
+        """The index in the log of the first event that matches, or None (damage ends the search)."""
+        try:
+            for index, ev in enumerate(read_log(self.path)):
+                if match(ev):
+                    return index
+        except SpecmonError:
+            pass
+        return None
 
     # -- reading ----------------------------------------------------------------------------
     def _peek(self) -> AnyEvent | None:

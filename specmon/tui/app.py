@@ -2,50 +2,31 @@
 
 from __future__ import annotations
 
+from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.containers import Grid, VerticalScroll
+from textual.widgets import DataTable, Footer, Static
 
-from specmon.tui import panes
+from specmon.tui import panes, rows
 from specmon.tui.feed import Feed
+from specmon.tui.screens import HelpScreen
 from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
 
 DRAIN_INTERVAL_S = 1 / 15  # redraw rate ceiling; each tick applies one whole batch
-
-HELP = """[b]specmon[/b] — speculative decoding, round by round
-
-Panes are computed from events only, so a replay shows what the run showed.
-  acceptance   sparkline per round; [b]m[/] switches acceptance rate / mean accepted length / α̂
-  rejections   where the first rejection fell, with per-position acceptance a_i
-  timing       draft vs verify milliseconds per round, and overhead
-  speed        tokens/s with speculation against plain decoding, same class, same run
-  classes      per prompt class: rounds, acceptance, mean accepted length, speedup, k, on/off
-  text         generated text: [green]accepted draft[/], [bold red]correction[/], [bold cyan]bonus[/]
-
-Keys: [b]p[/] pause/resume the view (decoding goes on)  [b]t[/] text only  [b]?[/] help  [b]q[/] quit
-[b]ctrl+p[/] opens the command palette. Press any key to close."""
-
-
-class HelpScreen(ModalScreen):
-    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "close")]
-
-    def compose(self) -> ComposeResult:
-        yield Static(HELP)
-
-    def on_key(self) -> None:
-        self.app.pop_screen()
+MIN_SIZE = (70, 20)  # below this the panes cannot show their figures whole: say so instead
 
 
 class SpecmonApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "specmon"
     AUTO_FOCUS = None  # nothing grabs focus on start, so the footer is the same on every start
+    REPLAY = False
     BINDINGS = [
-        Binding("p", "toggle_pause", "pause view", tooltip="Stop refreshing panes; decoding and logging go on"),
+        Binding("p", "toggle_pause", "pause", tooltip="Stop refreshing panes; decoding and logging go on"),
         Binding("m", "cycle_metric", "metric", tooltip="Switch the acceptance sparkline's metric"),
-        Binding("t", "toggle_text", "text only", tooltip="Give the generated text the whole screen"),
+        Binding("t", "toggle_text", "text", tooltip="Give the generated text the whole screen"),
         Binding("question_mark", "help", "help", tooltip="What every pane shows"),
         Binding("q", "quit", "quit"),
     ]
@@ -60,40 +41,59 @@ class SpecmonApp(App):
         self.redraws = 0  # pane refreshes: the rate the benchmark reads
         self._text_version = -1
         self._drawn_end = False  # once the feed has ended and been drawn, idle ticks draw nothing
+        self._cursor_class = ""  # the class the classes table's cursor was last moved to
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=False)
-        yield panes.Pane("acceptance", id="acceptance", classes="stat")
-        yield panes.Pane("memory", id="memory", classes="stat")
-        yield panes.Pane("rejections", id="rejections", classes="stat")
-        yield panes.Pane("draft vs verify", id="timing", classes="stat")
-        yield panes.Pane("speed", id="speed", classes="stat")
-        table = DataTable(id="classes", classes="stat", cursor_type="row", zebra_stripes=True)
-        table.border_title = "classes"
-        yield table
-        decisions = DataTable(id="decisions", classes="stat", cursor_type="row")
-        decisions.border_title = "decisions"
-        decisions.border_subtitle = "no policy in this session"
-        yield decisions
-        with VerticalScroll(id="text-box"):
-            yield Static(id="text")
-        yield Static(panes.legend(), id="legend")
-        yield Footer()
+        yield panes.TitleBar(self._title, id="title")
+        with Grid(id="main"):
+            yield self._run_pane("acceptance", "acceptance", lambda w: panes.render_acceptance(self.state, self.metric, w))
+            yield self._run_pane("speed", "speed", lambda w: panes.render_speed(self.state, w))
+            yield self._run_pane("rejections", "rejections", lambda w: panes.render_rejections(self.state, w))
+            yield self._run_pane("timing", "ms", lambda w: panes.render_timing(self.state, w),
+                                 lambda: panes.rounds_caption(self.state))
+            yield panes.Pane("memory", lambda w: panes.render_memory(self.state), id="memory", classes="stat")
+            table = DataTable(id="classes", classes="stat", cursor_type="row", zebra_stripes=True, cell_padding=0,
+                              cursor_foreground_priority="renderable")  # the cursor keeps the verdict's colour
+            table.border_title = "classes"
+            yield table
+            decisions = DataTable(id="decisions", classes="stat", cursor_type="row", cell_padding=0)
+            decisions.border_title = "decisions"
+            decisions.border_subtitle = "no policy"
+            yield decisions
+            with VerticalScroll(id="text-box"):
+                yield Static(id="text")
+        yield Static(id="too-small")
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         text_box = self.query_one("#text-box", VerticalScroll)
         text_box.border_title = "text"
+        text_box.border_subtitle = panes.legend()
         text_box.anchor()  # stay at the newest text as it grows, unless the user scrolls up
         classes = self.query_one("#classes", DataTable)
-        # Fixed widths: columns do not jump about as the figures change.
-        for name, width in [("class", 12), ("rounds", 7), ("accept", 6), ("mean len", 8), ("speedup", 7),
-                            ("k", 3), ("spec", 4)]:
-            classes.add_column(name, width=width, key=name)
-        self.query_one("#decisions", DataTable).add_columns("id", "class", "change")
-        self.sub_title = self.feed.title
+        for key, header, width, justify in rows.CLASS_COLUMNS:  # fixed widths: columns do not jump about
+            classes.add_column(Text(header, justify=justify), width=width, key=key)
+        decisions = self.query_one("#decisions", DataTable)
+        for key, width in rows.DECISION_COLUMNS:
+            decisions.add_column(key, width=width, key=key)
+        self._fit_to(self.size.width, self.size.height)
         self.set_interval(DRAIN_INTERVAL_S, self.drain)
         self.refresh_panes()
 
+    # -- size -----------------------------------------------------------------------------
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_to(event.size.width, event.size.height)
+
+    def _fit_to(self, width: int, height: int) -> None:
+        """Below MIN_SIZE, one line that says so (as btop does) instead of a broken layout."""
+        small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
+        screen = self.screen_stack[0] if self.screen_stack else self.screen
+        screen.set_class(small, "too-small")
+        if small:
+            screen.query_one("#too-small", Static).update(
+                f"terminal too small: {width}×{height}, need {MIN_SIZE[0]}×{MIN_SIZE[1]}")
+
+    # -- the timer --------------------------------------------------------------------------
     def drain(self) -> None:
         """Apply everything buffered since the last tick as one batch, then redraw once."""
         batch = self.feed.drain()
@@ -107,74 +107,107 @@ class SpecmonApp(App):
 
     def refresh_panes(self) -> None:
         self.redraws += 1
-        state = self.state
-        self.query_one("#acceptance", Static).update(panes.render_acceptance(state, self.metric))
-        self.query_one("#speed", Static).update(panes.render_speed(state))
-        self.query_one("#rejections", Static).update(panes.render_rejections(state))
-        self.query_one("#timing", Static).update(panes.render_timing(state))
-        self.query_one("#memory", Static).update(panes.render_memory(state))
+        state, main = self.state, self.screen_stack[0]
+        for pane in main.query(panes.Pane):
+            pane.redraw()
         if state.text_version != self._text_version:  # re-render text only when it grew
             self._text_version = state.text_version
-            self.query_one("#text", Static).update(panes.render_text(state))
-        self._update_classes(panes.class_rows(state))
-        self._update_decisions()
-        self.sub_title = self._status()
+            main.query_one("#text", Static).update(panes.render_text(state))
+        self._update_classes(main.query_one("#classes", DataTable))
+        self._update_decisions(main.query_one("#decisions", DataTable))
+        self._show_status(main)
 
-    def _update_decisions(self) -> None:
-        table = self.query_one("#decisions", DataTable)
-        for d in self.state.decisions[table.row_count:]:
-            table.add_row(*panes.decision_row(d), key=str(d.decision_id))
+    def _run_pane(self, pane_id: str, what: str, render_to, subtitle_to=None) -> panes.Pane:
+        """A pane over the current class's run, titled with that round set."""
+        return panes.Pane(what, render_to, lambda w: panes.run_title(self.state, what, w), subtitle_to,
+                          id=pane_id, classes="stat")
+
+    def _update_decisions(self, table: DataTable) -> None:
+        """Add new decisions and follow the newest, unless the user moved the cursor up."""
+        before = table.row_count
+        following = before == 0 or table.cursor_row >= before - 1
+        for d in self.state.decisions[before:]:
+            table.add_row(*rows.decision_row(d), key=str(len(table.rows)))
+        if table.row_count > before and following:
+            table.move_cursor(row=table.row_count - 1, animate=False)
         policy = self.state.policy
         if policy is not None:
-            table.border_subtitle = (f"policy {policy.sha256[:8]}" if policy.accepted
-                                     else "edit refused: previous policy in force")
+            subtitle = f"policy {policy.sha256[:8]}" if policy.accepted else "edit refused: previous policy in force"
+            if table.border_subtitle != subtitle:
+                table.border_subtitle = subtitle
 
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
         """Selecting a decision shows the rounds it was based on."""
         if message.data_table.id != "decisions":
             return
         decision = self.state.decisions[int(message.row_key.value)]
-        self.notify(panes.render_decision(decision, self.state.cited(decision)), title="decision", timeout=15,
+        self.notify(rows.render_decision(decision, self.state.cited(decision)), title="decision", timeout=15,
                     markup=False)
 
-    def _update_classes(self, rows: list[tuple[str, ...]]) -> None:
-        """Change cells in place; rebuilding the table every tick costs more than the rest."""
-        table = self.query_one("#classes", DataTable)
-        for row in rows:
-            if row[0] not in table.rows:
-                table.add_row(*row, key=row[0])
+    def _update_classes(self, table: DataTable) -> None:
+        """Change cells in place (rebuilding the table every tick costs more than the rest); the
+        cursor marks the class the panes show, scrolled into view."""
+        columns = list(table.columns)
+        for row in rows.class_rows(self.state):
+            name = row[0]
+            if name not in table.rows:
+                table.add_row(*rows.styled_cells(self.state, row), key=name)
                 continue
-            for column, value in zip(list(table.columns)[1:], row[1:]):
-                if table.get_cell(row[0], column) != value:
-                    table.update_cell(row[0], column, value)
+            cells = None
+            for i, (column, value) in enumerate(zip(columns[1:], row[1:]), start=1):
+                if str(table.get_cell(name, column)) != value:
+                    cells = cells or rows.styled_cells(self.state, row)
+                    table.update_cell(name, column, cells[i])
+        current = self.state.current_class
+        if current != self._cursor_class and current in table.rows:  # a new class: it may be off screen
+            self._cursor_class = current
+            table.move_cursor(row=table.get_row_index(current), animate=False)
+
+    # -- the title -----------------------------------------------------------------------------
+    def _alerts(self) -> list[str]:
+        alerts = ["VIEW PAUSED"] if self.paused else []
+        if self.feed.skipped:
+            alerts.append(f"view skipped {self.feed.skipped} events")
+        if self.feed.error:
+            alerts.append(self.feed.error)
+        return alerts
+
+    def _lead(self) -> str:
+        """What goes before the session's name in the title (the replay's position)."""
+        return ""
+
+    def _tail(self) -> str:
+        """What goes last, where the width allows (the replayed file)."""
+        return ""
+
+    def _title(self, width: int = 0):
+        return rows.status_line(self.state, self.feed.title, self._alerts(), self._lead(), self._tail(), width)
 
     def _status(self) -> str:
-        """What is happening first, so it survives a narrow terminal; the session's name last."""
-        parts = [f"{self.state.rounds_seen} rounds"]
-        if self.state.finished:
-            parts.append(f"finished ({self.state.finished.reason})")
-        if self.paused:
-            parts.append("VIEW PAUSED")
-        if self.feed.skipped:
-            parts.append(f"view skipped {self.feed.skipped} events")
-        if self.feed.error:
-            parts.append(self.feed.error)
-        parts.append(self.feed.title)
-        return " · ".join(parts)
+        return self._title().plain
 
+    def _show_status(self, main=None) -> None:
+        (main or self.screen_stack[0]).query_one("#title", panes.TitleBar).redraw()
+        self.sub_title = self._status()
+
+    # -- actions -------------------------------------------------------------------------------
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
-        self.refresh_panes() if not self.paused else setattr(self, "sub_title", self._status())
+        self.refresh_panes() if not self.paused else self._show_status()
 
     def action_cycle_metric(self) -> None:
         self.metric = ACCEPTANCE_METRICS[(ACCEPTANCE_METRICS.index(self.metric) + 1) % len(ACCEPTANCE_METRICS)]
         self.refresh_panes()
 
     def action_toggle_text(self) -> None:
-        self.screen.toggle_class("text-only")
+        main = self.screen_stack[0].query_one("#main", Grid)
+        main.toggle_class("text-only")
+        self.call_after_refresh(self.screen_stack[0].query_one("#text-box", VerticalScroll).scroll_end,
+                                animate=False)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(replay=self.REPLAY))
 
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)

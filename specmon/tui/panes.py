@@ -1,4 +1,7 @@
-"""The panes. Each renders from ViewState through a pure function, tested without an app."""
+"""The panes. Each renders from ViewState through a pure function, tested without an app.
+
+Every figure names its round set: the pane's title says which class and k, its first lines how
+many rounds and how many of them proposed nothing (those are counted apart, never mixed in)."""
 
 from __future__ import annotations
 
@@ -6,150 +9,260 @@ from rich.text import Text
 from textual.widgets import Static
 
 from specmon.metrics.format import MISSING, fmt
+from specmon.metrics.interval import SpeedupEstimate
 from specmon.tui.state import ViewState
 
 TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cyan", "plain": "default",
                "prompt": "dim"}
-BARS = " ▁▂▃▄▅▆▇█"
+VERDICT_STYLES = {"faster": "bold green", "slower": "bold red", "not yet known": "bold yellow", "noise": "bold magenta"}
+BARS = "_▁▂▃▄▅▆▇█"  # a zero shows as _, so it is not taken for a gap
+EMPTY_MARK = "·"  # a round that proposed nothing, in a sparkline
+DEFAULT_WIDTH = 36  # content width before the first layout
 
 
-def bar_line(values: list[float], width: int, top: float | None = None) -> str:
-    """A sparkline of the last `width` values scaled to `top` (default: their maximum)."""
-    values = values[-width:]
-    if not values:
-        return ""
-    peak = top or max(values) or 1.0
-    return "".join(BARS[min(8, max(0, round(8 * v / peak)))] for v in values)
+def bar_line(values: list[float | None], width: int, top: float | None = None) -> str:
+    """A sparkline of the last `width` values scaled to `top` (default: their maximum); None is
+    drawn as EMPTY_MARK."""
+    values = values[-width:] if width > 0 else []
+    present = [v for v in values if v is not None]
+    peak = top or max(present, default=0.0) or 1.0
+    return "".join(EMPTY_MARK if v is None else BARS[min(8, max(0, round(8 * v / peak)))] for v in values)
+
+
+def _spark(values: list[float | None], width: int, top: float | None, style: str) -> Text:
+    """bar_line with the empty-round marks dimmed."""
+    text = Text()
+    for ch in bar_line(values, width, top):
+        text.append(ch, style="dim" if ch == EMPTY_MARK else style)
+    return text
+
+
+def _fit(long: str, short: str, width: int) -> str:
+    return long if len(long) <= width else short
 
 
 DEFINITIONS = {
-    "acceptance rate": "Σacc/Σprop",
-    "mean accepted length": "Σacc/rounds",
-    "alpha-hat": "mean Σmin(p,q)",
+    "acceptance rate": ("acceptance rate", "Σacc/Σprop"),
+    "mean accepted length": ("mean accepted length", "Σacc/rounds"),
+    "alpha-hat": ("α̂", "mean Σmin(p,q)"),
 }
 
 
-def render_acceptance(state: ViewState, metric: str, width: int = 60) -> Text:
+def run_title(state: ViewState, what: str, width: int = 80) -> str:
+    """A pane's title naming its round set: the current class at the k it shows (the class is
+    left out where the title would not fit; the neighbouring panes name it)."""
+    name, k = state.current_class, state.class_k
+    if not name:
+        return what
+    if not k:
+        return f"{what} · {name}"
+    off = "" if state.is_on(name) else " (off)"
+    full = f"{what} · {name} k={k}{off}"
+    return full if len(full) <= width else f"{what} · k={k}{off}"
+
+
+def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
+    """How many rounds the current run has, with those that proposed nothing apart."""
     run = state.current_run()
-    series = state.acceptance_series(metric)
-    top = 1.0 if metric != "mean accepted length" else max([float(state.class_k), 1.0])
+    if run is None:
+        return "no speculative round yet"
+    drafted = run.rounds - run.empty_rounds
+    return _fit(f"{run.rounds} rounds: {drafted} proposed, {run.empty_rounds} proposed nothing",
+                f"{run.rounds} rounds: {drafted} proposed, {run.empty_rounds} empty", width)
+
+
+def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH) -> Text:
+    """The headline over all rounds of the current class at its k; the sparkline over the last
+    of those same rounds, a round that proposed nothing drawn as ·."""
+    run = state.current_run()
+    name, definition = DEFINITIONS[metric]
     overall = {"acceptance rate": run.acceptance_rate if run else None,
                "mean accepted length": run.mean_accepted_len if run else None,
                "alpha-hat": run.alpha_hat if run else None}[metric]
-    text = Text(f"{metric} k={state.class_k}: {fmt(overall)} ", style="bold")
-    text.append(f"({DEFINITIONS[metric]}, {len(series)} rounds)\n", style="dim")
-    text.append(bar_line(series, width, top), style="green")
+    text = Text(f"{name} {fmt(overall)} ", style="bold")
+    text.append(f"({definition})\n", style="dim")
+    text.append(round_set(state, width) + "\n", style="dim")
+    if metric == "alpha-hat" and run is not None and not run.alpha_rounds:
+        text.append("no α̂: this drafter gives no distribution", style="dim")
+        return text
+    series = state.acceptance_series(metric)
+    top = 1.0 if metric != "mean accepted length" else max([float(state.class_k), 1.0])
+    text.append_text(_spark(series, width, top, "green"))
+    if series:
+        shown = min(len(series), width)
+        text.append("\n" + _fit(f"last {shown} rounds; {EMPTY_MARK} proposed nothing", f"last {shown}; {EMPTY_MARK} empty",
+                                width), style="dim")
     return text
 
 
-def render_rejections(state: ViewState) -> Text:
+def rounds_caption(state: ViewState) -> str:
+    """How many rounds the current run's means are over (a pane's subtitle)."""
     run = state.current_run()
+    return f"{run.rounds} rounds" if run else ""
+
+
+def render_rejections(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
+    """First-rejection counts and per-position acceptance a_i for every position 0..k-1, as
+    columns; past the pane's width, one bar character per position."""
+    run, k = state.current_run(), state.class_k
     if run is None or not run.proposed_gt:
         return Text("no draft proposed yet", style="dim")
-    total = max(sum(run.rejections) + run.all_accepted, 1)
-    lines = Text("pos  first rejection     a_i\n", style="bold")
-    per_position = run.per_position
-    for pos, a_i in enumerate(per_position):
-        count = run.rejections[pos] if pos < len(run.rejections) else 0
-        bar = "█" * round(12 * count / total)
-        lines.append(f"{pos:>3}  {bar:<12} {count:>4}  {a_i:.2f}\n")
-    lines.append(f"all accepted: {run.all_accepted}", style="cyan")
-    return lines
+    drafted = run.rounds - run.empty_rounds
+    text = Text(_fit(f"{drafted} rounds proposed; {run.empty_rounds} empty, apart",
+                     f"{drafted} proposed, {run.empty_rounds} empty", width) + "\n", style="dim")
+    positions = max(k, len(run.proposed_gt))
+    counts = [run.rejections[i] if i < len(run.rejections) else 0 for i in range(positions)]
+    a_i = [run.per_position[i] if i < len(run.per_position) else None for i in range(positions)]
+    col = max(4, len(str(max(counts + [run.all_accepted]))) + 1)
+    if 4 + col * (positions + 1) <= width:
+        text.append("pos" + "".join(f"{i:>{col}}" for i in range(positions)) + f"{'all':>{col}}\n", style="bold")
+        text.append("rej" + "".join(f"{c:>{col}}" for c in counts) + f"{run.all_accepted:>{col}}\n")
+        text.append("a_i" + "".join(f"{_short(a):>{col}}" for a in a_i))
+        return text
+    top = max(counts + [1])
+    text.append(f"pos 0→{positions - 1}, one mark each\n", style="bold")
+    text.append("rej ").append_text(_spark([c / top for c in counts], positions, 1.0, "red"))
+    text.append(f" all {run.all_accepted}\n")
+    text.append("a_i ").append_text(_spark(a_i, positions, 1.0, "green"))
+    return text
 
 
-def render_timing(state: ViewState, width: int = 50) -> Text:
+def _short(value: float | None) -> str:
+    """A rate in three characters: .71, 1.0, or - where no round reached the position."""
+    if value is None:
+        return "-"
+    return "1.0" if value >= 0.995 else f"{value:.2f}"[1:]
+
+
+def render_timing(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
+    """Mean draft, verify and other ms per round over the current run; verify ms per round over
+    its last rounds."""
     run = state.current_run()
-    text = Text("per round, ms  ", style="bold")
     if run is None or not run.rounds:
-        return text + Text("waiting", style="dim")
-    text.append(f"draft {fmt(run.mean_ms(run.draft_ms))}  verify {fmt(run.mean_ms(run.verify_ms))}  "
-                f"overhead {fmt(run.mean_ms(run.overhead_ms))}\n")
-    top = max(list(state.verify_ms) + list(state.draft_ms) or [1.0])
-    text.append("draft  ", style="dim")
-    text.append(bar_line(list(state.draft_ms), width, top) + "\n", style="yellow")
-    text.append("verify ", style="dim")
-    text.append(bar_line(list(state.verify_ms), width, top), style="magenta")
+        return Text("waiting", style="dim")
+    text = Text()
+    for label, total in (("draft", run.draft_ms), ("verify", run.verify_ms), ("other", run.overhead_ms)):
+        value = fmt(run.mean_ms(total))
+        text.append(f"{label:<6}{value:>{max(width - 6, len(value))}}\n")
+    verify = [ev.verify_ms for ev in state.window()]
+    text.append("v ", style="dim").append_text(_spark(verify, width - 2, max(verify + [1e-9]), "magenta"))
     return text
 
 
-def render_speed(state: ViewState) -> Text:
-    stats = state.classes.get(state.current_class)
-    run = state.current_run()
-    base = stats.baseline if stats else None
-    speedup = stats.speedup(run.draft_len) if stats and run and run.draft_len else None
-    colour = "green" if speedup and speedup >= 1.02 else "red" if speedup and speedup < 0.98 else "white"
-    text = Text(f"class {state.current_class or '-'}\n", style="bold")
-    text.append(f"spec  {fmt(run.tok_per_s if run else None, '{:.1f}')} tok/s\n")
-    text.append(f"plain {fmt(base.tok_per_s if base else None, '{:.1f}')} tok/s\n")
-    text.append("speedup ")
-    text.append(fmt(speedup, "{:.2f}×"), style=f"bold {colour}")
+def verdict_style(estimate: SpeedupEstimate | None) -> str:
+    return VERDICT_STYLES.get(estimate.verdict if estimate else "", "bold")
+
+
+def render_speed(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
+    """The speedup (specmon.metrics' estimate: goodput at k over plain, same class), its 95%
+    interval over prompts and what it allows one to say; then each side's goodput and sample."""
+    name, k = state.current_class, state.class_k
+    stats = state.classes.get(name)
+    run, base = state.current_run(), (stats.baseline if stats else None)
+    estimate = state.speedup_estimate(name, k)
+    text = Text()
+    if estimate is None or estimate.ratio is None:
+        text.append("speedup N/A", style="bold")
+        text.append(" (needs rounds at k and plain)\n", style="dim")
+    else:
+        style = verdict_style(estimate)
+        text.append(f"{estimate.ratio:.2f}×", style=style)
+        if estimate.low is not None:
+            text.append(f" [{estimate.low:.2f}–{estimate.high:.2f}]")
+        text.append(f" {estimate.verdict}", style=style)
+        if estimate.verdict == "noise":
+            text.append(f" > {estimate.bound:.2f}×", style="dim")
+        elif estimate.low is None:
+            text.append(" (1 prompt)", style="dim")
+        text.append("\n")
+    text.append(f"{'':6}{'tok/s':>7}{'rounds':>8}{'prompts':>9}\n", style="dim")
+    text.append(_side("spec", run, estimate.prompts_spec if estimate else None) + "\n")
+    text.append(_side("plain", base, estimate.prompts_plain if estimate else None))
     return text
+
+
+def _side(label: str, run, prompts: int | None) -> str:
+    """One side's goodput in tok/s, its rounds and its prompts."""
+    if run is None or not run.rounds:
+        return f"{label:<6}{MISSING:>7}"
+    return f"{label:<6}{fmt(run.tok_per_s, '{:.1f}'):>7}{run.rounds:>8}{'' if prompts is None else prompts:>9}"
 
 
 def render_memory(state: ViewState) -> Text:
-    gib = lambda b: None if b is None else b / 2**30  # noqa: E731
+    gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
     text = Text()
-    if state.vram_total is not None:
-        text.append(f"VRAM {fmt(gib(state.vram_used))} / {fmt(gib(state.vram_total))} GiB\n")
+    if state.vram_total is not None and state.vram_used is not None:
+        text.append(f"VRAM {gib(state.vram_used)}\n  of {gib(state.vram_total)}\n")
     else:
         text.append(f"VRAM {MISSING}\n", style="dim")
-    text.append(f"RSS  {fmt(gib(state.rss_bytes))} GiB")
+    if state.rss_bytes is not None:
+        text.append(f"RSS  {gib(state.rss_bytes)}")
+    elif state.round_mem_bytes:  # no resource sample yet: the rounds' own memory figure
+        on_gpu = bool(state.session and state.session.device.startswith("cuda"))
+        text.append(f"{'GPU ' if on_gpu else 'RSS '} {gib(state.round_mem_bytes)}")
+    else:
+        text.append(f"RSS  {MISSING}", style="dim")
     caches = state.session.cache_bytes if state.session else {}
     if caches:
-        sizes = ", ".join(f"{name} {size / 2**20:.0f}" for name, size in caches.items())
-        text.append(f"\nKV cache MiB: {sizes}", style="dim")
+        text.append("\nKV cache MiB", style="dim")
+        for name, size in caches.items():
+            text.append(f"\n {name} {size / 2**20:.0f}", style="dim")
     return text
-
-
-def class_rows(state: ViewState) -> list[tuple[str, ...]]:
-    rows = []
-    for name, stats in state.classes.items():
-        k = state.draft_len_by_class.get(name, 0)
-        run = stats.runs.get(k) if k else None
-        speedup = stats.speedup(k) if k else None
-        on = "on" if k else "off"
-        rows.append((name, str(run.rounds if run else 0), fmt(run.acceptance_rate if run else None),
-                     fmt(run.mean_accepted_len if run else None), fmt(speedup, "{:.2f}×"), str(k), on))
-    return rows
 
 
 def render_text(state: ViewState) -> Text:
     text = Text()
     for span in state.text:
         text.append(span.text, style=TEXT_STYLES[span.kind])
+    text.rstrip()  # a trailing newline would leave the pane's last line blank
     return text
 
 
 def legend() -> Text:
-    text = Text("legend: ")
+    text = Text()
     for kind in ("accepted", "correction", "bonus", "plain"):
         text.append(f" {kind} ", style=TEXT_STYLES[kind])
     return text
 
 
-class Pane(Static):
-    """A bordered Static whose content is re-rendered from state on each batch."""
+class TitleBar(Static):
+    """The one-line title, re-rendered to its width whenever that changes."""
 
-    def __init__(self, title: str, **kwargs):
+    def __init__(self, render_to, **kwargs):
+        super().__init__(**kwargs)
+        self.render_to = render_to
+
+    def redraw(self) -> None:
+        self.update(self.render_to(self.content_size.width), layout=False)
+
+    def on_resize(self) -> None:
+        if self.content_size.width:
+            self.redraw()
+
+
+class Pane(Static):
+    """A bordered Static re-rendered from state on each batch, and whenever its width changes:
+    `render_to(width)` gives its content, `title_to(width)` its title."""
+
+    def __init__(self, title: str, render_to=None, title_to=None, subtitle_to=None, **kwargs):
         super().__init__(**kwargs)
         self.border_title = title
+        self.render_to = render_to
+        self.title_to = title_to
+        self.subtitle_to = subtitle_to
 
+    def redraw(self) -> None:
+        if self.title_to is not None:
+            title = self.title_to(max(self.size.width - 4, 0))
+            if title != self.border_title:  # setting a title repaints, even the same one
+                self.border_title = title
+        if self.subtitle_to is not None:
+            subtitle = self.subtitle_to()
+            if subtitle != self.border_subtitle:
+                self.border_subtitle = subtitle
+        if self.render_to is not None:  # a grid cell: its size never follows its content
+            self.update(self.render_to(self.content_size.width or DEFAULT_WIDTH), layout=False)
 
-def decision_row(d) -> tuple[str, str, str]:
-    if d.speculate_from != d.speculate_to:
-        change = "on" if d.speculate_to else "off"
-    else:
-        change = f"k {d.k_from}→{d.k_to}"
-    return str(d.decision_id), d.prompt_class, change + ("" if d.applied else " (advised)")
-
-
-def render_decision(d, cited: list) -> str:
-    """What a selected decision was based on: its rule, inputs, thresholds and cited rounds."""
-    inputs = ", ".join(f"{k} {v:.4g}" for k, v in d.inputs.items())
-    by_k: dict[int, list] = {}
-    for ev in cited:
-        by_k.setdefault(ev.draft_len, []).append(ev.round_id)
-    spans = "; ".join(f"k={k}: {len(ids)} rounds ({ids[0]}…{ids[-1]})" for k, ids in sorted(by_k.items()))
-    return (f"decision {d.decision_id} [{d.prompt_class}] by {d.rule_key} (policy line {d.rule_line})\n"
-            f"inputs: {inputs}\nthresholds: min_gain {d.thresholds['min_gain']}, hysteresis "
-            f"{d.thresholds['hysteresis']}\ncited {len(d.round_ids)} rounds, {len(cited)} held: {spans}")
+    def on_resize(self) -> None:
+        if self.content_size.width and not getattr(self.app, "paused", False):  # a paused view stays as it was
+            self.redraw()

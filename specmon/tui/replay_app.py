@@ -2,33 +2,26 @@
 
 from __future__ import annotations
 
-from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import ModalScreen
-from textual.widgets import Input
+from textual.widgets import DataTable
 
 from specmon.errors import SpecmonError
 from specmon.replay.player import ReplayFeed
 from specmon.tui.app import SpecmonApp
+from specmon.tui.screens import JumpScreen
 from specmon.tui.state import ViewState
 
 
-class JumpScreen(ModalScreen[str]):
-    BINDINGS = [Binding("escape", "app.pop_screen", "cancel")]
-
-    def compose(self) -> ComposeResult:
-        yield Input(placeholder="jump to: r<round id>  p:<prompt id>  d<decision id>", id="jump")
-
-    def on_input_submitted(self, message: Input.Submitted) -> None:
-        self.dismiss(message.value.strip())
-
-
 class ReplayApp(SpecmonApp):
+    REPLAY = True
+    # Short descriptions, the replay's own keys first: all of them fit an 80-column footer.
     BINDINGS = [
-        Binding("space", "play_pause", "play/pause", tooltip="Pause or resume the replay"),
+        Binding("space", "play_pause", "play", key_display="␣", tooltip="Pause or resume the replay"),
         Binding("n", "step", "step", tooltip="Advance to the next round"),
         Binding("s", "speed", "speed", tooltip="1×, 10×, as fast as possible"),
         Binding("g", "jump", "jump", tooltip="Jump to a round, a prompt or a decision"),
+        Binding("p", "toggle_pause", "pause view", show=False,
+                tooltip="Stop refreshing panes (the replay goes on: space pauses it)"),
     ]
 
     feed: ReplayFeed
@@ -37,20 +30,24 @@ class ReplayApp(SpecmonApp):
         if self.feed.restarted:  # a jump back: fold again from the first event
             self.feed.restarted = False
             self.state = ViewState()
-            self.query_one("#decisions").clear()
-            self.query_one("#classes").clear()
+            self._text_version = -1
+            self._cursor_class = ""
+            main = self.screen_stack[0]
+            main.query_one("#decisions", DataTable).clear()
+            main.query_one("#classes", DataTable).clear()
         self.state.apply(batch)
         self.refresh_panes()
 
     def action_play_pause(self) -> None:
         self.feed.toggle()
-        self.sub_title = self._status()
+        self._show_status()
 
     def action_step(self) -> None:
         self.apply_now(self.feed.step())
 
     def action_speed(self) -> None:
         speed = self.feed.cycle_speed()
+        self._show_status()
         self.notify(f"replay speed {'as fast as possible' if speed == 0 else f'{speed:g}×'}")
 
     def action_jump(self) -> None:
@@ -58,13 +55,18 @@ class ReplayApp(SpecmonApp):
             if not target:
                 return
             try:
-                self.apply_now(self.feed.jump(target))
-            except SpecmonError as exc:
+                batch = self.feed.jump(target)
+            except SpecmonError as exc:  # the view and the position stay as they were
                 self.notify(str(exc), severity="error")
+                return
+            self.apply_now(batch)
         self.push_screen(JumpScreen(), jump)
 
-    def _status(self) -> str:
+    def _lead(self) -> str:
         feed = self.feed
         speed = "max" if feed.speed == 0 else f"{feed.speed:g}×"
-        mode = "playing" if feed.playing else "paused"
-        return f"{mode} {speed} · event {feed.position} · " + super()._status()
+        mode = "▶" if feed.playing and not feed.done.is_set() else "⏸"
+        return f"{mode} {speed} ev {feed.position}"
+
+    def _tail(self) -> str:
+        return self.feed.title

@@ -10,10 +10,11 @@ from specmon.events.schema import (
     AnyEvent, Decision, PolicyLoaded, PromptFinished, PromptStarted, ResourceSample, RoundVerified,
     SessionFinished, SessionStarted,
 )
+from specmon.metrics.interval import SpeedupEstimate
 from specmon.metrics.rates import acceptance_rate
 from specmon.metrics.stats import ClassStats, RunStats
 
-WINDOW = 120  # rounds kept for the sparklines
+WINDOW = 240  # recent rounds kept per class and k, for the sparklines
 TEXT_SPANS = 400  # styled spans kept for the streaming text
 CITED_ROUNDS_KEPT = 20_000
 ACCEPTANCE_METRICS = ("acceptance rate", "mean accepted length", "alpha-hat")
@@ -32,23 +33,26 @@ class ViewState:
     classes: dict[str, ClassStats] = field(default_factory=dict)
     current_class: str = ""
     current_prompt: str = ""
-    current_k: int = 0
-    draft_len_by_class: dict[str, int] = field(default_factory=dict)
-    acceptance: collections.deque = field(default_factory=lambda: collections.deque(maxlen=WINDOW))
-    draft_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=WINDOW))
-    verify_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=WINDOW))
-    overhead_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=WINDOW))
+    current_k: int = 0  # the k of the last round (a probe or a plain re-measure included)
+    draft_len_by_class: dict[str, int] = field(default_factory=dict)  # the k in force; 0: speculation off
+    off_by: dict[str, Decision] = field(default_factory=dict)  # the applied decision that switched a class off
+    decided: set[str] = field(default_factory=set)  # classes whose k in force a decision set (since a reload)
+    last_spec_k: dict[str, int] = field(default_factory=dict)  # the last k > 0 a round of the class ran at
+    windows: dict[tuple[str, int], collections.deque] = field(default_factory=dict)  # (class, k) -> recent rounds
     text: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TEXT_SPANS))
     rss_bytes: int | None = None
     vram_used: int | None = None
     vram_total: int | None = None
+    round_mem_bytes: int | None = None  # RoundVerified.mem_bytes: memory when no ResourceSample came
     rounds_seen: int = 0
     text_version: int = 0  # bumped whenever the text grows, so the pane redraws only then
     decisions: list[Decision] = field(default_factory=list)
     policy: PolicyLoaded | None = None  # the last policy event: in force, or an edit refused
+    policies_loaded: int = 0
     # Rounds a decision may cite, by id: bounded, so a long session's memory stays flat.
     recent_rounds: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     events_seen: int = 0
+    _estimates: dict = field(default_factory=dict)  # (class, k) -> ((rounds, plain rounds), estimate)
 
     def apply(self, batch: list[AnyEvent]) -> None:
         for event in batch:
@@ -63,8 +67,10 @@ class ViewState:
 
     def _prompt(self, ev: PromptStarted) -> None:
         self.current_class, self.current_prompt, self.current_k = ev.prompt_class, ev.prompt_id, ev.draft_len
-        if ev.draft_len:
+        # A policy's decision stands until the next one (a probe while off starts at k > 0).
+        if ev.draft_len and ev.prompt_class not in self.decided:
             self.draft_len_by_class[ev.prompt_class] = ev.draft_len
+            self.off_by.pop(ev.prompt_class, None)
         mode = f"k={ev.draft_len}" if ev.draft_len else "plain"
         self.text.append(Span(f"\n── {ev.prompt_id} [{ev.prompt_class}] {mode} ──\n", "prompt"))
         self.text_version += 1
@@ -76,11 +82,14 @@ class ViewState:
             self.recent_rounds.popitem(last=False)
         self._stats(ev.prompt_class).run(ev.draft_len).add_round(ev)
         self.current_k = ev.draft_len
+        self.round_mem_bytes = ev.mem_bytes
         if ev.draft_len:
-            self.acceptance.append(ev)
-            self.draft_ms.append(ev.draft_ms)
-            self.verify_ms.append(ev.verify_ms)
-            self.overhead_ms.append(ev.overhead_ms)
+            key = (ev.prompt_class, ev.draft_len)
+            window = self.windows.get(key)
+            if window is None:
+                window = self.windows[key] = collections.deque(maxlen=WINDOW)
+            window.append(ev)
+            self.last_spec_k[ev.prompt_class] = ev.draft_len
         self._text(ev)
 
     def _finished(self, ev: PromptFinished) -> None:
@@ -94,11 +103,21 @@ class ViewState:
 
     def _decision(self, ev: Decision) -> None:
         self.decisions.append(ev)
-        if ev.applied:
-            self.draft_len_by_class[ev.prompt_class] = ev.k_to if ev.speculate_to else 0
+        if not ev.applied:  # advise mode: shown, not in force
+            return
+        self.decided.add(ev.prompt_class)
+        self.draft_len_by_class[ev.prompt_class] = ev.k_to if ev.speculate_to else 0
+        if ev.speculate_to:
+            self.off_by.pop(ev.prompt_class, None)
+        else:
+            self.off_by[ev.prompt_class] = ev
 
     def _policy(self, ev: PolicyLoaded) -> None:
         self.policy = ev
+        if ev.accepted:
+            self.policies_loaded += 1
+            if self.policies_loaded > 1:  # a reload may set a class on or off itself: prompts speak again
+                self.decided.clear()
 
     def cited(self, decision: Decision) -> list[RoundVerified]:
         """The rounds a decision cites that are still held (all of them in any normal session)."""
@@ -116,24 +135,84 @@ class ViewState:
             self.text.append(Span(ev.final_text, kind))
         self.text_version += bool(ev.accepted_text or ev.final_text)
 
-    # -- derived figures (all through specmon.metrics) ----------------------------------------
+    # -- which rounds a figure covers --------------------------------------------------------
+    def is_on(self, name: str) -> bool:
+        return self.draft_len_by_class.get(name, 0) > 0
+
+    def shown_k(self, name: str) -> int:
+        """The k whose figures a class shows: the k in force; once switched off, the k it ran at
+        (so its last speculative figures stay in view); 0 if it never speculated."""
+        if self.is_on(name):
+            return self.draft_len_by_class[name]
+        if name in self.off_by:
+            return self.off_by[name].k_from
+        return self.last_spec_k.get(name, 0)
+
     @property
     def class_k(self) -> int:
-        """The draft length the current class speculates at (0: plain only so far)."""
-        return self.draft_len_by_class.get(self.current_class, 0)
+        """The draft length the current class's panes show (0: no speculative round yet)."""
+        return self.shown_k(self.current_class)
+
+    def run_for(self, name: str) -> RunStats | None:
+        stats, k = self.classes.get(name), self.shown_k(name)
+        return stats.runs.get(k) if stats and k else None
 
     def current_run(self) -> RunStats | None:
-        """The current class's speculative run: the panes show it even while plain decoding runs."""
-        stats = self.classes.get(self.current_class)
-        return stats.runs.get(self.class_k) if stats and self.class_k else None
+        """The current class's speculative run at its shown k: the panes show it even while plain
+        decoding runs, and after the policy switched the class off."""
+        return self.run_for(self.current_class)
 
-    def acceptance_series(self, metric: str) -> list[float]:
-        """Per round over the window: accepted/proposed, accepted length, or alpha-hat."""
+    def window(self) -> list[RoundVerified]:
+        """The current run's most recent rounds (the same class and k as current_run)."""
+        return list(self.windows.get((self.current_class, self.class_k), ()))
+
+    def acceptance_series(self, metric: str) -> list[float | None]:
+        """Per round of the current window: accepted/proposed, accepted length or alpha-hat; None
+        for a round that proposed nothing (shown apart, never as a zero)."""
+        rounds = self.window()
         if metric == "mean accepted length":
-            return [float(ev.accepted) for ev in self.acceptance]
-        if metric == "alpha-hat":
-            return [ev.alpha_hat for ev in self.acceptance if ev.alpha_hat is not None]
-        return [acceptance_rate(ev.accepted, len(ev.proposed)) for ev in self.acceptance if ev.proposed]
+            return [float(ev.accepted) if ev.proposed else None for ev in rounds]
+        if metric == "alpha-hat":  # rounds whose drafter gave no distribution have no α̂: left out
+            return [ev.alpha_hat if ev.proposed else None for ev in rounds if ev.alpha_hat is not None or not ev.proposed]
+        return [acceptance_rate(ev.accepted, len(ev.proposed)) for ev in rounds]
+
+    def speedup_estimate(self, name: str, k: int) -> SpeedupEstimate | None:
+        """specmon.metrics' estimate for a class at k, recomputed only when its rounds changed."""
+        stats = self.classes.get(name)
+        if stats is None or not k or k not in stats.runs:
+            return None
+        base = stats.baseline
+        key = (stats.runs[k].rounds, base.rounds if base else 0)
+        cached = self._estimates.get((name, k))
+        if cached is None or cached[0] != key:
+            cached = self._estimates[(name, k)] = (key, stats.speedup_estimate(k))
+        return cached[1]
+
+    # -- what the title says ------------------------------------------------------------------
+    @property
+    def policy_session(self) -> bool:
+        return self.policy is not None or bool(self.session and self.session.policy_hash)
+
+    def mode_label(self) -> str:
+        """"policy" when a policy chooses k; else the k in force ("k=3", or per class)."""
+        if self.policy_session:
+            advised = self.decisions and not self.decisions[-1].applied
+            return "policy (advise)" if advised else "policy"
+        ks = {name: k for name, k in self.draft_len_by_class.items() if k}
+        if not ks:
+            return "plain" if self.classes else ""
+        if len(set(ks.values())) == 1:
+            return f"k={next(iter(ks.values()))}"
+        return "k " + " ".join(f"{name}={k}" for name, k in ks.items())
+
+    def session_label(self) -> str:
+        """The session's short id (its random suffix), profile and host."""
+        s = self.session
+        if s is None:
+            return ""
+        short = s.session_id.rsplit("-", 1)[-1]
+        host = s.host.get("hostname", "")
+        return f"{short} {s.profile_name}" + (f"@{host}" if host else "")
 
 
 _HANDLERS = {

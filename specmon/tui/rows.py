@@ -1,0 +1,109 @@
+"""The class and decision tables' rows and the title line, as pure functions of ViewState."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from specmon.events.schema import Decision
+from specmon.metrics.format import MISSING, fmt
+from specmon.tui.panes import verdict_style
+from specmon.tui.state import ViewState
+
+# (key, header, width, justify): widths fit 80 columns with no cell padding.
+CLASS_COLUMNS = [("class", "class", 11, "left"), ("k", "k", 2, "right"), ("rounds", "rounds", 7, "right"),
+                 ("empty", "empty", 6, "right"), ("accept", "acc", 5, "right"), ("mean len", "len", 5, "right"),
+                 ("speedup", "speedup", 8, "right"), ("spec", " spec", 13, "left")]
+DECISION_COLUMNS = [("id", 3), ("to", 6), ("class", 12)]  # cut at the pane's edge when narrower
+VERDICT_MARKS = {"faster": "", "slower": "", "not yet known": "?", "noise": "!"}
+
+
+def class_rows(state: ViewState) -> list[tuple[str, ...]]:
+    """Per class, at the k it shows (in force, or the k it ran at before it was switched off):
+    rounds, rounds that proposed nothing, acceptance, mean accepted length, speedup (marked ? while
+    not yet known, ! when noise), and on, or off with the decision that switched it off."""
+    rows = []
+    for name in state.classes:
+        k = state.shown_k(name)
+        run = state.run_for(name)
+        estimate = state.speedup_estimate(name, k)
+        ratio = estimate.ratio if estimate else None
+        speedup = fmt(ratio, "{:.2f}×") + (VERDICT_MARKS.get(estimate.verdict, "") if ratio is not None else "")
+        rows.append((name, str(k) if k else "-", str(run.rounds if run else 0), str(run.empty_rounds if run else 0),
+                     fmt(run.acceptance_rate if run else None), fmt(run.mean_accepted_len if run else None),
+                     speedup, " " + on_off(state, name)))
+    return rows
+
+
+def styled_cells(state: ViewState, row: tuple[str, ...]) -> list[Text]:
+    """A row's cells as the table shows them: justified, the speedup coloured by its verdict."""
+    estimate = state.speedup_estimate(row[0], state.shown_k(row[0]))
+    cells = []
+    for (key, _, _, justify), value in zip(CLASS_COLUMNS, row):
+        style = ""
+        if key == "speedup" and value != MISSING:
+            style = verdict_style(estimate)
+        elif key == "spec":
+            style = "green" if value.strip() == "on" else "dim"
+        cells.append(Text(value, style=style, justify=justify))
+    return cells
+
+
+def on_off(state: ViewState, name: str) -> str:
+    if state.is_on(name):
+        return "on"
+    decision = state.off_by.get(name)
+    if decision is None:
+        return "off"
+    ratio = decision.inputs.get("ratio")
+    return f"off d{decision.decision_id}" + (f" ×{ratio:.2f}" if ratio is not None else "")
+
+
+def decision_row(d: Decision) -> tuple[str, str, str]:
+    if d.speculate_from != d.speculate_to:
+        change = f"on k{d.k_to}" if d.speculate_to else "off"
+    else:
+        change = f"k{d.k_from}→{d.k_to}"
+    return str(d.decision_id), change + ("" if d.applied else "?"), d.prompt_class
+
+
+def render_decision(d: Decision, cited: list) -> str:
+    """What a selected decision was based on: its rule, inputs, thresholds and cited rounds."""
+    inputs = ", ".join(f"{k} {v:.4g}" for k, v in d.inputs.items())
+    by_k: dict[int, list] = {}
+    for ev in cited:
+        by_k.setdefault(ev.draft_len, []).append(ev.round_id)
+    spans = "; ".join(f"k={k}: {len(ids)} rounds ({ids[0]}…{ids[-1]})" for k, ids in sorted(by_k.items()))
+    applied = "" if d.applied else " (advised, not applied)"
+    return (f"decision {d.decision_id} [{d.prompt_class}] {decision_row(d)[1]}{applied} by {d.rule_key} "
+            f"(policy line {d.rule_line})\ninputs: {inputs}\nthresholds: min_gain {d.thresholds['min_gain']}, "
+            f"hysteresis {d.thresholds['hysteresis']}\ncited {len(d.round_ids)} rounds, {len(cited)} held: {spans}")
+
+
+def status_line(state: ViewState, source: str, alerts: list[str], lead: str = "", tail: str = "",
+                width: int = 0) -> Text:
+    """The title bar, most important first so a narrow terminal cuts the least: the replay's
+    position, alerts, the session (short id, profile, host), its drafter and mode ("policy" or
+    the k in force), rounds, how it ended; then `tail` where the width leaves room."""
+    parts: list[tuple[str, str]] = []
+    if lead:
+        parts.append((lead, "bold"))
+    parts += [(alert, "bold red") for alert in alerts]
+    parts.append((state.session_label() or source, "bold"))
+    mode = state.mode_label()
+    if state.session is not None:
+        mode = f"{state.session.drafter} {mode}".strip()
+    if mode:
+        parts.append((mode, ""))
+    parts.append((f"{state.rounds_seen} rounds", ""))
+    if state.finished:
+        reason = state.finished.reason
+        parts.append(("finished", "bold") if reason == "done" else (f"ended ({reason})", "bold yellow"))
+    text = Text(no_wrap=True)
+    for i, (part, style) in enumerate(parts):
+        text.append(" · " if i else "").append(part, style=style)
+    if tail and (not width or len(text) + 3 + len(tail) <= width):
+        text.append(" · ").append(tail, style="dim")
+    if width and len(text) > width:
+        text.truncate(width - 1)
+        text.append("…")
+    return text

@@ -1,0 +1,84 @@
+"""The pop-ups: help and the replay's jump box. Each lays itself out; the main grid is not theirs."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+HELP = """[b]specmon[/b]: speculative decoding, round by round, every pane from events
+Each pane's title names its round set: the class and the k it shows.
+[b]acceptance[/]  accepted/proposed per round; [b]m[/] cycles rate, mean accepted
+            length, α̂. [dim]·[/] a round that proposed nothing ("empty"): it
+            is counted apart and never enters the rate
+[b]speed[/]       speedup = goodput with speculation / plain, same class, with
+            its 95% interval over prompts; [yellow]not yet known[/] while the
+            interval holds 1.0, [magenta]noise[/] above what the counts allow
+[b]rejections[/]  where the first rejection fell (rej) and per-position
+            acceptance a_i, for every position 0…k-1
+[b]ms[/]          draft, verify and other milliseconds per round
+[b]classes[/]     per class at its k: rounds, empty, acceptance, mean
+            accepted length, speedup (? not yet known), on, or off
+            with the decision that switched it off and its ratio
+[b]decisions[/]   the policy's decisions; Enter or a click shows their rounds
+[b]text[/]        [green]accepted draft[/] [bold red]correction[/] [bold cyan]bonus[/] plain
+Keys: [b]p[/] pause view  [b]m[/] metric  [b]t[/] text only  [b]q[/] quit  [b]ctrl+p[/] palette"""
+
+REPLAY_HELP = """Replay: [b]space[/] play/pause  [b]n[/] step a round  [b]s[/] speed  [b]g[/] jump
+        (r<round id>, p:<prompt id>, d<decision id>)"""
+
+CLOSE_HINT = "[dim]Press any key to close.[/]"
+
+
+class HelpScreen(ModalScreen):
+    """What every pane shows and every key does; any key closes it."""
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 78; max-width: 100%; height: auto; max-height: 100%;
+        border: round $accent; padding: 0 1; background: $surface;
+    }
+    HelpScreen Static { width: 100%; height: auto; }
+    """
+
+    def __init__(self, replay: bool = False):
+        super().__init__()
+        self.replay = replay
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static("\n".join([HELP] + ([REPLAY_HELP] if self.replay else []) + [CLOSE_HINT]), id="help-text")
+
+    def on_key(self, event) -> None:
+        event.stop()
+        self.dismiss()
+
+
+class JumpScreen(ModalScreen[str]):
+    """Where to jump: focused at once, so typing goes straight in."""
+
+    AUTO_FOCUS = "Input"
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    DEFAULT_CSS = """
+    JumpScreen { align: center middle; }
+    JumpScreen > Vertical {
+        width: 64; max-width: 100%; height: auto; border: round $accent; padding: 0 1; background: $surface;
+    }
+    JumpScreen Static { width: 100%; height: auto; }
+    JumpScreen Input { width: 100%; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("jump to [b]r[/]<round id>, [b]p:[/]<prompt id> or [b]d[/]<decision id>\n"
+                         "[dim]Enter jumps, Escape cancels[/]", id="jump-hint")
+            yield Input(placeholder="r120, p:chat-2, d3", id="jump")
+
+    def on_input_submitted(self, message: Input.Submitted) -> None:
+        self.dismiss(message.value.strip())
+
+    def action_cancel(self) -> None:
+        self.dismiss("")
