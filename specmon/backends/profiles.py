@@ -13,6 +13,7 @@ import msgspec
 from specmon.data import resolve
 from specmon.engine.draft_len import check_draft_len
 from specmon.errors import SpecmonError
+from specmon.textfile import read_user_text
 from specmon.events.schema import Sampling
 
 DEFAULT_PROFILE = "smollm2-cpu"
@@ -88,7 +89,7 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     """Read and check a profile; every problem is one SpecmonError line naming the file (and the
     line, where the problem is a key's value)."""
     path = profile_path(name_or_path)
-    text = _read_text(path)
+    text = read_user_text(path, "profile")
     try:
         profile = msgspec.convert(tomllib.loads(text), Profile)
     except tomllib.TOMLDecodeError as exc:
@@ -101,19 +102,6 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
         raise SpecmonError(f"profile {path}{_line_of(text, key)}: {key + ': ' if key else ''}{reason}") from None
     _check(profile, path, text)
     return msgspec.structs.replace(profile, source=str(path), text=text)
-
-
-def _read_text(path: Path) -> str:
-    """UTF-8, with or without a byte-order mark."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SpecmonError(f"profile {path}: cannot read it ({exc.strerror})") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise SpecmonError(f"profile {path}, line {line}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
 def _line_of(text: str, key: str) -> str:

@@ -76,8 +76,22 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_run(sub)
-    add_models(sub)
+    for add in (_add_run, add_models, _add_attach, _add_policy, _add_bench, _add_sweep, _add_logs):
+        add(sub)
+    return parser
+
+
+def _add_inputs(command) -> None:
+    """The model pair and the prompt set: the same three flags for run, sweep and bench."""
+    command.add_argument("--profile", default=DEFAULT_PROFILE, help="a profile .toml path, or a name (working "
+                         f"directory first, then the shipped profiles; default: {DEFAULT_PROFILE})")
+    command.add_argument("--prompts", type=Path, help="JSON lines: id, prompt, optional class, max_new_tokens "
+                         "(default: the built-in suite)")
+    command.add_argument("--classes", help="comma-separated classes to run: built-in ones, or with --prompts "
+                         "the file's own (default: all)")
+
+
+def _add_attach(sub) -> None:
     attach = sub.add_parser(
         "attach", help="watch a running session from another terminal or SSH login",
         description="Receive a session's history, then its live events. TARGET is a Unix socket "
@@ -89,16 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "(else the SPECMON_TOKEN environment variable)")
     attach.add_argument("--token", help=argparse.SUPPRESS)  # removed (visible in `ps`); refused with a hint
     attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
-    _add_policy(sub)
-    _add_bench(sub)
+
+
+def _add_sweep(sub) -> None:
     sweep = sub.add_parser(
         "sweep", help="grid of draft lengths x sampling settings x drafters against plain decoding",
         description="Per class, decode every prompt under every cell of the grid (plain decoding included, "
                     "interleaved). Prints measured and predicted speedup per cell and the break-even "
                     "acceptance; Ctrl-C keeps what finished.")
-    sweep.add_argument("--profile", default=DEFAULT_PROFILE)
-    sweep.add_argument("--prompts", type=Path)
-    sweep.add_argument("--classes", help="comma-separated classes (built-in, or the --prompts file's)")
+    _add_inputs(sweep)
     sweep.add_argument("--drafters", default="ngram", help="comma-separated: ngram,layerskip,model (default ngram; model is the profile's draft model)")
     sweep.add_argument("--layers", type=whole(1), help="layer-skip draft depth (default: the profile's)")
     sweep.add_argument("--ks", default="0-8", help="draft lengths, e.g. 0-8 or 2,4,6 (default 0-8)")
@@ -110,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", type=Path, help="folder for the plots (default reports/SESSION-sweep)")
     sweep.add_argument("--suggest-policy", type=Path, metavar="FILE",
                        help="write the best k per class (or off) into FILE, commented with the figures")
+
+
+def _add_logs(sub) -> None:
+    """The commands that read a session log: report, replay, log info."""
     report = sub.add_parser("report", help="per-class tables and PNG plots of a session log, as a Markdown page")
     report.add_argument("log", type=Path)
     report.add_argument("--out", type=Path, help="output folder (default: reports/LOGNAME/)")
@@ -126,7 +143,6 @@ def build_parser() -> argparse.ArgumentParser:
         dest="log_command", required=True, metavar="ACTION")
     info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
     info.add_argument("log", type=Path)
-    return parser
 
 
 def _add_run(sub) -> None:
@@ -135,11 +151,7 @@ def _add_run(sub) -> None:
         description="Decode each prompt plainly (k=0) and with the drafter, interleaved, and print a "
                     "per-class table. Every round is logged as an event under logs/.")
     run.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
-    run.add_argument("--profile", default=DEFAULT_PROFILE, help="a profile .toml path, or a name (working directory first, then the shipped profiles) "
-                     f"(default: {DEFAULT_PROFILE})")
-    run.add_argument("--prompts", type=Path, help="JSON lines: id, prompt, optional class, max_new_tokens")
-    run.add_argument("--classes", help="comma-separated classes to run: built-in ones, or with --prompts "
-                     "the file's own (default: all)")
+    _add_inputs(run)
     run.add_argument("--drafter", choices=["ngram", "layerskip", "model", "none"], help="override the profile's drafter")
     run.add_argument("-k", "--draft-len", type=whole(0, MAX_DRAFT_LEN),
                      help="draft tokens per round (0 = plain decoding only)")
@@ -184,10 +196,8 @@ def _add_bench(sub) -> None:
                     "of its prompts the same prompt runs at every fixed k (0 = plain) in a rotating order. "
                     "Prints goodput per class for each k, the best fixed k and the policy (its own re-measures "
                     "and probes counted), and logs every run (`specmon policy explain LOG` works on it).")
-    policy.add_argument("--prompts", type=Path, help="JSON lines (default: the built-in suite)")
-    policy.add_argument("--classes", help="comma-separated classes, built-in or the --prompts file's (default: all)")
+    _add_inputs(policy)
     policy.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
-    policy.add_argument("--profile", default=DEFAULT_PROFILE)
     policy.add_argument("--drafter", choices=["ngram", "layerskip", "model"], help="override the profile's drafter")
     policy.add_argument("--layers", type=whole(1), help="layer-skip draft depth")
     policy.add_argument("--ks", default="0,1,2,3,4,5,6,7,8", help="fixed draft lengths, e.g. 0-8 or 2,4,7 "

@@ -13,6 +13,7 @@ from typing import Annotated
 import msgspec
 
 from specmon.errors import SpecmonError
+from specmon.textfile import read_user_text
 
 MAX_NEW_TOKENS = 2**31 - 1  # fits every reader; the KV cache check refuses far less
 # a \uD800-\uDBFF escape with no \uDC00-\uDFFF after it, or the reverse: valid JSON, but not text
@@ -124,7 +125,7 @@ MAX_PROBLEMS = 3  # listed in the one error line; the rest are counted
 def load_prompts(path: Path) -> list[Prompt]:
     """JSON lines: {"id", "prompt", optional "class", optional "max_new_tokens"}, UTF-8 (a BOM is
     fine). Every bad line is named (file, line, reason) in one error; nothing is half-loaded."""
-    text = _read_text(path)
+    text = read_user_text(path, "prompts file")
     prompts, problems = [], []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -139,19 +140,6 @@ def load_prompts(path: Path) -> list[Prompt]:
     if not prompts:
         raise SpecmonError(f"prompts file {path}: no prompts in it")
     return prompts
-
-
-def _read_text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SpecmonError(f"prompts file {path}: cannot read it ({exc.strerror})") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise SpecmonError(f"prompts file {path}, line {line}: not UTF-8 text (byte {exc.start}); "
-                           "save it as UTF-8") from None
 
 
 def _parse_line(line: str) -> Prompt:

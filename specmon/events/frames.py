@@ -99,7 +99,7 @@ class FrameDecoder:
         self._buf += data
         if self._version is None and not self._read_preamble():
             return
-        yield from (self._frames_v2() if self._version >= 2 else self._frames_v1())
+        yield from self._frames()
 
     def finish(self) -> None:
         """The stream ended: leftover bytes are a truncated frame."""
@@ -126,37 +126,34 @@ class FrameDecoder:
         self._version = version
         return True
 
-    def _frames_v1(self) -> Iterator[AnyEvent]:
+    def _frames(self) -> Iterator[AnyEvent]:
+        """Every whole, checked frame in the buffer; stops at a partial one."""
+        header, check = (FRAME_V2, self._check_v2) if self._version >= 2 else (FRAME_V1, self._check_v1)
         buf = self._buf
-        while len(buf) - self._pos >= FRAME_V1.size:
-            length, crc = FRAME_V1.unpack_from(buf, self._pos)
-            start, end = self._pos + FRAME_V1.size, self._pos + FRAME_V1.size + length
+        while len(buf) - self._pos >= header.size:
+            fields = header.unpack_from(buf, self._pos)
+            length, end = fields[0], self._pos + header.size + fields[0]
             if length > MAX_FRAME:
                 raise LogDamaged(self.source, self._offset, f"implausible frame length {length}")
             if len(buf) < end:
                 return
-            payload = bytes(buf[start:end])
-            if zlib.crc32(payload) != crc:
-                raise LogDamaged(self.source, self._offset, "checksum mismatch")
+            payload = bytes(buf[self._pos + header.size:end])
+            check(fields, payload)
             yield self._take(payload, end)
 
-    def _frames_v2(self) -> Iterator[AnyEvent]:
-        buf = self._buf
-        while len(buf) - self._pos >= FRAME_V2.size:
-            length, seq, crc = FRAME_V2.unpack_from(buf, self._pos)
-            start, end = self._pos + FRAME_V2.size, self._pos + FRAME_V2.size + length
-            if length > MAX_FRAME:
-                raise LogDamaged(self.source, self._offset, f"implausible frame length {length}")
-            if len(buf) < end:
-                return
-            payload = bytes(buf[start:end])
-            if zlib.crc32(payload, zlib.crc32(buf[self._pos:self._pos + 8], self._seed)) != crc:
-                raise LogDamaged(self.source, self._offset, "checksum mismatch (corrupt, or a frame of another log)")
-            if seq != self._seq & SEQ_MASK:
-                raise LogDamaged(self.source, self._offset, f"frame {seq} where frame {self._seq & SEQ_MASK} "
-                                 "belongs (a duplicated, reordered or missing frame)")
-            self._seq += 1
-            yield self._take(payload, end)
+    def _check_v1(self, fields: tuple, payload: bytes) -> None:
+        if zlib.crc32(payload) != fields[1]:
+            raise LogDamaged(self.source, self._offset, "checksum mismatch")
+
+    def _check_v2(self, fields: tuple, payload: bytes) -> None:
+        """The CRC covers length, number and payload, seeded by the log id; numbers count up from 0."""
+        _, seq, crc = fields
+        if zlib.crc32(payload, zlib.crc32(self._buf[self._pos:self._pos + 8], self._seed)) != crc:
+            raise LogDamaged(self.source, self._offset, "checksum mismatch (corrupt, or a frame of another log)")
+        if seq != self._seq & SEQ_MASK:
+            raise LogDamaged(self.source, self._offset, f"frame {seq} where frame {self._seq & SEQ_MASK} "
+                             "belongs (a duplicated, reordered or missing frame)")
+        self._seq += 1
 
     def _take(self, payload: bytes, end: int) -> AnyEvent:
         """Decode a checked frame's event and move past the frame, which ends at _buf[end]."""
