@@ -30,6 +30,7 @@ from specmon.telemetry.memory import rss_bytes, vram_bytes
 Emit = Callable[[AnyEvent], None]
 BASELINE = Equivalence("baseline")
 UNCHECKED = Equivalence("unchecked")
+TOKENS_KEPT = 1024  # prompts whose tokens are kept: a whole prompt set, encoded once
 
 
 class Tokenizer(Protocol):
@@ -79,15 +80,18 @@ class SessionDriver:
         )
 
     def tokens(self, prompt: Prompt) -> list[int]:
+        """The prompt's chat-template tokens, encoded once for check_room and every decode of it."""
         if prompt.text not in self._tokens:
-            self._tokens = {prompt.text: self.tokenizer.encode_chat(prompt.text)}  # one prompt's worth
+            if len(self._tokens) >= TOKENS_KEPT:  # a long-lived session (a server) must not grow without end
+                self._tokens.clear()
+            self._tokens[prompt.text] = self.tokenizer.encode_chat(prompt.text)
         return self._tokens[prompt.text]
 
     def check_room(self, prompts: Sequence[Prompt], max_new_tokens: int, max_draft_len: int) -> None:
         """Every prompt fits the KV cache, checked before the first round, not when its turn comes."""
         for prompt in prompts:
-            tokens = self.tokenizer.encode_chat(prompt.text)
-            check_room(self.target, prompt.id, len(tokens), prompt.max_new_tokens or max_new_tokens, max_draft_len)
+            check_room(self.target, prompt.id, len(self.tokens(prompt)), prompt.max_new_tokens or max_new_tokens,
+                       max_draft_len)
 
     def decode(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
                max_new_tokens: int, *, prompt_class: str | None = None, class_rule: str = "prompt set",
