@@ -1,5 +1,6 @@
 import itertools
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,8 @@ from specmon.backends import modelstore
 from specmon.backends.profiles import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
+os.environ["TZ"] = "UTC"  # clock times on screen ("ended at 01:44:07") are the same on every machine
+time.tzset()
 
 
 @pytest.fixture(scope="session", autouse=True)

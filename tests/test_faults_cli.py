@@ -358,11 +358,11 @@ def test_markup_in_class_names_profile_names_and_paths_prints_as_text(tmp_path):
     log = tmp_path / "[/]" / "s.specmon"
     done = specmon("run", "--headless", "--profile", str(profile), "--prompts", str(prompts), "--log", str(log))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert "│ [/]" in done.stdout and "[red]code$|" in done.stdout and "[bold]tiny[/]" in done.stdout
+    assert "\n[/] " in done.stdout and "[red]code$|" in done.stdout and "[bold]tiny[/]" in done.stdout
     info = specmon("log", "info", str(log))
-    assert info.returncode == 0 and "│ [/]" in info.stdout, info.stderr
+    assert info.returncode == 0 and "\n[/] " in info.stdout, info.stderr
     replay = specmon("replay", str(log), "--headless")
-    assert replay.returncode == 0 and "│ [/]" in replay.stdout, replay.stderr
+    assert replay.returncode == 0 and "\n[/] " in replay.stdout, replay.stderr
     report = specmon("report", str(log), "--out", str(tmp_path / "[r]"))
     assert report.returncode == 0 and str(tmp_path / "[r]" / "report.md") in report.stdout, report.stderr
     page = (tmp_path / "[r]" / "report.md").read_text()

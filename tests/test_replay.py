@@ -145,7 +145,7 @@ async def test_replay_app_plays_a_whole_log_to_the_end():
             await pilot.pause(0.05)
         await pilot.pause(0.3)
         assert app.state.rounds_seen == sum(isinstance(e, RoundVerified) for e in read_log(POLICY_LOG))
-        assert "finished" in app.sub_title
+        assert "ended at 01:45:29" in app.sub_title  # the SessionFinished time, in UTC (conftest)
 
 
 def test_explain_reproduces_every_decision_of_a_live_policy_session(live_session):

@@ -5,9 +5,11 @@ Real subprocesses on the tiny model; the full-disk test mounts a real tmpfs (roo
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,11 @@ from specmon.events.schema import Decision, PromptFinished, RoundVerified, Sessi
 from specmon.metrics.stats import class_stats, summary
 from specmon.replay.player import ReplayFeed
 from specmon.sched.bench import bench_results
+from specmon.transport.channel import Channel, LogSink
+from specmon.transport.serve import EventServer
+from specmon.transport.sessions import live_sessions
 from specmon.tui.state import ViewState
+from test_tui_view import FIXTURES, TUI_EVENTS
 from tinymodel import tiny_profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,11 +52,11 @@ def assert_same_figures(expected: dict, actual: dict, where: str) -> None:
 
 
 def table_lines(stdout: str) -> list[str]:
-    """The rich table in a command's output, from its top border to its caption, title left out."""
+    """The per-class tables in a command's output: from the first header to the legend, title left out."""
     lines = stdout.splitlines()
-    top = next(i for i, line in enumerate(lines) if line.startswith("┏"))
-    bottom = next(i for i, line in enumerate(lines) if line.startswith("└"))
-    return [line.rstrip() for line in lines[top:bottom + 1]]
+    top = next(i for i, line in enumerate(lines) if line.startswith("class "))
+    bottom = next(i for i, line in enumerate(lines) if line.startswith("prompts: "))
+    return [line.rstrip() for line in lines[top:bottom]]
 
 
 def fold(feed: ReplayFeed) -> ViewState:
@@ -147,7 +153,8 @@ def test_log_info_prints_the_table_the_run_printed(recorded_run):
     assert info.returncode == 0, info.stdout
     assert "integrity        ok" in info.stdout
     printed = table_lines(stdout)
-    assert sorted(line.split("│")[1].strip() for line in printed if line.startswith("│")) == ["chat", "rewrite"]
+    assert sorted({line.split()[0] for line in printed if line[:1].isalpha() and not line.startswith(("class", "a_i"))}) \
+        == ["chat", "rewrite"]
     assert table_lines(info.stdout) == printed
 
 
@@ -215,24 +222,65 @@ def test_a_busy_listen_port_leaves_no_log_and_no_socket(tmp_path):
     assert list((runtime / "specmon").glob("*.sock")) == []
 
 
-def test_attach_skips_and_removes_sockets_of_killed_sessions(tmp_path, monkeypatch):
-    from specmon.transport.attach import newest_socket
+def serving(folder: Path, name: str, events) -> tuple[Channel, EventServer]:
+    """A session that serves `events` on folder/name.sock, as `specmon run` does, without a model."""
+    channel = Channel(LogSink(folder / f"{name}.specmon"))
+    for ev in events:
+        channel.publish(ev)
+    return channel, EventServer(channel.log, folder / f"{name}.sock")
 
+
+def test_attach_lists_live_sessions_with_their_logs_and_removes_dead_sockets(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     folder = tmp_path / "specmon"
     folder.mkdir(mode=0o700)
-    live = socket.socket(socket.AF_UNIX)
-    live.bind(str(folder / "live.sock"))
-    live.listen()
     dead = socket.socket(socket.AF_UNIX)
     dead.bind(str(folder / "dead.sock"))  # bound, never listening: what a SIGKILLed run leaves
     dead.close()
-    os.utime(folder / "live.sock", (1, 1))  # the live one is the older
+    events = [e for e in TUI_EVENTS if not isinstance(e, SessionFinished)][:40]
+    channel, server = serving(folder, "live", events)
     try:
-        assert newest_socket() == folder / "live.sock"
+        (info,) = live_sessions()
         assert not (folder / "dead.sock").exists()
+        assert (info.socket, info.log) == (folder / "live.sock", (folder / "live.specmon").resolve())
+        started = events[0]
+        assert (info.session_id, info.profile, info.host) == (started.session_id, "smollm2-cpu", "vm")
+        assert info.rounds == sum(isinstance(e, RoundVerified) for e in events) and info.ended is None
     finally:
-        live.close()
-    (folder / "live.sock").unlink()
-    with pytest.raises(Exception, match="no running session found"):
-        newest_socket()
+        server.close()
+        channel.close()
+    assert live_sessions() == [] and not (folder / "live.log").exists()
+
+
+def test_attach_with_several_sessions_lists_them_and_asks_for_one(tmp_path):
+    folder = tmp_path / "specmon"
+    folder.mkdir(mode=0o700)
+    started = [e for e in TUI_EVENTS if not isinstance(e, SessionFinished)][:10]
+    running = [serving(folder, name, started) for name in ("a", "b")]
+    rounds = sum(isinstance(e, RoundVerified) for e in started)
+    try:
+        done = subprocess.run([sys.executable, "-m", "specmon.cli", "attach", "--headless"], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+    finally:
+        for channel, server in running:
+            server.close()
+            channel.close()
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert lines[0] == "2 sessions are running:"
+    for line, name in zip(lines[1:3], ("1.", "2.")):
+        assert line.split()[:3] == [name, started[0].session_id, "smollm2-cpu@vm"] and line.endswith(f" {rounds} rounds")
+    assert lines[3].startswith("specmon: several sessions are running; name one: specmon attach SOCKET")
+
+
+def test_attach_with_no_session_alive_names_the_newest_log_and_when_it_ended(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    shutil.copy(FIXTURES / "session-tui.specmon", logs / "s.specmon")
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "SPECMON_LOGS": str(logs), "TZ": "UTC"}
+    done = subprocess.run([sys.executable, "-m", "specmon.cli", "attach", "--headless"], capture_output=True,
+                          text=True, timeout=60, env=env)
+    ended = next(e for e in TUI_EVENTS if isinstance(e, SessionFinished)).t
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert f"the newest log, {logs / 's.specmon'}, ended at " \
+           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(ended))} (84 rounds): specmon replay" in done.stderr

@@ -175,10 +175,10 @@ def test_real_tui_in_tmux_over_a_pseudo_terminal(tmp_path):
     try:
         screen = ""
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and "finished" not in screen:
+        while time.monotonic() < deadline and "ended at" not in screen:
             time.sleep(1)
             screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-        assert "finished" in screen, screen
+        assert "ended at" in screen, screen
         stats = class_stats(read_log(log))["rewrite"]
         assert f"{stats.speedup_estimate(3).ratio:.2f}×" in screen
         assert "acceptance · rewrite k=3" in screen and "acceptance rate" in screen

@@ -234,7 +234,7 @@ async def test_title_names_the_session_and_the_policy_not_a_profile_k():
         title = screen_lines(app)[0]
         assert "c10aa0 smollm2-cpu@vm" in title
         assert "policy" in title and "k=4" not in title
-        assert "523 rounds" in title and "finished" in title
+        assert "523 rounds" in title and "ended at 01:45:29" in title
 
 
 async def test_title_names_the_k_in_force_without_a_policy():

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 from rich.markup import escape
 
-from specmon.cli.console import out
+from specmon.cli.console import err, out
 from specmon.cli.tables import class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
-from specmon.events.log import LogDamaged, read_log
+from specmon.events.log import LogDamaged, default_log_path, read_log
 from specmon.events.schema import (BENCH_FIXED_RULE, PolicyLoaded, PromptFinished, PromptStarted, RoundVerified,
                                    SessionFinished, SessionStarted)
 from specmon.metrics.stats import class_stats, summary
@@ -22,6 +23,8 @@ from specmon.policy.explain import explain_log
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import bench_results
 from specmon.transport.attach import attach_events, read_token
+from specmon.transport.serve import runtime_dir
+from specmon.transport.sessions import describe, live_sessions, newest_log
 
 
 def cmd_policy(args) -> int:
@@ -64,17 +67,18 @@ def cmd_attach(args) -> int:
         raise SpecmonError("--token was removed: any local user can read a command line (ps); use --token-file FILE "
                            "(the path `specmon run --listen` printed) or the SPECMON_TOKEN environment variable")
     token = read_token(args.token_file)
+    target = args.target or pick_session(ask=sys.stdin.isatty() and sys.stderr.isatty())
     if not args.headless and sys.stdout.isatty() and sys.stdin.isatty():
         from specmon.tui.factory import make_app
         from specmon.tui.feed import thread_feed
 
-        feed = thread_feed(lambda: attach_events(args.target, token), f"attached to {args.target or 'newest session'}")
+        feed = thread_feed(lambda: attach_events(target, token), f"attached to {target}")
         make_app(feed).run()
         if feed.error:
             raise SpecmonError(feed.error)
         return 0
     kept = []
-    for ev in attach_events(args.target, token):
+    for ev in attach_events(target, token):
         if isinstance(ev, (RoundVerified, PromptFinished)):
             kept.append(ev)
         line = event_line(ev)
@@ -83,6 +87,39 @@ def cmd_attach(args) -> int:
     if kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     return 0
+
+
+def pick_session(ask: bool) -> str:
+    """The socket of the one live session; with several, the one the user picks from a list
+    (or, with nobody to ask, the list and a request to name one); with none, the newest log."""
+    sessions = live_sessions()
+    if len(sessions) == 1:
+        return str(sessions[0].socket)
+    if not sessions:
+        raise SpecmonError(_none_alive())
+    err.print(f"{len(sessions)} sessions are running:", highlight=False)
+    for i, info in enumerate(sessions, 1):
+        err.print(f"  {i}. {info.line()}", highlight=False, markup=False, soft_wrap=True)
+    if not ask:
+        raise SpecmonError("several sessions are running; name one: specmon attach SOCKET, with SOCKET one of "
+                           + ", ".join(str(s.socket) for s in sessions))
+    answer = input(f"attach to which? [1-{len(sessions)}, Enter for 1] ").strip() or "1"
+    if not answer.isdigit() or not 1 <= int(answer) <= len(sessions):
+        raise SpecmonError(f"{answer!r} is not one of 1..{len(sessions)}")
+    return str(sessions[int(answer) - 1].socket)
+
+
+def _none_alive() -> str:
+    where = f"no running session in {runtime_dir()}"
+    log = newest_log(default_log_path("none").parent)
+    if log is None:
+        return f"{where}; start one with `specmon run`"
+    info = describe(log)
+    if info.ended is not None:
+        ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended))
+        return f"{where}; the newest log, {log}, ended at {ended} ({info.rounds} rounds): specmon replay {log}"
+    return (f"{where}; the newest log, {log}, has no end written (still being written, or its run was killed): "
+            f"specmon replay --follow {log}")
 
 
 def event_line(ev) -> str | None:

@@ -1,14 +1,24 @@
 """Plain-terminal tables of the per-class summary (rich, not Textual).
 
+One function prints it for `run`, `attach --headless` and `log info`, from `metrics.stats.summary`,
+so it shows the very fields `--json` and report.json hold. It fits 80 columns: acceptance and speed
+are two stacked tables, per-position acceptance a line per class.
+
 Class names, prompt ids and paths come from users' files: they are escaped, so a class named
 `[/]` prints as itself instead of being read as Rich markup."""
 
 from __future__ import annotations
 
+from rich import box
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from specmon.metrics.format import fmt as _num
+
+CLASS_WIDTH = 16
+VERDICT_COLOURS = {"faster": "green", "slower": "red", "not yet known": "yellow", "noise": "magenta"}
 
 
 def _verdict(row: dict) -> str:
@@ -24,24 +34,49 @@ def _verdict(row: dict) -> str:
     return f"[{colour}]{', '.join(parts)}[/]"
 
 
-def class_table(summary: dict, title: str) -> Table:
-    table = Table(title=escape(title), title_justify="left", header_style="bold")
-    table.caption = ("rate = accepted/proposed; mean = accepted/round; a_i = per-position acceptance; "
-                     "ms per round; speedup = tok/s over plain decoding's, same class, same run")
-    for name in ("class", "k", "rounds", "proposed", "accepted", "rate", "mean",
-                 "a_i", "draft ms", "verify ms", "tok/s", "plain tok/s", "speedup", "output"):
-        table.add_column(name, justify="left" if name in ("class", "a_i", "output") else "right")
-    for name, row in summary["classes"].items():
-        positions = " ".join(f"{a:.2f}" for a in row["per_position_acceptance"]) or "-"
-        speedup = row["speedup"]
-        colour = "green" if speedup and speedup >= 1.02 else "red" if speedup and speedup < 0.98 else "white"
-        table.add_row(
-            escape(name), str(row["draft_len"]), str(row["rounds"]), str(row["proposed"]), str(row["accepted"]),
-            _num(row["acceptance_rate"]), _num(row["mean_accepted_len"]), positions,
-            _num(row["draft_ms"]), _num(row["verify_ms"]), _num(row["tok_per_s"], "{:.1f}"),
-            _num(row["baseline_tok_per_s"], "{:.1f}"), f"[{colour}]{_num(speedup, '{:.2f}×')}[/]", _verdict(row),
-        )
+def _table(title: str, columns: tuple[str, ...], class_width: int) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  show_edge=False, padding=(0, 1, 0, 0))
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("class", "output") else "right",
+                         min_width=class_width if name == "class" else None)
     return table
+
+
+def class_table(summary: dict, title: str) -> Group:
+    """The per-class summary: acceptance, then speed, then a_i per class; each line <= 80 columns."""
+    width = min(CLASS_WIDTH, max(map(len, summary["classes"]), default=5))  # whole names, up to a point
+    acceptance = _table(escape(title), ("class", "k", "prompts", "rounds", "empty", "proposed", "accepted",
+                                        "rate", "mean"), width)
+    speed = _table("", ("class", "k", "draft", "verify", "tok/s", "plain", "speedup", "95% CI", "output"), width)
+    positions = []
+    for name, row in summary["classes"].items():
+        acceptance.add_row(escape(name), str(row["draft_len"]), str(row["speedup_prompts"][0]), str(row["rounds"]),
+                           str(row["empty_rounds"]), str(row["proposed"]), str(row["accepted"]),
+                           _num(row["acceptance_rate"]), _num(row["mean_accepted_len"]))
+        speed.add_row(escape(name), str(row["draft_len"]), _num(row["draft_ms"]), _num(row["verify_ms"], "{:.1f}"),
+                      _num(row["tok_per_s"], "{:.1f}"), _num(row["baseline_tok_per_s"], "{:.1f}"), _speedup(row),
+                      _interval(row), _verdict(row))
+        if row["per_position_acceptance"]:
+            a_i = " ".join(f"{a:.2f}" for a in row["per_position_acceptance"])
+            positions.append(Text(f"a_i {name} k={row['draft_len']}: {a_i}"))
+    legend = Text("prompts: with speculation; empty: rounds that proposed nothing; rate = accepted/proposed; "
+                  "mean = accepted/round; draft, verify: ms per round; tok/s: goodput; speedup = goodput over plain decoding's, same class, same "
+                  "run, with its 95% interval over prompts (? not yet known, ! noise); a_i = per-position acceptance",
+                  style="dim")
+    return Group(acceptance, speed, *positions, legend)
+
+
+def _speedup(row: dict) -> str:
+    verdict = row["speedup_verdict"]
+    mark = {"not yet known": "?", "noise": "!"}.get(verdict, "") if row["speedup"] is not None else ""
+    return f"[{VERDICT_COLOURS.get(verdict, 'white')}]{_num(row['speedup'], '{:.2f}×')}{mark}[/]"
+
+
+def _interval(row: dict) -> str:
+    if row["speedup_low"] is None:
+        return "-"
+    return f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f}"
 
 
 def divergence_lines(events) -> list[str]:

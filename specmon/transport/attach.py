@@ -11,33 +11,10 @@ from specmon.errors import SpecmonError
 from specmon.events.frames import FrameDecoder
 from specmon.events.log import follow_log
 from specmon.events.schema import AnyEvent, SessionFinished
-from specmon.transport.serve import runtime_dir, split_address
+from specmon.transport.serve import split_address
 
 TOKEN_ENV = "SPECMON_TOKEN"
 CONNECT_TIMEOUT_S = 10.0
-
-
-def newest_socket() -> Path:
-    """The newest socket a session still answers on; those left by killed sessions are removed."""
-    for path in sorted(runtime_dir().glob("*.sock"), key=_mtime, reverse=True):
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(path))
-            return path
-        except ConnectionRefusedError:
-            path.unlink(missing_ok=True)  # nobody listens: its session was killed before it could clean up
-        except OSError:
-            continue
-        finally:
-            probe.close()
-    raise SpecmonError(f"no running session found in {runtime_dir()}; start one with `specmon run`")
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def read_token(token_file: Path | None) -> str | None:
@@ -71,8 +48,9 @@ def attach_events(target: str | None, token: str | None = None) -> Iterator[AnyE
         sock = _connect_tcp(host, port)
         sock.sendall(token.encode() + b"\n")
     else:
-        path = Path(target) if target else newest_socket()
-        sock = _connect(socket.AF_UNIX, str(path))
+        if not target:
+            raise SpecmonError("attach needs a TARGET: a session's socket, HOST:PORT or a .specmon log")
+        sock = _connect(socket.AF_UNIX, target)
     yield from _receive(sock, target or "socket")
 
 

@@ -67,10 +67,12 @@ class EventServer:
         self._listeners: list[socket.socket] = []
         self._stopping = threading.Event()
         self.unix_path = unix_path
+        self.log_link: Path | None = None
         self.tcp_address = None
         try:
             if unix_path is not None:
                 self._listeners.append(_unix_listener(unix_path))
+                self.log_link = _link_log(unix_path.with_suffix(".log"), Path(sink.path))
             if tcp is not None:
                 self._listeners.append(self._tcp_listener(tcp))
                 base = unix_path or runtime_dir() / f"tcp-{self.tcp_address[1]}.sock"
@@ -138,7 +140,7 @@ class EventServer:
         self._stopping.set()
         for listener in self._listeners:
             listener.close()
-        for path in (self.unix_path, self.token_path):
+        for path in (self.unix_path, self.token_path, self.log_link):
             if path is not None:
                 path.unlink(missing_ok=True)
 
@@ -154,6 +156,13 @@ def write_token(path: Path, token: str) -> Path:
         os.fchmod(fh.fileno(), 0o600)  # whatever the umask
         fh.write(token + "\n")
     return path
+
+
+def _link_log(link: Path, log: Path) -> Path:
+    """A link beside the socket to the session's log, so `attach` can list sessions with their history."""
+    link.unlink(missing_ok=True)
+    os.symlink(log.resolve(), link)
+    return link
 
 
 def _unix_listener(path: Path) -> socket.socket:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 
 from specmon.events.schema import Decision
@@ -83,7 +85,7 @@ def status_line(state: ViewState, source: str, alerts: list[str], lead: str = ""
                 width: int = 0) -> Text:
     """The title bar, most important first so a narrow terminal cuts the least: the replay's
     position, alerts, the session (short id, profile, host), its drafter and mode ("policy" or
-    the k in force), rounds, how it ended; then `tail` where the width leaves room."""
+    the k in force), when and how it ended, rounds; then `tail` where the width leaves room."""
     parts: list[tuple[str, str]] = []
     if lead:
         parts.append((lead, "bold"))
@@ -94,10 +96,11 @@ def status_line(state: ViewState, source: str, alerts: list[str], lead: str = ""
         mode = f"{state.session.drafter} {mode}".strip()
     if mode:
         parts.append((mode, ""))
-    parts.append((f"{state.rounds_seen} rounds", ""))
-    if state.finished:
+    if state.finished:  # before the round count: on a narrow screen, that it ended matters more
         reason = state.finished.reason
-        parts.append(("finished", "bold") if reason == "done" else (f"ended ({reason})", "bold yellow"))
+        at = "ended at " + time.strftime("%H:%M:%S", time.localtime(state.finished.t))
+        parts.append((at, "bold") if reason == "done" else (f"{at} ({reason})", "bold yellow"))
+    parts.append((f"{state.rounds_seen} rounds", ""))
     text = Text(no_wrap=True)
     for i, (part, style) in enumerate(parts):
         text.append(" · " if i else "").append(part, style=style)

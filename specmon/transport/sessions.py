@@ -1,0 +1,92 @@
+"""Which sessions `specmon attach` can show: the live ones (a socket that answers, in this user's
+runtime directory) with what their logs say, and the newest log when none is alive."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specmon.events.log import LogDamaged, read_log
+from specmon.events.schema import RoundVerified, SessionFinished, SessionStarted
+from specmon.transport.serve import runtime_dir
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One session as a line of the list: where to attach, and what it is."""
+
+    socket: Path | None
+    log: Path | None
+    session_id: str
+    profile: str = "?"
+    host: str = "?"
+    started: float | None = None
+    rounds: int = 0
+    ended: float | None = None  # when its SessionFinished was written; None while it runs (or if killed)
+
+    def line(self) -> str:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started)) if self.started else "?"
+        return f"{self.session_id}  {self.profile}@{self.host}  started {started}  {self.rounds} rounds"
+
+
+def live_sessions() -> list[SessionInfo]:
+    """Sessions whose socket answers, newest first; sockets left by killed sessions are removed."""
+    found = []
+    for path in sorted(runtime_dir().glob("*.sock"), key=_mtime, reverse=True):
+        state = _probe(path)
+        if state == "dead":
+            path.unlink(missing_ok=True)  # nobody listens: its session was killed before it could clean up
+            path.with_suffix(".log").unlink(missing_ok=True)
+        elif state == "live":
+            link = path.with_suffix(".log")
+            found.append(describe(Path(os.readlink(link)) if link.is_symlink() else None, path))
+    return found
+
+
+def describe(log: Path | None, sock: Path | None = None) -> SessionInfo:
+    """What a session's log says about it: id, profile, host, start, rounds so far, end."""
+    info = SessionInfo(sock, log, (sock or log or Path("?")).stem)
+    if log is None:
+        return info
+    fields: dict = {}
+    rounds = 0
+    try:
+        for ev in read_log(log):
+            if isinstance(ev, SessionStarted):
+                fields.update(session_id=ev.session_id, profile=ev.profile_name, started=ev.t,
+                              host=ev.host.get("hostname", "?"))
+            elif isinstance(ev, RoundVerified):
+                rounds += 1
+            elif isinstance(ev, SessionFinished):
+                fields["ended"] = ev.t
+    except (LogDamaged, OSError):
+        pass  # a live log may end mid-frame, a vanished one reads empty: list what was read
+    return SessionInfo(sock, log, rounds=rounds, **{"session_id": info.session_id, **fields})
+
+
+def newest_log(logs_dir: Path) -> Path | None:
+    logs = sorted(logs_dir.glob("*.specmon"), key=_mtime, reverse=True) if logs_dir.is_dir() else []
+    return logs[0] if logs else None
+
+
+def _probe(path: Path) -> str:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+        return "live"
+    except ConnectionRefusedError:
+        return "dead"
+    except OSError:
+        return "unknown"
+    finally:
+        probe.close()
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
