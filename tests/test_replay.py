@@ -137,6 +137,41 @@ def test_report_writes_plots_holding_the_logs_numbers(tmp_path):
     assert len(data["decisions"]) == sum(isinstance(e, Decision) for e in read_log(POLICY_LOG))
 
 
+def test_report_plots_measured_k_as_points_with_intervals_from_zero_and_says_why_a_plot_is_empty(tmp_path,
+                                                                                                   monkeypatch):
+    import json
+
+    from specmon.replay import report
+
+    figures = {}
+    monkeypatch.setattr(report, "_save", lambda fig, path: figures.setdefault(path.name, fig))
+    report.build_report(POLICY_LOG, tmp_path)
+    data = json.loads((tmp_path / "report.json").read_text())
+    stats = class_stats(read_log(POLICY_LOG))
+    (goodput,) = figures["goodput_by_k.png"].axes
+    assert goodput.get_ylim()[0] == 0
+    assert sorted(goodput.get_xticks()) == sorted({k for s in stats.values() for k in s.runs})
+    assert len(goodput.containers) == len(stats)  # one errorbar series per class, no lines between k
+    assert all(not line.get_linestyle() or line.get_linestyle() == "None" for line in goodput.lines
+               if len(line.get_xdata()) > 2)
+    for cls, s in stats.items():
+        for k, run in s.runs.items():
+            span = data["goodput_interval_tok_per_s"][cls][str(k)]
+            if run.prompt_totals.prompts >= 2:
+                assert span[0] <= run.tok_per_s <= span[1]
+            else:
+                assert span is None
+    proposing = {name: sum(bool(e.proposed) for e in read_log(POLICY_LOG)
+                           if isinstance(e, RoundVerified) and e.prompt_class == name) for name in stats}
+    assert max(proposing.values()) < report.WINDOW  # this log has no full block: the plot must say why
+    name, most = max(proposing.items(), key=lambda kv: kv[1])
+    why = data["acceptance_over_time_empty"]
+    assert why == f"no class has {report.WINDOW} rounds that proposed drafts (one point per {report.WINDOW}); " \
+                  f"the most is {most}, in {name}"
+    (over_time,) = figures["acceptance_over_time.png"].axes
+    assert [t.get_text() for t in over_time.texts] == [why.replace("; ", ";\n")]
+
+
 async def test_replay_app_plays_a_whole_log_to_the_end():
     feed = ReplayFeed(POLICY_LOG, speed=0.0)
     app = make_app(feed)

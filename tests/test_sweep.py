@@ -16,7 +16,7 @@ from specmon.engine.prompts import builtin_suite
 from specmon.engine.rounds import RoundContext, decode_prompt
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, Sampling
-from specmon.metrics.predict import break_even_alpha, predicted_speedup, tokens_per_round
+from specmon.metrics.predict import break_even_alpha, mix_tokens_per_round, predicted_speedup, tokens_per_round
 from specmon.policy.schema import load_policy
 from specmon.replay.sweep_report import cell_rows
 from tinymodel import tiny_profile
@@ -70,8 +70,10 @@ def test_every_cell_is_there_and_recomputes_from_the_log(sweep):
                 assert {(cls, drafter, temp, k) for k in (1, 2, 3)} <= keys
     by_cell = _raw_cells(args.log)
     for r in rows:
-        if r.key.draft_len and r.run.alpha_hat is not None:
+        if r.key.draft_len:
             assert r.predicted == pytest.approx(_predicted_by_hand(by_cell, r.key), rel=1e-9)
+            shares = [n / r.run.rounds for n in r.run.proposed_gt]  # the token term is the measured one
+            assert mix_tokens_per_round(shares, r.run.per_position) == pytest.approx(1 + r.run.mean_accepted_len)
         if r.key.draft_len and r.key.sampling.greedy:
             assert set(r.run.verdicts) <= {"identical", "near-tie"}  # greedy cells equal plain decoding
         if not r.key.sampling.greedy and r.key.draft_len:
@@ -91,17 +93,23 @@ def _raw_cells(log) -> dict:
 
 
 def _predicted_by_hand(cells: dict, key) -> float:
-    """Leviathan et al. eq. 1 over (k*c + v(k)), written out here rather than calling metrics.predict."""
-    k = key.draft_len
-    rounds = cells[(key.prompt_class, key.drafter, key.sampling.temperature, k)]
+    """The measured-mix prediction written out from raw rounds, not through metrics.predict:
+    tokens per round = 1 + Σ_i P(L > i)·a_i; round ms = draft + overhead + Σ_l P(L = l)·v(l)·step,
+    v(l) = verify ms at l proposed / verify ms at 0 proposed, over every round of the sweep."""
+    rounds = cells[(key.prompt_class, key.drafter, key.sampling.temperature, key.draft_len)]
     plain = cells[(key.prompt_class, "none", key.sampling.temperature, 0)]
-    step = sum(e.verify_ms for e in plain) / len(plain)
-    c = sum(e.draft_ms for e in rounds) / len(rounds) / k / step
-    v = sum(e.verify_ms for e in rounds) / len(rounds) / step
-    alphas = [e.alpha_hat for e in rounds if e.alpha_hat is not None]
-    alpha = sum(alphas) / len(alphas)
-    expected_tokens = sum(alpha ** i for i in range(k + 1))  # 1 + a + ... + a^k = (1 - a^(k+1)) / (1 - a)
-    return expected_tokens / (k * c + v)
+    everything = [e for group in cells.values() for e in group]
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    v = {n: mean([e.verify_ms for e in everything if len(e.proposed) == n]) for n in {len(e.proposed) for e in everything}}
+    step = mean([e.verify_ms for e in plain])
+    tokens = 1.0
+    for i in range(key.draft_len):
+        reached = [e for e in rounds if len(e.proposed) > i]
+        if reached:  # P(L > i) · a_i, a_i = rounds accepted > i / rounds proposed > i
+            tokens += len(reached) / len(rounds) * sum(e.accepted > i for e in reached) / len(reached)
+    round_ms = mean([e.draft_ms + e.overhead_ms + v[len(e.proposed)] / v[0] * step for e in rounds])
+    plain_goodput = sum(len(e.emitted) for e in plain) / sum(e.draft_ms + e.verify_ms + e.overhead_ms for e in plain)
+    return tokens / round_ms / plain_goodput
 
 
 def test_the_printed_table_is_the_one_the_log_recomputes(sweep):
@@ -139,3 +147,17 @@ def test_ks_parsing():
     assert parse_ks("0-8") == list(range(9)) and parse_ks("2,4") == [0, 2, 4]
     with pytest.raises(Exception, match="expected a range"):
         parse_ks("four")
+
+
+def test_cells_with_few_rounds_or_far_from_their_prediction_are_flagged():
+    from specmon.metrics.stats import CellKey, RunStats
+    from specmon.replay.sweep_report import CellRow
+
+    run = RunStats(4, rounds=49)
+    row = CellRow(CellKey("rewrite", "ngram", Sampling(), 4), run, 1.0, 0.1, 1.2, 1.3, None)
+    assert row.flag == "< 50 rounds"
+    run.rounds = 50
+    assert row.flag == "off by -23%"  # 1.0 measured / 1.3 predicted - 1
+    row.predicted = 1.1
+    assert row.flag == ""  # -9%: within 15%
+    assert CellRow(CellKey("rewrite", "none", Sampling(), 0), run, 1.0, None, 1.0, 1.0, None).flag == ""

@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from rich import box
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.cli.console import err, out, progress
@@ -16,6 +19,7 @@ from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
 from specmon.metrics.format import fmt
+from specmon.metrics.predict import MIN_ROUNDS, TOLERANCE
 from specmon.replay.sweep_report import CellRow, cell_rows, suggest_policy, sweep_plots
 from specmon.transport.session import live_session
 
@@ -96,27 +100,45 @@ def _read_policy(path: Path) -> str:
         raise SpecmonError(f"--suggest-policy {path}: not UTF-8 text; save it as UTF-8") from None
 
 
-def results_table(rows: list[CellRow], log_name: str) -> Table:
-    table = Table(title=escape(f"sweep {log_name}: measured against predicted (gap = measured/predicted - 1)"),
-                  title_justify="left")
-    for col in ("class", "drafter", "T", "top_p", "k", "rate", "mean", "a_i", "α̂", "draft ms", "verify ms",
-                "tok/s", "speedup", "predicted", "gap", "c", "v(k)", "output"):
-        table.add_column(col, justify="left" if col in ("class", "drafter", "a_i", "output") else "right")
+def results_table(rows: list[CellRow], log_name: str) -> Group:
+    """Per cell, in 80 columns: acceptance, then speed against the prediction, then the cells
+    whose prediction is not to be taken at its word."""
+    acceptance = _table(escape(f"sweep {log_name}: acceptance per cell"),
+                        ("class", "drafter", "sampling", "k", "rounds", "empty", "rate", "mean", "α̂", "output"))
+    speed = _table("measured speedup against predicted (gap = measured/predicted - 1)",
+                   ("class", "drafter", "sampling", "k", "draft", "verify", "tok/s", "speedup", "pred", "gap"))
+    flagged = []
     for r in rows:
         run, key = r.run, r.key
+        cell = (escape(key.prompt_class), escape(key.drafter), _sampling(key.sampling), str(key.draft_len))
         verdicts = ", ".join(f"{n} {v}" for v, n in sorted(run.verdicts.items())) or "-"
-        gap = r.gap
-        gap_text = fmt(gap * 100 if gap is not None else None, "{:+.0f}%")
-        if gap is not None and abs(gap) > 0.15:
-            gap_text = f"[yellow]{gap_text}[/]"
-        table.add_row(escape(key.prompt_class), escape(key.drafter), f"{key.sampling.temperature:g}",
-                      f"{key.sampling.top_p:g}",
-                      str(key.draft_len), fmt(run.acceptance_rate), fmt(run.mean_accepted_len),
-                      " ".join(f"{a:.2f}" for a in run.per_position) or "-", fmt(run.alpha_hat),
-                      fmt(run.mean_ms(run.draft_ms)), fmt(run.mean_ms(run.verify_ms)), fmt(run.tok_per_s, "{:.1f}"),
-                      fmt(r.speedup, "{:.2f}×"), fmt(r.predicted, "{:.2f}×"), gap_text, fmt(r.c, "{:.3f}"),
-                      fmt(r.v), verdicts)
+        acceptance.add_row(*cell, str(run.rounds), str(run.empty_rounds), fmt(run.acceptance_rate),
+                           fmt(run.mean_accepted_len), fmt(run.alpha_hat), verdicts)
+        gap = fmt(r.gap * 100 if r.gap is not None else None, "{:+.0f}%")
+        speed.add_row(*cell, fmt(run.mean_ms(run.draft_ms)), fmt(run.mean_ms(run.verify_ms), "{:.1f}"),
+                      fmt(run.tok_per_s, "{:.1f}"), fmt(r.speedup, "{:.2f}×"), fmt(r.predicted, "{:.2f}×"),
+                      f"[yellow]{gap}[/]" if r.flag.startswith("off") else gap)
+        if r.flag:
+            flagged.append(Text(f"{key.prompt_class} {key.drafter} {_sampling(key.sampling)} k={key.draft_len}: "
+                                f"{r.flag} ({run.rounds} rounds)", style="yellow" if r.flag.startswith("off") else "dim"))
+    legend = Text(f"empty: rounds that proposed nothing; draft, verify: ms per round; pred: the speedup the cell's "
+                  f"proposal mix, per-position acceptance and the sweep's verify cost per proposal length predict; "
+                  f"flagged below: cells under {MIN_ROUNDS} rounds, or more than {TOLERANCE:.0%} off", style="dim")
+    return Group(acceptance, speed, legend, *flagged)
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  show_edge=False, padding=(0, 1, 0, 0))
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("class", "drafter", "sampling", "output") else "right")
     return table
+
+
+def _sampling(sampling: Sampling) -> str:
+    if sampling.greedy:
+        return "greedy"
+    return f"T{sampling.temperature:g}" + ("" if sampling.top_p >= 1.0 else f" p{sampling.top_p:g}")
 
 
 def break_even_table(rows: list[CellRow]) -> Table:

@@ -65,6 +65,24 @@ def speedup_estimate(spec: PromptTotals, plain: PromptTotals, bound: float | Non
     return SpeedupEstimate(ratio, low, high, spec.prompts, plain.prompts, bound)
 
 
+def goodput_interval(totals: PromptTotals, seed: int = 0) -> tuple[float, float] | None:
+    """95% bootstrap interval over prompts of one side's goodput (Σ emitted / Σ ms); None below
+    MIN_PROMPTS prompts."""
+    if totals.prompts < MIN_PROMPTS:
+        return None
+    rng = np.random.default_rng(seed)
+    emitted, ms = _arrays(totals, sorted(totals.emitted))
+    idx = rng.integers(0, totals.prompts, size=(RESAMPLES, totals.prompts))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = emitted[idx].sum(1) / ms[idx].sum(1)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return None
+    tail = (1.0 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)
+
+
 def sanity_bound(mean_accepted: float | None, plain_step_ms: float | None, mean_round_ms: float | None) -> float | None:
     """speedup <= (1 + mean accepted) x plain step ms / mean round ms: a round emits at most
     accepted + 1 tokens at its measured cost."""

@@ -1,4 +1,5 @@
-"""The speedup the measured acceptance predicts (Leviathan et al. 2023, eq. 1), and break-even.
+"""The speedup the measured acceptance predicts (Leviathan et al. 2023, eq. 1), break-even, and
+the sweep's prediction from the measured proposal mix (below).
 
 predicted tokens per round = (1 - α^(k+1)) / (1 - α)
 predicted speedup          = predicted tokens per round / (k·c + v(k))
@@ -32,3 +33,43 @@ def break_even_alpha(k: int, c: float, v: float) -> float | None:
         else:
             low = mid
     return high
+
+
+# -- the prediction from what a sweep measured -------------------------------------------------
+# Eq. 1 assumes every round proposes k tokens. An n-gram drafter often proposes fewer or none,
+# so the sweep predicts from the measured mix instead:
+#   tokens per round = 1 + Σ_i P(L > i)·a_i     L: tokens proposed, a_i: per-position acceptance
+#   round ms         = draft ms + overhead ms + Σ_l P(L = l)·v(l)·step
+#   v(l)             = verify ms of l+1 positions / verify ms of 1, pooled over the whole sweep
+#   step             = the class's plain verify ms (its context length sets it)
+# With a_i measured on the same rounds the token term equals the measured mean accepted
+# length + 1, so what the prediction tests is the cost side: verify cost by proposal length.
+
+MIN_ROUNDS = 50  # a cell with fewer rounds is too noisy to judge the prediction by
+TOLERANCE = 0.15  # a cell whose measured speedup is further off than this is flagged
+
+
+def mix_tokens_per_round(proposal_share: list[float], per_position: list[float]) -> float:
+    """1 + Σ_i P(L > i)·a_i; proposal_share[i] = P(L > i) over all rounds, empty ones included."""
+    return 1.0 + sum(share * a for share, a in zip(proposal_share, per_position))
+
+
+def verify_cost_by_len(rounds) -> dict[int, float]:
+    """v(l): mean verify ms of rounds that verified l proposed tokens, over mean verify ms at l = 0."""
+    sums: dict[int, list[float]] = {}
+    for ev in rounds:
+        total = sums.setdefault(len(ev.proposed), [0.0, 0])
+        total[0] += ev.verify_ms
+        total[1] += 1
+    if 0 not in sums:
+        return {}
+    one = sums[0][0] / sums[0][1]
+    return {length: (ms / n) / one for length, (ms, n) in sorted(sums.items())} if one else {}
+
+
+def mix_round_ms(length_share: dict[int, float], v: dict[int, float], step_ms: float,
+                 draft_ms: float, overhead_ms: float) -> float | None:
+    """draft + overhead + Σ_l P(L = l)·v(l)·step; None if some proposal length has no measured v."""
+    if any(length not in v for length in length_share):
+        return None
+    return draft_ms + overhead_ms + step_ms * sum(share * v[length] for length, share in length_share.items())

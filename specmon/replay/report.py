@@ -12,6 +12,7 @@ from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
 from specmon.metrics.format import fmt
+from specmon.metrics.interval import goodput_interval
 from specmon.metrics.stats import RunStats, class_stats, summary
 
 WINDOW = 32  # rounds per point on the acceptance-over-time plot
@@ -37,7 +38,10 @@ def build_report(log: Path, out: Path) -> Path:
         "timing_ms": {c: {str(k): [r.mean_ms(r.draft_ms), r.mean_ms(r.verify_ms), r.mean_ms(r.overhead_ms)]
                           for k, r in s.runs.items()} for c, s in stats.items()},
         "goodput_tok_per_s": {c: {str(k): r.tok_per_s for k, r in sorted(s.runs.items())} for c, s in stats.items()},
+        "goodput_interval_tok_per_s": {c: {str(k): _tok_per_s_interval(r) for k, r in sorted(s.runs.items())}
+                                       for c, s in stats.items()},
         "acceptance_over_time": _over_time(rounds),
+        "acceptance_over_time_empty": _why_no_blocks(rounds),
         "decisions": [{"id": d.decision_id, "class": d.prompt_class, "rule": d.rule_key, "k_to": d.k_to,
                        "speculate_to": d.speculate_to} for d in decisions],
     }
@@ -87,6 +91,27 @@ def _over_time(rounds: list[RoundVerified]) -> dict[str, list[float]]:
     return series
 
 
+def _why_no_blocks(rounds: list[RoundVerified]) -> str | None:
+    """Why the acceptance-over-time plot has no point, or None when it has one."""
+    proposing: dict[str, int] = {}
+    for ev in rounds:
+        if ev.proposed:
+            proposing[ev.prompt_class] = proposing.get(ev.prompt_class, 0) + 1
+    if any(n >= WINDOW for n in proposing.values()):
+        return None
+    if not proposing:
+        return "no round proposed a draft token: nothing to measure acceptance on"
+    name, most = max(proposing.items(), key=lambda kv: kv[1])
+    return (f"no class has {WINDOW} rounds that proposed drafts (one point per {WINDOW}); "
+            f"the most is {most}, in {name}")
+
+
+def _tok_per_s_interval(run: RunStats) -> list[float] | None:
+    """The 95% interval over prompts of a run's goodput, in tokens per second."""
+    interval = goodput_interval(run.prompt_totals)
+    return None if interval is None else [interval[0] * 1e3, interval[1] * 1e3]
+
+
 def _figure(title: str):
     import matplotlib.pyplot as plt
 
@@ -130,19 +155,30 @@ def _plot_timing(data: dict, path: Path) -> None:
     ax.bar(labels, draft, label="draft")
     ax.bar(labels, verify, bottom=draft, label="verify")
     ax.bar(labels, overhead, bottom=[a + b for a, b in zip(draft, verify)], label="overhead")
-    ax.tick_params(axis="x", labelsize=6)
+    ax.tick_params(axis="x", labelsize=8, labelrotation=30)
+    ax.set_ylabel("ms per round")
     ax.legend()
     _save(fig, path)
 
 
 def _plot_goodput(data: dict, path: Path) -> None:
-    fig, ax = _figure("goodput by draft length (k = 0 is plain decoding)")
-    for cls, by_k in data["goodput_tok_per_s"].items():
+    """Only the k that were measured, as points with their 95% interval over prompts; y from 0."""
+    fig, ax = _figure("goodput by draft length k (0 = plain), 95% interval over prompts")
+    classes = list(data["goodput_tok_per_s"])
+    measured_ks: set[int] = set()
+    for i, cls in enumerate(classes):
+        by_k, spans = data["goodput_tok_per_s"][cls], data["goodput_interval_tok_per_s"][cls]
         ks = [int(k) for k, v in by_k.items() if v is not None]
-        ax.plot(ks, [by_k[str(k)] for k in ks], marker="o", label=_label(cls))
-    ax.set_xlabel("draft length k")
-    ax.xaxis.get_major_locator().set_params(integer=True)
+        measured_ks.update(ks)
+        dodge = (i - (len(classes) - 1) / 2) * 0.08  # classes side by side at one k, not on top of each other
+        values = [by_k[str(k)] for k in ks]
+        below = [v - spans[str(k)][0] if spans[str(k)] else 0.0 for k, v in zip(ks, values)]
+        above = [spans[str(k)][1] - v if spans[str(k)] else 0.0 for k, v in zip(ks, values)]
+        ax.errorbar([k + dodge for k in ks], values, yerr=[below, above], fmt="o", capsize=3, label=_label(cls))
+    ax.set_xticks(sorted(measured_ks))
+    ax.set_xlabel("draft length k (only those measured)")
     ax.set_ylabel("emitted tokens / s of round time")
+    ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
     _save(fig, path)
 
@@ -150,22 +186,32 @@ def _plot_goodput(data: dict, path: Path) -> None:
 def _plot_over_time(data: dict, path: Path) -> None:
     fig, ax = _figure(f"acceptance rate over time (blocks of {WINDOW} speculative rounds)")
     for cls, values in data["acceptance_over_time"].items():
-        ax.plot(range(len(values)), values, label=_label(cls))
+        ax.plot(range(len(values)), values, marker=".", label=_label(cls))
     ax.set_xlabel("block")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylim(0, 1.05)
     if data["acceptance_over_time"]:
         ax.legend(fontsize=7)
+    else:  # an empty frame would look like a broken plot: say why it is empty
+        why = _label(data["acceptance_over_time_empty"] or "no data").replace("; ", ";\n")
+        ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes)
+        ax.set_xticks([])
     _save(fig, path)
+
+
+def _span(row: dict) -> str:
+    return "-" if row["speedup_low"] is None else f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f}"
 
 
 def _markdown(data: dict, plots: list[str]) -> str:
     lines = [f"# specmon report: {Path(data['log']).name}", "",
-             "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup | 95% interval |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for cls, row in data["summary"]["classes"].items():
         lines.append(f"| {_cell(cls)} | {row['draft_len']} | {row['rounds']} | {fmt(row['acceptance_rate'])} | "
                      f"{fmt(row['mean_accepted_len'])} | {fmt(row['tok_per_s'], '{:.1f}')} | "
-                     f"{fmt(row['baseline_tok_per_s'], '{:.1f}')} | {fmt(row['speedup'], '{:.2f}×')} |")
+                     f"{fmt(row['baseline_tok_per_s'], '{:.1f}')} | {fmt(row['speedup'], '{:.2f}×')} | "
+                     f"{_span(row)} ({row['speedup_verdict']}) |")
     if data["decisions"]:
         lines += ["", "## Decisions", ""]
         lines += [f"- {d['id']}: {_cell(d['class'])} → {'on' if d['speculate_to'] else 'off'}, k={d['k_to']} ({d['rule']})"

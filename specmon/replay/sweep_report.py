@@ -1,5 +1,6 @@
-"""Sweep results per cell: measured figures beside the speedup the measured α̂, c and v(k) predict,
-break-even acceptance, and a suggested policy written through tomlkit."""
+"""Sweep results per cell: measured figures beside the speedup their measured proposal mix,
+acceptance and verify costs predict, break-even acceptance (eq. 1), and a suggested policy
+written through tomlkit."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 
 import tomlkit
 
+from specmon.events.schema import RoundVerified
 from specmon.metrics import rates
-from specmon.metrics.predict import break_even_alpha, predicted_speedup
+from specmon.metrics.predict import (MIN_ROUNDS, TOLERANCE, break_even_alpha, mix_round_ms, mix_tokens_per_round,
+                                     verify_cost_by_len)
 from specmon.metrics.stats import CellKey, RunStats, cell_stats
 from specmon.policy.edit import replace_atomically
 from specmon.policy.schema import parse_policy
@@ -20,27 +23,38 @@ class CellRow:
     key: CellKey
     run: RunStats
     speedup: float | None
-    c: float | None  # one draft step / one target step
+    c: float | None  # one draft step / one target step (eq. 1's cost, for break-even)
     v: float | None  # verify k+1 positions / one target step
-    predicted: float | None
+    predicted: float | None  # from the measured proposal mix and verify cost per proposal length
     break_even: float | None
 
     @property
     def gap(self) -> float | None:
-        """measured / predicted - 1: where overhead (or empty drafts), not acceptance, decides."""
+        """measured / predicted - 1: what the proposal mix and verify costs do not explain."""
         return None if not self.predicted or self.speedup is None else self.speedup / self.predicted - 1
+
+    @property
+    def flag(self) -> str:
+        """Why a cell's prediction is not to be taken at its word: too few rounds, or too far off."""
+        if not self.key.draft_len or self.predicted is None:
+            return ""
+        if self.run.rounds < MIN_ROUNDS:
+            return f"< {MIN_ROUNDS} rounds"
+        return f"off by {self.gap:+.0%}" if self.gap is not None and abs(self.gap) > TOLERANCE else ""
 
 
 def cell_rows(events) -> list[CellRow]:
+    events = list(events)
     cells = cell_stats(events)
+    v = verify_cost_by_len(ev for ev in events if isinstance(ev, RoundVerified))
     rows = []
     for key, run in sorted(cells.items(), key=lambda kv: (kv[0].prompt_class, kv[0].drafter, kv[0].draft_len)):
         base = cells.get(CellKey(key.prompt_class, "none", key.sampling, 0))
-        rows.append(_row(key, run, base))
+        rows.append(_row(key, run, base, v))
     return rows
 
 
-def _row(key: CellKey, run: RunStats, base: RunStats | None) -> CellRow:
+def _row(key: CellKey, run: RunStats, base: RunStats | None, v_by_len: dict[int, float]) -> CellRow:
     if base is None or not base.rounds or not run.rounds or not base.goodput:
         return CellRow(key, run, None, None, None, None, None)
     step = base.verify_ms / base.rounds
@@ -49,9 +63,19 @@ def _row(key: CellKey, run: RunStats, base: RunStats | None) -> CellRow:
         return CellRow(key, run, speedup, None, 1.0, 1.0, None)
     c = (run.draft_ms / run.rounds / key.draft_len) / step
     v = (run.verify_ms / run.rounds) / step
-    alpha = run.alpha_hat
-    predicted = predicted_speedup(alpha, key.draft_len, c, v) if alpha is not None else None
-    return CellRow(key, run, speedup, c, v, predicted, break_even_alpha(key.draft_len, c, v))
+    return CellRow(key, run, speedup, c, v, _predicted(run, base, step, v_by_len),
+                   break_even_alpha(key.draft_len, c, v))
+
+
+def _predicted(run: RunStats, base: RunStats, step: float, v_by_len: dict[int, float]) -> float | None:
+    """Goodput the cell's proposal mix, acceptance and the sweep's verify costs predict, over plain's."""
+    over = run.proposed_gt + [0]
+    length_share = {0: (run.rounds - (over[0] if run.proposed_gt else 0)) / run.rounds}
+    length_share.update({i + 1: (over[i] - over[i + 1]) / run.rounds for i in range(len(run.proposed_gt))})
+    tokens = mix_tokens_per_round([n / run.rounds for n in run.proposed_gt], run.per_position)
+    round_ms = mix_round_ms({n: share for n, share in length_share.items() if share}, v_by_len, step,
+                            run.draft_ms / run.rounds, run.overhead_ms / run.rounds)
+    return rates.speedup(rates.goodput(tokens, round_ms), base.goodput) if round_ms else None
 
 
 def suggest_policy(rows: list[CellRow], base_text: str, path: Path, log_name: str) -> dict[str, str]:
