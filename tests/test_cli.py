@@ -119,3 +119,36 @@ def test_log_info_on_a_damaged_log_reports_the_offset_and_fails(tmp_path):
     done = specmon("log", "info", str(damaged))
     assert done.returncode == 1
     assert "damaged at byte" in done.stdout and "RoundVerified" in done.stdout
+
+
+def test_attach_headless_prints_each_decision_with_its_change_rule_and_ratio():
+    from specmon.events.schema import Decision
+
+    log = REPO / "tests" / "fixtures" / "session-policy.specmon"
+    done = specmon("attach", "--headless", str(log))
+    assert done.returncode == 0, done.stderr
+    decisions = [e for e in read_log(log) if isinstance(e, Decision)]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("decision ")]
+    assert len(lines) == len(decisions) > 0
+    for line, d in zip(lines, decisions):
+        change = f"speculation {'on' if d.speculate_to else 'off'}" if d.speculate_from != d.speculate_to \
+            else f"k {d.k_from}->{d.k_to}"
+        assert line == (f"decision {d.decision_id} [{d.prompt_class}] {change} by {d.rule_key}, goodput ratio "
+                        f"{d.inputs['ratio']:.3f}, from {len(d.round_ids)} rounds")
+
+
+def test_log_info_says_when_a_log_has_no_end(tmp_path):
+    from specmon.events.schema import SessionFinished
+    from specmon.transport.channel import Channel, LogSink
+
+    channel = Channel(LogSink(tmp_path / "open.specmon"))
+    for ev in read_log(REPO / "tests" / "fixtures" / "session-tui.specmon"):
+        if not isinstance(ev, SessionFinished):  # what a killed run leaves: whole frames, no end
+            channel.publish(ev)
+    channel.close()
+    done = specmon("log", "info", str(tmp_path / "open.specmon"))
+    assert done.returncode == 0
+    assert "  integrity        ok\n  ended            no end written: the run is still going, or was killed\n" \
+        in done.stdout
+    ended = specmon("log", "info", str(REPO / "tests" / "fixtures" / "session-tui.specmon"))
+    assert "no end written" not in ended.stdout

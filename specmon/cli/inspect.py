@@ -15,7 +15,7 @@ from specmon.cli.tables import class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, default_log_path, read_log
-from specmon.events.schema import (BENCH_FIXED_RULE, PolicyLoaded, PromptFinished, PromptStarted, RoundVerified,
+from specmon.events.schema import (BENCH_FIXED_RULE, Decision, PolicyLoaded, PromptFinished, PromptStarted, RoundVerified,
                                    SessionFinished, SessionStarted)
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
@@ -132,6 +132,14 @@ def event_line(ev) -> str | None:
         rejection = "-" if ev.rejection_pos is None else str(ev.rejection_pos)
         return (f"  round {ev.round_id:>6} k={ev.draft_len} proposed {len(ev.proposed)} accepted {ev.accepted} "
                 f"rejected@{rejection} emitted {len(ev.emitted)}  draft {ev.draft_ms:.2f} ms  verify {ev.verify_ms:.2f} ms")
+    if isinstance(ev, Decision):
+        change = (f"speculation {'on' if ev.speculate_to else 'off'}" if ev.speculate_from != ev.speculate_to
+                  else f"k {ev.k_from}->{ev.k_to}")
+        ratio = ev.inputs.get("ratio")
+        why = f", goodput ratio {ratio:.3f}" if ratio is not None else ""
+        applied = "" if ev.applied else " (advised, not applied)"
+        return (f"decision {ev.decision_id} [{ev.prompt_class}] {change}{applied} by {ev.rule_key}{why}, "
+                f"from {len(ev.round_ids)} rounds")
     if isinstance(ev, SessionFinished):
         return f"session finished ({ev.reason}) after {ev.rounds} rounds"
     return None
@@ -164,6 +172,9 @@ def cmd_log(args) -> int:
         out.print(reloads + (f"; first refused: {why}" if why else ""), highlight=False, markup=False,
                   soft_wrap=True)  # one line, however long the path
     out.print("  integrity        " + (f"[red]{escape(str(damage))}[/]" if damage else "[green]ok[/]"), highlight=False)
+    if not damage and first is not None and not counts["SessionFinished"]:
+        out.print("  ended            [yellow]no end written: the run is still going, or was killed[/]",
+                  highlight=False)
     if any(isinstance(e, PromptStarted) and e.class_rule.startswith(BENCH_FIXED_RULE) for e in kept):
         from specmon.cli.bench import bench_table  # a bench log: the policy and each fixed k apart
 

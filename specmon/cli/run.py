@@ -43,6 +43,7 @@ def cmd_run(args) -> int:
     policy = load_policy(args.policy) if args.policy else None
     if args.json:
         check_writable(args.json, "--json")  # before the run, not after it
+    check_new_log(args.log)
     max_new_tokens = profile.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
     from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
 
@@ -51,6 +52,7 @@ def cmd_run(args) -> int:
     mode = f"policy {Path(policy.source).name}" if policy else f"k={spec.draft_len}"
     title = f"{profile.name}: {pair.drafter.name} {mode}, {_sampling_text(sampling)}"
     tui = _wants_tui(args)
+    interrupted: KeyboardInterrupt | None = None
     with live_session(pair, profile, pair.drafter, args.log, listen=listen, policy=policy, viewer=tui) as session:
         if policy is not None:
             scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter)
@@ -62,15 +64,27 @@ def cmd_run(args) -> int:
             decode_under_tui(session, work, title)
         else:
             what = f"{pair.drafter.name} {mode}" + ("" if policy else " vs plain")
-            with progress(escape(what), len(prompts)) as done:
-                work(done)
+            try:
+                with progress(escape(what), len(prompts)) as done:
+                    work(done)
+            except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: what finished is still worth its table
+                session.finish("interrupted")
+                interrupted = stop
     table = summary(class_stats(session.events))
     out.print(class_table(table, f"{title}  (log: {session.log_path})"))
     for line in divergence_lines(session.events):
         out.print(line, highlight=False, markup=False)
     if args.json:
         write_json(args.json, table)
+    if interrupted is not None:
+        raise interrupted  # the table is out; main says how it ended and exits 130 (or 128 + the signal)
     return 0
+
+
+def check_new_log(path: Path | None) -> None:
+    """A --log that exists is refused before the model loads, not after (the writer refuses it too)."""
+    if path is not None and Path(path).exists():
+        raise SpecmonError(f"{path} exists; pick a new file or remove it")
 
 
 def check_writable(path: Path, what: str) -> None:

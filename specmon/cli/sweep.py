@@ -13,6 +13,7 @@ from rich.text import Text
 
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.cli.console import err, out, progress
+from specmon.cli.run import check_new_log
 from specmon.data import read_shipped
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.prompts import prompt_set
@@ -63,6 +64,7 @@ def cmd_sweep(args) -> int:
     if not names or unknown or ("model" in names and profile.drafter.target is None):
         raise SpecmonError(f"--drafters {args.drafters}: choose from ngram, layerskip, model "
                            "(model needs a [drafter.target] in the profile)")
+    check_new_log(args.log)
     from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
 
     with err.status("loading the model"):
