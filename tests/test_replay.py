@@ -77,7 +77,7 @@ def test_what_if_turning_one_class_off_changes_exactly_that_class(live_session):
     end = text.index('speculate = "auto"', start)
     other = parse_policy(text[:end] + 'speculate = "off"' + text[end + len('speculate = "auto"'):], "off.toml")
     diffs = what_if(live_session.log_path, other)
-    assert diffs[victim].differs and diffs[victim].other == []
+    assert diffs[victim].differs and diffs[victim].other == ["start off"]
     assert [name for name, d in diffs.items() if d.differs] == [victim]
 
 
@@ -85,6 +85,8 @@ def test_what_if_marks_draft_lengths_the_log_never_ran(tmp_path):
     text = QUICK_POLICY.replace("draft_len = 4\n", "draft_len = 7\n")  # non-english at k=7: never run
     diffs = what_if(POLICY_LOG, parse_policy(text, "k7.toml"))
     assert 7 in diffs["non-english"].missing
+    assert diffs["non-english"].differs  # it would have started elsewhere: never "differs: no"
+    assert (diffs["non-english"].logged[0], diffs["non-english"].other[0]) == ("start k=4", "start k=7")
 
 
 def test_damaged_log_replays_up_to_the_damage(tmp_path):

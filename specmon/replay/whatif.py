@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specmon.events.log import read_log
-from specmon.events.schema import BENCH_FIXED_RULE, Decision, PromptStarted, RoundVerified
+from specmon.events.schema import BENCH_FIXED_RULE, Decision, PromptStarted, RoundVerified, SessionStarted
 from specmon.policy.engine import Plan, PolicyEngine, Schedule
-from specmon.policy.schema import Policy
+from specmon.policy.schema import Policy, parse_policy
 
 
 @dataclass
@@ -35,6 +35,17 @@ def describe(d: Decision) -> str:
     return f"k {d.k_from}->{d.k_to}"
 
 
+def _logged_engine(events) -> PolicyEngine | None:
+    """The policy the log ran under, to say where it started each class (a lead re-measure at k=0
+    is not where a class started)."""
+    text = next((e.policy_text for e in events if isinstance(e, SessionStarted) and e.policy_text), "")
+    return PolicyEngine(parse_policy(text, "logged policy"), "logged") if text else None
+
+
+def _start(k: int) -> str:
+    return f"start k={k}" if k else "start off"
+
+
 def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
     engine = PolicyEngine(other, "what-if")
     diffs: dict[str, ClassDiff] = {}
@@ -44,15 +55,20 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
         if isinstance(ev, RoundVerified):
             held.setdefault(ev.prompt_class, set()).add(ev.draft_len)
     schedule = Schedule(Plan(0, ""))
+    logged = _logged_engine(events)
     beside = False  # inside a bench's fixed-k run: evidence held, but never the policy's to see
     for ev in events:
         if isinstance(ev, PromptStarted):
             beside = ev.class_rule.startswith(BENCH_FIXED_RULE)
             if beside:
                 continue
+            first = ev.prompt_class not in diffs
             diff = diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
             schedule = engine.start_prompt(ev.prompt_class)
             plan = schedule.plan
+            if first:  # where each started is a difference too: "k=7 never run" must not read "differs: no"
+                diff.logged.append(_start(logged.start_prompt(ev.prompt_class).plan.k if logged else ev.draft_len))
+                diff.other.append(_start(plan.k))
             for wanted in {plan.k, *(plan.lead[:1] if plan.lead else ())}:
                 if wanted not in held.get(ev.prompt_class, set()):
                     diff.missing.add(wanted)
