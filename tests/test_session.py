@@ -284,3 +284,28 @@ def test_attach_with_no_session_alive_names_the_newest_log_and_when_it_ended(tmp
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert f"the newest log, {logs / 's.specmon'}, ended at " \
            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(ended))} (84 rounds): specmon replay" in done.stderr
+
+
+def test_attach_asks_which_session_when_there_is_someone_to_ask(tmp_path, monkeypatch, capsys):
+    from specmon.cli import inspect
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    folder = tmp_path / "specmon"
+    folder.mkdir(mode=0o700)
+    started = [e for e in TUI_EVENTS if not isinstance(e, SessionFinished)][:10]
+    running = [serving(folder, name, started) for name in ("a", "b")]
+    os.utime(folder / "a.sock", (1, 1))  # b is the newer: listed first
+    asked = []
+    try:
+        monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or "2")
+        assert inspect.pick_session(ask=True) == str(folder / "a.sock")
+        monkeypatch.setattr("builtins.input", lambda prompt: "")
+        assert inspect.pick_session(ask=True) == str(folder / "b.sock")  # Enter takes the newest
+        monkeypatch.setattr("builtins.input", lambda prompt: "3")
+        with pytest.raises(Exception, match="'3' is not one of 1..2"):
+            inspect.pick_session(ask=True)
+    finally:
+        for channel, server in running:
+            server.close()
+            channel.close()
+    assert asked == ["attach to which? [1-2, Enter for 1] "]
