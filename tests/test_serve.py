@@ -179,3 +179,29 @@ def test_the_request_names_its_class(tmp_path, tiny):
     assert refused.value.body["param"] == "specmon_class" and refused.value.status_code == 400
     classes = [(e.prompt_id, e.prompt_class) for e in events(log, PromptStarted)]
     assert classes == [(by_body.id, "code-edit"), (by_header.id, "rewrite")]
+
+
+@pytest.mark.slow
+def test_the_embedded_model_served_streamed_and_whole_equal_plain_decoding(tmp_path, profile, pair):
+    prompt = "Quelle est la capitale de la France et pourquoi est-elle célèbre ?"
+    messages = [{"role": "user", "content": prompt}]
+    with serving(tmp_path, (profile, pair)) as (server, log):
+        api = client(server)
+        whole = api.chat.completions.create(model="smollm2", messages=messages, max_tokens=32, temperature=0)
+        text, chunks = stream_text(api.chat.completions.create(model="smollm2", messages=messages, max_tokens=32,
+                                                               temperature=0, stream=True))
+        models = api.models.list()
+    assert [m.id for m in models.data] == ["smollm2-135m-instruct"]
+    assert text == whole.choices[0].message.content and "France" in text
+    assert whole.choices[0].finish_reason == "stop"  # the model ended its reply (eos) within 32 tokens
+    assert whole.specmon["prompt_class"] == "non-english"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "p", "prompt": prompt, "max_new_tokens": 32}) + "\n")
+    run_log = tmp_path / "run.specmon"
+    done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--prompts", str(prompts),
+                           "-k", "0", "--log", str(run_log)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr
+    plain = next(e for e in read_log(run_log) if isinstance(e, PromptFinished))
+    tokens = [t for t in plain.generated if t != pair.tokenizer.eos_id]
+    assert whole.choices[0].message.content == pair.tokenizer.decode(tokens)
+    assert whole.usage.completion_tokens == len(plain.generated)
