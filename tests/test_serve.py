@@ -205,3 +205,34 @@ def test_the_embedded_model_served_streamed_and_whole_equal_plain_decoding(tmp_p
     tokens = [t for t in plain.generated if t != pair.tokenizer.eos_id]
     assert whole.choices[0].message.content == pair.tokenizer.decode(tokens)
     assert whole.usage.completion_tokens == len(plain.generated)
+
+
+def test_under_the_monitor_the_view_sees_the_rounds_and_quitting_stops_the_server(tmp_path, tiny, monkeypatch):
+    """`specmon serve` in a terminal: the live monitor drains the session's view while requests are
+    served; its quitting shuts the server down. The app here is a stand-in that makes a request."""
+    from specmon.cli.serve import serve_under_tui
+    from specmon.tui import factory
+
+    profile, pair = tiny
+    seen = {}
+
+    class Monitor:
+        def __init__(self, feed):
+            self.feed = feed
+
+        def run(self):
+            wait_until(lambda: server.server.started, "the server is up")
+            seen["reply"] = client(server).chat.completions.create(model="t", messages=HELLO, max_tokens=5)
+            seen["events"] = self.feed.drain()
+            seen["title"] = self.feed.title
+
+    monkeypatch.setattr(factory, "make_app", Monitor)
+    log = tmp_path / "tui.specmon"
+    with live_session(pair, profile, pair.drafter, log, serve=False, policy=None, announce=False, keep_events=False,
+                      viewer=True) as session:
+        server = Serving(session, pair, profile, ServeOptions(port=0, draft_len=2))
+        serve_under_tui(session, server, "serve: tiny")
+    rounds = [e for e in seen["events"] if isinstance(e, RoundVerified)]
+    assert [r.round_id for r in rounds] == seen["reply"].specmon["round_ids"] and seen["title"] == "serve: tiny"
+    assert server.worker.failure is None and not server.worker.thread.is_alive()
+    assert isinstance(events(log)[-1], SessionFinished)

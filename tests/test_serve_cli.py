@@ -95,5 +95,7 @@ def test_headless_serving_then_sigterm_leaves_a_log_every_command_reads(tmp_path
     assert info.returncode == 0 and "integrity        ok" in info.stdout
     assert re.search(r"PromptFinished\s+2", info.stdout) and "chat" in info.stdout
     assert specmon("policy", "explain", log).returncode == 0
+    replay = specmon("replay", "--headless", log)
+    assert replay.returncode == 0 and "chat" in replay.stdout
     report = specmon("report", log, "--out", tmp_path / "report")
     assert report.returncode == 0 and (tmp_path / "report" / "report.md").exists()

@@ -155,6 +155,14 @@ def test_every_bad_request_family_is_refused_and_harms_nothing(tmp_path, tiny):
             thread.join()
         assert in_flight["r"].status_code == 200
         assert in_flight["r"].json()["usage"]["completion_tokens"] == 5
+        for body, param, code in [({"prompt": "hi", "echo": True}, "echo", "unsupported_parameter"),
+                                  ({"prompt": ["a", "b"]}, "prompt", "unsupported_value"),
+                                  ({"prompt": [1, 10**6]}, "prompt", "invalid_value"),
+                                  ({"prompt": ""}, "prompt", "invalid_value"),
+                                  ({"prompt": "hi", "best_of": 3}, "best_of", "unsupported_parameter")]:
+            sent = http.post("/v1/completions", json=body)
+            assert sent.status_code == 400 and (sent.json()["error"]["param"], sent.json()["error"]["code"]) == (
+                param, code), (body, sent.text)
         missing = http.get("/v1/nothing")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     started = events(log, PromptStarted)

@@ -8,6 +8,7 @@ import os
 import socket
 import stat
 import sys
+import threading
 from pathlib import Path
 
 from rich.markup import escape
@@ -28,19 +29,53 @@ def cmd_serve(args) -> int:
     policy = load_policy(args.policy or "default") if args.draft_len is None else None
     api_key = read_api_key(args.api_key_file) if args.api_key_file else None
     check_host(args.host, api_key is not None)
+    tui = not args.headless and _tty()
     options = ServeOptions(host=args.host, port=args.port, api_key=api_key, max_queue=args.max_queue,
-                           draft_len=args.draft_len, line=_print_line if args.headless or not _tty() else None)
+                           draft_len=args.draft_len, line=None if tui else _print_line)
     from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
 
     with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
         pair = load_pair(profile)
-    with live_session(pair, profile, pair.drafter, args.log, policy=policy, keep_events=False) as session:
+    with live_session(pair, profile, pair.drafter, args.log, policy=policy, keep_events=False, viewer=tui) as session:
         serving = Serving(session, pair, profile, options, policy)
         mode = f"policy {Path(policy.source).name}" if policy else f"fixed k={options.draft_len}"
-        print(f"specmon: serving {pair.target.name} ({pair.drafter.name}, {mode}) on {serving.url}/v1"
-              + ("" if api_key is None else "; clients must send the API key"), file=sys.stderr, flush=True)
-        serving.run()
+        what = f"{pair.target.name} ({pair.drafter.name}, {mode}) on {serving.url}/v1"
+        print(f"specmon: serving {what}" + ("" if api_key is None else "; clients must send the API key"),
+              file=sys.stderr, flush=True)
+        if tui:
+            serve_under_tui(session, serving, f"serve: {what}")
+        else:
+            serving.run()
     return 0
+
+
+def serve_under_tui(session, serving, title: str) -> None:
+    """Serve on a thread while the live monitor (main thread) drains the session's view; quitting
+    the monitor shuts the server down (the decode in flight stops after its round)."""
+    from specmon.tui.factory import make_app
+    from specmon.tui.feed import Feed
+
+    feed = Feed(session.view, title)
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            serving.run()
+        except BaseException as exc:
+            failed.append(exc)
+            feed.error = str(exc) if isinstance(exc, SpecmonError) else f"serving failed: {exc!r}"
+        finally:
+            feed.done.set()
+
+    thread = threading.Thread(target=serve, name="specmon-serve-http")
+    thread.start()
+    try:
+        make_app(feed).run()
+    finally:
+        serving.server.should_exit = True
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def read_api_key(path: Path) -> bytes:
