@@ -76,8 +76,11 @@ class Job:
     ttft_s: float | None = None
 
     def post(self, item: Piece | Finished | Failed) -> None:
-        """From the worker thread to the request's event loop."""
-        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        """From the worker thread to the request's event loop (gone once the server has stopped)."""
+        try:
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        except RuntimeError:
+            pass  # the loop is closed: no one is waiting for this request any more
 
 
 class Decoder:
