@@ -22,6 +22,7 @@ EPILOG = """examples:
   specmon run --headless --prompts my.jsonl --json out.json
   specmon run --headless --temperature 0.8 --top-p 0.95 --seed 7
   specmon run --policy default                  let the shipped policy pick k (or plain) per prompt class
+  specmon serve --headless --port 8000          OpenAI-compatible server: point a chat UI or the openai SDK at it
   specmon attach                                 watch the newest running session (TUI), e.g. over SSH
   specmon sweep --ks 0-8 --suggest-policy p.toml measure every k against plain, write the best per class
   specmon bench policy --prompts my.jsonl --json b.json   the policy against every fixed k, per class
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_run, add_models, _add_attach, _add_policy, _add_bench, _add_sweep, _add_logs):
+    for add in (_add_run, _add_serve, add_models, _add_attach, _add_policy, _add_bench, _add_sweep, _add_logs):
         add(sub)
     return parser
 
@@ -170,6 +171,26 @@ def _add_run(sub) -> None:
                           "goes to a 0600 file whose path is printed at start")
 
 
+def _add_serve(sub) -> None:
+    serve = sub.add_parser(
+        "serve", help="an OpenAI-compatible server whose requests the policy governs",
+        description="Serve /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics. Each request "
+                    "is a prompt of one live session: classified by the policy (or named by the request's "
+                    "specmon_class / X-Specmon-Class), decoded one at a time, logged round by round.")
+    serve.add_argument("--profile", default=DEFAULT_PROFILE, help=f"a profile .toml path or name (default: {DEFAULT_PROFILE})")
+    serve.add_argument("--policy", type=Path, help="TOML policy file or shipped name (default: default)")
+    serve.add_argument("-k", "--draft-len", type=whole(0, MAX_DRAFT_LEN), help="serve at this fixed k instead of a policy")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs "
+                       "--api-key-file)")
+    serve.add_argument("--port", type=whole(0, 65535), default=8000, help="default 8000 (0: any free port)")
+    serve.add_argument("--api-key-file", type=Path, metavar="FILE", help="a 0600 file holding the key clients send "
+                       "as `Authorization: Bearer KEY`")
+    serve.add_argument("--max-queue", type=whole(1), default=16, help="requests held at once, the one decoding "
+                       "included; one more gets 429 (default 16)")
+    serve.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
+    serve.add_argument("--headless", action="store_true", help="print one line per request")
+
+
 def _add_policy(sub) -> None:
     policy = sub.add_parser("policy", help="check, edit and explain TOML policies").add_subparsers(
         dest="policy_command", required=True, metavar="ACTION")
@@ -245,7 +266,13 @@ def cmd_bench(args) -> int:
     return bench(args)
 
 
-COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench, "replay": cmd_replay, "report": cmd_report,
+def cmd_serve(args) -> int:
+    from specmon.cli.serve import cmd_serve as serve
+
+    return serve(args)
+
+
+COMMANDS = {"run": cmd_run, "serve": cmd_serve, "sweep": cmd_sweep, "bench": cmd_bench, "replay": cmd_replay, "report": cmd_report,
             "models": cmd_models, "log": cmd_log, "attach": cmd_attach, "policy": cmd_policy}
 
 

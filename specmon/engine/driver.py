@@ -80,7 +80,10 @@ class SessionDriver:
         )
 
     def tokens(self, prompt: Prompt) -> list[int]:
-        """The prompt's chat-template tokens, encoded once for check_room and every decode of it."""
+        """The prompt's chat-template tokens, encoded once for check_room and every decode of it
+        (or the ones it brings, already encoded: a server's chat or completion prompt)."""
+        if prompt.token_ids is not None:
+            return list(prompt.token_ids)
         if prompt.text not in self._tokens:
             if len(self._tokens) >= TOKENS_KEPT:  # a long-lived session (a server) must not grow without end
                 self._tokens.clear()
@@ -96,9 +99,11 @@ class SessionDriver:
     def decode(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
                max_new_tokens: int, *, prompt_class: str | None = None, class_rule: str = "prompt set",
                start_draft_len: int | None = None,
-               on_round: Callable[[RoundVerified], None] | None = None) -> Decoded:
+               on_round: Callable[[RoundVerified], None] | None = None,
+               stop: Callable[[], str | None] | None = None) -> Decoded:
         """Decode one prompt: PromptStarted, then its rounds (each handed to `on_round` after it is
-        emitted, so a policy can observe it and decide before the next). Call finish() after."""
+        emitted, so a policy can observe it and decide before the next; then `stop` is asked whether
+        to end here, e.g. a server's client left). Call finish() after."""
         tokens = self.tokens(prompt)
         limit = prompt.max_new_tokens or max_new_tokens
         name = prompt_class or prompt.prompt_class
@@ -110,7 +115,8 @@ class SessionDriver:
         self.emit(started)
         ctx = RoundContext(self.session_id, prompt.id, name, self.round_ids, self.tokenizer.decode)
         emit = self.emit if on_round is None else _then(self.emit, on_round)
-        return Decoded(started, decode_prompt(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit))
+        return Decoded(started, decode_prompt(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit,
+                                                            stop))
 
     def equivalence(self, plain: Decoded, done: Decoded) -> Equivalence:
         """Did `done` give plain decoding's tokens (greedy), with the logit margin where it left them?"""

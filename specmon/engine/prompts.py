@@ -27,6 +27,7 @@ class Prompt:
     text: str
     prompt_class: str
     max_new_tokens: int | None = None
+    token_ids: tuple[int, ...] | None = None  # already encoded (a server's request); else the chat template's
 
 
 _CODE = '''def moving_average(values, window):

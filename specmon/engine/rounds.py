@@ -55,10 +55,11 @@ def _text_after(detokenize, context: list[int], new: list[int]) -> str:
 
 def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft_len: DraftLenSource,
                   sampling: Sampling, max_new_tokens: int, ctx: RoundContext,
-                  emit: Callable[[RoundVerified], None]) -> PromptRun:
+                  emit: Callable[[RoundVerified], None], stop: Callable[[], str | None] | None = None) -> PromptRun:
     """Decode one prompt round by round, emitting one RoundVerified per round.
 
-    `draft_len` is asked before every round, so a policy can change k mid-prompt."""
+    `draft_len` is asked before every round, so a policy can change k mid-prompt. `stop` is asked
+    after every round: a reason ("cancelled", "stop") ends the decode there, and becomes its stop_reason."""
     check_room(target, ctx.prompt_id, len(prompt), max_new_tokens, draft_len.max_draft_len)
     rng = np.random.default_rng(sampling.seed)
     drafter.begin(prompt)
@@ -78,6 +79,10 @@ def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft
         carried_ms = (time.perf_counter() - start) * 1e3
         if run.generated and run.generated[-1] == target.eos_id:
             run.stop_reason = "eos"
+            break
+        reason = stop() if stop is not None else None
+        if reason:
+            run.stop_reason = reason
             break
     return run
 

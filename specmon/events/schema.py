@@ -102,7 +102,7 @@ class PromptFinished(Event, tag="prompt_done", kw_only=True):
     rounds: int
     generated: list[int]
     text: str
-    stop_reason: str  # "eos" | "max_new_tokens"
+    stop_reason: str  # "eos" | "max_new_tokens" | "stop" (a stop string, served) | "cancelled" (the client left)
     prefill_ms: float
     decode_ms: float  # sum of round times
     equivalence: Equivalence

@@ -36,6 +36,13 @@ class LiveSession:
     view: Subscription | None = None  # the TUI's bounded buffer, subscribed before the first event
     events: list[AnyEvent] = field(default_factory=list)  # everything published, for the final tables
     finished: SessionFinished | None = None
+    keep_events: bool = True  # False for a long-lived session (a server): only the log keeps them
+    rounds: int = 0
+
+    def _observe(self, event: AnyEvent) -> None:
+        self.rounds += isinstance(event, RoundVerified)
+        if self.keep_events:
+            self.events.append(event)
 
     @property
     def session_id(self) -> str:
@@ -49,18 +56,18 @@ class LiveSession:
         """SessionFinished, once: "done", "interrupted" or "error"."""
         if self.finished is not None or self.sink.error is not None:
             return
-        rounds = sum(isinstance(e, RoundVerified) for e in self.events)
-        self.finished = SessionFinished(session_id=self.session_id, t=time.time(), rounds=rounds, reason=reason)
+        self.finished = SessionFinished(session_id=self.session_id, t=time.time(), rounds=self.rounds, reason=reason)
         self.channel.publish(self.finished)
 
 
 @contextmanager
 def live_session(pair, profile, drafter: Drafter, log_path: Path | None = None, *, serve: bool = True,
                  listen: tuple[str, int] | None = None, policy=None, announce: bool = True,
-                 viewer: bool = False) -> Iterator[LiveSession]:
+                 viewer: bool = False, keep_events: bool = True) -> Iterator[LiveSession]:
     """Open the log (and the attach socket when `serve`), publish SessionStarted, and yield the
     session; on leaving, finish and close everything, raising a log-write failure if there was one."""
     session = _open(pair, profile, log_path, serve, listen, viewer)
+    session.keep_events = keep_events
     in_flight: BaseException | None = None
     try:
         if announce:
@@ -90,7 +97,7 @@ def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: boo
     channel = Channel(sink)
     driver = SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin)
     session = LiveSession(driver, channel, sink, None)
-    channel.on_event(session.events.append)
+    channel.on_event(session._observe)
     session.view = channel.subscribe(maxlen=VIEW_BUFFER) if viewer else None
     try:
         session.server = EventServer(sink, runtime_dir() / f"{session_id}.sock", listen) if serve else None

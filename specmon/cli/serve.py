@@ -1,0 +1,115 @@
+"""`specmon serve`: load the pair, open a live session, and serve OpenAI's API from it; every
+request is a prompt of the session, decided by the policy (or at a fixed k), logged round by round."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import stat
+import sys
+import threading
+from pathlib import Path
+
+from rich.markup import escape
+
+from specmon.backends.profiles import load_profile
+from specmon.cli.console import err
+from specmon.errors import SpecmonError
+from specmon.policy.schema import load_policy
+from specmon.transport.session import live_session
+
+
+def cmd_serve(args) -> int:
+    from specmon.server.runner import ServeOptions, Serving
+
+    profile = load_profile(args.profile)
+    if args.policy is not None and args.draft_len is not None:
+        raise SpecmonError("-k/--draft-len cannot be used with --policy: serve either under a policy or at a fixed k")
+    policy = load_policy(args.policy or "default") if args.draft_len is None else None
+    api_key = read_api_key(args.api_key_file) if args.api_key_file else None
+    check_host(args.host, api_key is not None)
+    tui = not args.headless and _tty()
+    options = ServeOptions(host=args.host, port=args.port, api_key=api_key, max_queue=args.max_queue,
+                           draft_len=args.draft_len, line=None if tui else _print_line)
+    from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
+
+    with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
+        pair = load_pair(profile)
+    with live_session(pair, profile, pair.drafter, args.log, policy=policy, keep_events=False, viewer=tui) as session:
+        serving = Serving(session, pair, profile, options, policy)
+        mode = f"policy {Path(policy.source).name}" if policy else f"fixed k={options.draft_len}"
+        what = f"{pair.target.name} ({pair.drafter.name}, {mode}) on {serving.url}/v1"
+        print(f"specmon: serving {what}" + ("" if api_key is None else "; clients must send the API key"),
+              file=sys.stderr, flush=True)
+        if tui:
+            serve_under_tui(session, serving, f"serve: {what}")
+        else:
+            serving.run()
+    return 0
+
+
+def serve_under_tui(session, serving, title: str) -> None:
+    """Serve on a thread while the live monitor (main thread) drains the session's view; quitting
+    the monitor shuts the server down (the decode in flight stops after its round)."""
+    from specmon.tui.factory import make_app
+    from specmon.tui.feed import Feed
+
+    feed = Feed(session.view, title)
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            serving.run()
+        except BaseException as exc:
+            failed.append(exc)
+            feed.error = str(exc) if isinstance(exc, SpecmonError) else f"serving failed: {exc!r}"
+        finally:
+            feed.done.set()
+
+    thread = threading.Thread(target=serve, name="specmon-serve-http")
+    thread.start()
+    try:
+        make_app(feed).run()
+    finally:
+        serving.server.should_exit = True
+        thread.join()
+    if failed:
+        raise failed[0]
+
+
+def read_api_key(path: Path) -> bytes:
+    """The key from a file only its owner can read (as ssh insists for private keys); never printed."""
+    try:
+        mode = path.stat().st_mode
+        key = path.read_bytes().strip()
+    except OSError as exc:
+        raise SpecmonError(f"--api-key-file {path}: cannot read it ({exc.strerror})") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise SpecmonError(f"--api-key-file {path}: others can read it; run `chmod 600 {path}`")
+    if not key or b"\n" in key or any(b < 0x21 or b > 0x7E for b in key):
+        raise SpecmonError(f"--api-key-file {path}: expected one line of printable ASCII, no spaces")
+    return key
+
+
+def check_host(host: str, has_key: bool) -> None:
+    """Loopback by default; any address others can reach needs an API key."""
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise SpecmonError(f"--host {host}: cannot resolve it ({getattr(exc, 'strerror', None) or exc})") from None
+    addresses = {info[4][0].split("%")[0] for info in found}
+    if not has_key and not all(ipaddress.ip_address(a).is_loopback for a in addresses):
+        raise SpecmonError(f"--host {host} is reachable from other machines: give --api-key-file FILE (clients send "
+                           "the key as a bearer token), or serve on 127.0.0.1 and use an SSH tunnel")
+
+
+def _tty() -> bool:
+    return sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def _print_line(line: str) -> None:
+    print(f"specmon: {line}", flush=True)
+
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # requests are tokenized on threads of their own

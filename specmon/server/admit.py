@@ -1,0 +1,89 @@
+"""From a decoded request body to an Admitted job, every check done before it is queued: the
+parameters specmon cannot honour, the chat template, the class, the sampling settings, and
+whether prompt plus reply fit the context (the KV cache, less one round's draft)."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+from specmon.engine.prompts import Prompt
+from specmon.events.schema import Sampling
+from specmon.server.chat import completion_prompt, last_user_text, messages_for_template, render_chat
+from specmon.server.errors import ApiError, check_unsupported
+from specmon.server.jobs import Admitted
+from specmon.server.protocol import MAX_STOPS, ChatCompletionRequest, CompletionRequest
+
+Classify = Callable[[str, "str | None"], "tuple[str, str]"]
+
+
+@dataclass
+class Admission:
+    """What checking a request needs to know of the session."""
+
+    model_id: str
+    tokenizer: object  # ChatTokenizer: encode, decode, chat_template, eos_id, vocab_size
+    max_len: int  # KV cache positions
+    max_draft_len: int  # the longest k a round may draft (the policy may pick any up to its maximum)
+    defaults: Sampling  # the profile's, for settings a request leaves out
+    classify: Classify
+
+    @property
+    def context_len(self) -> int:
+        """Prompt + reply tokens that fit: the cache less one round's draft and its verify position."""
+        return self.max_len - self.max_draft_len - 1
+
+    def chat(self, request: ChatCompletionRequest, named_class: str | None) -> Admitted:
+        check_unsupported(request)
+        messages = messages_for_template(request.messages)
+        tok = self.tokenizer
+        text = render_chat(tok.chat_template, messages, eos_token=tok.tokenizer.id_to_token(tok.eos_id) or "")
+        ids = tok.encode(text)
+        limit = request.max_completion_tokens or request.max_tokens
+        return self._admit("chat", "chatcmpl-", last_user_text(messages), ids, request, limit, named_class)
+
+    def completion(self, request: CompletionRequest, named_class: str | None) -> Admitted:
+        check_unsupported(request)
+        text, ids = completion_prompt(request, self.tokenizer.encode)
+        bad = next((t for t in ids if not 0 <= t < self.tokenizer.vocab_size), None)
+        if bad is not None:
+            raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{self.tokenizer.vocab_size - 1})",
+                           param="prompt", code="invalid_value")
+        text = text or self.tokenizer.decode(ids)
+        return self._admit("completion", "cmpl-", text, ids, request, request.max_tokens or 16, named_class)
+
+    def _admit(self, endpoint: str, prefix: str, text: str, ids: list[int], request, max_tokens: int | None,
+               named_class: str | None) -> Admitted:
+        stops = _stops(request.stop)
+        room = self.context_len - len(ids)
+        if max_tokens is None and room >= 1:
+            max_tokens = room  # as OpenAI: up to the end of the context
+        if max_tokens is None or len(ids) + max_tokens > self.context_len:
+            asked = max_tokens or 1
+            raise ApiError(400, f"This model's maximum context length is {self.context_len} tokens. However, you "
+                           f"requested {len(ids) + asked} tokens ({len(ids)} in the prompt, {asked} for the "
+                           "completion). Please reduce the prompt or the completion length.",
+                           param="messages" if endpoint == "chat" else "prompt", code="context_length_exceeded")
+        name, rule = self.classify(text, request.specmon_class or named_class)
+        request_id = prefix + uuid.uuid4().hex[:24]
+        prompt = Prompt(id=request_id, text=text, prompt_class=name, token_ids=tuple(ids))
+        return Admitted(request_id, endpoint, prompt, name, rule, self._sampling(request), max_tokens, stops)
+
+    def _sampling(self, request) -> Sampling:
+        d = self.defaults
+        return Sampling(
+            temperature=d.temperature if request.temperature is None else request.temperature,
+            top_p=d.top_p if request.top_p is None else request.top_p,
+            top_k=d.top_k if request.top_k is None else request.top_k,
+            seed=secrets.randbelow(2**31) if request.seed is None else request.seed,  # logged: reproducible
+        )
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > MAX_STOPS:
+        raise ApiError(400, f"`stop` holds {len(stops)} strings; at most {MAX_STOPS}", param="stop",
+                       code="invalid_value")
+    return [s for s in stops if s]

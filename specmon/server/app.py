@@ -1,0 +1,199 @@
+"""The ASGI app (Starlette): routes, the API key, the body limit, and the one error shape.
+
+Handlers never touch the model: a request is checked (in a thread: templating and tokenizing),
+queued, and then only awaits what the worker thread posts back, so the event loop never blocks
+on a decode. Streams are server-sent events, one chunk per round that adds text, ending in
+`data: [DONE]`; a client that leaves cancels its request."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
+
+import anyio
+import msgspec
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from specmon.server.admit import Admission
+from specmon.server.errors import ApiError, from_decode_error, status_error
+from specmon.server.jobs import Failed, Finished, Job, Piece, Worker
+from specmon.server.metrics import CONTENT_TYPE, ServerMetrics
+from specmon.server.protocol import (
+    ChatCompletionRequest, CompletionRequest, Health, Model, ModelList, encoder,
+)
+from specmon.server.reply import ChatReply, CompletionReply, Reply
+from specmon.server.text import ReplyText
+
+JSON = "application/json"
+CLASS_HEADER = "x-specmon-class"
+
+
+@dataclass
+class ServeState:
+    admission: Admission
+    worker: Worker
+    metrics: ServerMetrics
+    session_id: str
+    created: int
+    api_key: bytes | None = None
+    max_body_bytes: int = 1 << 20
+    on_refused: Callable[[str, ApiError], None] | None = None  # the headless line of a refused request
+
+
+def build_app(state: ServeState) -> Starlette:
+    async def chat(request: Request) -> Response:
+        return await _complete(request, state, ChatCompletionRequest, state.admission.chat, ChatReply)
+
+    async def completions(request: Request) -> Response:
+        return await _complete(request, state, CompletionRequest, state.admission.completion, CompletionReply)
+
+    async def models(request: Request) -> Response:
+        _authorize(request, state)
+        model = Model(state.admission.model_id, state.created, max_model_len=state.admission.context_len)
+        return _json(ModelList([model]))
+
+    async def health(request: Request) -> Response:
+        worker = state.worker
+        return _json(Health("ok", state.session_id, state.admission.model_id, len(worker.waiting),
+                            int(worker.in_flight is not None)))
+
+    async def metrics(request: Request) -> Response:
+        _authorize(request, state)
+        return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        state.metrics.refused.labels(str(exc.status)).inc()
+        if state.on_refused is not None:
+            state.on_refused(request.url.path, exc)
+        return Response(exc.body(), status_code=exc.status, headers=exc.headers, media_type=JSON)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        """A bug: one line on stderr and a 500 in the one shape (uvicorn prints the traceback)."""
+        return await api_error(request, ApiError(500, f"internal error: {exc!r}", type="server_error"))
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        return await api_error(request, status_error(exc.status_code, f"{request.method} {request.url.path}: "
+                                                     f"{exc.detail}"))
+
+    routes = [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error,
+                                                           Exception: server_error})
+
+
+def _json(body) -> Response:
+    return Response(encoder.encode(body), media_type=JSON)
+
+
+def _authorize(request: Request, state: ServeState) -> None:
+    """`Authorization: Bearer KEY`, compared in constant time; the key is never echoed or logged."""
+    if state.api_key is None:
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), state.api_key):
+        raise ApiError(401, "missing or incorrect API key: send it as `Authorization: Bearer KEY`",
+                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes the limit (announced or as it arrives)."""
+    length = request.headers.get("content-length", "")
+    too_large = ApiError(413, f"the request body is over the {limit} byte limit", code="request_too_large")
+    if length.isdigit() and int(length) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _complete(request: Request, state: ServeState, kind, admit, reply_type: type[Reply]) -> Response:
+    _authorize(request, state)
+    body = await _read_body(request, state.max_body_bytes)
+    try:
+        parsed = msgspec.json.decode(body, type=kind)
+    except msgspec.DecodeError as exc:
+        raise from_decode_error(exc) from None
+    admitted = await anyio.to_thread.run_sync(admit, parsed, request.headers.get(CLASS_HEADER))
+    tok = state.admission.tokenizer
+    job = Job(admitted, asyncio.get_running_loop(), ReplyText(tok.decode, tok.eos_id, admitted.stops))
+    state.worker.submit(job)
+    reply = reply_type(admitted.id, state.created, state.admission.model_id)
+    if parsed.stream:
+        usage = parsed.stream_options is not None and parsed.stream_options.include_usage
+        return StreamingResponse(_events(job, reply, state.worker, usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    item = await _outcome(job, request, state.worker)
+    if isinstance(item, Failed):
+        raise item.error
+    return _json(reply.whole(item))
+
+
+async def _outcome(job: Job, request: Request, worker: Worker) -> Finished | Failed:
+    """Wait for the decode's end, or for the client to leave (which cancels it)."""
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        while True:
+            item = asyncio.ensure_future(job.out.get())
+            await asyncio.wait({item, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not item.done():
+                item.cancel()
+                worker.cancel(job)
+                return Failed(ApiError(499, "the client closed the connection", code="client_closed_request"))
+            result = item.result()
+            if isinstance(result, Finished) and result.finish_reason == "cancelled":
+                return Failed(ApiError(503, "the server shut down during this request", type="server_error"))
+            if isinstance(result, (Finished, Failed)):
+                return result
+    finally:
+        gone.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _events(job: Job, reply: Reply, worker: Worker, include_usage: bool) -> AsyncIterator[bytes]:
+    """Server-sent events: a first chunk with the role, one per round that adds text, the last with
+    finish_reason and the `specmon` field, the usage chunk if asked for, then [DONE]."""
+    finished = False
+    try:
+        yield _sse(reply.opening())
+        while True:
+            item = await job.out.get()
+            if isinstance(item, Piece):
+                yield _sse(reply.piece(item.text, item.round))
+                continue
+            finished = True
+            if isinstance(item, Failed) or item.finish_reason == "cancelled":
+                error = item.error if isinstance(item, Failed) else ApiError(
+                    503, "the server shut down during this request", type="server_error")
+                yield b"data: " + error.body() + b"\n\n"
+            else:
+                yield _sse(reply.closing(item))
+                if include_usage:
+                    yield _sse(reply.usage(item.usage))
+            yield b"data: [DONE]\n\n"
+            return
+    finally:
+        if not finished:
+            worker.cancel(job)  # the client left (the stream was cancelled) before the end
+
+
+def _sse(chunk) -> bytes:
+    return b"data: " + encoder.encode(chunk) + b"\n\n"

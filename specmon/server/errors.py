@@ -1,0 +1,68 @@
+"""One error shape for every refusal: OpenAI's {"error": {"message", "type", "param", "code"}},
+with the HTTP status that goes with it."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from specmon.server.protocol import UNSUPPORTED, ErrorBody, ErrorResponse, encoder
+
+INVALID = "invalid_request_error"
+_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
+_MISSING = re.compile(r"Object missing required field `([^`]+)`")
+
+
+class ApiError(Exception):
+    """A request refused with an OpenAI-style body; `headers` go with it (e.g. Retry-After)."""
+
+    def __init__(self, status: int, message: str, *, type: str = INVALID, param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+    def body(self) -> bytes:
+        return encoder.encode(ErrorResponse(ErrorBody(self.message, self.type, self.param, self.code)))
+
+
+def from_decode_error(exc: msgspec.DecodeError) -> ApiError:
+    """msgspec's message names the field and what was wrong with it; the field becomes `param`."""
+    text = str(exc)
+    if not isinstance(exc, msgspec.ValidationError):
+        return ApiError(400, f"the request body is not valid JSON ({text})", code="invalid_json")
+    missing = _MISSING.search(text)
+    path = _PATH.search(text)
+    where = path.group(1) if path else ""
+    if missing:
+        field = f"{where}.{missing.group(1)}" if where else missing.group(1)
+        return ApiError(400, f"missing required field `{field}`", param=field, code="missing_required_parameter")
+    message = _PATH.sub("", text)
+    if not where:
+        return ApiError(400, f"the request body must be a JSON object ({message})", code="invalid_type")
+    code = "invalid_type" if ", got `" in message else "invalid_value"
+    return ApiError(400, f"invalid value for `{where}`: {message}", param=where, code=code)
+
+
+def check_unsupported(request) -> None:
+    """A parameter specmon cannot honour, set to anything but its "not used" value, is refused by name."""
+    for name, neutral in UNSUPPORTED.items():
+        value = getattr(request, name, None)
+        if not any(value == ok and type(value) is type(ok) or value is ok for ok in neutral):
+            if name == "n" and isinstance(value, int):
+                message = f"n = {value}: specmon decodes one choice per request (batch 1); use n = 1"
+            else:
+                message = f"`{name}` is not supported by specmon serve (got {_short(value)}); leave it out"
+            raise ApiError(400, message, param=name, code="unsupported_parameter")
+
+
+def _short(value) -> str:
+    text = msgspec.json.encode(value).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def status_error(status: int, message: str) -> ApiError:
+    """Starlette's own refusals (no such route, wrong method) in the one shape."""
+    code = {404: "not_found", 405: "method_not_allowed"}.get(status)
+    return ApiError(status, message, code=code)

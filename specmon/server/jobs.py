@@ -1,0 +1,251 @@
+"""The server's scheduler: admitted requests wait in one bounded FIFO queue, and one worker thread
+decodes them one at a time (batch 1) through the session driver, at the policy's k round by round
+or at a fixed k. Each round's text goes back to the request's event loop as it is verified; a
+request whose client left is withdrawn from the queue, or stopped after the round in progress."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+from specmon.engine.driver import UNCHECKED, Decoded, SessionDriver
+from specmon.engine.prompts import Prompt
+from specmon.errors import SpecmonError
+from specmon.events.schema import RoundVerified, Sampling
+from specmon.server.errors import ApiError
+from specmon.server.metrics import ServerMetrics
+from specmon.server.protocol import SpecmonInfo, SpecmonRound, Usage
+from specmon.server.text import ReplyText
+from specmon.transport.channel import LogWriteFailed
+
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "max_new_tokens": "length", "cancelled": "cancelled"}
+
+
+@dataclass
+class Admitted:
+    """A request that passed every check: what the worker needs to decode it."""
+
+    id: str
+    endpoint: str  # "chat" | "completion"
+    prompt: Prompt  # text: what was classified; token_ids: what is decoded
+    prompt_class: str
+    class_rule: str
+    sampling: Sampling
+    max_tokens: int
+    stops: list[str]
+
+
+@dataclass
+class Piece:
+    text: str
+    round: SpecmonRound
+
+
+@dataclass
+class Finished:
+    rest: str  # text not yet sent as a Piece
+    text: str  # the whole reply
+    finish_reason: str
+    usage: Usage
+    info: SpecmonInfo
+
+
+@dataclass
+class Failed:
+    error: ApiError
+
+
+@dataclass(eq=False)
+class Job:
+    request: Admitted
+    loop: asyncio.AbstractEventLoop
+    text: ReplyText
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)  # Piece* then Finished or Failed
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    arrived: float = field(default_factory=time.perf_counter)
+    round_ids: list[int] = field(default_factory=list)
+    draft_lens: list[int] = field(default_factory=list)
+    last_round_at: float | None = None
+    ttft_s: float | None = None
+
+    def post(self, item: Piece | Finished | Failed) -> None:
+        """From the worker thread to the request's event loop (gone once the server has stopped)."""
+        try:
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        except RuntimeError:
+            pass  # the loop is closed: no one is waiting for this request any more
+
+
+class Decoder:
+    """Decodes one admitted request with the driver: the policy's k round by round, or a fixed k."""
+
+    def __init__(self, driver: SessionDriver, drafter, policy=None, fixed_k: int = 0):
+        self.driver, self.drafter, self.policy, self.fixed_k = driver, drafter, policy, fixed_k
+
+    def decode(self, req: Admitted, on_round: Callable[[RoundVerified], None],
+               stop: Callable[[], str | None]) -> Decoded:
+        if self.policy is not None:
+            done = self.policy.decode_named(req.prompt, req.prompt_class, req.class_rule, req.sampling,
+                                            req.max_tokens, on_round=on_round, stop=stop)
+        else:
+            from specmon.engine.draft_len import FixedDraftLen
+
+            done = self.driver.decode(req.prompt, self.drafter, FixedDraftLen(self.fixed_k), req.sampling,
+                                      req.max_tokens, prompt_class=req.prompt_class, class_rule=req.class_rule,
+                                      on_round=on_round, stop=stop)
+        self.driver.finish(done, UNCHECKED)
+        self.driver.sample_resources()
+        return done
+
+
+class Worker:
+    """One decode at a time from a bounded FIFO queue. `max_queue` counts every request the server
+    holds, the one decoding included: one more is answered 429 with Retry-After."""
+
+    def __init__(self, decoder: Decoder, metrics: ServerMetrics, max_queue: int,
+                 on_done: Callable[[Job, Finished], None] | None = None,
+                 on_fatal: Callable[[BaseException], None] | None = None):
+        self.decoder, self.metrics, self.max_queue = decoder, metrics, max_queue
+        self.on_done, self.on_fatal = on_done, on_fatal
+        self.waiting: collections.deque[Job] = collections.deque()
+        self.in_flight: Job | None = None
+        self.failure: BaseException | None = None
+        self._cond = threading.Condition()
+        self._closing = False
+        self._mean_s = 1.0  # recent seconds per request, for Retry-After
+        self.thread = threading.Thread(target=self._run, name="specmon-serve-decode", daemon=True)
+
+    @property
+    def held(self) -> int:
+        return len(self.waiting) + (self.in_flight is not None)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue a job, or refuse it: 429 when full, 503 once the server is closing."""
+        with self._cond:
+            if self._closing:
+                raise ApiError(503, "the server is shutting down", type="server_error", code="shutting_down")
+            if self.held >= self.max_queue:
+                wait = max(1, math.ceil(self._mean_s * self.held))
+                raise ApiError(429, f"the queue is full ({self.held} requests held, --max-queue {self.max_queue}); "
+                               f"retry in about {wait} s", type="rate_limit_error", code="rate_limit_exceeded",
+                               headers={"Retry-After": str(wait)})
+            self.waiting.append(job)
+            self.metrics.queue_depth.set(len(self.waiting))
+            self._cond.notify()
+
+    def cancel(self, job: Job) -> None:
+        """The client left: a waiting job leaves the queue; a decoding one stops after its round."""
+        with self._cond:
+            job.cancelled.set()
+            if job in self.waiting:
+                self.waiting.remove(job)
+                self.metrics.queue_depth.set(len(self.waiting))
+
+    def close(self) -> None:
+        """Refuse new work, fail what waits, stop the decode in flight, and wait for the thread."""
+        with self._cond:
+            self._closing = True
+            for job in self.waiting:
+                job.post(Failed(ApiError(503, "the server shut down before this request's turn",
+                                         type="server_error", code="shutting_down")))
+            self.waiting.clear()
+            if self.in_flight is not None:
+                self.in_flight.cancelled.set()
+            self._cond.notify_all()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _take(self) -> Job | None:
+        with self._cond:
+            self.in_flight = None
+            self.metrics.running.set(0)
+            while not self.waiting and not self._closing:
+                self._cond.wait()
+            if self._closing:
+                return None
+            self.in_flight = self.waiting.popleft()
+            self.metrics.queue_depth.set(len(self.waiting))
+            self.metrics.running.set(1)
+            return self.in_flight
+
+    def _run(self) -> None:
+        try:
+            while (job := self._take()) is not None:
+                self._serve(job)
+        except BaseException as exc:  # the log failed (or worse): no request can be served any more
+            self.failure = exc
+            if self.on_fatal is not None:
+                self.on_fatal(exc)
+
+    def _serve(self, job: Job) -> None:
+        started = time.perf_counter()
+        try:
+            done = self.decoder.decode(job.request, self._on_round(job), lambda: _stop(job))
+        except LogWriteFailed as exc:
+            job.post(Failed(ApiError(503, f"the server cannot log any more: {exc}", type="server_error")))
+            raise
+        except SpecmonError as exc:
+            job.post(Failed(ApiError(400, str(exc), code="invalid_value")))
+            return
+        except Exception as exc:  # noqa: BLE001 - one request's bug must not end the server
+            traceback.print_exc(file=sys.stderr)
+            job.post(Failed(ApiError(500, f"decoding failed: {exc!r}", type="server_error")))
+            return
+        finished = self._finished(job, done)
+        self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - started)
+        job.post(finished)
+        if self.on_done is not None:
+            self.on_done(job, finished)
+
+    def _on_round(self, job: Job) -> Callable[[RoundVerified], None]:
+        labels = self.metrics
+        name = job.request.prompt_class
+
+        def on_round(ev: RoundVerified) -> None:
+            now = time.perf_counter()
+            job.round_ids.append(ev.round_id)
+            job.draft_lens.append(ev.draft_len)
+            if job.last_round_at is None:
+                job.ttft_s = now - job.arrived
+                labels.ttft.labels(name).observe(job.ttft_s)
+            elif ev.emitted:
+                per_token = (now - job.last_round_at) / len(ev.emitted)
+                for _ in ev.emitted:
+                    labels.per_token.labels(name).observe(per_token)
+            job.last_round_at = now
+            piece = job.text.add(ev.emitted)
+            if piece:
+                job.post(Piece(piece, SpecmonRound(ev.round_id, ev.draft_len, len(ev.proposed), ev.accepted)))
+
+        return on_round
+
+    def _finished(self, job: Job, done: Decoded) -> Finished:
+        req, run = job.request, done.run
+        rest = job.text.finish()
+        usage = Usage(done.started.prompt_tokens, len(run.generated), done.started.prompt_tokens + len(run.generated))
+        info = SpecmonInfo(session_id=self.decoder.driver.session_id, prompt_id=req.id,
+                           prompt_class=done.started.prompt_class, class_rule=done.started.class_rule,
+                           draft_len=done.started.draft_len, round_ids=job.round_ids, draft_lens=job.draft_lens,
+                           stop_reason=run.stop_reason)
+        reason = FINISH_REASONS.get(run.stop_reason, run.stop_reason)
+        self.metrics.requests.labels(req.endpoint, reason).inc()
+        self.metrics.prompt_tokens.inc(usage.prompt_tokens)
+        self.metrics.generation_tokens.inc(usage.completion_tokens)
+        return Finished(rest, job.text.text, reason, usage, info)
+
+
+def _stop(job: Job) -> str | None:
+    """Asked after every round: why the decode should end here, if it should."""
+    if job.cancelled.is_set():
+        return "cancelled"
+    return "stop" if job.text.stopped else None

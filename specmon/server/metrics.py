@@ -1,0 +1,113 @@
+"""Prometheus metrics of a serving session, in their own registry (`/metrics`).
+
+The speculative-decoding counters mirror vLLM's (`vllm:spec_decode_num_drafts` and friends) under a
+`specmon_` prefix, labelled with the prompt class and the round's k, and are fed from the same
+RoundVerified events the log holds, so they can be recomputed from the log:
+
+    drafts         rounds that proposed at least one draft token
+    draft tokens   Σ proposed
+    accepted       Σ accepted (length of the accepted prefix)
+    per position   rounds with accepted > i, for each position i
+    rounds, emitted tokens and round seconds (all rounds, k = 0 included), and goodput from them."""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from specmon.events.schema import AnyEvent, Decision, ResourceSample, RoundVerified
+from specmon.metrics import rates
+
+CLASS_K = ["class", "k"]
+TTFT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class ServerMetrics:
+    def __init__(self):
+        self.registry = r = CollectorRegistry()
+        self.rounds = Counter("specmon_rounds", "Rounds decoded (k = 0: plain decoding steps)", CLASS_K, registry=r)
+        self.drafts = Counter("specmon_spec_decode_num_drafts", "Rounds that proposed at least one draft token",
+                              CLASS_K, registry=r)
+        self.draft_tokens = Counter("specmon_spec_decode_num_draft_tokens", "Draft tokens proposed", CLASS_K,
+                                    registry=r)
+        self.accepted = Counter("specmon_spec_decode_num_accepted_tokens", "Draft tokens accepted", CLASS_K,
+                                registry=r)
+        self.per_pos = Counter("specmon_spec_decode_num_accepted_tokens_per_pos",
+                               "Rounds whose accepted prefix reached past this 0-based position",
+                               CLASS_K + ["position"], registry=r)
+        self.emitted = Counter("specmon_emitted_tokens", "Tokens emitted by rounds (accepted + 1 each)", CLASS_K,
+                               registry=r)
+        self.round_seconds = Counter("specmon_round_seconds", "Round wall time: draft + verify + overhead", CLASS_K,
+                                     registry=r)
+        self.goodput = Gauge("specmon_goodput_tokens_per_ms", "Emitted tokens / round ms over the session",
+                             CLASS_K, registry=r)
+        self.policy_k = Gauge("specmon_policy_draft_len", "The policy's k for the class now", ["class"], registry=r)
+        self.policy_on = Gauge("specmon_policy_speculate", "1 while the policy has speculation on for the class",
+                               ["class"], registry=r)
+        self.decisions = Counter("specmon_policy_decisions", "Policy decisions (applied = false: advise mode)",
+                                 ["class", "applied"], registry=r)
+        self.queue_depth = Gauge("specmon_queue_depth", "Requests waiting for the decoder", registry=r)
+        self.running = Gauge("specmon_requests_running", "Requests being decoded (batch 1: 0 or 1)", registry=r)
+        self.requests = Counter("specmon_requests", "Requests decoded, by how they ended", ["endpoint", "finish_reason"],
+                                registry=r)
+        self.refused = Counter("specmon_requests_refused", "Requests refused before decoding, by HTTP status",
+                               ["status"], registry=r)
+        self.prompt_tokens = Counter("specmon_prompt_tokens", "Prompt tokens of decoded requests", registry=r)
+        self.generation_tokens = Counter("specmon_generation_tokens", "Tokens generated for requests", registry=r)
+        self.ttft = Histogram("specmon_time_to_first_token_seconds", "Arrival to the first round's tokens (queue "
+                              "wait included)", ["class"], buckets=TTFT_BUCKETS, registry=r)
+        self.per_token = Histogram("specmon_time_per_output_token_seconds", "Round gap / tokens it emitted, one "
+                                   "observation per token after the first round", ["class"], buckets=TOKEN_BUCKETS,
+                                   registry=r)
+        self.rss = Gauge("specmon_process_resident_memory_bytes", "Resident memory of the server process", registry=r)
+        self.vram_used = Gauge("specmon_vram_used_bytes", "GPU memory in use (NaN: no GPU)", registry=r)
+        self.vram_total = Gauge("specmon_vram_total_bytes", "GPU memory in all (NaN: no GPU)", registry=r)
+        self._sums: dict[tuple[str, str], list[float]] = {}  # (class, k) -> [emitted, round ms]
+        for gauge in (self.rss, self.vram_used, self.vram_total):
+            gauge.set(math.nan)
+
+    def observe(self, event: AnyEvent) -> None:
+        """Every published event, in the decode thread (a channel callback: a few counter bumps)."""
+        if isinstance(event, RoundVerified):
+            self._round(event)
+        elif isinstance(event, Decision):
+            self.decisions.labels(event.prompt_class, str(event.applied).lower()).inc()
+            if event.applied:
+                self.set_policy(event.prompt_class, event.speculate_to, event.k_to)
+        elif isinstance(event, ResourceSample):
+            for gauge, value in ((self.rss, event.rss_bytes), (self.vram_used, event.vram_used_bytes),
+                                 (self.vram_total, event.vram_total_bytes)):
+                gauge.set(math.nan if value is None else value)
+
+    def _round(self, ev: RoundVerified) -> None:
+        labels = (ev.prompt_class, str(ev.draft_len))
+        proposed, ms = len(ev.proposed), rates.round_ms(ev)
+        self.rounds.labels(*labels).inc()
+        self.emitted.labels(*labels).inc(len(ev.emitted))
+        self.round_seconds.labels(*labels).inc(ms / 1e3)
+        if proposed:
+            self.drafts.labels(*labels).inc()
+            self.draft_tokens.labels(*labels).inc(proposed)
+            self.accepted.labels(*labels).inc(ev.accepted)
+            for position in range(proposed):
+                counter = self.per_pos.labels(*labels, str(position))
+                if position < ev.accepted:
+                    counter.inc()
+                else:
+                    counter.inc(0)  # the position was offered: its series exists, at 0 until one is accepted
+        sums = self._sums.setdefault(labels, [0, 0.0])
+        sums[0] += len(ev.emitted)
+        sums[1] += ms
+        value = rates.goodput(sums[0], sums[1])
+        if value is not None:
+            self.goodput.labels(*labels).set(value)
+
+    def set_policy(self, prompt_class: str, speculate: bool, k: int) -> None:
+        self.policy_on.labels(prompt_class).set(1 if speculate else 0)
+        self.policy_k.labels(prompt_class).set(k if speculate else 0)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,220 @@
+"""Request and response bodies of the OpenAI API as msgspec Structs, field by field (the shape
+vLLM's protocol.py and TabbyAPI mirror), plus specmon's own `specmon` field and `specmon_class`.
+
+Requests are decoded and validated in one step (msgspec.json.decode(body, type=...)); a field of
+the wrong type or out of range is named in the error. Parameters OpenAI defines that specmon cannot
+honour are declared too, so a request that sets them is refused by name instead of ignored."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from specmon.backends.profiles import MAX_INT, MAX_SEED
+
+Count = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
+Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
+TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
+TopK = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+Seed = Annotated[int, msgspec.Meta(ge=0, le=MAX_SEED)]
+Stop = str | list[str] | None
+MAX_STOPS = 4  # as OpenAI allows
+
+# Parameters a request may carry only at the value that means "not used" (None: absent or null).
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "n": (None, 1), "best_of": (None, 1), "logprobs": (None, False), "top_logprobs": (None, 0),
+    "echo": (None, False), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {}), "tools": (None, []),
+    "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}), "audio": (None,), "prediction": (None,),
+    "modalities": (None, ["text"]), "parallel_tool_calls": (None, False, True),
+}
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class ContentPart(msgspec.Struct):
+    """One part of a message's content; only {"type": "text", "text": ...} can be decoded here."""
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(msgspec.Struct):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: Any = None
+    tool_call_id: str | None = None
+
+
+class _Sampled(msgspec.Struct, kw_only=True):
+    """What chat and text completions share: sampling, limits, streaming, specmon's class."""
+
+    model: str = ""
+    max_tokens: Count | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None  # not OpenAI's; vLLM and TabbyAPI accept it too
+    seed: Seed | None = None
+    stop: Stop = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    specmon_class: str | None = None  # names the class (a policy tag or class name); clients send it in extra_body
+    n: int | None = None
+    logprobs: Any = None
+    top_logprobs: Any = None
+    presence_penalty: Any = None
+    frequency_penalty: Any = None
+    logit_bias: Any = None
+
+
+class ChatCompletionRequest(_Sampled, kw_only=True):
+    messages: list[ChatMessage]
+    max_completion_tokens: Count | None = None
+    tools: Any = None
+    tool_choice: Any = None
+    functions: Any = None
+    function_call: Any = None
+    response_format: Any = None
+    parallel_tool_calls: Any = None
+    audio: Any = None
+    modalities: Any = None
+    prediction: Any = None
+
+
+class CompletionRequest(_Sampled, kw_only=True):
+    prompt: str | list[str | int]  # a string, one string in a list, or token ids
+    echo: Any = None
+    suffix: Any = None
+    best_of: Any = None
+
+
+# -- responses ------------------------------------------------------------------------------
+
+class Usage(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class SpecmonInfo(msgspec.Struct):
+    """Where a request's evidence is: its prompt id and round ids in the session's log."""
+
+    session_id: str
+    prompt_id: str
+    prompt_class: str
+    class_rule: str
+    draft_len: int  # k at the start (0: plain decoding); a policy may change it round by round
+    round_ids: list[int]
+    draft_lens: list[int]  # the k of each round, beside round_ids
+    stop_reason: str  # as PromptFinished says: eos, max_new_tokens, stop, cancelled
+
+
+class SpecmonRound(msgspec.Struct):
+    """The round a streamed chunk's text came from."""
+
+    round_id: int
+    draft_len: int
+    proposed: int
+    accepted: int
+
+
+class AssistantMessage(msgspec.Struct):
+    content: str
+    role: str = "assistant"
+
+
+class ChatChoice(msgspec.Struct):
+    index: int
+    message: AssistantMessage
+    finish_reason: str
+    logprobs: None = None
+
+
+class ChatCompletion(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    specmon: SpecmonInfo
+    object: str = "chat.completion"
+
+
+class Delta(msgspec.Struct, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChunkChoice(msgspec.Struct):
+    index: int
+    delta: Delta
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    object: str = "chat.completion.chunk"
+    usage: Usage | None = None
+    specmon: SpecmonInfo | SpecmonRound | None = None
+
+
+class CompletionChoice(msgspec.Struct):
+    index: int
+    text: str
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class Completion(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    object: str = "text_completion"
+    usage: Usage | None = None
+    specmon: SpecmonInfo | SpecmonRound | None = None
+
+
+class Model(msgspec.Struct):
+    id: str
+    created: int
+    owned_by: str = "specmon"
+    object: str = "model"
+    max_model_len: int | None = None
+
+
+class ModelList(msgspec.Struct):
+    data: list[Model]
+    object: str = "list"
+
+
+class ErrorBody(msgspec.Struct):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(msgspec.Struct):
+    error: ErrorBody
+
+
+class Health(msgspec.Struct):
+    status: Literal["ok"]
+    session_id: str
+    model: str
+    queue_depth: int
+    in_flight: int
+
+
+encoder = msgspec.json.Encoder()

@@ -1,0 +1,147 @@
+"""One serving session's life: the decoder and its worker thread inside a live session, the app,
+and uvicorn on a socket bound here (so port 0 works and the address is known before the first
+request). Shutting down refuses new requests, stops the decode in flight after its round, and
+lets uvicorn finish the responses."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import uvicorn
+
+from specmon.sched.policy import PolicyDraftLen
+from specmon.server.admit import Admission
+from specmon.server.app import ServeState, build_app
+from specmon.server.classes import ServePolicy, fixed_class
+from specmon.server.errors import ApiError
+from specmon.server.jobs import Decoder, Finished, Job, Worker
+from specmon.server.metrics import ServerMetrics
+from specmon.transport.session import LiveSession
+
+MAX_BODY_BYTES = 1 << 20  # a chat far past any context this serves still fits; a runaway upload does not
+GRACE_S = 5.0  # how long finished responses may take to drain after a shutdown
+
+
+@dataclass
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: bytes | None = None
+    max_queue: int = 16
+    max_body_bytes: int = MAX_BODY_BYTES
+    draft_len: int | None = None  # a fixed k instead of the policy
+    line: Callable[[str], None] | None = None  # one line per request (--headless)
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, closing the decode worker first when it shuts down (so open streams end)."""
+
+    def __init__(self, config: uvicorn.Config, before_shutdown: Callable[[], None]):
+        super().__init__(config)
+        self.before_shutdown = before_shutdown
+
+    async def shutdown(self, sockets=None) -> None:
+        await asyncio.to_thread(self.before_shutdown)
+        await super().shutdown(sockets)
+
+
+class Serving:
+    def __init__(self, session: LiveSession, pair, profile, options: ServeOptions, policy=None):
+        from specmon.policy.engine import PolicyEngine
+
+        driver = session.driver
+        self.session, self.options = session, options
+        self.metrics = ServerMetrics()
+        session.channel.on_event(self.metrics.observe)
+        self.policy = ServePolicy(driver, PolicyEngine(policy, session.session_id), pair.drafter) if policy else None
+        k = options.draft_len if options.draft_len is not None else profile.drafter.draft_len
+        self.decoder = Decoder(driver, pair.drafter, self.policy, k)
+        self.worker = Worker(self.decoder, self.metrics, options.max_queue, self._done, self._fatal)
+        self.admission = Admission(
+            model_id=Path(pair.target.name).name, tokenizer=pair.tokenizer, max_len=pair.target.max_len,
+            max_draft_len=PolicyDraftLen.max_draft_len if self.policy else k,
+            defaults=profile.sampling.to_event(),
+            classify=self.policy.classify if self.policy else (lambda text, named: fixed_class(named, k)))
+        self.state = ServeState(self.admission, self.worker, self.metrics, session.session_id, int(time.time()),
+                                options.api_key, options.max_body_bytes, self._refused if options.line else None)
+        self.socket = _bind(options.host, options.port)
+        self.address = self.socket.getsockname()[:2]
+        config = uvicorn.Config(build_app(self.state), log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=GRACE_S)
+        self.server = _Uvicorn(config, self.worker.close)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+    def run(self) -> None:
+        """Serve until a signal (or stop()); raise what ended the worker, if anything did."""
+        self.worker.start()
+        try:
+            self.server.run(sockets=[self.socket])
+        finally:
+            self.worker.close()
+            self.socket.close()
+        if self.worker.failure is not None:
+            raise self.worker.failure
+
+    def start(self) -> None:
+        """Serve from a thread (tests, benchmarks): returns once requests are taken."""
+        self._thread = threading.Thread(target=self.run, name="specmon-serve-http", daemon=True)
+        self._thread.start()
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the server thread ended before it started")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+
+    def _fatal(self, exc: BaseException) -> None:
+        print(f"specmon: serving stopped: {exc}", file=sys.stderr)
+        self.server.should_exit = True
+
+    def _done(self, job: Job, done: Finished) -> None:
+        if self.policy is not None:
+            name = done.info.prompt_class
+            self.metrics.set_policy(name, *self.policy.state(name))
+        if self.options.line is not None:
+            self.options.line(request_line(job, done))
+
+    def _refused(self, path: str, error: ApiError) -> None:
+        self.options.line(f"{error.status} {path}: {error.message}")
+
+
+def request_line(job: Job, done: Finished) -> str:
+    """One line per request: id, class, k, rounds, tokens, time to first token, speed, finish."""
+    info, usage = done.info, done.usage
+    took = time.perf_counter() - job.arrived
+    ttft = f"{job.ttft_s * 1e3:.0f} ms" if job.ttft_s is not None else "-"
+    ks = sorted(set(info.draft_lens))
+    k = ",".join(map(str, ks)) if ks else str(info.draft_len)
+    return (f"200 {job.request.endpoint} {info.prompt_id} class={info.prompt_class} k={k} rounds={len(info.round_ids)} "
+            f"tokens={usage.prompt_tokens}+{usage.completion_tokens} ttft={ttft} "
+            f"{usage.completion_tokens / took:.1f} tok/s finish={done.finish_reason}")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    from specmon.errors import SpecmonError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, reuse_port=False)
+    except OSError as exc:
+        raise SpecmonError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock.setblocking(False)
+    return sock

@@ -1,0 +1,61 @@
+"""A reply's text as its tokens arrive round by round: what may be sent so far, and where a stop
+string ends it. The streamed pieces join to exactly the text a non-streamed reply carries."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+REPLACEMENT = "\ufffd"  # what a byte-level decode shows for a character whose bytes are not all here yet
+
+
+class ReplyText:
+    """Decodes the whole reply each round (tokens of one reply: cheap next to a model forward) and
+    holds back what a later token could still change: a trailing incomplete character, and a tail
+    that could be the start of a stop string. The end-of-sequence token is not text."""
+
+    def __init__(self, detokenize: Callable[[list[int]], str], eos_id: int, stops: Sequence[str] = ()):
+        self.detokenize = detokenize
+        self.eos_id = eos_id
+        self.stops = [s for s in stops if s]
+        self.tokens: list[int] = []
+        self.sent = ""
+        self.stopped = False  # a stop string appeared: the reply ends before it
+        self._full = ""
+
+    def add(self, tokens: Sequence[int]) -> str:
+        """Take one round's tokens; return the text that may now be sent (possibly "")."""
+        if not self.stopped:
+            self.tokens.extend(t for t in tokens if t != self.eos_id)
+            self._full = self.detokenize(self.tokens)
+            self._find_stop()
+        return self._advance(self._sendable())
+
+    def finish(self) -> str:
+        """The rest, once no token will follow."""
+        return self._advance(self.text)
+
+    @property
+    def text(self) -> str:
+        """The reply as it stands, cut before a stop string if one appeared."""
+        return self._full
+
+    def _find_stop(self) -> None:
+        start = max(0, len(self.sent) - max((len(s) for s in self.stops), default=0))
+        found = [i for i in (self._full.find(s, start) for s in self.stops) if i >= 0]
+        if found:
+            self._full = self._full[: min(found)]
+            self.stopped = True
+
+    def _sendable(self) -> str:
+        if self.stopped:
+            return self._full
+        text = self._full.rstrip(REPLACEMENT)
+        hold = max((n for s in self.stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
+        return text[: len(text) - hold]
+
+    def _advance(self, text: str) -> str:
+        if len(text) <= len(self.sent):
+            return ""
+        piece = text[len(self.sent):]
+        self.sent = text
+        return piece

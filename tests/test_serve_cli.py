@@ -1,0 +1,101 @@
+"""`specmon serve` as a user runs it: a real subprocess, its one-line refusals, its headless lines,
+SIGTERM, and the commands that read a session log working on a server's log."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from specmon.events.log import read_log
+from specmon.events.schema import PromptFinished, SessionFinished
+from tinymodel import tiny_profile
+
+REPO = Path(__file__).resolve().parent.parent
+HELLO = [{"role": "user", "content": "Say hello."}]
+
+
+def specmon(*args, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specmon.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO, timeout=timeout)
+
+
+def one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory) -> Path:
+    return tiny_profile(tmp_path_factory.mktemp("tiny"), max_new_tokens=16)
+
+
+def key_file(tmp_path: Path, key: str = "k3y-for-tests", mode: int = 0o600) -> Path:
+    path = tmp_path / "key"
+    path.write_text(key + "\n")
+    path.chmod(mode)
+    return path
+
+
+def test_a_host_others_can_reach_needs_a_key(profile):
+    one_line_error(specmon("serve", "--headless", "--profile", profile, "--host", "0.0.0.0"),
+                   "--host 0.0.0.0", "--api-key-file")
+
+
+def test_a_key_file_others_can_read_is_refused(tmp_path, profile):
+    path = key_file(tmp_path, mode=0o644)
+    done = specmon("serve", "--headless", "--profile", profile, "--api-key-file", path)
+    one_line_error(done, str(path), "chmod 600")
+    assert "k3y-for-tests" not in done.stderr
+
+
+def test_a_policy_and_a_fixed_k_are_refused_together(profile):
+    one_line_error(specmon("serve", "--headless", "--profile", profile, "--policy", "default", "-k", "2"),
+                   "--draft-len", "--policy")
+
+
+def test_headless_serving_then_sigterm_leaves_a_log_every_command_reads(tmp_path, profile):
+    key, log = "k3y-for-tests", tmp_path / "serve.specmon"
+    proc = subprocess.Popen([sys.executable, "-m", "specmon.cli", "serve", "--headless", "--profile", str(profile),
+                             "--host", "0.0.0.0", "--port", "0", "--api-key-file", str(key_file(tmp_path, key)),
+                             "--log", str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        banner = ""
+        while not banner.startswith("specmon: serving"):
+            banner = proc.stderr.readline()
+            assert banner, "serve ended before it served"
+        port = int(re.search(r"http://0\.0\.0\.0:(\d+)/v1", banner).group(1))
+        api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
+        reply = api.chat.completions.create(model="t", messages=HELLO, max_tokens=8)
+        refused = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json={"messages": HELLO})
+        streamed = list(api.chat.completions.create(model="t", messages=HELLO, max_tokens=8, stream=True))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert refused.status_code == 401
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    lines = out.splitlines()
+    assert len(lines) == 3, out
+    assert lines[0].startswith(f"specmon: 200 chat {reply.id} class=chat ") and "finish=length" in lines[0]
+    assert lines[1].startswith("specmon: 401 /v1/chat/completions: missing or incorrect API key")
+    assert lines[2].startswith(f"specmon: 200 chat {streamed[0].id} ")
+    assert key not in out + err + banner
+    events = list(read_log(log))
+    assert [e.prompt_id for e in events if isinstance(e, PromptFinished)] == [reply.id, streamed[0].id]
+    assert isinstance(events[-1], SessionFinished) and events[-1].reason == "interrupted"
+    info = specmon("log", "info", log)
+    assert info.returncode == 0 and "integrity        ok" in info.stdout
+    assert re.search(r"PromptFinished\s+2", info.stdout) and "chat" in info.stdout
+    assert specmon("policy", "explain", log).returncode == 0
+    replay = specmon("replay", "--headless", log)
+    assert replay.returncode == 0 and "chat" in replay.stdout
+    report = specmon("report", log, "--out", tmp_path / "report")
+    assert report.returncode == 0 and (tmp_path / "report" / "report.md").exists()
