@@ -161,7 +161,8 @@ class SpecmonApp(App):
         current = self.state.current_class
         if current != self._cursor_class and current in table.rows:  # a new class: it may be off screen
             self._cursor_class = current
-            table.move_cursor(row=table.get_row_index(current), animate=False)
+            # after the refresh: rows added in this batch have no place yet to scroll to
+            self.call_after_refresh(table.move_cursor, row=table.get_row_index(current), animate=False)
 
     # -- the title -----------------------------------------------------------------------------
     def _alerts(self) -> list[str]:
