@@ -169,3 +169,22 @@ async def test_memory_pane_shows_the_rounds_memory_when_no_sample_came():
         await drawn(app, pilot, POLICY_EVENTS)
         last = [e for e in POLICY_EVENTS if isinstance(e, RoundVerified)][-1]
         assert f"RSS  {last.mem_bytes / 2**30:.2f} GiB" in "\n".join(pane(app, "memory"))
+
+
+async def test_the_speed_pane_shows_the_figure_the_policy_last_decided_the_class_on():
+    import msgspec
+
+    last = next(e for e in reversed(POLICY_EVENTS) if isinstance(e, RoundVerified))
+    template = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
+    inputs = {"goodput_k0": 0.008, "goodput_k4": 0.0096, "ratio": 1.2345, "low": 0.91, "high": 1.62,
+              "rounds_spec": 16.0, "rounds_base": 46.0, "prompts_spec": 1.0, "prompts_base": 2.0}
+    decided = msgspec.structs.replace(template, decision_id=9, prompt_class=last.prompt_class, inputs=inputs,
+                                      t=last.t)
+    older = msgspec.structs.replace(decided, decision_id=8, inputs={**inputs, "ratio": 0.5})
+    events = POLICY_EVENTS[:-1] + [older, decided, POLICY_EVENTS[-1]]
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        speed = app.screen.query_one("#speed")
+        assert str(speed.border_subtitle) == "d9 1.23× [0.91–1.62] n16/46"  # the newest, whole at 80 columns
+        assert "d9 1.23× [0.91–1.62] n16/46" in "\n".join(region_lines(app, "speed"))

@@ -47,7 +47,8 @@ class SpecmonApp(App):
         yield panes.TitleBar(self._title, id="title")
         with Grid(id="main"):
             yield self._run_pane("acceptance", "acceptance", lambda w: panes.render_acceptance(self.state, self.metric, w))
-            yield self._run_pane("speed", "speed", lambda w: panes.render_speed(self.state, w))
+            yield self._run_pane("speed", "speed", lambda w: panes.render_speed(self.state, w),
+                                 lambda: rows.policy_figure(self.state))  # what the policy decided on
             yield self._run_pane("rejections", "rejections", lambda w: panes.render_rejections(self.state, w))
             yield self._run_pane("timing", "ms", lambda w: panes.render_timing(self.state, w),
                                  lambda: panes.rounds_caption(self.state))

@@ -60,6 +60,21 @@ def on_off(state: ViewState, name: str) -> str:
     return f"off d{decision.decision_id}" + (f" ×{ratio:.2f}" if ratio is not None else "")
 
 
+def policy_figure(state: ViewState) -> str:
+    """The figure the policy last decided the current class on, as its decision recorded it: the
+    goodput ratio, its 95% interval over prompts and the rounds on each side (k / base)."""
+    decision = next((d for d in reversed(state.decisions) if d.prompt_class == state.current_class), None)
+    if decision is None or "ratio" not in decision.inputs:
+        return ""
+    i = decision.inputs
+    figure = f"d{decision.decision_id} {i['ratio']:.2f}×"
+    if i.get("high"):  # decided on an interval (0.0 high: too few prompts for one)
+        figure += f" [{i['low']:.2f}–{i['high']:.2f}]"
+    if "rounds_spec" in i:
+        figure += f" n{i['rounds_spec']:.0f}/{i['rounds_base']:.0f}"
+    return figure
+
+
 def decision_row(d: Decision) -> tuple[str, str, str]:
     if d.speculate_from != d.speculate_to:
         change = f"on k{d.k_to}" if d.speculate_to else "off"
