@@ -1,6 +1,7 @@
 """The TUI on a recorded session: every pane shows the figures specmon.metrics computes."""
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -185,7 +186,9 @@ def test_real_tui_in_tmux_over_a_pseudo_terminal(tmp_path):
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         time.sleep(2)
         after = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-        assert "rate = accepted/proposed" in after  # the app quit and the table was printed
+        # the app quit and the per-class table was printed: its header, the rewrite row at k=3, the legend
+        assert re.search(r"^class\s+k\s+prompts\s+rounds", after, re.M) and re.search(r"^rewrite\s+3\s", after, re.M)
+        assert "prompts: with speculation" in after
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 

@@ -163,7 +163,13 @@ class SpecmonApp(App):
         if current != self._cursor_class and current in table.rows:  # a new class: it may be off screen
             self._cursor_class = current
             # after the refresh: rows added in this batch have no place yet to scroll to
-            self.call_after_refresh(table.move_cursor, row=table.get_row_index(current), animate=False)
+            self.call_after_refresh(self._cursor_to, table, table.get_row_index(current))
+
+    @staticmethod
+    def _cursor_to(table: DataTable, row: int) -> None:
+        table.move_cursor(row=row, animate=False)
+        # a scroll made while the scrollbar was still appearing leaves its thumb at the top
+        table.call_after_refresh(lambda: setattr(table.vertical_scrollbar, "position", table.scroll_y))
 
     # -- the title -----------------------------------------------------------------------------
     def _alerts(self) -> list[str]:
