@@ -236,3 +236,24 @@ def test_under_the_monitor_the_view_sees_the_rounds_and_quitting_stops_the_serve
     assert [r.round_id for r in rounds] == seen["reply"].specmon["round_ids"] and seen["title"] == "serve: tiny"
     assert server.worker.failure is None and not server.worker.thread.is_alive()
     assert isinstance(events(log)[-1], SessionFinished)
+
+
+def test_a_named_tag_wins_over_the_text_rules_of_earlier_classes(tmp_path, tiny):
+    """A request naming a class's match.tag gets that class even when the text matches an earlier class
+    (here "refactor" is one of code-edit's keywords): the request's word is final, as for a class name."""
+    policy = tmp_path / "tagged.toml"
+    policy.write_text(load_policy("default").text.replace('name = "code-new"\n',
+                                                            'name = "code-new"\nmatch.tag = "editor"\n', 1))
+    text = [{"role": "user", "content": "Refactor this code: x = 1"}]
+    with serving(tmp_path, tiny, policy=str(policy)) as (server, log):
+        api = client(server)
+        by_text = api.chat.completions.create(model="t", messages=text, max_tokens=2)
+        by_header = api.chat.completions.create(model="t", messages=text, max_tokens=2,
+                                                extra_headers={"X-Specmon-Class": "editor"})
+        by_body = api.chat.completions.create(model="t", messages=text, max_tokens=2,
+                                              extra_body={"specmon_class": "editor"})
+    assert by_text.specmon["prompt_class"] == "code-edit"
+    for reply in (by_header, by_body):
+        assert reply.specmon["prompt_class"] == "code-new", reply.specmon
+        assert reply.specmon["class_rule"].startswith("classes[3].match.tag (line ")
+    assert [e.prompt_class for e in events(log, PromptStarted)] == ["code-edit", "code-new", "code-new"]

@@ -21,15 +21,18 @@ class ServePolicy(PolicyScheduler):
     """The policy scheduler, taking prompts one request at a time with their class already found."""
 
     def classify(self, text: str, named: str | None) -> tuple[str, str]:
+        """The named class (its match.tag, then its name) whatever the text says; else the policy's rules.
+        Not the policy's first-match order for a name: a text rule of an earlier class must not shadow it."""
         if named is None:
             return self.engine.classify(text)
-        name, rule = self.engine.classify(text, named)
-        if ".match.tag" in rule:
-            return name, rule
-        for i, cls in enumerate(self.engine.policy.classes):
+        policy = self.engine.policy  # read once: a reload may swap it meanwhile
+        for i, cls in enumerate(policy.classes):
+            if cls.match.tag and cls.match.tag == named:
+                return cls.name, f"classes[{i}].match.tag (line {policy.line_of('classes', i, 'match', 'tag')})"
+        for i, cls in enumerate(policy.classes):
             if cls.name == named:
                 return named, f"named by the request (classes[{i}].name)"
-        known = ", ".join(c.name for c in self.engine.policy.classes)
+        known = ", ".join(c.name for c in policy.classes)
         raise ApiError(400, f"specmon_class {named!r}: the policy has no class or match.tag of that name "
                        f"(classes: {known})", param="specmon_class", code="invalid_value")
 
