@@ -99,3 +99,16 @@ def test_headless_serving_then_sigterm_leaves_a_log_every_command_reads(tmp_path
     assert replay.returncode == 0 and "chat" in replay.stdout
     report = specmon("report", log, "--out", tmp_path / "report")
     assert report.returncode == 0 and (tmp_path / "report" / "report.md").exists()
+
+
+def test_a_port_in_use_is_refused_before_the_model_loads_and_leaves_no_log(tmp_path, profile):
+    import socket
+
+    log = tmp_path / "never.specmon"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = specmon("serve", "--headless", "--profile", profile, "--port", port, "--log", log)
+    one_line_error(done, f"cannot listen on 127.0.0.1:{port}", "in use")
+    assert "while attempting" not in done.stderr  # the OS's reason once, not wrapped twice
+    assert not log.exists(), "no session is opened for a server that cannot listen"
+    assert "loading" not in done.stderr and "logging to" not in done.stderr

@@ -21,7 +21,7 @@ from specmon.transport.session import live_session
 
 
 def cmd_serve(args) -> int:
-    from specmon.server.runner import ServeOptions, Serving
+    from specmon.server.runner import ServeOptions, Serving, bind
 
     profile = load_profile(args.profile)
     if args.policy is not None and args.draft_len is not None:
@@ -30,22 +30,28 @@ def cmd_serve(args) -> int:
     api_key = read_api_key(args.api_key_file) if args.api_key_file else None
     check_host(args.host, api_key is not None)
     tui = not args.headless and _tty()
-    options = ServeOptions(host=args.host, port=args.port, api_key=api_key, max_queue=args.max_queue,
-                           draft_len=args.draft_len, line=None if tui else _print_line)
-    from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
+    # Listen before loading: a port in use is one line at once, not after the model loads, and opens no log.
+    listening = bind(args.host, args.port)
+    try:
+        options = ServeOptions(host=args.host, port=args.port, api_key=api_key, max_queue=args.max_queue,
+                               draft_len=args.draft_len, line=None if tui else _print_line, socket=listening)
+        from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
 
-    with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
-        pair = load_pair(profile)
-    with live_session(pair, profile, pair.drafter, args.log, policy=policy, keep_events=False, viewer=tui) as session:
-        serving = Serving(session, pair, profile, options, policy)
-        mode = f"policy {Path(policy.source).name}" if policy else f"fixed k={options.draft_len}"
-        what = f"{pair.target.name} ({pair.drafter.name}, {mode}) on {serving.url}/v1"
-        print(f"specmon: serving {what}" + ("" if api_key is None else "; clients must send the API key"),
-              file=sys.stderr, flush=True)
-        if tui:
-            serve_under_tui(session, serving, f"serve: {what}")
-        else:
-            serving.run()
+        with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
+            pair = load_pair(profile)
+        with live_session(pair, profile, pair.drafter, args.log, policy=policy, keep_events=False,
+                          viewer=tui) as session:
+            serving = Serving(session, pair, profile, options, policy)
+            mode = f"policy {Path(policy.source).name}" if policy else f"fixed k={options.draft_len}"
+            what = f"{pair.target.name} ({pair.drafter.name}, {mode}) on {serving.url}/v1"
+            print(f"specmon: serving {what}" + ("" if api_key is None else "; clients must send the API key"),
+                  file=sys.stderr, flush=True)
+            if tui:
+                serve_under_tui(session, serving, f"serve: {what}")
+            else:
+                serving.run()
+    finally:
+        listening.close()  # Serving.run closes it too; a failure before that must not leave it open
     return 0
 
 

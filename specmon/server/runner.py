@@ -6,6 +6,7 @@ lets uvicorn finish the responses."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import sys
 import threading
@@ -38,6 +39,7 @@ class ServeOptions:
     max_body_bytes: int = MAX_BODY_BYTES
     draft_len: int | None = None  # a fixed k instead of the policy
     line: Callable[[str], None] | None = None  # one line per request (--headless)
+    socket: socket.socket | None = None  # already bound (`specmon serve` binds before loading the model)
 
 
 class _Uvicorn(uvicorn.Server):
@@ -71,7 +73,7 @@ class Serving:
             classify=self.policy.classify if self.policy else (lambda text, named: fixed_class(named, k)))
         self.state = ServeState(self.admission, self.worker, self.metrics, session.session_id, int(time.time()),
                                 options.api_key, options.max_body_bytes, self._refused if options.line else None)
-        self.socket = _bind(options.host, options.port)
+        self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
         config = uvicorn.Config(build_app(self.state), log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=GRACE_S)
@@ -135,13 +137,15 @@ def request_line(job: Job, done: Finished) -> str:
             f"{usage.completion_tokens / took:.1f} tok/s finish={done.finish_reason}")
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, or one line saying why not (e.g. the port is taken)."""
     from specmon.errors import SpecmonError
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         sock = socket.create_server((host, port), family=family, reuse_port=False)
-    except OSError as exc:
-        raise SpecmonError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    except OSError as exc:  # create_server wraps strerror in "(while attempting to bind on ...)": say it once
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise SpecmonError(f"cannot listen on {host}:{port} ({reason})") from None
     sock.setblocking(False)
     return sock
