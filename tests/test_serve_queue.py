@@ -227,3 +227,49 @@ def test_metrics_equal_the_counts_recomputed_from_the_log(tmp_path, tiny):
     ttft = sum(v for k, v in exposed.items() if k[0] == "specmon_time_to_first_token_seconds_count")
     assert ttft == len(prompts)
     assert exposed[("specmon_process_resident_memory_bytes", ())] > 0
+
+
+def _send_and_leave(url: str, body: dict, stream: bool = False):
+    """A raw client that sends a request and keeps the socket for the test to close (the client leaving)."""
+    import json
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps({**body, "stream": stream}).encode()
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return sock
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_is_one_line_and_counted_once(tmp_path, tiny, stream):
+    """Leaving while queued: never decoded, so one 499 line and specmon_requests_refused_total{499}.
+    Leaving while decoding: the decode's own line says 499 (not 200) and it counts in requests_total
+    as cancelled, not as refused too."""
+    _, pair = tiny
+    lines: list[str] = []
+    body = {"messages": HELLO, "max_tokens": 6}
+    with serving(tmp_path, tiny, line=lines.append) as (server, log), held_prefill(pair) as gate:
+        worker = server.worker
+        decoding = _send_and_leave(server.url, body, stream)
+        wait_until(lambda: worker.in_flight is not None, "the first request decoding (held at its prefill)")
+        job = worker.in_flight
+        queued = _send_and_leave(server.url, body, stream)
+        wait_until(lambda: len(worker.waiting) == 1, "the second request queued")
+        queued.close()
+        wait_until(lambda: not worker.waiting, "the queued request withdrawn")
+        decoding.close()
+        wait_until(job.cancelled.is_set, "the server noticed the decoding client left")
+        gate.set()
+        wait_until(lambda: worker.in_flight is not job, "the cancelled decode ended")
+        wait_until(lambda: any(l.startswith("499 /v1") for l in lines), "the withdrawn request's line", timeout=10)
+        exposed = samples(httpx.get(server.url + "/metrics").text)
+    refused = {dict(k[1])["status"]: v for k, v in exposed.items() if k[0] == "specmon_requests_refused_total"}
+    assert refused == {"499": 1}, (refused, lines)
+    assert exposed[("specmon_requests_total", (("endpoint", "chat"), ("finish_reason", "cancelled")))] == 1
+    assert len(lines) == 2, lines
+    lines.sort(key=lambda l: not l.startswith("499 /v1"))
+    assert lines[0].startswith("499 /v1/chat/completions: the client closed the connection"), lines
+    assert lines[1].startswith(f"499 chat {job.request.id} ") and "finish=cancelled" in lines[1], lines
+    assert [e.stop_reason for e in events(log, PromptFinished)] == ["cancelled"]

@@ -68,10 +68,8 @@ def build_app(state: ServeState) -> Starlette:
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def api_error(request: Request, exc: ApiError) -> Response:
-        state.metrics.refused.labels(str(exc.status)).inc()
-        if state.on_refused is not None:
-            state.on_refused(request.url.path, exc)
-        return Response(exc.body(), status_code=exc.status, headers=exc.headers, media_type=JSON)
+        _note_refused(state, request.url.path, exc)
+        return _error_response(exc)
 
     async def server_error(request: Request, exc: Exception) -> Response:
         """A bug: one line on stderr and a 500 in the one shape (uvicorn prints the traceback)."""
@@ -94,6 +92,24 @@ def build_app(state: ServeState) -> Starlette:
 
 def _json(body) -> Response:
     return Response(encoder.encode(body), media_type=JSON)
+
+
+def _error_response(exc: ApiError) -> Response:
+    return Response(exc.body(), status_code=exc.status, headers=exc.headers, media_type=JSON)
+
+
+def _note_refused(state: ServeState, path: str, exc: ApiError) -> None:
+    """A request answered without being decoded: counted by status, and its headless line."""
+    state.metrics.refused.labels(str(exc.status)).inc()
+    if state.on_refused is not None:
+        state.on_refused(path, exc)
+
+
+def _client_left(state: ServeState, path: str, job: Job) -> None:
+    """The client closed the connection. Still queued: withdrawn, never decoded, so refused with 499 here.
+    Decoding: it stops after its round and the worker reports it (requests_total, its line) as cancelled."""
+    if state.worker.cancel(job):
+        _note_refused(state, path, ApiError(499, "the client closed the connection", code="client_closed_request"))
 
 
 def _authorize(request: Request, state: ServeState) -> None:
@@ -135,16 +151,20 @@ async def _complete(request: Request, state: ServeState, kind, admit, reply_type
     reply = reply_type(admitted.id, state.created, state.admission.model_id)
     if parsed.stream:
         usage = parsed.stream_options is not None and parsed.stream_options.include_usage
-        return StreamingResponse(_events(job, reply, state.worker, usage), media_type="text/event-stream",
+        return StreamingResponse(_events(job, reply, state, request.url.path, usage), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    item = await _outcome(job, request, state.worker)
+    item = await _outcome(job, request, state)
+    if item is None:  # no one is left to read a reply
+        return Response(status_code=499)
     if isinstance(item, Failed):
         raise item.error
+    if item.finish_reason == "cancelled":  # decoded in part, so reported by the worker: not a refusal too
+        return _error_response(ApiError(503, "the server shut down during this request", type="server_error"))
     return _json(reply.whole(item))
 
 
-async def _outcome(job: Job, request: Request, worker: Worker) -> Finished | Failed:
-    """Wait for the decode's end, or for the client to leave (which cancels it)."""
+async def _outcome(job: Job, request: Request, state: ServeState) -> Finished | Failed | None:
+    """Wait for the decode's end, or for the client to leave (None: its request is cancelled)."""
     gone = asyncio.ensure_future(_disconnected(request))
     try:
         while True:
@@ -152,11 +172,9 @@ async def _outcome(job: Job, request: Request, worker: Worker) -> Finished | Fai
             await asyncio.wait({item, gone}, return_when=asyncio.FIRST_COMPLETED)
             if not item.done():
                 item.cancel()
-                worker.cancel(job)
-                return Failed(ApiError(499, "the client closed the connection", code="client_closed_request"))
+                _client_left(state, request.url.path, job)
+                return None
             result = item.result()
-            if isinstance(result, Finished) and result.finish_reason == "cancelled":
-                return Failed(ApiError(503, "the server shut down during this request", type="server_error"))
             if isinstance(result, (Finished, Failed)):
                 return result
     finally:
@@ -168,7 +186,7 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _events(job: Job, reply: Reply, worker: Worker, include_usage: bool) -> AsyncIterator[bytes]:
+async def _events(job: Job, reply: Reply, state: ServeState, path: str, include_usage: bool) -> AsyncIterator[bytes]:
     """Server-sent events: a first chunk with the role, one per round that adds text, the last with
     finish_reason and the `specmon` field, the usage chunk if asked for, then [DONE]."""
     finished = False
@@ -192,7 +210,7 @@ async def _events(job: Job, reply: Reply, worker: Worker, include_usage: bool) -
             return
     finally:
         if not finished:
-            worker.cancel(job)  # the client left (the stream was cancelled) before the end
+            _client_left(state, path, job)  # the stream was cancelled before the end
 
 
 def _sse(chunk) -> bytes:

@@ -143,13 +143,20 @@ class Worker:
             self.metrics.queue_depth.set(len(self.waiting))
             self._cond.notify()
 
-    def cancel(self, job: Job) -> None:
-        """The client left: a waiting job leaves the queue; a decoding one stops after its round."""
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def cancel(self, job: Job) -> bool:
+        """The client left: a waiting job leaves the queue (True: it was never decoded); a decoding one
+        stops after its round (False: the decode ends as `cancelled`, reported like any other)."""
         with self._cond:
             job.cancelled.set()
             if job in self.waiting:
                 self.waiting.remove(job)
                 self.metrics.queue_depth.set(len(self.waiting))
+                return True
+            return False
 
     def close(self) -> None:
         """Refuse new work, fail what waits, stop the decode in flight, and wait for the thread."""

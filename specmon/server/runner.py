@@ -119,20 +119,22 @@ class Serving:
             name = done.info.prompt_class
             self.metrics.set_policy(name, *self.policy.state(name))
         if self.options.line is not None:
-            self.options.line(request_line(job, done))
+            status = 200 if done.finish_reason != "cancelled" else 503 if self.worker.closing else 499
+            self.options.line(request_line(job, done, status))
 
     def _refused(self, path: str, error: ApiError) -> None:
         self.options.line(f"{error.status} {path}: {error.message}")
 
 
-def request_line(job: Job, done: Finished) -> str:
-    """One line per request: id, class, k, rounds, tokens, time to first token, speed, finish."""
+def request_line(job: Job, done: Finished, status: int = 200) -> str:
+    """One line per request: status (499: the client left; 503: the server shut down), id, class, k,
+    rounds, tokens, time to first token, speed, finish."""
     info, usage = done.info, done.usage
     took = time.perf_counter() - job.arrived
     ttft = f"{job.ttft_s * 1e3:.0f} ms" if job.ttft_s is not None else "-"
     ks = sorted(set(info.draft_lens))
     k = ",".join(map(str, ks)) if ks else str(info.draft_len)
-    return (f"200 {job.request.endpoint} {info.prompt_id} class={info.prompt_class} k={k} rounds={len(info.round_ids)} "
+    return (f"{status} {job.request.endpoint} {info.prompt_id} class={info.prompt_class} k={k} rounds={len(info.round_ids)} "
             f"tokens={usage.prompt_tokens}+{usage.completion_tokens} ttft={ttft} "
             f"{usage.completion_tokens / took:.1f} tok/s finish={done.finish_reason}")
 
