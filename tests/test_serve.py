@@ -257,3 +257,20 @@ def test_a_named_tag_wins_over_the_text_rules_of_earlier_classes(tmp_path, tiny)
         assert reply.specmon["prompt_class"] == "code-new", reply.specmon
         assert reply.specmon["class_rule"].startswith("classes[3].match.tag (line ")
     assert [e.prompt_class for e in events(log, PromptStarted)] == ["code-edit", "code-new", "code-new"]
+
+
+def test_an_empty_class_name_names_nothing_and_a_long_one_is_not_echoed_whole(tmp_path, tiny):
+    """An empty X-Specmon-Class header (as proxies pass an unset variable) or body field means no class
+    was named, the same either way; a name that matches nothing is quoted short in the refusal."""
+    with serving(tmp_path, tiny) as (server, log):
+        api = client(server)
+        by_header = api.chat.completions.create(model="t", messages=HELLO, max_tokens=2,
+                                                extra_headers={"X-Specmon-Class": ""})
+        by_body = api.chat.completions.create(model="t", messages=HELLO, max_tokens=2,
+                                              extra_body={"specmon_class": ""})
+        with pytest.raises(openai.BadRequestError) as refused:
+            api.chat.completions.create(model="t", messages=HELLO, max_tokens=2,
+                                        extra_body={"specmon_class": "x" * 5000})
+    for reply in (by_header, by_body):
+        assert reply.specmon["prompt_class"] == "chat" and "classes[4].default" in reply.specmon["class_rule"]
+    assert refused.value.body["param"] == "specmon_class" and len(refused.value.body["message"]) < 300

@@ -33,7 +33,7 @@ class ServePolicy(PolicyScheduler):
             if cls.name == named:
                 return named, f"named by the request (classes[{i}].name)"
         known = ", ".join(c.name for c in policy.classes)
-        raise ApiError(400, f"specmon_class {named!r}: the policy has no class or match.tag of that name "
+        raise ApiError(400, f"specmon_class {_quoted(named)}: the policy has no class or match.tag of that name "
                        f"(classes: {known})", param="specmon_class", code="invalid_value")
 
     def decode_named(self, prompt: Prompt, name: str, rule: str, sampling: Sampling, max_new_tokens: int, *,
@@ -61,6 +61,11 @@ def fixed_class(named: str | None, k: int) -> tuple[str, str]:
     if named is None:
         return "default", f"no policy; fixed k={k}"
     if not CLASS_NAME.match(named):
-        raise ApiError(400, f"specmon_class {named!r}: a class name is 1 to 40 letters, digits, '-', '_' or '.'",
+        raise ApiError(400, f"specmon_class {_quoted(named)}: a class name is 1 to 40 letters, digits, '-', '_' or '.'",
                        param="specmon_class", code="invalid_value")
     return named, f"named by the request; no policy, fixed k={k}"
+
+
+def _quoted(name: str) -> str:
+    """The name as the request gave it, escaped, and cut short: a refusal need not echo a megabyte."""
+    return repr(name) if len(name) <= 60 else repr(name[:57]) + "..."
