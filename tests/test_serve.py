@@ -274,3 +274,24 @@ def test_an_empty_class_name_names_nothing_and_a_long_one_is_not_echoed_whole(tm
     for reply in (by_header, by_body):
         assert reply.specmon["prompt_class"] == "chat" and "classes[4].default" in reply.specmon["class_rule"]
     assert refused.value.body["param"] == "specmon_class" and len(refused.value.body["message"]) < 300
+
+
+def test_models_retrieve_and_the_sampling_values_other_servers_send(tmp_path, tiny):
+    """`models.retrieve(id)` answers for the served model and 404s another; OpenAI's top_p 0 means
+    the top token alone (greedy) and vLLM's top_k -1 means no cut: both are taken, not refused."""
+    with serving(tmp_path, tiny, policy=None) as (server, log):
+        api = client(server)
+        served = api.models.list().data[0].id
+        assert api.models.retrieve(served).id == served
+        with pytest.raises(openai.NotFoundError) as missing:
+            api.models.retrieve("gpt-4o")
+        ask = dict(model=served, messages=[{"role": "user", "content": "Name three colours."}], max_tokens=6)
+        greedy = api.chat.completions.create(**ask, temperature=0)
+        nucleus_zero = api.chat.completions.create(**ask, temperature=0.8, top_p=0)
+        no_cut = api.chat.completions.create(**ask, temperature=0, extra_body={"top_k": -1})
+    assert missing.value.status_code == 404 and missing.value.body["code"] == "model_not_found"
+    assert nucleus_zero.choices[0].message.content == greedy.choices[0].message.content
+    assert no_cut.choices[0].message.content == greedy.choices[0].message.content
+    started = {e.prompt_id: e.sampling for e in events(log, PromptStarted)}
+    assert started[nucleus_zero.id].temperature == 0.0 and started[nucleus_zero.id].top_p == 1.0
+    assert started[no_cut.id].top_k == 0

@@ -73,10 +73,13 @@ class Admission:
 
     def _sampling(self, request) -> Sampling:
         d = self.defaults
+        top_p = d.top_p if request.top_p is None else request.top_p
+        temperature = d.temperature if request.temperature is None else request.temperature
+        if top_p == 0.0:  # a nucleus of mass 0 keeps the top token alone: greedy, and logged as greedy
+            temperature, top_p = 0.0, 1.0
         return Sampling(
-            temperature=d.temperature if request.temperature is None else request.temperature,
-            top_p=d.top_p if request.top_p is None else request.top_p,
-            top_k=d.top_k if request.top_k is None else request.top_k,
+            temperature=temperature, top_p=top_p,
+            top_k=max(d.top_k if request.top_k is None else request.top_k, 0),  # vLLM's -1 is our 0: no cut
             seed=secrets.randbelow(2**31) if request.seed is None else request.seed,  # logged: reproducible
         )
 

@@ -58,6 +58,15 @@ def build_app(state: ServeState) -> Starlette:
         model = Model(state.admission.model_id, state.created, max_model_len=state.admission.context_len)
         return _json(ModelList([model]))
 
+    async def model(request: Request) -> Response:
+        """One model by id, as `client.models.retrieve(id)` asks for it."""
+        _authorize(request, state)
+        if request.path_params["model_id"] != state.admission.model_id:
+            raise ApiError(404, f"the model {request.path_params['model_id'][:80]!r} does not exist; this server "
+                           f"serves {state.admission.model_id!r}", param="model", code="model_not_found",
+                           type="not_found_error")
+        return _json(Model(state.admission.model_id, state.created, max_model_len=state.admission.context_len))
+
     async def health(request: Request) -> Response:
         worker = state.worker
         return _json(Health("ok", state.session_id, state.admission.model_id, len(worker.waiting),
@@ -83,6 +92,7 @@ def build_app(state: ServeState) -> Starlette:
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]

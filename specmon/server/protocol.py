@@ -15,8 +15,8 @@ from specmon.backends.profiles import MAX_INT, MAX_SEED
 
 Count = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
 Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
-TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
-TopK = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+TopP = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]  # 0, as OpenAI allows: the top token alone
+TopK = Annotated[int, msgspec.Meta(ge=-1, le=MAX_INT)]  # -1, as vLLM sends: no cut, like 0
 Seed = Annotated[int, msgspec.Meta(ge=0, le=MAX_SEED)]
 Stop = str | list[str] | None
 MAX_STOPS = 4  # as OpenAI allows
