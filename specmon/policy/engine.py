@@ -15,7 +15,7 @@ from pathlib import Path
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
-from specmon.policy.decide import Row, can_still_pay, decide, goodput
+from specmon.policy.decide import Row, can_still_pay, decide, decide_prompt, goodput
 from specmon.policy.schema import MAX_POLICY_BYTES, DraftLen, Policy, PromptClass, load_policy
 
 
@@ -62,9 +62,13 @@ class Plan:
 class Schedule:
     """Counts one prompt's rounds against its plan's lead run."""
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, prompt_id: str = ""):
         self.plan = plan
         self.rounds = 0
+        self.prompt_id = prompt_id
+        self.own: list[Row] = []  # this prompt's rounds at k > 0 after its lead run (policy.prompt_rounds)
+        self.judged = False  # its own evidence was judged (once a prompt)
+        self.override: bool | None = None  # a prompt decision: on (True) or off (False) for the rest of it
 
     def lead_k(self) -> int | None:
         """The lead run's k for the next round, or None (the class's k) outside it."""
@@ -171,7 +175,15 @@ class PolicyEngine:
         if lead is not None:
             return lead
         st = self.state(name)
+        if schedule.override is not None:
+            return st.k if schedule.override else 0
+        if not st.speculate and self._watching(schedule):
+            return st.k  # an off class watches each prompt's first rounds: a prompt that copies turns on
         return st.k if st.speculate else 0
+
+    def _watching(self, schedule: Schedule) -> bool:
+        """This prompt's own first rounds are still being gathered (policy.prompt_rounds)."""
+        return bool(self.policy.settings.prompt_rounds) and not schedule.judged
 
     def _next_probe(self, cls: PromptClass, st: ClassState, short: set[int]) -> int | None:
         """The next other k in range to gather evidence for: one whose probe a prompt's end cut
@@ -203,14 +215,40 @@ class PolicyEngine:
         judged whole)."""
         return self.decide(name) if schedule.lead_over() and self.decide_due(name) else None
 
-    def start_prompt(self, name: str) -> Schedule:
+    def start_prompt(self, name: str, prompt_id: str = "") -> Schedule:
         """Plan a prompt of class `name`: the live session and what-if alike."""
-        return Schedule(self.plan(name))
+        return Schedule(self.plan(name), prompt_id)
 
     def after_round(self, ev: RoundVerified, schedule: Schedule) -> Decision | None:
-        """Take a round as evidence and decide if due: the live session and what-if alike."""
+        """Take a round as evidence, judge the prompt's own first rounds once they are in, and
+        decide for the class if due: the live session and what-if alike. A prompt decision and a
+        class decision on one round: the prompt's comes first, the class's at the next due round."""
         self.observe(ev)
-        return self.decide_when_due(ev.prompt_class, schedule)
+        own = self._prompt_decision(ev, schedule)
+        return own if own is not None else self.decide_when_due(ev.prompt_class, schedule)
+
+    def _prompt_decision(self, ev: RoundVerified, schedule: Schedule) -> Decision | None:
+        """policy.prompt_rounds: after that many of this prompt's rounds at k > 0 (outside its
+        lead run), on for the rest of it if it pays well, off if even optimistically it cannot."""
+        need = self.policy.settings.prompt_rounds
+        cls = self._class(ev.prompt_class)
+        if not need or schedule.judged or cls.speculate != "auto" or not ev.draft_len or not schedule.lead_over():
+            return None
+        schedule.own.append(Row.of(ev))
+        if len(schedule.own) < need:
+            return None
+        schedule.judged = True
+        st = self.state(ev.prompt_class)
+        thresholds = {**self.thresholds(cls), "prompt": 1.0}
+        plain = list(st.windows.get(0, ()))
+        outcome = decide_prompt(st.speculate, st.k, schedule.own + plain, thresholds)
+        if outcome is None:
+            return None
+        event = self._event(ev.prompt_class, st, outcome, thresholds, ("policy", "prompt_rounds"), "policy.prompt_rounds",
+                            reason=f"prompt {schedule.prompt_id or ev.prompt_id}: its first {need} rounds")
+        if event.applied:
+            schedule.override = outcome.speculate
+        return event
 
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)
@@ -227,16 +265,21 @@ class PolicyEngine:
         index = self.policy.classes.index(cls)
         key = f"classes[{index}].draft_len" if outcome.rule == "draft_len" else outcome.rule
         path = ("classes", index, "draft_len") if outcome.rule == "draft_len" else tuple(outcome.rule.split("."))
-        applied = self.policy.settings.mode == "enforce"
+        event = self._event(name, st, outcome, thresholds, path, key)
+        if event.applied:
+            st.speculate, st.k = outcome.speculate, outcome.k
+        return event
+
+    def _event(self, name: str, st: ClassState, outcome, thresholds: dict[str, float], path: tuple,
+               key: str, reason: str = "") -> Decision:
         event = Decision(
             session_id=self.session_id, t=time.time(), decision_id=self.decisions, prompt_class=name,
             speculate_from=st.speculate, speculate_to=outcome.speculate, k_from=st.k, k_to=outcome.k,
             rule_key=key, rule_line=self.policy.line_of(*path), inputs=outcome.inputs, thresholds=thresholds,
-            round_ids=outcome.round_ids, applied=applied, policy_sha256=self.policy.sha256,
+            round_ids=outcome.round_ids, applied=self.policy.settings.mode == "enforce",
+            policy_sha256=self.policy.sha256, reason=reason,
         )
         self.decisions += 1
-        if applied:
-            st.speculate, st.k = outcome.speculate, outcome.k
         return event
 
     def _judged(self, cls: PromptClass, st: ClassState) -> bool:
@@ -284,7 +327,9 @@ class PolicyEngine:
                 "plain_rounds": float(s.plain_rounds), "k_gain": s.min_gain + s.hysteresis,
                 "early_rounds": float(EARLY_ROUNDS), "paired": 1.0,
                 "adapt": float(ranged and k.adapt == "goodput"),
-                "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k)}
+                "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k),
+                **({"interval": 1.0} if s.interval else {}),
+                **({"prompt_rounds": float(s.prompt_rounds)} if s.prompt_rounds else {})}
 
     # -- hot reload --------------------------------------------------------------------------
     def maybe_reload(self) -> PolicyLoaded | None:
@@ -311,6 +356,10 @@ class PolicyEngine:
             text = ""
         return PolicyLoaded(session_id=self.session_id, t=time.time(), source=self.policy.source,
                             sha256="", text=text, accepted=False, error=error)
+
+    def class_of(self, name: str) -> PromptClass:
+        """The class by name, as the policy in force has it (the default class if a reload removed it)."""
+        return self._class(name)
 
     def _class(self, name: str) -> PromptClass:
         """The class by name; if a reload removed it, the default class stands in."""
