@@ -23,9 +23,10 @@ With `interval` (policy.interval) the class's figure is the TUI's: the goodput r
   and a ratio >= 1 + k_gain                                                     (classes[i].draft_len)
   No class-wide early off: a prompt's own rounds turn that prompt off instead (below).
 With `prompt` (policy.prompt_rounds) the decision is one prompt's, from its first prompt_rounds
-rounds at k beside the class's plain rounds:
-- on  -> off for the prompt when even the optimistic goodput (early off's) cannot beat plain by min_gain
-- off -> on  for the prompt when its goodput beats plain by min_gain + hysteresis
+rounds that drafted something (a confident drafter's silent rounds cost what a plain step
+costs, so they say nothing), beside the class's plain rounds:
+- on  -> off for the prompt when their goodput does not beat plain by min_gain   (drafts fail)
+- off -> on  for the prompt when it beats plain by min_gain + hysteresis          (it copies)
 Logs from before a key existed carry no such threshold and are re-derived by the rules they
 were decided by: no plain_rounds -> min_rounds; no k_gain -> min_gain; early_off (a ratio,
 checked at plain_rounds) instead of early_rounds; neither -> no early off; no paired -> k's
@@ -50,11 +51,12 @@ class Row:
     emitted: int
     round_ms: float
     prompt_id: str = ""
+    proposed: int = 0  # draft tokens offered: a prompt decision judges only rounds that drafted
 
     @classmethod
     def of(cls, ev) -> "Row":
         """The evidence a RoundVerified event contributes: live (PolicyEngine) and in explain alike."""
-        return cls(ev.round_id, ev.draft_len, len(ev.emitted), rates.round_ms(ev), ev.prompt_id)
+        return cls(ev.round_id, ev.draft_len, len(ev.emitted), rates.round_ms(ev), ev.prompt_id, len(ev.proposed))
 
 
 @dataclass(frozen=True)
@@ -260,9 +262,9 @@ def _interval_outcome(speculate: bool, k: int, rule: str, est: SpeedupEstimate, 
 
 
 def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
-    """One prompt's own first rounds (draft_len > 0) against the class's plain rounds: off for
-    the rest of the prompt if even optimistically it cannot pay; on if it already pays well."""
-    spec = sorted((r for r in rows if r.draft_len), key=lambda r: r.round_id)
+    """One prompt's own first rounds that drafted, against the class's plain rounds: off for the
+    rest of the prompt if they do not pay; on if they pay by the switch-on margin."""
+    spec = sorted((r for r in rows if r.draft_len and r.proposed), key=lambda r: r.round_id)
     plain = sorted((r for r in rows if not r.draft_len), key=lambda r: r.round_id)
     if len(spec) < thresholds["prompt_rounds"] or len(plain) < thresholds["plain_rounds"] or not goodput(plain):
         return None
@@ -272,10 +274,8 @@ def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str
     inputs.update(_sides(estimate(spec, plain), spec, plain, drafted, 0))
     ids = sorted(r.round_id for r in [*spec, *plain])
     if speculate:
-        hope = optimistic_goodput(drafted, spec)
-        if hope >= rate[0] * (1 + thresholds["min_gain"]):
+        if rate[drafted] >= rate[0] * (1 + thresholds["min_gain"]):
             return None
-        inputs[f"optimistic_k{drafted}"] = hope
         return Outcome(False, k, "policy.prompt_rounds", inputs, ids)
     if rate[drafted] >= rate[0] * (1 + thresholds["min_gain"] + thresholds["hysteresis"]):
         return Outcome(True, k, "policy.prompt_rounds", inputs, ids)

@@ -228,11 +228,12 @@ class PolicyEngine:
         return own if own is not None else self.decide_when_due(ev.prompt_class, schedule)
 
     def _prompt_decision(self, ev: RoundVerified, schedule: Schedule) -> Decision | None:
-        """policy.prompt_rounds: after that many of this prompt's rounds at k > 0 (outside its
-        lead run), on for the rest of it if it pays well, off if even optimistically it cannot."""
+        """policy.prompt_rounds: after that many of this prompt's rounds that drafted (outside its
+        lead run), on for the rest of it if they pay well, off if they do not pay."""
         need = self.policy.settings.prompt_rounds
         cls = self._class(ev.prompt_class)
-        if not need or schedule.judged or cls.speculate != "auto" or not ev.draft_len or not schedule.lead_over():
+        if (not need or schedule.judged or cls.speculate != "auto" or not ev.draft_len or not ev.proposed
+                or not schedule.lead_over()):
             return None
         schedule.own.append(Row.of(ev))
         if len(schedule.own) < need:

@@ -4,7 +4,8 @@ passage of text for the answer to work on, and what share of it is such given ma
 The instruction is the prompt's shortest block (blocks are split at blank lines and code
 fences); every other block is given material. A one-block prompt gives what follows a line
 ending in ':' and any quoted span of 60 characters or more. A block is code when it is fenced,
-or when most of its (two or more) lines look like code or data: brackets, `=` or `;` and an
+or dense in brackets, quotes, commas and bars (data: JSON, CSV, tables), or when most of its
+(two or more) lines look like code: brackets, `=` or `;` and an
 indent or a line end such as `:`, `{`, `;`, `,` or `)`. None of this reads English words."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ _QUOTED = re.compile(r"[\"“«„'][^\"”»“]{60,}[\"”»“']")
 _CODE_LINE = re.compile(r"^(\s{2,}|\t).*\S|.*[(){}\[\]=;<>].*[:{;,)\]}]\s*$|^\s*[{\[<].*[}\]>],?\s*$")
 MIN_PASSAGE = 120  # characters of given prose that make a passage
 MIN_CODE = 40
+_SYMBOLS = frozenset('{}[]()":,;|=<>_')
+SYMBOL_SHARE = 0.08  # a block this dense in brackets, quotes, commas and bars is code or data, not prose
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ def _one_block_material(block: str) -> list[str]:
 
 
 def _looks_like_code(block: str) -> bool:
+    if sum(ch in _SYMBOLS for ch in block) >= SYMBOL_SHARE * len(block.strip()):
+        return True  # data: JSON, CSV, tables, even on one line
     lines = [ln for ln in block.splitlines() if ln.strip()]
     if len(lines) < 2:
         return False

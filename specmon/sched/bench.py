@@ -9,7 +9,11 @@ policy ran, its own plain re-measures and probes included."""
 
 from __future__ import annotations
 
+import re
+import zlib
 from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from specmon.engine.draft_len import FixedDraftLen
@@ -21,6 +25,23 @@ from specmon.metrics.rates import speedup
 from specmon.metrics.stats import RunStats
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 
+
+
+HALVES = ("tune", "test")
+
+
+def prompt_half(prompt_id: str) -> str:
+    """The fixed split of a prompt set: an id ending in an odd number is in the tuning half, an
+    even one in the test half; an id without a number goes by the parity of its CRC-32."""
+    number = re.search(r"(\d+)$", prompt_id)
+    odd = int(number.group(1)) % 2 == 1 if number else zlib.crc32(prompt_id.encode()) % 2 == 1
+    return "tune" if odd else "test"
+
+
+def shipped_prompts(name: str) -> Path | None:
+    """A prompt set shipped with specmon (`bench`: specmon/data/prompts/bench.jsonl), or None."""
+    packaged = resources.files("specmon.data") / "prompts" / f"{name.removesuffix('.jsonl')}.jsonl"
+    return Path(str(packaged)) if packaged.is_file() else None
 
 
 def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[int], repeat: int,
