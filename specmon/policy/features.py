@@ -3,7 +3,7 @@ passage of text for the answer to work on, and what share of it is such given ma
 
 The instruction is the prompt's shortest block (blocks are split at blank lines and code
 fences); every other block is given material. A one-block prompt gives what follows a line
-ending in ':' and any quoted span of 60 characters or more. A block is code when it is fenced,
+ending in ':', any quoted span of 60 characters or more and any bracketed data (JSON) of 40. A block is code when it is fenced,
 or dense in brackets, quotes, commas and bars (data: JSON, CSV, tables), or when most of its
 (two or more) lines look like code: brackets, `=` or `;` and an
 indent or a line end such as `:`, `{`, `;`, `,` or `)`. None of this reads English words."""
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 _FENCE = re.compile(r"```.*?(?:```|$)", re.S)
 _BLANK = re.compile(r"\n\s*\n")
 _QUOTED = re.compile(r"[\"“«„'][^\"”»“]{60,}[\"”»“']")
+_BRACKETED = re.compile(r"[\[{].{38,}[\]}]", re.S)  # inline data: a JSON list or object
 _CODE_LINE = re.compile(r"^(\s{2,}|\t).*\S|.*[(){}\[\]=;<>].*[:{;,)\]}]\s*$|^\s*[{\[<].*[}\]>],?\s*$")
 MIN_PASSAGE = 120  # characters of given prose that make a passage
 MIN_CODE = 40
@@ -55,7 +56,7 @@ def _one_block_material(block: str) -> list[str]:
     for i, line in enumerate(lines[:-1]):
         if line.rstrip().endswith(":"):
             return ["\n".join(lines[i + 1:])]
-    return _QUOTED.findall(block)
+    return _QUOTED.findall(block) + _BRACKETED.findall(block)
 
 
 def _looks_like_code(block: str) -> bool:
