@@ -186,7 +186,7 @@ def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
         assert row["auto_over_best"] == pytest.approx(row["auto"] / max(row["fixed"].values()), rel=1e-12)
 
     recomputed = {"classes": {n: c.to_json() for n, c in bench_results(read_log(log)).items()}}
-    assert as_json(recomputed) == written
+    assert as_json(recomputed) == {"classes": written["classes"]}
 
     if any(isinstance(e, Decision) for e in read_log(log)):
         explain = specmon("policy", "explain", log)
