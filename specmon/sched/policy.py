@@ -42,7 +42,7 @@ class PolicyScheduler:
         started = time.perf_counter()
         name, rule = self.engine.classify(prompt.text, tag)
         schedule = self.engine.start_prompt(name, prompt.id)
-        self._set_confidence(name)
+        self.configure_drafter(name)
         self.policy_ms += (time.perf_counter() - started) * 1e3
         plan = schedule.plan
         done = self.driver.decode(prompt, self.drafter, PolicyDraftLen(self.engine, name, schedule), sampling,
@@ -52,7 +52,7 @@ class PolicyScheduler:
         self.driver.sample_resources()
         return done
 
-    def _set_confidence(self, name: str) -> None:
+    def configure_drafter(self, name: str) -> None:
         """The class's n-gram confidence (none: the drafter's plain lookup), for this prompt's rounds."""
         confident = getattr(self.drafter, "confident", None)
         if confident is not None:
