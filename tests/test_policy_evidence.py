@@ -149,3 +149,15 @@ def test_no_class_flips_more_than_twice_per_hundred_prompts_on_a_stationary_work
     decisions = stationary(live, "rewrite", 200, mean, 0.15, seed=7)
     assert flips(decisions) <= 4, [(d.decision_id, d.speculate_to, round(d.inputs["ratio"], 3)) for d in decisions]
     assert all(e.reproduces for e in explained(live))
+
+
+def test_a_new_class_borrows_the_sessions_plain_rounds_instead_of_starting_with_a_plain_run(session):
+    live = session(default_policy())
+    first, ks, _ = live.prompt("rewrite", rounds=30, speedup=1.5, emitted=3)
+    assert first.lead == (0, live.engine.policy.settings.plain_rounds)  # the session's first plain run
+    plan, ks, decisions = live.prompt("chat", rounds=30, speedup=1.5, emitted=3)
+    assert plan.lead is None and set(ks) == {live.engine.state("chat").k}  # speculates from its first round
+    # its own evidence is judged against the borrowed plain rounds, which the decisions cite
+    for _ in range(12):
+        live.prompt("chat", rounds=30, speedup=0.6, emitted=1)
+    assert all(e.reproduces for e in explained(live))

@@ -98,6 +98,9 @@ class PolicyEngine:
         self.states: dict[str, ClassState] = {}
         self.decisions = 0
         self._mtime = _mtime(policy.source)
+        # plain rounds of every class: with policy.interval, a class with too few of its own borrows
+        # these (a plain step's cost depends on the machine and the context, not on what the text says)
+        self.plain_pool: collections.deque = collections.deque(maxlen=policy.settings.evidence_window)
 
     # -- classification and planning -----------------------------------------------------
     def classify(self, text: str, tag: str | None = None) -> tuple[str, str]:
@@ -118,7 +121,7 @@ class PolicyEngine:
         st.since_plain += 1
         if cls.speculate != "auto":
             return Plan(st.k if cls.speculate == "on" else 0, f"speculate = {cls.speculate}")
-        if self._rounds(st, 0) < s.plain_rounds:
+        if len(self.plain_rows(st)) < s.plain_rounds:
             st.since_plain = 0
             return Plan(st.k, "measuring plain decoding, then speculation", (0, s.plain_rounds))
         st.since_probe += 1
@@ -160,7 +163,7 @@ class PolicyEngine:
 
     def _hopeful(self, st: ClassState, k: int) -> bool:
         """k's rounds so far could still beat plain (the early-off test, passed)."""
-        spec, plain = st.windows.get(k, ()), st.windows.get(0, ())
+        spec, plain = st.windows.get(k, ()), self.plain_rows(st)
         return bool(spec and plain) and can_still_pay(k, spec, plain, self.policy.settings.min_gain)
 
     def round_k(self, name: str, schedule: Schedule) -> int:
@@ -200,8 +203,19 @@ class PolicyEngine:
     def observe(self, ev: RoundVerified) -> None:
         st = self.state(ev.prompt_class)
         window = st.windows.setdefault(ev.draft_len, collections.deque(maxlen=self.policy.settings.evidence_window))
-        window.append(Row.of(ev))
+        row = Row.of(ev)
+        window.append(row)
+        if not ev.draft_len:
+            self.plain_pool.append(row)
         st.fresh += 1
+
+    def plain_rows(self, st: ClassState) -> list[Row]:
+        """The class's plain rounds; with policy.interval, while it has fewer than plain_rounds of
+        its own, the session's (every class's), so a new class need not start with a plain run."""
+        own = list(st.windows.get(0, ()))
+        if len(own) >= self.policy.settings.plain_rounds or not self.policy.settings.interval:
+            return own
+        return list(self.plain_pool)
 
     def decide_due(self, name: str) -> bool:
         """A decision is checked every plain_rounds new rounds of a class, mid-prompt included;
@@ -241,7 +255,7 @@ class PolicyEngine:
         schedule.judged = True
         st = self.state(ev.prompt_class)
         thresholds = {**self.thresholds(cls), "prompt": 1.0}
-        plain = list(st.windows.get(0, ()))
+        plain = self.plain_rows(st)
         outcome = decide_prompt(st.speculate, st.k, schedule.own + plain, thresholds)
         if outcome is None:
             return None
@@ -257,7 +271,7 @@ class PolicyEngine:
         if cls.speculate != "auto":
             return None
         thresholds = self.thresholds(cls)
-        rows = [row for window in st.windows.values() for row in window]
+        rows = [row for k, window in st.windows.items() if k for row in window] + self.plain_rows(st)
         outcome = decide(st.speculate, st.k, rows, thresholds)
         confirmed = outcome is None and self._judged(cls, st)
         self._pace_measures(st, changed=outcome is not None, confirmed=confirmed, far=confirmed and self._far_ahead(st))
@@ -287,7 +301,7 @@ class PolicyEngine:
         """The evidence gives a verdict: while on, enough rounds of plain and of k; while off,
         the probe's k has either failed the early-off test or has min_rounds rounds."""
         s = self.policy.settings
-        if self._rounds(st, 0) < s.plain_rounds:
+        if len(self.plain_rows(st)) < s.plain_rounds:
             return False
         if st.speculate:
             return self._rounds(st, st.k) >= s.min_rounds and not self._cut_short(cls, st)
@@ -300,7 +314,7 @@ class PolicyEngine:
         if not st.speculate:
             return False
         line = (1 + s.min_gain + s.hysteresis) * FAR_AHEAD
-        return goodput(st.windows[st.k]) >= goodput(st.windows[0]) * line
+        return goodput(st.windows.get(st.k, ())) >= goodput(self.plain_rows(st)) * line
 
     def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool, far: bool) -> None:
         """A plain re-measure or a probe that confirms the decision doubles the gap to the next
