@@ -66,6 +66,7 @@ def main() -> int:
                     for group in (prompt.prompt_class, "ALL"):
                         stats.setdefault(group, {}).setdefault(name, RunStats(k)).add_round(ev)
             done(index + 1)
+            print(f"{index + 1}/{len(prompts)} {prompt.id}", file=sys.stderr, flush=True)
     names = [c[0] for c in configs]
     table = Table(title=f"goodput tok/s, n-gram confidence alone (policy off), {len(prompts)} prompts"
                         f"{' (' + args.half + ' half)' if args.half else ''}, {args.max_new_tokens} new tokens")
