@@ -29,7 +29,7 @@ from specmon.policy.schema import PolicyError, load_policy, parse_policy
 from tinymodel import tiny_profile
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT = (REPO / "specmon" / "data" / "policies" / "default.toml").read_text()
+DEFAULT = (REPO / "tests" / "fixtures" / "policy-ratio.toml").read_text()  # the default before intervals: these tests pin its lines
 QUICK = DEFAULT.replace("min_rounds = 16", "min_rounds = 8").replace("evidence_window = 64", "evidence_window = 24")
 FIXTURE = REPO / "tests" / "fixtures" / "session-policy.specmon"
 OK_CLASS = '[[classes]]\nname = "all"\ndefault = true\n'
@@ -136,7 +136,7 @@ def test_a_catastrophic_regex_matches_and_fails_at_once():
 def test_policy_regexes_keep_their_meaning_under_re2():
     from specmon.policy.classify import classify
 
-    policy = load_policy(REPO / "policies" / "default.toml")
+    policy = load_policy(REPO / "tests" / "fixtures" / "policy-ratio.toml")  # the shipped default has no regex now
     code = "Please refactor:\n\ndef mean(xs):\n    return sum(xs) / len(xs)\n"
     line = policy.line_of("classes", 0, "match", "regex")
     assert classify(policy, code) == ("code-edit", f"classes[0].match.regex (line {line})")

@@ -31,6 +31,7 @@ from specmon.sched.policy import PolicyScheduler
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = REPO / "policies" / "default.toml"
 FIXTURE = REPO / "tests" / "fixtures" / "session-policy.specmon"
+RATIO = REPO / "tests" / "fixtures" / "policy-ratio.toml"  # the default before intervals: decides on the ratio alone
 OK_CLASS = '[[classes]]\nname = "all"\ndefault = true\n'
 
 # (policy text, line the error must name, a fragment of the reason)
@@ -105,7 +106,8 @@ def test_hot_reload_takes_a_valid_edit_and_refuses_a_bad_one(tmp_path):
     path.write_text(DEFAULT.read_text().replace('mode = "enforce"', 'mode = "sometimes"'))
     _bump_mtime(path)
     refused = engine.maybe_reload()
-    assert refused is not None and not refused.accepted and f"{path}:12:" in refused.error
+    line = DEFAULT.read_text().splitlines().index('mode = "enforce"          # "enforce" | "advise"') + 1
+    assert refused is not None and not refused.accepted and f"{path}:{line}:" in refused.error
     assert engine.policy is old  # the policy in force stays in force
     path.write_text(DEFAULT.read_text().replace("min_gain = 0.03", "min_gain = 0.10"))
     _bump_mtime(path)
@@ -119,12 +121,16 @@ def _bump_mtime(path: Path) -> None:
     os.utime(path, (later, later))
 
 
-def test_builtin_prompts_are_classified_with_the_rule_that_matched():
+def test_builtin_prompts_are_classified_by_what_they_give_not_their_wording():
     policy = load_policy(DEFAULT)
     got = [(p.prompt_class, *classify(policy, p.text)) for p in builtin_suite()]
-    agree = sum(want == name for want, name, _ in got)
-    assert agree >= 19  # the German prompt is plain ASCII and lands in chat, the default
+    # new code has nothing to copy and lands with chat; the German prompt is plain ASCII
+    expect = {"chat": "chat", "code-new": "chat", "code-edit": "code-edit", "rewrite": "rewrite",
+              "non-english": "non-english"}
+    agree = sum(expect[want] == name for want, name, _ in got)
+    assert agree == 19
     assert all(re.fullmatch(r"classes\[\d\]\.(match\.\w+|default) \(line \d+\)", rule) for _, _, rule in got)
+    assert not any("regex" in rule or "keywords" in rule for _, _, rule in got)  # no English words decide
 
 
 def rows(k, n, emitted, ms, start=0):
@@ -237,7 +243,10 @@ def test_explain_reports_a_mismatch_when_one_cited_round_is_altered(tmp_path):
 
 
 DRAFT, CORRECTION, EOS = 1, 2, 0  # the scripted pair's only tokens
-TEXTS = {"rewrite": "Rewrite this sentence in simpler words.", "chat": "Why is the sky blue?"}
+# "rewrite" by its keyword under the ratio policy, by the passage it gives under the default
+TEXTS = {"rewrite": "Rewrite this in simpler words:\n\nThe council met on Tuesday to discuss the new bicycle lanes. "
+                    "Residents said the lanes made the street safer; shop owners worried about parking.",
+         "chat": "Why is the sky blue?"}
 
 
 class ScriptedClock:
@@ -358,7 +367,7 @@ def session(monkeypatch):
 
 
 def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_holds(session):
-    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    policy = parse_policy(RATIO.read_text(), "default.toml")
     live = session(policy)
     first, ks, decisions = live.prompt("rewrite", speedup=1.2)
     start, plain = first.k, policy.settings.plain_rounds
@@ -382,7 +391,7 @@ def test_plain_is_remeasured_in_short_runs_that_thin_out_while_the_decision_hold
 
 
 def test_plain_is_remeasured_at_the_longest_gap_while_speculation_is_far_ahead(session):
-    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    policy = parse_policy(RATIO.read_text(), "default.toml")
     live = session(policy)
     plans = [live.prompt("rewrite", speedup=1.5)[0] for _ in range(120)]  # 1.5 > 1.08 x 1.25
     remeasures = [i + 1 for i, p in enumerate(plans) if p.lead and p.lead[0] == 0]
@@ -390,7 +399,7 @@ def test_plain_is_remeasured_at_the_longest_gap_while_speculation_is_far_ahead(s
 
 
 def test_a_probe_cut_short_by_the_end_of_a_prompt_is_finished_first(session):
-    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    policy = parse_policy(RATIO.read_text(), "default.toml")
     live = session(policy)
     plans = [live.prompt("rewrite", rounds=10)[0] for _ in range(40)]
     probes = [p.lead for p in plans if p.lead and p.lead[0]]
@@ -402,7 +411,7 @@ def test_a_probe_cut_short_by_the_end_of_a_prompt_is_finished_first(session):
 
 
 def test_a_narrowly_losing_class_goes_off_at_min_rounds_and_then_only_probes_its_cheapest_k(session):
-    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    policy = parse_policy(RATIO.read_text(), "default.toml")
     live = session(policy)
     first, ks, decisions = live.prompt("chat", speedup=0.97, emitted=2)
     (decision,) = decisions
@@ -420,7 +429,7 @@ def test_a_narrowly_losing_class_goes_off_at_min_rounds_and_then_only_probes_its
 
 
 def test_a_draft_length_that_loses_by_far_is_switched_off_after_four_rounds(session):
-    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    policy = parse_policy(RATIO.read_text(), "default.toml")
     live = session(policy)
     first, ks, (decision,) = live.prompt("rewrite", speedup=0.5)
     plain = policy.settings.plain_rounds
@@ -433,7 +442,7 @@ def test_a_draft_length_that_loses_by_far_is_switched_off_after_four_rounds(sess
 
 
 def test_a_class_switched_off_comes_back_on_when_its_probes_win(session):
-    policy = parse_policy(DEFAULT.read_text(), "default.toml")
+    policy = parse_policy(RATIO.read_text(), "default.toml")
     live = session(policy)
     live.prompt("chat", speedup=0.5)
     assert not live.engine.state("chat").speculate

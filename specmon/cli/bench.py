@@ -14,9 +14,10 @@ from specmon.cli.run import check_model_drafter, check_writable, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
+from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import BenchClass, bench_results, run_bench
+from specmon.sched.bench import BenchClass, bench_results, prompt_half, run_bench, shipped_prompts
 from specmon.transport.session import live_session
 
 
@@ -27,7 +28,11 @@ def cmd_bench(args) -> int:
     profile = load_profile(args.profile)
     policy = load_policy(args.policy)
     ks = parse_ks(args.ks)
-    prompts = prompt_set(args.prompts, args.classes)
+    prompts = prompt_set(_prompts_path(args.prompts), args.classes)
+    if args.half:
+        prompts = [p for p in prompts if prompt_half(p.id) == args.half]
+        if not prompts:
+            raise SpecmonError(f"--half {args.half}: no prompt of the set is in that half")
     spec = msgspec.structs.replace(profile.drafter, kind=args.drafter or profile.drafter.kind,
                                    layers=profile.drafter.layers if args.layers is None else args.layers)
     if spec.kind == "none":
@@ -51,12 +56,48 @@ def cmd_bench(args) -> int:
             session.finish("interrupted")
             err.print("bench interrupted: the table covers the prompts that finished")
     results = bench_results(session.events)
+    half = f" ({args.half} half)" if args.half else ""
     title = (f"goodput, tokens/s: {pair.drafter.name}, policy {Path(policy.source).name}, {args.max_new_tokens} new tokens, "
-             f"{len(prompts)} prompts x {args.repeat}  (log: {session.log_path})")
+             f"{len(prompts)} prompts{half} x {args.repeat}  (log: {session.log_path})")
     out.print(bench_table(results, ks, title))
+    overall = overall_figures(results, ks)
+    work = policy_work(scheduler.policy_ms, results)
+    out.print(f"all classes: auto {fmt(overall['auto'], '{:.1f}')} tok/s; best single fixed k={overall['best_k']} "
+              f"{fmt(overall['best'], '{:.1f}')}; auto/best single {fmt(overall['auto_over_best'], '{:.3f}')}; "
+              f"policy work {scheduler.policy_ms:.1f} ms = {fmt(work, '{:.3%}')} of the policy's round time")
     if args.json:
-        write_json(args.json, {"classes": {n: c.to_json() for n, c in results.items()}})
+        write_json(args.json, {"classes": {n: c.to_json() for n, c in results.items()}, "overall": overall,
+                               "policy_ms": scheduler.policy_ms, "policy_work_share": work})
     return 0
+
+
+def _prompts_path(given: Path | None) -> Path | None:
+    """--prompts FILE, or a shipped set's name (`bench`) when no such file exists here."""
+    if given is None or given.exists() or len(given.parts) > 1:
+        return given
+    return shipped_prompts(str(given)) or given
+
+
+def overall_figures(results: dict[str, BenchClass], ks: list[int]) -> dict:
+    """Every class together: the policy's goodput against each single fixed k applied to every class."""
+    auto_tokens = sum(c.auto.emitted for c in results.values())
+    auto_ms = sum(c.auto.round_ms for c in results.values())
+    fixed = {}
+    for k in ks:
+        runs = [c.fixed[k] for c in results.values() if k in c.fixed]
+        if runs:
+            fixed[k] = rates.goodput(sum(r.emitted for r in runs), sum(r.round_ms for r in runs))
+    fixed = {k: v * 1e3 for k, v in fixed.items() if v}
+    best = max(fixed, key=fixed.get, default=None)
+    auto = rates.goodput(auto_tokens, auto_ms)
+    auto = auto * 1e3 if auto else None
+    return {"auto": auto, "fixed": {str(k): v for k, v in fixed.items()}, "best_k": best,
+            "best": fixed.get(best), "auto_over_best": rates.speedup(auto, fixed.get(best))}
+
+
+def policy_work(policy_ms: float, results: dict[str, BenchClass]) -> float | None:
+    """The policy's own work as a share of the round time of the prompts it ran."""
+    return rates.ratio(policy_ms, sum(c.auto.round_ms for c in results.values()))
 
 
 def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Table:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 from specmon.policy import regex
+from specmon.policy.features import prompt_features
 from specmon.policy.schema import Policy, PromptClass
 
 
@@ -29,6 +30,12 @@ def _matching_key(cls: PromptClass, text: str, tag: str | None) -> str | None:
         return "keywords"
     if m.script and (dominant_script(text) in m.script or ("non-ascii" in m.script and _non_ascii_share(text) > 0.03)):
         return "script"
+    if m.content or m.min_given:
+        found = prompt_features(text)
+        kinds = {"code": found.code, "passage": found.passage}
+        if (not m.content or any(kinds[c] for c in m.content)) and found.given_share >= m.min_given:
+            return "content" if m.content else "min_given"
+        return "default" if cls.default else None
     if (m.min_chars or m.max_chars) and len(text) >= m.min_chars and (not m.max_chars or len(text) <= m.max_chars):
         return "min_chars" if m.min_chars else "max_chars"
     return "default" if cls.default else None

@@ -14,6 +14,19 @@ decoding (k = 0) needs plain_rounds.
 - early off: after early_rounds rounds at k, off already if k would lose even were the next
   OPTIMISM rounds to accept every draft token; waiting for min_rounds costs most exactly
   where speculation costs most                                                 (policy.min_gain)
+With `interval` (policy.interval) the class's figure is the TUI's: the goodput ratio with its
+95% interval over prompts (specmon.metrics.interval, seeded, so a log re-derives it exactly):
+- on  -> off when the interval's high end < 1 + min_gain: surely not paying   (policy.min_gain)
+- off -> on  when its low end >= 1 + min_gain and the ratio >= 1 + min_gain + hysteresis, for the
+  best such k in range                                                          (policy.hysteresis)
+- k moves when, over the prompts where both ran, the other k's ratio to k has a low end > 1
+  and a ratio >= 1 + k_gain                                                     (classes[i].draft_len)
+  No class-wide early off: a prompt's own rounds turn that prompt off instead (below).
+With `prompt` (policy.prompt_rounds) the decision is one prompt's, from its first prompt_rounds
+rounds that drafted something (a confident drafter's silent rounds cost what a plain step
+costs, so they say nothing), beside the class's plain rounds:
+- on  -> off for the prompt when their goodput does not beat plain by min_gain   (drafts fail)
+- off -> on  for the prompt when it beats plain by min_gain + hysteresis          (it copies)
 Logs from before a key existed carry no such threshold and are re-derived by the rules they
 were decided by: no plain_rounds -> min_rounds; no k_gain -> min_gain; early_off (a ratio,
 checked at plain_rounds) instead of early_rounds; neither -> no early off; no paired -> k's
@@ -26,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specmon.metrics import rates
+from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
 
 OPTIMISM = 2  # early off pretends this many more rounds at k accepted every draft token
 
@@ -37,11 +51,12 @@ class Row:
     emitted: int
     round_ms: float
     prompt_id: str = ""
+    proposed: int = 0  # draft tokens offered: a prompt decision judges only rounds that drafted
 
     @classmethod
     def of(cls, ev) -> "Row":
         """The evidence a RoundVerified event contributes: live (PolicyEngine) and in explain alike."""
-        return cls(ev.round_id, ev.draft_len, len(ev.emitted), rates.round_ms(ev), ev.prompt_id)
+        return cls(ev.round_id, ev.draft_len, len(ev.emitted), rates.round_ms(ev), ev.prompt_id, len(ev.proposed))
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,10 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
 
     The outcome cites exactly the rounds its inputs were computed from, so `decide` on those
     rounds alone gives the same outcome (that is what `specmon policy explain` checks)."""
+    if thresholds.get("prompt"):
+        return decide_prompt(speculate, k, rows, thresholds)
+    if thresholds.get("interval"):
+        return _decide_interval(speculate, k, rows, thresholds)
     by_k: dict[int, list[Row]] = {}
     for row in rows:
         by_k.setdefault(row.draft_len, []).append(row)
@@ -155,3 +174,109 @@ def _outcome(speculate: bool, k: int, rule: str, rate: dict[int, float], enough:
     inputs = {f"goodput_k{kk}": rate[kk] for kk in used}
     inputs["ratio"] = rate[ratio_k] / rate[0] if rate[0] else 0.0
     return Outcome(speculate, k, rule, inputs, sorted(r.round_id for kk in used for r in enough[kk]))
+
+
+# -- intervals (policy.interval) and one prompt's own evidence (policy.prompt_rounds) ----------
+
+def totals(rows: Sequence[Row]) -> PromptTotals:
+    """Σ emitted and Σ round ms per prompt: the unit the interval resamples."""
+    emitted: dict[str, int] = {}
+    ms: dict[str, float] = {}
+    for r in rows:
+        emitted[r.prompt_id] = emitted.get(r.prompt_id, 0) + r.emitted
+        ms[r.prompt_id] = ms.get(r.prompt_id, 0.0) + r.round_ms
+    return PromptTotals(emitted, ms)
+
+
+def estimate(spec: Sequence[Row], base: Sequence[Row]) -> SpeedupEstimate:
+    """goodput(spec) / goodput(base) with its seeded 95% interval over prompts, as the TUI shows it."""
+    return speedup_estimate(totals(spec), totals(base), seed=0)
+
+
+def _sides(est: SpeedupEstimate, spec: Sequence[Row], base: Sequence[Row], spec_k: int, base_k: int) -> dict:
+    """What a decision shows of its figure: the ratio, its interval and the counts on each side."""
+    return {"ratio": est.ratio or 0.0, "low": est.low if est.low is not None else 0.0,
+            "high": est.high if est.high is not None else 0.0, "rounds_spec": float(len(spec)),
+            "rounds_base": float(len(base)), "prompts_spec": float(est.prompts_spec),
+            "prompts_base": float(est.prompts_plain), "spec_k": float(spec_k), "base_k": float(base_k)}
+
+
+def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
+    by_k: dict[int, list[Row]] = {}
+    for row in sorted(rows, key=lambda r: r.round_id):  # the same sums, live or from a log
+        by_k.setdefault(row.draft_len, []).append(row)
+    enough = {kk: rr for kk, rr in by_k.items()
+              if len(rr) >= (thresholds["plain_rounds"] if kk == 0 else thresholds["min_rounds"])}
+    if 0 not in enough:
+        return None
+    plain, gain, margin = enough[0], 1 + thresholds["min_gain"], 1 + thresholds["min_gain"] + thresholds["hysteresis"]
+    in_range = [kk for kk in sorted(enough) if kk and thresholds["k_min"] <= kk <= thresholds["k_max"]]
+    if not speculate:
+        candidates = in_range if thresholds["adapt"] else [kk for kk in in_range if kk == k]
+        wins = {}
+        for kk in candidates:
+            est = estimate(enough[kk], plain)
+            if est.low is not None and est.low >= gain and est.ratio >= margin:
+                wins[kk] = est
+        best = max(wins, key=lambda kk: wins[kk].ratio, default=None)
+        if best is None:
+            return None
+        return _interval_outcome(True, best, "policy.hysteresis", wins[best], enough, best, 0)
+    if k not in enough:
+        return None
+    est = estimate(enough[k], plain)
+    if est.high is not None and est.high < gain:
+        return _interval_outcome(False, k, "policy.min_gain", est, enough, k, 0)
+    if not thresholds["adapt"]:
+        return None
+    moves = {}
+    for kk in in_range:
+        if kk == k:
+            continue
+        both_ran = {r.prompt_id for r in enough[kk]} & {r.prompt_id for r in enough[k]}
+        theirs = [r for r in enough[kk] if r.prompt_id in both_ran]
+        mine = [r for r in enough[k] if r.prompt_id in both_ran]
+        if len(theirs) < thresholds["min_rounds"] or len(mine) < thresholds["min_rounds"]:
+            continue
+        paired = estimate(theirs, mine)
+        if paired.low is not None and paired.low > 1.0 and paired.ratio >= 1 + thresholds["k_gain"]:
+            moves[kk] = (paired, theirs, mine)
+    best = max(moves, key=lambda kk: moves[kk][0].ratio, default=None)
+    if best is None:
+        return None
+    paired, theirs, mine = moves[best]
+    rate = {kk: goodput(enough[kk]) for kk in (0, k, best)}
+    inputs = {f"goodput_k{kk}": v for kk, v in rate.items()}
+    inputs.update(_sides(paired, theirs, mine, best, k))
+    inputs["ratio_to_plain"] = rate[best] / rate[0] if rate[0] else 0.0
+    ids = sorted(r.round_id for kk in (0, k, best) for r in enough[kk])
+    return Outcome(True, best, "draft_len", inputs, ids)
+
+
+def _interval_outcome(speculate: bool, k: int, rule: str, est: SpeedupEstimate, enough: dict[int, list[Row]],
+                      spec_k: int, base_k: int) -> Outcome:
+    spec, base = enough[spec_k], enough[base_k]
+    inputs = {f"goodput_k{base_k}": goodput(base), f"goodput_k{spec_k}": goodput(spec)}
+    inputs.update(_sides(est, spec, base, spec_k, base_k))
+    return Outcome(speculate, k, rule, inputs, sorted(r.round_id for r in [*spec, *base]))
+
+
+def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
+    """One prompt's own first rounds that drafted, against the class's plain rounds: off for the
+    rest of the prompt if they do not pay; on if they pay by the switch-on margin."""
+    spec = sorted((r for r in rows if r.draft_len and r.proposed), key=lambda r: r.round_id)
+    plain = sorted((r for r in rows if not r.draft_len), key=lambda r: r.round_id)
+    if len(spec) < thresholds["prompt_rounds"] or len(plain) < thresholds["plain_rounds"] or not goodput(plain):
+        return None
+    drafted = spec[0].draft_len
+    rate = {0: goodput(plain), drafted: goodput(spec)}
+    inputs = {f"goodput_k0": rate[0], f"goodput_k{drafted}": rate[drafted]}
+    inputs.update(_sides(estimate(spec, plain), spec, plain, drafted, 0))
+    ids = sorted(r.round_id for r in [*spec, *plain])
+    if speculate:
+        if rate[drafted] >= rate[0] * (1 + thresholds["min_gain"]):
+            return None
+        return Outcome(False, k, "policy.prompt_rounds", inputs, ids)
+    if rate[drafted] >= rate[0] * (1 + thresholds["min_gain"] + thresholds["hysteresis"]):
+        return Outcome(True, k, "policy.prompt_rounds", inputs, ids)
+    return None

@@ -15,7 +15,7 @@ from pathlib import Path
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
-from specmon.policy.decide import Row, can_still_pay, decide, goodput
+from specmon.policy.decide import Row, can_still_pay, decide, decide_prompt, goodput
 from specmon.policy.schema import MAX_POLICY_BYTES, DraftLen, Policy, PromptClass, load_policy
 
 
@@ -62,9 +62,13 @@ class Plan:
 class Schedule:
     """Counts one prompt's rounds against its plan's lead run."""
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, prompt_id: str = ""):
         self.plan = plan
         self.rounds = 0
+        self.prompt_id = prompt_id
+        self.own: list[Row] = []  # this prompt's rounds at k > 0 after its lead run (policy.prompt_rounds)
+        self.judged = False  # its own evidence was judged (once a prompt)
+        self.override: bool | None = None  # a prompt decision: on (True) or off (False) for the rest of it
 
     def lead_k(self) -> int | None:
         """The lead run's k for the next round, or None (the class's k) outside it."""
@@ -94,6 +98,9 @@ class PolicyEngine:
         self.states: dict[str, ClassState] = {}
         self.decisions = 0
         self._mtime = _mtime(policy.source)
+        # plain rounds of every class: with policy.interval, a class with too few of its own borrows
+        # these (a plain step's cost depends on the machine and the context, not on what the text says)
+        self.plain_pool: collections.deque = collections.deque(maxlen=policy.settings.evidence_window)
 
     # -- classification and planning -----------------------------------------------------
     def classify(self, text: str, tag: str | None = None) -> tuple[str, str]:
@@ -114,7 +121,7 @@ class PolicyEngine:
         st.since_plain += 1
         if cls.speculate != "auto":
             return Plan(st.k if cls.speculate == "on" else 0, f"speculate = {cls.speculate}")
-        if self._rounds(st, 0) < s.plain_rounds:
+        if len(self.plain_rows(st)) < s.plain_rounds:
             st.since_plain = 0
             return Plan(st.k, "measuring plain decoding, then speculation", (0, s.plain_rounds))
         st.since_probe += 1
@@ -156,7 +163,7 @@ class PolicyEngine:
 
     def _hopeful(self, st: ClassState, k: int) -> bool:
         """k's rounds so far could still beat plain (the early-off test, passed)."""
-        spec, plain = st.windows.get(k, ()), st.windows.get(0, ())
+        spec, plain = st.windows.get(k, ()), self.plain_rows(st)
         return bool(spec and plain) and can_still_pay(k, spec, plain, self.policy.settings.min_gain)
 
     def round_k(self, name: str, schedule: Schedule) -> int:
@@ -171,7 +178,15 @@ class PolicyEngine:
         if lead is not None:
             return lead
         st = self.state(name)
+        if schedule.override is not None:
+            return st.k if schedule.override else 0
+        if not st.speculate and self._watching(schedule):
+            return st.k  # an off class watches each prompt's first rounds: a prompt that copies turns on
         return st.k if st.speculate else 0
+
+    def _watching(self, schedule: Schedule) -> bool:
+        """This prompt's own first rounds are still being gathered (policy.prompt_rounds)."""
+        return bool(self.policy.settings.prompt_rounds) and not schedule.judged
 
     def _next_probe(self, cls: PromptClass, st: ClassState, short: set[int]) -> int | None:
         """The next other k in range to gather evidence for: one whose probe a prompt's end cut
@@ -188,8 +203,19 @@ class PolicyEngine:
     def observe(self, ev: RoundVerified) -> None:
         st = self.state(ev.prompt_class)
         window = st.windows.setdefault(ev.draft_len, collections.deque(maxlen=self.policy.settings.evidence_window))
-        window.append(Row.of(ev))
+        row = Row.of(ev)
+        window.append(row)
+        if not ev.draft_len:
+            self.plain_pool.append(row)
         st.fresh += 1
+
+    def plain_rows(self, st: ClassState) -> list[Row]:
+        """The class's plain rounds; with policy.interval, while it has fewer than plain_rounds of
+        its own, the session's (every class's), so a new class need not start with a plain run."""
+        own = list(st.windows.get(0, ()))
+        if len(own) >= self.policy.settings.plain_rounds or not self.policy.settings.interval:
+            return own
+        return list(self.plain_pool)
 
     def decide_due(self, name: str) -> bool:
         """A decision is checked every plain_rounds new rounds of a class, mid-prompt included;
@@ -203,14 +229,41 @@ class PolicyEngine:
         judged whole)."""
         return self.decide(name) if schedule.lead_over() and self.decide_due(name) else None
 
-    def start_prompt(self, name: str) -> Schedule:
+    def start_prompt(self, name: str, prompt_id: str = "") -> Schedule:
         """Plan a prompt of class `name`: the live session and what-if alike."""
-        return Schedule(self.plan(name))
+        return Schedule(self.plan(name), prompt_id)
 
     def after_round(self, ev: RoundVerified, schedule: Schedule) -> Decision | None:
-        """Take a round as evidence and decide if due: the live session and what-if alike."""
+        """Take a round as evidence, judge the prompt's own first rounds once they are in, and
+        decide for the class if due: the live session and what-if alike. A prompt decision and a
+        class decision on one round: the prompt's comes first, the class's at the next due round."""
         self.observe(ev)
-        return self.decide_when_due(ev.prompt_class, schedule)
+        own = self._prompt_decision(ev, schedule)
+        return own if own is not None else self.decide_when_due(ev.prompt_class, schedule)
+
+    def _prompt_decision(self, ev: RoundVerified, schedule: Schedule) -> Decision | None:
+        """policy.prompt_rounds: after that many of this prompt's rounds that drafted (outside its
+        lead run), on for the rest of it if they pay well, off if they do not pay."""
+        need = self.policy.settings.prompt_rounds
+        cls = self._class(ev.prompt_class)
+        if (not need or schedule.judged or cls.speculate != "auto" or not ev.draft_len or not ev.proposed
+                or not schedule.lead_over()):
+            return None
+        schedule.own.append(Row.of(ev))
+        if len(schedule.own) < need:
+            return None
+        schedule.judged = True
+        st = self.state(ev.prompt_class)
+        thresholds = {**self.thresholds(cls), "prompt": 1.0}
+        plain = self.plain_rows(st)
+        outcome = decide_prompt(st.speculate, st.k, schedule.own + plain, thresholds)
+        if outcome is None:
+            return None
+        event = self._event(ev.prompt_class, st, outcome, thresholds, ("policy", "prompt_rounds"), "policy.prompt_rounds",
+                            reason=f"prompt {schedule.prompt_id or ev.prompt_id}: its first {need} rounds")
+        if event.applied:
+            schedule.override = outcome.speculate
+        return event
 
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)
@@ -218,7 +271,7 @@ class PolicyEngine:
         if cls.speculate != "auto":
             return None
         thresholds = self.thresholds(cls)
-        rows = [row for window in st.windows.values() for row in window]
+        rows = [row for k, window in st.windows.items() if k for row in window] + self.plain_rows(st)
         outcome = decide(st.speculate, st.k, rows, thresholds)
         confirmed = outcome is None and self._judged(cls, st)
         self._pace_measures(st, changed=outcome is not None, confirmed=confirmed, far=confirmed and self._far_ahead(st))
@@ -227,23 +280,28 @@ class PolicyEngine:
         index = self.policy.classes.index(cls)
         key = f"classes[{index}].draft_len" if outcome.rule == "draft_len" else outcome.rule
         path = ("classes", index, "draft_len") if outcome.rule == "draft_len" else tuple(outcome.rule.split("."))
-        applied = self.policy.settings.mode == "enforce"
+        event = self._event(name, st, outcome, thresholds, path, key)
+        if event.applied:
+            st.speculate, st.k = outcome.speculate, outcome.k
+        return event
+
+    def _event(self, name: str, st: ClassState, outcome, thresholds: dict[str, float], path: tuple,
+               key: str, reason: str = "") -> Decision:
         event = Decision(
             session_id=self.session_id, t=time.time(), decision_id=self.decisions, prompt_class=name,
             speculate_from=st.speculate, speculate_to=outcome.speculate, k_from=st.k, k_to=outcome.k,
             rule_key=key, rule_line=self.policy.line_of(*path), inputs=outcome.inputs, thresholds=thresholds,
-            round_ids=outcome.round_ids, applied=applied, policy_sha256=self.policy.sha256,
+            round_ids=outcome.round_ids, applied=self.policy.settings.mode == "enforce",
+            policy_sha256=self.policy.sha256, reason=reason,
         )
         self.decisions += 1
-        if applied:
-            st.speculate, st.k = outcome.speculate, outcome.k
         return event
 
     def _judged(self, cls: PromptClass, st: ClassState) -> bool:
         """The evidence gives a verdict: while on, enough rounds of plain and of k; while off,
         the probe's k has either failed the early-off test or has min_rounds rounds."""
         s = self.policy.settings
-        if self._rounds(st, 0) < s.plain_rounds:
+        if len(self.plain_rows(st)) < s.plain_rounds:
             return False
         if st.speculate:
             return self._rounds(st, st.k) >= s.min_rounds and not self._cut_short(cls, st)
@@ -256,7 +314,7 @@ class PolicyEngine:
         if not st.speculate:
             return False
         line = (1 + s.min_gain + s.hysteresis) * FAR_AHEAD
-        return goodput(st.windows[st.k]) >= goodput(st.windows[0]) * line
+        return goodput(st.windows.get(st.k, ())) >= goodput(self.plain_rows(st)) * line
 
     def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool, far: bool) -> None:
         """A plain re-measure or a probe that confirms the decision doubles the gap to the next
@@ -284,7 +342,9 @@ class PolicyEngine:
                 "plain_rounds": float(s.plain_rounds), "k_gain": s.min_gain + s.hysteresis,
                 "early_rounds": float(EARLY_ROUNDS), "paired": 1.0,
                 "adapt": float(ranged and k.adapt == "goodput"),
-                "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k)}
+                "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k),
+                **({"interval": 1.0} if s.interval else {}),
+                **({"prompt_rounds": float(s.prompt_rounds)} if s.prompt_rounds else {})}
 
     # -- hot reload --------------------------------------------------------------------------
     def maybe_reload(self) -> PolicyLoaded | None:
@@ -311,6 +371,10 @@ class PolicyEngine:
             text = ""
         return PolicyLoaded(session_id=self.session_id, t=time.time(), source=self.policy.source,
                             sha256="", text=text, accepted=False, error=error)
+
+    def class_of(self, name: str) -> PromptClass:
+        """The class by name, as the policy in force has it (the default class if a reload removed it)."""
+        return self._class(name)
 
     def _class(self, name: str) -> PromptClass:
         """The class by name; if a reload removed it, the default class stands in."""

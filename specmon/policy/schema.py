@@ -36,6 +36,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     hysteresis: float = 0.05  # extra gain needed to switch back on, so it does not flap
     remeasure_every: int = 6  # every Nth prompt of a class starts with a short plain (k = 0) run
     probe_every: int = 4  # every Nth prompt starts with a short run at another k (or at k while off)
+    # Added with per-request evidence; a file without them decides as before.
+    interval: bool = False  # a switch or k move needs the 95% interval over prompts to clear the threshold
+    prompt_rounds: int = 0  # a prompt's own first rounds may turn it on (off class) or off (on class); 0: never
 
 
 class DraftLen(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -45,6 +48,13 @@ class DraftLen(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     adapt: Literal["goodput", "none"] = "goodput"  # move k toward the best measured goodput
 
 
+class NgramConfidence(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """How sure the n-gram drafter must be to propose (other drafters ignore it)."""
+
+    min_match: int = 3  # the context's last tokens that must occur earlier (1..16)
+    min_seen: int = 1  # times the proposed next token followed such a match
+
+
 class Match(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     regex: list[str] = []
     keywords: list[str] = []
@@ -52,6 +62,8 @@ class Match(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     min_chars: int = 0
     max_chars: int = 0  # 0 means no limit
     tag: str = ""  # the class a request names explicitly (a prompt's "class")
+    content: list[Literal["code", "passage"]] = []  # the prompt gives code (or data), or a passage of text
+    min_given: float = 0.0  # at least this share of the prompt's characters is given material
 
 
 class PromptClass(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -60,6 +72,7 @@ class PromptClass(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     default: bool = False  # catches every prompt no earlier class matched
     speculate: Literal["auto", "on", "off"] = "auto"
     draft_len: int | DraftLen = 4
+    ngram: NgramConfidence | None = None  # the n-gram drafter proposes only on a confident match
 
 
 class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -156,6 +169,7 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
         ("hysteresis", math.isfinite(s.hysteresis) and 0 <= s.hysteresis < 10, "a number from 0 up to 10"),
         ("remeasure_every", 0 <= s.remeasure_every <= MAX_EVERY, f"0..{MAX_EVERY}, 0 for never"),
         ("probe_every", 0 <= s.probe_every <= MAX_EVERY, f"0..{MAX_EVERY}, 0 for never"),
+        ("prompt_rounds", 0 <= s.prompt_rounds <= window, "0..evidence_window, 0 for never"),
     ]:
         if not ok:
             line, col = locate(text, ("policy", key))
@@ -202,6 +216,13 @@ def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str) -
     elif not 1 <= k.min <= k.max <= MAX_DRAFT_LEN or (k.start and not k.min <= k.start <= k.max):
         raise PolicyError(source, *locate(text, ("classes", i, "draft_len")),
                           f"draft_len range min={k.min} max={k.max} start={k.start} is empty or out of 1..{MAX_DRAFT_LEN}")
+    if not 0.0 <= cls.match.min_given <= 1.0:
+        raise PolicyError(source, *locate(text, ("classes", i, "match", "min_given")),
+                          f"match.min_given = {_shown(cls.match.min_given)} must be 0..1 (a share of the prompt)")
+    if cls.ngram is not None and not (1 <= cls.ngram.min_match <= 16 and 1 <= cls.ngram.min_seen <= 100):
+        raise PolicyError(source, *locate(text, ("classes", i, "ngram")),
+                          f"ngram min_match = {cls.ngram.min_match} must be 1..16 and min_seen = "
+                          f"{cls.ngram.min_seen} 1..100")
     if cls.match.max_chars and cls.match.max_chars < cls.match.min_chars:
         raise PolicyError(source, *locate(text, ("classes", i, "match", "max_chars")), "max_chars < min_chars")
 

@@ -1,19 +1,25 @@
 """`specmon bench policy`: the policy against every fixed draft length, per class.
 
-The policy decodes the prompt set `repeat` times, learning as it goes; right after each of its
-prompts, the same prompt is decoded at every fixed k (0 = plain) in an order that rotates, so
-drift in the machine's speed falls on the policy and on every fixed k alike. Everything is
+The policy decodes the prompt set `repeat` times, learning as it goes; beside each of its
+prompts, the same prompt is decoded at every fixed k (0 = plain), the policy's run and the fixed
+ones in an order that rotates, so drift in the machine's speed falls on the policy and on every
+fixed k alike. A fixed run drafts with the drafter settings of the prompt's class (its n-gram
+confidence), so auto and fixed k differ only in the policy's choices of k and on/off. Everything is
 logged; the fixed runs are marked by their PromptStarted's class_rule, so the figures are
 recomputed from the log alone (bench_results). A class's auto goodput counts every round the
 policy ran, its own plain re-measures and probes included."""
 
 from __future__ import annotations
 
+import re
+import zlib
 from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from specmon.engine.draft_len import FixedDraftLen
-from specmon.engine.drafters import Drafter, NoDrafter
+from specmon.engine.drafters import NoDrafter
 from specmon.engine.driver import UNCHECKED
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling
@@ -21,6 +27,23 @@ from specmon.metrics.rates import speedup
 from specmon.metrics.stats import RunStats
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 
+
+
+HALVES = ("tune", "test")
+
+
+def prompt_half(prompt_id: str) -> str:
+    """The fixed split of a prompt set: an id ending in an odd number is in the tuning half, an
+    even one in the test half; an id without a number goes by the parity of its CRC-32."""
+    number = re.search(r"(\d+)$", prompt_id)
+    odd = int(number.group(1)) % 2 == 1 if number else zlib.crc32(prompt_id.encode()) % 2 == 1
+    return "tune" if odd else "test"
+
+
+def shipped_prompts(name: str) -> Path | None:
+    """A prompt set shipped with specmon (`bench`: specmon/data/prompts/bench.jsonl), or None."""
+    packaged = resources.files("specmon.data") / "prompts" / f"{name.removesuffix('.jsonl')}.jsonl"
+    return Path(str(packaged)) if packaged.is_file() else None
 
 
 def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[int], repeat: int,
@@ -32,17 +55,25 @@ def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[i
     driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
     sequence = list(prompts) * repeat
     for index, prompt in enumerate(sequence):
-        name = policy.decode(prompt, sampling, max_new_tokens).started.prompt_class
-        shift = (index + 1) % len(ks)
-        for k in list(ks[shift:]) + list(ks[:shift]):
+        name = policy.engine.classify(prompt.text, _tag(prompt))[0]
+        runs: list[int | None] = [None, *ks]  # None: the policy's own decode of the prompt
+        shift = index % len(runs)
+        for k in runs[shift:] + runs[:shift]:  # the policy takes each place in turn, as every k does
+            if k is None:
+                policy.decode(prompt, sampling, max_new_tokens)
+                continue
             if k and fixed_passes and index // len(prompts) >= fixed_passes:
                 continue
-            drafter: Drafter = policy.drafter if k else plain
-            done = driver.decode(prompt, drafter, FixedDraftLen(k), sampling, max_new_tokens, prompt_class=name,
-                                 class_rule=f"{BENCH_FIXED_RULE}{k}")
+            policy.configure_drafter(name)
+            done = driver.decode(prompt, policy.drafter if k else plain, FixedDraftLen(k), sampling,
+                                 max_new_tokens, prompt_class=name, class_rule=f"{BENCH_FIXED_RULE}{k}")
             driver.finish(done, UNCHECKED)
         if on_prompt:
             on_prompt(index + 1)
+
+
+def _tag(prompt: Prompt) -> str | None:
+    return prompt.prompt_class if prompt.prompt_class != "default" else None
 
 
 @dataclass

@@ -3,6 +3,7 @@ round by round, and its rounds become the evidence for the class's next decision
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Sequence
 
 from specmon.engine.draft_len import MAX_DRAFT_LEN
@@ -32,13 +33,17 @@ class PolicyScheduler:
         """`on_reload` hears of every hot reload, taken or refused (by default, one line on stderr)."""
         self.driver, self.engine, self.drafter = driver, engine, drafter
         self.on_reload = on_reload
+        self.policy_ms = 0.0  # the policy's own work (classify, plan, observe, decide), for the benchmark
         driver.emit(loaded_event(engine.policy, driver.session_id))
 
     def decode(self, prompt: Prompt, sampling: Sampling, max_new_tokens: int) -> Decoded:
         """Classify, plan, decode and finish one prompt under the policy."""
         tag = prompt.prompt_class if prompt.prompt_class != "default" else None
+        started = time.perf_counter()
         name, rule = self.engine.classify(prompt.text, tag)
-        schedule = self.engine.start_prompt(name)
+        schedule = self.engine.start_prompt(name, prompt.id)
+        self.configure_drafter(name)
+        self.policy_ms += (time.perf_counter() - started) * 1e3
         plan = schedule.plan
         done = self.driver.decode(prompt, self.drafter, PolicyDraftLen(self.engine, name, schedule), sampling,
                                   max_new_tokens, prompt_class=name, class_rule=f"{rule}; {plan.describe()}",
@@ -46,6 +51,13 @@ class PolicyScheduler:
         self.driver.finish(done, UNCHECKED)
         self.driver.sample_resources()
         return done
+
+    def configure_drafter(self, name: str) -> None:
+        """The class's n-gram confidence (none: the drafter's plain lookup), for this prompt's rounds."""
+        confident = getattr(self.drafter, "confident", None)
+        if confident is not None:
+            ngram = self.engine.class_of(name).ngram
+            confident(ngram.min_match, ngram.min_seen) if ngram else confident(0)
 
     def run(self, prompts: Sequence[Prompt], sampling: Sampling, max_new_tokens: int,
             on_prompt: Callable[[int], None] | None = None) -> None:
@@ -60,12 +72,14 @@ class PolicyScheduler:
         (never inside a lead run, so a re-measure or probe is judged whole); the next round follows."""
 
         def observe(event: RoundVerified) -> None:
+            started = time.perf_counter()
             reloaded = self.engine.maybe_reload()
             if reloaded is not None:
                 self.driver.emit(reloaded)
                 if self.on_reload:
                     self.on_reload(reloaded)
             decision = self.engine.after_round(event, schedule)
+            self.policy_ms += (time.perf_counter() - started) * 1e3
             if decision is not None:
                 self.driver.emit(decision)
 

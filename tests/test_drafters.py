@@ -1,0 +1,79 @@
+"""The n-gram drafter's confidence test: it proposes only on a confident match and drafts no
+further than the match supports; without one set, it is the plain lookup it always was."""
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from specmon.engine.drafters import NgramDrafter, confident_draft
+from specmon.events.schema import Sampling
+from specmon.policy.features import prompt_features
+
+RNG = np.random.default_rng(0)
+
+
+def propose(drafter, context, k):
+    return drafter.propose(context, k, Sampling(), RNG).tokens
+
+
+def test_a_match_shorter_than_min_match_proposes_nothing():
+    ctx = [5, 1, 2, 3, 4, 9, 9, 1, 2, 3]  # the last 3 tokens occurred before, once, followed by 4 9 9
+    assert confident_draft(np.array(ctx), 5, 3, 1) == [4, 9, 9]  # a 3-token match drafts at most 3
+    assert confident_draft(np.array(ctx), 5, 4, 1) == []  # a 4th token (5 vs 9) does not match
+    assert confident_draft(np.array(ctx), 5, 3, 2) == []  # seen once, not twice
+    assert confident_draft(np.array(ctx), 2, 1, 1) == [4, 9]  # never past k
+
+
+def test_min_seen_stops_the_draft_where_the_earlier_occurrences_part():
+    ctx = np.array([1, 2, 3, 4, 7, 1, 2, 3, 4, 8, 1, 2, 3])  # "1 2 3" was followed by "4 7" and "4 8"
+    assert confident_draft(ctx, 5, 3, 1) == [4, 8, 1]  # the latest occurrence, as far as the match is long
+    assert confident_draft(ctx, 5, 3, 2) == [4]  # both saw 4; after it they part
+
+
+def test_the_longest_match_wins_over_a_later_shorter_one():
+    ctx = np.array([9, 1, 2, 3, 4, 5, 6, 7, 8, 0, 2, 3, 6, 0, 9, 1, 2, 3])
+    # "9 1 2 3" matches 4 tokens at the start; "2 3" later matches only 2
+    assert confident_draft(ctx, 3, 2, 1) == [4, 5, 6]
+
+
+def test_without_a_confidence_setting_it_is_the_plain_lookup():
+    plain, tuned = NgramDrafter((3, 2)), NgramDrafter((3, 2))
+    tuned.confident(3, 1)
+    tuned.confident(0)  # cleared again
+    ctx = [7, 8, 1, 2, 6, 6, 6, 1, 2]
+    assert propose(plain, ctx, 4) == propose(tuned, ctx, 4) == [6, 6, 6, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=60), st.integers(1, 8), st.integers(1, 6),
+       st.integers(1, 3))
+def test_a_confident_draft_copies_a_real_continuation_no_longer_than_its_match(ctx, k, min_match, min_seen):
+    arr = np.array(ctx)
+    draft = confident_draft(arr, k, min_match, min_seen)
+    assert len(draft) <= k
+    if draft:
+        # some earlier place holds the context's last min_match tokens followed by the draft
+        n = len(ctx)
+        found = [i for i in range(min_match, n) if ctx[i - min_match:i] == ctx[n - min_match:]
+                 and ctx[i:i + len(draft)] == draft]
+        assert found
+        longest = max(sum(1 for _ in iter_match(ctx, i)) for i in found)
+        assert len(draft) <= max(longest, min_match)
+
+
+def iter_match(ctx, i):
+    """Tokens before position i that match the context's end, one by one."""
+    n, j = len(ctx), 1
+    while i - j >= 0 and j < 16 and ctx[i - j] == ctx[n - j]:
+        yield j
+        j += 1
+
+
+def test_prompt_features_see_what_is_given_not_the_words():
+    assert prompt_features("Why is the sky blue?").given_share == 0.0
+    passage = "Der Stadtrat traf sich am Dienstag. " * 6
+    found = prompt_features(f"Fasse zusammen:\n\n{passage}")  # German: no English word needed
+    assert found.passage and not found.code and found.given_share > 0.8
+    code = prompt_features("Mach das schneller:\n\n```python\ndef f(x):\n    return [i * i for i in x]\n```")
+    assert code.code
+    data = prompt_features('把它变成表格: [{"a": 1, "b": 2}, {"a": 3, "b": 4}, {"a": 5, "b": 6}]')
+    assert data.code

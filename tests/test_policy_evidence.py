@@ -1,0 +1,163 @@
+"""The policy on evidence it can trust: a prompt's own first rounds act for that prompt (a
+copying prompt turns speculation on in a class that is off; a prompt whose drafts fail turns it
+off in a class that is on), class switches wait for the goodput ratio's 95% interval over prompts,
+so a stationary workload does not flap, and every decision, the new kinds too, is recomputed
+exactly from the rounds it cites. Driven through the live PolicyScheduler on the scripted pair."""
+
+import numpy as np
+import pytest
+
+from specmon.engine import rounds as rounds_module
+from specmon.events.schema import Decision, RoundVerified
+from specmon.metrics.interval import PromptTotals, speedup_estimate
+from specmon.policy.decide import Row, decide, decide_prompt
+from specmon.policy.explain import explain
+from specmon.policy.schema import parse_policy
+from test_policy import DEFAULT, PolicySession, ScriptedClock
+
+IV = {"min_gain": 0.03, "hysteresis": 0.05, "min_rounds": 4.0, "plain_rounds": 4.0, "k_gain": 0.08,
+      "adapt": 1.0, "k_min": 1.0, "k_max": 6.0, "interval": 1.0}
+
+
+@pytest.fixture
+def session(monkeypatch):
+    clock = ScriptedClock()
+    monkeypatch.setattr(rounds_module, "time", clock)
+    return lambda policy: PolicySession(policy, clock)
+
+
+def default_policy():
+    return parse_policy(DEFAULT.read_text(), "default.toml")
+
+
+def explained(live: PolicySession) -> list:
+    """Every decision of the session recomputed from its cited rounds, as `policy explain` does."""
+    rows = {ev.round_id: Row.of(ev) for ev in live.events if isinstance(ev, RoundVerified)}
+    return [explain(d, rows) for d in live.events if isinstance(d, Decision)]
+
+
+def prompt_rows(k, prompts, per_prompt, emitted, ms_by_prompt, start=0):
+    out, rid = [], start
+    for p in range(prompts):
+        for _ in range(per_prompt):
+            out.append(Row(rid, k, emitted, ms_by_prompt[p % len(ms_by_prompt)], f"p{p}"))
+            rid += 1
+    return out
+
+
+# -- the decision rule with intervals ---------------------------------------------------------
+
+def test_interval_decisions_show_the_tui_figure_and_wait_until_it_clears_the_line():
+    plain = prompt_rows(0, 4, 4, 1, [40.0, 44.0, 38.0, 42.0])
+    # 0.8x plain on every prompt: the interval's high end is below 1.03, so off
+    losing = prompt_rows(4, 4, 4, 1, [50.0, 55.0, 47.5, 52.5], start=100)
+    out = decide(True, 4, plain + losing, IV)
+    assert (out.speculate, out.rule) == (False, "policy.min_gain")
+    want = speedup_estimate(PromptTotals({f"p{i}": 4 for i in range(4)}, {f"p{i}": 4 * m for i, m in
+                                          enumerate([50.0, 55.0, 47.5, 52.5])}),
+                            PromptTotals({f"p{i}": 4 for i in range(4)}, {f"p{i}": 4 * m for i, m in
+                                          enumerate([40.0, 44.0, 38.0, 42.0])}), seed=0)
+    assert out.inputs["ratio"] == pytest.approx(want.ratio) and out.inputs["low"] == want.low
+    assert out.inputs["high"] == want.high < 1.03
+    assert {k: out.inputs[k] for k in ("rounds_spec", "rounds_base", "prompts_spec", "prompts_base")} == \
+        {"rounds_spec": 16.0, "rounds_base": 16.0, "prompts_spec": 4.0, "prompts_base": 4.0}
+    # one prompt a side gives no interval: not yet known, so nothing moves, however bad the ratio
+    assert decide(True, 4, plain[:4] + losing[:4], IV) is None
+    # a ratio past the line whose interval straddles it does not switch back on
+    noisy = prompt_rows(4, 4, 4, 1, [20.0, 50.0, 22.0, 45.0], start=200)
+    est = speedup_estimate(PromptTotals({f"p{i}": 4 for i in range(4)},
+                                        {f"p{i}": 4 * m for i, m in enumerate([20.0, 50.0, 22.0, 45.0])}),
+                           PromptTotals({f"p{i}": 4 for i in range(4)},
+                                        {f"p{i}": 4 * m for i, m in enumerate([40.0, 44.0, 38.0, 42.0])}), seed=0)
+    assert est.ratio > 1.08 and est.low < 1.03
+    assert decide(False, 4, plain + noisy, IV) is None
+    winning = prompt_rows(4, 4, 2, 1, [30.0, 33.0, 28.5, 31.5], start=300)
+    winning += prompt_rows(4, 4, 2, 1, [30.0, 33.0, 28.5, 31.5], start=400)
+    on = decide(False, 4, plain + winning, IV)
+    assert (on.speculate, on.k, on.rule) == (True, 4, "policy.hysteresis") and on.inputs["low"] >= 1.03
+
+
+def test_a_prompt_decision_stands_on_its_own_first_rounds():
+    th = {**IV, "prompt": 1.0, "prompt_rounds": 4.0}
+    plain = prompt_rows(0, 2, 4, 1, [40.0, 40.0])
+    copying = [Row(100 + i, 4, 5, 60.0, "q", 4) for i in range(4)]  # 5 tokens per 60 ms: 3.3x plain
+    on = decide_prompt(False, 4, plain + copying, th)
+    assert (on.speculate, on.rule) == (True, "policy.prompt_rounds") and on.inputs["ratio"] == pytest.approx(10 / 3)
+    failing = [Row(100 + i, 4, 1, 70.0, "q", 4) for i in range(4)]  # every draft rejected
+    silent = [Row(90 + i, 4, 1, 40.0, "q", 0) for i in range(6)]  # rounds that drafted nothing do not count
+    off = decide_prompt(True, 4, plain + silent + failing, th)
+    assert (off.speculate, off.rule) == (False, "policy.prompt_rounds")
+    assert off.round_ids == sorted(r.round_id for r in plain + failing)
+    assert decide_prompt(True, 4, plain + silent + failing[:3], th) is None  # fewer than prompt_rounds
+    assert decide(True, 4, plain + failing, th).round_ids == off.round_ids  # explain's entry point
+
+
+# -- per-request evidence, live --------------------------------------------------------------
+
+def test_a_copying_prompt_in_an_off_class_turns_speculation_on_for_itself(session):
+    live = session(default_policy())
+    live.engine.state("chat").speculate = False  # the class is off
+    plan, ks, decisions = live.prompt("chat", rounds=40, speedup=2.0, emitted=3)
+    k, plain, watch = live.engine.state("chat").k, plan.lead[1], live.engine.policy.settings.prompt_rounds
+    # plain first (the class has no plain evidence yet), then the prompt's own rounds at k, then on
+    assert ks == [0] * plain + [k] * (40 - plain)
+    (decision,) = decisions
+    assert (decision.speculate_from, decision.speculate_to, decision.rule_key) == (False, True, "policy.prompt_rounds")
+    assert decision.reason.startswith("prompt p1") and decision.inputs["ratio"] == pytest.approx(2.0)
+    assert len(decision.round_ids) == plain + watch
+    assert not live.engine.state("chat").speculate  # the class stays off: one prompt is no class verdict
+    # a prompt that does not copy stays plain after its own first rounds
+    _, ks, decisions = live.prompt("chat", rounds=30, speedup=0.9, emitted=1)
+    assert ks[:watch] == [k] * watch and set(ks[watch:]) == {0} and decisions == []
+    assert all(e.reproduces for e in explained(live))
+
+
+def test_a_prompt_whose_drafts_fail_turns_speculation_off_for_itself(session):
+    live = session(default_policy())
+    plan, ks, decisions = live.prompt("rewrite", rounds=40, speedup=0.5, emitted=1)  # every draft fails
+    k, plain, watch = live.engine.state("rewrite").k, plan.lead[1], live.engine.policy.settings.prompt_rounds
+    assert ks == [0] * plain + [k] * watch + [0] * (40 - plain - watch)
+    (decision,) = decisions
+    assert (decision.speculate_from, decision.speculate_to, decision.rule_key) == (True, False, "policy.prompt_rounds")
+    assert live.engine.state("rewrite").speculate  # the class stays on
+    # the next prompt, which copies, speculates from its first round
+    _, ks, decisions = live.prompt("rewrite", rounds=20, speedup=1.5, emitted=3)  # plain as fast as before
+    assert set(ks) == {k} and decisions == []
+    assert all(e.reproduces for e in explained(live))
+
+
+# -- no flapping on a stationary workload -------------------------------------------------------
+
+def stationary(live: PolicySession, name: str, prompts: int, mean: float, spread: float, seed: int) -> list:
+    """`prompts` prompts whose speedup at the class's k is drawn, prompt by prompt, from one
+    distribution: nothing about the workload changes. The class decisions taken meanwhile."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for _ in range(prompts):
+        speedup = float(np.clip(rng.normal(mean, spread), 0.3, 3.0))
+        found += live.prompt(name, rounds=24, speedup=speedup, emitted=3)[2]
+    return [d for d in found if "prompt" not in d.thresholds]
+
+
+def flips(decisions: list) -> int:
+    return sum(d.speculate_from != d.speculate_to for d in decisions)
+
+
+@pytest.mark.parametrize("mean", [0.95, 1.03, 1.06, 1.2])
+def test_no_class_flips_more_than_twice_per_hundred_prompts_on_a_stationary_workload(session, mean):
+    live = session(default_policy())
+    decisions = stationary(live, "rewrite", 200, mean, 0.15, seed=7)
+    assert flips(decisions) <= 4, [(d.decision_id, d.speculate_to, round(d.inputs["ratio"], 3)) for d in decisions]
+    assert all(e.reproduces for e in explained(live))
+
+
+def test_a_new_class_borrows_the_sessions_plain_rounds_instead_of_starting_with_a_plain_run(session):
+    live = session(default_policy())
+    first, ks, _ = live.prompt("rewrite", rounds=30, speedup=1.5, emitted=3)
+    assert first.lead == (0, live.engine.policy.settings.plain_rounds)  # the session's first plain run
+    plan, ks, decisions = live.prompt("chat", rounds=30, speedup=1.5, emitted=3)
+    assert plan.lead is None and set(ks) == {live.engine.state("chat").k}  # speculates from its first round
+    # its own evidence is judged against the borrowed plain rounds, which the decisions cite
+    for _ in range(12):
+        live.prompt("chat", rounds=30, speedup=0.6, emitted=1)
+    assert all(e.reproduces for e in explained(live))
