@@ -188,3 +188,20 @@ async def test_the_speed_pane_shows_the_figure_the_policy_last_decided_the_class
         speed = app.screen.query_one("#speed")
         assert str(speed.border_subtitle) == "d9 1.23× [0.91–1.62] n16/46"  # the newest, whole at 80 columns
         assert "d9 1.23× [0.91–1.62] n16/46" in "\n".join(region_lines(app, "speed"))
+
+
+def test_one_prompts_own_decision_is_listed_but_leaves_its_class_as_it_was():
+    import msgspec
+
+    from specmon.tui.rows import decision_row, on_off, policy_figure
+
+    last = next(e for e in reversed(POLICY_EVENTS) if isinstance(e, RoundVerified))
+    template = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
+    own = msgspec.structs.replace(template, decision_id=9, prompt_class=last.prompt_class, speculate_from=True,
+                                  speculate_to=False, k_from=4, k_to=4, thresholds={**template.thresholds, "prompt": 1.0},
+                                  rule_key="policy.prompt_rounds", reason=f"prompt {last.prompt_id}: its first 4 rounds")
+    state = ViewState()
+    state.apply(POLICY_EVENTS[:-1] + [own])
+    assert on_off(state, last.prompt_class) == "on" and state.shown_k(last.prompt_class) == 4
+    assert decision_row(own) == ("9", "›off", last.prompt_class)
+    assert policy_figure(state) == ""  # the class's figure is a class decision's, not one prompt's

@@ -63,7 +63,8 @@ def on_off(state: ViewState, name: str) -> str:
 def policy_figure(state: ViewState) -> str:
     """The figure the policy last decided the current class on, as its decision recorded it: the
     goodput ratio, its 95% interval over prompts and the rounds on each side (k / base)."""
-    decision = next((d for d in reversed(state.decisions) if d.prompt_class == state.current_class), None)
+    decision = next((d for d in reversed(state.decisions)
+                     if d.prompt_class == state.current_class and not d.thresholds.get("prompt")), None)
     if decision is None or "ratio" not in decision.inputs:
         return ""
     i = decision.inputs
@@ -80,7 +81,8 @@ def decision_row(d: Decision) -> tuple[str, str, str]:
         change = f"on k{d.k_to}" if d.speculate_to else "off"
     else:
         change = f"k{d.k_from}→{d.k_to}"
-    return str(d.decision_id), change + ("" if d.applied else "?"), d.prompt_class
+    one_prompt = "›" if d.thresholds.get("prompt") else ""  # one prompt's own switch, not the class's
+    return str(d.decision_id), one_prompt + change + ("" if d.applied else "?"), d.prompt_class
 
 
 def render_decision(d: Decision, cited: list) -> str:
@@ -91,6 +93,8 @@ def render_decision(d: Decision, cited: list) -> str:
         by_k.setdefault(ev.draft_len, []).append(ev.round_id)
     spans = "; ".join(f"k={k}: {len(ids)} rounds ({ids[0]}…{ids[-1]})" for k, ids in sorted(by_k.items()))
     applied = "" if d.applied else " (advised, not applied)"
+    if d.thresholds.get("prompt"):
+        applied += f" for one prompt only ({d.reason})"
     return (f"decision {d.decision_id} [{d.prompt_class}] {decision_row(d)[1]}{applied} by {d.rule_key} "
             f"(policy line {d.rule_line})\ninputs: {inputs}\nthresholds: min_gain {d.thresholds['min_gain']}, "
             f"hysteresis {d.thresholds['hysteresis']}\ncited {len(d.round_ids)} rounds, {len(cited)} held: {spans}")

@@ -15,14 +15,16 @@ Each pane's title names its round set: the class and the k it shows.
             is counted apart and never enters the rate
 [b]speed[/]       speedup = goodput with speculation / plain, same class, with
             its 95% interval over prompts; [yellow]not yet known[/] while the
-            interval holds 1.0, [magenta]noise[/] above what the counts allow
+            interval holds 1.0, [magenta]noise[/] above what the counts allow;
+            at its foot, the figure of the policy's last decision
 [b]rejections[/]  where the first rejection fell (rej) and per-position
             acceptance a_i, for every position 0…k-1
 [b]ms[/]          draft, verify and other milliseconds per round
 [b]classes[/]     per class at its k: rounds, empty, acceptance, mean
             accepted length, speedup (? not yet known), on, or off
             with the decision that switched it off and its ratio
-[b]decisions[/]   the policy's decisions; Enter or a click shows their rounds
+[b]decisions[/]   the policy's decisions (› one prompt's own); Enter or a
+            click shows their rounds
 [b]text[/]        [green]accepted draft[/] [bold red]correction[/] [bold cyan]bonus[/] plain
 Keys: [b]p[/] pause view  [b]m[/] metric  [b]t[/] text only  [b]q[/] quit  [b]ctrl+p[/] palette"""
 

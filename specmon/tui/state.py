@@ -103,7 +103,7 @@ class ViewState:
 
     def _decision(self, ev: Decision) -> None:
         self.decisions.append(ev)
-        if not ev.applied:  # advise mode: shown, not in force
+        if not ev.applied or ev.thresholds.get("prompt"):  # advise mode, or one prompt's: shown, not the class's
             return
         self.decided.add(ev.prompt_class)
         self.draft_len_by_class[ev.prompt_class] = ev.k_to if ev.speculate_to else 0
