@@ -102,7 +102,7 @@ def test_chat_streamed_equals_whole_and_names_its_rounds(tmp_path, tiny):
         assert info["prompt_id"] == response.id and info["session_id"] == events(log)[0].session_id
         assert info["round_ids"] == [r.round_id for r in rounds]
         assert info["draft_lens"] == [r.draft_len for r in rounds]
-        assert info["prompt_class"] == "chat" and "classes[4].default" in info["class_rule"]
+        assert info["prompt_class"] == "chat" and "classes[3].default" in info["class_rule"]
         assert sum(len(r.emitted) for r in rounds) == 24
         assert finished[response.id].stop_reason == "max_new_tokens"
     assert isinstance(events(log)[-1], SessionFinished)
@@ -240,23 +240,26 @@ def test_under_the_monitor_the_view_sees_the_rounds_and_quitting_stops_the_serve
 
 def test_a_named_tag_wins_over_the_text_rules_of_earlier_classes(tmp_path, tiny):
     """A request naming a class's match.tag gets that class even when the text matches an earlier class
-    (here "refactor" is one of code-edit's keywords): the request's word is final, as for a class name."""
+    (here the prompt gives code, which is code-edit's rule): the request's word is final, as for a name."""
     policy = tmp_path / "tagged.toml"
-    policy.write_text(load_policy("default").text.replace('name = "code-new"\n',
-                                                            'name = "code-new"\nmatch.tag = "editor"\n', 1))
-    text = [{"role": "user", "content": "Refactor this code: x = 1"}]
+    text = load_policy("default").text
+    chat = text.index('name = "chat"')
+    line_end = text.index("\n", chat) + 1
+    policy.write_text(text[:line_end] + 'match.tag = "editor"\n' + text[line_end:])
+    code = [{"role": "user", "content": "Tidy this up:\n```python\ndef average(values):\n    total = 0\n"
+                                        "    for v in values:\n        total += v\n    return total / len(values)\n```"}]
     with serving(tmp_path, tiny, policy=str(policy)) as (server, log):
         api = client(server)
-        by_text = api.chat.completions.create(model="t", messages=text, max_tokens=2)
-        by_header = api.chat.completions.create(model="t", messages=text, max_tokens=2,
+        by_text = api.chat.completions.create(model="t", messages=code, max_tokens=2)
+        by_header = api.chat.completions.create(model="t", messages=code, max_tokens=2,
                                                 extra_headers={"X-Specmon-Class": "editor"})
-        by_body = api.chat.completions.create(model="t", messages=text, max_tokens=2,
+        by_body = api.chat.completions.create(model="t", messages=code, max_tokens=2,
                                               extra_body={"specmon_class": "editor"})
     assert by_text.specmon["prompt_class"] == "code-edit"
     for reply in (by_header, by_body):
-        assert reply.specmon["prompt_class"] == "code-new", reply.specmon
+        assert reply.specmon["prompt_class"] == "chat", reply.specmon
         assert reply.specmon["class_rule"].startswith("classes[3].match.tag (line ")
-    assert [e.prompt_class for e in events(log, PromptStarted)] == ["code-edit", "code-new", "code-new"]
+    assert [e.prompt_class for e in events(log, PromptStarted)] == ["code-edit", "chat", "chat"]
 
 
 def test_an_empty_class_name_names_nothing_and_a_long_one_is_not_echoed_whole(tmp_path, tiny):
@@ -272,7 +275,7 @@ def test_an_empty_class_name_names_nothing_and_a_long_one_is_not_echoed_whole(tm
             api.chat.completions.create(model="t", messages=HELLO, max_tokens=2,
                                         extra_body={"specmon_class": "x" * 5000})
     for reply in (by_header, by_body):
-        assert reply.specmon["prompt_class"] == "chat" and "classes[4].default" in reply.specmon["class_rule"]
+        assert reply.specmon["prompt_class"] == "chat" and "classes[3].default" in reply.specmon["class_rule"]
     assert refused.value.body["param"] == "specmon_class" and len(refused.value.body["message"]) < 300
 
 
