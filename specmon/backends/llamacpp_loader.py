@@ -137,7 +137,8 @@ def _free_context(lib, ptr, batch) -> None:
 def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> Pair:
     target_path = gguf_path(profile.target, profile)
     tokenizer = load_tokenizer(target_path)
-    simple_drafter(spec, profile)  # refuses layerskip before anything loads
+    if simple_drafter(spec, profile) is None:  # refuses layerskip and cut models before anything loads
+        gguf_path(spec.target, profile)
     lib = import_llama_cpp()
     models: dict[Path, LlamaCppModel] = {}
 
