@@ -35,6 +35,7 @@ needs_binding = pytest.mark.skipif(not _has_binding(), reason=NO_BINDING)
 
 def _llamacpp_profile(tmp_path, **drafter):
     path = tiny_profile(tmp_path, **drafter)
+    write_tiny_gguf(tmp_path / "tiny.gguf", for_llamacpp=True)  # llama.cpp needs the trained length
     path.write_text(path.read_text().replace('name = "tiny"', 'name = "tiny"\nbackend = "llamacpp"'))
     return load_profile(str(path))
 
@@ -79,7 +80,7 @@ def tiny_pair(tmp_path_factory):
     from specmon.backends.loader import load_pair
 
     tmp = tmp_path_factory.mktemp("tiny-llamacpp")
-    write_tiny_gguf(tmp / "draft.gguf", seed=1)
+    write_tiny_gguf(tmp / "draft.gguf", seed=1, for_llamacpp=True)
     return load_pair(_llamacpp_profile(tmp), DrafterSpec(kind="model", target=ModelRef(path=str(tmp / "draft.gguf"))))
 
 
