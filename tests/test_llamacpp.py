@@ -168,15 +168,15 @@ def test_smollm2_greedy_speculation_equals_its_own_plain_decoding(smollm2_llamac
 
 @needs_binding
 @pytest.mark.slow
-def test_smollm2_divergence_from_fp32_torch_is_reported_with_its_margin(smollm2_llamacpp, pair):
-    """Q4_1 kernels need not match dequantised fp32: each divergence is a verdict with a margin."""
-    for prompt in builtin_suite()[:4]:
+def test_smollm2_divergence_from_fp32_torch_is_only_at_near_ties(smollm2_llamacpp, pair):
+    """Q4_1 kernels (activations quantised to 8 bits) need not give dequantised fp32's tokens; where
+    they part, it is where fp32's top two logits were close (measured here: gaps up to 0.23)."""
+    for prompt in builtin_suite()[::3]:
         tokens = pair.tokenizer.encode_chat(prompt.text)
         assert smollm2_llamacpp.tokenizer.encode_chat(prompt.text) == tokens
         reference = _decode(pair.target, NoDrafter(), tokens, 0, n=32)
         quantised = _decode(smollm2_llamacpp.target, NoDrafter(), tokens, 0, n=32)
         verdict = compare(reference.generated, reference.margins, quantised.generated, True, 0.5)
-        print(f"{prompt.id}: {verdict.verdict} at {verdict.first_divergence}, margin {verdict.margin}")
-        if verdict.verdict != "identical":
-            assert verdict.margin is not None and verdict.first_divergence < 32
-        assert reference.generated[:1] == quantised.generated[:1]  # the first token is never a near-tie here
+        assert verdict.verdict in ("identical", "near-tie"), (prompt.id, verdict)
+        if verdict.verdict == "near-tie":
+            assert verdict.margin < 0.5 and verdict.first_divergence < 32
