@@ -107,6 +107,6 @@ def test_cache_size_and_fit(folders):
 @pytest.mark.parametrize("name", shipped("profiles"))
 def test_every_shipped_profile_loads_by_name(name):
     profile = load_profile(name)
-    assert profile.name == name and profile.backend in ("torch", "exllamav2")
+    assert profile.name == name and profile.backend in ("torch", "exllamav2", "llamacpp")
     if profile.backend == "exllamav2":
         assert profile.device == "cuda" and profile.drafter.kind == "model"

@@ -34,7 +34,12 @@ def test_unknown_model_name():
 
 
 def test_the_wheels_dependencies_are_not_installed():
+    import importlib.metadata
     import importlib.util
 
-    assert importlib.util.find_spec("llama_cpp") is None
     assert importlib.util.find_spec("llm") is None
+    # llama-cpp-python comes only with the llamacpp extra, never with the model's wheel or the base install
+    base = [r for r in importlib.metadata.requires("specmon") or [] if "extra ==" not in r]
+    assert not [r for r in base if r.lower().startswith(("llama-cpp-python", "llm"))]
+    assert importlib.util.find_spec("llama_cpp") is None or any(
+        "llama-cpp-python" in r and 'extra == "llamacpp"' in r for r in importlib.metadata.requires("specmon"))

@@ -14,18 +14,23 @@ TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '
 
 
 def write_tiny_gguf(path: Path, seed: int = 0, dim: int = 32, layers: int = 2,
-                    vocab: list[str] | None = None) -> Path:
-    """`vocab` replaces the byte-level vocabulary (to make a model whose tokenizer differs)."""
+                    vocab: list[str] | None = None, for_llamacpp: bool = False) -> Path:
+    """`vocab` replaces the byte-level vocabulary (to make a model whose tokenizer differs);
+    `for_llamacpp` adds what llama.cpp requires: a trained context length and a merge (two spaces)."""
     rng = np.random.default_rng(seed)
-    vocab = vocab or SPECIALS + list(_bytes_to_unicode_table().values())
+    vocab = vocab or SPECIALS + list(_bytes_to_unicode_table().values()) + (["\u0120\u0120"] if for_llamacpp else [])
     writer = gguf.GGUFWriter(str(path), "llama")
     for key, value in [("block_count", layers), ("embedding_length", dim), ("feed_forward_length", 2 * dim),
                        ("attention.head_count", 4), ("attention.head_count_kv", 2)]:
         writer.add_uint32(f"llama.{key}", value)
+    if for_llamacpp:
+        writer.add_uint32("llama.context_length", 4096)
     writer.add_float32("llama.rope.freq_base", 10000.0)
     writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list(vocab)
+    if for_llamacpp:
+        writer.add_token_merges(["\u0120 \u0120"])  # llama.cpp refuses a BPE model without merges
     writer.add_token_types([3 if token in SPECIALS else 1 for token in vocab])
     writer.add_eos_token_id(2)
     writer.add_chat_template(TEMPLATE)

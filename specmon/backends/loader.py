@@ -27,6 +27,10 @@ def load_pair(profile: Profile, drafter_spec: DrafterSpec | None = None) -> Pair
         from specmon.backends.exl2_loader import load_exl2_pair  # exllamav2 only when asked for
 
         return load_exl2_pair(profile, drafter_spec or profile.drafter)
+    if profile.backend == "llamacpp":
+        from specmon.backends.llamacpp_loader import load_llamacpp_pair  # llama_cpp only when asked for
+
+        return load_llamacpp_pair(profile, drafter_spec or profile.drafter, torch.get_num_threads())
     _check_device(profile.device)
     target_path = resolve_model_path(profile.target, profile)
     tokenizer = cached_tokenizer(target_path)

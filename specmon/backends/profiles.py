@@ -61,7 +61,7 @@ class SamplingSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: str
     target: ModelRef
-    backend: Literal["torch", "exllamav2"] = "torch"
+    backend: Literal["torch", "exllamav2", "llamacpp"] = "torch"
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     max_seq_len: Positive = 2048
@@ -132,6 +132,8 @@ def _check(profile: Profile, path: Path, text: str) -> None:
         fail("device", f"{profile.device!r} is not a device; use \"cpu\", \"cuda\", \"cuda:N\" or \"mps\"")
     if profile.backend == "exllamav2" and not profile.device.startswith("cuda"):
         raise SpecmonError(f"profile {path}: backend = \"exllamav2\" runs on an NVIDIA GPU; set device = \"cuda\"")
+    if profile.backend == "llamacpp" and profile.device != "cpu":
+        fail("device", "backend = \"llamacpp\" runs llama.cpp's CPU build; set device = \"cpu\"")
     sampling = profile.sampling
     if not (math.isfinite(sampling.temperature) and sampling.temperature >= 0):
         fail("sampling.temperature", f"must be a finite number >= 0 (0 is greedy), not {sampling.temperature}")

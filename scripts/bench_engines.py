@@ -1,0 +1,138 @@
+#!/usr/bin/env python
+"""Engines side by side on the same prompts: plain decode tok/s and n-gram speedup over each
+engine's own plain decoding, for every installed backend (torch fp32; llama.cpp when the
+llamacpp extra is installed), interleaved per prompt so machine load drifts cancel. Greedy.
+
+Speedups are goodput ratios (Σ emitted / Σ round ms) with a 95% bootstrap interval over prompts,
+from specmon.metrics, as everywhere else. "= plain" counts prompts whose speculative output is
+token-identical to the same engine's plain output.
+
+    python scripts/bench_engines.py --tokens 64 --draft-len 4 --threads 2 --reps 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+from collections import defaultdict
+
+from specmon.backends.profiles import DrafterSpec, load_profile
+from specmon.engine.draft_len import FixedDraftLen
+from specmon.engine.drafters import NgramDrafter, NoDrafter
+from specmon.engine.prompts import builtin_suite
+from specmon.engine.rounds import RoundContext, decode_prompt
+from specmon.errors import SpecmonError
+from specmon.events.schema import Sampling
+from specmon.metrics.format import fmt
+from specmon.metrics.interval import PromptTotals, speedup_estimate
+
+ENGINES = {"torch-fp32": "smollm2-cpu", "llamacpp": "smollm2-llamacpp"}
+
+
+def load_engines(names: list[str]) -> dict:
+    from specmon.backends.loader import load_pair
+
+    pairs = {}
+    for name in names:
+        try:
+            pairs[name] = load_pair(load_profile(ENGINES[name]), DrafterSpec(kind="none"))
+        except SpecmonError as exc:
+            print(f"{name}: skipped ({exc})", file=sys.stderr)
+    return pairs
+
+
+def decode(pair, tokens, drafter, k, n_new):
+    ctx = RoundContext("bench", "p", "c", itertools.count())
+    return decode_prompt(pair.target, drafter, tokens, FixedDraftLen(k), Sampling(), n_new, ctx, lambda e: None)
+
+
+def run(pairs: dict, prompts, reps: int, n_new: int, k: int) -> dict:
+    """results[engine][mode] = {prompt id: (emitted, ms)}, summed over reps; plus identity counts."""
+    results = {name: {"plain": defaultdict(lambda: [0, 0.0]), "ngram": defaultdict(lambda: [0, 0.0])} for name in pairs}
+    same = {name: [0, 0] for name in pairs}
+    names = list(pairs)
+    for rep, (i, prompt) in itertools.product(range(reps), enumerate(prompts)):
+        order = names if (i + rep) % 2 == 0 else names[::-1]  # alternate which engine goes first
+        for name in order:
+            pair = pairs[name]
+            tokens = pair.tokenizer.encode_chat(prompt.text)
+            for mode in (("plain", "ngram") if i % 2 == 0 else ("ngram", "plain")):
+                drafter, draft_len = (NoDrafter(), 0) if mode == "plain" else (NgramDrafter(), k)
+                done = decode(pair, tokens, drafter, draft_len, n_new)
+                cell = results[name][mode][prompt.id]
+                cell[0] += len(done.generated)
+                cell[1] += done.decode_ms
+                if mode == "plain":
+                    plain_out = done.generated
+                else:
+                    spec_out = done.generated
+            same[name][0] += plain_out == spec_out
+            same[name][1] += 1
+        print(f"rep {rep} prompt {prompt.id} done", file=sys.stderr, flush=True)
+    return results, same
+
+
+def totals(cells: dict, ids) -> PromptTotals:
+    return PromptTotals({p: cells[p][0] for p in ids}, {p: cells[p][1] for p in ids})
+
+
+def tok_s(t: PromptTotals) -> float:
+    return 1e3 * sum(t.emitted.values()) / sum(t.ms.values())
+
+
+def table(results, same, prompts, k: int) -> None:
+    ids = [p.id for p in prompts]
+    base = next(iter(results))
+    print(f"\nall {len(ids)} prompts; plain tok/s = Σ tokens / Σ decode ms; speedup = n-gram k={k} goodput / "
+          "plain goodput [95% interval over prompts]")
+    print(f"{'engine':<12} {'plain tok/s':>11} {'vs ' + base:>15} {'n-gram k=' + str(k) + ' speedup':>24} {'= plain':>8}")
+    base_tps = tok_s(totals(results[base]["plain"], ids))
+    for name, modes in results.items():
+        plain = totals(modes["plain"], ids)
+        est = speedup_estimate(totals(modes["ngram"], ids), plain)
+        interval = f"[{fmt(est.low)}, {fmt(est.high)}]"
+        print(f"{name:<12} {tok_s(plain):>11.1f} {tok_s(plain) / base_tps:>14.2f}x {fmt(est.ratio):>8}x {interval:>14} "
+              f"{same[name][0]:>3}/{same[name][1]}")
+    print(f"\nn-gram k={k} speedup by class (each engine over its own plain)")
+    classes = list(dict.fromkeys(p.prompt_class for p in prompts))
+    print(f"{'class':<12} " + " ".join(f"{name:>24}" for name in results))
+    for cls in classes:
+        cls_ids = [p.id for p in prompts if p.prompt_class == cls]
+        cells = []
+        for modes in results.values():
+            est = speedup_estimate(totals(modes["ngram"], cls_ids), totals(modes["plain"], cls_ids))
+            cells.append(f"{fmt(est.ratio)}x ({est.verdict})")
+        print(f"{cls:<12} " + " ".join(f"{c:>24}" for c in cells))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
+    parser.add_argument("--tokens", type=int, default=64, help="new tokens per prompt")
+    parser.add_argument("--draft-len", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads for every engine (0: torch's default)")
+    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--classes", default=None, help="comma-separated built-in classes (default: all)")
+    args = parser.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)  # the llama.cpp backend takes the same count
+    pairs = load_engines([n.strip() for n in args.engines.split(",") if n.strip()])
+    if not pairs:
+        print("no engine could be loaded", file=sys.stderr)
+        return 1
+    prompts = builtin_suite(args.classes.split(",") if args.classes else None)
+    for pair in pairs.values():  # warm-up: first calls allocate
+        decode(pair, pair.tokenizer.encode_chat("Hello"), NoDrafter(), 0, 8)
+    print(f"threads {torch.get_num_threads()}, {len(prompts)} prompts x {args.reps} reps, {args.tokens} new tokens, "
+          f"greedy, engines interleaved per prompt", file=sys.stderr)
+    results, same = run(pairs, prompts, args.reps, args.tokens, args.draft_len)
+    table(results, same, prompts, args.draft_len)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

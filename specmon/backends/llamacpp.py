@@ -1,0 +1,116 @@
+"""llama.cpp target and draft model behind the engine's protocols, one round at a time.
+
+specmon drives llama.cpp's batch decode itself: the verify pass is one `llama_decode` of the k+1
+positions with logits for every one, and rolling back is removing the sequence's positions past
+the kept prefix from the KV memory. The bookkeeping here talks to a `Context` (one llama.cpp
+context and its memory), so it runs on the CPU against a recording fake in the tests; the binding
+itself (llama-cpp-python) is imported only by `llamacpp_loader`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from specmon.engine.draft_cache import CacheLedger, choose_draft_token
+from specmon.engine.drafters import Proposal
+from specmon.events.schema import Sampling
+from specmon.telemetry.memory import rss_bytes
+
+
+class Context(Protocol):
+    """One llama.cpp context: a model's KV memory for sequence 0, and batch decode into it."""
+
+    n_vocab: int
+    n_ctx: int
+
+    def decode(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:
+        """Write `tokens` at positions start...; `logits` is "all", "last" or "none" (returns None).
+        Positions from `start` on must already be free (see `keep`)."""
+
+    def keep(self, length: int) -> None:
+        """Drop every cached position >= length from the memory."""
+
+    def cache_bytes(self) -> int:
+        """Size of this context's KV memory."""
+
+
+class LlamaCppTarget:
+    """A llama.cpp model and its context; positions [0, cached_len) hold valid keys/values.
+
+    llama.cpp refuses a batch whose first position does not follow the last one in memory, so
+    every write first drops what lies at and after its start (a rejected draft's positions)."""
+
+    def __init__(self, context: Context, name: str, eos_id: int, vocab_size: int):
+        self.context, self.name = context, name
+        self.eos_id = eos_id
+        self.vocab_size = vocab_size  # the tokenizer's; the model's rows are cut to it
+        self.max_len = context.n_ctx
+        self.cached_len = 0
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        self.context.keep(0)
+        self.cached_len = 0
+        if tokens:
+            self.context.decode(tokens, 0, "none")
+            self.cached_len = len(tokens)
+
+    def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
+        if start > self.cached_len:
+            raise RuntimeError(f"target cache holds {self.cached_len} positions, asked to write at {start}")
+        self.context.keep(start)
+        self.cached_len = start
+        if not tokens:
+            return np.zeros((0, self.vocab_size), dtype=np.float32)
+        logits = self.context.decode(tokens, start, "all")
+        self.cached_len = start + len(tokens)
+        return logits[:, : self.vocab_size]
+
+    def truncate(self, length: int) -> None:
+        self.cached_len = min(self.cached_len, length)  # the next forward drops the rest
+
+    def memory_bytes(self) -> int:
+        return rss_bytes() or 0
+
+    def cache_bytes(self) -> dict[str, int]:
+        return {"target": self.context.cache_bytes()}
+
+
+class LlamaCppDrafter:
+    """A separate draft model in its own llama.cpp context: k one-token decodes per round.
+
+    The context is rolled back to the longest prefix it shares with the round's context (the
+    CacheLedger), so after an all-accepted round it is fed the last draft token together with
+    the target's bonus token, exactly as the torch and ExLlamaV2 drafters do."""
+
+    def __init__(self, context: Context, name: str, vocab_size: int):
+        self.context, self.name = context, name
+        self.vocab_size = vocab_size
+        self.ledger = CacheLedger()
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.ledger.reset()
+        self.context.keep(0)
+
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling,
+                rng: np.random.Generator) -> Proposal:
+        if k <= 0:
+            return Proposal([], None)
+        start, pending = self.ledger.plan(context)
+        self.context.keep(start)
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        for _ in range(k):
+            logits = self.context.decode(pending, start, "last")
+            start += len(pending)
+            self.ledger.feed(pending)
+            token, q_row = choose_draft_token(logits[:, : self.vocab_size], sampling, rng)
+            tokens.append(token)
+            if q_row is not None:
+                rows.append(q_row)
+            pending = [token]
+        return Proposal(tokens, np.stack(rows) if rows else None)
+
+    def cache_bytes(self) -> dict[str, int]:
+        return {"draft": self.context.cache_bytes()}

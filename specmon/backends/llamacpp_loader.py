@@ -1,0 +1,202 @@
+"""Load a llama.cpp target/draft pair from a profile: the only module that imports llama_cpp.
+
+llama-cpp-python is used through its low-level API only (llama.h as ctypes): one context per
+model, batch decode with logits for the positions asked for, and `llama_memory_seq_rm` to roll
+the KV memory back by length. Its high-level `Llama` class samples and caches on its own terms,
+which would hide the round.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import weakref
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from specmon.backends.llamacpp import LlamaCppDrafter, LlamaCppTarget
+from specmon.backends.pair import Pair, check_same_vocab
+from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
+from specmon.backends.tokenizer import ChatTokenizer, load_tokenizer
+from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
+from specmon.errors import SpecmonError
+
+SEQ = 0  # specmon decodes one sequence per context
+BATCH = 512  # tokens per llama_decode call; a longer prefill is split, a verify (k+1 <= 65) never is
+INSTALL = ("pip install 'specmon[llamacpp]' (builds llama.cpp from source: needs cmake and a C++ "
+           "compiler, and takes minutes)")
+PROBE = "Héllo wörld 12345, <|im_start|>user\n  tabs\tand spaces; 東京 🙂<|im_end|>"
+
+
+def import_llama_cpp():
+    """The binding, on first use; quiet unless llama.cpp reports an error."""
+    try:
+        import llama_cpp
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] == "llama_cpp":
+            raise SpecmonError(f"llama-cpp-python is not installed: {INSTALL}") from None
+        raise SpecmonError(f"llama-cpp-python needs the {exc.name} package: pip install {exc.name}") from None
+    except (OSError, RuntimeError) as exc:  # the shared library failed to load
+        raise SpecmonError(f"llama-cpp-python is installed but its library does not load ({exc}); "
+                           "reinstall it with: pip install --force-reinstall --no-cache-dir llama-cpp-python") from None
+    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+    _backend_init(llama_cpp)
+    return llama_cpp
+
+
+@functools.lru_cache(maxsize=1)
+def _backend_init(lib) -> None:
+    lib.llama_backend_init()
+
+
+class LlamaCppModel:
+    """Weights loaded once (memory-mapped), shared by every context made on them."""
+
+    def __init__(self, lib, path: Path):
+        self.lib, self.path = lib, path
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = 0
+        self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)
+        if not self.ptr:
+            raise SpecmonError(f"{path}: llama.cpp could not load this GGUF (see its error above)")
+        weakref.finalize(self, lib.llama_model_free, self.ptr)
+        self.vocab = lib.llama_model_get_vocab(self.ptr)
+        self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
+        self.n_layer = lib.llama_model_n_layer(self.ptr)
+        self.n_ctx_train = lib.llama_model_n_ctx_train(self.ptr)
+        head_dim = lib.llama_model_n_embd(self.ptr) // lib.llama_model_n_head(self.ptr)
+        self.kv_row = head_dim * lib.llama_model_n_head_kv(self.ptr)  # keys (or values) per position per layer
+
+    def tokenize(self, text: str) -> list[int]:
+        """llama.cpp's own tokenizer, special tokens parsed, no BOS: to check specmon's against."""
+        raw = text.encode()
+        room = len(raw) + 8
+        out = (self.lib.llama_token * room)()
+        n = self.lib.llama_tokenize(self.vocab, raw, len(raw), out, room, False, True)
+        return list(out[:n])
+
+
+class LlamaCppContext:
+    """One context on a model: KV memory for sequence 0 and a reusable batch (the Context protocol)."""
+
+    def __init__(self, model: LlamaCppModel, n_ctx: int, n_threads: int):
+        lib = self.lib = model.lib
+        self.model = model  # keeps the weights alive as long as the context
+        params = lib.llama_context_default_params()
+        params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, BATCH, BATCH
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = n_threads
+        params.no_perf = True
+        self.ptr = lib.llama_init_from_model(model.ptr, params)
+        if not self.ptr:
+            raise SpecmonError(f"{model.path}: llama.cpp could not make a context of {n_ctx} positions")
+        self.batch = lib.llama_batch_init(BATCH, 0, 1)
+        weakref.finalize(self, _free_context, lib, self.ptr, self.batch)
+        self.memory = lib.llama_get_memory(self.ptr)
+        self.n_ctx = lib.llama_n_ctx(self.ptr)
+        self.n_vocab = model.n_vocab
+
+    def decode(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:
+        rows = None
+        for offset in range(0, len(tokens), BATCH):
+            chunk = tokens[offset: offset + BATCH]
+            last_chunk = offset + BATCH >= len(tokens)
+            rows = self._decode_chunk(chunk, start + offset, logits if last_chunk else "none")
+        return rows
+
+    def _decode_chunk(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:
+        batch, n = self.batch, len(tokens)
+        batch.n_tokens = n
+        for i, token in enumerate(tokens):
+            batch.token[i], batch.pos[i] = token, start + i
+            batch.n_seq_id[i], batch.seq_id[i][0] = 1, SEQ
+            batch.logits[i] = logits == "all" or (logits == "last" and i == n - 1)
+        status = self.lib.llama_decode(self.ptr, batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode returned {status} writing {n} tokens at position {start}")
+        if logits == "none":
+            return None
+        n_out = n if logits == "all" else 1
+        array = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ptr), shape=(n_out * self.n_vocab,))
+        return array.reshape(n_out, self.n_vocab).copy()
+
+    def keep(self, length: int) -> None:
+        self.lib.llama_memory_seq_rm(self.memory, SEQ, length, -1)
+
+    def cache_bytes(self) -> int:
+        return 2 * self.model.n_layer * self.n_ctx * self.model.kv_row * 2  # keys and values, f16
+
+
+def _free_context(lib, ptr, batch) -> None:
+    lib.llama_batch_free(batch)
+    lib.llama_free(ptr)
+
+
+def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> Pair:
+    target_path = gguf_path(profile.target, profile)
+    tokenizer = load_tokenizer(target_path)
+    if simple_drafter(spec, profile) is None:  # refuses layerskip and cut models before anything loads
+        gguf_path(spec.target, profile)
+    lib = import_llama_cpp()
+    models: dict[Path, LlamaCppModel] = {}
+
+    def model(path: Path) -> LlamaCppModel:
+        if path not in models:
+            models[path] = LlamaCppModel(lib, path)
+            check_model(models[path], tokenizer, profile)
+        return models[path]
+
+    context = LlamaCppContext(model(target_path), profile.max_seq_len, n_threads)
+    target = LlamaCppTarget(context, f"{profile.target.describe()} (llama.cpp)", tokenizer.eos_id,
+                            tokenizer.vocab_size)
+    drafters: dict[Path, LlamaCppDrafter] = {}
+
+    def make(other: DrafterSpec) -> Drafter:
+        """The profile's drafter, or another one on the same target (sweeps)."""
+        if other.kind != "model":
+            return simple_drafter(other, profile)
+        path = gguf_path(other.target, profile)
+        if path not in drafters:
+            check_same_vocab(tokenizer, load_tokenizer(path), path, profile)
+            draft = LlamaCppContext(model(path), profile.max_seq_len, n_threads)
+            drafters[path] = LlamaCppDrafter(draft, f"model:{other.target.describe()}", tokenizer.vocab_size)
+        return drafters[path]
+
+    return Pair(target, make(spec), tokenizer, make)
+
+
+def simple_drafter(spec: DrafterSpec, profile: Profile) -> Drafter | None:
+    if spec.kind == "none":
+        return NoDrafter()
+    if spec.kind == "ngram":
+        return NgramDrafter(spec.ngram_sizes)
+    if spec.kind == "layerskip":
+        raise SpecmonError(f"profile {profile.source}: drafter.kind = \"layerskip\" runs on the torch backend "
+                           "only; with llamacpp use \"model\" (a draft GGUF) or \"ngram\"")
+    return None
+
+
+def gguf_path(ref: ModelRef, profile: Profile) -> Path:
+    path = resolve_model_path(ref, profile)
+    if path.is_dir() or path.suffix != ".gguf":
+        raise SpecmonError(f"profile {profile.source}: backend = \"llamacpp\" loads .gguf files; {path} is not one")
+    if ref.layers:
+        raise SpecmonError(f"profile {profile.source}: `layers` (a cut model) runs on the torch backend only; "
+                           "with llamacpp point the draft at a smaller GGUF of the same family")
+    return path
+
+
+def check_model(model: LlamaCppModel, tokenizer: ChatTokenizer, profile: Profile) -> None:
+    """The KV memory fits the trained context, and llama.cpp's tokenizer gives specmon's ids."""
+    if model.n_ctx_train and profile.max_seq_len > model.n_ctx_train:
+        raise SpecmonError(f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {model.path.name} "
+                           f"was trained for {model.n_ctx_train} tokens; set max_seq_len <= {model.n_ctx_train}")
+    if model.n_vocab != tokenizer.vocab_size:
+        raise SpecmonError(f"{model.path.name}: llama.cpp sees {model.n_vocab} tokens, specmon's tokenizer "
+                           f"{tokenizer.vocab_size}; this GGUF's vocabulary is not supported")
+    if model.tokenize(PROBE) != tokenizer.encode(PROBE):
+        raise SpecmonError(f"{model.path.name}: llama.cpp and specmon tokenize this GGUF differently; "
+                           "use the torch backend for it")
+
