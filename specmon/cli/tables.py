@@ -46,8 +46,8 @@ def _table(title: str, columns: tuple[str, ...], class_width: int) -> Table:
 def class_table(summary: dict, title: str) -> Group:
     """The per-class summary: acceptance, then speed, then a_i per class; each line <= 80 columns."""
     width = min(CLASS_WIDTH, max(map(len, summary["classes"]), default=5))  # whole names, up to a point
-    acceptance = _table(escape(title), ("class", "k", "prompts", "rounds", "empty", "proposed", "accepted",
-                                        "rate", "mean"), width)
+    acceptance = _table("", ("class", "k", "prompts", "rounds", "empty", "proposed", "accepted", "rate", "mean"),
+                        width)
     speed = _table("", ("class", "k", "draft", "verify", "tok/s", "plain", "speedup", "95% CI", "output"), width)
     positions = []
     for name, row in summary["classes"].items():
@@ -64,7 +64,8 @@ def class_table(summary: dict, title: str) -> Group:
                   "mean = accepted/round; draft, verify: ms per round; tok/s: goodput; speedup = goodput over plain decoding's, same class, same "
                   "run, with its 95% interval over prompts (? not yet known, ! noise); a_i = per-position acceptance",
                   style="dim")
-    return Group(acceptance, speed, *positions, legend)
+    heading = Text(title, style="bold")  # its own line: a table title would wrap a log path at the table's width
+    return Group(heading, acceptance, speed, *positions, legend)
 
 
 def _speedup(row: dict) -> str:
