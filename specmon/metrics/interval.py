@@ -61,7 +61,7 @@ def speedup_estimate(spec: PromptTotals, plain: PromptTotals, bound: float | Non
                           _goodput(plain.emitted.values(), plain.ms.values()))
     low = high = None
     if ratio is not None and spec.prompts >= MIN_PROMPTS and plain.prompts >= MIN_PROMPTS:
-        low, high = _bootstrap(spec, plain, seed)
+        low, high = _bootstrap(spec, plain, seed) or (None, None)
     return SpeedupEstimate(ratio, low, high, spec.prompts, plain.prompts, bound)
 
 
@@ -75,12 +75,7 @@ def goodput_interval(totals: PromptTotals, seed: int = 0) -> tuple[float, float]
     idx = rng.integers(0, totals.prompts, size=(RESAMPLES, totals.prompts))
     with np.errstate(divide="ignore", invalid="ignore"):
         values = emitted[idx].sum(1) / ms[idx].sum(1)
-    values = values[np.isfinite(values)]
-    if not len(values):
-        return None
-    tail = (1.0 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(values, [tail, 100 - tail])
-    return float(low), float(high)
+    return _span(values)
 
 
 def sanity_bound(mean_accepted: float | None, plain_step_ms: float | None, mean_round_ms: float | None) -> float | None:
@@ -95,7 +90,7 @@ def _goodput(emitted, ms) -> float | None:
     return rates.goodput(sum(emitted), sum(ms))
 
 
-def _bootstrap(spec: PromptTotals, plain: PromptTotals, seed: int) -> tuple[float, float]:
+def _bootstrap(spec: PromptTotals, plain: PromptTotals, seed: int) -> tuple[float, float] | None:
     rng = np.random.default_rng(seed)
     paired = set(spec.emitted) == set(plain.emitted)
     names = sorted(spec.emitted)
@@ -106,9 +101,16 @@ def _bootstrap(spec: PromptTotals, plain: PromptTotals, seed: int) -> tuple[floa
     p_idx = s_idx if paired else rng.integers(0, len(p_names), size=(RESAMPLES, len(p_names)))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = (s_e[s_idx].sum(1) / s_ms[s_idx].sum(1)) / (p_e[p_idx].sum(1) / p_ms[p_idx].sum(1))
-    ratios = ratios[np.isfinite(ratios)]
+    return _span(ratios)
+
+
+def _span(resampled: np.ndarray) -> tuple[float, float] | None:
+    """The central CONFIDENCE interval of the finite resampled values; None if none is finite."""
+    finite = resampled[np.isfinite(resampled)]
+    if not len(finite):
+        return None
     tail = (1.0 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
+    low, high = np.percentile(finite, [tail, 100 - tail])
     return float(low), float(high)
 
 
