@@ -23,7 +23,7 @@ EPILOG = """examples:
   specmon run --headless --temperature 0.8 --top-p 0.95 --seed 7
   specmon run --policy default                  let the shipped policy pick k (or plain) per prompt class
   specmon serve --headless --port 8000          OpenAI-compatible server: point a chat UI or the openai SDK at it
-  specmon attach                                 watch the newest running session (TUI), e.g. over SSH
+  specmon attach                                 watch a running session (TUI), e.g. over SSH
   specmon sweep --ks 0-8 --suggest-policy p.toml measure every k against plain, write the best per class
   specmon bench policy --prompts my.jsonl --json b.json   the policy against every fixed k, per class
   specmon replay logs/SESSION.specmon            the same TUI, from a log; --policy OTHER.toml for what-if
@@ -96,7 +96,7 @@ def _add_attach(sub) -> None:
     attach = sub.add_parser(
         "attach", help="watch a running session from another terminal or SSH login",
         description="Receive a session's history, then its live events. TARGET is a Unix socket "
-                    "(default: the newest running session), HOST:PORT (its token from --token-file or $SPECMON_TOKEN), "
+                    "(default: the one running session, or a choice among several), HOST:PORT (its token from --token-file or $SPECMON_TOKEN), "
                     "or a .specmon log to follow.")
     attach.add_argument("target", nargs="?", metavar="TARGET")
     attach.add_argument("--token-file", type=Path, metavar="FILE",

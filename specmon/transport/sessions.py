@@ -48,23 +48,19 @@ def live_sessions() -> list[SessionInfo]:
 
 def describe(log: Path | None, sock: Path | None = None) -> SessionInfo:
     """What a session's log says about it: id, profile, host, start, rounds so far, end."""
-    info = SessionInfo(sock, log, (sock or log or Path("?")).stem)
-    if log is None:
-        return info
-    fields: dict = {}
-    rounds = 0
+    fields: dict = {"session_id": (sock or log or Path("?")).stem, "rounds": 0}  # the file's name until read
     try:
-        for ev in read_log(log):
+        for ev in read_log(log) if log is not None else ():
             if isinstance(ev, SessionStarted):
                 fields.update(session_id=ev.session_id, profile=ev.profile_name, started=ev.t,
                               host=ev.host.get("hostname", "?"))
             elif isinstance(ev, RoundVerified):
-                rounds += 1
+                fields["rounds"] += 1
             elif isinstance(ev, SessionFinished):
                 fields["ended"] = ev.t
     except (LogDamaged, OSError):
         pass  # a live log may end mid-frame, a vanished one reads empty: list what was read
-    return SessionInfo(sock, log, rounds=rounds, **{"session_id": info.session_id, **fields})
+    return SessionInfo(sock, log, **fields)
 
 
 def newest_log(logs_dir: Path) -> Path | None:
