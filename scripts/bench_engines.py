@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Engines side by side on the same prompts: plain decode tok/s and n-gram speedup over each
-engine's own plain decoding, for every installed backend (torch fp32; llama.cpp when the
-llamacpp extra is installed), interleaved per prompt so machine load drifts cancel. Greedy.
+engine's own plain decoding, for every installed backend (torch fp32, with and without packed
+verify weights; llama.cpp when the llamacpp extra is installed), interleaved per prompt so machine
+load drifts cancel. Greedy.
 
 Speedups are goodput ratios (Σ emitted / Σ round ms) with a 95% bootstrap interval over prompts,
 from specmon.metrics, as everywhere else. "= plain" counts prompts whose speculative output is
@@ -18,6 +19,8 @@ import statistics
 import sys
 from collections import defaultdict
 
+import msgspec
+
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import NgramDrafter, NoDrafter
@@ -28,7 +31,9 @@ from specmon.events.schema import Sampling
 from specmon.metrics.format import fmt
 from specmon.metrics.interval import PromptTotals, speedup_estimate
 
-ENGINES = {"torch-fp32": "smollm2-cpu", "llamacpp": "smollm2-llamacpp"}
+# name -> (profile, keys replaced in it): torch with and without packed verify weights, llama.cpp
+ENGINES = {"torch-fp32": ("smollm2-cpu", {}), "torch-nopack": ("smollm2-cpu", {"packed_rows": 0}),
+           "llamacpp": ("smollm2-llamacpp", {})}
 
 
 def load_engines(names: list[str]) -> dict:
@@ -37,7 +42,8 @@ def load_engines(names: list[str]) -> dict:
     pairs = {}
     for name in names:
         try:
-            pairs[name] = load_pair(load_profile(ENGINES[name]), DrafterSpec(kind="none"))
+            profile, changes = ENGINES[name]
+            pairs[name] = load_pair(msgspec.structs.replace(load_profile(profile), **changes), DrafterSpec(kind="none"))
         except SpecmonError as exc:
             print(f"{name}: skipped ({exc})", file=sys.stderr)
     return pairs

@@ -1,7 +1,9 @@
 #!/usr/bin/env python
-"""Cost of one target pass over T = 1..9 positions (a round at k = T - 1 verifies T), median of
---reps, on the embedded model. On a CPU it need not grow smoothly with T: matrix kernels favour
-some row counts, which is why the policy probes every k in a class's range, not just neighbours.
+"""Cost of one target pass over T = 1..9 positions (a round at k = T - 1 verifies T), relative to
+one position, with the plain fp32 kernels and with weights packed for --packed-rows rows (the
+profile key packed_rows), interleaved rep by rep on one machine state. On a CPU, MKL's fp32 gemm
+reads the weights once per 3 rows, so without packing a 4-position verify costs about twice a
+plain step; the packed pass reads them once for all rows.
 
     python scripts/bench_verify_cost.py --context 300 --reps 15
 """
@@ -13,6 +15,8 @@ import statistics
 import sys
 import time
 
+import msgspec
+
 from specmon.backends.loader import load_pair
 from specmon.backends.profiles import DrafterSpec, load_profile
 
@@ -23,22 +27,29 @@ def main() -> int:
     parser.add_argument("--context", type=int, default=300, help="tokens already in the cache")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--max-positions", type=int, default=9)
+    parser.add_argument("--packed-rows", type=int, default=9, help="rows the packed weights are laid out for")
     args = parser.parse_args()
-    target = load_pair(load_profile(args.profile), DrafterSpec(kind="none")).target
+    profile = load_profile(args.profile)
+    targets = {name: load_pair(msgspec.structs.replace(profile, packed_rows=rows), DrafterSpec(kind="none")).target
+               for name, rows in (("plain", 0), ("packed", args.packed_rows))}
+    if not targets["packed"].model.packed_rows:
+        print("this torch or profile cannot pack weights (MKL, fp32 on the CPU); packed = plain", file=sys.stderr)
     context = [100 + i % 1000 for i in range(args.context)]
-    target.prefill(context[:-1])
-    medians = {}
+    times: dict[tuple[str, int], list[float]] = {}
+    for target in targets.values():
+        target.prefill(context[:-1])
+    for _ in range(args.reps):  # interleaved: drift in the machine's speed falls on both alike
+        for positions in range(1, args.max_positions + 1):
+            for name, target in targets.items():
+                start = time.perf_counter()
+                target.forward(context[-1:] + [5] * (positions - 1), len(context) - 1)
+                times.setdefault((name, positions), []).append(time.perf_counter() - start)
+    ms = {key: statistics.median(v) * 1e3 for key, v in times.items()}
+    print(f"T (k = T-1)   plain kernels ms   v(k)   packed for {args.packed_rows} rows ms   v(k)")
     for positions in range(1, args.max_positions + 1):
-        times = []
-        for _ in range(args.reps):
-            start = time.perf_counter()
-            target.forward(context[-1:] + [5] * (positions - 1), len(context) - 1)
-            times.append(time.perf_counter() - start)
-        medians[positions] = statistics.median(times) * 1e3
-    one = medians[1]
-    print("T (k = T-1)  verify ms  v(k) = ms / one-position ms")
-    for positions, ms in medians.items():
-        print(f"{positions:>2} (k={positions - 1})     {ms:7.1f}    {ms / one:.2f}")
+        plain, packed = ms["plain", positions], ms["packed", positions]
+        print(f"{positions:>2} (k={positions - 1})   {plain:16.1f}  {plain / ms['plain', 1]:5.2f}"
+              f"   {packed:22.1f}  {packed / ms['packed', 1]:5.2f}")
     return 0
 
 

@@ -12,6 +12,9 @@ import torch.nn.functional as F
 
 from specmon.backends.gguf_weights import LlamaConfig
 
+LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+MIN_PACKED_ROWS = 4  # MKL's fp32 gemm reads the weights once per 3 rows: from 4 rows on, packing pays
+
 
 class KVCache:
     """Keys and values for every layer, [layer, kv_head, position, head_dim]."""
@@ -27,7 +30,7 @@ class Llama:
     """Weights plus RoPE tables; `forward` runs the first `n_layers` (all by default)."""
 
     def __init__(self, cfg: LlamaConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 device: str, max_len: int):
+                 device: str, max_len: int, packed_rows: int = 0):
         self.cfg = cfg
         self.dtype = dtype
         self.device = device
@@ -43,6 +46,24 @@ class Llama:
         ]
         self.cos, self.sin = _rope_tables(cfg, max_len, device, dtype)
         self.max_len = max_len
+        self.packed_rows = packed_rows if packed_rows >= MIN_PACKED_ROWS and can_pack(device, dtype) else 0
+        if self.packed_rows:
+            self._pack()
+
+    def _pack(self) -> None:
+        """A second copy of every weight, laid out by MKL for passes of exactly packed_rows rows."""
+        rows = self.packed_rows
+        for layer in self.layers:
+            layer.update({f"{name}#packed": torch.ops.mkl._mkl_reorder_linear_weight(layer[name], rows)
+                          for name in LINEARS})
+        self.head_packed = torch.ops.mkl._mkl_reorder_linear_weight(self.head, rows)
+
+    def padded_rows(self, n_tok: int, start: int, n_layers: int | None) -> int:
+        """Rows to run for n_tok positions: a verify pass of 4..packed_rows positions is padded to
+        packed_rows, whose packed weights are read once (the padding's keys land past the valid
+        length, which the next call overwrites; causal attention keeps them from the real rows)."""
+        fits = start + self.packed_rows <= self.max_len and (n_layers or self.cfg.n_layers) == self.cfg.n_layers
+        return self.packed_rows if fits and MIN_PACKED_ROWS <= n_tok <= self.packed_rows else n_tok
 
     def new_cache(self, n_layers: int | None = None) -> KVCache:
         return KVCache(self.cfg, n_layers or self.cfg.n_layers, self.max_len, self.dtype, self.device)
@@ -50,23 +71,32 @@ class Llama:
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, start: int, cache: KVCache, n_layers: int | None = None) -> torch.Tensor:
         """Logits [T, vocab] (fp32, or fp64 for an fp64 model) for `tokens` placed at positions start..start+T-1."""
-        n_tok = tokens.shape[0]
+        real = tokens.shape[0]
+        n_tok = self.padded_rows(real, start, n_layers) if self.packed_rows else real
+        if n_tok > real:
+            tokens = F.pad(tokens, (0, n_tok - real))
+        linear = self._packed_linear if self.packed_rows and n_tok == self.packed_rows else _linear
         x = self.embed[tokens]
         cos, sin = self.cos[start:start + n_tok], self.sin[start:start + n_tok]
         mask = _causal_mask(n_tok, start, x.device) if n_tok > 1 else None
         for i, layer in enumerate(self.layers[: n_layers or self.cfg.n_layers]):
             x = x + self._attention(layer, _rms_norm(x, layer["attn_norm"], self.cfg.norm_eps),
-                                    cos, sin, start, cache, i, mask)
+                                    cos, sin, start, cache, i, mask, linear)
             h = _rms_norm(x, layer["ffn_norm"], self.cfg.norm_eps)
-            x = x + F.linear(F.silu(F.linear(h, layer["w_gate"])) * F.linear(h, layer["w_up"]), layer["w_down"])
-        x = _rms_norm(x, self.out_norm, self.cfg.norm_eps)
-        return F.linear(x.to(self.head.dtype), self.head)
+            x = x + linear(F.silu(linear(h, layer, "w_gate")) * linear(h, layer, "w_up"), layer, "w_down")
+        x = _rms_norm(x, self.out_norm, self.cfg.norm_eps).to(self.head.dtype)
+        if linear is _linear:
+            return F.linear(x, self.head)
+        return torch.ops.mkl._mkl_linear(x, self.head_packed, self.head, None, n_tok)[:real]
 
-    def _attention(self, layer, h, cos, sin, start, cache, i, mask):
+    def _packed_linear(self, x: torch.Tensor, layer: dict, name: str) -> torch.Tensor:
+        return torch.ops.mkl._mkl_linear(x, layer[f"{name}#packed"], layer[name], None, self.packed_rows)
+
+    def _attention(self, layer, h, cos, sin, start, cache, i, mask, linear):
         cfg, n_tok = self.cfg, h.shape[0]
-        q = F.linear(h, layer["wq"]).view(n_tok, cfg.n_heads, cfg.head_dim).transpose(0, 1)
-        k = F.linear(h, layer["wk"]).view(n_tok, cfg.n_kv_heads, cfg.head_dim).transpose(0, 1)
-        v = F.linear(h, layer["wv"]).view(n_tok, cfg.n_kv_heads, cfg.head_dim).transpose(0, 1)
+        q = linear(h, layer, "wq").view(n_tok, cfg.n_heads, cfg.head_dim).transpose(0, 1)
+        k = linear(h, layer, "wk").view(n_tok, cfg.n_kv_heads, cfg.head_dim).transpose(0, 1)
+        v = linear(h, layer, "wv").view(n_tok, cfg.n_kv_heads, cfg.head_dim).transpose(0, 1)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         end = start + n_tok
         cache.keys[i, :, start:end] = k
@@ -75,7 +105,24 @@ class Llama:
             q.unsqueeze(0), cache.keys[i, :, :end].unsqueeze(0), cache.values[i, :, :end].unsqueeze(0),
             attn_mask=mask, enable_gqa=True,
         )
-        return F.linear(out[0].transpose(0, 1).reshape(n_tok, cfg.dim), layer["wo"])
+        return linear(out[0].transpose(0, 1).reshape(n_tok, cfg.dim), layer, "wo")
+
+
+def _linear(x: torch.Tensor, layer: dict, name: str) -> torch.Tensor:
+    return F.linear(x, layer[name])
+
+
+def can_pack(device: str, dtype: torch.dtype) -> bool:
+    """MKL's packed fp32 gemm is there (x86 CPU builds of torch), for fp32 on the CPU."""
+    if device != "cpu" or dtype != torch.float32 or not torch.backends.mkl.is_available():
+        return False
+    try:
+        weight = torch.ones(2, 2)
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, MIN_PACKED_ROWS)
+        return bool(torch.ops.mkl._mkl_linear(torch.ones(MIN_PACKED_ROWS, 2), packed, weight, None,
+                                              MIN_PACKED_ROWS).eq(2).all())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -34,7 +34,7 @@ def load_pair(profile: Profile, drafter_spec: DrafterSpec | None = None) -> Pair
     _check_device(profile.device)
     target_path = resolve_model_path(profile.target, profile)
     tokenizer = cached_tokenizer(target_path)
-    model = _model(profile, profile.target, target_path)
+    model = _model(profile, profile.target, target_path, profile.packed_rows)  # only the target verifies many rows
     target = TorchTarget(model, profile.target.describe(), tokenizer.eos_id)
     make = functools.partial(build_drafter, profile=profile, target=target, tokenizer=tokenizer)
     return Pair(target, make(drafter_spec or profile.drafter), tokenizer, make)
@@ -63,7 +63,7 @@ def _check_device(device: str) -> None:
         raise SpecmonError(f"device {device!r} asked for, but this torch has no CUDA device; use device = \"cpu\"")
 
 
-def _model(profile: Profile, ref: ModelRef, path: Path) -> Llama:
+def _model(profile: Profile, ref: ModelRef, path: Path, packed_rows: int = 0) -> Llama:
     context = context_length(path)
     if context and profile.max_seq_len > context:
         raise SpecmonError(f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {path.name} was "
@@ -73,7 +73,7 @@ def _model(profile: Profile, ref: ModelRef, path: Path) -> Llama:
         if not 0 < ref.layers <= cfg.n_layers:
             raise SpecmonError(f"profile {profile.source}: layers = {ref.layers} but {path.name} has {cfg.n_layers}")
         cfg = dataclasses.replace(cfg, n_layers=ref.layers)
-    return Llama(cfg, weights, _DTYPES[profile.dtype], profile.device, profile.max_seq_len)
+    return Llama(cfg, weights, _DTYPES[profile.dtype], profile.device, profile.max_seq_len, packed_rows)
 
 
 @functools.lru_cache(maxsize=4)

@@ -67,6 +67,7 @@ class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_seq_len: Positive = 2048
     max_new_tokens: Positive = 96
     near_tie_margin: float = -1.0  # below this logit gap a divergence is a near-tie; -1 picks by dtype
+    packed_rows: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0  # torch, CPU fp32: verify passes padded to this, packed weights
     drafter: DrafterSpec = DrafterSpec()
     sampling: SamplingSpec = SamplingSpec()
     source: str = ""  # where it was read from (filled in by load_profile)
