@@ -191,6 +191,9 @@ def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
         assert row["auto"] > 0
         assert row["auto_over_plain"] == pytest.approx(row["auto"] / row["plain"], rel=1e-12)
         assert row["auto_over_best"] == pytest.approx(row["auto"] / max(row["fixed"].values()), rel=1e-12)
+        low, high = row["auto_over_best_interval"]  # 4 prompts a class: enough for an interval
+        assert low <= row["auto_over_best"] <= high and low < high
+        assert f"{name} [{low:.3f}, {high:.3f}]" in done.stdout
 
     recomputed = {"classes": {n: c.to_json() for n, c in bench_results(read_log(log)).items()}}
     assert as_json(recomputed) == {"classes": written["classes"]}

@@ -60,6 +60,7 @@ def cmd_bench(args) -> int:
     title = (f"goodput, tokens/s: {pair.drafter.name}, policy {Path(policy.source).name}, {args.max_new_tokens} new tokens, "
              f"{len(prompts)} prompts{half} x {args.repeat}  (log: {session.log_path})")
     out.print(bench_table(results, ks, title))
+    out.print(interval_line(results))
     overall = overall_figures(results, ks)
     work = policy_work(scheduler.policy_ms, results)
     out.print(f"all classes: auto {fmt(overall['auto'], '{:.1f}')} tok/s; best single fixed k={overall['best_k']} "
@@ -98,6 +99,16 @@ def overall_figures(results: dict[str, BenchClass], ks: list[int]) -> dict:
 def policy_work(policy_ms: float, results: dict[str, BenchClass]) -> float | None:
     """The policy's own work as a share of the round time of the prompts it ran."""
     return rates.ratio(policy_ms, sum(c.auto.round_ms for c in results.values()))
+
+
+def interval_line(results: dict[str, BenchClass]) -> str:
+    """How far auto/best could be noise: its 95% interval over prompts, per class (the best fixed k
+    is picked after the fact, so a best-of-several is also favoured by its own noise)."""
+    parts = []
+    for name, c in results.items():
+        span = c.to_json()["auto_over_best_interval"]
+        parts.append(f"{escape(name)} " + ("n/a" if span is None else f"[{span[0]:.3f}, {span[1]:.3f}]"))
+    return "auto/best, 95% interval over prompts: " + "; ".join(parts)
 
 
 def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Table:

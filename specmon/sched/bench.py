@@ -23,6 +23,7 @@ from specmon.engine.drafters import NoDrafter
 from specmon.engine.driver import UNCHECKED
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling
+from specmon.metrics.interval import SpeedupEstimate, speedup_estimate
 from specmon.metrics.rates import speedup
 from specmon.metrics.stats import RunStats
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
@@ -91,14 +92,23 @@ class BenchClass:
         rated = {k: r.tok_per_s for k, r in self.fixed.items() if r.tok_per_s is not None}
         return max(rated, key=rated.get) if rated else None
 
+    def auto_over_best(self) -> SpeedupEstimate | None:
+        """auto / best fixed k with its 95% interval over prompts, paired (each prompt ran both)."""
+        best = self.best_k
+        if best is None:
+            return None
+        return speedup_estimate(self.auto.prompt_totals, self.fixed[best].prompt_totals)
+
     def to_json(self) -> dict:
         best = self.best_k
         best_rate = self.fixed[best].tok_per_s if best is not None else None
+        paired = self.auto_over_best()
         return {"plain": self.plain, "fixed": {str(k): r.tok_per_s for k, r in sorted(self.fixed.items())},
                 "best_k": best, "auto": self.auto.tok_per_s,
                 "auto_over_best": speedup(self.auto.tok_per_s, best_rate),
                 "auto_over_plain": speedup(self.auto.tok_per_s, self.plain),
                 "best_over_plain": speedup(best_rate, self.plain),
+                "auto_over_best_interval": None if paired is None or paired.low is None else [paired.low, paired.high],
                 "auto_rounds_by_k": {str(k): n for k, n in sorted(self.auto_rounds_by_k.items())}}
 
 
