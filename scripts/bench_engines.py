@@ -9,12 +9,21 @@ from specmon.metrics, as everywhere else. "= plain" counts prompts whose specula
 token-identical to the same engine's plain output.
 
     python scripts/bench_engines.py --tokens 64 --draft-len 4 --threads 2 --reps 1
+
+`--reference BIN` adds llama.cpp's own plain decode, with no Python in the loop: BIN is its
+examples/simple program built against the same library (llama-cpp-python's), given the same GGUF,
+prompt text and token budget per prompt, interleaved with the engines; its tok/s is its
+"eval time" line (decode after the prompt, as the engines' decode ms). The simple example takes
+no thread count: build it with `n_threads` read from the NT environment variable, which is set here.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
+import re
+import subprocess
 import statistics
 import sys
 from collections import defaultdict
@@ -54,12 +63,33 @@ def decode(pair, tokens, drafter, k, n_new):
     return decode_prompt(pair.target, drafter, tokens, FixedDraftLen(k), Sampling(), n_new, ctx, lambda e: None)
 
 
-def run(pairs: dict, prompts, reps: int, n_new: int, k: int) -> dict:
+EVAL_LINE = re.compile(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs")
+
+
+def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int) -> tuple[int, float]:
+    """(tokens, ms) of llama.cpp's own plain decode after the prompt, from its perf line."""
+    done = subprocess.run([binary, "-m", gguf, "-n", str(n_new), text], capture_output=True, text=True,
+                          env={**os.environ, "NT": str(threads)}, timeout=600)
+    found = [m for m in EVAL_LINE.finditer(done.stderr)]
+    if done.returncode != 0 or not found:
+        raise SystemExit(f"{binary}: no eval time line (exit {done.returncode}): {done.stderr[-300:]}")
+    ms, runs = float(found[-1].group(1)), int(found[-1].group(2))
+    return runs, ms
+
+
+def run(pairs: dict, prompts, reps: int, n_new: int, k: int, reference: tuple[str, str, int] | None = None) -> dict:
     """results[engine][mode] = {prompt id: (emitted, ms)}, summed over reps; plus identity counts."""
     results = {name: {"plain": defaultdict(lambda: [0, 0.0]), "ngram": defaultdict(lambda: [0, 0.0])} for name in pairs}
     same = {name: [0, 0] for name in pairs}
     names = list(pairs)
+    if reference:
+        results["llama.cpp C"] = {"plain": defaultdict(lambda: [0, 0.0])}
     for rep, (i, prompt) in itertools.product(range(reps), enumerate(prompts)):
+        if reference:  # llama.cpp's own loop, before or after the engines in turn
+            cell = results["llama.cpp C"]["plain"][prompt.id]
+            tokens, ms = reference_decode(reference[0], reference[1], prompt.text, n_new, reference[2])
+            cell[0] += tokens
+            cell[1] += ms
         order = names if (i + rep) % 2 == 0 else names[::-1]  # alternate which engine goes first
         for name in order:
             pair = pairs[name]
@@ -97,17 +127,20 @@ def table(results, same, prompts, k: int) -> None:
     base_tps = tok_s(totals(results[base]["plain"], ids))
     for name, modes in results.items():
         plain = totals(modes["plain"], ids)
+        if "ngram" not in modes:  # the reference decodes plainly only
+            print(f"{name:<12} {tok_s(plain):>11.1f} {tok_s(plain) / base_tps:>14.2f}x")
+            continue
         est = speedup_estimate(totals(modes["ngram"], ids), plain)
         interval = f"[{fmt(est.low)}, {fmt(est.high)}]"
         print(f"{name:<12} {tok_s(plain):>11.1f} {tok_s(plain) / base_tps:>14.2f}x {fmt(est.ratio):>8}x {interval:>14} "
               f"{same[name][0]:>3}/{same[name][1]}")
     print(f"\nn-gram k={k} speedup by class (each engine over its own plain)")
     classes = list(dict.fromkeys(p.prompt_class for p in prompts))
-    print(f"{'class':<12} " + " ".join(f"{name:>24}" for name in results))
+    print(f"{'class':<12} " + " ".join(f"{name:>24}" for name, m in results.items() if "ngram" in m))
     for cls in classes:
         cls_ids = [p.id for p in prompts if p.prompt_class == cls]
         cells = []
-        for modes in results.values():
+        for modes in (m for m in results.values() if "ngram" in m):
             est = speedup_estimate(totals(modes["ngram"], cls_ids), totals(modes["plain"], cls_ids))
             cells.append(f"{fmt(est.ratio)}x ({est.verdict})")
         print(f"{cls:<12} " + " ".join(f"{c:>24}" for c in cells))
@@ -121,6 +154,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for every engine (0: torch's default)")
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--classes", default=None, help="comma-separated built-in classes (default: all)")
+    parser.add_argument("--reference", help="llama.cpp's examples/simple built against the same library (see above)")
     args = parser.parse_args()
     import torch
 
@@ -135,7 +169,13 @@ def main() -> int:
         decode(pair, pair.tokenizer.encode_chat("Hello"), NoDrafter(), 0, 8)
     print(f"threads {torch.get_num_threads()}, {len(prompts)} prompts x {args.reps} reps, {args.tokens} new tokens, "
           f"greedy, engines interleaved per prompt", file=sys.stderr)
-    results, same = run(pairs, prompts, args.reps, args.tokens, args.draft_len)
+    reference = None
+    if args.reference:
+        from specmon.backends.loader import resolve_model_path
+
+        profile = load_profile(ENGINES["llamacpp"][0])
+        reference = (args.reference, str(resolve_model_path(profile.target, profile)), torch.get_num_threads())
+    results, same = run(pairs, prompts, args.reps, args.tokens, args.draft_len, reference)
     table(results, same, prompts, args.draft_len)
     return 0
 
