@@ -7,7 +7,8 @@ from hypothesis import given, settings, strategies as st
 from specmon.events import schema
 from specmon.events.log import LogDamaged, LogWriter, read_log
 from specmon.events.schema import (
-    Equivalence, PromptFinished, PromptStarted, ResourceSample, RoundVerified, Sampling, SessionStarted,
+    Equivalence, PromptFinished, PromptStarted, QueueSample, ResourceSample, RoundVerified, Sampling,
+    SessionStarted,
 )
 from specmon.errors import SpecmonError
 
@@ -39,6 +40,8 @@ events = st.one_of(
                                     st.none() | st.integers(0, 99), st.none() | finite, finite)),
     st.builds(ResourceSample, **common, rss_bytes=st.none() | st.integers(0, 2**50),
               vram_used_bytes=st.none() | st.integers(0, 2**50), vram_total_bytes=st.none() | st.integers(0, 2**50)),
+    st.builds(QueueSample, **common, waiting=st.integers(0, 10**4), request_id=st.text(max_size=40),
+              endpoint=st.sampled_from(["", "chat", "completion"]), arrived=finite),
 )
 
 

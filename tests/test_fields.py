@@ -8,8 +8,8 @@ import pytest
 
 from specmon.events.frames import FrameDecoder, frame, preamble
 from specmon.events.schema import (
-    AnyEvent, Decision, Equivalence, PolicyLoaded, PromptFinished, PromptStarted, ResourceSample, RoundVerified,
-    Sampling, SessionFinished, SessionStarted, decode, encode,
+    AnyEvent, Decision, Equivalence, PolicyLoaded, PromptFinished, PromptStarted, QueueSample, ResourceSample,
+    RoundVerified, Sampling, SessionFinished, SessionStarted, decode, encode,
 )
 
 # Field order is the wire format: a struct only ever gains fields at the end. A change here that
@@ -29,13 +29,14 @@ FIELDS = {
     PolicyLoaded: ["session_id", "t", "source", "sha256", "text", "accepted", "error"],
     Decision: ["session_id", "t", "decision_id", "prompt_class", "speculate_from", "speculate_to", "k_from", "k_to",
                "rule_key", "rule_line", "inputs", "thresholds", "round_ids", "applied", "policy_sha256", "reason"],
+    QueueSample: ["session_id", "t", "waiting", "request_id", "endpoint", "arrived"],
     Sampling: ["temperature", "top_p", "top_k", "seed"],
     Equivalence: ["verdict", "first_divergence", "margin", "near_tie_margin"],
 }
 # The tag is the first element of an event's array: renaming one orphans it in old logs too.
 TAGS = {SessionStarted: "session", PromptStarted: "prompt", RoundVerified: "round", PromptFinished: "prompt_done",
         ResourceSample: "resource", SessionFinished: "session_done", PolicyLoaded: "policy", Decision: "decision",
-        Sampling: None, Equivalence: None}
+        QueueSample: "queue", Sampling: None, Equivalence: None}
 
 SAMPLING = Sampling(temperature=0.7, top_p=0.9, top_k=40, seed=1234)
 EQUIVALENCE = Equivalence(verdict="near-tie", first_divergence=17, margin=0.125, near_tie_margin=0.5)
@@ -68,6 +69,8 @@ SAMPLES = [
              rule_key="policy.min_gain", rule_line=17, inputs={"goodput_k0": 0.05, "goodput_k2": 0.0375, "ratio": 0.75},
              thresholds={"min_gain": 0.03, "hysteresis": 0.05}, round_ids=[0, 1, 2, 100, 101], applied=True,
              policy_sha256=SHA, reason="k=2 loses to plain decoding"),
+    QueueSample(**SESSION, waiting=3, request_id="chatcmpl-3f9a2b1c0d4e5f60718293a4", endpoint="completion",
+                arrived=1_699_999_999.5),
 ]
 
 

@@ -2,6 +2,7 @@
 family of bad request, and /metrics against the log. The decoder is held at a known point by
 gating the target's own calls, so every outcome is decided by order, never by timing."""
 
+import errno
 import threading
 from collections import Counter
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specmon.events.schema import Decision, PromptFinished, PromptStarted, RoundVerified
+from specmon.transport.channel import LogWriteFailed
 from test_serve import HELLO, client, events, rounds_of, serving, tiny, wait_until  # noqa: F401 (fixture)
 
 
@@ -273,3 +275,18 @@ def test_a_client_that_leaves_is_one_line_and_counted_once(tmp_path, tiny, strea
     assert lines[0].startswith("499 /v1/chat/completions: the client closed the connection"), lines
     assert lines[1].startswith(f"499 chat {job.request.id} ") and "finish=cancelled" in lines[1], lines
     assert [e.stop_reason for e in events(log, PromptFinished)] == ["cancelled"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # run() re-raises it, as serve does
+def test_a_log_that_fails_when_a_request_is_taken_answers_it_503_and_stops_the_server(tmp_path, tiny):
+    """The first event of a request (its QueueSample) cannot be logged: the request is answered at once,
+    not left waiting for the shutdown, and the session ends with the log's own error."""
+    with pytest.raises(LogWriteFailed, match="No space left on device"):
+        with serving(tmp_path, tiny) as (server, log):
+            wait_until(lambda: server.worker.thread.is_alive(), "the worker started")
+            server.session.sink.error = OSError(errno.ENOSPC, "No space left on device")  # the disk filled up
+            with pytest.raises(openai.InternalServerError) as failed:
+                client(server).chat.completions.create(model="t", messages=HELLO, max_tokens=4)
+            wait_until(lambda: server.worker.failure is not None, "the worker stopped")
+    assert failed.value.status_code == 503 and "the server cannot log any more" in failed.value.message
+    assert not [e for e in events(log) if isinstance(e, PromptStarted)]  # nothing of it reached the log

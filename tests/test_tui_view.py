@@ -67,6 +67,7 @@ async def test_help_shows_its_whole_text_at_80x24():
         for phrase in ("speculative decoding, round by round", "acceptance  accepted/proposed per round",
                        "speed       speedup = goodput with speculation / plain", "not yet known",
                        "rejections  where the first rejection fell", "decisions   the policy's decisions",
+                       "memory      VRAM and RSS in use", "requests    (serve) waiting; decoding: endpoint id [class] k",
                        "Keys: p pause view", "Press any key to close."):
             assert phrase in screen, phrase
         await pilot.press("x")  # any key closes it

@@ -152,9 +152,20 @@ class Decision(Event, tag="decision", kw_only=True):
     reason: str = ""
 
 
+class QueueSample(Event, tag="queue", kw_only=True):
+    """`specmon serve`'s queue and the request it decodes, written by its decode thread (the session's
+    one publisher) when serving starts, when a request leaves the queue for the decoder, when the
+    decoder falls idle, and after a round in which requests arrived or left. Only a server writes it."""
+
+    waiting: int  # requests admitted and not yet decoding (the one decoding is not counted)
+    request_id: str = ""  # the request decoding now, the prompt_id of its PromptStarted; "" when idle
+    endpoint: str = ""  # that request's endpoint: "chat" | "completion"
+    arrived: float = 0.0  # wall clock when it joined the queue: its time to first token counts from here
+
+
 # New event types are added at the end; old logs never contain them and still decode.
 AnyEvent = Union[SessionStarted, PromptStarted, RoundVerified, PromptFinished, ResourceSample, SessionFinished,
-                 PolicyLoaded, Decision]
+                 PolicyLoaded, Decision, QueueSample]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(AnyEvent)

@@ -30,3 +30,9 @@ def speedup(spec_goodput: float | None, plain_goodput: float | None) -> float | 
     if spec_goodput is None or not plain_goodput:
         return None
     return spec_goodput / plain_goodput
+
+
+def time_to_first_token_s(arrived: float, first_round_t: float) -> float:
+    """A served request's wait for its first tokens, queue wait included: from joining the queue
+    (QueueSample.arrived) to its first round (RoundVerified.t), both wall-clock times in the log."""
+    return first_round_t - arrived

@@ -18,7 +18,8 @@ from typing import Callable
 from specmon.engine.driver import UNCHECKED, Decoded, SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.errors import SpecmonError
-from specmon.events.schema import RoundVerified, Sampling
+from specmon.events.schema import QueueSample, RoundVerified, Sampling
+from specmon.metrics.rates import time_to_first_token_s
 from specmon.server.errors import ApiError
 from specmon.server.metrics import ServerMetrics
 from specmon.server.protocol import SpecmonInfo, SpecmonRound, Usage
@@ -70,6 +71,7 @@ class Job:
     out: asyncio.Queue = field(default_factory=asyncio.Queue)  # Piece* then Finished or Failed
     cancelled: threading.Event = field(default_factory=threading.Event)
     arrived: float = field(default_factory=time.perf_counter)
+    queued_at: float = field(default_factory=time.time)  # wall clock, as the log's times: TTFT counts from it
     round_ids: list[int] = field(default_factory=list)
     draft_lens: list[int] = field(default_factory=list)
     last_round_at: float | None = None
@@ -119,6 +121,7 @@ class Worker:
         self.failure: BaseException | None = None
         self._cond = threading.Condition()
         self._closing = False
+        self._moved = False  # requests arrived or left since the last QueueSample
         self._mean_s = 1.0  # recent seconds per request, for Retry-After
         self.thread = threading.Thread(target=self._run, name="specmon-serve-decode", daemon=True)
 
@@ -141,6 +144,7 @@ class Worker:
                                headers={"Retry-After": str(wait)})
             self.waiting.append(job)
             self.metrics.queue_depth.set(len(self.waiting))
+            self._moved = True
             self._cond.notify()
 
     @property
@@ -155,6 +159,7 @@ class Worker:
             if job in self.waiting:
                 self.waiting.remove(job)
                 self.metrics.queue_depth.set(len(self.waiting))
+                self._moved = True
                 return True
             return False
 
@@ -176,6 +181,10 @@ class Worker:
         with self._cond:
             self.in_flight = None
             self.metrics.running.set(0)
+            idle = not self.waiting
+        if idle:
+            self._sample(None, 0)  # serving has started, or its last request is done (or the server closed)
+        with self._cond:
             while not self.waiting and not self._closing:
                 self._cond.wait()
             if self._closing:
@@ -184,6 +193,21 @@ class Worker:
             self.metrics.queue_depth.set(len(self.waiting))
             self.metrics.running.set(1)
             return self.in_flight
+
+    def _sample(self, job: Job | None, waiting: int) -> None:
+        """The queue as the log and the TUI see it, published from this thread (the session's one publisher)."""
+        driver, req = self.decoder.driver, job.request if job else None
+        driver.emit(QueueSample(session_id=driver.session_id, t=time.time(), waiting=waiting,
+                                request_id=req.id if req else "", endpoint=req.endpoint if req else "",
+                                arrived=job.queued_at if job else 0.0))
+
+    def _sample_queue(self, job: Job, taken: bool = False) -> None:
+        """QueueSample for the job decoding: when it is taken, and after a round only if requests arrived
+        or left meanwhile (so the queue's growth shows within a round)."""
+        with self._cond:
+            moved, self._moved, waiting = self._moved, False, len(self.waiting)
+        if moved or taken:
+            self._sample(job, waiting)
 
     def _run(self) -> None:
         try:
@@ -197,6 +221,7 @@ class Worker:
     def _serve(self, job: Job) -> None:
         started = time.perf_counter()
         try:
+            self._sample_queue(job, taken=True)  # here, so a log that fails now still answers the request
             done = self.decoder.decode(job.request, self._on_round(job), lambda: _stop(job))
         except LogWriteFailed as exc:
             job.post(Failed(ApiError(503, f"the server cannot log any more: {exc}", type="server_error")))
@@ -223,13 +248,14 @@ class Worker:
             job.round_ids.append(ev.round_id)
             job.draft_lens.append(ev.draft_len)
             if job.last_round_at is None:
-                job.ttft_s = now - job.arrived
+                job.ttft_s = time_to_first_token_s(job.queued_at, ev.t)  # the TUI's figure, from the same times
                 labels.ttft.labels(name).observe(job.ttft_s)
             elif ev.emitted:
                 per_token = (now - job.last_round_at) / len(ev.emitted)
                 for _ in ev.emitted:
                     labels.per_token.labels(name).observe(per_token)
             job.last_round_at = now
+            self._sample_queue(job)
             piece = job.text.add(ev.emitted)
             if piece:
                 job.post(Piece(piece, SpecmonRound(ev.round_id, ev.draft_len, len(ev.proposed), ev.accepted)))

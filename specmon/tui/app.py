@@ -11,11 +11,13 @@ from textual.widgets import DataTable, Footer, Static
 
 from specmon.tui import panes, rows
 from specmon.tui.feed import Feed
+from specmon.tui.requests import render_requests, requests_subtitle, requests_title
 from specmon.tui.screens import HelpScreen
 from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
 
 DRAIN_INTERVAL_S = 1 / 15  # redraw rate ceiling; each tick applies one whole batch
 MIN_SIZE = (70, 20)  # below this the panes cannot show their figures whole: say so instead
+MIN_SIZE_SERVING = (70, 24)  # a server's requests row needs the rows above it whole too
 
 
 class SpecmonApp(App):
@@ -61,6 +63,9 @@ class SpecmonApp(App):
             decisions.border_title = "decisions"
             decisions.border_subtitle = "no policy"
             yield decisions
+            yield panes.Pane("requests", lambda w: render_requests(self.state.requests),
+                             lambda w: requests_title(self.state.requests, w),
+                             lambda: requests_subtitle(self.state.requests), id="requests", classes="stat")
             with VerticalScroll(id="text-box"):
                 yield Static(id="text")
         yield Static(id="too-small")
@@ -87,12 +92,22 @@ class SpecmonApp(App):
 
     def _fit_to(self, width: int, height: int) -> None:
         """Below MIN_SIZE, one line that says so (as btop does) instead of a broken layout."""
-        small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
+        need = MIN_SIZE_SERVING if self.state.requests is not None else MIN_SIZE
+        small = width < need[0] or height < need[1]
         screen = self.screen_stack[0] if self.screen_stack else self.screen
         screen.set_class(small, "too-small")
         if small:
             screen.query_one("#too-small", Static).update(
-                f"terminal too small: {width}×{height}, need {MIN_SIZE[0]}×{MIN_SIZE[1]}")
+                f"terminal too small: {width}×{height}, need {need[0]}×{need[1]}")
+
+    def _fit_serving(self, main) -> None:
+        """From a server's first QueueSample on, its requests pane has a row of the grid; a replay that
+        jumps back to before it gives the row back to the text."""
+        grid = main.query_one("#main", Grid)
+        serving = self.state.requests is not None
+        if grid.has_class("serving") != serving:
+            grid.set_class(serving, "serving")
+            self._fit_to(self.size.width, self.size.height)
 
     # -- the timer --------------------------------------------------------------------------
     def drain(self) -> None:
@@ -109,6 +124,7 @@ class SpecmonApp(App):
     def refresh_panes(self) -> None:
         self.redraws += 1
         state, main = self.state, self.screen_stack[0]
+        self._fit_serving(main)
         for pane in main.query(panes.Pane):
             pane.redraw()
         if state.text_version != self._text_version:  # re-render text only when it grew

@@ -11,20 +11,20 @@ from textual.widgets import Input, Static
 HELP = """[b]specmon[/b]: speculative decoding, round by round, every pane from events
 Each pane's title names its round set: the class and the k it shows.
 [b]acceptance[/]  accepted/proposed per round; [b]m[/] cycles rate, mean accepted
-            length, α̂. [dim]·[/] a round that proposed nothing ("empty"): it
-            is counted apart and never enters the rate
-[b]speed[/]       speedup = goodput with speculation / plain, same class, with
-            its 95% interval over prompts; [yellow]not yet known[/] while the
-            interval holds 1.0, [magenta]noise[/] above what the counts allow;
-            at its foot, the figure of the policy's last decision
+            length, α̂. [dim]·[/] proposed nothing ("empty"): counted apart
+[b]speed[/]       speedup = goodput with speculation / plain, same class; its
+            95% interval over prompts: [yellow]not yet known[/] while it holds 1.0,
+            [magenta]noise[/] above what counts allow; its foot: the policy's figure
 [b]rejections[/]  where the first rejection fell (rej) and per-position
             acceptance a_i, for every position 0…k-1
 [b]ms[/]          draft, verify and other milliseconds per round
-[b]classes[/]     per class at its k: rounds, empty, acceptance, mean
-            accepted length, speedup (? not yet known), on, or off
-            with the decision that switched it off and its ratio
-[b]decisions[/]   the policy's decisions (› one prompt's own); Enter or a
-            click shows their rounds
+[b]memory[/]      VRAM and RSS in use (GiB), each KV cache's size (MiB)
+[b]classes[/]     per class at its k: rounds, empty, acceptance, mean accepted
+            length, speedup (? not yet known), on, or off d<id> ×ratio
+[b]decisions[/]   the policy's decisions (› one prompt's own); Enter or a click
+            shows their rounds
+[b]requests[/]    (serve) waiting; decoding: endpoint id \\[class] k, tokens, time
+            since it came; time to first token (queue wait included)
 [b]text[/]        [green]accepted draft[/] [bold red]correction[/] [bold cyan]bonus[/] plain
 Keys: [b]p[/] pause view  [b]m[/] metric  [b]t[/] text only  [b]q[/] quit  [b]ctrl+p[/] palette"""
 

@@ -7,12 +7,13 @@ import collections
 from dataclasses import dataclass, field
 
 from specmon.events.schema import (
-    AnyEvent, Decision, PolicyLoaded, PromptFinished, PromptStarted, ResourceSample, RoundVerified,
+    AnyEvent, Decision, PolicyLoaded, PromptFinished, PromptStarted, QueueSample, ResourceSample, RoundVerified,
     SessionFinished, SessionStarted,
 )
 from specmon.metrics.interval import SpeedupEstimate
 from specmon.metrics.rates import acceptance_rate
 from specmon.metrics.stats import ClassStats, RunStats
+from specmon.tui.requests import Requests
 
 WINDOW = 240  # recent rounds kept per class and k, for the sparklines
 TEXT_SPANS = 400  # styled spans kept for the streaming text
@@ -52,6 +53,7 @@ class ViewState:
     # Rounds a decision may cite, by id: bounded, so a long session's memory stays flat.
     recent_rounds: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     events_seen: int = 0
+    requests: Requests | None = None  # a server's queue and requests; None (no pane) in any other session
     _estimates: dict = field(default_factory=dict)  # (class, k) -> ((rounds, plain rounds), estimate)
 
     def apply(self, batch: list[AnyEvent]) -> None:
@@ -60,6 +62,10 @@ class ViewState:
             handler = _HANDLERS.get(type(event))
             if handler:
                 handler(self, event)
+            if self.requests is None and isinstance(event, QueueSample):
+                self.requests = Requests()  # only a server writes these: its session gets the requests pane
+            if self.requests is not None:
+                self.requests.apply(event)
 
     # -- per event type -------------------------------------------------------------------
     def _session(self, ev: SessionStarted) -> None:

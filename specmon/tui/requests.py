@@ -1,0 +1,131 @@
+"""The requests pane of a serving session: its queue, the request decoding, and time to first token,
+folded from events (QueueSample, PromptStarted, RoundVerified, PromptFinished) and rendered by pure
+functions, so `attach` to a server and `replay` of its log show what the live server showed."""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from dataclasses import dataclass, field
+
+from rich.text import Text
+
+from specmon.events.schema import AnyEvent, PromptFinished, PromptStarted, QueueSample, RoundVerified
+from specmon.metrics.format import MISSING
+from specmon.metrics.rates import time_to_first_token_s
+
+TTFT_KEPT = 50  # recent requests whose time to first token the median is over
+SHORT_ID = 8  # hex characters of a request id shown: enough to find it in a client's log
+
+
+@dataclass
+class InFlight:
+    """The request being decoded, as far as its events tell."""
+
+    request_id: str
+    endpoint: str
+    arrived: float  # wall clock when it joined the queue
+    prompt_class: str = ""
+    k: int | None = None  # the k of its last round (before its first: the k it started at)
+    prompt_tokens: int = 0
+    max_tokens: int = 0
+    tokens: int = 0  # emitted so far
+    first_round_t: float | None = None
+
+
+@dataclass
+class Requests:
+    """What the pane shows; exists only in a session that wrote a QueueSample (a server)."""
+
+    waiting: int = 0
+    in_flight: InFlight | None = None
+    served: int = 0  # requests decoded to their end (eos, length or a stop string)
+    cancelled: int = 0  # requests whose client left, or that the shutdown stopped, mid-decode
+    ttfts: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TTFT_KEPT))  # seconds
+    now: float = 0.0  # the newest event's time: the in-flight request's elapsed counts to it
+
+    def apply(self, ev: AnyEvent) -> None:
+        self.now = max(self.now, ev.t)
+        if isinstance(ev, QueueSample):
+            self._queue(ev)
+            return
+        job = self.in_flight
+        if job is None or getattr(ev, "prompt_id", None) != job.request_id:
+            return
+        if isinstance(ev, RoundVerified):
+            self._round(job, ev)
+        elif isinstance(ev, PromptStarted):
+            job.prompt_class, job.k = ev.prompt_class, ev.draft_len
+            job.prompt_tokens, job.max_tokens = ev.prompt_tokens, ev.max_new_tokens
+        elif isinstance(ev, PromptFinished):
+            self.cancelled += ev.stop_reason == "cancelled"
+            self.served += ev.stop_reason != "cancelled"
+            self.in_flight = None
+
+    def _queue(self, ev: QueueSample) -> None:
+        self.waiting = ev.waiting
+        if not ev.request_id:
+            self.in_flight = None
+        elif self.in_flight is None or self.in_flight.request_id != ev.request_id:
+            self.in_flight = InFlight(ev.request_id, ev.endpoint, ev.arrived)
+
+    def _round(self, job: InFlight, ev: RoundVerified) -> None:
+        job.k = ev.draft_len
+        job.tokens += len(ev.emitted)
+        if job.first_round_t is None:
+            job.first_round_t = ev.t
+            self.ttfts.append(time_to_first_token_s(job.arrived, ev.t))
+
+    @property
+    def median_ttft(self) -> float | None:
+        return statistics.median(self.ttfts) if self.ttfts else None
+
+
+def seconds(value: float | None) -> str:
+    """A duration as a person reads it: 84 ms, 1.24 s, 12.3 s."""
+    if value is None:
+        return MISSING
+    if value < 1:
+        return f"{value * 1e3:.0f} ms"
+    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+
+
+def short_id(request_id: str) -> str:
+    """The start of the id's random part: chatcmpl-3f9a2b1c… → 3f9a2b1c."""
+    return request_id.rpartition("-")[2][:SHORT_ID]
+
+
+def requests_title(requests: Requests | None, width: int = 80) -> str:
+    """The queue depth, and while a request decodes, how many were served before it."""
+    if requests is None:
+        return "requests"
+    title = f"requests · {requests.waiting} waiting"
+    busy = f"{title} · {requests.served} served"
+    return busy if requests.in_flight is not None and len(busy) <= width else title
+
+
+def requests_subtitle(requests: Requests | None) -> str:
+    """Time to first token: the last request's and the median over recent ones (queue wait included)."""
+    if requests is None:
+        return ""
+    if not requests.ttfts:
+        return f"ttft {MISSING}"
+    return (f"ttft last {seconds(requests.ttfts[-1])} · median {seconds(requests.median_ttft)} "
+            f"of {len(requests.ttfts)}")
+
+
+def render_requests(requests: Requests | None) -> Text:
+    """One line: the request decoding (endpoint, short id, [class] and k, tokens, elapsed since it
+    arrived), or idle and how many were served."""
+    if requests is None:
+        return Text()
+    job = requests.in_flight
+    if job is None:
+        done = f"idle, {requests.served} requests served"
+        return Text(done + (f", {requests.cancelled} cancelled" if requests.cancelled else ""), style="dim")
+    k = "k=?" if job.k is None else "plain" if job.k == 0 else f"k={job.k}"
+    progress = (f"{job.tokens}/{job.max_tokens} tok" if job.first_round_t is not None
+                else f"prefill {job.prompt_tokens} tok")
+    text = Text().append("▶ ", style="bold green").append(f"{job.endpoint} ").append(short_id(job.request_id),
+                                                                                     style="bold")
+    return text.append(f" [{job.prompt_class}] {k} · {progress} · {seconds(requests.now - job.arrived)}")
