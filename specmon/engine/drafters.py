@@ -49,7 +49,7 @@ class NgramDrafter:
     Tries each n in `ngram_sizes` (longest first). Costs microseconds; q is one-hot.
 
     With `confident(min_match, min_seen)` (a policy sets it per prompt class) it proposes only on a
-    confident match, because on a CPU a failed proposal costs a verify pass of 1.5-2x a plain
+    confident match, because on a CPU a failed proposal costs a verify pass of 1.2-2.9x a plain
     step: the context's last `min_match` or more tokens occur earlier, and the token that followed
     the longest such match followed such a match at least `min_seen` times. It drafts no further
     than the match is long (a 3-token match drafts at most 3), nor past where the earlier
