@@ -6,8 +6,6 @@ rounds of a class, so it can take effect in the middle of a prompt."""
 from __future__ import annotations
 
 import collections
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +14,8 @@ from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
 from specmon.policy.decide import Row, can_still_pay, decide, decide_prompt, goodput
-from specmon.policy.schema import MAX_POLICY_BYTES, DraftLen, Policy, PromptClass, load_policy
+from specmon.policy.reload import file_stamp, loaded_event, refused_event
+from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
 
 
 FAR_AHEAD = 1.25  # speculation this far past the switch-on line: plain drift could hardly flip it
@@ -97,7 +96,7 @@ class PolicyEngine:
         self.session_id = session_id
         self.states: dict[str, ClassState] = {}
         self.decisions = 0
-        self._mtime = _mtime(policy.source)
+        self._mtime = file_stamp(policy.source)
         # plain rounds of every class: with policy.interval, a class with too few of its own borrows
         # these (a plain step's cost depends on the machine and the context, not on what the text says)
         self.plain_pool: collections.deque = collections.deque(maxlen=policy.settings.evidence_window)
@@ -349,28 +348,18 @@ class PolicyEngine:
     # -- hot reload --------------------------------------------------------------------------
     def maybe_reload(self) -> PolicyLoaded | None:
         """If the file changed: a valid edit takes over now, an invalid one is refused and reported."""
-        mtime = _mtime(self.policy.source)
+        mtime = file_stamp(self.policy.source)
         if mtime == self._mtime:
             return None
         self._mtime = mtime
         try:
             new = load_policy(Path(self.policy.source))
         except SpecmonError as exc:
-            return self._refused(str(exc))
+            return refused_event(self.policy.source, self.session_id, str(exc))
         except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the run
-            return self._refused(f"{self.policy.source}: cannot load it ({exc!r})")
+            return refused_event(self.policy.source, self.session_id, f"{self.policy.source}: cannot load it ({exc!r})")
         self.policy = new
         return loaded_event(new, self.session_id)
-
-    def _refused(self, error: str) -> PolicyLoaded:
-        """The refusal, with what the file held (as far as it reads as text)."""
-        try:
-            with open(self.policy.source, "rb") as fh:
-                text = fh.read(MAX_POLICY_BYTES).decode("utf-8", "replace")
-        except OSError:
-            text = ""
-        return PolicyLoaded(session_id=self.session_id, t=time.time(), source=self.policy.source,
-                            sha256="", text=text, accepted=False, error=error)
 
     def class_of(self, name: str) -> PromptClass:
         """The class by name, as the policy in force has it (the default class if a reload removed it)."""
@@ -395,30 +384,3 @@ def _other_ks(cls: PromptClass, st: ClassState) -> list[int]:
     if not _adapts(cls):
         return []
     return [k for k in range(cls.draft_len.min, cls.draft_len.max + 1) if k != st.k]
-
-
-def loaded_event(policy: Policy, session_id: str) -> PolicyLoaded:
-    return PolicyLoaded(session_id=session_id, t=time.time(), source=policy.source, sha256=policy.sha256,
-                        text=policy.text, accepted=True)
-
-
-def reload_line(event: PolicyLoaded) -> str:
-    """One line for a reload, for a run without the TUI (which shows it in its decisions pane)."""
-    if event.accepted:
-        return f"specmon: policy reloaded from {event.source} (sha256 {event.sha256[:12]})"
-    error = " ".join(event.error.splitlines())
-    return f"specmon: policy edit refused, the previous policy stays in force: {error}"
-
-
-def print_reload(event: PolicyLoaded) -> None:
-    """reload_line on stderr, looked up at each call: under the TUI, Textual redirects it off the screen."""
-    print(reload_line(event), file=sys.stderr, flush=True)
-
-
-def _mtime(path: str) -> tuple[int, int, int] | None:
-    """What says the file changed: an atomic rename (a new inode) within one clock tick included."""
-    try:
-        stat = os.stat(path)
-        return stat.st_mtime_ns, stat.st_size, stat.st_ino
-    except OSError:
-        return None

@@ -11,7 +11,8 @@ from specmon.engine.drafters import Drafter
 from specmon.engine.driver import UNCHECKED, Decoded, SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import PolicyLoaded, RoundVerified, Sampling
-from specmon.policy.engine import PolicyEngine, Schedule, loaded_event, print_reload
+from specmon.policy.engine import PolicyEngine, Schedule
+from specmon.policy.reload import loaded_event, print_reload
 
 
 class PolicyDraftLen:

@@ -1,0 +1,49 @@
+"""Hot reload's edges: when the policy file changed, and the events and lines that report a reload
+taken or refused. The engine decides whether to take it (policy.engine.maybe_reload)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from specmon.events.schema import PolicyLoaded
+from specmon.policy.schema import MAX_POLICY_BYTES, Policy
+
+
+def loaded_event(policy: Policy, session_id: str) -> PolicyLoaded:
+    return PolicyLoaded(session_id=session_id, t=time.time(), source=policy.source, sha256=policy.sha256,
+                        text=policy.text, accepted=True)
+
+
+def refused_event(source: str, session_id: str, error: str) -> PolicyLoaded:
+    """The refusal, with what the file held (as far as it reads as text)."""
+    try:
+        with open(source, "rb") as fh:
+            text = fh.read(MAX_POLICY_BYTES).decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    return PolicyLoaded(session_id=session_id, t=time.time(), source=source, sha256="", text=text,
+                        accepted=False, error=error)
+
+
+def reload_line(event: PolicyLoaded) -> str:
+    """One line for a reload, for a run without the TUI (which shows it in its decisions pane)."""
+    if event.accepted:
+        return f"specmon: policy reloaded from {event.source} (sha256 {event.sha256[:12]})"
+    error = " ".join(event.error.splitlines())
+    return f"specmon: policy edit refused, the previous policy stays in force: {error}"
+
+
+def print_reload(event: PolicyLoaded) -> None:
+    """reload_line on stderr, looked up at each call: under the TUI, Textual redirects it off the screen."""
+    print(reload_line(event), file=sys.stderr, flush=True)
+
+
+def file_stamp(path: str) -> tuple[int, int, int] | None:
+    """What says the file changed: an atomic rename (a new inode) within one clock tick included."""
+    try:
+        stat = os.stat(path)
+        return stat.st_mtime_ns, stat.st_size, stat.st_ino
+    except OSError:
+        return None
