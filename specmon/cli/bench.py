@@ -106,8 +106,9 @@ def interval_line(results: dict[str, BenchClass]) -> str:
     is picked after the fact, so a best-of-several is also favoured by its own noise)."""
     parts = []
     for name, c in results.items():
-        span = c.to_json()["auto_over_best_interval"]
-        parts.append(f"{escape(name)} " + ("n/a" if span is None else f"[{span[0]:.3f}, {span[1]:.3f}]"))
+        est = c.auto_over_best()
+        known = est is not None and est.low is not None
+        parts.append(f"{escape(name)} " + (f"[{est.low:.3f}, {est.high:.3f}]" if known else "n/a"))
     return "auto/best, 95% interval over prompts: " + "; ".join(parts)
 
 
