@@ -29,6 +29,10 @@ class TorchTarget:
     def prefill(self, tokens: Sequence[int]) -> None:
         self.forward(tokens, 0)
 
+    def fork(self) -> TorchTarget:
+        """The same model (weights shared, packed copy included) with a KV cache of its own."""
+        return TorchTarget(self.model, self.name, self.eos_id)
+
     def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
         if not tokens:
             self.cached_len = start
@@ -101,6 +105,10 @@ class ModelDrafter(_CachedDraft):
         super().__init__(model, None)
         self.name = name
         self.cache = model.new_cache()
+
+    def fork(self) -> ModelDrafter:
+        """The same draft model with a KV cache of its own."""
+        return ModelDrafter(self.model, self.name)
 
     def _cache(self) -> KVCache:
         return self.cache

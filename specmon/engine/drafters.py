@@ -39,6 +39,9 @@ class NoDrafter:
     def begin(self, prompt: Sequence[int]) -> None:
         pass
 
+    def fork(self) -> NoDrafter:
+        return self  # nothing to keep apart
+
     def propose(self, context, k, sampling, rng) -> Proposal:
         return Proposal([], None)
 
@@ -68,6 +71,12 @@ class NgramDrafter:
 
     def begin(self, prompt: Sequence[int]) -> None:
         pass
+
+    def fork(self) -> NgramDrafter:
+        """An independent drafter with the same settings (it keeps no state between rounds)."""
+        twin = NgramDrafter(self.ngram_sizes)
+        twin.confident(self.min_match, self.min_seen)
+        return twin
 
     def propose(self, context, k, sampling, rng) -> Proposal:
         if k <= 0:

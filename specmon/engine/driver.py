@@ -13,14 +13,14 @@ import platform
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Generator, Protocol, Sequence
 
 from specmon import __version__
 from specmon.engine.draft_len import DraftLenSource
 from specmon.engine.drafters import Drafter
 from specmon.engine.equivalence import compare
 from specmon.engine.prompts import Prompt
-from specmon.engine.rounds import PromptRun, RoundContext, check_room, decode_prompt
+from specmon.engine.rounds import PromptRun, RoundContext, check_room, drain, prompt_rounds
 from specmon.engine.target import Target
 from specmon.events.schema import (
     AnyEvent, Equivalence, PromptFinished, PromptStarted, ResourceSample, RoundVerified, Sampling, SessionStarted,
@@ -96,14 +96,30 @@ class SessionDriver:
             check_room(self.target, prompt.id, len(self.tokens(prompt)), prompt.max_new_tokens or max_new_tokens,
                        max_draft_len)
 
+    def fork(self, emit: Emit) -> SessionDriver | None:
+        """A driver on a copy of the target with its own KV cache (weights shared), emitting to
+        `emit`, in this session (same round ids): so decodes can take turns round by round.
+        None where the target cannot be copied."""
+        fork_target = getattr(self.target, "fork", None)
+        if fork_target is None:
+            return None
+        twin = SessionDriver(self.session_id, fork_target(), self.tokenizer, emit, self.near_tie_margin)
+        twin.round_ids, twin._tokens = self.round_ids, self._tokens
+        return twin
+
     def decode(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
-               max_new_tokens: int, *, prompt_class: str | None = None, class_rule: str = "prompt set",
-               start_draft_len: int | None = None,
-               on_round: Callable[[RoundVerified], None] | None = None,
-               stop: Callable[[], str | None] | None = None) -> Decoded:
+               max_new_tokens: int, **options) -> Decoded:
         """Decode one prompt: PromptStarted, then its rounds (each handed to `on_round` after it is
         emitted, so a policy can observe it and decide before the next; then `stop` is asked whether
         to end here, e.g. a server's client left). Call finish() after."""
+        return drain(self.decode_steps(prompt, drafter, draft_len, sampling, max_new_tokens, **options))
+
+    def decode_steps(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
+                     max_new_tokens: int, *, prompt_class: str | None = None, class_rule: str = "prompt set",
+                     start_draft_len: int | None = None,
+                     on_round: Callable[[RoundVerified], None] | None = None,
+                     stop: Callable[[], str | None] | None = None) -> Generator[int, None, Decoded]:
+        """decode() one round at a time: it yields after each round."""
         tokens = self.tokens(prompt)
         limit = prompt.max_new_tokens or max_new_tokens
         name = prompt_class or prompt.prompt_class
@@ -115,8 +131,8 @@ class SessionDriver:
         self.emit(started)
         ctx = RoundContext(self.session_id, prompt.id, name, self.round_ids, self.tokenizer.decode)
         emit = self.emit if on_round is None else _then(self.emit, on_round)
-        return Decoded(started, decode_prompt(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit,
-                                                            stop))
+        run = yield from prompt_rounds(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit, stop)
+        return Decoded(started, run)
 
     def equivalence(self, plain: Decoded, done: Decoded) -> Equivalence:
         """Did `done` give plain decoding's tokens (greedy), with the logit margin where it left them?"""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Generator, Sequence, TypeVar
 
 import numpy as np
 
@@ -21,6 +21,8 @@ from specmon.engine.target import Target
 from specmon.errors import SpecmonError
 from specmon.events.schema import RoundVerified, Sampling
 from specmon.metrics.rates import round_ms
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -60,6 +62,24 @@ def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft
 
     `draft_len` is asked before every round, so a policy can change k mid-prompt. `stop` is asked
     after every round: a reason ("cancelled", "stop") ends the decode there, and becomes its stop_reason."""
+    return drain(prompt_rounds(target, drafter, prompt, draft_len, sampling, max_new_tokens, ctx, emit, stop))
+
+
+def drain(steps: Generator[int, None, T]) -> T:
+    """Run a round-by-round generator to its end; its return value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def prompt_rounds(target: Target, drafter: Drafter, prompt: Sequence[int], draft_len: DraftLenSource,
+                  sampling: Sampling, max_new_tokens: int, ctx: RoundContext,
+                  emit: Callable[[RoundVerified], None],
+                  stop: Callable[[], str | None] | None = None) -> Generator[int, None, PromptRun]:
+    """decode_prompt one round at a time: after each round's event it yields the tokens generated
+    so far, so several decodes (each with its own KV cache) can take turns, keeping level."""
     check_room(target, ctx.prompt_id, len(prompt), max_new_tokens, draft_len.max_draft_len)
     rng = np.random.default_rng(sampling.seed)
     drafter.begin(prompt)
@@ -84,6 +104,7 @@ def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft
         if reason:
             run.stop_reason = reason
             break
+        yield len(run.generated)
     return run
 
 

@@ -1,9 +1,10 @@
 """`specmon bench policy`: the policy against every fixed draft length, per class.
 
 The policy decodes the prompt set `repeat` times, learning as it goes; beside each of its
-prompts, the same prompt is decoded at every fixed k (0 = plain), the policy's run and the fixed
-ones in an order that rotates, so drift in the machine's speed falls on the policy and on every
-fixed k alike. A fixed run drafts with the drafter settings of the prompt's class (its n-gram
+prompts, the same prompt is decoded at every fixed k (0 = plain). The decodes of a prompt take
+turns round by round, each on its own KV cache (weights shared), the one with the fewest tokens
+next, so a change in the machine's speed falls on the policy and on every fixed k alike; a backend
+that cannot copy its target runs them one after another, in an order that rotates. A fixed run drafts with the drafter settings of the prompt's class (its n-gram
 confidence), so auto and fixed k differ only in the policy's choices of k and on/off. Everything is
 logged; the fixed runs are marked by their PromptStarted's class_rule, so the figures are
 recomputed from the log alone (bench_results). A class's auto goodput counts every round the
@@ -16,12 +17,13 @@ import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Generator, Iterable, Sequence
 
 from specmon.engine.draft_len import FixedDraftLen
-from specmon.engine.drafters import NoDrafter
-from specmon.engine.driver import UNCHECKED
+from specmon.engine.drafters import Drafter, NoDrafter
+from specmon.engine.driver import UNCHECKED, SessionDriver
 from specmon.engine.prompts import Prompt
+from specmon.engine.rounds import drain
 from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling
 from specmon.metrics.interval import SpeedupEstimate, speedup_estimate
 from specmon.metrics.rates import speedup
@@ -52,25 +54,87 @@ def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[i
               on_prompt: Callable[[int], None] | None = None) -> None:
     """`fixed_passes` > 0 keeps the fixed k > 0 to the first passes (slow drafters); plain still
     runs beside every policy prompt, so auto/plain stays paired."""
-    driver, plain = policy.driver, NoDrafter()
+    driver = policy.driver
     driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
+    lanes = _lanes(driver, policy.drafter, len(ks) + 1)
     sequence = list(prompts) * repeat
     for index, prompt in enumerate(sequence):
         name = policy.engine.classify(prompt.text, _tag(prompt))[0]
         runs: list[int | None] = [None, *ks]  # None: the policy's own decode of the prompt
         shift = index % len(runs)
-        for k in runs[shift:] + runs[:shift]:  # the policy takes each place in turn, as every k does
-            if k is None:
-                policy.decode(prompt, sampling, max_new_tokens)
-                continue
-            if k and fixed_passes and index // len(prompts) >= fixed_passes:
-                continue
-            policy.configure_drafter(name)
-            done = driver.decode(prompt, policy.drafter if k else plain, FixedDraftLen(k), sampling,
-                                 max_new_tokens, prompt_class=name, class_rule=f"{BENCH_FIXED_RULE}{k}")
-            driver.finish(done, UNCHECKED)
+        order = [k for k in runs[shift:] + runs[:shift]  # the policy takes each place in turn, as every k does
+                 if not (k and fixed_passes and index // len(prompts) >= fixed_passes)]
+        if lanes is None:
+            for k in order:
+                drain(_arm(policy, driver, policy.drafter, prompt, name, k, sampling, max_new_tokens))
+        else:
+            decodes = [_arm(policy, lane.driver, lane.drafter, prompt, name, k, sampling, max_new_tokens)
+                       for lane, k in zip(lanes, order)]
+            take_turns(decodes)
+            for lane in lanes:
+                lane.flush(driver.emit)
         if on_prompt:
             on_prompt(index + 1)
+
+
+@dataclass
+class Lane:
+    """One decode's own KV cache and drafter; its events wait in `held` until the prompt's
+    decodes are all done, so the log keeps each decode's events together."""
+
+    driver: SessionDriver
+    drafter: Drafter
+    held: list[AnyEvent] = field(default_factory=list)
+
+    def flush(self, emit: Callable[[AnyEvent], None]) -> None:
+        for event in self.held:
+            emit(event)
+        self.held.clear()
+
+
+def _lanes(driver: SessionDriver, drafter: Drafter, count: int) -> list[Lane] | None:
+    """A lane per decode of a prompt, where the target and drafter can be copied; else None (the
+    decodes then run one after another, so drift in machine speed between them is not shared)."""
+    if getattr(drafter, "fork", None) is None:
+        return None
+    lanes = []
+    for _ in range(count):
+        held: list[AnyEvent] = []
+        twin = driver.fork(held.append)
+        if twin is None:
+            return None
+        lanes.append(Lane(twin, drafter.fork(), held))
+    return lanes
+
+
+def take_turns(decodes: Sequence[Generator[int, None, object]]) -> None:
+    """Step the decodes one round at a time, always the one with the fewest tokens so far, so every
+    decode covers each stretch of the text within a few rounds of the others: a change in the
+    machine's speed (seconds long on a shared host) then falls on all of them alike."""
+    progress = [0] * len(decodes)
+    live = set(range(len(decodes)))
+    while live:
+        turn = min(live, key=lambda i: (progress[i], i))
+        try:
+            progress[turn] = next(decodes[turn])
+        except StopIteration:
+            live.discard(turn)
+
+
+def _arm(policy: PolicyScheduler, driver: SessionDriver, drafter: Drafter, prompt: Prompt, name: str,
+         k: int | None, sampling: Sampling, max_new_tokens: int) -> Generator[int, None, object]:
+    """One decode of the prompt: the policy's (k None) or at fixed k with the class's drafter settings."""
+    if k is None:
+        return policy.decode_steps(prompt, sampling, max_new_tokens, driver, drafter)
+    return _fixed(policy, driver, drafter, prompt, name, k, sampling, max_new_tokens)
+
+
+def _fixed(policy, driver, drafter, prompt, name, k, sampling, max_new_tokens) -> Generator[int, None, object]:
+    policy.configure_drafter(name, drafter)
+    done = yield from driver.decode_steps(prompt, drafter if k else NoDrafter(), FixedDraftLen(k), sampling,
+                                          max_new_tokens, prompt_class=name, class_rule=f"{BENCH_FIXED_RULE}{k}")
+    driver.finish(done, UNCHECKED)
+    return done
 
 
 def _tag(prompt: Prompt) -> str | None:

@@ -4,11 +4,12 @@ round by round, and its rounds become the evidence for the class's next decision
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Callable, Generator, Sequence
 
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.drafters import Drafter
 from specmon.engine.driver import UNCHECKED, Decoded, SessionDriver
+from specmon.engine.rounds import drain
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import PolicyLoaded, RoundVerified, Sampling
 from specmon.policy.engine import PolicyEngine, Schedule
@@ -39,23 +40,32 @@ class PolicyScheduler:
 
     def decode(self, prompt: Prompt, sampling: Sampling, max_new_tokens: int) -> Decoded:
         """Classify, plan, decode and finish one prompt under the policy."""
+        return drain(self.decode_steps(prompt, sampling, max_new_tokens))
+
+    def decode_steps(self, prompt: Prompt, sampling: Sampling, max_new_tokens: int,
+                     driver: SessionDriver | None = None,
+                     drafter: Drafter | None = None) -> Generator[int, None, Decoded]:
+        """decode() one round at a time (it yields after each round), on `driver` and `drafter`
+        (a fork's, so decodes can take turns) or the scheduler's own."""
+        driver, drafter = driver or self.driver, drafter or self.drafter
         tag = prompt.prompt_class if prompt.prompt_class != "default" else None
         started = time.perf_counter()
         name, rule = self.engine.classify(prompt.text, tag)
         schedule = self.engine.start_prompt(name, prompt.id)
-        self.configure_drafter(name)
+        self.configure_drafter(name, drafter)
         self.policy_ms += (time.perf_counter() - started) * 1e3
         plan = schedule.plan
-        done = self.driver.decode(prompt, self.drafter, PolicyDraftLen(self.engine, name, schedule), sampling,
-                                  max_new_tokens, prompt_class=name, class_rule=f"{rule}; {plan.describe()}",
-                                  start_draft_len=plan.k, on_round=self._after_round(schedule))
-        self.driver.finish(done, UNCHECKED)
-        self.driver.sample_resources()
+        done = yield from driver.decode_steps(
+            prompt, drafter, PolicyDraftLen(self.engine, name, schedule), sampling, max_new_tokens,
+            prompt_class=name, class_rule=f"{rule}; {plan.describe()}", start_draft_len=plan.k,
+            on_round=self._after_round(schedule, driver))
+        driver.finish(done, UNCHECKED)
+        driver.sample_resources()
         return done
 
-    def configure_drafter(self, name: str) -> None:
+    def configure_drafter(self, name: str, drafter: Drafter | None = None) -> None:
         """The class's n-gram confidence (none: the drafter's plain lookup), for this prompt's rounds."""
-        confident = getattr(self.drafter, "confident", None)
+        confident = getattr(drafter or self.drafter, "confident", None)
         if confident is not None:
             ngram = self.engine.class_of(name).ngram
             confident(ngram.min_match, ngram.min_seen) if ngram else confident(0)
@@ -68,7 +78,7 @@ class PolicyScheduler:
             if on_prompt:
                 on_prompt(index + 1)
 
-    def _after_round(self, schedule: Schedule) -> Callable[[RoundVerified], None]:
+    def _after_round(self, schedule: Schedule, driver: SessionDriver) -> Callable[[RoundVerified], None]:
         """Each round: pick up a policy edit, feed the round to the policy, and decide when due
         (never inside a lead run, so a re-measure or probe is judged whole); the next round follows."""
 
@@ -76,12 +86,12 @@ class PolicyScheduler:
             started = time.perf_counter()
             reloaded = self.engine.maybe_reload()
             if reloaded is not None:
-                self.driver.emit(reloaded)
+                driver.emit(reloaded)
                 if self.on_reload:
                     self.on_reload(reloaded)
             decision = self.engine.after_round(event, schedule)
             self.policy_ms += (time.perf_counter() - started) * 1e3
             if decision is not None:
-                self.driver.emit(decision)
+                driver.emit(decision)
 
         return observe

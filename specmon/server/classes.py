@@ -41,7 +41,7 @@ class ServePolicy(PolicyScheduler):
         """Plan, then decode at the policy's k round by round; each round feeds the policy, then the request."""
         schedule = self.engine.start_prompt(name)
         plan = schedule.plan
-        observe = self._after_round(schedule)
+        observe = self._after_round(schedule, self.driver)
 
         def both(event: RoundVerified) -> None:
             observe(event)
