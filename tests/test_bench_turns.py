@@ -11,7 +11,7 @@ from specmon.engine.prompts import builtin_suite
 from specmon.events.schema import BENCH_FIXED_RULE, PromptFinished, PromptStarted, RoundVerified, Sampling
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import bench_results, run_bench, take_turns
+from specmon.sched.bench import bench_results, host_stalls, run_bench, take_turns
 from specmon.sched.policy import PolicyScheduler
 from specmon.transport.session import live_session as open_session
 from tinymodel import tiny_profile
@@ -111,3 +111,21 @@ def test_forked_drafter_keeps_its_own_confidence():
     twin = drafter.fork()
     twin.confident(0)
     assert (drafter.min_match, twin.min_match) == (2, 0)
+
+
+def timed_round(round_id, k, proposed, ms):
+    return RoundVerified(
+        session_id="s", t=0.0, round_id=round_id, prompt_id="p", prompt_class="chat", round_index=round_id,
+        draft_len=k, proposed=[5] * proposed, accepted=0, rejection_pos=0 if proposed else None, emitted=[7],
+        draft_ms=0.0, verify_ms=ms, overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[],
+        sampling=Sampling(), mem_bytes=0)
+
+
+def test_host_stalls_are_rounds_no_pass_explains():
+    plain = [timed_round(i, 0, 0, 40.0 + i % 3) for i in range(20)]  # median plain round 41 ms
+    wide = timed_round(20, 8, 8, 1400.0)  # 9 positions: 4 x 9 x 41 = 1476 ms would be a stall
+    stalled = [timed_round(21, 0, 0, 170.0), timed_round(22, 2, 2, 500.0)]  # over 164 and 492 ms
+    found = host_stalls([*plain, wide, *stalled])
+    assert (found.rounds, found.stalled, found.worst_ms) == (23, 2, 500.0)
+    assert "2 of 23 rounds" in found.line() and "worst 500 ms" in found.line()
+    assert host_stalls([*plain, wide]).line() is None

@@ -17,7 +17,7 @@ from specmon.errors import SpecmonError
 from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import BenchClass, bench_results, prompt_half, run_bench, shipped_prompts
+from specmon.sched.bench import BenchClass, bench_results, host_stalls, prompt_half, run_bench, shipped_prompts
 from specmon.transport.session import live_session
 
 
@@ -61,6 +61,9 @@ def cmd_bench(args) -> int:
              f"{len(prompts)} prompts{half} x {args.repeat}  (log: {session.log_path})")
     out.print(bench_table(results, ks, title))
     out.print(interval_line(results))
+    stalls = host_stalls(session.events)
+    if stalls.line():
+        err.print(f"[yellow]{escape(stalls.line())}[/]")
     overall = overall_figures(results, ks)
     work = policy_work(scheduler.policy_ms, results)
     out.print(f"all classes: auto {fmt(overall['auto'], '{:.1f}')} tok/s; best single fixed k={overall['best_k']} "
@@ -68,7 +71,8 @@ def cmd_bench(args) -> int:
               f"policy work {scheduler.policy_ms:.1f} ms = {fmt(work, '{:.3%}')} of the policy's round time")
     if args.json:
         write_json(args.json, {"classes": {n: c.to_json() for n, c in results.items()}, "overall": overall,
-                               "policy_ms": scheduler.policy_ms, "policy_work_share": work})
+                               "policy_ms": scheduler.policy_ms, "policy_work_share": work,
+                               "host_stalls": stalls.stalled})
     return 0
 
 

@@ -3,8 +3,9 @@
 The policy decodes the prompt set `repeat` times, learning as it goes; beside each of its
 prompts, the same prompt is decoded at every fixed k (0 = plain). The decodes of a prompt take
 turns round by round, each on its own KV cache (weights shared), the one with the fewest tokens
-next, so a change in the machine's speed falls on the policy and on every fixed k alike; a backend
-that cannot copy its target runs them one after another, in an order that rotates. A fixed run drafts with the drafter settings of the prompt's class (its n-gram
+next, so a change in the machine's speed (seconds long on a shared host) falls on the policy and
+on every fixed k alike; a backend that cannot copy its target runs them one after another, in an
+order that rotates. A fixed run drafts with the drafter settings of the prompt's class (its n-gram
 confidence), so auto and fixed k differ only in the policy's choices of k and on/off. Everything is
 logged; the fixed runs are marked by their PromptStarted's class_rule, so the figures are
 recomputed from the log alone (bench_results). A class's auto goodput counts every round the
@@ -26,7 +27,7 @@ from specmon.engine.prompts import Prompt
 from specmon.engine.rounds import drain
 from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling
 from specmon.metrics.interval import SpeedupEstimate, speedup_estimate
-from specmon.metrics.rates import speedup
+from specmon.metrics.rates import round_ms, speedup
 from specmon.metrics.stats import RunStats
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 
@@ -80,7 +81,8 @@ def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[i
 @dataclass
 class Lane:
     """One decode's own KV cache and drafter; its events wait in `held` until the prompt's
-    decodes are all done, so the log keeps each decode's events together."""
+    decodes are all done, so the log keeps each decode's events together (a crash loses only the
+    prompt in flight)."""
 
     driver: SessionDriver
     drafter: Drafter
@@ -191,3 +193,33 @@ def bench_results(events: Iterable[AnyEvent]) -> dict[str, BenchClass]:
                 entry.auto.add_round(ev)
                 entry.auto_rounds_by_k[ev.draft_len] = entry.auto_rounds_by_k.get(ev.draft_len, 0) + 1
     return classes
+
+
+STALL_STEPS = 4.0  # a pass over n positions never needs n plain steps (else it would run them one by one)
+
+
+@dataclass(frozen=True)
+class Stalls:
+    rounds: int  # rounds of the bench in all
+    stalled: int  # rounds over STALL_STEPS x (positions verified) x the median plain round
+    worst_ms: float
+
+    def line(self) -> str | None:
+        if not self.stalled:
+            return None
+        return (f"host stalls: {self.stalled} of {self.rounds} rounds took over {STALL_STEPS:g}x a plain step per "
+                f"position verified (worst {self.worst_ms:.0f} ms): something else held the CPU, so these "
+                f"figures are noisier than their intervals say; rerun on an idle machine")
+
+
+def host_stalls(events: Iterable[AnyEvent]) -> Stalls:
+    """Rounds no decoding explains: the host stalled (another process, the hypervisor). They fall on
+    any decode at random, so a bench with many is one to rerun, not to read."""
+    times = [(len(ev.proposed) + 1, round_ms(ev), ev.draft_len == 0)
+             for ev in events if isinstance(ev, RoundVerified)]
+    plain = sorted(ms for _, ms, is_plain in times if is_plain)
+    if not plain:
+        return Stalls(len(times), 0, 0.0)
+    step = plain[len(plain) // 2]
+    stalled = [ms for positions, ms, _ in times if ms > STALL_STEPS * positions * step]
+    return Stalls(len(times), len(stalled), max(stalled, default=0.0))
