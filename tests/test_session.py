@@ -18,7 +18,7 @@ from specmon.events.log import read_log
 from specmon.events.schema import Decision, PromptFinished, RoundVerified, SessionFinished
 from specmon.metrics.stats import class_stats, summary
 from specmon.replay.player import ReplayFeed
-from specmon.sched.bench import bench_results
+from specmon.sched.bench import bench_results, host_stalls
 from specmon.transport.channel import Channel, LogSink
 from specmon.transport.serve import EventServer
 from specmon.transport.sessions import live_sessions
@@ -195,8 +195,18 @@ def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
         assert low <= row["auto_over_best"] <= high and low < high
         assert f"{name} [{low:.3f}, {high:.3f}]" in done.stdout
 
+    overall = written["overall"]
+    low, high = overall["auto_over_best_interval"]  # all 8 prompts paired with the best single k's
+    assert low <= overall["auto_over_best"] <= high and low < high
+    assert f"auto/best single {overall['auto_over_best']:.3f} [{low:.3f}, {high:.3f}]" in done.stdout
+
     recomputed = {"classes": {n: c.to_json() for n, c in bench_results(read_log(log)).items()}}
     assert as_json(recomputed) == {"classes": written["classes"]}
+    info = specmon("log", "info", log)
+    assert "bench: goodput, tokens/s, recomputed from the log" in info.stdout
+    stalls = host_stalls(read_log(log))  # the bench's stderr and log info judge the host alike
+    assert written["host_stalls"] == stalls.stalled
+    assert ("host stalls:" in info.stdout) == ("host stalls:" in done.stderr) == (stalls.line() is not None)
 
     if any(isinstance(e, Decision) for e in read_log(log)):
         explain = specmon("policy", "explain", log)
@@ -230,6 +240,8 @@ def serving(folder: Path, name: str, events) -> tuple[Channel, EventServer]:
     channel = Channel(LogSink(folder / f"{name}.specmon"))
     for ev in events:
         channel.publish(ev)
+    with channel.log.written:  # the log is written on its own thread: read it only once all is there
+        assert channel.log.written.wait_for(lambda: channel.log.writer.events_written == len(events), timeout=60)
     return channel, EventServer(channel.log, folder / f"{name}.sock")
 
 

@@ -17,7 +17,8 @@ from specmon.errors import SpecmonError
 from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import BenchClass, bench_results, host_stalls, prompt_half, run_bench, shipped_prompts
+from specmon.sched.bench import (BenchClass, bench_results, host_stalls, overall_figures, prompt_half, run_bench,
+                                 shipped_prompts)
 from specmon.transport.session import live_session
 
 
@@ -67,7 +68,8 @@ def cmd_bench(args) -> int:
     overall = overall_figures(results, ks)
     work = policy_work(scheduler.policy_ms, results)
     out.print(f"all classes: auto {fmt(overall['auto'], '{:.1f}')} tok/s; best single fixed k={overall['best_k']} "
-              f"{fmt(overall['best'], '{:.1f}')}; auto/best single {fmt(overall['auto_over_best'], '{:.3f}')}; "
+              f"{fmt(overall['best'], '{:.1f}')}; auto/best single {fmt(overall['auto_over_best'], '{:.3f}')}"
+              f"{interval_text(overall['auto_over_best_interval'])}; "
               f"policy work {scheduler.policy_ms:.1f} ms = {fmt(work, '{:.3%}')} of the policy's round time")
     if args.json:
         write_json(args.json, {"classes": {n: c.to_json() for n, c in results.items()}, "overall": overall,
@@ -81,23 +83,6 @@ def _prompts_path(given: Path | None) -> Path | None:
     if given is None or given.exists() or len(given.parts) > 1:
         return given
     return shipped_prompts(str(given)) or given
-
-
-def overall_figures(results: dict[str, BenchClass], ks: list[int]) -> dict:
-    """Every class together: the policy's goodput against each single fixed k applied to every class."""
-    auto_tokens = sum(c.auto.emitted for c in results.values())
-    auto_ms = sum(c.auto.round_ms for c in results.values())
-    fixed = {}
-    for k in ks:
-        runs = [c.fixed[k] for c in results.values() if k in c.fixed]
-        if runs:
-            fixed[k] = rates.goodput(sum(r.emitted for r in runs), sum(r.round_ms for r in runs))
-    fixed = {k: v * 1e3 for k, v in fixed.items() if v}
-    best = max(fixed, key=fixed.get, default=None)
-    auto = rates.goodput(auto_tokens, auto_ms)
-    auto = auto * 1e3 if auto else None
-    return {"auto": auto, "fixed": {str(k): v for k, v in fixed.items()}, "best_k": best,
-            "best": fixed.get(best), "auto_over_best": rates.speedup(auto, fixed.get(best))}
 
 
 def policy_work(policy_ms: float, results: dict[str, BenchClass]) -> float | None:
@@ -114,6 +99,10 @@ def interval_line(results: dict[str, BenchClass]) -> str:
         known = est is not None and est.low is not None
         parts.append(f"{escape(name)} " + (f"[{est.low:.3f}, {est.high:.3f}]" if known else "n/a"))
     return "auto/best, 95% interval over prompts: " + "; ".join(parts)
+
+
+def interval_text(bounds: list[float] | None) -> str:
+    return f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else ""
 
 
 def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Table:

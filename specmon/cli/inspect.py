@@ -21,7 +21,7 @@ from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
 from specmon.policy.explain import explain_log
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import bench_results
+from specmon.sched.bench import bench_results, host_stalls
 from specmon.transport.attach import attach_events, read_token
 from specmon.transport.serve import runtime_dir
 from specmon.transport.sessions import describe, live_sessions, newest_log
@@ -181,6 +181,9 @@ def cmd_log(args) -> int:
         results = bench_results(kept)
         ks = sorted({k for c in results.values() for k in c.fixed})
         out.print(bench_table(results, ks, "bench: goodput, tokens/s, recomputed from the log"))
+        stalls = host_stalls(kept).line()
+        if stalls:
+            out.print(f"[yellow]{escape(stalls)}[/]")
     elif kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     return 1 if damage else 0

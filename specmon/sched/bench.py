@@ -26,8 +26,8 @@ from specmon.engine.driver import UNCHECKED, SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.engine.rounds import drain
 from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling
-from specmon.metrics.interval import SpeedupEstimate, speedup_estimate
-from specmon.metrics.rates import round_ms, speedup
+from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
+from specmon.metrics.rates import goodput, round_ms, speedup
 from specmon.metrics.stats import RunStats
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 
@@ -193,6 +193,36 @@ def bench_results(events: Iterable[AnyEvent]) -> dict[str, BenchClass]:
                 entry.auto.add_round(ev)
                 entry.auto_rounds_by_k[ev.draft_len] = entry.auto_rounds_by_k.get(ev.draft_len, 0) + 1
     return classes
+
+
+def overall_figures(results: dict[str, BenchClass], ks: Sequence[int]) -> dict:
+    """Every class together: the policy's goodput against each single fixed k applied to every
+    class, and auto/best single's paired 95% interval over all prompts."""
+    auto = goodput(sum(c.auto.emitted for c in results.values()), sum(c.auto.round_ms for c in results.values()))
+    fixed = {}
+    for k in ks:
+        runs = [c.fixed[k] for c in results.values() if k in c.fixed]
+        rate = goodput(sum(r.emitted for r in runs), sum(r.round_ms for r in runs)) if runs else None
+        if rate:
+            fixed[k] = rate * 1e3
+    best = max(fixed, key=fixed.get, default=None)
+    auto = auto * 1e3 if auto else None
+    paired = None if best is None else speedup_estimate(
+        _pooled(c.auto.prompt_totals for c in results.values()),
+        _pooled(c.fixed[best].prompt_totals for c in results.values() if best in c.fixed))
+    return {"auto": auto, "fixed": {str(k): v for k, v in fixed.items()}, "best_k": best,
+            "best": fixed.get(best), "auto_over_best": speedup(auto, fixed.get(best)),
+            "auto_over_best_interval": None if paired is None or paired.low is None else [paired.low, paired.high]}
+
+
+def _pooled(totals: Iterable[PromptTotals]) -> PromptTotals:
+    """Several classes' per-prompt totals as one (a prompt falls in one class)."""
+    emitted: dict[str, int] = {}
+    ms: dict[str, float] = {}
+    for t in totals:
+        emitted.update(t.emitted)
+        ms.update(t.ms)
+    return PromptTotals(emitted, ms)
 
 
 STALL_STEPS = 4.0  # a pass over n positions never needs n plain steps (else it would run them one by one)
