@@ -10,18 +10,26 @@ token-identical to the same engine's plain output.
 
     python scripts/bench_engines.py --tokens 64 --draft-len 4 --threads 2 --reps 1
 
-`--reference BIN` adds llama.cpp's own plain decode, with no Python in the loop: BIN is its
-examples/simple program built against the same library (llama-cpp-python's), given the same GGUF,
-prompt text and token budget per prompt, interleaved with the engines; its tok/s is its
-"eval time" line (decode after the prompt, as the engines' decode ms). The simple example takes
-no thread count: build it with `n_threads` read from the NT environment variable, which is set here.
+`--reference BIN` adds llama.cpp's own plain greedy decode with no Python in the loop, interleaved
+with the engines on the same GGUF, prompt (the chat-formatted text the engines decode), token
+budget and threads: BIN is scripts/llamacpp_reference.cpp built against the library that
+llama-cpp-python installed, with the headers of the same version's source:
+
+    pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /tmp/lcpp
+    tar xzf /tmp/lcpp/llama_cpp_python-0.3.36.tar.gz -C /tmp/lcpp
+    SRC=/tmp/lcpp/llama_cpp_python-0.3.36/vendor/llama.cpp LIB=.venv/lib/python3.11/site-packages/llama_cpp/lib
+    g++ -O2 -std=c++17 scripts/llamacpp_reference.cpp -I$SRC/include -I$SRC/ggml/include \
+        -L$LIB -lllama -lggml -lggml-base -Wl,-rpath,$LIB -o /tmp/llamacpp_reference
+
+It gives two rows: "C loop" (wall time per token after the first: decode and argmax, what the
+engines' decode ms count) and "C decode" (llama_decode alone, a figure no loop reaches). Extra
+buffer types (weight repacking) follow specmon's choice: off on CPUs with AMX.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import re
 import subprocess
 import statistics
@@ -63,18 +71,22 @@ def decode(pair, tokens, drafter, k, n_new):
     return decode_prompt(pair.target, drafter, tokens, FixedDraftLen(k), Sampling(), n_new, ctx, lambda e: None)
 
 
-EVAL_LINE = re.compile(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs")
+REFERENCE_LINE = re.compile(r"decoded (\d+) tokens: loop ([\d.]+) ms, llama_decode ([\d.]+) ms")
 
 
-def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int) -> tuple[int, float]:
-    """(tokens, ms) of llama.cpp's own plain decode after the prompt, from its perf line."""
-    done = subprocess.run([binary, "-m", gguf, "-n", str(n_new), text], capture_output=True, text=True,
-                          env={**os.environ, "NT": str(threads)}, timeout=600)
-    found = [m for m in EVAL_LINE.finditer(done.stderr)]
+def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int) -> dict[str, tuple[int, float]]:
+    """(tokens, ms) of llama.cpp's own plain decode after the first token: the "loop" (with argmax)
+    and "decode" (llama_decode alone)."""
+    from specmon.backends.llamacpp_loader import cpu_has_amx
+
+    extra = "0" if cpu_has_amx() else "1"
+    done = subprocess.run([binary, gguf, str(n_new), str(threads), extra, text], capture_output=True, text=True,
+                          timeout=600)
+    found = REFERENCE_LINE.search(done.stdout)
     if done.returncode != 0 or not found:
-        raise SystemExit(f"{binary}: no eval time line (exit {done.returncode}): {done.stderr[-300:]}")
-    ms, runs = float(found[-1].group(1)), int(found[-1].group(2))
-    return runs, ms
+        raise SystemExit(f"{binary}: no timing line (exit {done.returncode}): {done.stderr[-300:]}")
+    tokens = int(found.group(1))
+    return {"loop": (tokens, float(found.group(2))), "decode": (tokens, float(found.group(3)))}
 
 
 def run(pairs: dict, prompts, reps: int, n_new: int, k: int, reference: tuple[str, str, int] | None = None) -> dict:
@@ -82,14 +94,14 @@ def run(pairs: dict, prompts, reps: int, n_new: int, k: int, reference: tuple[st
     results = {name: {"plain": defaultdict(lambda: [0, 0.0]), "ngram": defaultdict(lambda: [0, 0.0])} for name in pairs}
     same = {name: [0, 0] for name in pairs}
     names = list(pairs)
-    if reference:
-        results["llama.cpp C"] = {"plain": defaultdict(lambda: [0, 0.0])}
     for rep, (i, prompt) in itertools.product(range(reps), enumerate(prompts)):
         if reference:  # llama.cpp's own loop, before or after the engines in turn
-            cell = results["llama.cpp C"]["plain"][prompt.id]
-            tokens, ms = reference_decode(reference[0], reference[1], prompt.text, n_new, reference[2])
-            cell[0] += tokens
-            cell[1] += ms
+            pair = next(iter(pairs.values()))
+            text = pair.tokenizer.decode(pair.tokenizer.encode_chat(prompt.text))  # the engines' context
+            for kind, (tokens, ms) in reference_decode(*reference[:2], text, n_new, reference[2]).items():
+                cell = results.setdefault(f"C {kind}", {"plain": defaultdict(lambda: [0, 0.0])})["plain"][prompt.id]
+                cell[0] += tokens
+                cell[1] += ms
         order = names if (i + rep) % 2 == 0 else names[::-1]  # alternate which engine goes first
         for name in order:
             pair = pairs[name]
@@ -154,7 +166,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for every engine (0: torch's default)")
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--classes", default=None, help="comma-separated built-in classes (default: all)")
-    parser.add_argument("--reference", help="llama.cpp's examples/simple built against the same library (see above)")
+    parser.add_argument("--reference", help="scripts/llamacpp_reference.cpp, built as above")
     args = parser.parse_args()
     import torch
 

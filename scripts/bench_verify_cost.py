@@ -6,6 +6,7 @@ reads the weights once per 3 rows, so without packing a 4-position verify costs 
 plain step; the packed pass reads them once for all rows.
 
     python scripts/bench_verify_cost.py --context 300 --reps 15
+    python scripts/bench_verify_cost.py --profile smollm2-llamacpp   # llama.cpp's kernels alone
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ def main() -> int:
     parser.add_argument("--packed-rows", type=int, default=9, help="rows the packed weights are laid out for")
     args = parser.parse_args()
     profile = load_profile(args.profile)
+    layouts = (("plain", 0), ("packed", args.packed_rows)) if profile.backend == "torch" else ((profile.backend, 0),)
     targets = {name: load_pair(msgspec.structs.replace(profile, packed_rows=rows), DrafterSpec(kind="none")).target
-               for name, rows in (("plain", 0), ("packed", args.packed_rows))}
-    if not targets["packed"].model.packed_rows:
+               for name, rows in layouts}
+    if "packed" in targets and not targets["packed"].model.packed_rows:
         print("this torch or profile cannot pack weights (MKL, fp32 on the CPU); packed = plain", file=sys.stderr)
     context = [100 + i % 1000 for i in range(args.context)]
     times: dict[tuple[str, int], list[float]] = {}
@@ -45,11 +47,11 @@ def main() -> int:
                 target.forward(context[-1:] + [5] * (positions - 1), len(context) - 1)
                 times.setdefault((name, positions), []).append(time.perf_counter() - start)
     ms = {key: statistics.median(v) * 1e3 for key, v in times.items()}
-    print(f"T (k = T-1)   plain kernels ms   v(k)   packed for {args.packed_rows} rows ms   v(k)")
+    titles = {"packed": f"packed for {args.packed_rows} rows"}
+    print("T (k = T-1)" + "".join(f"   {titles.get(name, name + ' kernels') + ' ms':>26}   v(k)" for name in targets))
     for positions in range(1, args.max_positions + 1):
-        plain, packed = ms["plain", positions], ms["packed", positions]
-        print(f"{positions:>2} (k={positions - 1})   {plain:16.1f}  {plain / ms['plain', 1]:5.2f}"
-              f"   {packed:22.1f}  {packed / ms['packed', 1]:5.2f}")
+        print(f"{positions:>2} (k={positions - 1})  " + "".join(
+            f"   {ms[name, positions]:26.1f}  {ms[name, positions] / ms[name, 1]:5.2f}" for name in targets))
     return 0
 
 

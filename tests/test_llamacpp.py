@@ -55,6 +55,18 @@ def test_a_missing_binding_is_one_line_naming_the_extra(tmp_path, monkeypatch):
         load_pair(_llamacpp_profile(tmp_path))
 
 
+def test_cpus_with_amx_are_told_apart_from_proc_cpuinfo(tmp_path):
+    """On them specmon loads without llama.cpp's extra buffer types: its AMX matmul crashed a verify pass."""
+    from specmon.backends.llamacpp_loader import cpu_has_amx
+
+    flags = "fpu vme avx2 avx512f avx512_vnni"
+    (tmp_path / "amx").write_text(f"processor\t: 0\nflags\t\t: {flags} amx_bf16 amx_tile amx_int8\n")
+    (tmp_path / "plain").write_text(f"processor\t: 0\nflags\t\t: {flags} amx_tile_x\nbugs\t\t: amx_int8\n")
+    assert cpu_has_amx(tmp_path / "amx") is True
+    assert cpu_has_amx(tmp_path / "plain") is False  # a flag of another name, or the word outside flags
+    assert cpu_has_amx(tmp_path / "absent") is False
+
+
 def test_llamacpp_profiles_are_checked_before_loading(tmp_path):
     from specmon.backends.loader import load_pair
 

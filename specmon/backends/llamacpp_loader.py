@@ -51,6 +51,15 @@ def _backend_init(lib) -> None:
     lib.llama_backend_init()
 
 
+def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """The CPU has AMX tiles, so a native build repacks weights for ggml's AMX kernels: on such CPUs
+    a verify pass (a batch of k+1 positions) crashed the process in them, on Q4_1 SmolLM2."""
+    try:
+        return any(line.startswith("flags") and "amx_int8" in line.split() for line in cpuinfo.open())
+    except OSError:
+        return False
+
+
 class LlamaCppModel:
     """Weights loaded once (memory-mapped), shared by every context made on them."""
 
@@ -58,6 +67,7 @@ class LlamaCppModel:
         self.lib, self.path = lib, path
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
+        params.use_extra_bufts = not cpu_has_amx()  # ggml's AMX matmul segfaults on batches (llama.cpp#20824)
         self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self.ptr:
             raise SpecmonError(f"{path}: llama.cpp could not load this GGUF (see its error above)")
