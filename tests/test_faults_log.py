@@ -344,12 +344,16 @@ def _frame(data_starts, i):
 
 frame_index = st.integers(0, len(STARTS) - 2)
 position = st.integers(0, len(ORIGINAL))
-DAMAGE = st.one_of(
+BYTE_DAMAGE = st.one_of(  # drawn directly, not filtered out of DAMAGE: a filter rejecting 6 draws in 10
+    # now and then failed hypothesis's filter_too_much health check
     st.tuples(st.just("truncate"), st.integers(0, len(ORIGINAL) - 1)),
     st.tuples(st.just("flip bits"), st.lists(st.tuples(st.integers(0, len(ORIGINAL) - 1), st.integers(0, 7)),
                                              min_size=1, max_size=4)),
     st.tuples(st.just("overwrite"), position, st.binary(min_size=1, max_size=16)),
     st.tuples(st.just("insert garbage"), position, st.binary(min_size=1, max_size=64)),
+)
+DAMAGE = st.one_of(
+    BYTE_DAMAGE,
     st.tuples(st.just("duplicate a frame"), frame_index, st.integers(0, len(STARTS) - 1)),
     st.tuples(st.just("swap two frames"), frame_index, frame_index).filter(lambda op: op[1] != op[2]),
     st.tuples(st.just("drop a frame"), frame_index),
@@ -358,7 +362,6 @@ DAMAGE = st.one_of(
               st.integers(0, len(ORIGINAL)), st.integers(1, 400), st.booleans()),
     st.tuples(st.just("splice its own bytes"), position, position, st.integers(1, 400)),
 )
-BYTE_DAMAGE = ("truncate", "flip bits", "overwrite", "insert garbage")
 
 
 def damage(data: bytes, op: tuple) -> bytes:
@@ -490,7 +493,7 @@ def test_fuzz_damaged_logs(ops, chunk, fuzz_dir):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(DAMAGE.filter(lambda op: op[0] in BYTE_DAMAGE), min_size=1, max_size=3),
+@given(ops=st.lists(BYTE_DAMAGE, min_size=1, max_size=3),
        chunk=st.integers(1, 1 << 16))
 def test_fuzz_damaged_format_1_logs(ops, chunk, fuzz_dir):
     """Format 1 (no frame numbers) under byte damage: no crash, no invented event, nothing lost before it."""
