@@ -32,7 +32,6 @@ import argparse
 import itertools
 import re
 import subprocess
-import statistics
 import sys
 from collections import defaultdict
 
@@ -89,20 +88,24 @@ def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int
     return {"loop": (tokens, float(found.group(2))), "decode": (tokens, float(found.group(3)))}
 
 
+def reference_turn(results: dict, pair, prompt, n_new: int, reference: tuple[str, str, int]) -> None:
+    """llama.cpp's own loop on the chat-formatted prompt the engines decode; its rows in `results`."""
+    text = pair.tokenizer.decode(pair.tokenizer.encode_chat(prompt.text))
+    for kind, (tokens, ms) in reference_decode(*reference[:2], text, n_new, reference[2]).items():
+        cell = results.setdefault(f"C {kind}", {"plain": defaultdict(lambda: [0, 0.0])})["plain"][prompt.id]
+        cell[0] += tokens
+        cell[1] += ms
+
+
 def run(pairs: dict, prompts, reps: int, n_new: int, k: int, reference: tuple[str, str, int] | None = None) -> dict:
     """results[engine][mode] = {prompt id: (emitted, ms)}, summed over reps; plus identity counts."""
     results = {name: {"plain": defaultdict(lambda: [0, 0.0]), "ngram": defaultdict(lambda: [0, 0.0])} for name in pairs}
     same = {name: [0, 0] for name in pairs}
     names = list(pairs)
     for rep, (i, prompt) in itertools.product(range(reps), enumerate(prompts)):
-        if reference:  # llama.cpp's own loop, before or after the engines in turn
-            pair = next(iter(pairs.values()))
-            text = pair.tokenizer.decode(pair.tokenizer.encode_chat(prompt.text))  # the engines' context
-            for kind, (tokens, ms) in reference_decode(*reference[:2], text, n_new, reference[2]).items():
-                cell = results.setdefault(f"C {kind}", {"plain": defaultdict(lambda: [0, 0.0])})["plain"][prompt.id]
-                cell[0] += tokens
-                cell[1] += ms
         order = names if (i + rep) % 2 == 0 else names[::-1]  # alternate which engine goes first
+        if reference and (i + rep) % 2 == 0:  # llama.cpp's own loop: first, then last, in turn
+            reference_turn(results, next(iter(pairs.values())), prompt, n_new, reference)
         for name in order:
             pair = pairs[name]
             tokens = pair.tokenizer.encode_chat(prompt.text)
@@ -118,6 +121,8 @@ def run(pairs: dict, prompts, reps: int, n_new: int, k: int, reference: tuple[st
                     spec_out = done.generated
             same[name][0] += plain_out == spec_out
             same[name][1] += 1
+        if reference and (i + rep) % 2 == 1:
+            reference_turn(results, next(iter(pairs.values())), prompt, n_new, reference)
         print(f"rep {rep} prompt {prompt.id} done", file=sys.stderr, flush=True)
     return results, same
 
@@ -168,6 +173,8 @@ def main() -> int:
     parser.add_argument("--classes", default=None, help="comma-separated built-in classes (default: all)")
     parser.add_argument("--reference", help="scripts/llamacpp_reference.cpp, built as above")
     args = parser.parse_args()
+    if args.tokens < 2:
+        parser.error("--tokens must be at least 2 (the reference times the tokens after its first)")
     import torch
 
     if args.threads:

@@ -65,7 +65,7 @@ int main(int argc, char ** argv) {
     int decoded = 0;
     double in_decode = 0.0;
     const double start = now_ms();
-    while (decoded + 1 < n_new && !llama_vocab_is_eog(vocab, next)) {
+    while (decoded + 1 < n_new && !llama_vocab_is_eog(vocab, next)) {  // engines also count n_new - 1 after the first
         const double t = now_ms();
         if (llama_decode(ctx, llama_batch_get_one(&next, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
         in_decode += now_ms() - t;

@@ -1,5 +1,5 @@
 """The layout rules of DESIGN.md, checked on the source: no import cycles (function-level imports
-included), Textual only in specmon/tui/, torch and exllamav2 only in specmon/backends/."""
+included), Textual only in specmon/tui/, torch, exllamav2 and llama_cpp only in specmon/backends/."""
 
 import ast
 from pathlib import Path
@@ -62,5 +62,5 @@ def test_heavy_imports_stay_in_their_packages():
         roots = {n.split(".")[0] for n in names}
         if "textual" in roots:
             assert module.startswith("specmon.tui"), module
-        if roots & {"torch", "exllamav2"}:
+        if roots & {"torch", "exllamav2", "llama_cpp"}:
             assert module.startswith("specmon.backends"), module

@@ -12,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from specmon.events.log import read_log
+from specmon.events.log import LogWriter, read_log
 from specmon.events.schema import Decision, PromptFinished, RoundVerified, SessionFinished
 from specmon.metrics.stats import class_stats, summary
 from specmon.replay.player import ReplayFeed
@@ -205,8 +206,19 @@ def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
     info = specmon("log", "info", log)
     assert "bench: goodput, tokens/s, recomputed from the log" in info.stdout
     stalls = host_stalls(read_log(log))  # the bench's stderr and log info judge the host alike
-    assert written["host_stalls"] == stalls.stalled
+    assert (written["host_stalls"], written["rounds"]) == (stalls.stalled, stalls.rounds)
+    assert stalls.rounds == sum(isinstance(e, RoundVerified) for e in read_log(log))
     assert ("host stalls:" in info.stdout) == ("host stalls:" in done.stderr) == (stalls.line() is not None)
+    stalled = tmp_path / "stalled.specmon"  # the same log with one plain round held up 60 s by the host
+    events = list(read_log(log))
+    at = next(i for i, e in enumerate(events) if isinstance(e, RoundVerified) and not e.draft_len)
+    events[at] = msgspec.structs.replace(events[at], verify_ms=events[at].verify_ms + 60_000.0)
+    with LogWriter(stalled) as writer:
+        for event in events:
+            writer.write(event)
+    again = host_stalls(events)
+    assert again.stalled == stalls.stalled + 1 and again.worst_ms > 60_000.0
+    assert re.sub(r"\s+", " ", again.line()) in re.sub(r"\s+", " ", specmon("log", "info", stalled).stdout)
 
     if any(isinstance(e, Decision) for e in read_log(log)):
         explain = specmon("policy", "explain", log)

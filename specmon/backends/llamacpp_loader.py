@@ -55,7 +55,8 @@ def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """The CPU has AMX tiles, so a native build repacks weights for ggml's AMX kernels: on such CPUs
     a verify pass (a batch of k+1 positions) crashed the process in them, on Q4_1 SmolLM2."""
     try:
-        return any(line.startswith("flags") and "amx_int8" in line.split() for line in cpuinfo.open())
+        with cpuinfo.open() as lines:
+            return any(line.startswith("flags") and "amx_int8" in line.split() for line in lines)
     except OSError:
         return False
 
