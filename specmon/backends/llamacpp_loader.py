@@ -68,7 +68,7 @@ class LlamaCppModel:
         self.lib, self.path = lib, path
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
-        params.use_extra_bufts = not cpu_has_amx()  # ggml's AMX matmul segfaults on batches (llama.cpp#20824)
+        params.use_extra_bufts = not cpu_has_amx()  # ggml's AMX matmul crashes on batches (llama.cpp#20824)
         self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self.ptr:
             raise SpecmonError(f"{path}: llama.cpp could not load this GGUF (see its error above)")
