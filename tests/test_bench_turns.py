@@ -11,7 +11,8 @@ from specmon.engine.prompts import builtin_suite
 from specmon.events.schema import BENCH_FIXED_RULE, PromptFinished, PromptStarted, RoundVerified, Sampling
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import bench_results, host_stalls, run_bench, take_turns
+from specmon.sched.bench import bench_results, host_stalls, run_bench
+from specmon.sched.turns import take_turns
 from specmon.sched.policy import PolicyScheduler
 from specmon.transport.session import live_session as open_session
 from tinymodel import tiny_profile

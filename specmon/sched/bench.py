@@ -30,6 +30,7 @@ from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_esti
 from specmon.metrics.rates import goodput, round_ms, speedup
 from specmon.metrics.stats import RunStats
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
+from specmon.sched.turns import lanes as make_lanes, take_turns
 
 
 
@@ -57,7 +58,7 @@ def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[i
     runs beside every policy prompt, so auto/plain stays paired."""
     driver = policy.driver
     driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
-    lanes = _lanes(driver, policy.drafter, len(ks) + 1)
+    lanes = make_lanes(driver, [policy.drafter] * (len(ks) + 1))
     sequence = list(prompts) * repeat
     for index, prompt in enumerate(sequence):
         name = policy.engine.classify(prompt.text, _tag(prompt))[0]
@@ -76,51 +77,6 @@ def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[i
                 lane.flush(driver.emit)
         if on_prompt:
             on_prompt(index + 1)
-
-
-@dataclass
-class Lane:
-    """One decode's own KV cache and drafter; its events wait in `held` until the prompt's
-    decodes are all done, so the log keeps each decode's events together (a crash loses only the
-    prompt in flight)."""
-
-    driver: SessionDriver
-    drafter: Drafter
-    held: list[AnyEvent] = field(default_factory=list)
-
-    def flush(self, emit: Callable[[AnyEvent], None]) -> None:
-        for event in self.held:
-            emit(event)
-        self.held.clear()
-
-
-def _lanes(driver: SessionDriver, drafter: Drafter, count: int) -> list[Lane] | None:
-    """A lane per decode of a prompt, where the target and drafter can be copied; else None (the
-    decodes then run one after another, so drift in machine speed between them is not shared)."""
-    if getattr(drafter, "fork", None) is None:
-        return None
-    lanes = []
-    for _ in range(count):
-        held: list[AnyEvent] = []
-        twin = driver.fork(held.append)
-        if twin is None:
-            return None
-        lanes.append(Lane(twin, drafter.fork(), held))
-    return lanes
-
-
-def take_turns(decodes: Sequence[Generator[int, None, object]]) -> None:
-    """Step the decodes one round at a time, always the one with the fewest tokens so far, so every
-    decode covers each stretch of the text within a few rounds of the others: a change in the
-    machine's speed (seconds long on a shared host) then falls on all of them alike."""
-    progress = [0] * len(decodes)
-    live = set(range(len(decodes)))
-    while live:
-        turn = min(live, key=lambda i: (progress[i], i))
-        try:
-            progress[turn] = next(decodes[turn])
-        except StopIteration:
-            live.discard(turn)
 
 
 def _arm(policy: PolicyScheduler, driver: SessionDriver, drafter: Drafter, prompt: Prompt, name: str,

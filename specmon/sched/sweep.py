@@ -11,6 +11,7 @@ from specmon.engine.drafters import Drafter, NoDrafter
 from specmon.engine.driver import Decoded, SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import Sampling
+from specmon.sched.turns import Lane, lanes, take_turns
 
 
 @dataclass(frozen=True)
@@ -29,23 +30,54 @@ def grid(drafters: Sequence[str], ks: Sequence[int], samplings: Sequence[Samplin
     return cells
 
 
+LANE_BYTES = 4 << 30  # KV-cache copies a prompt's cells may take to decode in turn; above it, one by one
+
+
 def run_sweep(driver: SessionDriver, drafters: dict[str, Drafter], prompts: Sequence[Prompt], cells: list[Cell],
               max_new_tokens: int, on_run: Callable[[int], None] | None = None) -> None:
-    """Each prompt runs every cell, in an order rotated from prompt to prompt so drift cancels.
-    Every round is emitted as it happens, so an interrupted sweep keeps all it finished;
-    `on_run(n)` is told after each of the prompt x cell runs."""
+    """Each prompt runs every cell, taking turns round by round on copies of the KV cache where
+    the backend can copy it (in an order rotated from prompt to prompt, so what drift is left
+    cancels). A prompt's events are written when all its cells are done, each decode's together,
+    so an interrupted sweep keeps every prompt it finished; `on_run(n)` is told after each of the
+    prompt x cell runs."""
     driver.check_room(prompts, max_new_tokens, max(cell.draft_len for cell in cells))
     drafters = {**drafters, "none": NoDrafter()}
+    lanes = _lanes(driver, drafters, cells)
     finished = 0
     for index, prompt in enumerate(prompts):
         shift = index % len(cells)
-        runs: dict[Cell, Decoded] = {}
-        for cell in cells[shift:] + cells[:shift]:
-            runs[cell] = driver.decode(prompt, drafters[cell.drafter], FixedDraftLen(cell.draft_len), cell.sampling,
-                                       max_new_tokens, class_rule="sweep")
-            finished += 1
+        order = cells[shift:] + cells[:shift]
+        if lanes is None:
+            runs = {}
+            for cell in order:
+                runs[cell] = driver.decode(prompt, drafters[cell.drafter], FixedDraftLen(cell.draft_len),
+                                           cell.sampling, max_new_tokens, class_rule="sweep")
+                finished += 1
+                if on_run:
+                    on_run(finished)
+            finishers = {cell: driver for cell in order}
+        else:
+            decodes = [lanes[cell].driver.decode_steps(prompt, lanes[cell].drafter, FixedDraftLen(cell.draft_len),
+                                                       cell.sampling, max_new_tokens, class_rule="sweep")
+                       for cell in order]
+            runs = dict(zip(order, take_turns(decodes)))
+            finishers = {cell: lanes[cell].driver for cell in order}
+        for cell in order:  # finishes after all cells, so plain can run in any position
+            finishers[cell].finish(runs[cell], driver.equivalence(runs[Cell("none", 0, cell.sampling)], runs[cell]))
+        if lanes is not None:
+            for cell in order:
+                lanes[cell].flush(driver.emit)
+            finished += len(order)
             if on_run:
                 on_run(finished)
-        for cell, done in runs.items():  # finishes after all cells, so plain can run in any position
-            driver.finish(done, driver.equivalence(runs[Cell("none", 0, cell.sampling)], done))
         driver.sample_resources()
+
+
+def _lanes(driver: SessionDriver, drafters: dict[str, Drafter], cells: list[Cell]) -> dict[Cell, Lane] | None:
+    """A lane per cell, when the copies of the KV caches (target's and draft model's) fit LANE_BYTES."""
+    target = sum(driver.target.cache_bytes().values())
+    drafts = sum(sum(getattr(drafters[cell.drafter], "cache_bytes", dict)().values()) for cell in cells)
+    if target * len(cells) + drafts > LANE_BYTES:
+        return None
+    made = lanes(driver, [drafters[cell.drafter] for cell in cells])
+    return None if made is None else dict(zip(cells, made))
