@@ -22,7 +22,8 @@ llama-cpp-python installed, with the headers of the same version's source:
         -L$LIB -lllama -lggml -lggml-base -Wl,-rpath,$LIB -o /tmp/llamacpp_reference
 
 It gives two rows: "C loop" (wall time per token after the first: decode and argmax, what the
-engines' decode ms count) and "C decode" (llama_decode alone, a figure no loop reaches). Extra
+engines' decode ms count) and "C decode" (llama_decode alone, a figure no loop reaches). The C
+loop's "= plain" counts prompts whose greedy text is specmon's plain text through llama.cpp. Extra
 buffer types (weight repacking) follow specmon's choice: off on CPUs with AMX.
 """
 
@@ -70,12 +71,12 @@ def decode(pair, tokens, drafter, k, n_new):
     return decode_prompt(pair.target, drafter, tokens, FixedDraftLen(k), Sampling(), n_new, ctx, lambda e: None)
 
 
-REFERENCE_LINE = re.compile(r"decoded (\d+) tokens: loop ([\d.]+) ms, llama_decode ([\d.]+) ms")
+REFERENCE_LINE = re.compile(r"decoded (\d+) tokens: loop ([\d.]+) ms, llama_decode ([\d.]+) ms\ntokens:([\d ]*)")
 
 
-def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int) -> dict[str, tuple[int, float]]:
+def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int) -> tuple[dict, list[int]]:
     """(tokens, ms) of llama.cpp's own plain decode after the first token: the "loop" (with argmax)
-    and "decode" (llama_decode alone)."""
+    and "decode" (llama_decode alone); and the token ids it generated."""
     from specmon.backends.llamacpp_loader import cpu_has_amx
 
     extra = "0" if cpu_has_amx() else "1"
@@ -85,16 +86,20 @@ def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int
     if done.returncode != 0 or not found:
         raise SystemExit(f"{binary}: no timing line (exit {done.returncode}): {done.stderr[-300:]}")
     tokens = int(found.group(1))
-    return {"loop": (tokens, float(found.group(2))), "decode": (tokens, float(found.group(3)))}
+    timed = {"loop": (tokens, float(found.group(2))), "decode": (tokens, float(found.group(3)))}
+    return timed, [int(t) for t in found.group(4).split()]
 
 
-def reference_turn(results: dict, pair, prompt, n_new: int, reference: tuple[str, str, int]) -> None:
-    """llama.cpp's own loop on the chat-formatted prompt the engines decode; its rows in `results`."""
+def reference_turn(results: dict, pair, prompt, n_new: int, reference: tuple[str, str, int]) -> list[int]:
+    """llama.cpp's own loop on the chat-formatted prompt the engines decode; its rows in `results`;
+    returns its greedy output."""
     text = pair.tokenizer.decode(pair.tokenizer.encode_chat(prompt.text))
-    for kind, (tokens, ms) in reference_decode(*reference[:2], text, n_new, reference[2]).items():
+    timed, generated = reference_decode(*reference[:2], text, n_new, reference[2])
+    for kind, (tokens, ms) in timed.items():
         cell = results.setdefault(f"C {kind}", {"plain": defaultdict(lambda: [0, 0.0])})["plain"][prompt.id]
         cell[0] += tokens
         cell[1] += ms
+    return generated
 
 
 def run(pairs: dict, prompts, reps: int, n_new: int, k: int, reference: tuple[str, str, int] | None = None) -> dict:
@@ -105,7 +110,8 @@ def run(pairs: dict, prompts, reps: int, n_new: int, k: int, reference: tuple[st
     for rep, (i, prompt) in itertools.product(range(reps), enumerate(prompts)):
         order = names if (i + rep) % 2 == 0 else names[::-1]  # alternate which engine goes first
         if reference and (i + rep) % 2 == 0:  # llama.cpp's own loop: first, then last, in turn
-            reference_turn(results, next(iter(pairs.values())), prompt, n_new, reference)
+            own = reference_turn(results, next(iter(pairs.values())), prompt, n_new, reference)
+        plain_outs = {}
         for name in order:
             pair = pairs[name]
             tokens = pair.tokenizer.encode_chat(prompt.text)
@@ -121,8 +127,13 @@ def run(pairs: dict, prompts, reps: int, n_new: int, k: int, reference: tuple[st
                     spec_out = done.generated
             same[name][0] += plain_out == spec_out
             same[name][1] += 1
+            plain_outs[name] = plain_out
         if reference and (i + rep) % 2 == 1:
-            reference_turn(results, next(iter(pairs.values())), prompt, n_new, reference)
+            own = reference_turn(results, next(iter(pairs.values())), prompt, n_new, reference)
+        if reference and "llamacpp" in plain_outs:  # llama.cpp's own greedy text against specmon's through it
+            matched = same.setdefault("C loop", [0, 0])
+            matched[0] += plain_outs["llamacpp"][:len(own)] == own  # it stops at any end-of-generation token
+            matched[1] += 1
         print(f"rep {rep} prompt {prompt.id} done", file=sys.stderr, flush=True)
     return results, same
 
@@ -144,8 +155,9 @@ def table(results, same, prompts, k: int) -> None:
     base_tps = tok_s(totals(results[base]["plain"], ids))
     for name, modes in results.items():
         plain = totals(modes["plain"], ids)
-        if "ngram" not in modes:  # the reference decodes plainly only
-            print(f"{name:<12} {tok_s(plain):>11.1f} {tok_s(plain) / base_tps:>14.2f}x")
+        if "ngram" not in modes:  # the reference decodes plainly only; = plain: its text is specmon's llama.cpp plain
+            match = f"{same[name][0]:>3}/{same[name][1]}" if name in same else ""
+            print(f"{name:<12} {tok_s(plain):>11.1f} {tok_s(plain) / base_tps:>14.2f}x {'':>24} {match:>8}")
             continue
         est = speedup_estimate(totals(modes["ngram"], ids), plain)
         interval = f"[{fmt(est.low)}, {fmt(est.high)}]"

@@ -1,8 +1,10 @@
 // llama.cpp's plain greedy decode with no Python in the loop: the reference for
-// scripts/bench_engines.py --reference. One context, the prompt in one batch, then one token per
-// llama_decode, argmax over the logits (as specmon's greedy rounds). Prints one line:
+// scripts/bench_engines.py --reference. One context, the prompt as specmon feeds it, then one token per
+// llama_decode, argmax over the logits (as specmon's greedy rounds). Prints two lines:
 //   decoded N tokens: loop MS ms, llama_decode MS ms
-// timing the N decodes after the first token: the whole loop (decode + argmax), and llama_decode alone.
+//   tokens: ID ID ...
+// timing the N decodes after the first token: the whole loop (decode + argmax), and llama_decode
+// alone; then every generated token id (the first included), to compare with specmon's output.
 //
 // usage: llamacpp_reference MODEL.gguf N_NEW THREADS EXTRA_BUFTS(0|1) PROMPT
 // Build it against the library llama-cpp-python installed (headers from the same version's sdist):
@@ -60,8 +62,15 @@ int main(int argc, char ** argv) {
     llama_context * ctx = llama_init_from_model(model, cparams);
     if (!ctx) { fprintf(stderr, "cannot make a context\n"); return 1; }
 
-    if (llama_decode(ctx, llama_batch_get_one(tokens.data(), n_prompt))) { fprintf(stderr, "prefill failed\n"); return 1; }
+    // as specmon: all but the last prompt token in one batch, then the last alone (a batch rounds
+    // apart from single-token kernels in the last bits, which can flip a near-tie later on)
+    if (n_prompt > 1 && llama_decode(ctx, llama_batch_get_one(tokens.data(), n_prompt - 1))) {
+        fprintf(stderr, "prefill failed\n");
+        return 1;
+    }
+    if (llama_decode(ctx, llama_batch_get_one(&tokens[n_prompt - 1], 1))) { fprintf(stderr, "decode failed\n"); return 1; }
     llama_token next = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+    std::vector<llama_token> generated = {next};
     int decoded = 0;
     double in_decode = 0.0;
     const double start = now_ms();
@@ -70,9 +79,13 @@ int main(int argc, char ** argv) {
         if (llama_decode(ctx, llama_batch_get_one(&next, 1))) { fprintf(stderr, "decode failed\n"); return 1; }
         in_decode += now_ms() - t;
         next = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+        generated.push_back(next);
         decoded++;
     }
-    printf("decoded %d tokens: loop %.3f ms, llama_decode %.3f ms\n", decoded, now_ms() - start, in_decode);
+    const double loop_ms = now_ms() - start;
+    printf("decoded %d tokens: loop %.3f ms, llama_decode %.3f ms\ntokens:", decoded, loop_ms, in_decode);
+    for (llama_token t : generated) printf(" %d", t);
+    printf("\n");
     llama_free(ctx);
     llama_model_free(model);
     llama_backend_free();
