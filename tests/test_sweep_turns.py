@@ -10,6 +10,7 @@ from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import NgramDrafter
 from specmon.engine.prompts import builtin_suite
 from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, Sampling
+from specmon.sched import sweep as sweep_module
 from specmon.sched.sweep import _lanes, grid, run_sweep
 from specmon.transport.session import live_session
 from tinymodel import tiny_profile
@@ -29,11 +30,13 @@ def swept(tmp_path_factory):
     prompts = builtin_suite(["rewrite", "chat"])[:3]
     with live_session(pair, profile, pair.drafter, tmp / "sweep.specmon", serve=False, announce=False) as session:
         assert _lanes(session.driver, {**drafters, "none": pair.drafter}, cells) is not None
-        run_sweep(session.driver, drafters, prompts, cells, 16)
+        told = []
+        run_sweep(session.driver, drafters, prompts, cells, 16, told.append)
         events = list(session.events)
         alone = {(p.id, c): session.driver.decode(p, drafters.get(c.drafter, pair.drafter),
                                                   FixedDraftLen(c.draft_len), c.sampling, 16).run.generated
                  for p in prompts for c in cells}
+    assert told == [len(cells) * n for n in (1, 2, 3)]  # a prompt's cells finish together
     return events, alone, cells, pair
 
 
@@ -61,6 +64,29 @@ def test_every_cell_gives_what_it_gives_alone(swept):
     sampled = [(p, c) for p, c in alone if not c.sampling.greedy]
     assert any(alone[p, c] != alone[p, next(o for o in cells if o.sampling == c.sampling and o.draft_len == 4)]
                for p, c in sampled if c.draft_len == 0)  # the check has teeth
+
+
+def test_side_by_side_cells_are_judged_against_their_own_plain_cell(swept):
+    events, _, _, _ = swept
+    started = {}
+    for ev in events:
+        if isinstance(ev, PromptStarted):
+            started = ev
+        elif isinstance(ev, PromptFinished):
+            expected = ({"baseline"} if started.draft_len == 0 else
+                        {"identical", "near-tie"} if started.sampling.greedy else {"sampled"})
+            assert ev.equivalence.verdict in expected, (started.draft_len, started.sampling, ev.equivalence)
+
+
+def test_the_copies_must_fit_lane_bytes(swept, tmp_path, monkeypatch):
+    _, _, cells, pair = swept
+    profile = load_profile(str(tiny_profile(tmp_path)))
+    monkeypatch.setattr(sweep_module, "LANE_BYTES", 1)
+    told = []
+    with live_session(pair, profile, pair.drafter, tmp_path / "s.specmon", serve=False, announce=False) as session:
+        assert _lanes(session.driver, {"none": pair.drafter, "model": pair.drafter}, cells) is None
+        run_sweep(session.driver, {"model": NgramDrafter()}, builtin_suite(["rewrite"])[:1], cells, 8, told.append)
+    assert told == list(range(1, len(cells) + 1))  # one after another: told after each run
 
 
 def test_a_prompts_cells_take_turns_and_the_log_keeps_each_together(swept):

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import Drafter, NoDrafter
-from specmon.engine.driver import Decoded, SessionDriver
+from specmon.engine.driver import SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import Sampling
 from specmon.sched.turns import Lane, lanes, take_turns
@@ -35,11 +35,12 @@ LANE_BYTES = 4 << 30  # KV-cache copies a prompt's cells may take to decode in t
 
 def run_sweep(driver: SessionDriver, drafters: dict[str, Drafter], prompts: Sequence[Prompt], cells: list[Cell],
               max_new_tokens: int, on_run: Callable[[int], None] | None = None) -> None:
-    """Each prompt runs every cell, taking turns round by round on copies of the KV cache where
-    the backend can copy it (in an order rotated from prompt to prompt, so what drift is left
-    cancels). A prompt's events are written when all its cells are done, each decode's together,
-    so an interrupted sweep keeps every prompt it finished; `on_run(n)` is told after each of the
-    prompt x cell runs."""
+    """Each prompt runs every cell, in an order rotated from prompt to prompt. Where the backend
+    and drafters can be copied (and the copies fit LANE_BYTES), a prompt's cells take turns round
+    by round on their own KV caches, their events are written when all are done (each decode's
+    together: an interrupted sweep keeps the prompts it finished) and `on_run(n)` hears of a
+    prompt's runs at once; else the cells run one after another, their rounds written as they
+    happen, and `on_run(n)` is told after each run. n counts prompt x cell runs."""
     driver.check_room(prompts, max_new_tokens, max(cell.draft_len for cell in cells))
     drafters = {**drafters, "none": NoDrafter()}
     lanes = _lanes(driver, drafters, cells)
