@@ -107,10 +107,11 @@ def run(pairs: dict, prompts, reps: int, n_new: int, k: int, reference: tuple[st
     results = {name: {"plain": defaultdict(lambda: [0, 0.0]), "ngram": defaultdict(lambda: [0, 0.0])} for name in pairs}
     same = {name: [0, 0] for name in pairs}
     names = list(pairs)
+    tokenizing = next(iter(pairs.values()))  # the pair whose tokenizer renders the reference's prompt
     for rep, (i, prompt) in itertools.product(range(reps), enumerate(prompts)):
         order = names if (i + rep) % 2 == 0 else names[::-1]  # alternate which engine goes first
         if reference and (i + rep) % 2 == 0:  # llama.cpp's own loop: first, then last, in turn
-            own = reference_turn(results, next(iter(pairs.values())), prompt, n_new, reference)
+            own = reference_turn(results, tokenizing, prompt, n_new, reference)
         plain_outs = {}
         for name in order:
             pair = pairs[name]
@@ -129,7 +130,7 @@ def run(pairs: dict, prompts, reps: int, n_new: int, k: int, reference: tuple[st
             same[name][1] += 1
             plain_outs[name] = plain_out
         if reference and (i + rep) % 2 == 1:
-            own = reference_turn(results, next(iter(pairs.values())), prompt, n_new, reference)
+            own = reference_turn(results, tokenizing, prompt, n_new, reference)
         if reference and "llamacpp" in plain_outs:  # llama.cpp's own greedy text against specmon's through it
             matched = same.setdefault("C loop", [0, 0])
             matched[0] += plain_outs["llamacpp"][:len(own)] == own  # it stops at any end-of-generation token

@@ -51,6 +51,7 @@ def _backend_init(lib) -> None:
     lib.llama_backend_init()
 
 
+@functools.lru_cache(maxsize=4)  # read once per process: each model load and bench prompt asks
 def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """The CPU has AMX tiles, so a native build repacks weights for ggml's AMX kernels: on such CPUs
     a verify pass (a batch of k+1 positions) crashed the process in them, on Q4_1 SmolLM2."""
