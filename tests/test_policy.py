@@ -300,15 +300,22 @@ class ScriptedTarget:
 
 
 class RepeatDrafter:
-    """Proposes k copies of the one draft token: the target alone decides how many are accepted."""
+    """Proposes k copies of the one draft token: the target alone decides how many are accepted.
+    With `silent_every` = n, every nth proposal of a prompt is empty, as a confident drafter's
+    with no match: that round is one plain step."""
 
     name = "scripted"
 
+    def __init__(self, silent_every: int = 0):
+        self.silent_every, self.calls = silent_every, 0
+
     def begin(self, prompt) -> None:
-        pass
+        self.calls = 0
 
     def propose(self, context, k, sampling, rng) -> Proposal:
-        return Proposal([DRAFT] * k, None)
+        self.calls += 1
+        silent = self.silent_every and self.calls % self.silent_every == 0
+        return Proposal([] if silent else [DRAFT] * k, None)
 
 
 class ScriptedTokenizer:
@@ -335,12 +342,12 @@ class PlanRecorder(PolicyEngine):
 class PolicySession:
     """The live path on the scripted pair: PolicyScheduler feeding a SessionDriver, round by round."""
 
-    def __init__(self, policy, clock: ScriptedClock):
+    def __init__(self, policy, clock: ScriptedClock, silent_every: int = 0):
         self.events: list = []
         self.target = ScriptedTarget(clock)
         self.engine = PlanRecorder(policy, "s")
         driver = SessionDriver("s", self.target, ScriptedTokenizer(), self.events.append, near_tie_margin=0.0)
-        self.scheduler = PolicyScheduler(driver, self.engine, RepeatDrafter())
+        self.scheduler = PolicyScheduler(driver, self.engine, RepeatDrafter(silent_every))
         self.prompts = 0
 
     def prompt(self, name, rounds=40, speedup=1.5, emitted=3):
@@ -353,8 +360,8 @@ class PolicySession:
         played = [e for e in new if isinstance(e, RoundVerified)]
         assert done.started.prompt_class == name and done.run.stop_reason == "eos" and len(played) == rounds
         for ev in played:  # the evidence is what the driver timed, and what the script says
-            assert len(ev.emitted) == (min(emitted, ev.draft_len + 1) if ev.draft_len else 1)
-            assert rates.round_ms(ev) == pytest.approx(self.target.round_ms(ev.draft_len))
+            assert len(ev.emitted) == (min(emitted, ev.draft_len + 1) if ev.proposed else 1)
+            assert rates.round_ms(ev) == pytest.approx(self.target.round_ms(len(ev.proposed)))
         return self.engine.plans[-1], [e.draft_len for e in played], [e for e in new if isinstance(e, Decision)]
 
 

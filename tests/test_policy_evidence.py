@@ -23,7 +23,7 @@ IV = {"min_gain": 0.03, "hysteresis": 0.05, "min_rounds": 4.0, "plain_rounds": 4
 def session(monkeypatch):
     clock = ScriptedClock()
     monkeypatch.setattr(rounds_module, "time", clock)
-    return lambda policy: PolicySession(policy, clock)
+    return lambda policy, silent_every=0: PolicySession(policy, clock, silent_every)
 
 
 def default_policy():
@@ -95,33 +95,38 @@ def test_a_prompt_decision_stands_on_its_own_first_rounds():
 # -- per-request evidence, live --------------------------------------------------------------
 
 def test_a_copying_prompt_in_an_off_class_turns_speculation_on_for_itself(session):
-    live = session(default_policy())
+    live = session(default_policy(), silent_every=2)  # every other round drafts nothing: a plain step
+    live.prompt("chat", rounds=30, speedup=2 / 3, emitted=1)  # drafts fail; its silent rounds measure plain
     live.engine.state("chat").speculate = False  # the class is off
     plan, ks, decisions = live.prompt("chat", rounds=40, speedup=2.0, emitted=3)
-    k, plain, watch = live.engine.state("chat").k, plan.lead[1], live.engine.policy.settings.prompt_rounds
-    # plain first (the class has no plain evidence yet), then the prompt's own rounds at k, then on
-    assert ks == [0] * plain + [k] * (40 - plain)
+    k, watch = live.engine.state("chat").k, live.engine.policy.settings.prompt_rounds
+    # the prompt's own first rounds at k (every other one silent), then on for the rest of it
+    assert plan.lead is None and ks == [k] * 40
     (decision,) = decisions
     assert (decision.speculate_from, decision.speculate_to, decision.rule_key) == (False, True, "policy.prompt_rounds")
-    assert decision.reason.startswith("prompt p1") and decision.inputs["ratio"] == pytest.approx(2.0)
-    assert len(decision.round_ids) == plain + watch
+    assert decision.reason.startswith("prompt p2") and decision.inputs["ratio"] == pytest.approx(2.0)
+    assert decision.inputs["rounds_spec"] == watch and decision.inputs["rounds_base"] >= 15  # silent rounds as plain
     assert not live.engine.state("chat").speculate  # the class stays off: one prompt is no class verdict
-    # a prompt that does not copy stays plain after its own first rounds
+    # a prompt that does not copy goes plain after its own first rounds
     _, ks, decisions = live.prompt("chat", rounds=30, speedup=0.9, emitted=1)
-    assert ks[:watch] == [k] * watch and set(ks[watch:]) == {0} and decisions == []
+    assert ks[:2 * watch - 1] == [k] * (2 * watch - 1) and set(ks[2 * watch:]) == {0} and decisions == []
     assert all(e.reproduces for e in explained(live))
 
 
 def test_a_prompt_whose_drafts_fail_turns_speculation_off_for_itself(session):
-    live = session(default_policy())
+    live = session(default_policy(), silent_every=2)
+    s = live.engine.policy.settings
     plan, ks, decisions = live.prompt("rewrite", rounds=40, speedup=0.5, emitted=1)  # every draft fails
-    k, plain, watch = live.engine.state("rewrite").k, plan.lead[1], live.engine.policy.settings.prompt_rounds
-    assert ks == [0] * plain + [k] * watch + [0] * (40 - plain - watch)
+    k = live.engine.state("rewrite").k
+    # no plain run first: its silent rounds measure plain; judged once plain_rounds of them are in
+    judged = 2 * s.plain_rounds + 1
+    assert plan.lead is None and ks == [k] * judged + [0] * (40 - judged)
     (decision,) = decisions
     assert (decision.speculate_from, decision.speculate_to, decision.rule_key) == (True, False, "policy.prompt_rounds")
+    assert decision.inputs["ratio"] == pytest.approx(0.5) and decision.inputs["rounds_base"] == s.plain_rounds
     assert live.engine.state("rewrite").speculate  # the class stays on
     # the next prompt, which copies, speculates from its first round
-    _, ks, decisions = live.prompt("rewrite", rounds=20, speedup=1.5, emitted=3)  # plain as fast as before
+    _, ks, decisions = live.prompt("rewrite", rounds=20, speedup=1.5, emitted=3)
     assert set(ks) == {k} and decisions == []
     assert all(e.reproduces for e in explained(live))
 
@@ -143,18 +148,43 @@ def flips(decisions: list) -> int:
     return sum(d.speculate_from != d.speculate_to for d in decisions)
 
 
+@pytest.mark.parametrize("silent_every", [0, 3])  # drafts never stop; every third round drafts nothing
 @pytest.mark.parametrize("mean", [0.95, 1.03, 1.06, 1.2])
-def test_no_class_flips_more_than_twice_per_hundred_prompts_on_a_stationary_workload(session, mean):
-    live = session(default_policy())
+def test_no_class_flips_more_than_twice_per_hundred_prompts_on_a_stationary_workload(session, mean, silent_every):
+    live = session(default_policy(), silent_every)
     decisions = stationary(live, "rewrite", 200, mean, 0.15, seed=7)
     assert flips(decisions) <= 4, [(d.decision_id, d.speculate_to, round(d.inputs["ratio"], 3)) for d in decisions]
     assert all(e.reproduces for e in explained(live))
 
 
+def test_silent_rounds_measure_plain_so_no_plain_run_is_needed_while_drafts_stop(session):
+    live = session(default_policy(), silent_every=3)
+    plans = [live.prompt("rewrite", rounds=30, speedup=1.5, emitted=3)[0] for _ in range(30)]
+    assert not [p for p in plans if p.lead and p.lead[0] == 0]  # never a plain run: silent rounds keep plain current
+    # a class that loses is switched off on the silent rounds' evidence, which its decision cites
+    decisions = [d for _ in range(12) for d in live.prompt("chat", rounds=30, speedup=0.6, emitted=1)[2]
+                 if "prompt" not in d.thresholds]
+    assert [(d.speculate_from, d.speculate_to) for d in decisions] == [(True, False)]
+    rounds = {e.round_id: e for e in live.events if isinstance(e, RoundVerified)}
+    cited = [rounds[i] for i in decisions[0].round_ids]
+    silent = [e for e in cited if e.draft_len and not e.proposed]
+    assert silent and len(silent) + sum(1 for e in cited if not e.draft_len) == decisions[0].inputs["rounds_base"]
+    assert decisions[0].thresholds["silent_plain"] == 1.0
+    assert all(e.reproduces for e in explained(live))
+
+
+def test_a_class_whose_drafts_never_stop_measures_plain_in_a_short_run(session):
+    live = session(default_policy())  # the drafter proposes every round: no silent rounds
+    s = live.engine.policy.settings
+    plans = [live.prompt("rewrite", rounds=30, speedup=1.5, emitted=3)[0] for _ in range(s.remeasure_every + 1)]
+    assert [p.lead for p in plans[:-1]] == [None] * s.remeasure_every
+    assert plans[-1].lead == (0, s.plain_rounds)  # after remeasure_every prompts without plain evidence
+
+
 def test_a_new_class_borrows_the_sessions_plain_rounds_instead_of_starting_with_a_plain_run(session):
     live = session(default_policy())
-    first, ks, _ = live.prompt("rewrite", rounds=30, speedup=1.5, emitted=3)
-    assert first.lead == (0, live.engine.policy.settings.plain_rounds)  # the session's first plain run
+    for _ in range(live.engine.policy.settings.remeasure_every + 1):
+        live.prompt("rewrite", rounds=30, speedup=1.5, emitted=3)  # the last one starts with a plain run
     plan, ks, decisions = live.prompt("chat", rounds=30, speedup=1.5, emitted=3)
     assert plan.lead is None and set(ks) == {live.engine.state("chat").k}  # speculates from its first round
     # its own evidence is judged against the borrowed plain rounds, which the decisions cite

@@ -27,6 +27,9 @@ rounds that drafted something (a confident drafter's silent rounds cost what a p
 costs, so they say nothing), beside the class's plain rounds:
 - on  -> off for the prompt when their goodput does not beat plain by min_gain   (drafts fail)
 - off -> on  for the prompt when it beats plain by min_gain + hysteresis          (it copies)
+With `silent_plain` (policy.silent_plain) a round at k whose confident drafter proposed nothing
+is also a plain round: it decoded one token in one single-position pass, as plain decoding does,
+so plain's cost is measured inside speculation at no cost. It stays evidence for its k as well.
 Logs from before a key existed carry no such threshold and are re-derived by the rules they
 were decided by: no plain_rounds -> min_rounds; no k_gain -> min_gain; early_off (a ratio,
 checked at plain_rounds) instead of early_rounds; neither -> no early off; no paired -> k's
@@ -36,7 +39,7 @@ compared over all their rounds.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specmon.metrics import rates
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
@@ -73,6 +76,18 @@ def goodput(rows: Sequence[Row]) -> float:
     return rates.goodput(sum(r.emitted for r in rows), sum(r.round_ms for r in rows)) or 0.0
 
 
+def silent(row: Row) -> bool:
+    """A round at k > 0 whose drafter proposed nothing: one plain step's work (policy.silent_plain)."""
+    return bool(row.draft_len) and not row.proposed
+
+
+def with_silent_plain(rows: Sequence[Row], thresholds: dict[str, float]) -> list[Row]:
+    """The rows, plus with policy.silent_plain a plain (k = 0) copy of each silent round."""
+    if not thresholds.get("silent_plain"):
+        return list(rows)
+    return [*rows, *(replace(r, draft_len=0) for r in rows if silent(r))]
+
+
 def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
     """What should change for one class, given the evidence rows; None when nothing should.
 
@@ -80,6 +95,7 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
     rounds alone gives the same outcome (that is what `specmon policy explain` checks)."""
     if thresholds.get("prompt"):
         return decide_prompt(speculate, k, rows, thresholds)
+    rows = with_silent_plain(rows, thresholds)
     if thresholds.get("interval"):
         return _decide_interval(speculate, k, rows, thresholds)
     by_k: dict[int, list[Row]] = {}
@@ -173,7 +189,7 @@ def _outcome(speculate: bool, k: int, rule: str, rate: dict[int, float], enough:
              used: list[int], ratio_k: int) -> Outcome:
     inputs = {f"goodput_k{kk}": rate[kk] for kk in used}
     inputs["ratio"] = rate[ratio_k] / rate[0] if rate[0] else 0.0
-    return Outcome(speculate, k, rule, inputs, sorted(r.round_id for kk in used for r in enough[kk]))
+    return Outcome(speculate, k, rule, inputs, sorted({r.round_id for kk in used for r in enough[kk]}))
 
 
 # -- intervals (policy.interval) and one prompt's own evidence (policy.prompt_rounds) ----------
@@ -249,7 +265,7 @@ def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[
     inputs = {f"goodput_k{kk}": v for kk, v in rate.items()}
     inputs.update(_sides(paired, theirs, mine, best, k))
     inputs["ratio_to_plain"] = rate[best] / rate[0] if rate[0] else 0.0
-    ids = sorted(r.round_id for kk in (0, k, best) for r in enough[kk])
+    ids = sorted({r.round_id for kk in (0, k, best) for r in enough[kk]})
     return Outcome(True, best, "draft_len", inputs, ids)
 
 
@@ -258,12 +274,13 @@ def _interval_outcome(speculate: bool, k: int, rule: str, est: SpeedupEstimate, 
     spec, base = enough[spec_k], enough[base_k]
     inputs = {f"goodput_k{base_k}": goodput(base), f"goodput_k{spec_k}": goodput(spec)}
     inputs.update(_sides(est, spec, base, spec_k, base_k))
-    return Outcome(speculate, k, rule, inputs, sorted(r.round_id for r in [*spec, *base]))
+    return Outcome(speculate, k, rule, inputs, sorted({r.round_id for r in [*spec, *base]}))
 
 
 def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
     """One prompt's own first rounds that drafted, against the class's plain rounds: off for the
     rest of the prompt if they do not pay; on if they pay by the switch-on margin."""
+    rows = with_silent_plain(rows, thresholds)
     spec = sorted((r for r in rows if r.draft_len and r.proposed), key=lambda r: r.round_id)
     plain = sorted((r for r in rows if not r.draft_len), key=lambda r: r.round_id)
     if len(spec) < thresholds["prompt_rounds"] or len(plain) < thresholds["plain_rounds"] or not goodput(plain):
@@ -272,7 +289,7 @@ def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str
     rate = {0: goodput(plain), drafted: goodput(spec)}
     inputs = {f"goodput_k0": rate[0], f"goodput_k{drafted}": rate[drafted]}
     inputs.update(_sides(estimate(spec, plain), spec, plain, drafted, 0))
-    ids = sorted(r.round_id for r in [*spec, *plain])
+    ids = sorted({r.round_id for r in [*spec, *plain]})
     if speculate:
         if rate[drafted] >= rate[0] * (1 + thresholds["min_gain"]):
             return None

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import collections
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
-from specmon.policy.decide import Row, can_still_pay, decide, decide_prompt, goodput
+from specmon.policy.decide import Row, can_still_pay, decide, decide_prompt, goodput, silent
 from specmon.policy.reload import file_stamp, loaded_event, refused_event
 from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
 
@@ -36,6 +36,7 @@ class ClassState:
     since_probe: int = 0  # prompts since the last probe
     probing: bool = False  # a probe is under way; the next decision judges it
     probed: dict[int, int] = field(default_factory=dict)  # k -> prompt count when last probed
+    silent_since: int = 0  # silent rounds (policy.silent_plain) since the last plain re-measure was due
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,8 @@ class PolicyEngine:
         if cls.speculate != "auto":
             return Plan(st.k if cls.speculate == "on" else 0, f"speculate = {cls.speculate}")
         if len(self.plain_rows(st)) < s.plain_rounds:
+            if s.silent_plain and st.since_plain <= s.remeasure_every:
+                return Plan(st.k, "measuring speculation; its rounds that draft nothing measure plain decoding")
             st.since_plain = 0
             return Plan(st.k, "measuring plain decoding, then speculation", (0, s.plain_rounds))
         st.since_probe += 1
@@ -131,8 +134,11 @@ class PolicyEngine:
         if self._rounds(st, st.k) < s.min_rounds:
             return Plan(st.k, "measuring speculation")
         if s.remeasure_every and st.since_plain >= (st.remeasure_gap or s.remeasure_every):
-            st.since_plain, st.remeasuring = 0, True
-            return Plan(st.k, "re-measuring plain decoding", (0, s.plain_rounds))
+            fresh = st.silent_since >= s.plain_rounds  # silent rounds kept plain's cost current meanwhile
+            st.since_plain, st.silent_since = 0, 0
+            if not fresh:
+                st.remeasuring = True
+                return Plan(st.k, "re-measuring plain decoding", (0, s.plain_rounds))
         short = self._cut_short(cls, st)
         probe = self._next_probe(cls, st, short) if due or short else None
         if probe is not None:
@@ -206,15 +212,32 @@ class PolicyEngine:
         window.append(row)
         if not ev.draft_len:
             self.plain_pool.append(row)
+        elif silent(row):
+            st.silent_since += 1
         st.fresh += 1
 
     def plain_rows(self, st: ClassState) -> list[Row]:
-        """The class's plain rounds; with policy.interval, while it has fewer than plain_rounds of
-        its own, the session's (every class's), so a new class need not start with a plain run."""
-        own = list(st.windows.get(0, ()))
-        if len(own) >= self.policy.settings.plain_rounds or not self.policy.settings.interval:
+        """The class's plain evidence as a decision sees it: its plain rounds (or the session's)
+        and, with policy.silent_plain, a plain copy of each of its silent rounds."""
+        return self.plain_decoded(st) + self._silent_copies(st)
+
+    def plain_decoded(self, st: ClassState) -> list[Row]:
+        """The class's plain rounds; with policy.interval, while its plain evidence is short of
+        plain_rounds, the session's (every class's), so a new class need not start with a plain run."""
+        own, s = list(st.windows.get(0, ())), self.policy.settings
+        if not s.interval or len(own) + self._silent_count(st) >= s.plain_rounds:
             return own
         return list(self.plain_pool)
+
+    def _silent_count(self, st: ClassState) -> int:
+        if not self.policy.settings.silent_plain:
+            return 0
+        return sum(1 for k, window in st.windows.items() if k for r in window if silent(r))
+
+    def _silent_copies(self, st: ClassState) -> list[Row]:
+        if not self.policy.settings.silent_plain:
+            return []
+        return [replace(r, draft_len=0) for k, window in st.windows.items() if k for r in window if silent(r)]
 
     def decide_due(self, name: str) -> bool:
         """A decision is checked every plain_rounds new rounds of a class, mid-prompt included;
@@ -251,10 +274,12 @@ class PolicyEngine:
         schedule.own.append(Row.of(ev))
         if len(schedule.own) < need:
             return None
-        schedule.judged = True
         st = self.state(ev.prompt_class)
-        thresholds = {**self.thresholds(cls), "prompt": 1.0}
         plain = self.plain_rows(st)
+        if st.speculate and len(plain) < self.policy.settings.plain_rounds:
+            return None  # it speculates anyway: judge it once silent rounds have measured plain's cost
+        schedule.judged = True
+        thresholds = {**self.thresholds(cls), "prompt": 1.0}
         outcome = decide_prompt(st.speculate, st.k, schedule.own + plain, thresholds)
         if outcome is None:
             return None
@@ -270,7 +295,7 @@ class PolicyEngine:
         if cls.speculate != "auto":
             return None
         thresholds = self.thresholds(cls)
-        rows = [row for k, window in st.windows.items() if k for row in window] + self.plain_rows(st)
+        rows = [row for k, window in st.windows.items() if k for row in window] + self.plain_decoded(st)
         outcome = decide(st.speculate, st.k, rows, thresholds)
         confirmed = outcome is None and self._judged(cls, st)
         self._pace_measures(st, changed=outcome is not None, confirmed=confirmed, far=confirmed and self._far_ahead(st))
@@ -343,7 +368,8 @@ class PolicyEngine:
                 "adapt": float(ranged and k.adapt == "goodput"),
                 "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k),
                 **({"interval": 1.0} if s.interval else {}),
-                **({"prompt_rounds": float(s.prompt_rounds)} if s.prompt_rounds else {})}
+                **({"prompt_rounds": float(s.prompt_rounds)} if s.prompt_rounds else {}),
+                **({"silent_plain": 1.0} if s.silent_plain else {})}
 
     # -- hot reload --------------------------------------------------------------------------
     def maybe_reload(self) -> PolicyLoaded | None:

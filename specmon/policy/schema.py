@@ -39,6 +39,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # Added with per-request evidence; a file without them decides as before.
     interval: bool = False  # a switch or k move needs the 95% interval over prompts to clear the threshold
     prompt_rounds: int = 0  # a prompt's own first rounds may turn it on (off class) or off (on class); 0: never
+    silent_plain: bool = False  # a round whose drafter proposed nothing also counts as a plain round
 
 
 class DraftLen(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
