@@ -57,12 +57,17 @@ class SpeedupEstimate:
 def speedup_estimate(spec: PromptTotals, plain: PromptTotals, bound: float | None = None,
                      seed: int = 0) -> SpeedupEstimate:
     """The goodput ratio spec/plain and its bootstrap interval over prompts."""
-    ratio = rates.speedup(_goodput(spec.emitted.values(), spec.ms.values()),
-                          _goodput(plain.emitted.values(), plain.ms.values()))
+    ratio = point_ratio(spec, plain)
     low = high = None
     if ratio is not None and spec.prompts >= MIN_PROMPTS and plain.prompts >= MIN_PROMPTS:
         low, high = _bootstrap(spec, plain, seed) or (None, None)
     return SpeedupEstimate(ratio, low, high, spec.prompts, plain.prompts, bound)
+
+
+def point_ratio(spec: PromptTotals, plain: PromptTotals) -> float | None:
+    """speedup_estimate's ratio alone, without drawing the interval."""
+    return rates.speedup(_goodput(spec.emitted.values(), spec.ms.values()),
+                         _goodput(plain.emitted.values(), plain.ms.values()))
 
 
 def goodput_interval(totals: PromptTotals, seed: int = 0) -> tuple[float, float] | None:

@@ -17,6 +17,7 @@ decoding (k = 0) needs plain_rounds.
 With `interval` (policy.interval) the class's figure is the TUI's: the goodput ratio with its
 95% interval over prompts (specmon.metrics.interval, seeded, so a log re-derives it exactly):
 - on  -> off when the interval's high end < 1 + min_gain: surely not paying   (policy.min_gain)
+  (the interval is drawn only for a ratio below 1 + min_gain + hysteresis: it lies around its ratio)
 - off -> on  when its low end >= 1 + min_gain and the ratio >= 1 + min_gain + hysteresis, for the
   best such k in range                                                          (policy.hysteresis)
 - k moves when, over the prompts where both ran, the other k's ratio to k has a low end > 1
@@ -29,7 +30,7 @@ costs, so they say nothing), beside the class's plain rounds:
 - off -> on  for the prompt when it beats plain by min_gain + hysteresis          (it copies)
 With `silent_plain` (policy.silent_plain) a round at k whose confident drafter proposed nothing
 is also a plain round: it decoded one token in one single-position pass, as plain decoding does,
-so plain's cost is measured inside speculation at no cost. It stays evidence for its k as well.
+so plain's cost is measured inside speculation for free. It stays evidence for its k as well.
 Logs from before a key existed carry no such threshold and are re-derived by the rules they
 were decided by: no plain_rounds -> min_rounds; no k_gain -> min_gain; early_off (a ratio,
 checked at plain_rounds) instead of early_rounds; neither -> no early off; no paired -> k's
@@ -38,11 +39,12 @@ compared over all their rounds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from specmon.metrics import rates
-from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
+from specmon.metrics.interval import PromptTotals, SpeedupEstimate, point_ratio, speedup_estimate
 
 OPTIMISM = 2  # early off pretends this many more rounds at k accepted every draft token
 
@@ -81,11 +83,16 @@ def silent(row: Row) -> bool:
     return bool(row.draft_len) and not row.proposed
 
 
-def with_silent_plain(rows: Sequence[Row], thresholds: dict[str, float]) -> list[Row]:
-    """The rows, plus with policy.silent_plain a plain (k = 0) copy of each silent round."""
-    if not thresholds.get("silent_plain"):
-        return list(rows)
-    return [*rows, *(replace(r, draft_len=0) for r in rows if silent(r))]
+def by_draft_len(rows: Sequence[Row], thresholds: dict[str, float]) -> dict[int, list[Row]]:
+    """The rows by the k they ran at, in the given order; with policy.silent_plain each silent
+    round is under 0 (plain) as well as under its k."""
+    as_plain = bool(thresholds.get("silent_plain"))
+    by_k: dict[int, list[Row]] = {}
+    for row in rows:
+        by_k.setdefault(row.draft_len, []).append(row)
+        if as_plain and row.draft_len and not row.proposed:
+            by_k.setdefault(0, []).append(row)
+    return by_k
 
 
 def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
@@ -95,12 +102,9 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
     rounds alone gives the same outcome (that is what `specmon policy explain` checks)."""
     if thresholds.get("prompt"):
         return decide_prompt(speculate, k, rows, thresholds)
-    rows = with_silent_plain(rows, thresholds)
     if thresholds.get("interval"):
         return _decide_interval(speculate, k, rows, thresholds)
-    by_k: dict[int, list[Row]] = {}
-    for row in rows:
-        by_k.setdefault(row.draft_len, []).append(row)
+    by_k = by_draft_len(rows, thresholds)
     plain_rounds = thresholds.get("plain_rounds", thresholds["min_rounds"])
     enough = {kk: rr for kk, rr in by_k.items() if len(rr) >= (plain_rounds if kk == 0 else thresholds["min_rounds"])}
     if speculate and 0 in enough and k not in enough and k in by_k:
@@ -204,9 +208,17 @@ def totals(rows: Sequence[Row]) -> PromptTotals:
     return PromptTotals(emitted, ms)
 
 
-def estimate(spec: Sequence[Row], base: Sequence[Row]) -> SpeedupEstimate:
-    """goodput(spec) / goodput(base) with its seeded 95% interval over prompts, as the TUI shows it."""
-    return speedup_estimate(totals(spec), totals(base), seed=0)
+def estimate(spec: Sequence[Row], base: Sequence[Row], need: float = 0.0,
+             below: float = math.inf) -> SpeedupEstimate | None:
+    """goodput(spec) / goodput(base) with its seeded 95% interval over prompts, as the TUI shows it;
+    None, without drawing the interval, when the ratio itself is below `need` or not below `below`:
+    a switch on or a move needs the ratio past its line, an off a ratio short of the switch-on line
+    (an interval lies around its ratio), so drawing 2000 resamples each check would be work for nothing."""
+    spec_totals, base_totals = totals(spec), totals(base)
+    ratio = point_ratio(spec_totals, base_totals) or 0.0
+    if ratio < need or ratio >= below:
+        return None
+    return speedup_estimate(spec_totals, base_totals, seed=0)
 
 
 def _sides(est: SpeedupEstimate, spec: Sequence[Row], base: Sequence[Row], spec_k: int, base_k: int) -> dict:
@@ -218,9 +230,7 @@ def _sides(est: SpeedupEstimate, spec: Sequence[Row], base: Sequence[Row], spec_
 
 
 def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
-    by_k: dict[int, list[Row]] = {}
-    for row in sorted(rows, key=lambda r: r.round_id):  # the same sums, live or from a log
-        by_k.setdefault(row.draft_len, []).append(row)
+    by_k = by_draft_len(sorted(rows, key=lambda r: r.round_id), thresholds)  # the same sums, live or from a log
     enough = {kk: rr for kk, rr in by_k.items()
               if len(rr) >= (thresholds["plain_rounds"] if kk == 0 else thresholds["min_rounds"])}
     if 0 not in enough:
@@ -231,8 +241,8 @@ def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[
         candidates = in_range if thresholds["adapt"] else [kk for kk in in_range if kk == k]
         wins = {}
         for kk in candidates:
-            est = estimate(enough[kk], plain)
-            if est.low is not None and est.low >= gain and est.ratio >= margin:
+            est = estimate(enough[kk], plain, need=margin)
+            if est is not None and est.low is not None and est.low >= gain and est.ratio >= margin:
                 wins[kk] = est
         best = max(wins, key=lambda kk: wins[kk].ratio, default=None)
         if best is None:
@@ -240,8 +250,8 @@ def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[
         return _interval_outcome(True, best, "policy.hysteresis", wins[best], enough, best, 0)
     if k not in enough:
         return None
-    est = estimate(enough[k], plain)
-    if est.high is not None and est.high < gain:
+    est = estimate(enough[k], plain, below=margin)
+    if est is not None and est.high is not None and est.high < gain:
         return _interval_outcome(False, k, "policy.min_gain", est, enough, k, 0)
     if not thresholds["adapt"]:
         return None
@@ -254,8 +264,8 @@ def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[
         mine = [r for r in enough[k] if r.prompt_id in both_ran]
         if len(theirs) < thresholds["min_rounds"] or len(mine) < thresholds["min_rounds"]:
             continue
-        paired = estimate(theirs, mine)
-        if paired.low is not None and paired.low > 1.0 and paired.ratio >= 1 + thresholds["k_gain"]:
+        paired = estimate(theirs, mine, need=1 + thresholds["k_gain"])
+        if paired is not None and paired.low is not None and paired.low > 1.0 and paired.ratio >= 1 + thresholds["k_gain"]:
             moves[kk] = (paired, theirs, mine)
     best = max(moves, key=lambda kk: moves[kk][0].ratio, default=None)
     if best is None:
@@ -280,20 +290,15 @@ def _interval_outcome(speculate: bool, k: int, rule: str, est: SpeedupEstimate, 
 def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
     """One prompt's own first rounds that drafted, against the class's plain rounds: off for the
     rest of the prompt if they do not pay; on if they pay by the switch-on margin."""
-    rows = with_silent_plain(rows, thresholds)
     spec = sorted((r for r in rows if r.draft_len and r.proposed), key=lambda r: r.round_id)
-    plain = sorted((r for r in rows if not r.draft_len), key=lambda r: r.round_id)
+    plain = sorted(by_draft_len(rows, thresholds).get(0, []), key=lambda r: r.round_id)
     if len(spec) < thresholds["prompt_rounds"] or len(plain) < thresholds["plain_rounds"] or not goodput(plain):
         return None
     drafted = spec[0].draft_len
     rate = {0: goodput(plain), drafted: goodput(spec)}
+    line = 1 + thresholds["min_gain"] + (0.0 if speculate else thresholds["hysteresis"])
+    if (rate[drafted] >= rate[0] * line) == speculate:
+        return None  # on and paying, or off and not paying by the switch-on margin
     inputs = {f"goodput_k0": rate[0], f"goodput_k{drafted}": rate[drafted]}
-    inputs.update(_sides(estimate(spec, plain), spec, plain, drafted, 0))
-    ids = sorted({r.round_id for r in [*spec, *plain]})
-    if speculate:
-        if rate[drafted] >= rate[0] * (1 + thresholds["min_gain"]):
-            return None
-        return Outcome(False, k, "policy.prompt_rounds", inputs, ids)
-    if rate[drafted] >= rate[0] * (1 + thresholds["min_gain"] + thresholds["hysteresis"]):
-        return Outcome(True, k, "policy.prompt_rounds", inputs, ids)
-    return None
+    inputs.update(_sides(estimate(spec, plain), spec, plain, drafted, 0))  # the interval, only for a decision
+    return Outcome(not speculate, k, "policy.prompt_rounds", inputs, sorted({r.round_id for r in [*spec, *plain]}))

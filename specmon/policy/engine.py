@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import collections
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specmon.errors import SpecmonError
@@ -37,6 +37,7 @@ class ClassState:
     probing: bool = False  # a probe is under way; the next decision judges it
     probed: dict[int, int] = field(default_factory=dict)  # k -> prompt count when last probed
     silent_since: int = 0  # silent rounds (policy.silent_plain) since the last plain re-measure was due
+    silent: dict[int, Row] = field(default_factory=dict)  # round id -> the silent rounds in the windows
 
 
 @dataclass(frozen=True)
@@ -208,36 +209,29 @@ class PolicyEngine:
     def observe(self, ev: RoundVerified) -> None:
         st = self.state(ev.prompt_class)
         window = st.windows.setdefault(ev.draft_len, collections.deque(maxlen=self.policy.settings.evidence_window))
+        if len(window) == window.maxlen:
+            st.silent.pop(window[0].round_id, None)  # it leaves the window
         row = Row.of(ev)
         window.append(row)
         if not ev.draft_len:
             self.plain_pool.append(row)
-        elif silent(row):
+        elif silent(row) and self.policy.settings.silent_plain:
+            st.silent[row.round_id] = row
             st.silent_since += 1
         st.fresh += 1
 
     def plain_rows(self, st: ClassState) -> list[Row]:
-        """The class's plain evidence as a decision sees it: its plain rounds (or the session's)
-        and, with policy.silent_plain, a plain copy of each of its silent rounds."""
-        return self.plain_decoded(st) + self._silent_copies(st)
+        """The class's plain evidence: its plain rounds (or the session's) and, with
+        policy.silent_plain, its silent rounds, which a decision counts as plain too."""
+        return self.plain_decoded(st) + list(st.silent.values())
 
     def plain_decoded(self, st: ClassState) -> list[Row]:
         """The class's plain rounds; with policy.interval, while its plain evidence is short of
         plain_rounds, the session's (every class's), so a new class need not start with a plain run."""
         own, s = list(st.windows.get(0, ())), self.policy.settings
-        if not s.interval or len(own) + self._silent_count(st) >= s.plain_rounds:
+        if not s.interval or len(own) + len(st.silent) >= s.plain_rounds:
             return own
         return list(self.plain_pool)
-
-    def _silent_count(self, st: ClassState) -> int:
-        if not self.policy.settings.silent_plain:
-            return 0
-        return sum(1 for k, window in st.windows.items() if k for r in window if silent(r))
-
-    def _silent_copies(self, st: ClassState) -> list[Row]:
-        if not self.policy.settings.silent_plain:
-            return []
-        return [replace(r, draft_len=0) for k, window in st.windows.items() if k for r in window if silent(r)]
 
     def decide_due(self, name: str) -> bool:
         """A decision is checked every plain_rounds new rounds of a class, mid-prompt included;
