@@ -10,7 +10,7 @@ import pytest
 from specmon.engine import rounds as rounds_module
 from specmon.events.schema import Decision, RoundVerified
 from specmon.metrics.interval import PromptTotals, speedup_estimate
-from specmon.policy.decide import Row, decide, decide_prompt
+from specmon.policy.decide import Row, decide, decide_prompt, estimate, totals
 from specmon.policy.explain import explain
 from specmon.policy.schema import parse_policy
 from test_policy import DEFAULT, PolicySession, ScriptedClock
@@ -75,6 +75,39 @@ def test_interval_decisions_show_the_tui_figure_and_wait_until_it_clears_the_lin
     winning += prompt_rows(4, 4, 2, 1, [30.0, 33.0, 28.5, 31.5], start=400)
     on = decide(False, 4, plain + winning, IV)
     assert (on.speculate, on.k, on.rule) == (True, 4, "policy.hysteresis") and on.inputs["low"] >= 1.03
+
+
+def test_with_silent_plain_a_switch_judges_the_rounds_that_drafted():
+    th = {**IV, "silent_plain": 1.0}
+    rows, rid = [], 0
+    for p, draft_ms in enumerate([70.0, 74.0, 71.0, 76.0]):  # 2 tokens a drafting round: ~1.1x plain
+        for i in range(44):  # 40 silent rounds (40 ms, one token: a plain step) and 4 that drafted
+            drafted = i % 11 == 10
+            rows.append(Row(rid, 8, 2 if drafted else 1, draft_ms if drafted else 40.0, f"p{p}", 8 if drafted else 0))
+            rid += 1
+    drafting = [r for r in rows if r.proposed]
+    silent = [r for r in rows if not r.proposed]
+    # over all its rounds k is barely past plain (silent rounds pull the ratio to 1): a class whose
+    # drafts are rare but pay would be switched off on that figure ...
+    overall = speedup_estimate(totals(rows), totals(silent), seed=0)
+    assert overall.high < 1.03 < estimate(drafting, silent).low
+    # ... the drafting rounds against plain (the silent ones) say it pays: it stays on
+    assert decide(True, 8, rows, th) is None
+    # and a class whose drafts lose is switched off on those rounds, which it cites beside the silent ones
+    losing = [Row(r.round_id, 8, 1, r.round_ms, r.prompt_id, r.proposed) for r in rows]
+    off = decide(True, 8, losing, th)
+    assert (off.speculate, off.rule) == (False, "policy.min_gain") and off.inputs["rounds_spec"] == len(drafting)
+    assert off.inputs["rounds_base"] == len(silent) and off.round_ids == [r.round_id for r in rows]
+    assert explain_rows(off, losing, th)
+
+
+def explain_rows(out, rows, th) -> bool:
+    """`policy explain` on a decision made from these rows: its cited rounds alone give it again."""
+    by_id = {r.round_id: r for r in rows}
+    d = Decision(session_id="s", t=0.0, decision_id=0, prompt_class="c", speculate_from=True,
+                 speculate_to=out.speculate, k_from=8, k_to=out.k, rule_key=out.rule, rule_line=1,
+                 inputs=out.inputs, thresholds=th, round_ids=out.round_ids, applied=True, policy_sha256="", reason="")
+    return explain(d, by_id).reproduces
 
 
 def test_a_prompt_decision_stands_on_its_own_first_rounds():

@@ -236,25 +236,25 @@ def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[
     if 0 not in enough:
         return None
     plain, gain, margin = enough[0], 1 + thresholds["min_gain"], 1 + thresholds["min_gain"] + thresholds["hysteresis"]
-    in_range = [kk for kk in sorted(enough) if kk and thresholds["k_min"] <= kk <= thresholds["k_max"]]
+    switching = _switch_evidence(by_k, thresholds)
     if not speculate:
-        candidates = in_range if thresholds["adapt"] else [kk for kk in in_range if kk == k]
+        candidates = [kk for kk in sorted(switching) if thresholds["k_min"] <= kk <= thresholds["k_max"]]
         wins = {}
-        for kk in candidates:
-            est = estimate(enough[kk], plain, need=margin)
+        for kk in candidates if thresholds["adapt"] else [kk for kk in candidates if kk == k]:
+            est = estimate(switching[kk], plain, need=margin)
             if est is not None and est.low is not None and est.low >= gain and est.ratio >= margin:
                 wins[kk] = est
         best = max(wins, key=lambda kk: wins[kk].ratio, default=None)
         if best is None:
             return None
-        return _interval_outcome(True, best, "policy.hysteresis", wins[best], enough, best, 0)
-    if k not in enough:
+        return _interval_outcome(True, best, "policy.hysteresis", wins[best], {0: plain, best: switching[best]}, best, 0)
+    if k in switching:
+        est = estimate(switching[k], plain, below=margin)
+        if est is not None and est.high is not None and est.high < gain:
+            return _interval_outcome(False, k, "policy.min_gain", est, {0: plain, k: switching[k]}, k, 0)
+    if not thresholds["adapt"] or k not in enough:
         return None
-    est = estimate(enough[k], plain, below=margin)
-    if est is not None and est.high is not None and est.high < gain:
-        return _interval_outcome(False, k, "policy.min_gain", est, enough, k, 0)
-    if not thresholds["adapt"]:
-        return None
+    in_range = [kk for kk in sorted(enough) if kk and thresholds["k_min"] <= kk <= thresholds["k_max"]]
     moves = {}
     for kk in in_range:
         if kk == k:
@@ -277,6 +277,16 @@ def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[
     inputs["ratio_to_plain"] = rate[best] / rate[0] if rate[0] else 0.0
     ids = sorted({r.round_id for kk in (0, k, best) for r in enough[kk]})
     return Outcome(True, best, "draft_len", inputs, ids)
+
+
+def _switch_evidence(by_k: dict[int, list[Row]], thresholds: dict[str, float]) -> dict[int, list[Row]]:
+    """Each k's rounds that a switch on or off judges, where there are min_rounds of them: all of
+    them; with silent_plain only those that drafted (a silent round costs what plain does, so it
+    speaks for neither side; counting it would pull every ratio toward 1, and a class whose drafts
+    are rare but pay would look like one that does not pay)."""
+    silent_plain = thresholds.get("silent_plain")
+    switching = {kk: [r for r in rr if r.proposed] if silent_plain else rr for kk, rr in by_k.items() if kk}
+    return {kk: rr for kk, rr in switching.items() if len(rr) >= thresholds["min_rounds"]}
 
 
 def _interval_outcome(speculate: bool, k: int, rule: str, est: SpeedupEstimate, enough: dict[int, list[Row]],

@@ -169,7 +169,7 @@ class PolicyEngine:
 
     def _hopeful(self, st: ClassState, k: int) -> bool:
         """k's rounds so far could still beat plain (the early-off test, passed)."""
-        spec, plain = st.windows.get(k, ()), self.plain_rows(st)
+        spec, plain = self._switch_rows(st, k), self.plain_rows(st)
         return bool(spec and plain) and can_still_pay(k, spec, plain, self.policy.settings.min_gain)
 
     def round_k(self, name: str, schedule: Schedule) -> int:
@@ -332,7 +332,12 @@ class PolicyEngine:
         if not st.speculate:
             return False
         line = (1 + s.min_gain + s.hysteresis) * FAR_AHEAD
-        return goodput(st.windows.get(st.k, ())) >= goodput(self.plain_rows(st)) * line
+        return goodput(self._switch_rows(st, st.k)) >= goodput(self.plain_rows(st)) * line
+
+    def _switch_rows(self, st: ClassState, k: int) -> list[Row]:
+        """k's rounds as a switch judges them: with policy.silent_plain only those that drafted."""
+        rows = st.windows.get(k, ())
+        return [r for r in rows if r.proposed] if self.policy.settings.silent_plain else list(rows)
 
     def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool, far: bool) -> None:
         """A plain re-measure or a probe that confirms the decision doubles the gap to the next
