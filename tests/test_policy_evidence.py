@@ -123,6 +123,13 @@ def test_a_prompt_decision_stands_on_its_own_first_rounds():
     assert off.round_ids == sorted(r.round_id for r in plain + failing)
     assert decide_prompt(True, 4, plain + silent + failing[:3], th) is None  # fewer than prompt_rounds
     assert decide(True, 4, plain + failing, th).round_ids == off.round_ids  # explain's entry point
+    # with silent_plain (prompt_off = 1) a prompt goes off only when its drafts lose: 1.5% ahead of
+    # plain is below min_gain, but four rounds are too few to ask a margin of
+    ahead = [Row(100 + i, 4, 1, 40.0 / 1.015, "q", 4) for i in range(4)]
+    assert decide_prompt(True, 4, plain + ahead, th).speculate is False
+    assert decide_prompt(True, 4, plain + ahead, {**th, "prompt_off": 1.0}) is None
+    behind = [Row(100 + i, 4, 1, 40.0 / 0.98, "q", 4) for i in range(4)]
+    assert decide_prompt(True, 4, plain + behind, {**th, "prompt_off": 1.0}).speculate is False
 
 
 # -- per-request evidence, live --------------------------------------------------------------

@@ -27,6 +27,8 @@ With `prompt` (policy.prompt_rounds) the decision is one prompt's, from its firs
 rounds that drafted something (a confident drafter's silent rounds cost what a plain step
 costs, so they say nothing), beside the class's plain rounds:
 - on  -> off for the prompt when their goodput does not beat plain by min_gain   (drafts fail)
+  (with silent_plain, when it is below plain's, prompt_off = 1: four rounds are too few to ask a
+  margin of, and a prompt switched off loses every copy still to come)
 - off -> on  for the prompt when it beats plain by min_gain + hysteresis          (it copies)
 With `silent_plain` (policy.silent_plain) a round at k whose confident drafter proposed nothing
 is also a plain round: it decoded one token in one single-position pass, as plain decoding does,
@@ -306,7 +308,10 @@ def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str
         return None
     drafted = spec[0].draft_len
     rate = {0: goodput(plain), drafted: goodput(spec)}
-    line = 1 + thresholds["min_gain"] + (0.0 if speculate else thresholds["hysteresis"])
+    if speculate:  # off below prompt_off (silent_plain: drafts that lose), else below 1 + min_gain
+        line = thresholds.get("prompt_off", 1 + thresholds["min_gain"])
+    else:
+        line = 1 + thresholds["min_gain"] + thresholds["hysteresis"]
     if (rate[drafted] >= rate[0] * line) == speculate:
         return None  # on and paying, or off and not paying by the switch-on margin
     inputs = {f"goodput_k0": rate[0], f"goodput_k{drafted}": rate[drafted]}
