@@ -78,7 +78,7 @@ def test_interval_decisions_show_the_tui_figure_and_wait_until_it_clears_the_lin
 
 
 def test_with_silent_plain_a_switch_judges_the_rounds_that_drafted():
-    th = {**IV, "silent_plain": 1.0}
+    th = {**IV, "silent_plain": 1.0, "switch_drafted": 1.0}
     rows, rid = [], 0
     for p, draft_ms in enumerate([70.0, 74.0, 71.0, 76.0]):  # 2 tokens a drafting round: ~1.1x plain
         for i in range(44):  # 40 silent rounds (40 ms, one token: a plain step) and 4 that drafted
@@ -93,6 +93,8 @@ def test_with_silent_plain_a_switch_judges_the_rounds_that_drafted():
     assert overall.high < 1.03 < estimate(drafting, silent).low
     # ... the drafting rounds against plain (the silent ones) say it pays: it stays on
     assert decide(True, 8, rows, th) is None
+    early = decide(True, 8, rows, {**IV, "silent_plain": 1.0})  # as logs from before switch_drafted decided
+    assert (early.speculate, early.inputs["high"]) == (False, overall.high)
     # and a class whose drafts lose is switched off on those rounds, which it cites beside the silent ones
     losing = [Row(r.round_id, 8, 1, r.round_ms, r.prompt_id, r.proposed) for r in rows]
     off = decide(True, 8, losing, th)

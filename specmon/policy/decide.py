@@ -286,8 +286,8 @@ def _switch_evidence(by_k: dict[int, list[Row]], thresholds: dict[str, float]) -
     them; with silent_plain only those that drafted (a silent round costs what plain does, so it
     speaks for neither side; counting it would pull every ratio toward 1, and a class whose drafts
     are rare but pay would look like one that does not pay)."""
-    silent_plain = thresholds.get("silent_plain")
-    switching = {kk: [r for r in rr if r.proposed] if silent_plain else rr for kk, rr in by_k.items() if kk}
+    drafted = thresholds.get("silent_plain") and thresholds.get("switch_drafted")  # logs before it: all rounds
+    switching = {kk: [r for r in rr if r.proposed] if drafted else rr for kk, rr in by_k.items() if kk}
     return {kk: rr for kk, rr in switching.items() if len(rr) >= thresholds["min_rounds"]}
 
 

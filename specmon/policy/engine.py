@@ -368,7 +368,7 @@ class PolicyEngine:
                 "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k),
                 **({"interval": 1.0} if s.interval else {}),
                 **({"prompt_rounds": float(s.prompt_rounds)} if s.prompt_rounds else {}),
-                **({"silent_plain": 1.0, "prompt_off": 1.0} if s.silent_plain else {})}
+                **({"silent_plain": 1.0, "switch_drafted": 1.0, "prompt_off": 1.0} if s.silent_plain else {})}
 
     # -- hot reload --------------------------------------------------------------------------
     def maybe_reload(self) -> PolicyLoaded | None:
