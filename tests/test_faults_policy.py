@@ -300,7 +300,8 @@ def reload_run(tmp_path_factory):
     with contextlib.redirect_stderr(stderr):
         with live_session(pair, profile, pair.drafter, tmp / "run.specmon", serve=False, policy=policy,
                           announce=False) as session:
-            scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter)
+            scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter,
+                                        poll_s=0.0)  # a look every round: each edit lands at the next prompt
             written = lambda done: done <= len(edits) and _write(path, edits[done - 1][1], done)  # noqa: E731
             scheduler.run(prompts, profile.sampling.to_event(), 12, written)
     return list(read_log(session.log_path)), stderr.getvalue(), edits, session.log_path, str(path)
@@ -457,7 +458,8 @@ def test_hot_reload_fuzz_never_ends_the_run(tmp_path):
     lines = Lines(subprocess.Popen(
         [sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(tiny_profile(tmp_path)),
          "--policy", str(path), "--max-new-tokens", "400", "--classes", "rewrite,chat", "--log", str(log)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "SPECMON_POLICY_POLL_S": "0"}))  # a look every round, as many writes as can land
     proc, deadline = lines.proc, time.monotonic() + 120
     while proc.poll() is None and (not log.exists() or log.stat().st_size < 4000) and time.monotonic() < deadline:
         time.sleep(0.01)  # decoding has begun
