@@ -92,7 +92,7 @@ def by_draft_len(rows: Sequence[Row], thresholds: dict[str, float]) -> dict[int,
     by_k: dict[int, list[Row]] = {}
     for row in rows:
         by_k.setdefault(row.draft_len, []).append(row)
-        if as_plain and row.draft_len and not row.proposed:
+        if as_plain and silent(row):
             by_k.setdefault(0, []).append(row)
     return by_k
 

@@ -14,6 +14,7 @@ from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
 from specmon.policy.decide import Row, can_still_pay, decide, decide_prompt, goodput, silent
+from specmon.policy.plan import Plan, Schedule
 from specmon.policy.reload import file_stamp, loaded_event, refused_event
 from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
 
@@ -38,53 +39,6 @@ class ClassState:
     probed: dict[int, int] = field(default_factory=dict)  # k -> prompt count when last probed
     silent_since: int = 0  # silent rounds (policy.silent_plain) since the last plain re-measure was due
     silent: dict[int, Row] = field(default_factory=dict)  # round id -> the silent rounds in the windows
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One prompt's draft lengths: `lead` = (k, rounds) decoded first (a short plain re-measure
-    or a probe of another k), then `k` for the rest of the prompt. An `alternate` lead takes
-    turns with `k` round by round, so the two are measured on the same text."""
-
-    k: int
-    why: str
-    lead: tuple[int, int] | None = None
-    alternate: bool = False
-
-    def describe(self) -> str:
-        if self.lead is None:
-            return f"k={self.k}: {self.why}"
-        if self.alternate:
-            (k, rounds), then = self.lead, self.k
-            return f"k={k} and k={then} in turn for {rounds} rounds each, then k={then}: {self.why}"
-        return f"k={self.lead[0]} for {self.lead[1]} rounds, then k={self.k}: {self.why}"
-
-
-class Schedule:
-    """Counts one prompt's rounds against its plan's lead run."""
-
-    def __init__(self, plan: Plan, prompt_id: str = ""):
-        self.plan = plan
-        self.rounds = 0
-        self.prompt_id = prompt_id
-        self.own: list[Row] = []  # this prompt's rounds at k > 0 after its lead run (policy.prompt_rounds)
-        self.judged = False  # its own evidence was judged (once a prompt)
-        self.override: bool | None = None  # a prompt decision: on (True) or off (False) for the rest of it
-
-    def lead_k(self) -> int | None:
-        """The lead run's k for the next round, or None (the class's k) outside it."""
-        self.rounds += 1
-        if self.plan.lead is None or self.rounds > self._length():
-            return None
-        if self.plan.alternate and self.rounds % 2 == 0:
-            return None
-        return self.plan.lead[0]
-
-    def lead_over(self) -> bool:
-        return self.plan.lead is None or self.rounds >= self._length()
-
-    def _length(self) -> int:
-        return self.plan.lead[1] * (2 if self.plan.alternate else 1)
 
 
 def start_k(cls: PromptClass) -> int:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from specmon.events.log import read_log
 from specmon.events.schema import BENCH_FIXED_RULE, Decision, PromptStarted, RoundVerified, SessionStarted
-from specmon.policy.engine import Plan, PolicyEngine, Schedule
+from specmon.policy.engine import PolicyEngine
+from specmon.policy.plan import Plan, Schedule
 from specmon.policy.schema import Policy, parse_policy
 
 

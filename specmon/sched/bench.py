@@ -33,7 +33,6 @@ from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 from specmon.sched.turns import lanes as make_lanes, take_turns
 
 
-
 HALVES = ("tune", "test")
 
 

@@ -13,7 +13,8 @@ from specmon.engine.driver import UNCHECKED, Decoded, SessionDriver
 from specmon.engine.rounds import drain
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import PolicyLoaded, RoundVerified, Sampling
-from specmon.policy.engine import PolicyEngine, Schedule
+from specmon.policy.engine import PolicyEngine
+from specmon.policy.plan import Schedule
 from specmon.policy.reload import loaded_event, print_reload
 
 
