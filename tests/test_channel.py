@@ -225,3 +225,30 @@ def _env():
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
     return env
+
+
+def test_session_finished_counts_the_rounds_the_log_holds_when_a_signal_splits_a_publish(tmp_path):
+    """A signal may land after the log took a round but before the session's own callbacks saw it:
+    SessionFinished.rounds is what the log holds, not what the callbacks counted."""
+    from types import SimpleNamespace
+    from specmon.transport.session import LiveSession
+
+    sink = LogSink(tmp_path / "s.specmon")
+    channel = Channel(sink)
+    session = LiveSession(SimpleNamespace(session_id="s"), channel, sink, None)
+    channel.on_event(session._observe)
+
+    def signal_after_the_log_write(event):
+        if isinstance(event, RoundVerified) and event.round_id == 6:
+            raise KeyboardInterrupt  # where a SIGTERM's handler raises in the main thread
+
+    channel._callbacks.insert(0, signal_after_the_log_write)
+    with pytest.raises(KeyboardInterrupt):
+        for event in WRITTEN:
+            channel.publish(event)
+    session.finish("interrupted")
+    channel.close()
+    logged = list(read_log(sink.path))
+    assert sum(isinstance(e, RoundVerified) for e in session.events) == 6  # round 6 never reached the session
+    assert logged[-1] == session.finished and session.finished.rounds == 7 == sum(
+        isinstance(e, RoundVerified) for e in logged)

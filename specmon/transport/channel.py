@@ -16,7 +16,7 @@ from typing import Callable
 
 from specmon.errors import SpecmonError
 from specmon.events.log import LogWriter
-from specmon.events.schema import AnyEvent, encode
+from specmon.events.schema import AnyEvent, RoundVerified, encode
 
 _CLOSE = object()
 
@@ -60,12 +60,20 @@ class LogSink:
         self.written = threading.Condition()
         self.closed = False
         self.error: BaseException | None = None
+        self.rounds_written = 0  # RoundVerified frames on disk: SessionFinished's count, exact under signals
         self._thread = threading.Thread(target=self._run, name="specmon-log", daemon=True)
         self._thread.start()
 
-    def offer(self, payload: bytes) -> None:
-        """An encoded event; the writer thread numbers and frames it in the order offered."""
-        self._queue.put(payload)
+    def offer(self, payload: bytes, is_round: bool = False) -> None:
+        """An encoded event; the writer thread numbers and frames it in the order offered.
+        One put, so a signal lands either before the event is queued or after: never half-way."""
+        self._queue.put((payload, is_round))
+
+    def sync(self) -> None:
+        """Wait until everything offered so far has been written (or failed to be)."""
+        passed = threading.Event()
+        self._queue.put(passed)
+        passed.wait()
 
     def _run(self) -> None:
         while True:
@@ -73,12 +81,16 @@ class LogSink:
             while not self._queue.empty():
                 batch.append(self._queue.get())
             done = batch[-1] is _CLOSE
-            payloads = [b for b in batch if b is not _CLOSE]
+            frames = [b for b in batch if isinstance(b, tuple)]
             try:
-                if payloads and self.error is None:  # after a failure, later frames would leave a gap
-                    self.writer.write_payloads(payloads)
+                if frames and self.error is None:  # after a failure, later frames would leave a gap
+                    self.writer.write_payloads([payload for payload, _ in frames])
+                    self.rounds_written += sum(is_round for _, is_round in frames)
             except OSError as exc:  # disk full or gone: remember it; the publisher raises it
                 self.error = exc
+            for passed in batch:
+                if isinstance(passed, threading.Event):
+                    passed.set()
             with self.written:
                 self.closed = done
                 self.written.notify_all()
@@ -123,7 +135,7 @@ class Channel:
             failure = self.log.failure()
             if failure is not None:
                 raise failure
-            self.log.offer(encode(event))
+            self.log.offer(encode(event), isinstance(event, RoundVerified))
         for sub in self._subs:
             sub.offer(event)
         for callback in self._callbacks:

@@ -16,7 +16,7 @@ from typing import Iterator
 from specmon.engine.driver import SessionDriver, new_session_id
 from specmon.engine.drafters import Drafter
 from specmon.events.log import default_log_path
-from specmon.events.schema import AnyEvent, RoundVerified, SessionFinished
+from specmon.events.schema import AnyEvent, SessionFinished
 from specmon.transport.channel import Channel, LogSink, LogWriteFailed, Subscription
 from specmon.transport.serve import EventServer, runtime_dir
 
@@ -37,10 +37,8 @@ class LiveSession:
     events: list[AnyEvent] = field(default_factory=list)  # everything published, for the final tables
     finished: SessionFinished | None = None
     keep_events: bool = True  # False for a long-lived session (a server): only the log keeps them
-    rounds: int = 0
 
     def _observe(self, event: AnyEvent) -> None:
-        self.rounds += isinstance(event, RoundVerified)
         if self.keep_events:
             self.events.append(event)
 
@@ -56,7 +54,9 @@ class LiveSession:
         """SessionFinished, once: "done", "interrupted" or "error"."""
         if self.finished is not None or self.sink.error is not None:
             return
-        self.finished = SessionFinished(session_id=self.session_id, t=time.time(), rounds=self.rounds, reason=reason)
+        self.sink.sync()  # count what the log holds: a signal may land between its write and our callbacks
+        rounds = self.sink.rounds_written
+        self.finished = SessionFinished(session_id=self.session_id, t=time.time(), rounds=rounds, reason=reason)
         self.channel.publish(self.finished)
 
 
