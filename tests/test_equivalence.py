@@ -72,3 +72,15 @@ def test_plain_runs_stop_at_the_token_budget_or_eos(pair, plain_runs):
         assert run.rounds == len(run.generated) <= NEW_TOKENS
         assert run.stop_reason == "eos" or len(run.generated) == NEW_TOKENS
         assert len(run.margins) == len(run.generated)
+
+
+def test_what_loading_built_is_frozen_out_of_the_garbage_collector(profile):
+    """A full collection would walk the embedded model's ~700k loaded objects (100-180 ms) inside
+    whichever round it fell on; after load_pair, none of them is left for it to walk."""
+    import gc
+
+    from specmon.backends.loader import load_pair
+
+    load_pair(profile)
+    assert gc.get_freeze_count() > 100_000  # the tokenizer's and model's objects (this load's or a cached one's)
+    assert len(gc.get_objects()) < 5_000  # what a full collection walks now
