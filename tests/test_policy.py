@@ -43,6 +43,7 @@ MALFORMED = [
     ("[policy]\nevidence_window = 0\n" + OK_CLASS, 2, "evidence_window = 0 is out of range"),
     ("[policy]\nevidence_window = 8\nmin_rounds = 9\n" + OK_CLASS, 3, "min_rounds = 9 is out of range"),
     ("[policy]\nhysteresis = -0.1\n" + OK_CLASS, 2, "hysteresis"),
+    ("[policy]\n\nprompt_off = -0.5\n" + OK_CLASS, 3, "prompt_off = -0.5 is out of range: a number from 0 up to 10"),
     ("[polcy]\nmode = 'advise'\n" + OK_CLASS, 1, "unknown field `polcy`"),
     (OK_CLASS + "speculate = 'maybe'\n", 4, "Invalid enum value 'maybe'"),
     (OK_CLASS + "draft_len = { min = 5, max = 2 }\n", 4, "range"),

@@ -164,13 +164,28 @@ def test_a_prompt_whose_drafts_fail_turns_speculation_off_for_itself(session):
     judged = 2 * s.plain_rounds + 1
     assert plan.lead is None and ks == [k] * judged + [0] * (40 - judged)
     (decision,) = decisions
-    assert (decision.speculate_from, decision.speculate_to, decision.rule_key) == (True, False, "policy.prompt_rounds")
+    assert (decision.speculate_from, decision.speculate_to, decision.rule_key) == (True, False, "policy.prompt_off")
     assert decision.inputs["ratio"] == pytest.approx(0.5) and decision.inputs["rounds_base"] == s.plain_rounds
+    assert decision.thresholds["prompt_off"] == s.prompt_off == 0.7
     assert live.engine.state("rewrite").speculate  # the class stays on
     # the next prompt, which copies, speculates from its first round
     _, ks, decisions = live.prompt("rewrite", rounds=20, speedup=1.5, emitted=3)
     assert set(ks) == {k} and decisions == []
     assert all(e.reproduces for e in explained(live))
+
+
+def test_a_prompt_whose_drafts_lose_less_than_prompt_off_says_keeps_speculating(session):
+    """Short failed drafts lose ~20% to plain, then the prompt may copy: the shipped line (0.7) keeps
+    it on; a policy without the key turns it off as before (below plain: prompt_off = 1)."""
+    live = session(default_policy(), silent_every=2)
+    _, ks, decisions = live.prompt("rewrite", rounds=40, speedup=0.8, emitted=1)
+    assert decisions == [] and set(ks) == {live.engine.state("rewrite").k}
+    text = DEFAULT.read_text().replace("prompt_off = 0.7", "")
+    live = session(parse_policy(text, "default.toml"), silent_every=2)
+    _, ks, (decision,) = live.prompt("rewrite", rounds=40, speedup=0.8, emitted=1)
+    assert (decision.speculate_to, decision.rule_key, decision.thresholds["prompt_off"]) == (
+        False, "policy.prompt_rounds", 1.0)
+    assert ks[-1] == 0 and all(e.reproduces for e in explained(live))
 
 
 # -- no flapping on a stationary workload -------------------------------------------------------

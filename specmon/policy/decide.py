@@ -28,7 +28,8 @@ rounds that drafted something (a confident drafter's silent rounds cost what a p
 costs, so they say nothing), beside the class's plain rounds:
 - on  -> off for the prompt when their goodput does not beat plain by min_gain   (drafts fail)
   (with silent_plain, when it is below plain's, prompt_off = 1: four rounds are too few to ask a
-  margin of, and a prompt switched off loses every copy still to come)
+  margin of, and a prompt switched off loses every copy still to come; policy.prompt_off sets
+  the line, 0 for never)
 - off -> on  for the prompt when it beats plain by min_gain + hysteresis          (it copies)
 With `silent_plain` (policy.silent_plain) a round at k whose confident drafter proposed nothing
 is also a plain round: it decoded one token in one single-position pass, as plain decoding does,

@@ -231,7 +231,8 @@ class PolicyEngine:
         outcome = decide_prompt(st.speculate, st.k, schedule.own + plain, thresholds)
         if outcome is None:
             return None
-        event = self._event(ev.prompt_class, st, outcome, thresholds, ("policy", "prompt_rounds"), "policy.prompt_rounds",
+        key = "prompt_off" if not outcome.speculate and self.policy.settings.prompt_off is not None else "prompt_rounds"
+        event = self._event(ev.prompt_class, st, outcome, thresholds, ("policy", key), f"policy.{key}",
                             reason=f"prompt {schedule.prompt_id or ev.prompt_id}: its first {need} rounds")
         if event.applied:
             schedule.override = outcome.speculate
@@ -322,7 +323,8 @@ class PolicyEngine:
                 "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k),
                 **({"interval": 1.0} if s.interval else {}),
                 **({"prompt_rounds": float(s.prompt_rounds)} if s.prompt_rounds else {}),
-                **({"silent_plain": 1.0, "switch_drafted": 1.0, "prompt_off": 1.0} if s.silent_plain else {})}
+                **({"silent_plain": 1.0, "switch_drafted": 1.0, "prompt_off": 1.0} if s.silent_plain else {}),
+                **({"prompt_off": s.prompt_off} if s.prompt_off is not None else {})}
 
     # -- hot reload --------------------------------------------------------------------------
     def maybe_reload(self) -> PolicyLoaded | None:

@@ -40,6 +40,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     interval: bool = False  # a switch or k move needs the 95% interval over prompts to clear the threshold
     prompt_rounds: int = 0  # a prompt's own first rounds may turn it on (off class) or off (on class); 0: never
     silent_plain: bool = False  # a round whose drafter proposed nothing also counts as a plain round
+    # a prompt in an on class goes off when its drafting rounds' goodput is below prompt_off x plain's
+    # (0: never); unset: 1 with silent_plain, else 1 + min_gain
+    prompt_off: float | None = None
 
 
 class DraftLen(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -171,6 +174,8 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
         ("remeasure_every", 0 <= s.remeasure_every <= MAX_EVERY, f"0..{MAX_EVERY}, 0 for never"),
         ("probe_every", 0 <= s.probe_every <= MAX_EVERY, f"0..{MAX_EVERY}, 0 for never"),
         ("prompt_rounds", 0 <= s.prompt_rounds <= window, "0..evidence_window, 0 for never"),
+        ("prompt_off", s.prompt_off is None or (math.isfinite(s.prompt_off) and 0 <= s.prompt_off < 10),
+         "a number from 0 up to 10, 0 for never"),
     ]:
         if not ok:
             line, col = locate(text, ("policy", key))
