@@ -465,3 +465,38 @@ def test_a_class_switched_off_comes_back_on_when_its_probes_win(session):
     on = found[0]
     assert (on.speculate_to, on.k_to, on.rule_key) == (True, k_min, "policy.hysteresis")
     assert plans[5].k == k_min
+
+
+def test_a_run_looks_at_its_policy_file_every_quarter_second_and_eighth_round_and_at_each_prompt(tmp_path):
+    """A look is a stat inside the decode loop; a bench's lanes take turns, so a quarter second
+    can be a single round of the policy's: the round count bounds the looks as well."""
+    from types import SimpleNamespace
+
+    from specmon.events.schema import PolicyLoaded
+    from specmon.sched.policy import POLL_ROUNDS
+
+    path = tmp_path / "p.toml"
+    path.write_text(DEFAULT.read_text())
+    emitted: list = []
+    driver = SimpleNamespace(session_id="s", emit=emitted.append)
+    engine = PolicyEngine(load_policy(path), "s")
+    scheduler = PolicyScheduler(driver, engine, None, on_reload=None, poll_s=0.25)
+    loads = lambda: [e for e in emitted if isinstance(e, PolicyLoaded)]  # noqa: E731
+
+    def edit(gain: str) -> None:
+        path.write_text(DEFAULT.read_text().replace("min_gain = 0.03", f"min_gain = {gain}"))
+        os.utime(path, ns=(time.time_ns(), time.time_ns() + int(gain[-1]) * 10**9))  # a new stamp, whatever the clock
+
+    scheduler._look(driver, 10.0, every_round=False)  # a prompt starts: looked
+    edit("0.01")
+    for round_ in range(1, POLL_ROUNDS):
+        scheduler._look(driver, 10.0 + round_, every_round=True)  # seconds apart, but too few rounds
+    assert len(loads()) == 1  # only the session's first
+    scheduler._look(driver, 10.0 + POLL_ROUNDS, every_round=True)
+    assert len(loads()) == 2 and engine.policy.settings.min_gain == 0.01
+    edit("0.02")
+    for round_ in range(POLL_ROUNDS + 2):
+        scheduler._look(driver, 18.1 + 0.01 * round_, every_round=True)  # rounds enough, a tenth of a second
+    assert len(loads()) == 2
+    scheduler._look(driver, 18.4, every_round=False)  # the next prompt looks once the quarter second passed
+    assert len(loads()) == 3 and engine.policy.settings.min_gain == 0.02

@@ -49,6 +49,7 @@ def start_k(cls: PromptClass) -> int:
 class PolicyEngine:
     def __init__(self, policy: Policy, session_id: str):
         self.policy = policy
+        self._by_name: tuple[Policy, dict[str, PromptClass]] | None = None  # per policy in force: a lookup a round
         self.session_id = session_id
         self.states: dict[str, ClassState] = {}
         self.decisions = 0
@@ -162,7 +163,9 @@ class PolicyEngine:
     # -- evidence and decisions ------------------------------------------------------------
     def observe(self, ev: RoundVerified) -> None:
         st = self.state(ev.prompt_class)
-        window = st.windows.setdefault(ev.draft_len, collections.deque(maxlen=self.policy.settings.evidence_window))
+        window = st.windows.get(ev.draft_len)
+        if window is None:
+            window = st.windows[ev.draft_len] = collections.deque(maxlen=self.policy.settings.evidence_window)
         if len(window) == window.maxlen:
             st.silent.pop(window[0].round_id, None)  # it leaves the window
         row = Row.of(ev)
@@ -215,9 +218,10 @@ class PolicyEngine:
         """policy.prompt_rounds: after that many of this prompt's rounds that drafted (outside its
         lead run), on for the rest of it if they pay well, off if they do not pay."""
         need = self.policy.settings.prompt_rounds
+        if not need or schedule.judged or not ev.draft_len or not ev.proposed or not schedule.lead_over():
+            return None
         cls = self._class(ev.prompt_class)
-        if (not need or schedule.judged or cls.speculate != "auto" or not ev.draft_len or not ev.proposed
-                or not schedule.lead_over()):
+        if cls.speculate != "auto":
             return None
         schedule.own.append(Row.of(ev))
         if len(schedule.own) < need:
@@ -348,8 +352,10 @@ class PolicyEngine:
 
     def _class(self, name: str) -> PromptClass:
         """The class by name; if a reload removed it, the default class stands in."""
-        found = [c for c in self.policy.classes if c.name == name]
-        return found[0] if found else next(c for c in self.policy.classes if c.default)
+        if self._by_name is None or self._by_name[0] is not self.policy:
+            self._by_name = (self.policy, {c.name: c for c in reversed(self.policy.classes)})
+        found = self._by_name[1].get(name)
+        return found if found is not None else next(c for c in self.policy.classes if c.default)
 
     @staticmethod
     def _rounds(st: ClassState, k: int) -> int:
