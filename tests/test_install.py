@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH = "torch==2.13.0"  # pinned: an unpinned torch pulls a multi-GB CUDA build
-SHIPPED = ["tui/app.tcss", "data/profiles/smollm2-cpu.toml", "data/policies/default.toml", "data/prompts/bench.jsonl"]
+SHIPPED = ["tui/app.tcss", "data/profiles/smollm2-cpu.toml", "data/policies/default.toml", "data/prompts/bench.jsonl",
+           "data/prompts/holdout.jsonl"]
 
 
 def clean_env() -> dict[str, str]:

@@ -500,3 +500,18 @@ def test_a_run_looks_at_its_policy_file_every_quarter_second_and_eighth_round_an
     assert len(loads()) == 2
     scheduler._look(driver, 18.4, every_round=False)  # the next prompt looks once the quarter second passed
     assert len(loads()) == 3 and engine.policy.settings.min_gain == 0.02
+
+
+def test_the_shipped_prompt_sets_cover_twelve_task_types_and_share_no_prompt():
+    from collections import Counter
+
+    from specmon.engine.prompts import load_prompts
+    from specmon.sched.bench import prompt_half, shipped_prompts
+
+    bench, holdout = (load_prompts(shipped_prompts(name)) for name in ("bench", "holdout"))
+    types = Counter(p.prompt_class for p in bench)
+    assert len(bench) == 72 and len(types) == 12 and set(types.values()) == {6}
+    assert Counter(prompt_half(p.id) for p in bench) == {"tune": 36, "test": 36}
+    assert Counter(p.prompt_class for p in holdout) == {t: 4 for t in types}  # the same task types, 4 each
+    assert not {p.text for p in bench} & {p.text for p in holdout}
+    assert not {p.id for p in bench} & {p.id for p in holdout}
