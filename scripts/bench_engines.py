@@ -77,9 +77,9 @@ REFERENCE_LINE = re.compile(r"decoded (\d+) tokens: loop ([\d.]+) ms, llama_deco
 def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int) -> tuple[dict, list[int]]:
     """(tokens, ms) of llama.cpp's own plain decode after the first token: the "loop" (with argmax)
     and "decode" (llama_decode alone); and the token ids it generated."""
-    from specmon.backends.llamacpp_loader import cpu_has_amx
+    from specmon.backends.llamacpp_loader import import_llama_cpp, use_extra_bufts
 
-    extra = "0" if cpu_has_amx() else "1"
+    extra = "1" if use_extra_bufts(import_llama_cpp()) else "0"
     done = subprocess.run([binary, gguf, str(n_new), str(threads), extra, text], capture_output=True, text=True,
                           timeout=600)
     found = REFERENCE_LINE.search(done.stdout)

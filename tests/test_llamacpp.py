@@ -67,6 +67,21 @@ def test_cpus_with_amx_are_told_apart_from_proc_cpuinfo(tmp_path):
     assert cpu_has_amx(tmp_path / "absent") is False
 
 
+def test_extra_buffer_types_are_off_only_where_the_build_has_amx_kernels_and_the_cpu_runs_them(monkeypatch):
+    """A build without AMX (scripts/setup-llamacpp on an AMX CPU) keeps llama.cpp's CPU weight repacks."""
+    from types import SimpleNamespace
+
+    from specmon.backends import llamacpp_loader
+
+    native = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | REPACK = 1 | "
+    portable = native.replace("AMX_INT8 = 1 | ", "")
+    for cpu_amx, info, extra in [(True, native, False), (True, portable, True), (False, native, True),
+                                 (False, portable, True)]:
+        monkeypatch.setattr(llamacpp_loader, "cpu_has_amx", lambda cpu_amx=cpu_amx: cpu_amx)
+        lib = SimpleNamespace(llama_print_system_info=lambda info=info: info.encode())
+        assert llamacpp_loader.use_extra_bufts(lib) is extra, (cpu_amx, info)
+
+
 def test_llamacpp_profiles_are_checked_before_loading(tmp_path):
     from specmon.backends.loader import load_pair
 

@@ -62,6 +62,17 @@ def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
         return False
 
 
+def build_has_amx(system_info: str) -> bool:
+    """llama.cpp was compiled with AMX kernels (a native build on an AMX CPU): llama_print_system_info."""
+    return "AMX_INT8 = 1" in system_info
+
+
+def use_extra_bufts(lib) -> bool:
+    """llama.cpp's extra buffer types (weights repacked for batched matmul) unless they would be its AMX
+    kernels: a build without AMX (scripts/setup-llamacpp on an AMX CPU) keeps the CPU repacks."""
+    return not (cpu_has_amx() and build_has_amx(lib.llama_print_system_info().decode(errors="replace")))
+
+
 class LlamaCppModel:
     """Weights loaded once (memory-mapped), shared by every context made on them."""
 
@@ -69,7 +80,7 @@ class LlamaCppModel:
         self.lib, self.path = lib, path
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
-        params.use_extra_bufts = not cpu_has_amx()  # ggml's AMX matmul crashes on batches (llama.cpp#20824)
+        params.use_extra_bufts = use_extra_bufts(lib)  # ggml's AMX matmul crashes on batches (llama.cpp#20824)
         self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self.ptr:
             raise SpecmonError(f"{path}: llama.cpp could not load this GGUF (see its error above)")
