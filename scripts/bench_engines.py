@@ -24,7 +24,7 @@ llama-cpp-python installed, with the headers of the same version's source:
 It gives two rows: "C loop" (wall time per token after the first: decode and argmax, what the
 engines' decode ms count) and "C decode" (llama_decode alone, a figure no loop reaches). The C
 loop's "= plain" counts prompts whose greedy text is specmon's plain text through llama.cpp. Extra
-buffer types (weight repacking) follow specmon's choice: off on CPUs with AMX.
+buffer types (weight repacking) follow specmon's choice: off where the build has AMX kernels and the CPU runs them.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ MALFORMED = [
     ("[policy]\nevidence_window = 0\n" + OK_CLASS, 2, "evidence_window = 0 is out of range"),
     ("[policy]\nevidence_window = 8\nmin_rounds = 9\n" + OK_CLASS, 3, "min_rounds = 9 is out of range"),
     ("[policy]\nhysteresis = -0.1\n" + OK_CLASS, 2, "hysteresis"),
-    ("[policy]\n\nprompt_off = -0.5\n" + OK_CLASS, 3, "prompt_off = -0.5 is out of range: a number from 0 up to 10"),
+    ("[policy]\n\nprompt_off = -0.5\n" + OK_CLASS, 3, "prompt_off = -0.5 is out of range: 0 (never) or a positive number below 10"),
     ("[polcy]\nmode = 'advise'\n" + OK_CLASS, 1, "unknown field `polcy`"),
     (OK_CLASS + "speculate = 'maybe'\n", 4, "Invalid enum value 'maybe'"),
     (OK_CLASS + "draft_len = { min = 5, max = 2 }\n", 4, "range"),
@@ -500,6 +500,33 @@ def test_a_run_looks_at_its_policy_file_every_quarter_second_and_eighth_round_an
     assert len(loads()) == 2
     scheduler._look(driver, 18.4, every_round=False)  # the next prompt looks once the quarter second passed
     assert len(loads()) == 3 and engine.policy.settings.min_gain == 0.02
+    scheduler.poll_s = 0.0  # SPECMON_POLICY_POLL_S=0: every round looks
+    edit("0.04")
+    scheduler._look(driver, 18.4, every_round=True)
+    assert len(loads()) == 4 and engine.policy.settings.min_gain == 0.04
+
+
+def test_a_server_request_is_planned_by_the_policy_in_force_however_short_the_requests(tmp_path):
+    """A request shorter than POLL_ROUNDS rounds still picks up an edit made before it started."""
+    from types import SimpleNamespace
+
+    from specmon.events.schema import PolicyLoaded
+    from specmon.server.classes import ServePolicy
+
+    path = tmp_path / "p.toml"
+    path.write_text(DEFAULT.read_text())
+    emitted: list = []
+    decoded: list = []
+    driver = SimpleNamespace(session_id="s", emit=emitted.append,
+                             decode=lambda *a, **k: decoded.append(k["class_rule"]))
+    engine = PolicyEngine(load_policy(path), "s")
+    server = ServePolicy(driver, engine, None, on_reload=None, poll_s=0.25)
+    path.write_text(DEFAULT.read_text().replace("min_gain = 0.03", "min_gain = 0.01"))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    server.decode_named(Prompt("r1", "hi", "default"), "chat", "rule", Sampling(), 4, on_round=lambda e: None,
+                        stop=lambda: None)
+    assert [e.accepted for e in emitted if isinstance(e, PolicyLoaded)] == [True, True]
+    assert engine.policy.settings.min_gain == 0.01 and len(decoded) == 1
 
 
 def test_the_shipped_prompt_sets_cover_twelve_task_types_and_share_no_prompt():

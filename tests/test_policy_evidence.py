@@ -180,6 +180,7 @@ def test_a_prompt_whose_drafts_lose_less_than_prompt_off_says_keeps_speculating(
     live = session(default_policy(), silent_every=2)
     _, ks, decisions = live.prompt("rewrite", rounds=40, speedup=0.8, emitted=1)
     assert decisions == [] and set(ks) == {live.engine.state("rewrite").k}
+    assert "\nprompt_off = 0.7 " in DEFAULT.read_text()
     text = DEFAULT.read_text().replace("prompt_off = 0.7", "")
     live = session(parse_policy(text, "default.toml"), silent_every=2)
     _, ks, (decision,) = live.prompt("rewrite", rounds=40, speedup=0.8, emitted=1)

@@ -175,7 +175,7 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
         ("probe_every", 0 <= s.probe_every <= MAX_EVERY, f"0..{MAX_EVERY}, 0 for never"),
         ("prompt_rounds", 0 <= s.prompt_rounds <= window, "0..evidence_window, 0 for never"),
         ("prompt_off", s.prompt_off is None or (math.isfinite(s.prompt_off) and 0 <= s.prompt_off < 10),
-         "a number from 0 up to 10, 0 for never"),
+         "0 (never) or a positive number below 10"),
     ]:
         if not ok:
             line, col = locate(text, ("policy", key))

@@ -23,7 +23,9 @@ POLL_ROUNDS = 8  # ... and at most every 8th round: a bench's lanes take turns, 
 
 
 def policy_poll_s() -> float:
-    """Seconds between looks at the policy file: SPECMON_POLICY_POLL_S (0: every round), else POLL_S."""
+    """Seconds between looks at the policy file: SPECMON_POLICY_POLL_S (0: every round), else POLL_S.
+    A look comes at a prompt's start once that long has passed, and between rounds once POLL_ROUNDS
+    rounds have passed as well."""
     try:
         value = float(os.environ.get("SPECMON_POLICY_POLL_S", POLL_S))
     except ValueError:
@@ -68,7 +70,7 @@ class PolicyScheduler:
         driver, drafter = driver or self.driver, drafter or self.drafter
         tag = prompt.prompt_class if prompt.prompt_class != "default" else None
         started = time.perf_counter()
-        self._look(driver, started, every_round=False)  # a prompt is classified and planned by the policy in force
+        self.look(driver)  # a prompt is classified and planned by the policy in force
         name, rule = self.engine.classify(prompt.text, tag)
         schedule = self.engine.start_prompt(name, prompt.id)
         self.configure_drafter(name, drafter)
@@ -110,6 +112,10 @@ class PolicyScheduler:
                 driver.emit(decision)
 
         return observe
+
+    def look(self, driver: SessionDriver | None = None) -> None:
+        """At a prompt's start: pick up an edit of the policy file once poll_s has passed."""
+        self._look(driver or self.driver, time.perf_counter(), every_round=False)
 
     def _look(self, driver: SessionDriver, now: float, every_round: bool) -> None:
         """Pick up an edit of the policy file: at a prompt's start once poll_s has passed, between

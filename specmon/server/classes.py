@@ -39,6 +39,7 @@ class ServePolicy(PolicyScheduler):
     def decode_named(self, prompt: Prompt, name: str, rule: str, sampling: Sampling, max_new_tokens: int, *,
                      on_round: Callable[[RoundVerified], None], stop: Callable[[], str | None]) -> Decoded:
         """Plan, then decode at the policy's k round by round; each round feeds the policy, then the request."""
+        self.look()  # a request is planned by the policy in force
         schedule = self.engine.start_prompt(name)
         plan = schedule.plan
         observe = self._after_round(schedule, self.driver)

@@ -71,9 +71,13 @@ class LogSink:
 
     def sync(self) -> None:
         """Wait until everything offered so far has been written (or failed to be)."""
+        if not self._thread.is_alive():
+            return  # closed (or dead): nothing more will be written
         passed = threading.Event()
         self._queue.put(passed)
-        passed.wait()
+        while not passed.wait(timeout=1.0):
+            if not self._thread.is_alive():
+                return
 
     def _run(self) -> None:
         while True:
