@@ -26,7 +26,7 @@ from specmon.errors import SpecmonError
 SEQ = 0  # specmon decodes one sequence per context
 BATCH = 512  # tokens per llama_decode call; a longer prefill is split, a verify (k+1 <= 65) never is
 INSTALL = ("pip install 'specmon[llamacpp]' (builds llama.cpp from source: needs cmake and a C++ "
-           "compiler, and takes minutes)")
+           "compiler, and takes minutes; in a checkout, bash scripts/setup-llamacpp builds it for this CPU)")
 PROBE = "Héllo wörld 12345, <|im_start|>user\n  tabs\tand spaces; 東京 🙂<|im_end|>"
 
 
