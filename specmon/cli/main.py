@@ -228,7 +228,8 @@ def _add_bench(sub) -> None:
                         help="run the fixed k > 0 only in the first N passes (0: every pass); plain runs in all")
     policy.add_argument("--max-new-tokens", type=whole(1), default=48)
     policy.add_argument("--half", choices=["tune", "test"], help="only the prompts of one half of the set (ids "
-                        "ending in an odd number: tune; even: test); `--prompts bench` is the shipped set; `--prompts holdout` a second one, all held out")
+                        "ending in an odd number: tune; even: test); `--prompts bench` is the shipped set "
+                        "(`--prompts holdout`: a second one, all of it held out)")
     policy.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
     policy.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
 
