@@ -282,13 +282,18 @@ def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[
     return Outcome(True, best, "draft_len", inputs, ids)
 
 
+def switch_rows(rows: Sequence[Row], drafted: bool) -> list[Row]:
+    """One k's rounds as a switch on or off judges them: with `drafted` only those that drafted."""
+    return [r for r in rows if r.proposed] if drafted else list(rows)
+
+
 def _switch_evidence(by_k: dict[int, list[Row]], thresholds: dict[str, float]) -> dict[int, list[Row]]:
     """Each k's rounds that a switch on or off judges, where there are min_rounds of them: all of
     them; with silent_plain only those that drafted (a silent round costs what plain does, so it
     speaks for neither side; counting it would pull every ratio toward 1, and a class whose drafts
     are rare but pay would look like one that does not pay)."""
-    drafted = thresholds.get("silent_plain") and thresholds.get("switch_drafted")  # logs before it: all rounds
-    switching = {kk: [r for r in rr if r.proposed] if drafted else rr for kk, rr in by_k.items() if kk}
+    drafted = bool(thresholds.get("silent_plain") and thresholds.get("switch_drafted"))  # logs before it: all rounds
+    switching = {kk: switch_rows(rr, drafted) for kk, rr in by_k.items() if kk}
     return {kk: rr for kk, rr in switching.items() if len(rr) >= thresholds["min_rounds"]}
 
 

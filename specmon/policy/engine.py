@@ -13,7 +13,7 @@ from pathlib import Path
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
-from specmon.policy.decide import Row, can_still_pay, decide, decide_prompt, goodput, silent
+from specmon.policy.decide import Row, can_still_pay, decide, decide_prompt, goodput, silent, switch_rows
 from specmon.policy.plan import Plan, Schedule
 from specmon.policy.reload import file_stamp, loaded_event, refused_event
 from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
@@ -294,9 +294,9 @@ class PolicyEngine:
         return goodput(self._switch_rows(st, st.k)) >= goodput(self.plain_rows(st)) * line
 
     def _switch_rows(self, st: ClassState, k: int) -> list[Row]:
-        """k's rounds as a switch judges them: with policy.silent_plain only those that drafted."""
-        rows = st.windows.get(k, ())
-        return [r for r in rows if r.proposed] if self.policy.settings.silent_plain else list(rows)
+        """k's rounds as a switch judges them (decide.switch_rows): the engine logs switch_drafted
+        whenever policy.silent_plain is on."""
+        return switch_rows(st.windows.get(k, ()), self.policy.settings.silent_plain)
 
     def _pace_measures(self, st: ClassState, changed: bool, confirmed: bool, far: bool) -> None:
         """A plain re-measure or a probe that confirms the decision doubles the gap to the next
