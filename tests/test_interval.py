@@ -4,7 +4,7 @@ noise above the bound the rounds' own counts allow."""
 import numpy as np
 import pytest
 
-from specmon.metrics.interval import MIN_PROMPTS, PromptTotals, sanity_bound, speedup_estimate
+from specmon.metrics.interval import MIN_PROMPTS, RESAMPLES, PromptTotals, sanity_bound, speedup_estimate
 
 
 def totals(rates_by_prompt: dict[str, float], ms: float = 1000.0) -> PromptTotals:
@@ -66,3 +66,27 @@ def test_the_interval_covers_the_true_ratio_about_95_percent_of_the_time():
         estimate = speedup_estimate(spec, totals(base), seed=int(rng.integers(1 << 30)))
         hits += estimate.low <= true <= estimate.high
     assert 0.85 <= hits / trials <= 0.995  # percentile bootstrap over 16 prompts: near its nominal 95%
+
+
+@pytest.mark.parametrize("plain_prompts", [9, 12])  # 9: the sides ran different prompts; 12: the same (paired)
+def test_the_interval_resamples_whole_prompts_with_the_seeded_draws(plain_prompts):
+    """The interval is the one from drawing prompt indices (seeded; plain's draws after spec's unless
+    paired) and summing each resample's prompts: the matrix form must not change what is drawn."""
+    rng = np.random.default_rng(3)
+    spec = PromptTotals({f"p{i:02}": int(rng.integers(5, 60)) for i in range(12)},
+                        {f"p{i:02}": float(rng.uniform(100, 900)) for i in range(12)})
+    plain = PromptTotals({f"p{i:02}": int(rng.integers(5, 60)) for i in range(plain_prompts)},
+                         {f"p{i:02}": float(rng.uniform(100, 900)) for i in range(plain_prompts)})
+    draws = np.random.default_rng(11)
+    s_idx = draws.integers(0, 12, size=(RESAMPLES, 12))
+    p_idx = s_idx if plain_prompts == 12 else draws.integers(0, plain_prompts, size=(RESAMPLES, plain_prompts))
+
+    def sums(totals: PromptTotals, idx):
+        names = sorted(totals.emitted)
+        emitted, ms = (np.array([t[n] for n in names], dtype=float) for t in (totals.emitted, totals.ms))
+        return emitted[idx].sum(1) / ms[idx].sum(1)
+
+    low, high = np.percentile(sums(spec, s_idx) / sums(plain, p_idx), [2.5, 97.5])
+    estimate = speedup_estimate(spec, plain, seed=11)
+    assert (estimate.low, estimate.high) == (pytest.approx(low, rel=1e-12), pytest.approx(high, rel=1e-12))
+    assert estimate.low < estimate.ratio < estimate.high

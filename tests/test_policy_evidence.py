@@ -10,7 +10,7 @@ import pytest
 from specmon.engine import rounds as rounds_module
 from specmon.events.schema import Decision, RoundVerified
 from specmon.metrics.interval import PromptTotals, speedup_estimate
-from specmon.policy.decide import Row, decide, decide_prompt, estimate, totals
+from specmon.policy.decide import Row, by_draft_len, decide, decide_prompt, estimate, totals
 from specmon.policy.explain import explain
 from specmon.policy.schema import parse_policy
 from test_policy import DEFAULT, PolicySession, ScriptedClock
@@ -249,3 +249,17 @@ def test_a_new_class_borrows_the_sessions_plain_rounds_instead_of_starting_with_
     for _ in range(12):
         live.prompt("chat", rounds=30, speedup=0.6, emitted=1)
     assert all(e.reproduces for e in explained(live))
+
+
+def test_the_engine_groups_its_evidence_as_decide_groups_the_cited_rounds(session):
+    """A check groups the class's windows itself (no sort of every row): the same lists, in the same
+    order, as decide() builds from the rows, so live sums and `policy explain`'s agree to the bit."""
+    live = session(default_policy(), silent_every=3)
+    stationary(live, "rewrite", 40, 1.1, 0.2, seed=3)
+    engine = live.engine
+    st = engine.state("rewrite")
+    assert len(st.windows) > 2 and st.silent  # several k (probes) and silent rounds
+    rows = [row for k, window in st.windows.items() if k for row in window] + engine.plain_decoded(st)
+    thresholds = engine.thresholds(engine.class_of("rewrite"))
+    expected = by_draft_len(sorted(rows, key=lambda r: r.round_id), thresholds)
+    assert engine._grouped(st) == expected and list(expected[0]) == sorted(expected[0])

@@ -11,6 +11,7 @@ rounds' own counts allow (DESIGN.md's sanity bound) is noise, whatever its inter
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -96,17 +97,33 @@ def _goodput(emitted, ms) -> float | None:
 
 
 def _bootstrap(spec: PromptTotals, plain: PromptTotals, seed: int) -> tuple[float, float] | None:
-    rng = np.random.default_rng(seed)
     paired = set(spec.emitted) == set(plain.emitted)
     names = sorted(spec.emitted)
     s_e, s_ms = _arrays(spec, names)
     p_names = names if paired else sorted(plain.emitted)
     p_e, p_ms = _arrays(plain, p_names)
-    s_idx = rng.integers(0, len(names), size=(RESAMPLES, len(names)))
-    p_idx = s_idx if paired else rng.integers(0, len(p_names), size=(RESAMPLES, len(p_names)))
+    s_counts, p_counts = _resample_counts(seed, len(names), None if paired else len(p_names))
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = (s_e[s_idx].sum(1) / s_ms[s_idx].sum(1)) / (p_e[p_idx].sum(1) / p_ms[p_idx].sum(1))
+        ratios = (s_counts @ s_e / (s_counts @ s_ms)) / (p_counts @ p_e / (p_counts @ p_ms))
     return _span(ratios)
+
+
+@lru_cache(maxsize=16)
+def _resample_counts(seed: int, n_spec: int, n_plain: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """How often each prompt is drawn in each resample (the seeded draws, plain's after spec's
+    unless paired), as matrices: a resample's sums are then one product, and a policy checking
+    every few rounds draws the same n's indices once (draws and gathers were 5-10x the rest)."""
+    rng = np.random.default_rng(seed)
+    s_counts = _counts(rng.integers(0, n_spec, size=(RESAMPLES, n_spec)), n_spec)
+    p_counts = s_counts if n_plain is None else _counts(rng.integers(0, n_plain, size=(RESAMPLES, n_plain)), n_plain)
+    return s_counts, p_counts
+
+
+def _counts(idx: np.ndarray, n: int) -> np.ndarray:
+    flat = (idx + n * np.arange(len(idx))[:, None]).ravel()
+    counts = np.bincount(flat, minlength=len(idx) * n).reshape(len(idx), n).astype(float)
+    counts.flags.writeable = False  # shared by every later call with the same n
+    return counts
 
 
 def _span(resampled: np.ndarray) -> tuple[float, float] | None:

@@ -13,7 +13,8 @@ from pathlib import Path
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
-from specmon.policy.decide import Row, can_still_pay, decide, decide_prompt, goodput, silent, switch_rows
+from specmon.policy.decide import (ROUND_ID, Row, can_still_pay, decide, decide_grouped, decide_prompt, goodput, silent,
+                                   switch_rows)
 from specmon.policy.plan import Plan, Schedule
 from specmon.policy.reload import file_stamp, loaded_event, refused_event
 from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
@@ -248,8 +249,11 @@ class PolicyEngine:
         if cls.speculate != "auto":
             return None
         thresholds = self.thresholds(cls)
-        rows = [row for k, window in st.windows.items() if k for row in window] + self.plain_decoded(st)
-        outcome = decide(st.speculate, st.k, rows, thresholds)
+        if thresholds.get("interval"):
+            outcome = decide_grouped(st.speculate, st.k, self._grouped(st), thresholds)
+        else:
+            rows = [row for k, window in st.windows.items() if k for row in window] + self.plain_decoded(st)
+            outcome = decide(st.speculate, st.k, rows, thresholds)
         confirmed = outcome is None and self._judged(cls, st)
         self._pace_measures(st, changed=outcome is not None, confirmed=confirmed, far=confirmed and self._far_ahead(st))
         if outcome is None:
@@ -273,6 +277,16 @@ class PolicyEngine:
         )
         self.decisions += 1
         return event
+
+    def _grouped(self, st: ClassState) -> dict[int, list[Row]]:
+        """The class's evidence as decide() groups it (decide.by_draft_len), built from the windows:
+        each k's window, and under 0 the plain rounds with (silent_plain) the silent ones."""
+        by_k = {k: sorted(window, key=ROUND_ID) for k, window in st.windows.items() if k and window}
+        plain = self.plain_rows(st) if self.policy.settings.silent_plain else self.plain_decoded(st)
+        plain = sorted(plain, key=ROUND_ID)
+        if plain:
+            by_k[0] = plain
+        return by_k
 
     def _judged(self, cls: PromptClass, st: ClassState) -> bool:
         """The evidence gives a verdict: while on, enough rounds of plain and of k; while off,
