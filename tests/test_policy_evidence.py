@@ -263,3 +263,26 @@ def test_the_engine_groups_its_evidence_as_decide_groups_the_cited_rounds(sessio
     thresholds = engine.thresholds(engine.class_of("rewrite"))
     expected = by_draft_len(sorted(rows, key=lambda r: r.round_id), thresholds)
     assert engine._grouped(st) == expected and list(expected[0]) == sorted(expected[0])
+
+
+def test_rounds_set_aside_bring_the_same_decisions_at_the_same_rounds(session, monkeypatch):
+    """after_round sets aside the rounds that can bring no decision and observes them with the next
+    that might: every decision, its round, cited rounds and inputs, as observing each at once gives."""
+    def decisions(live):
+        for mean, seed in ((1.3, 5), (0.7, 6), (1.4, 7)):  # the class goes off, then on again
+            stationary(live, "rewrite", 30, mean, 0.15, seed=seed)
+        live.prompt("chat", rounds=30, speedup=0.6, emitted=1)
+        return [(d.decision_id, d.prompt_class, d.speculate_to, d.k_to, d.round_ids, d.reason,
+                 {key: round(value, 9) for key, value in d.inputs.items()})  # the shared clock runs on: last bits
+                for d in live.events if isinstance(d, Decision)]
+
+    set_aside = session(default_policy(), silent_every=3)
+    quiet = []
+    original = type(set_aside.engine)._quiet
+    monkeypatch.setattr(type(set_aside.engine), "_quiet", lambda *a: quiet.append(original(*a)) or quiet[-1])
+    deferred = decisions(set_aside)
+    monkeypatch.setattr(type(set_aside.engine), "_quiet", lambda *a: False)
+    at_once = decisions(session(default_policy(), silent_every=3))
+    assert deferred == at_once
+    assert len([d for d in deferred if "prompt" not in d[5]]) >= 2  # class decisions, not only prompt ones
+    assert sum(quiet) > len(quiet) / 2  # most rounds were set aside
