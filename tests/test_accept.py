@@ -1,6 +1,7 @@
 """Accept rules: exact bookkeeping for greedy, and properties of the sampled rule."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from specmon.engine.accept import accept_greedy, accept_sampled, alpha_hat
@@ -65,3 +66,24 @@ def test_alpha_hat_is_one_minus_total_variation():
     assert alpha_hat(p, q, [1]) == np.minimum(p[0], q[0]).sum() == 0.6
     assert alpha_hat(p, None, [0]) == 0.5  # q one-hot: sum min(p, q) = p(x)
     assert alpha_hat(p, None, []) is None
+
+
+def test_round_figures_from_the_argmax_match_the_full_vocabulary_computations():
+    """Margins (top-1 minus top-2 logit, ties included) equal a partition's; p(x) under greedy is
+    the float64 softmax's to float32 precision, over a real vocabulary's width."""
+    from specmon.engine.drafters import Proposal
+    from specmon.engine.rounds import _greedy_alpha, _logit_margins, _target_probs
+
+    rng = np.random.default_rng(4)
+    logits = (rng.standard_normal((6, 49152)) * 4).astype(np.float32)
+    logits[1, 7] = logits[1].max()  # a tie: margin 0
+    top = logits.argmax(axis=-1)
+    top2 = np.partition(logits, -2, axis=-1)[:, -2:]
+    assert _logit_margins(logits, top) == (top2[:, 1] - top2[:, 0]).astype(float).tolist()
+    assert _logit_margins(logits, top)[1] == 0.0
+    proposed = [int(top[0]), int(top[1]) ^ 1, int(top[2]), 5, int(top[4])]
+    wide = logits[:5].astype(np.float64)
+    expected = np.exp(wide[np.arange(5), proposed] - np.log(np.exp(wide - wide.max(-1, keepdims=True)).sum(-1))
+                      - wide.max(-1))
+    assert _target_probs(logits, top, None, proposed) == pytest.approx(expected.tolist(), rel=1e-6)
+    assert _greedy_alpha(top, Proposal(proposed, None)) == pytest.approx(3 / 5)

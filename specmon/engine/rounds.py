@@ -124,11 +124,12 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
     base = len(context) - 1  # position of the last token, not yet in the target's cache
     logits = target.forward([context[-1], *proposal.tokens], base)
     t2 = time.perf_counter()
-    verdict, p = _accept(logits, proposal, sampling, rng)
+    top = logits.argmax(axis=-1)  # each row's greedy token: acceptance, margins and p(x) all start from it
+    verdict, p = _accept(logits, top, proposal, sampling, rng)
     target.truncate(base + verdict.accepted + 1)  # roll back past the first rejected token
     new_tokens = [*proposal.tokens[: verdict.accepted], verdict.next_token]
     new_tokens = _trim(new_tokens, max_new_tokens - len(run.generated), target.eos_id)
-    margins = _logit_margins(logits[: len(new_tokens)])
+    margins = _logit_margins(logits[: len(new_tokens)], top)
     n_accepted = min(verdict.accepted, len(new_tokens))
     accepted_text = _text_after(ctx.detokenize, context, new_tokens[:n_accepted])
     final_text = _text_after(ctx.detokenize, context + new_tokens[:n_accepted], new_tokens[n_accepted:])
@@ -142,8 +143,8 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
         draft_len=draft_len, proposed=proposal.tokens, accepted=verdict.accepted,
         rejection_pos=verdict.rejection_pos(len(proposal.tokens)), emitted=new_tokens,
         draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3, overhead_ms=0.0,
-        target_probs=_target_probs(logits, p, proposal.tokens),
-        alpha_hat=alpha_hat(p, proposal.q, proposal.tokens) if p is not None else _greedy_alpha(logits, proposal),
+        target_probs=_target_probs(logits, top, p, proposal.tokens),
+        alpha_hat=alpha_hat(p, proposal.q, proposal.tokens) if p is not None else _greedy_alpha(top, proposal),
         margins=margins, sampling=sampling, mem_bytes=target.memory_bytes(),
         accepted_text=accepted_text, final_text=final_text,
     )
@@ -151,11 +152,11 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
     return event
 
 
-def _accept(logits: np.ndarray, proposal: Proposal, sampling: Sampling,
+def _accept(logits: np.ndarray, top: np.ndarray, proposal: Proposal, sampling: Sampling,
             rng: np.random.Generator) -> tuple[Verdict, np.ndarray | None]:
-    """Greedy needs only argmaxes; sampling needs the transformed target rows p as well."""
+    """Greedy needs only the argmaxes (`top`); sampling needs the transformed target rows p as well."""
     if sampling.greedy:
-        return accept_greedy(proposal.tokens, logits.argmax(axis=-1)), None
+        return accept_greedy(proposal.tokens, top), None
     p = probs_from_logits(logits, sampling)
     return accept_sampled(proposal.tokens, p, proposal.q, rng), p
 
@@ -168,28 +169,35 @@ def _trim(tokens: list[int], room: int, eos_id: int) -> list[int]:
     return tokens
 
 
-def _logit_margins(rows: np.ndarray) -> list[float]:
-    """Top-1 minus top-2 logit per row: how close a greedy choice was to a tie."""
-    top2 = np.partition(rows, -2, axis=-1)[:, -2:]
-    return (top2[:, 1] - top2[:, 0]).astype(float).tolist()
+def _logit_margins(rows: np.ndarray, top: np.ndarray) -> list[float]:
+    """Top-1 minus top-2 logit per row: how close a greedy choice was to a tie. The runner-up is
+    the largest logit either side of the argmax: two reads of the row, where a partition of a
+    49k vocabulary cost ~50 us a row."""
+    margins = []
+    for row, best in zip(rows, top.tolist()):
+        second = max(row[:best].max(initial=-np.inf), row[best + 1:].max(initial=-np.inf))
+        margins.append(float(row[best] - second))
+    return margins
 
 
-def _target_probs(logits: np.ndarray, p: np.ndarray | None, proposed: list[int]) -> list[float]:
-    """p(x) of each proposed token; under greedy, the plain softmax (temperature 1)."""
+def _target_probs(logits: np.ndarray, top: np.ndarray, p: np.ndarray | None, proposed: list[int]) -> list[float]:
+    """p(x) of each proposed token; under greedy, the plain softmax (temperature 1), in float32
+    from the row's peak (a recorded figure: float64 over the vocabulary cost ~0.4 ms a row)."""
     if not proposed:
         return []
     rows = np.arange(len(proposed))
     if p is not None:
         return p[rows, proposed].astype(float).tolist()
-    head = logits[: len(proposed)].astype(np.float64)
-    peak = head.max(axis=-1)
-    log_z = peak + np.log(np.exp(head - peak[:, None]).sum(axis=-1))
-    return np.exp(head[rows, proposed] - log_z).tolist()
+    head = logits[: len(proposed)]
+    peak = head[rows, top[: len(proposed)]]
+    shifted = np.subtract(head, peak[:, None], dtype=np.float32)
+    z = np.exp(shifted, out=shifted).sum(axis=-1, dtype=np.float64)
+    return (np.exp((head[rows, proposed] - peak).astype(np.float64)) / z).tolist()
 
 
-def _greedy_alpha(logits: np.ndarray, proposal: Proposal) -> float | None:
+def _greedy_alpha(top: np.ndarray, proposal: Proposal) -> float | None:
     """Under greedy p and q are one-hot, so sum min(p, q) is 1 where the argmaxes agree."""
     if not proposal.tokens:
         return None
-    agree = logits[: len(proposal.tokens)].argmax(axis=-1) == np.asarray(proposal.tokens)
+    agree = top[: len(proposal.tokens)] == np.asarray(proposal.tokens)
     return float(agree.mean())
