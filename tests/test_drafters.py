@@ -77,3 +77,22 @@ def test_prompt_features_see_what_is_given_not_the_words():
     assert code.code
     data = prompt_features('把它变成表格: [{"a": 1, "b": 2}, {"a": 3, "b": 4}, {"a": 5, "b": 6}]')
     assert data.code
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=40), st.lists(st.integers(0, 5), min_size=1, max_size=30),
+       st.integers(1, 4), st.integers(1, 3), st.integers(1, 8))
+def test_the_drafters_index_proposes_what_a_search_of_the_whole_context_does(prompt, grown, min_match, min_seen, k):
+    """Round by round the round loop extends one context list in place; the drafter indexes it as it
+    grows, and must propose exactly what confident_draft finds searching the whole context."""
+    drafter = NgramDrafter()
+    drafter.confident(min_match, min_seen)
+    drafter.begin(prompt)
+    context = list(prompt)
+    for token in [None, *grown]:  # the first round sees the prompt alone
+        if token is not None:
+            context.append(token)
+        whole = confident_draft(np.asarray(context, dtype=np.int64), k, min_match, min_seen)
+        assert propose(drafter, context, k) == whole
+    other = [*context[:-1], (context[-1] + 1) % 6]  # another list, another context: no stale index
+    assert propose(drafter, other, k) == confident_draft(np.asarray(other), k, min_match, min_seen)

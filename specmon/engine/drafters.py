@@ -64,16 +64,17 @@ class NgramDrafter:
         self.name = "ngram"
         self.min_match = 0  # 0: the plain lookup above, no confidence test
         self.min_seen = 1
+        self.index = ContextIndex()
 
     def confident(self, min_match: int = 0, min_seen: int = 1) -> None:
         """Set (min_match >= 1) or clear (0) the confidence test for the prompts that follow."""
         self.min_match, self.min_seen = max(0, min_match), max(1, min_seen)
 
     def begin(self, prompt: Sequence[int]) -> None:
-        pass
+        self.index = ContextIndex()
 
     def fork(self) -> NgramDrafter:
-        """An independent drafter with the same settings (it keeps no state between rounds)."""
+        """An independent drafter with the same settings (and its own context index)."""
         twin = NgramDrafter(self.ngram_sizes)
         twin.confident(self.min_match, self.min_seen)
         return twin
@@ -81,9 +82,10 @@ class NgramDrafter:
     def propose(self, context, k, sampling, rng) -> Proposal:
         if k <= 0:
             return Proposal([], None)
-        ctx = np.asarray(context, dtype=np.int64)
         if self.min_match:
-            return Proposal(confident_draft(ctx, k, self.min_match, self.min_seen), None)
+            ctx, positions = self.index.update(context)
+            return Proposal(confident_draft(ctx, k, self.min_match, self.min_seen, positions), None)
+        ctx = np.asarray(context, dtype=np.int64)
         for n in self.ngram_sizes:
             start = _latest_match(ctx, n)
             if start is not None:
@@ -94,10 +96,51 @@ class NgramDrafter:
 MAX_MATCH = 16  # a suffix match this long is as confident as a match gets
 
 
-def confident_draft(ctx: np.ndarray, k: int, min_match: int, min_seen: int) -> list[int]:
+class ContextIndex:
+    """One prompt's context as an array, and where each token occurs in it, kept from round to
+    round (within a prompt the context only grows): a round's lookup then costs what its
+    candidates cost, not a pass over the whole context (a round that drafts nothing is a plain
+    step, and on llama.cpp's ~11 ms steps that pass cost ~0.5%)."""
+
+    def __init__(self):
+        self.tokens = np.empty(256, dtype=np.int64)
+        self.n = 0
+        self.where: dict[int, list[int]] = {}
+        self.source: Sequence[int] | None = None  # the round loop's context list, extended in place
+
+    def update(self, context: Sequence[int]) -> tuple[np.ndarray, np.ndarray | None]:
+        """The context as an array, and the candidates for its next token: each earlier position i
+        whose preceding token equals the context's last (ctx[i - 1] == ctx[-1], 1 <= i <= n - 1).
+        A context list seen for the first time gets no index yet (None: search it whole), so a
+        caller that passes a new list every time pays nothing for one."""
+        n = len(context)
+        if context is not self.source:
+            self.__init__()
+            self.source = context
+            return np.asarray(context, dtype=np.int64), None
+        if n < self.n or (self.n and context[self.n - 1] != self.tokens[self.n - 1]):
+            self.__init__()  # changed other than by growing: index it afresh
+            self.source = context
+        if n > len(self.tokens):
+            grown = np.empty(max(n, 2 * len(self.tokens)), dtype=np.int64)
+            grown[: self.n] = self.tokens[: self.n]
+            self.tokens = grown
+        self.tokens[self.n: n] = context[self.n: n]
+        for position in range(self.n, n):
+            self.where.setdefault(context[position], []).append(position)
+        self.n = n
+        if not n:
+            return self.tokens[:0], np.empty(0, dtype=np.int64)
+        earlier = self.where[context[-1]][:-1]  # its own position is the last
+        return self.tokens[:n], np.asarray(earlier, dtype=np.int64) + 1
+
+
+def confident_draft(ctx: np.ndarray, k: int, min_match: int, min_seen: int,
+                    positions: np.ndarray | None = None) -> list[int]:
     """Up to k tokens copied after the longest (then latest) earlier match of the context's end,
-    if it is at least min_match long and its next token was seen after >= min_seen such matches."""
-    ends = _match_lengths(ctx)  # candidate positions i (ctx[i] is the next token) -> match length
+    if it is at least min_match long and its next token was seen after >= min_seen such matches.
+    `positions`: the candidates _match_lengths would find (a ContextIndex keeps them)."""
+    ends = _match_lengths(ctx, positions)  # candidate positions i (ctx[i] is the next token) -> match length
     if ends is None:
         return []
     positions, lengths = ends
@@ -120,13 +163,14 @@ def confident_draft(ctx: np.ndarray, k: int, min_match: int, min_seen: int) -> l
     return ctx[chosen: chosen + room].tolist()
 
 
-def _match_lengths(ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def _match_lengths(ctx: np.ndarray, positions: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """For each earlier position i whose preceding tokens match the context's last tokens (at
     least one), (i, how many match, up to MAX_MATCH): ctx[i] is then a candidate next token."""
     n = len(ctx)
     if n < 2:
         return None
-    positions = np.flatnonzero(ctx[:-1] == ctx[-1]) + 1  # ctx[i-1] == last token; i <= n - 1
+    if positions is None:
+        positions = np.flatnonzero(ctx[:-1] == ctx[-1]) + 1  # ctx[i-1] == last token; i <= n - 1
     lengths = np.ones(len(positions), dtype=np.int64)
     alive = positions.copy()
     for j in range(1, MAX_MATCH):
