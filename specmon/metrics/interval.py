@@ -20,6 +20,7 @@ from specmon.metrics import rates
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 MIN_PROMPTS = 2  # per side: with one prompt there is no spread to speak of
+CACHED_PROMPTS = 256  # resample matrices are kept for up to this many prompts on both sides (4 MB an entry, 8 kept)
 
 
 @dataclass(frozen=True)
@@ -102,13 +103,14 @@ def _bootstrap(spec: PromptTotals, plain: PromptTotals, seed: int) -> tuple[floa
     s_e, s_ms = _arrays(spec, names)
     p_names = names if paired else sorted(plain.emitted)
     p_e, p_ms = _arrays(plain, p_names)
-    s_counts, p_counts = _resample_counts(seed, len(names), None if paired else len(p_names))
+    counts = _resample_counts if len(names) + len(p_names) <= CACHED_PROMPTS else _resample_counts.__wrapped__
+    s_counts, p_counts = counts(seed, len(names), None if paired else len(p_names))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = (s_counts @ s_e / (s_counts @ s_ms)) / (p_counts @ p_e / (p_counts @ p_ms))
     return _span(ratios)
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=8)
 def _resample_counts(seed: int, n_spec: int, n_plain: int | None) -> tuple[np.ndarray, np.ndarray]:
     """How often each prompt is drawn in each resample (the seeded draws, plain's after spec's
     unless paired), as matrices: a resample's sums are then one product, and a policy checking

@@ -214,7 +214,7 @@ def totals(rows: Sequence[Row]) -> PromptTotals:
     for prompt_id, run in groupby(rows, key=PROMPT_ID):  # a prompt's rounds mostly come in one run
         run = list(run)
         emitted[prompt_id] = sum(map(EMITTED, run), emitted.get(prompt_id, 0))
-        ms[prompt_id] = sum(map(ROUND_MS, run), ms.get(prompt_id, 0.0))  # in round order, as one by one
+        ms[prompt_id] = sum(map(ROUND_MS, run), ms.get(prompt_id, 0.0))  # in round order, live and in explain
     return PromptTotals(emitted, ms)
 
 

@@ -39,7 +39,9 @@ class ClassState:
     probing: bool = False  # a probe is under way; the next decision judges it
     probed: dict[int, int] = field(default_factory=dict)  # k -> prompt count when last probed
     silent_since: int = 0  # silent rounds (policy.silent_plain) since the last plain re-measure was due
-    silent: dict[int, Row] = field(default_factory=dict)  # round id -> the silent rounds in the windows
+    # round id -> the silent rounds in the windows, kept whatever the policy says: a reload that turns
+    # silent_plain on counts them all as plain, as decide's by_draft_len does with the cited rounds
+    silent: dict[int, Row] = field(default_factory=dict)
 
 
 def start_k(cls: PromptClass) -> int:
@@ -175,21 +177,23 @@ class PolicyEngine:
         window.append(row)
         if not ev.draft_len:
             self.plain_pool.append(row)
-        elif silent(row) and self.policy.settings.silent_plain:
+        elif silent(row):
             st.silent[row.round_id] = row
-            st.silent_since += 1
+            st.silent_since += self.policy.settings.silent_plain
         st.fresh += 1
 
     def plain_rows(self, st: ClassState) -> list[Row]:
         """The class's plain evidence: its plain rounds (or the session's) and, with
         policy.silent_plain, its silent rounds, which a decision counts as plain too."""
+        if not self.policy.settings.silent_plain:
+            return self.plain_decoded(st)
         return self.plain_decoded(st) + list(st.silent.values())
 
     def plain_decoded(self, st: ClassState) -> list[Row]:
         """The class's plain rounds; with policy.interval, while its plain evidence is short of
         plain_rounds, the session's (every class's), so a new class need not start with a plain run."""
         own, s = list(st.windows.get(0, ())), self.policy.settings
-        if not s.interval or len(own) + len(st.silent) >= s.plain_rounds:
+        if not s.interval or len(own) + (len(st.silent) if s.silent_plain else 0) >= s.plain_rounds:
             return own
         return list(self.plain_pool)
 
@@ -237,8 +241,9 @@ class PolicyEngine:
     def _quiet(self, ev: RoundVerified, schedule: Schedule) -> bool:
         """No decision can come of this round, even once every round set aside is observed: the
         prompt's own evidence is judged (or this round is not part of it), and the class's check is
-        not yet due. Due comes at fresh >= EARLY_ROUNDS or plain_rounds; observing more rounds can
-        only take a class out of its early phase, never into it, so the line read now is the lowest."""
+        not yet due. Due comes at fresh >= EARLY_ROUNDS in a class's early phase, else plain_rounds;
+        the rounds set aside can take it out of that phase (never into it), so while it reads early
+        the lower of the two lines holds."""
         s = self.policy.settings
         if (s.prompt_rounds and not schedule.judged and ev.draft_len and ev.proposed and schedule.lead_over()
                 and self._class(ev.prompt_class).speculate == "auto"):
@@ -248,7 +253,7 @@ class PolicyEngine:
         st = self.state(ev.prompt_class)
         early = st.speculate and self._rounds(st, st.k) <= s.min_rounds
         fresh = st.fresh + self._pending_by_class.get(ev.prompt_class, 0) + 1
-        return fresh < (EARLY_ROUNDS if early else s.plain_rounds)
+        return fresh < (min(EARLY_ROUNDS, s.plain_rounds) if early else s.plain_rounds)
 
     def _prompt_decision(self, ev: RoundVerified, schedule: Schedule) -> Decision | None:
         """policy.prompt_rounds: after that many of this prompt's rounds that drafted (outside its
@@ -317,8 +322,7 @@ class PolicyEngine:
         """The class's evidence as decide() groups it (decide.by_draft_len), built from the windows:
         each k's window, and under 0 the plain rounds with (silent_plain) the silent ones."""
         by_k = {k: sorted(window, key=ROUND_ID) for k, window in st.windows.items() if k and window}
-        plain = self.plain_rows(st) if self.policy.settings.silent_plain else self.plain_decoded(st)
-        plain = sorted(plain, key=ROUND_ID)
+        plain = sorted(self.plain_rows(st), key=ROUND_ID)
         if plain:
             by_k[0] = plain
         return by_k
