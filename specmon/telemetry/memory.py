@@ -10,13 +10,26 @@ _nvml_state: dict[str, object] = {}
 
 
 def rss_bytes() -> int | None:
-    """Resident set size of this process."""
+    """Resident set size of this process. Read every round, so through a kept descriptor: one
+    pread where open/read/close cost ~0.1 ms between forward passes (measured live)."""
     try:
-        with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * _PAGE
+        return int(os.pread(_statm(), 64, 0).split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
+        _statm_fd.clear()
         usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return usage * 1024 if usage else None
+
+
+_statm_fd: dict[int, int] = {}  # pid -> descriptor of /proc/<pid>/statm: a forked child opens its own
+
+
+def _statm() -> int:
+    pid = os.getpid()
+    fd = _statm_fd.get(pid)
+    if fd is None:
+        _statm_fd.clear()
+        fd = _statm_fd[pid] = os.open(f"/proc/{pid}/statm", os.O_RDONLY | os.O_CLOEXEC)
+    return fd
 
 
 def vram_bytes(index: int = 0) -> tuple[int | None, int | None]:

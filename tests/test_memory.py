@@ -1,0 +1,36 @@
+"""Process memory as each round records it: the kept /proc descriptor reads what the kernel says now."""
+
+import os
+
+from specmon.telemetry.memory import rss_bytes
+
+
+def _statm_rss() -> int:
+    with open("/proc/self/statm", "rb") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_rss_follows_the_process_as_it_grows():
+    before = rss_bytes()
+    block = bytearray(64 << 20)
+    block[:: 4096] = b"\1" * len(range(0, len(block), 4096))  # touch every page, so it is resident
+    after = rss_bytes()
+    assert before is not None and after is not None
+    assert after - before >= 60 << 20
+    assert abs(after - _statm_rss()) < 4 << 20
+    del block
+
+
+def test_a_forked_child_reads_its_own_memory_not_its_parents():
+    rss_bytes()  # the parent's descriptor is open before the fork
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(96 << 20)
+        block[:: 4096] = b"\1" * len(range(0, len(block), 4096))
+        os.write(write, f"{rss_bytes()} {_statm_rss()}".encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child, truth = map(int, os.read(read, 64).split())
+    assert abs(child - truth) < 4 << 20
+    assert child - rss_bytes() >= 80 << 20  # the child's 96 MiB, not the parent's figure
