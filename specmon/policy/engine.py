@@ -61,7 +61,9 @@ class PolicyEngine:
         # these (a plain step's cost depends on the machine and the context, not on what the text says)
         self.plain_pool: collections.deque = collections.deque(maxlen=policy.settings.evidence_window)
         self._pending: list[RoundVerified] = []  # rounds not yet observed: no decision can be due before they are
-        self._pending_by_class: dict[str, int] = {}
+        # class -> rounds it may still set aside before its check could be due; kept from the round that
+        # computed it (pending then 0), counted down by each round set aside, dropped at every flush
+        self._room: dict[str, int] = {}
 
     # -- classification and planning -----------------------------------------------------
     def classify(self, text: str, tag: str | None = None) -> tuple[str, str]:
@@ -225,7 +227,6 @@ class PolicyEngine:
         the first touch of each dict and deque costs 10-30x what it costs warm (measured live)."""
         if self._quiet(ev, schedule):
             self._pending.append(ev)
-            self._pending_by_class[ev.prompt_class] = self._pending_by_class.get(ev.prompt_class, 0) + 1
             return None
         self.flush()
         self.observe(ev)
@@ -234,26 +235,34 @@ class PolicyEngine:
 
     def flush(self) -> None:
         """Observe the rounds set aside, in order (see after_round)."""
-        pending, self._pending, self._pending_by_class = self._pending, [], {}
+        pending, self._pending = self._pending, []
+        self._room.clear()
         for ev in pending:
             self.observe(ev)
 
     def _quiet(self, ev: RoundVerified, schedule: Schedule) -> bool:
         """No decision can come of this round, even once every round set aside is observed: the
         prompt's own evidence is judged (or this round is not part of it), and the class's check is
-        not yet due. Due comes at fresh >= EARLY_ROUNDS in a class's early phase, else plain_rounds;
-        the rounds set aside can take it out of that phase (never into it), so while it reads early
-        the lower of the two lines holds."""
-        s = self.policy.settings
-        if (s.prompt_rounds and not schedule.judged and ev.draft_len and ev.proposed and schedule.lead_over()
-                and self._class(ev.prompt_class).speculate == "auto"):
+        not yet due. A round in a lead run is quiet whatever the class's room (a probe is judged
+        whole), and uses it up as well, since observed it counts as fresh."""
+        if (ev.draft_len and ev.proposed and not schedule.judged and self.policy.settings.prompt_rounds
+                and schedule.lead_over() and self._class(ev.prompt_class).speculate == "auto"):
             return False
-        if not schedule.lead_over():
-            return True
-        st = self.state(ev.prompt_class)
+        name = ev.prompt_class
+        room = self._room.get(name)
+        if room is None:
+            room = self._room_now(name)
+        self._room[name] = room - 1
+        return room > 0 or not schedule.lead_over()
+
+    def _room_now(self, name: str) -> int:
+        """Rounds the class may set aside, with none pending, before its check could be due. Due
+        comes at fresh >= EARLY_ROUNDS in a class's early phase, else plain_rounds; the rounds set
+        aside can take it out of that phase (never into it), so while it reads early the lower of
+        the two lines holds."""
+        st, s = self.state(name), self.policy.settings
         early = st.speculate and self._rounds(st, st.k) <= s.min_rounds
-        fresh = st.fresh + self._pending_by_class.get(ev.prompt_class, 0) + 1
-        return fresh < (min(EARLY_ROUNDS, s.plain_rounds) if early else s.plain_rounds)
+        return (min(EARLY_ROUNDS, s.plain_rounds) if early else s.plain_rounds) - st.fresh - 1
 
     def _prompt_decision(self, ev: RoundVerified, schedule: Schedule) -> Decision | None:
         """policy.prompt_rounds: after that many of this prompt's rounds that drafted (outside its

@@ -37,18 +37,17 @@ class Schedule:
         self.own: list[Row] = []  # this prompt's rounds at k > 0 after its lead run (policy.prompt_rounds)
         self.judged = False  # its own evidence was judged (once a prompt)
         self.override: bool | None = None  # a prompt decision: on (True) or off (False) for the rest of it
+        lead = plan.lead
+        self.lead_rounds = 0 if lead is None else lead[1] * (2 if plan.alternate else 1)  # the lead run, in rounds
 
     def lead_k(self) -> int | None:
         """The lead run's k for the next round, or None (the class's k) outside it."""
         self.rounds += 1
-        if self.plan.lead is None or self.rounds > self._length():
+        if self.rounds > self.lead_rounds:
             return None
         if self.plan.alternate and self.rounds % 2 == 0:
             return None
         return self.plan.lead[0]
 
     def lead_over(self) -> bool:
-        return self.plan.lead is None or self.rounds >= self._length()
-
-    def _length(self) -> int:
-        return self.plan.lead[1] * (2 if self.plan.alternate else 1)
+        return self.rounds >= self.lead_rounds
