@@ -1,0 +1,129 @@
+"""The policy's evidence: each class's recent rounds, kept per k in bounded windows, and the
+rounds set aside until a decision could come of them (see PolicyEngine.after_round)."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from specmon.events.schema import RoundVerified
+from specmon.policy.decide import ROUND_ID, Row, silent, switch_rows
+from specmon.policy.plan import Schedule
+from specmon.policy.schema import Policy
+
+EARLY_ROUNDS = 4  # rounds at a k before the optimistic early-off test, and the length of a first probe while off
+
+
+@dataclass
+class ClassState:
+    speculate: bool
+    k: int
+    prompts: int = 0
+    windows: dict[int, collections.deque] = field(default_factory=dict)  # k -> recent Rows
+    remeasure_gap: int = 0  # prompts between plain re-measures; doubles while decisions hold
+    since_plain: int = 0  # prompts since the last plain re-measure
+    remeasuring: bool = False  # a plain re-measure is under way; the next decision judges it
+    fresh: int = 0  # rounds observed since the last decision check
+    probe_gap: int = 0  # prompts between probes (of k while off, of other k while on); doubles while they confirm
+    since_probe: int = 0  # prompts since the last probe
+    probing: bool = False  # a probe is under way; the next decision judges it
+    probed: dict[int, int] = field(default_factory=dict)  # k -> prompt count when last probed
+    silent_since: int = 0  # silent rounds (policy.silent_plain) since the last plain re-measure was due
+    # round id -> the silent rounds in the windows, kept whatever the policy says: a reload that turns
+    # silent_plain on counts them all as plain, as decide's by_draft_len does with the cited rounds
+    silent: dict[int, Row] = field(default_factory=dict)
+
+
+class Evidence:
+    """The evidence half of PolicyEngine, which provides `policy`, `state` and `_class`."""
+
+    policy: Policy
+
+    def __init__(self, policy: Policy):
+        # plain rounds of every class: with policy.interval, a class with too few of its own borrows
+        # these (a plain step's cost depends on the machine and the context, not on what the text says)
+        self.plain_pool: collections.deque = collections.deque(maxlen=policy.settings.evidence_window)
+        self._pending: list[RoundVerified] = []  # rounds not yet observed: no decision can be due before they are
+        # class -> rounds it may still set aside before its check could be due; kept from the round that
+        # computed it (pending then 0), counted down by each round set aside, dropped at every flush
+        self._room: dict[str, int] = {}
+
+    def observe(self, ev: RoundVerified) -> None:
+        st = self.state(ev.prompt_class)
+        window = st.windows.get(ev.draft_len)
+        if window is None:
+            window = st.windows[ev.draft_len] = collections.deque(maxlen=self.policy.settings.evidence_window)
+        if len(window) == window.maxlen:
+            st.silent.pop(window[0].round_id, None)  # it leaves the window
+        row = Row.of(ev)
+        window.append(row)
+        if not ev.draft_len:
+            self.plain_pool.append(row)
+        elif silent(row):
+            st.silent[row.round_id] = row
+            st.silent_since += self.policy.settings.silent_plain
+        st.fresh += 1
+
+    def plain_rows(self, st: ClassState) -> list[Row]:
+        """The class's plain evidence: its plain rounds (or the session's) and, with
+        policy.silent_plain, its silent rounds, which a decision counts as plain too."""
+        if not self.policy.settings.silent_plain:
+            return self.plain_decoded(st)
+        return self.plain_decoded(st) + list(st.silent.values())
+
+    def plain_decoded(self, st: ClassState) -> list[Row]:
+        """The class's plain rounds; with policy.interval, while its plain evidence is short of
+        plain_rounds, the session's (every class's), so a new class need not start with a plain run."""
+        own, s = list(st.windows.get(0, ())), self.policy.settings
+        if not s.interval or len(own) + (len(st.silent) if s.silent_plain else 0) >= s.plain_rounds:
+            return own
+        return list(self.plain_pool)
+
+    def flush(self) -> None:
+        """Observe the rounds set aside, in order (see after_round)."""
+        pending, self._pending = self._pending, []
+        self._room.clear()
+        for ev in pending:
+            self.observe(ev)
+
+    def _quiet(self, ev: RoundVerified, schedule: Schedule) -> bool:
+        """No decision can come of this round, even once every round set aside is observed: the
+        prompt's own evidence is judged (or this round is not part of it), and the class's check is
+        not yet due. A round in a lead run is quiet whatever the class's room (a probe is judged
+        whole), and uses it up as well, since observed it counts as fresh."""
+        if (ev.draft_len and ev.proposed and not schedule.judged and self.policy.settings.prompt_rounds
+                and schedule.lead_over() and self._class(ev.prompt_class).speculate == "auto"):
+            return False
+        name = ev.prompt_class
+        room = self._room.get(name)
+        if room is None:
+            room = self._room_now(name)
+        self._room[name] = room - 1
+        return room > 0 or not schedule.lead_over()
+
+    def _room_now(self, name: str) -> int:
+        """Rounds the class may set aside, with none pending, before its check could be due. Due
+        comes at fresh >= EARLY_ROUNDS in a class's early phase, else plain_rounds; the rounds set
+        aside can take it out of that phase (never into it), so while it reads early the lower of
+        the two lines holds."""
+        st, s = self.state(name), self.policy.settings
+        early = st.speculate and self._rounds(st, st.k) <= s.min_rounds
+        return (min(EARLY_ROUNDS, s.plain_rounds) if early else s.plain_rounds) - st.fresh - 1
+
+    def _grouped(self, st: ClassState) -> dict[int, list[Row]]:
+        """The class's evidence as decide() groups it (decide.by_draft_len), built from the windows:
+        each k's window, and under 0 the plain rounds with (silent_plain) the silent ones."""
+        by_k = {k: sorted(window, key=ROUND_ID) for k, window in st.windows.items() if k and window}
+        plain = sorted(self.plain_rows(st), key=ROUND_ID)
+        if plain:
+            by_k[0] = plain
+        return by_k
+
+    def _switch_rows(self, st: ClassState, k: int) -> list[Row]:
+        """k's rounds as a switch judges them (decide.switch_rows): the engine logs switch_drafted
+        whenever policy.silent_plain is on."""
+        return switch_rows(st.windows.get(k, ()), self.policy.settings.silent_plain)
+
+    @staticmethod
+    def _rounds(st: ClassState, k: int) -> int:
+        return len(st.windows.get(k, ()))
