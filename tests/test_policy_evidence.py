@@ -134,6 +134,36 @@ def test_a_prompt_decision_stands_on_its_own_first_rounds():
     assert decide_prompt(True, 4, plain + behind, {**th, "prompt_off": 1.0}).speculate is False
 
 
+def probed_prompt(name, start, probe_emitted, later_rounds):
+    """One prompt run as a probe of k=7 leaves it: 8 pairs of a k=7 round then a k=8 round over
+    the same copy-rich stretch (6 tokens in 45 ms at k=8), then k=8 alone over a later stretch
+    that copies little (2 tokens in 40 ms)."""
+    out, rid = [], start
+    for index in range(16):
+        k = 7 if index % 2 == 0 else 8
+        out.append(Row(rid, k, probe_emitted if k == 7 else 6, 45.0, name, 6, index))
+        rid += 1
+    for index in range(16, 16 + later_rounds):
+        out.append(Row(rid, 8, 2, 40.0, name, 2, index))
+        rid += 1
+    return out
+
+
+def test_a_k_move_compares_each_probe_round_with_the_round_right_after_it():
+    plain = prompt_rows(0, 4, 4, 1, [30.0, 31.0, 29.0, 30.5])
+    adjacent = {**IV, "k_max": 8.0, "adjacent": 1.0}
+    even = [r for p in range(4) for r in probed_prompt(f"p{p}", 100 * (p + 1), 6, 12 + p)]
+    # k=7 and k=8 decode the same stretch alike; k=8's later rounds copy little
+    assert decide(True, 8, plain + even, adjacent) is None
+    old = decide(True, 8, plain + even, {**IV, "k_max": 8.0})  # a log from before: every k=8 round of the prompt
+    assert (old.k, old.rule) == (7, "draft_len") and old.inputs["ratio"] > 1.5
+    better = [r for p in range(4) for r in probed_prompt(f"p{p}", 100 * (p + 1), 7, 12 + p)]
+    out = decide(True, 8, plain + better, adjacent)  # 7 tokens against 6 on the same text: a real gain
+    assert (out.k, out.rule) == (7, "draft_len")
+    assert out.inputs["ratio"] == pytest.approx(7 / 6)
+    assert out.inputs["rounds_spec"] == out.inputs["rounds_base"] == 32  # 8 pairs in each of 4 prompts
+
+
 # -- per-request evidence, live --------------------------------------------------------------
 
 def test_a_copying_prompt_in_an_off_class_turns_speculation_on_for_itself(session):

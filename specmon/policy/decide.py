@@ -8,7 +8,11 @@ goodput(k) = Σ emitted / Σ round ms over the evidence rounds at draft length k
   current k's by k_gain (min_gain + hysteresis)                                (classes[i].draft_len)
   With `paired`, each other k is compared with the current k over the prompts where both ran
   (probes alternate the two round by round): goodput differs far more between prompts than
-  between neighbouring k, so only the same text makes a fair comparison.
+  between neighbouring k, so only the same text makes a fair comparison. With `adjacent` as
+  well, over each of the other k's rounds and the round at k right after it in its prompt: k's
+  rounds after the probe decode a later stretch of the text, which copies more or less (a
+  prompt's first rounds of a rewrite copy twice as fast as its last, measured), so counting
+  them tilts the comparison towards whichever k ran first.
 Only draft lengths with at least min_rounds rounds in the window count as evidence; plain
 decoding (k = 0) needs plain_rounds.
 - early off: after early_rounds rounds at k, off already if k would lose even were the next
@@ -37,7 +41,7 @@ so plain's cost is measured inside speculation for free. It stays evidence for i
 Logs from before a key existed carry no such threshold and are re-derived by the rules they
 were decided by: no plain_rounds -> min_rounds; no k_gain -> min_gain; early_off (a ratio,
 checked at plain_rounds) instead of early_rounds; neither -> no early off; no paired -> k's
-compared over all their rounds.
+compared over all their rounds; no adjacent -> over all their rounds in the prompts where both ran.
 """
 
 from __future__ import annotations
@@ -62,11 +66,13 @@ class Row(NamedTuple):  # a tuple: built once a round inside the decode loop, wh
     round_ms: float
     prompt_id: str = ""
     proposed: int = 0  # draft tokens offered: a prompt decision judges only rounds that drafted
+    index: int = -1  # the round's place in its prompt run (RoundVerified.round_index): which round came next
 
     @classmethod
     def of(cls, ev) -> "Row":
         """The evidence a RoundVerified event contributes: live (PolicyEngine) and in explain alike."""
-        return cls(ev.round_id, ev.draft_len, len(ev.emitted), rates.round_ms(ev), ev.prompt_id, len(ev.proposed))
+        return cls(ev.round_id, ev.draft_len, len(ev.emitted), rates.round_ms(ev), ev.prompt_id, len(ev.proposed),
+                   ev.round_index)
 
 
 # a Row's fields as C-speed keys: a decision check sorts and sums thousands of rows
@@ -147,9 +153,7 @@ def _paired_move(k: int, enough: dict[int, list[Row]], thresholds: dict[str, flo
     for kk, theirs in enough.items():
         if kk in (0, k) or not thresholds["k_min"] <= kk <= thresholds["k_max"]:
             continue
-        both_ran = {r.prompt_id for r in theirs} & {r.prompt_id for r in enough[k]}
-        mine = [r for r in enough[k] if r.prompt_id in both_ran]
-        shared = [r for r in theirs if r.prompt_id in both_ran]
+        shared, mine = same_text(theirs, enough[k], thresholds)
         if len(shared) >= thresholds["min_rounds"] and len(mine) >= thresholds["min_rounds"]:
             rate_kk, rate_k = goodput(shared), goodput(mine)
             gains[kk] = (rate_kk / rate_k, rate_kk, rate_k)
@@ -161,6 +165,25 @@ def _paired_move(k: int, enough: dict[int, list[Row]], thresholds: dict[str, flo
     outcome.inputs.update({f"paired_goodput_k{best}": gains[best][1], f"paired_goodput_k{k}": gains[best][2],
                            "ratio": gains[best][0]})
     return outcome
+
+
+def same_text(theirs: list[Row], mine: list[Row], thresholds: dict[str, float]) -> tuple[list[Row], list[Row]]:
+    """Another k's rounds and k's own, as a move compares them (both in round order): over the
+    prompts where both ran; with `adjacent`, each of theirs with the round at k that came next
+    in its prompt run (a probe alternates them), so every pair decoded the same stretch of text."""
+    if not thresholds.get("adjacent"):
+        both_ran = {r.prompt_id for r in theirs} & {r.prompt_id for r in mine}
+        return [r for r in theirs if r.prompt_id in both_ran], [r for r in mine if r.prompt_id in both_ran]
+    k = mine[0].draft_len if mine else 0
+    last: dict[str, Row] = {}  # prompt -> its latest round of either k, in round order
+    paired_theirs, paired_mine = [], []
+    for row in sorted(theirs + mine, key=ROUND_ID):
+        before = last.get(row.prompt_id)
+        if before is not None and row.draft_len == k and before.draft_len != k and row.index == before.index + 1:
+            paired_theirs.append(before)
+            paired_mine.append(row)
+        last[row.prompt_id] = row
+    return paired_theirs, paired_mine
 
 
 def optimistic_goodput(k: int, rows: Sequence[Row]) -> float:
@@ -274,9 +297,7 @@ def decide_grouped(speculate: bool, k: int, by_k: dict[int, list[Row]], threshol
     for kk in in_range:
         if kk == k:
             continue
-        both_ran = {r.prompt_id for r in enough[kk]} & {r.prompt_id for r in enough[k]}
-        theirs = [r for r in enough[kk] if r.prompt_id in both_ran]
-        mine = [r for r in enough[k] if r.prompt_id in both_ran]
+        theirs, mine = same_text(enough[kk], enough[k], thresholds)
         if len(theirs) < thresholds["min_rounds"] or len(mine) < thresholds["min_rounds"]:
             continue
         paired = estimate(theirs, mine, need=1 + thresholds["k_gain"])
