@@ -84,6 +84,7 @@ class Replay:
     def run(self, prompt, name: str, ngram, next_k, after=None) -> tuple[int, float]:
         self.drafter.confident(ngram.min_match, ngram.min_seen) if ngram else self.drafter.confident(0)
         ids, text, out, ms = self.tokenizer.encode_chat(prompt.text), self.texts[prompt.id], [], 0.0
+        index = 0  # the round's place in this prompt run: a k move pairs a probe round with the next
         while len(out) < len(text):
             k = next_k()
             proposed = self.drafter.propose(ids + out, k, Sampling(), None).tokens if k else []
@@ -95,11 +96,12 @@ class Replay:
             if after is not None:
                 after(RoundVerified(
                     session_id="tune", t=0.0, round_id=self.round_id, prompt_id=prompt.id, prompt_class=name,
-                    round_index=0, draft_len=k, proposed=proposed, accepted=accepted,
+                    round_index=index, draft_len=k, proposed=proposed, accepted=accepted,
                     rejection_pos=None if accepted == len(proposed) else accepted, emitted=emitted, draft_ms=0.0,
                     verify_ms=round_ms, overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[],
                     sampling=Sampling(), mem_bytes=0))
             self.round_id += 1
+            index += 1
         return len(out), ms
 
 

@@ -26,12 +26,20 @@ def test_a_forked_child_reads_its_own_memory_not_its_parents():
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
-        before = rss_bytes()
-        block = bytearray(96 << 20)
-        block[:: 4096] = b"\1" * len(range(0, len(block), 4096))
-        os.write(write, f"{rss_bytes() - before} {rss_bytes()} {_statm_rss()}".encode())
-        os._exit(0)
-    os.waitpid(pid, 0)
-    grown, child, truth = map(int, os.read(read, 64).split())
+        code = 1
+        try:
+            os.close(read)
+            before = rss_bytes()
+            block = bytearray(96 << 20)
+            block[:: 4096] = b"\1" * len(range(0, len(block), 4096))
+            os.write(write, f"{rss_bytes() - before} {rss_bytes()} {_statm_rss()}".encode())
+            code = 0
+        finally:
+            os._exit(code)  # never back into the test run
+    os.close(write)
+    answer = os.read(read, 64)
+    os.close(read)
+    assert os.waitpid(pid, 0)[1] == 0
+    grown, child, truth = map(int, answer.split())
     assert grown >= 80 << 20  # the child's own 96 MiB: the parent's figure would not move
     assert abs(child - truth) < 4 << 20

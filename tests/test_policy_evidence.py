@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from specmon.engine import rounds as rounds_module
-from specmon.events.schema import Decision, RoundVerified
+from specmon.events.schema import Decision, RoundVerified, Sampling
 from specmon.metrics.interval import PromptTotals, speedup_estimate
 from specmon.policy.decide import Row, by_draft_len, decide, decide_prompt, estimate, totals
+from specmon.policy.engine import PolicyEngine
 from specmon.policy.explain import explain
 from specmon.policy.schema import parse_policy
 from test_policy import DEFAULT, PolicySession, ScriptedClock
@@ -287,6 +288,7 @@ def test_the_engine_groups_its_evidence_as_decide_groups_the_cited_rounds(sessio
     live = session(parse_policy(DEFAULT.read_text().replace("silent_plain = true", "silent_plain = false"), "p"),
                    silent_every=3)
     stationary(live, "rewrite", 20, 1.1, 0.2, seed=3)
+    live.engine.flush()  # as maybe_reload does before the new policy takes over
     live.engine.policy = default_policy()  # a reload turns silent_plain on: the silent rounds before it count too
     stationary(live, "rewrite", 20, 1.1, 0.2, seed=4)
     engine = live.engine
@@ -313,12 +315,43 @@ def test_rounds_set_aside_bring_the_same_decisions_at_the_same_rounds(session, m
                 for d in live.events if isinstance(d, Decision)]
 
     set_aside = session(policy(), silent_every=3)
-    quiet = []
-    original = type(set_aside.engine)._quiet
-    monkeypatch.setattr(type(set_aside.engine), "_quiet", lambda *a: quiet.append(original(*a)) or quiet[-1])
+    engine_type = type(set_aside.engine)
+    flushed, granted = [], []  # rounds observed at each flush (all set aside), rounds granted quiet at once
+    original_flush, original_grant = engine_type.flush, engine_type.grant_quiet
+    monkeypatch.setattr(engine_type, "flush", lambda self: flushed.append(len(self._pending)) or original_flush(self))
+    monkeypatch.setattr(engine_type, "grant_quiet", lambda *a: granted.append(original_grant(*a)) or granted[-1])
     deferred = decisions(set_aside)
-    monkeypatch.setattr(type(set_aside.engine), "_quiet", lambda *a: False)
+    rounds = sum(isinstance(e, RoundVerified) for e in set_aside.events)
+    monkeypatch.setattr(engine_type, "_quiet", lambda *a: False)
+    monkeypatch.setattr(engine_type, "grant_quiet", lambda *a: 0)
     at_once = decisions(session(policy(), silent_every=3))
     assert deferred == at_once
     assert len([d for d in deferred if "prompt" not in d[5]]) >= 2  # class decisions, not only prompt ones
-    assert sum(quiet) > len(quiet) / 3  # many rounds were set aside (most at plain_rounds = 8)
+    assert sum(flushed) > rounds / 3  # many rounds were set aside (most at plain_rounds = 8)
+    assert sum(granted) > rounds / 4  # and most of those by the round hook's grant, without asking
+
+
+def test_a_probe_that_a_prompt_ended_after_one_of_its_rounds_is_finished_by_the_next():
+    """Moves compare probe rounds paired with the round after them: a prompt that ended on a probe
+    round leaves it unpaired, so 16 probe rounds can be 15 pairs; the next prompt finishes it."""
+    engine = PolicyEngine(default_policy(), "s")
+    engine.start_prompt("rewrite")
+    st = engine.state("rewrite")
+    assert st.k == 8 and st.speculate
+
+    def feed(prompt, ks, start):
+        for index, k in enumerate(ks):
+            engine.observe(RoundVerified(
+                session_id="s", t=0.0, round_id=start + index, prompt_id=prompt, prompt_class="rewrite",
+                round_index=index, draft_len=k, proposed=[1] if k else [], accepted=0, rejection_pos=0 if k else None,
+                emitted=[1], draft_ms=0.0, verify_ms=30.0, overhead_ms=0.0, target_probs=[], alpha_hat=None,
+                margins=[], sampling=Sampling(), mem_bytes=0))
+
+    feed("plain", [0] * 8, 0)
+    feed("a", [8] * 24, 100)
+    feed("b", [7, 8] * 7 + [7], 200)  # the probe of k=7, cut by the prompt's end after a k=7 round
+    feed("c", [7, 8] * 8, 300)  # the next prompt's part: 16 rounds at k=7 in all, 15 of them paired
+    assert engine._rounds(st, 7) == 16 and engine._paired(st, 7) == 15
+    assert engine._cut_short(engine.class_of("rewrite"), st) == {7}
+    plan = engine.plan("rewrite")
+    assert plan.lead == (7, 1) and plan.alternate  # one more pair

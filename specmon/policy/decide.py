@@ -24,8 +24,8 @@ With `interval` (policy.interval) the class's figure is the TUI's: the goodput r
   (the interval is drawn only for a ratio below 1 + min_gain + hysteresis: it lies around its ratio)
 - off -> on  when its low end >= 1 + min_gain and the ratio >= 1 + min_gain + hysteresis, for the
   best such k in range                                                          (policy.hysteresis)
-- k moves when, over the prompts where both ran, the other k's ratio to k has a low end > 1
-  and a ratio >= 1 + k_gain                                                     (classes[i].draft_len)
+- k moves when, over the same text (as `paired`/`adjacent` above), the other k's ratio to k has
+  a low end > 1 and a ratio >= 1 + k_gain                                       (classes[i].draft_len)
   No class-wide early off: a prompt's own rounds turn that prompt off instead (below).
 With `prompt` (policy.prompt_rounds) the decision is one prompt's, from its first prompt_rounds
 rounds that drafted something (a confident drafter's silent rounds cost what a plain step
@@ -148,12 +148,12 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
 
 
 def _paired_move(k: int, enough: dict[int, list[Row]], thresholds: dict[str, float]) -> Outcome | None:
-    """The other k in range that beats k by k_gain over the prompts where both ran, best first."""
+    """The other k in range that beats k by k_gain over the same text (same_text), best first."""
     gains: dict[int, tuple[float, float, float]] = {}
     for kk, theirs in enough.items():
         if kk in (0, k) or not thresholds["k_min"] <= kk <= thresholds["k_max"]:
             continue
-        shared, mine = same_text(theirs, enough[k], thresholds)
+        shared, mine = same_text(theirs, enough[k], k, thresholds)
         if len(shared) >= thresholds["min_rounds"] and len(mine) >= thresholds["min_rounds"]:
             rate_kk, rate_k = goodput(shared), goodput(mine)
             gains[kk] = (rate_kk / rate_k, rate_kk, rate_k)
@@ -167,14 +167,16 @@ def _paired_move(k: int, enough: dict[int, list[Row]], thresholds: dict[str, flo
     return outcome
 
 
-def same_text(theirs: list[Row], mine: list[Row], thresholds: dict[str, float]) -> tuple[list[Row], list[Row]]:
-    """Another k's rounds and k's own, as a move compares them (both in round order): over the
-    prompts where both ran; with `adjacent`, each of theirs with the round at k that came next
-    in its prompt run (a probe alternates them), so every pair decoded the same stretch of text."""
+def same_text(theirs: list[Row], mine: list[Row], k: int, thresholds: dict[str, float]) -> tuple[list[Row], list[Row]]:
+    """Another k's rounds and k's own, as a move compares them: over the prompts where both ran;
+    with `adjacent`, each of theirs that the round at k right after it in its prompt run followed
+    (a probe alternates them), with that round, so every pair decoded the same stretch of text.
+    A repeated prompt id (bench --repeat) is one prompt here: a pair could straddle two runs only
+    if a window kept a probe's last round but not the round after it, and the next run's rounds
+    before that index all ran at a third k."""
     if not thresholds.get("adjacent"):
         both_ran = {r.prompt_id for r in theirs} & {r.prompt_id for r in mine}
         return [r for r in theirs if r.prompt_id in both_ran], [r for r in mine if r.prompt_id in both_ran]
-    k = mine[0].draft_len if mine else 0
     last: dict[str, Row] = {}  # prompt -> its latest round of either k, in round order
     paired_theirs, paired_mine = [], []
     for row in sorted(theirs + mine, key=ROUND_ID):
@@ -184,7 +186,6 @@ def same_text(theirs: list[Row], mine: list[Row], thresholds: dict[str, float]) 
             paired_mine.append(row)
         last[row.prompt_id] = row
     return paired_theirs, paired_mine
-
 
 def optimistic_goodput(k: int, rows: Sequence[Row]) -> float:
     """Goodput at k were the next OPTIMISM rounds, at these rounds' mean cost, to accept every
@@ -297,7 +298,7 @@ def decide_grouped(speculate: bool, k: int, by_k: dict[int, list[Row]], threshol
     for kk in in_range:
         if kk == k:
             continue
-        theirs, mine = same_text(enough[kk], enough[k], thresholds)
+        theirs, mine = same_text(enough[kk], enough[k], k, thresholds)
         if len(theirs) < thresholds["min_rounds"] or len(mine) < thresholds["min_rounds"]:
             continue
         paired = estimate(theirs, mine, need=1 + thresholds["k_gain"])

@@ -1,8 +1,9 @@
 """The policy at run time: classify prompts, plan each prompt's k, gather evidence, decide.
 
-Work per round is a count-down (the round is observed, one append to a bounded window, with the
-next round that could bring a decision; see evidence.py); a decision is checked every plain_rounds
-rounds of a class, so it can take effect in the middle of a prompt."""
+A round that cannot bring a decision only counts down its class's room and is set aside; the
+rounds set aside are observed (one append each to a bounded window, evidence.py) together at
+the next round that could bring one. A decision is checked every plain_rounds rounds of a class,
+so it can take effect in the middle of a prompt."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ class PolicyEngine(Evidence):
         if probe is not None:
             st.probed[probe] = st.prompts
             st.since_probe, st.probing = 0, True
-            rounds = s.min_rounds - self._rounds(st, probe)
+            rounds = s.min_rounds - self._paired(st, probe)
             return Plan(st.k, f"trying k={probe}", (probe, rounds if rounds > 0 else s.min_rounds), alternate=True)
         return Plan(st.k, "policy")
 
@@ -136,8 +137,13 @@ class PolicyEngine(Evidence):
         return min(others, key=lambda k: (k not in short, st.probed.get(k, -1), abs(k - st.k), k), default=None)
 
     def _cut_short(self, cls: PromptClass, st: ClassState) -> set[int]:
-        """Other k in range with some rounds but fewer than min_rounds: a probe to finish at once."""
-        return {k for k in _other_ks(cls, st) if 0 < self._rounds(st, k) < self.policy.settings.min_rounds}
+        """Other k in range whose probe a prompt's end cut short, to finish at once: fewer than
+        min_rounds of its rounds paired with the round at k after them (what a move compares), and
+        at most one not (the prompt ended after it). A window that dropped older partners leaves
+        many unpaired: those wait for the probe cadence, as a probe older than the window does."""
+        need = self.policy.settings.min_rounds
+        return {k for k in _other_ks(cls, st)
+                if (rounds := self._rounds(st, k)) and rounds - 1 <= self._paired(st, k) < need}
 
     def decide_due(self, name: str) -> bool:
         """A decision is checked every plain_rounds new rounds of a class, mid-prompt included;
@@ -315,7 +321,6 @@ class PolicyEngine(Evidence):
             self._by_name = (self.policy, {c.name: c for c in reversed(self.policy.classes)})
         found = self._by_name[1].get(name)
         return found if found is not None else next(c for c in self.policy.classes if c.default)
-
 
 
 def _adapts(cls: PromptClass) -> bool:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
+from typing import Callable
 
 from specmon.events.schema import RoundVerified
-from specmon.policy.decide import ROUND_ID, Row, silent, switch_rows
+from specmon.policy.decide import ROUND_ID, Row, same_text, silent, switch_rows
 from specmon.policy.plan import Schedule
 from specmon.policy.schema import Policy
 
+ADJACENT = {"adjacent": 1.0}  # the pairing the engine's moves use (its thresholds always carry it)
 EARLY_ROUNDS = 4  # rounds at a k before the optimistic early-off test, and the length of a first probe while off
 
 
@@ -47,6 +49,7 @@ class Evidence:
         # class -> rounds it may still set aside before its check could be due; kept from the round that
         # computed it (pending then 0), counted down by each round set aside, dropped at every flush
         self._room: dict[str, int] = {}
+        self.epoch = 0  # counts flushes: a grant of quiet rounds (grant_quiet) holds until the next one
 
     def observe(self, ev: RoundVerified) -> None:
         st = self.state(ev.prompt_class)
@@ -81,10 +84,33 @@ class Evidence:
 
     def flush(self) -> None:
         """Observe the rounds set aside, in order (see after_round)."""
-        pending, self._pending = self._pending, []
+        pending = self._pending[:]
+        self._pending.clear()  # the same list: a round hook may hold its append
         self._room.clear()
+        self.epoch += 1
         for ev in pending:
             self.observe(ev)
+
+    def set_aside(self) -> Callable[[RoundVerified], None]:
+        """What a granted quiet round (grant_quiet) needs done: kept to be observed at the next flush."""
+        return self._pending.append
+
+    def grant_quiet(self, name: str, schedule: Schedule) -> int:
+        """How many of this prompt's next rounds are surely quiet (_quiet would say so whatever they
+        propose), taken from the class's room at once, so a grant is never more than the room
+        another prompt of the class sees; it holds until the next flush (self.epoch). A round hook
+        can then set those rounds aside without asking: between forward passes every call and
+        attribute read costs cache misses (~75 us a round in a bench of six decodes in turn)."""
+        lead_left = max(0, schedule.lead_rounds - 1 - schedule.rounds)  # rounds before the lead's last
+        s = self.policy.settings
+        if s.prompt_rounds and not schedule.judged and self._class(name).speculate == "auto":
+            granted = lead_left  # its own first rounds that draft are judged
+        else:
+            room = self._room.get(name)
+            granted = max(lead_left, self._room_now(name) if room is None else room)
+        if granted:
+            self._room[name] = self._room.get(name, self._room_now(name)) - granted
+        return granted
 
     def _quiet(self, ev: RoundVerified, schedule: Schedule) -> bool:
         """No decision can come of this round, even once every round set aside is observed: the
@@ -127,3 +153,11 @@ class Evidence:
     @staticmethod
     def _rounds(st: ClassState, k: int) -> int:
         return len(st.windows.get(k, ()))
+
+    @staticmethod
+    def _paired(st: ClassState, k: int) -> int:
+        """k's rounds that a move can compare with the class's k (decide.same_text, adjacent)."""
+        theirs = st.windows.get(k)
+        if not theirs or k == st.k:
+            return len(theirs or ())
+        return len(same_text(list(theirs), list(st.windows.get(st.k, ())), st.k, ADJACENT)[0])

@@ -103,14 +103,24 @@ class PolicyScheduler:
         """Each round: pick up a policy edit, feed the round to the policy, and decide when due
         (never inside a lead run, so a re-measure or probe is judged whole); the next round follows."""
 
+        engine, set_aside, clock = self.engine, self.engine.set_aside(), time.perf_counter
+        granted, epoch = 0, -1  # rounds the engine granted as quiet, valid while its epoch holds
+
         def observe(event: RoundVerified) -> None:
-            started = time.perf_counter()
+            nonlocal granted, epoch
+            started = clock()
             if self._unlooked + 1 < POLL_ROUNDS and self.poll_s:
                 self._unlooked += 1  # surely not due: the common round skips the call
             else:
-                self._look(driver, started, every_round=True)
-            decision = self.engine.after_round(event, schedule)
-            self.policy_ms += (time.perf_counter() - started) * 1e3
+                self._look(driver, started, every_round=True)  # a reload flushes: a new epoch
+            if granted and engine.epoch == epoch:
+                granted -= 1
+                set_aside(event)  # as after_round would: no decision can come of it
+                self.policy_ms += (clock() - started) * 1e3
+                return
+            decision = engine.after_round(event, schedule)
+            granted, epoch = engine.grant_quiet(event.prompt_class, schedule), engine.epoch
+            self.policy_ms += (clock() - started) * 1e3
             if decision is not None:
                 driver.emit(decision)
 

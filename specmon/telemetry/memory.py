@@ -15,21 +15,28 @@ def rss_bytes() -> int | None:
     try:
         return int(os.pread(_statm(), 64, 0).split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
-        _statm_fd.clear()
+        _forget_statm()
         usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return usage * 1024 if usage else None
 
 
-_statm_fd: dict[int, int] = {}  # pid -> descriptor of /proc/<pid>/statm: a forked child opens its own
+_kept_statm: list[int] = []  # [pid, descriptor]: /proc/self resolves at open, so a forked child opens its own
 
 
 def _statm() -> int:
-    pid = os.getpid()
-    fd = _statm_fd.get(pid)
-    if fd is None:
-        _statm_fd.clear()
-        fd = _statm_fd[pid] = os.open(f"/proc/{pid}/statm", os.O_RDONLY | os.O_CLOEXEC)
-    return fd
+    if not _kept_statm or _kept_statm[0] != os.getpid():
+        _forget_statm()  # in a forked child: the parent's, inherited
+        _kept_statm[:] = [os.getpid(), os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)]
+    return _kept_statm[1]
+
+
+def _forget_statm() -> None:
+    if _kept_statm:
+        try:
+            os.close(_kept_statm[1])
+        except OSError:
+            pass
+        _kept_statm.clear()
 
 
 def vram_bytes(index: int = 0) -> tuple[int | None, int | None]:
