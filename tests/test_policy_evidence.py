@@ -316,10 +316,15 @@ def test_rounds_set_aside_bring_the_same_decisions_at_the_same_rounds(session, m
 
     set_aside = session(policy(), silent_every=3)
     engine_type = type(set_aside.engine)
-    flushed, granted = [], []  # rounds observed at each flush (all set aside), rounds granted quiet at once
-    original_flush, original_grant = engine_type.flush, engine_type.grant_quiet
+    flushed, by_hook = [], []  # rounds observed at each flush (all set aside), rounds the hook set aside itself
+    original_flush, original_set_aside = engine_type.flush, engine_type.set_aside
     monkeypatch.setattr(engine_type, "flush", lambda self: flushed.append(len(self._pending)) or original_flush(self))
-    monkeypatch.setattr(engine_type, "grant_quiet", lambda *a: granted.append(original_grant(*a)) or granted[-1])
+
+    def counted(self):
+        append = original_set_aside(self)
+        return lambda event: by_hook.append(event.round_id) or append(event)
+
+    monkeypatch.setattr(engine_type, "set_aside", counted)
     deferred = decisions(set_aside)
     rounds = sum(isinstance(e, RoundVerified) for e in set_aside.events)
     monkeypatch.setattr(engine_type, "_quiet", lambda *a: False)
@@ -328,7 +333,7 @@ def test_rounds_set_aside_bring_the_same_decisions_at_the_same_rounds(session, m
     assert deferred == at_once
     assert len([d for d in deferred if "prompt" not in d[5]]) >= 2  # class decisions, not only prompt ones
     assert sum(flushed) > rounds / 3  # many rounds were set aside (most at plain_rounds = 8)
-    assert sum(granted) > rounds / 4  # and most of those by the round hook's grant, without asking
+    assert len(by_hook) > rounds / 4  # and most of those by the round hook, on the engine's grant
 
 
 def test_a_probe_that_a_prompt_ended_after_one_of_its_rounds_is_finished_by_the_next():
@@ -347,11 +352,17 @@ def test_a_probe_that_a_prompt_ended_after_one_of_its_rounds_is_finished_by_the_
                 emitted=[1], draft_ms=0.0, verify_ms=30.0, overhead_ms=0.0, target_probs=[], alpha_hat=None,
                 margins=[], sampling=Sampling(), mem_bytes=0))
 
+    cls = engine.class_of("rewrite")
     feed("plain", [0] * 8, 0)
     feed("a", [8] * 24, 100)
-    feed("b", [7, 8] * 7 + [7], 200)  # the probe of k=7, cut by the prompt's end after a k=7 round
-    feed("c", [7, 8] * 8, 300)  # the next prompt's part: 16 rounds at k=7 in all, 15 of them paired
-    assert engine._rounds(st, 7) == 16 and engine._paired(st, 7) == 15
-    assert engine._cut_short(engine.class_of("rewrite"), st) == {7}
+    feed("b", [7, 8] * 3 + [7], 200)  # the probe of k=7, cut by the prompt's end after a k=7 round
+    assert engine._paired(st, 7) == (3, 0) and engine._cut_short(cls, st) == {7}
+    feed("c", [7, 8] * 5 + [7], 300)  # its next part, cut the same way: 10 rounds at k=7, 8 paired
+    assert engine._rounds(st, 7) == 10 and engine._paired(st, 7) == (8, 0)
+    assert engine._cut_short(cls, st) == {7}
     plan = engine.plan("rewrite")
-    assert plan.lead == (7, 1) and plan.alternate  # one more pair
+    assert plan.lead == (7, 8) and plan.alternate  # the pairs it still lacks
+    feed("d", [7, 8] * 8, 400)
+    assert engine._paired(st, 7) == (16, 0) and engine._cut_short(cls, st) == set()  # finished
+    feed("e", [8] * 330, 500)  # k=8's window moves past every k=7 round's partner
+    assert engine._paired(st, 7) == (0, 18) and engine._cut_short(cls, st) == set()  # left to the cadence

@@ -177,15 +177,17 @@ def same_text(theirs: list[Row], mine: list[Row], k: int, thresholds: dict[str, 
     if not thresholds.get("adjacent"):
         both_ran = {r.prompt_id for r in theirs} & {r.prompt_id for r in mine}
         return [r for r in theirs if r.prompt_id in both_ran], [r for r in mine if r.prompt_id in both_ran]
+    prompts = {r.prompt_id for r in theirs}
     last: dict[str, Row] = {}  # prompt -> its latest round of either k, in round order
     paired_theirs, paired_mine = [], []
-    for row in sorted(theirs + mine, key=ROUND_ID):
+    for row in sorted(theirs + [r for r in mine if r.prompt_id in prompts], key=ROUND_ID):
         before = last.get(row.prompt_id)
         if before is not None and row.draft_len == k and before.draft_len != k and row.index == before.index + 1:
             paired_theirs.append(before)
             paired_mine.append(row)
         last[row.prompt_id] = row
     return paired_theirs, paired_mine
+
 
 def optimistic_goodput(k: int, rows: Sequence[Row]) -> float:
     """Goodput at k were the next OPTIMISM rounds, at these rounds' mean cost, to accept every

@@ -80,8 +80,8 @@ class PolicyEngine(Evidence):
         if probe is not None:
             st.probed[probe] = st.prompts
             st.since_probe, st.probing = 0, True
-            rounds = s.min_rounds - self._paired(st, probe)
-            return Plan(st.k, f"trying k={probe}", (probe, rounds if rounds > 0 else s.min_rounds), alternate=True)
+            rounds = s.min_rounds - self._paired(st, probe)[0] if probe in short else s.min_rounds
+            return Plan(st.k, f"trying k={probe}", (probe, rounds), alternate=True)
         return Plan(st.k, "policy")
 
     def _plan_off(self, cls: PromptClass, st: ClassState, due: bool) -> Plan:
@@ -138,12 +138,16 @@ class PolicyEngine(Evidence):
 
     def _cut_short(self, cls: PromptClass, st: ClassState) -> set[int]:
         """Other k in range whose probe a prompt's end cut short, to finish at once: fewer than
-        min_rounds of its rounds paired with the round at k after them (what a move compares), and
-        at most one not (the prompt ended after it). A window that dropped older partners leaves
-        many unpaired: those wait for the probe cadence, as a probe older than the window does."""
-        need = self.policy.settings.min_rounds
-        return {k for k in _other_ks(cls, st)
-                if (rounds := self._rounds(st, k)) and rounds - 1 <= self._paired(st, k) < need}
+        min_rounds of its rounds paired with the round at k after them (what a move compares),
+        none of them so old that its partner left k's window (a probe older than the window waits
+        for the probe cadence)."""
+        short = set()
+        for k in _other_ks(cls, st):
+            if self._rounds(st, k):
+                paired, stale = self._paired(st, k)
+                if paired < self.policy.settings.min_rounds and not stale:
+                    short.add(k)
+        return short
 
     def decide_due(self, name: str) -> bool:
         """A decision is checked every plain_rounds new rounds of a class, mid-prompt included;

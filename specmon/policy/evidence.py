@@ -97,19 +97,20 @@ class Evidence:
 
     def grant_quiet(self, name: str, schedule: Schedule) -> int:
         """How many of this prompt's next rounds are surely quiet (_quiet would say so whatever they
-        propose), taken from the class's room at once, so a grant is never more than the room
-        another prompt of the class sees; it holds until the next flush (self.epoch). A round hook
-        can then set those rounds aside without asking: between forward passes every call and
-        attribute read costs cache misses (~75 us a round in a bench of six decodes in turn)."""
+        propose), taken from the class's room at once; it holds until the next flush or until the
+        room runs out under another prompt of the class (self.epoch). A round hook can then set
+        those rounds aside without asking: between forward passes every call and attribute read
+        costs cache misses (~75 us a round in a bench of six decodes in turn)."""
         lead_left = max(0, schedule.lead_rounds - 1 - schedule.rounds)  # rounds before the lead's last
-        s = self.policy.settings
-        if s.prompt_rounds and not schedule.judged and self._class(name).speculate == "auto":
+        room = self._room.get(name)
+        if room is None:
+            room = self._room_now(name)
+        if self.policy.settings.prompt_rounds and not schedule.judged and self._class(name).speculate == "auto":
             granted = lead_left  # its own first rounds that draft are judged
         else:
-            room = self._room.get(name)
-            granted = max(lead_left, self._room_now(name) if room is None else room)
+            granted = max(lead_left, room)
         if granted:
-            self._room[name] = self._room.get(name, self._room_now(name)) - granted
+            self._spend_room(name, room, granted)
         return granted
 
     def _quiet(self, ev: RoundVerified, schedule: Schedule) -> bool:
@@ -124,8 +125,15 @@ class Evidence:
         room = self._room.get(name)
         if room is None:
             room = self._room_now(name)
-        self._room[name] = room - 1
+        self._spend_room(name, room, 1)
         return room > 0 or not schedule.lead_over()
+
+    def _spend_room(self, name: str, room: int, rounds: int) -> None:
+        """A lead run can spend past the room: then any grant another prompt of the class holds is
+        void (a new epoch), since its check may now come due within it."""
+        self._room[name] = room - rounds
+        if room - rounds < 0:
+            self.epoch += 1
 
     def _room_now(self, name: str) -> int:
         """Rounds the class may set aside, with none pending, before its check could be due. Due
@@ -155,9 +163,13 @@ class Evidence:
         return len(st.windows.get(k, ()))
 
     @staticmethod
-    def _paired(st: ClassState, k: int) -> int:
-        """k's rounds that a move can compare with the class's k (decide.same_text, adjacent)."""
-        theirs = st.windows.get(k)
+    def _paired(st: ClassState, k: int) -> tuple[int, int]:
+        """k's rounds that a move can compare with the class's k (decide.same_text, adjacent), and
+        those that can no longer be: older than the class's k's window, so their partner left it."""
+        theirs, mine = st.windows.get(k), st.windows.get(st.k)
         if not theirs or k == st.k:
-            return len(theirs or ())
-        return len(same_text(list(theirs), list(st.windows.get(st.k, ())), st.k, ADJACENT)[0])
+            return len(theirs or ()), 0
+        if not mine:
+            return 0, len(theirs)
+        oldest = mine[0].round_id
+        return len(same_text(list(theirs), list(mine), st.k, ADJACENT)[0]), sum(r.round_id < oldest for r in theirs)
