@@ -328,7 +328,7 @@ def test_rounds_set_aside_bring_the_same_decisions_at_the_same_rounds(session, m
     deferred = decisions(set_aside)
     rounds = sum(isinstance(e, RoundVerified) for e in set_aside.events)
     monkeypatch.setattr(engine_type, "_quiet", lambda *a: False)
-    monkeypatch.setattr(engine_type, "grant_quiet", lambda *a: 0)
+    monkeypatch.setattr(engine_type, "grant_quiet", lambda *a: (0, False))
     at_once = decisions(session(policy(), silent_every=3))
     assert deferred == at_once
     assert len([d for d in deferred if "prompt" not in d[5]]) >= 2  # class decisions, not only prompt ones

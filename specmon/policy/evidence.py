@@ -95,23 +95,22 @@ class Evidence:
         """What a granted quiet round (grant_quiet) needs done: kept to be observed at the next flush."""
         return self._pending.append
 
-    def grant_quiet(self, name: str, schedule: Schedule) -> int:
-        """How many of this prompt's next rounds are surely quiet (_quiet would say so whatever they
-        propose), taken from the class's room at once; it holds until the next flush or until the
-        room runs out under another prompt of the class (self.epoch). A round hook can then set
-        those rounds aside without asking: between forward passes every call and attribute read
-        costs cache misses (~75 us a round in a bench of six decodes in turn)."""
+    def grant_quiet(self, name: str, schedule: Schedule) -> tuple[int, bool]:
+        """How many of this prompt's next rounds are surely quiet (_quiet would say so), taken from
+        the class's room at once, and whether that holds for a round that drafts: not while the
+        prompt's own first drafting rounds are to be judged (a round that drafts nothing is still
+        quiet then). A grant holds until the next flush or until the room runs out under another
+        prompt of the class (self.epoch). A round hook can then set those rounds aside without
+        asking: between forward passes every call and attribute read costs cache misses."""
         lead_left = max(0, schedule.lead_rounds - 1 - schedule.rounds)  # rounds before the lead's last
         room = self._room.get(name)
         if room is None:
             room = self._room_now(name)
-        if self.policy.settings.prompt_rounds and not schedule.judged and self._class(name).speculate == "auto":
-            granted = lead_left  # its own first rounds that draft are judged
-        else:
-            granted = max(lead_left, room)
+        granted = max(lead_left, room)
         if granted:
             self._spend_room(name, room, granted)
-        return granted
+        watching = self.policy.settings.prompt_rounds and not schedule.judged
+        return granted, not (watching and self._class(name).speculate == "auto")
 
     def _quiet(self, ev: RoundVerified, schedule: Schedule) -> bool:
         """No decision can come of this round, even once every round set aside is observed: the

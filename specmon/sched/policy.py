@@ -104,22 +104,22 @@ class PolicyScheduler:
         (never inside a lead run, so a re-measure or probe is judged whole); the next round follows."""
 
         engine, set_aside, clock = self.engine, self.engine.set_aside(), time.perf_counter
-        granted, epoch = 0, -1  # rounds the engine granted as quiet, valid while its epoch holds
+        granted, epoch, drafting = 0, -1, False  # rounds granted quiet (drafting: ones that drafted too), per epoch
 
         def observe(event: RoundVerified) -> None:
-            nonlocal granted, epoch
+            nonlocal granted, epoch, drafting
             started = clock()
             if self._unlooked + 1 < POLL_ROUNDS and self.poll_s:
                 self._unlooked += 1  # surely not due: the common round skips the call
             else:
                 self._look(driver, started, every_round=True)  # a reload flushes: a new epoch
-            if granted and engine.epoch == epoch:
+            if granted and engine.epoch == epoch and (drafting or not event.proposed):
                 granted -= 1
                 set_aside(event)  # as after_round would: no decision can come of it
                 self.policy_ms += (clock() - started) * 1e3
                 return
             decision = engine.after_round(event, schedule)
-            granted, epoch = engine.grant_quiet(event.prompt_class, schedule), engine.epoch
+            (granted, drafting), epoch = engine.grant_quiet(event.prompt_class, schedule), engine.epoch
             self.policy_ms += (clock() - started) * 1e3
             if decision is not None:
                 driver.emit(decision)
