@@ -169,8 +169,8 @@ def _paired_move(k: int, enough: dict[int, list[Row]], thresholds: dict[str, flo
 
 def same_text(theirs: list[Row], mine: list[Row], k: int, thresholds: dict[str, float]) -> tuple[list[Row], list[Row]]:
     """Another k's rounds and k's own, as a move compares them: over the prompts where both ran;
-    with `adjacent`, each of theirs that the round at k right after it in its prompt run followed
-    (a probe alternates them), with that round, so every pair decoded the same stretch of text.
+    with `adjacent`, each of theirs whose next round in its prompt run was at k, paired with that
+    round (a probe alternates the two), so every pair decoded the same stretch of text.
     A repeated prompt id (bench --repeat) is one prompt here: a pair could straddle two runs only
     if a window kept a probe's last round but not the round after it, and the next run's rounds
     before that index all ran at a third k."""

@@ -49,7 +49,7 @@ class Evidence:
         # class -> rounds it may still set aside before its check could be due; kept from the round that
         # computed it (pending then 0), counted down by each round set aside, dropped at every flush
         self._room: dict[str, int] = {}
-        self.epoch = 0  # counts flushes: a grant of quiet rounds (grant_quiet) holds until the next one
+        self.epoch = 0  # bumped by every flush and by a room spent below 0: a grant (grant_quiet) holds within one
 
     def observe(self, ev: RoundVerified) -> None:
         st = self.state(ev.prompt_class)
