@@ -356,13 +356,13 @@ def test_a_probe_that_a_prompt_ended_after_one_of_its_rounds_is_finished_by_the_
     feed("plain", [0] * 8, 0)
     feed("a", [8] * 24, 100)
     feed("b", [7, 8] * 3 + [7], 200)  # the probe of k=7, cut by the prompt's end after a k=7 round
-    assert engine._paired(st, 7) == (3, 0) and engine._cut_short(cls, st) == {7}
+    assert engine._paired(st, 7) == (3, 0) and engine._cut_short(cls, st) == {7: 3}
     feed("c", [7, 8] * 5 + [7], 300)  # its next part, cut the same way: 10 rounds at k=7, 8 paired
     assert engine._rounds(st, 7) == 10 and engine._paired(st, 7) == (8, 0)
-    assert engine._cut_short(cls, st) == {7}
+    assert engine._cut_short(cls, st) == {7: 8}
     plan = engine.plan("rewrite")
     assert plan.lead == (7, 8) and plan.alternate  # the pairs it still lacks
     feed("d", [7, 8] * 8, 400)
-    assert engine._paired(st, 7) == (16, 0) and engine._cut_short(cls, st) == set()  # finished
+    assert engine._paired(st, 7) == (16, 0) and engine._cut_short(cls, st) == {}  # finished
     feed("e", [8] * 330, 500)  # k=8's window moves past every k=7 round's partner
-    assert engine._paired(st, 7) == (0, 18) and engine._cut_short(cls, st) == set()  # left to the cadence
+    assert engine._paired(st, 7) == (0, 18) and engine._cut_short(cls, st) == {}  # left to the cadence

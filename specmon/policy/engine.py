@@ -80,7 +80,7 @@ class PolicyEngine(Evidence):
         if probe is not None:
             st.probed[probe] = st.prompts
             st.since_probe, st.probing = 0, True
-            rounds = s.min_rounds - self._paired(st, probe)[0] if probe in short else s.min_rounds
+            rounds = s.min_rounds - short[probe] if probe in short else s.min_rounds
             return Plan(st.k, f"trying k={probe}", (probe, rounds), alternate=True)
         return Plan(st.k, "policy")
 
@@ -125,28 +125,24 @@ class PolicyEngine(Evidence):
             return st.k  # an off class watches each prompt's first rounds: a prompt that copies turns on
         return st.k if st.speculate else 0
 
-    def _watching(self, schedule: Schedule) -> bool:
-        """This prompt's own first rounds are still being gathered (policy.prompt_rounds)."""
-        return bool(self.policy.settings.prompt_rounds) and not schedule.judged
-
-    def _next_probe(self, cls: PromptClass, st: ClassState, short: set[int]) -> int | None:
+    def _next_probe(self, cls: PromptClass, st: ClassState, short: dict[int, int]) -> int | None:
         """The next other k in range to gather evidence for: one whose probe a prompt's end cut
         short first, then untried ones, nearest first (goodput need not be smooth in k: verify
         cost depends on the kernel's shape), then the one probed longest ago."""
         others = _other_ks(cls, st)
         return min(others, key=lambda k: (k not in short, st.probed.get(k, -1), abs(k - st.k), k), default=None)
 
-    def _cut_short(self, cls: PromptClass, st: ClassState) -> set[int]:
-        """Other k in range whose probe a prompt's end cut short, to finish at once: fewer than
-        min_rounds of its rounds paired with the round at k after them (what a move compares),
-        none of them so old that its partner left k's window (a probe older than the window waits
-        for the probe cadence)."""
-        short = set()
+    def _cut_short(self, cls: PromptClass, st: ClassState) -> dict[int, int]:
+        """Other k in range whose probe a prompt's end cut short, to finish at once, with their
+        paired rounds: fewer than min_rounds of its rounds paired with the round at k after them
+        (what a move compares), none of them so old that its partner left k's window (a probe
+        older than the window waits for the probe cadence)."""
+        short = {}
         for k in _other_ks(cls, st):
             if self._rounds(st, k):
                 paired, stale = self._paired(st, k)
                 if paired < self.policy.settings.min_rounds and not stale:
-                    short.add(k)
+                    short[k] = paired
         return short
 
     def decide_due(self, name: str) -> bool:

@@ -103,29 +103,33 @@ class Evidence:
         prompt of the class (self.epoch). A round hook can then set those rounds aside without
         asking: between forward passes every call and attribute read costs cache misses."""
         lead_left = max(0, schedule.lead_rounds - 1 - schedule.rounds)  # rounds before the lead's last
-        room = self._room.get(name)
-        if room is None:
-            room = self._room_now(name)
+        room = self._room_left(name)
         granted = max(lead_left, room)
         if granted:
             self._spend_room(name, room, granted)
-        watching = self.policy.settings.prompt_rounds and not schedule.judged
-        return granted, not (watching and self._class(name).speculate == "auto")
+        return granted, not (self._watching(schedule) and self._class(name).speculate == "auto")
+
+    def _watching(self, schedule: Schedule) -> bool:
+        """This prompt's own first rounds are still being gathered (policy.prompt_rounds)."""
+        return bool(self.policy.settings.prompt_rounds) and not schedule.judged
 
     def _quiet(self, ev: RoundVerified, schedule: Schedule) -> bool:
         """No decision can come of this round, even once every round set aside is observed: the
         prompt's own evidence is judged (or this round is not part of it), and the class's check is
         not yet due. A round in a lead run is quiet whatever the class's room (a probe is judged
         whole), and uses it up as well, since observed it counts as fresh."""
-        if (ev.draft_len and ev.proposed and not schedule.judged and self.policy.settings.prompt_rounds
-                and schedule.lead_over() and self._class(ev.prompt_class).speculate == "auto"):
+        if (ev.draft_len and ev.proposed and self._watching(schedule) and schedule.lead_over()
+                and self._class(ev.prompt_class).speculate == "auto"):
             return False
         name = ev.prompt_class
-        room = self._room.get(name)
-        if room is None:
-            room = self._room_now(name)
+        room = self._room_left(name)
         self._spend_room(name, room, 1)
         return room > 0 or not schedule.lead_over()
+
+    def _room_left(self, name: str) -> int:
+        """The class's room now: as counted down since the last flush, else computed afresh."""
+        room = self._room.get(name)
+        return self._room_now(name) if room is None else room
 
     def _spend_room(self, name: str, room: int, rounds: int) -> None:
         """A lead run can spend past the room: then any grant another prompt of the class holds is
