@@ -165,6 +165,41 @@ def test_a_k_move_compares_each_probe_round_with_the_round_right_after_it():
     assert out.inputs["rounds_spec"] == out.inputs["rounds_base"] == 32  # 8 pairs in each of 4 prompts
 
 
+def alternating_prompt(name, start, probe_k, pairs, scale):
+    """A probe of `probe_k` in turn with k=8: each pair is (probe round, k=8 round), as Rows
+    (round id, k, emitted, ms, prompt, proposed, index); `pairs` gives each pair's
+    (probe proposed, emitted, ms) and (k=8 proposed, emitted, ms), ms scaled per prompt."""
+    out, rid = [], start
+    for n, ((p_prop, p_em, p_ms), (m_prop, m_em, m_ms)) in enumerate(pairs):
+        out.append(Row(rid, probe_k, p_em, p_ms * scale, name, p_prop, 2 * n))
+        out.append(Row(rid + 1, 8, m_em, m_ms * scale, name, m_prop, 2 * n + 1))
+        rid += 2
+    return out
+
+
+def test_a_k_move_compares_only_the_pairs_where_a_draft_reached_the_shorter_k():
+    """A probe's first round comes right after the prompt and drafts nothing; its partner finds a
+    short match that fails. Drafts shorter than both k run alike at either k, so such pairs say
+    nothing about k, yet they made k=6 look 1.5x k=8 (the text's difference, not k's)."""
+    plain = prompt_rows(0, 4, 4, 1, [30.0, 31.0, 29.0, 30.5])
+    capped = {**IV, "k_max": 8.0, "adjacent": 1.0, "capped": 1.0}
+    short = ((0, 1, 30.0), (2, 1, 60.0))  # neither draft reached 6: k played no part
+    even = ((6, 7, 50.0), (8, 7, 50.0))  # a copy both k cut alike
+    rows = [r for p in range(4) for r in alternating_prompt(f"p{p}", 100 * (p + 1), 6, [short] * 4 + [even] * 4,
+                                                              1 + p / 10)]
+    old = decide(True, 8, plain + rows, {**IV, "k_max": 8.0, "adjacent": 1.0})  # a log from before: every pair
+    assert (old.k, old.rule) == (6, "draft_len") and old.inputs["ratio"] > 1.2
+    assert decide(True, 8, plain + rows, capped) is None
+    # k=8 drafts past where its copies stop; k=4 gets as far for less: a real gain, over the capped pairs
+    costly = ((4, 5, 40.0), (8, 5, 60.0))
+    rows = [r for p in range(4) for r in alternating_prompt(f"p{p}", 100 * (p + 1), 4, [short] * 4 + [costly] * 4,
+                                                              1 + p / 10)]
+    out = decide(True, 8, plain + rows, capped)
+    assert (out.k, out.rule) == (4, "draft_len")
+    assert out.inputs["ratio"] == pytest.approx(1.5)
+    assert out.inputs["rounds_spec"] == out.inputs["rounds_base"] == 16  # 4 capped pairs in each of 4 prompts
+
+
 # -- per-request evidence, live --------------------------------------------------------------
 
 def test_a_copying_prompt_in_an_off_class_turns_speculation_on_for_itself(session):

@@ -12,7 +12,9 @@ goodput(k) = Σ emitted / Σ round ms over the evidence rounds at draft length k
   well, over each of the other k's rounds and the round at k right after it in its prompt: k's
   rounds after the probe decode a later stretch of the text, which copies more or less (in one
   holdout run, rewrite's k=8 rounds beside probes of k=7 ran at 73 tok/s, those after at 35),
-  so counting them tilts the comparison towards whichever k the stretches favour.
+  so counting them tilts the comparison towards whichever k the stretches favour. With `capped`,
+  only the pairs where a round drafted as far as the shorter of the two k: in the others neither
+  k cut a draft, so they ran as they would have at either k and tell nothing about k.
 Only draft lengths with at least min_rounds rounds in the window count as evidence; plain
 decoding (k = 0) needs plain_rounds.
 - early off: after early_rounds rounds at k, off already if k would lose even were the next
@@ -41,7 +43,8 @@ so plain's cost is measured inside speculation for free. It stays evidence for i
 Logs from before a key existed carry no such threshold and are re-derived by the rules they
 were decided by: no plain_rounds -> min_rounds; no k_gain -> min_gain; early_off (a ratio,
 checked at plain_rounds) instead of early_rounds; neither -> no early off; no paired -> k's
-compared over all their rounds; no adjacent -> over all their rounds in the prompts where both ran.
+compared over all their rounds; no adjacent -> over all their rounds in the prompts where both ran;
+no capped -> every adjacent pair.
 """
 
 from __future__ import annotations
@@ -170,21 +173,26 @@ def _paired_move(k: int, enough: dict[int, list[Row]], thresholds: dict[str, flo
 def same_text(theirs: list[Row], mine: list[Row], k: int, thresholds: dict[str, float]) -> tuple[list[Row], list[Row]]:
     """Another k's rounds and k's own, as a move compares them: over the prompts where both ran;
     with `adjacent`, each of theirs whose next round in its prompt run was at k, paired with that
-    round (a probe alternates the two), so every pair decoded the same stretch of text.
+    round (a probe alternates the two), so every pair decoded the same stretch of text. With
+    `capped` as well, only the pairs where either round drafted as far as the shorter k: a draft
+    stops where its match does, so a pair of shorter drafts ran as it would have at either k, and
+    its two rounds differ only by their text (a probe's first round, right after the prompt, drafts
+    nothing; its partner then finds a short match that fails: such pairs tilted moves to the probe).
     A repeated prompt id (bench --repeat) is one prompt here: a pair could straddle two runs only
     if a window kept a probe's last round but not the round after it, and the next run's rounds
     before that index all ran at a third k."""
     if not thresholds.get("adjacent"):
         both_ran = {r.prompt_id for r in theirs} & {r.prompt_id for r in mine}
         return [r for r in theirs if r.prompt_id in both_ran], [r for r in mine if r.prompt_id in both_ran]
-    prompts = {r.prompt_id for r in theirs}
+    prompts, capped = {r.prompt_id for r in theirs}, thresholds.get("capped")
     last: dict[str, Row] = {}  # prompt -> its latest round of either k, in round order
     paired_theirs, paired_mine = [], []
     for row in sorted(theirs + [r for r in mine if r.prompt_id in prompts], key=ROUND_ID):
         before = last.get(row.prompt_id)
         if before is not None and row.draft_len == k and before.draft_len != k and row.index == before.index + 1:
-            paired_theirs.append(before)
-            paired_mine.append(row)
+            if not capped or max(before.proposed, row.proposed) >= min(before.draft_len, k):
+                paired_theirs.append(before)
+                paired_mine.append(row)
         last[row.prompt_id] = row
     return paired_theirs, paired_mine
 

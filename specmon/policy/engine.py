@@ -286,7 +286,7 @@ class PolicyEngine(Evidence):
         ranged = isinstance(k, DraftLen)
         return {"min_gain": s.min_gain, "hysteresis": s.hysteresis, "min_rounds": float(s.min_rounds),
                 "plain_rounds": float(s.plain_rounds), "k_gain": s.min_gain + s.hysteresis,
-                "early_rounds": float(EARLY_ROUNDS), "paired": 1.0, "adjacent": 1.0,
+                "early_rounds": float(EARLY_ROUNDS), "paired": 1.0, "adjacent": 1.0, "capped": 1.0,
                 "adapt": float(ranged and k.adapt == "goodput"),
                 "k_min": float(k.min if ranged else k), "k_max": float(k.max if ranged else k),
                 **({"interval": 1.0} if s.interval else {}),
