@@ -10,7 +10,7 @@ import pytest
 from specmon.engine import rounds as rounds_module
 from specmon.events.schema import Decision, RoundVerified, Sampling
 from specmon.metrics.interval import PromptTotals, speedup_estimate
-from specmon.policy.decide import Row, by_draft_len, decide, decide_prompt, estimate, totals
+from specmon.policy.decide import Row, by_draft_len, decide, decide_prompt, estimate, same_text, totals
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.explain import explain
 from specmon.policy.schema import parse_policy
@@ -180,7 +180,7 @@ def alternating_prompt(name, start, probe_k, pairs, scale):
 def test_a_k_move_compares_only_the_pairs_where_a_draft_reached_the_shorter_k():
     """A probe's first round comes right after the prompt and drafts nothing; its partner finds a
     short match that fails. Drafts shorter than both k run alike at either k, so such pairs say
-    nothing about k, yet they made k=6 look 1.5x k=8 (the text's difference, not k's)."""
+    nothing about k, yet they made k=6 look 1.375x k=8 (the text's difference, not k's)."""
     plain = prompt_rows(0, 4, 4, 1, [30.0, 31.0, 29.0, 30.5])
     capped = {**IV, "k_max": 8.0, "adjacent": 1.0, "capped": 1.0}
     short = ((0, 1, 30.0), (2, 1, 60.0))  # neither draft reached 6: k played no part
@@ -188,7 +188,7 @@ def test_a_k_move_compares_only_the_pairs_where_a_draft_reached_the_shorter_k():
     rows = [r for p in range(4) for r in alternating_prompt(f"p{p}", 100 * (p + 1), 6, [short] * 4 + [even] * 4,
                                                               1 + p / 10)]
     old = decide(True, 8, plain + rows, {**IV, "k_max": 8.0, "adjacent": 1.0})  # a log from before: every pair
-    assert (old.k, old.rule) == (6, "draft_len") and old.inputs["ratio"] > 1.2
+    assert (old.k, old.rule) == (6, "draft_len") and old.inputs["ratio"] == pytest.approx(1.375)
     assert decide(True, 8, plain + rows, capped) is None
     # k=8 drafts past where its copies stop; k=4 gets as far for less: a real gain, over the capped pairs
     costly = ((4, 5, 40.0), (8, 5, 60.0))
@@ -198,6 +198,24 @@ def test_a_k_move_compares_only_the_pairs_where_a_draft_reached_the_shorter_k():
     assert (out.k, out.rule) == (4, "draft_len")
     assert out.inputs["ratio"] == pytest.approx(1.5)
     assert out.inputs["rounds_spec"] == out.inputs["rounds_base"] == 16  # 4 capped pairs in each of 4 prompts
+
+
+def test_a_pair_counts_when_either_round_drafted_as_far_as_the_shorter_k():
+    """Which pairs `capped` keeps, with the probe's k below the class's and above it: those where
+    either round proposed at least the shorter k (a draft that long may have been cut by it)."""
+    def kept(probe_k, class_k, proposals):
+        rows = []
+        for n, (probe, mine) in enumerate(proposals):
+            rows += [Row(2 * n, probe_k, 1, 30.0, "p", probe, 2 * n),
+                     Row(2 * n + 1, class_k, 1, 30.0, "p", mine, 2 * n + 1)]
+        theirs, _ = same_text([r for r in rows if r.draft_len == probe_k], [r for r in rows if r.draft_len == class_k],
+                              class_k, {"adjacent": 1.0, "capped": 1.0})
+        return [r.index // 2 for r in theirs]
+
+    # probe k=6 beside k=8: its own 6 (cut), or k=8's 6 or 7 (6 would cut them) count; 5 and 5 do not
+    assert kept(6, 8, [(6, 0), (0, 7), (5, 6), (5, 5), (0, 2)]) == [0, 1, 2]
+    # probe k=8 beside k=6: k=6's own 6 (cut), or the probe's 6 or more count
+    assert kept(8, 6, [(2, 6), (7, 0), (6, 2), (5, 5), (0, 0)]) == [0, 1, 2]
 
 
 # -- per-request evidence, live --------------------------------------------------------------

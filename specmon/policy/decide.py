@@ -14,7 +14,8 @@ goodput(k) = Σ emitted / Σ round ms over the evidence rounds at draft length k
   holdout run, rewrite's k=8 rounds beside probes of k=7 ran at 73 tok/s, those after at 35),
   so counting them tilts the comparison towards whichever k the stretches favour. With `capped`,
   only the pairs where a round drafted as far as the shorter of the two k: in the others neither
-  k cut a draft, so they ran as they would have at either k and tell nothing about k.
+  k cut a draft (a proposal depends on k only through the cap), so they ran as they would have
+  at either k and tell nothing about k.
 Only draft lengths with at least min_rounds rounds in the window count as evidence; plain
 decoding (k = 0) needs plain_rounds.
 - early off: after early_rounds rounds at k, off already if k would lose even were the next
@@ -174,10 +175,12 @@ def same_text(theirs: list[Row], mine: list[Row], k: int, thresholds: dict[str, 
     """Another k's rounds and k's own, as a move compares them: over the prompts where both ran;
     with `adjacent`, each of theirs whose next round in its prompt run was at k, paired with that
     round (a probe alternates the two), so every pair decoded the same stretch of text. With
-    `capped` as well, only the pairs where either round drafted as far as the shorter k: a draft
-    stops where its match does, so a pair of shorter drafts ran as it would have at either k, and
-    its two rounds differ only by their text (a probe's first round, right after the prompt, drafts
-    nothing; its partner then finds a short match that fails: such pairs tilted moves to the probe).
+    `capped` as well, only the pairs where either round drafted as far as the shorter k: a proposal
+    depends on k only through the cap (the n-gram drafter stops where its match, agreement or the
+    context ends; a model drafter always drafts k, so every pair is kept), so a pair of shorter
+    drafts ran as it would have at either k, and its two rounds differ only by their text (a
+    probe's first round, right after the prompt, drafts nothing; its partner then finds a short
+    match that fails: such pairs tilted moves to the probe).
     A repeated prompt id (bench --repeat) is one prompt here: a pair could straddle two runs only
     if a window kept a probe's last round but not the round after it, and the next run's rounds
     before that index all ran at a third k."""

@@ -12,7 +12,7 @@ from specmon.policy.decide import ROUND_ID, Row, same_text, silent, switch_rows
 from specmon.policy.plan import Schedule
 from specmon.policy.schema import Policy
 
-ADJACENT = {"adjacent": 1.0}  # the pairing the engine's moves use (its thresholds always carry it)
+ADJACENT = {"adjacent": 1.0}  # every adjacent pair, capped or not: what a probe counts to be complete
 EARLY_ROUNDS = 4  # rounds at a k before the optimistic early-off test, and the length of a first probe while off
 
 
@@ -167,8 +167,10 @@ class Evidence:
 
     @staticmethod
     def _paired(st: ClassState, k: int) -> tuple[int, int]:
-        """k's rounds that a move can compare with the class's k (decide.same_text, adjacent), and
-        those that can no longer be: older than the class's k's window, so their partner left it."""
+        """k's rounds paired with the round at the class's k after them (decide.same_text, adjacent),
+        and those that can no longer be: older than the class's k's window, so their partner left it.
+        Every pair counts here, capped or not: a probe is complete at min_rounds pairs, though a move
+        compares only the capped ones (a class whose drafts rarely reach k would else probe on and on)."""
         theirs, mine = st.windows.get(k), st.windows.get(st.k)
         if not theirs or k == st.k:
             return len(theirs or ()), 0
