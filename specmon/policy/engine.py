@@ -135,7 +135,7 @@ class PolicyEngine(Evidence):
     def _cut_short(self, cls: PromptClass, st: ClassState) -> dict[int, int]:
         """Other k in range whose probe a prompt's end cut short, to finish at once, with their
         paired rounds: fewer than min_rounds of its rounds paired with the round at k after them
-        (what a move compares), none of them so old that its partner left k's window (a probe
+        (every pair; a move compares the capped ones among them), none of them so old that its partner left k's window (a probe
         older than the window waits for the probe cadence)."""
         short = {}
         for k in _other_ks(cls, st):
