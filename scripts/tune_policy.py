@@ -82,7 +82,7 @@ class Replay:
         self.round_id = 0
 
     def run(self, prompt, name: str, ngram, next_k, after=None) -> tuple[int, float]:
-        self.drafter.confident(ngram.min_match, ngram.min_seen) if ngram else self.drafter.confident(0)
+        self.drafter.confident(*ngram) if ngram else self.drafter.confident(0)
         ids, text, out, ms = self.tokenizer.encode_chat(prompt.text), self.texts[prompt.id], [], 0.0
         index = 0  # the round's place in this prompt run: a k move pairs a probe round with the next
         while len(out) < len(text):
@@ -131,9 +131,11 @@ def main() -> int:
     for prompt in prompts * args.repeat:
         name = engine.classify(prompt.text, prompt.prompt_class if prompt.prompt_class != "default" else None)[0]
         ngram, schedule = engine.class_of(name).ngram, engine.start_prompt(name, prompt.id)
-        runs = {"auto": replay.run(prompt, name, ngram, lambda: engine.round_k(name, schedule),
+        learned = engine.confidence(name)  # min_match as the policy raised it; fixed k keeps the file's
+        runs = {"auto": replay.run(prompt, name, learned, lambda: engine.round_k(name, schedule),
                                    lambda ev: engine.after_round(ev, schedule))}
-        runs.update({k: replay.run(prompt, name, ngram, lambda k=k: k) for k in ks})
+        runs.update({k: replay.run(prompt, name, ngram and (ngram.min_match, ngram.min_seen), lambda k=k: k)
+                     for k in ks})
         for key, (emitted, ms) in runs.items():
             totals[name][key][0] += emitted
             totals[name][key][1] += ms

@@ -150,6 +150,9 @@ class Decision(Event, tag="decision", kw_only=True):
     applied: bool  # False in advise mode
     policy_sha256: str
     reason: str = ""
+    # the n-gram drafter's min_match before and after (classes[i].ngram.max_match); 0: left alone
+    match_from: int = 0
+    match_to: int = 0
 
 
 class QueueSample(Event, tag="queue", kw_only=True):

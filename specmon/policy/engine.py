@@ -13,7 +13,8 @@ from pathlib import Path
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
-from specmon.policy.decide import Row, can_still_pay, decide, decide_grouped, decide_prompt, goodput
+from specmon.policy.decide import (Row, can_still_pay, decide, decide_grouped, decide_match, decide_prompt, goodput,
+                                   match_rows)
 from specmon.policy.evidence import EARLY_ROUNDS, ClassState, Evidence
 from specmon.policy.plan import Plan, Schedule
 from specmon.policy.reload import file_stamp, loaded_event, refused_event
@@ -47,6 +48,15 @@ class PolicyEngine(Evidence):
             cls = self._class(name)
             self.states[name] = ClassState(speculate=cls.speculate != "off", k=start_k(cls))
         return self.states[name]
+
+    def confidence(self, name: str) -> tuple[int, int] | None:
+        """The n-gram drafter's (min_match, min_seen) for this class's next prompt: the class's,
+        with min_match as the policy raised it (never past max_match, nor below the file's own)."""
+        ngram = self._class(name).ngram
+        if ngram is None:
+            return None
+        raised = min(self.state(name).min_match, ngram.max_match) if ngram.max_match else 0
+        return max(ngram.min_match, raised), ngram.min_seen
 
     def plan(self, name: str) -> Plan:
         """This class's next prompt: the policy's k, with a short plain re-measure or a probe of
@@ -213,6 +223,8 @@ class PolicyEngine(Evidence):
         st.fresh = 0
         if cls.speculate != "auto":
             return None
+        if (raised := self._match_decision(name, cls, st)) is not None:
+            return raised  # drafting less often is the smaller change (an off class's watched rounds draft too)
         thresholds = self.thresholds(cls)
         if thresholds.get("interval"):
             outcome = decide_grouped(st.speculate, st.k, self._grouped(st), thresholds)
@@ -231,14 +243,35 @@ class PolicyEngine(Evidence):
             st.speculate, st.k = outcome.speculate, outcome.k
         return event
 
+    def _match_decision(self, name: str, cls: PromptClass, st: ClassState) -> Decision | None:
+        """classes[i].ngram.max_match: raise min_match by one when the rounds at k that drafted
+        exactly min_match tokens surely lose to plain steps (decide.decide_match)."""
+        confidence = self.confidence(name)
+        if confidence is None or confidence[0] >= cls.ngram.max_match:
+            return None
+        match, s = confidence[0], self.policy.settings
+        window = st.windows.get(st.k, ())
+        if len(match_rows(window, st.k, match)) < s.min_rounds:
+            return None  # the common case, counted without building the plain side
+        thresholds = {**self.thresholds(cls), "match": float(match), "max_match": float(cls.ngram.max_match)}
+        outcome = decide_match(st.speculate, st.k, [*window, *self.plain_decoded(st)], thresholds)
+        if outcome is None:
+            return None
+        index = self.policy.classes.index(cls)
+        event = self._event(name, st, outcome, thresholds, ("classes", index, "ngram"),
+                            f"classes[{index}].ngram.max_match", match=(match, outcome.match))
+        if event.applied:
+            st.min_match = outcome.match
+        return event
+
     def _event(self, name: str, st: ClassState, outcome, thresholds: dict[str, float], path: tuple,
-               key: str, reason: str = "") -> Decision:
+               key: str, reason: str = "", match: tuple[int, int] = (0, 0)) -> Decision:
         event = Decision(
             session_id=self.session_id, t=time.time(), decision_id=self.decisions, prompt_class=name,
             speculate_from=st.speculate, speculate_to=outcome.speculate, k_from=st.k, k_to=outcome.k,
             rule_key=key, rule_line=self.policy.line_of(*path), inputs=outcome.inputs, thresholds=thresholds,
             round_ids=outcome.round_ids, applied=self.policy.settings.mode == "enforce",
-            policy_sha256=self.policy.sha256, reason=reason,
+            policy_sha256=self.policy.sha256, reason=reason, match_from=match[0], match_to=match[1],
         )
         self.decisions += 1
         return event

@@ -34,6 +34,7 @@ class ClassState:
     # round id -> the silent rounds in the windows, kept whatever the policy says: a reload that turns
     # silent_plain on counts them all as plain, as decide's by_draft_len does with the cited rounds
     silent: dict[int, Row] = field(default_factory=dict)
+    min_match: int = 0  # the n-gram drafter's min_match as the policy raised it (0: the class's own)
 
 
 class Evidence:

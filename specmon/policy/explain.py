@@ -45,8 +45,9 @@ def explain(d: Decision, rows: dict[int, Row]) -> Explanation:
     outcome = decide(d.speculate_from, d.k_from, [rows[rid] for rid in d.round_ids], d.thresholds)
     if outcome is None:
         return Explanation(d, False, "the cited rounds call for no change")
-    if (outcome.speculate, outcome.k) != (d.speculate_to, d.k_to):
-        return Explanation(d, False, f"recomputed: speculate={outcome.speculate} k={outcome.k}")
+    if (outcome.speculate, outcome.k, outcome.match) != (d.speculate_to, d.k_to, d.match_to):
+        return Explanation(d, False, f"recomputed: speculate={outcome.speculate} k={outcome.k}"
+                                     + (f" min_match={outcome.match}" if outcome.match else ""))
     off = [key for key, value in d.inputs.items()
            if not math.isclose(outcome.inputs.get(key, math.nan), value, rel_tol=1e-9)]
     if off:

@@ -57,6 +57,10 @@ class NgramConfidence(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     min_match: int = 3  # the context's last tokens that must occur earlier (1..16)
     min_seen: int = 1  # times the proposed next token followed such a match
+    # the policy may raise min_match, one token at a time up to this, while the rounds that drafted
+    # exactly min_match tokens surely lose to plain steps (how much a failed draft costs is the host's);
+    # 0: never
+    max_match: int = 0
 
 
 class Match(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -225,10 +229,12 @@ def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str) -
     if not 0.0 <= cls.match.min_given <= 1.0:
         raise PolicyError(source, *locate(text, ("classes", i, "match", "min_given")),
                           f"match.min_given = {_shown(cls.match.min_given)} must be 0..1 (a share of the prompt)")
-    if cls.ngram is not None and not (1 <= cls.ngram.min_match <= 16 and 1 <= cls.ngram.min_seen <= 100):
+    ngram = cls.ngram
+    if ngram is not None and not (1 <= ngram.min_match <= 16 and 1 <= ngram.min_seen <= 100
+                                  and (not ngram.max_match or ngram.min_match <= ngram.max_match <= 16)):
         raise PolicyError(source, *locate(text, ("classes", i, "ngram")),
-                          f"ngram min_match = {cls.ngram.min_match} must be 1..16 and min_seen = "
-                          f"{cls.ngram.min_seen} 1..100")
+                          f"ngram min_match = {ngram.min_match} must be 1..16, min_seen = {ngram.min_seen} 1..100 "
+                          f"and max_match = {ngram.max_match} 0 (fixed) or min_match..16")
     if cls.match.max_chars and cls.match.max_chars < cls.match.min_chars:
         raise PolicyError(source, *locate(text, ("classes", i, "match", "max_chars")), "max_chars < min_chars")
 

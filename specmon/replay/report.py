@@ -43,7 +43,7 @@ def build_report(log: Path, out: Path) -> Path:
         "acceptance_over_time": _over_time(rounds),
         "acceptance_over_time_empty": _why_no_blocks(rounds),
         "decisions": [{"id": d.decision_id, "class": d.prompt_class, "rule": d.rule_key, "k_to": d.k_to,
-                       "speculate_to": d.speculate_to} for d in decisions],
+                       "speculate_to": d.speculate_to, "min_match_to": d.match_to} for d in decisions],
     }
     try:
         return _write(data, out)
@@ -214,7 +214,8 @@ def _markdown(data: dict, plots: list[str]) -> str:
                      f"{_span(row)} ({row['speedup_verdict']}) |")
     if data["decisions"]:
         lines += ["", "## Decisions", ""]
-        lines += [f"- {d['id']}: {_cell(d['class'])} → {'on' if d['speculate_to'] else 'off'}, k={d['k_to']} ({d['rule']})"
+        lines += [f"- {d['id']}: {_cell(d['class'])} → {'on' if d['speculate_to'] else 'off'}, k={d['k_to']}"
+                  + (f", n-gram min_match {d['min_match_to']}" if d["min_match_to"] else "") + f" ({d['rule']})"
                   for d in data["decisions"]]
     lines.append("")
     lines += [f"![{name}]({name})" for name in plots]

@@ -33,6 +33,8 @@ class ClassDiff:
 def describe(d: Decision) -> str:
     if d.speculate_from != d.speculate_to:
         return ("on" if d.speculate_to else "off") + f" (k={d.k_to})"
+    if d.match_to:
+        return f"min_match {d.match_from}->{d.match_to}"
     return f"k {d.k_from}->{d.k_to}"
 
 

@@ -87,7 +87,7 @@ def _arm(policy: PolicyScheduler, driver: SessionDriver, drafter: Drafter, promp
 
 
 def _fixed(policy, driver, drafter, prompt, name, k, sampling, max_new_tokens) -> Generator[int, None, object]:
-    policy.configure_drafter(name, drafter)
+    policy.configure_drafter(name, drafter, learned=False)  # fixed k: the class's settings, nothing learned
     done = yield from driver.decode_steps(prompt, drafter if k else NoDrafter(), FixedDraftLen(k), sampling,
                                           max_new_tokens, prompt_class=name, class_rule=f"{BENCH_FIXED_RULE}{k}")
     driver.finish(done, UNCHECKED)

@@ -84,12 +84,14 @@ class PolicyScheduler:
         driver.sample_resources()
         return done
 
-    def configure_drafter(self, name: str, drafter: Drafter | None = None) -> None:
-        """The class's n-gram confidence (none: the drafter's plain lookup), for this prompt's rounds."""
+    def configure_drafter(self, name: str, drafter: Drafter | None = None, learned: bool = True) -> None:
+        """The class's n-gram confidence (none: the drafter's plain lookup), for this prompt's rounds:
+        with min_match as the policy raised it, or (not `learned`: a fixed-k run) as the file sets it."""
         confident = getattr(drafter or self.drafter, "confident", None)
         if confident is not None:
             ngram = self.engine.class_of(name).ngram
-            confident(ngram.min_match, ngram.min_seen) if ngram else confident(0)
+            confidence = self.engine.confidence(name) if learned else ngram and (ngram.min_match, ngram.min_seen)
+            confident(*confidence) if confidence else confident(0)
 
     def run(self, prompts: Sequence[Prompt], sampling: Sampling, max_new_tokens: int,
             on_prompt: Callable[[int], None] | None = None) -> None:

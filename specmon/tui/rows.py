@@ -79,6 +79,8 @@ def policy_figure(state: ViewState) -> str:
 def decision_row(d: Decision) -> tuple[str, str, str]:
     if d.speculate_from != d.speculate_to:
         change = f"on k{d.k_to}" if d.speculate_to else "off"
+    elif d.match_to:  # the n-gram drafter's min_match
+        change = f"m{d.match_from}→{d.match_to}"
     else:
         change = f"k{d.k_from}→{d.k_to}"
     one_prompt = "›" if d.thresholds.get("prompt") else ""  # one prompt's own switch, not the class's
