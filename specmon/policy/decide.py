@@ -93,7 +93,7 @@ ROUND_ID, EMITTED, ROUND_MS, PROMPT_ID = itemgetter(0), itemgetter(2), itemgette
 class Outcome:
     speculate: bool
     k: int
-    rule: str  # "policy.min_gain" | "policy.hysteresis" | "draft_len"
+    rule: str  # "policy.min_gain" | "policy.hysteresis" | "draft_len" | "policy.prompt_rounds" | "ngram.min_match"
     inputs: dict[str, float]
     round_ids: list[int]
     match: int = 0  # the n-gram drafter's min_match after a `match` decision; 0 otherwise
@@ -400,4 +400,3 @@ def decide_match(speculate: bool, k: int, rows: list[Row], thresholds: dict[str,
         return None
     inputs = {"goodput_k0": goodput(plain), f"goodput_k{k}": goodput(short), **_sides(est, short, plain, k, 0)}
     return Outcome(speculate, k, "ngram.min_match", inputs, sorted({r.round_id for r in [*short, *plain]}), match + 1)
-
