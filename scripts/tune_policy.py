@@ -133,7 +133,7 @@ def main() -> int:
         ngram, schedule = engine.class_of(name).ngram, engine.start_prompt(name, prompt.id)
         learned = engine.confidence(name)  # min_match as the policy raised it; fixed k keeps the file's
         runs = {"auto": replay.run(prompt, name, learned, lambda: engine.round_k(name, schedule),
-                                   lambda ev: engine.after_round(ev, schedule))}
+                                   lambda ev: raised(engine, engine.after_round(ev, schedule), replay.drafter))}
         runs.update({k: replay.run(prompt, name, ngram and (ngram.min_match, ngram.min_seen), lambda k=k: k)
                      for k in ks})
         for key, (emitted, ms) in runs.items():
@@ -141,6 +141,12 @@ def main() -> int:
             totals[name][key][1] += ms
     report(totals, ks, engine.decisions)
     return 0
+
+
+def raised(engine: PolicyEngine, decision, drafter: NgramDrafter) -> None:
+    """As the live session does: a raised min_match drafts from the next round."""
+    if decision is not None and decision.match_to and decision.applied:
+        drafter.confident(*engine.confidence(decision.prompt_class))
 
 
 def report(totals: dict, ks: list[int], decisions: int) -> None:

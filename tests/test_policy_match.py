@@ -7,11 +7,15 @@ import pytest
 
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, RoundVerified, Sampling
-from specmon.policy.decide import Row, decide, decide_match
+from specmon.policy.decide import Row
+from specmon.policy.match import decide_match
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.explain import explain
 from specmon.policy.schema import parse_policy
+from specmon.engine.prompts import Prompt
+from specmon.sched import bench
 from specmon.sched.policy import PolicyScheduler
+from specmon.tui.state import ViewState
 from test_policy import DEFAULT
 
 TH = {"min_gain": 0.03, "hysteresis": 0.05, "min_rounds": 16.0, "plain_rounds": 8.0, "k_gain": 0.08,
@@ -35,9 +39,9 @@ def test_min_match_rises_when_the_drafts_of_exactly_min_match_tokens_surely_lose
     # 2-token drafts that emit 1.5 tokens a round at 2.1 plain steps: 0.71x plain's goodput
     losing = rows(8, 2, 1.5, 2.1 * PLAIN_MS, start=100)
     longer = rows(8, 6, 7, 1.8 * PLAIN_MS, start=200)  # longer matches pay, and are not judged
-    out = decide(True, 8, plain + losing + longer, TH)
-    assert (out.rule, out.match, out.speculate, out.k) == ("ngram.min_match", 3, True, 8)
-    off = decide(False, 8, plain + losing + longer, TH)  # an off class's watched prompts draft too
+    out = decide_match(True, 8, plain + losing + longer, TH)
+    assert (out.rule, out.match, out.speculate, out.k) == ("ngram.max_match", 3, True, 8)
+    off = decide_match(False, 8, plain + losing + longer, TH)  # an off class's watched prompts draft too
     assert (off.match, off.speculate, off.k) == (3, False, 8)
     assert out.inputs["ratio"] == pytest.approx(1.5 / 2.1, rel=0.05) and out.inputs["high"] < 1.0
     assert out.round_ids == sorted(r.round_id for r in plain + losing)  # it cites the rounds it judged
@@ -51,7 +55,7 @@ def test_min_match_rises_when_the_drafts_of_exactly_min_match_tokens_surely_lose
 
 def test_a_ratio_below_one_whose_interval_reaches_one_changes_nothing():
     plain = rows(0, 0, 1, PLAIN_MS, per_prompt=2)
-    # two prompts lose badly, two pay: 0.9x over all, but the interval over prompts spans 1
+    # two prompts lose badly, two pay: 0.98x over all, but the interval over prompts spans 1
     mixed = rows(8, 2, 1, 2.1 * PLAIN_MS, prompts=2, start=100) + [
         Row(r.round_id, 8, 3, 2.1 * PLAIN_MS, f"q{r.round_id % 2}", 2, r.round_id)
         for r in rows(8, 2, 3, 1.0, prompts=2, start=200)]
@@ -86,6 +90,7 @@ class Stream:
             decision = self.engine.after_round(ev, schedule)
             if decision is not None:
                 self.events.append(decision)
+                min_match = self.engine.confidence(self.name)[0]  # as the live session: from the next round
 
     def decisions(self) -> list[Decision]:
         return [e for e in self.events if isinstance(e, Decision)]
@@ -106,6 +111,8 @@ def test_the_engine_raises_min_match_on_a_machine_where_short_drafts_lose_and_ex
     assert [(d.match_from, d.match_to, d.rule_key) for d in raised][:1] == [(2, 3, "classes[0].ngram.max_match")]
     assert all((d.speculate_from, d.k_from) == (d.speculate_to, d.k_to) for d in raised)  # only the drafter changes
     assert engine.confidence("code-edit") == (3, 1)
+    # the 2-token drafts it no longer makes leave the evidence: the switch judges the drafter as it is
+    assert not [r for w in engine.state("code-edit").windows.values() for r in w if r.proposed == 2]
     assert all(e.reproduces for e in explained(stream))
     # a raised min_match leaves 2-token matches silent: nothing more to judge, so it stays at 3
     for p in range(12, 20):
@@ -166,3 +173,56 @@ def test_a_decision_logged_before_min_match_was_learned_still_decodes():
     fields = fields[:-2]  # an old writer knew no match_from / match_to
     decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(fields), type=Decision)
     assert (decoded.match_from, decoded.match_to, decoded.reason) == (0, 0, "")
+
+
+def test_in_advise_mode_a_raise_is_advised_once_and_the_other_rules_still_advise():
+    text = DEFAULT.read_text().replace('mode = "enforce"', 'mode = "advise"')
+    engine = PolicyEngine(parse_policy(text, "default.toml"), "s")
+    stream = Stream(engine, "code-edit")
+    for p in range(20):
+        stream.prompt(f"p{p}", 24, emitted_when_drafting=2, drafted_ms=2.1 * PLAIN_MS)
+    decisions = stream.decisions()
+    raised = [d for d in decisions if d.match_to]
+    assert [(d.match_from, d.match_to, d.applied) for d in raised] == [(2, 3, False)]
+    assert any(not d.match_to and not d.speculate_to for d in decisions[decisions.index(raised[0]):])  # off advised
+    assert engine.confidence("code-edit") == (2, 1)
+
+
+def test_a_reload_starts_min_match_from_the_file_again(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(DEFAULT.read_text())
+    engine = PolicyEngine(parse_policy(path.read_text(), str(path)), "s")
+    engine.state("chat").min_match = 3
+    path.write_text(DEFAULT.read_text() + "\n# edited\n")
+    engine._mtime = None  # the edit is seen whatever the file system's clock says
+    assert engine.maybe_reload().accepted and engine.confidence("chat") == (2, 1)
+
+
+def test_a_bench_fixed_k_run_drafts_with_the_files_min_match():
+    engine = PolicyEngine(parse_policy(DEFAULT.read_text(), "default.toml"), "s")
+    engine.state("rewrite").min_match = 3
+    scheduler = PolicyScheduler.__new__(PolicyScheduler)
+    scheduler.engine, drafter = engine, Confident()
+
+    class Driver:
+        def decode_steps(self, *args, **kwargs):
+            yield from ()
+            return "decoded"
+
+        def finish(self, done, checked):
+            self.finished = done
+
+    driver = Driver()
+    steps = bench._fixed(scheduler, driver, drafter, Prompt("p", "text", "default"), "rewrite", 4, Sampling(), 8)
+    assert list(steps) == [] and driver.finished == "decoded" and drafter.calls == [(2, 1)]
+
+
+def test_the_live_view_shows_a_min_match_decision_without_switching_the_class():
+    engine = PolicyEngine(parse_policy(DEFAULT.read_text(), "default.toml"), "s")
+    stream = Stream(engine, "code-edit")
+    for p in range(12):
+        stream.prompt(f"p{p}", 24, emitted_when_drafting=2, drafted_ms=2.1 * PLAIN_MS)
+    raised = next(d for d in stream.decisions() if d.match_to)
+    state = ViewState()
+    state.apply([raised])
+    assert state.decisions == [raised] and "code-edit" not in state.off_by and "code-edit" not in state.decided

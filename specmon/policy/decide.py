@@ -41,12 +41,7 @@ costs, so they say nothing), beside the class's plain rounds:
 With `silent_plain` (policy.silent_plain) a round at k whose confident drafter proposed nothing
 is also a plain round: it decoded one token in one single-position pass, as plain decoding does,
 so plain's cost is measured inside speculation for free. It stays evidence for its k as well.
-With `match` (classes[i].ngram.max_match), the n-gram drafter's confidence: the class's rounds at
-k that drafted exactly `match` (its min_match now) tokens, short of k (the match ended them, not
-k), against plain rounds. Were the drafter to need one token more of match, those rounds would
-have been plain steps, so when their goodput's 95% interval over prompts lies wholly below
-plain's, min_match rises by one (a failed draft costs the host's verify pass: 1.2x a plain step on
-one machine, 2x on another).
+With `match` (classes[i].ngram.max_match) the decision is the n-gram drafter's min_match: match.py.
 Logs from before a key existed carry no such threshold and are re-derived by the rules they
 were decided by: no plain_rounds -> min_rounds; no k_gain -> min_gain; early_off (a ratio,
 checked at plain_rounds) instead of early_rounds; neither -> no early off; no paired -> k's
@@ -93,10 +88,10 @@ ROUND_ID, EMITTED, ROUND_MS, PROMPT_ID = itemgetter(0), itemgetter(2), itemgette
 class Outcome:
     speculate: bool
     k: int
-    rule: str  # "policy.min_gain" | "policy.hysteresis" | "draft_len" | "policy.prompt_rounds" | "ngram.min_match"
+    rule: str  # "policy.min_gain" | "policy.hysteresis" | "draft_len" | "policy.prompt_rounds" | "ngram.max_match"
     inputs: dict[str, float]
     round_ids: list[int]
-    match: int = 0  # the n-gram drafter's min_match after a `match` decision; 0 otherwise
+    match: int = 0  # the n-gram drafter's min_match after a match.py decision; 0 otherwise
 
 
 def goodput(rows: Sequence[Row]) -> float:
@@ -128,8 +123,6 @@ def decide(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float
     rounds alone gives the same outcome (that is what `specmon policy explain` checks)."""
     if thresholds.get("prompt"):
         return decide_prompt(speculate, k, rows, thresholds)
-    if thresholds.get("match"):
-        return decide_match(speculate, k, rows, thresholds)
     if thresholds.get("interval"):
         return _decide_interval(speculate, k, rows, thresholds)
     by_k = by_draft_len(rows, thresholds)
@@ -380,23 +373,3 @@ def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str
     inputs.update(_sides(estimate(spec, plain), spec, plain, drafted, 0))  # the interval, only for a decision
     return Outcome(not speculate, k, "policy.prompt_rounds", inputs, sorted({r.round_id for r in [*spec, *plain]}))
 
-
-def match_rows(rows: Sequence[Row], k: int, match: int) -> list[Row]:
-    """Rounds at k that drafted exactly `match` tokens, short of k: the ones a min_match one higher
-    would have left silent."""
-    return [r for r in rows if r.draft_len == k and r.proposed == match < k]
-
-
-def decide_match(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
-    """min_match + 1 when the rounds that drafted exactly min_match tokens surely lose to plain
-    (speculation and k stay as they are: an off class still drafts in the prompts it watches)."""
-    match = int(thresholds["match"])
-    ordered = sorted(rows, key=ROUND_ID)
-    short, plain = match_rows(ordered, k, match), by_draft_len(ordered, thresholds).get(0, [])
-    if len(short) < thresholds["min_rounds"] or len(plain) < thresholds["plain_rounds"]:
-        return None
-    est = estimate(short, plain, below=1.0)
-    if est is None or est.high is None or est.high >= 1.0:
-        return None
-    inputs = {"goodput_k0": goodput(plain), f"goodput_k{k}": goodput(short), **_sides(est, short, plain, k, 0)}
-    return Outcome(speculate, k, "ngram.min_match", inputs, sorted({r.round_id for r in [*short, *plain]}), match + 1)

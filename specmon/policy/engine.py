@@ -7,15 +7,16 @@ so it can take effect in the middle of a prompt."""
 
 from __future__ import annotations
 
+import collections
 import time
 from pathlib import Path
 
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.classify import classify
-from specmon.policy.decide import (Row, can_still_pay, decide, decide_grouped, decide_match, decide_prompt, goodput,
-                                   match_rows)
+from specmon.policy.decide import Row, can_still_pay, decide, decide_grouped, decide_prompt, goodput
 from specmon.policy.evidence import EARLY_ROUNDS, ClassState, Evidence
+from specmon.policy.match import decide_match, match_rows, stale
 from specmon.policy.plan import Plan, Schedule
 from specmon.policy.reload import file_stamp, loaded_event, refused_event
 from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
@@ -245,10 +246,10 @@ class PolicyEngine(Evidence):
 
     def _match_decision(self, name: str, cls: PromptClass, st: ClassState) -> Decision | None:
         """classes[i].ngram.max_match: raise min_match by one when the rounds at k that drafted
-        exactly min_match tokens surely lose to plain steps (decide.decide_match)."""
+        exactly min_match tokens surely lose to plain steps (match.decide_match)."""
         confidence = self.confidence(name)
-        if confidence is None or confidence[0] >= cls.ngram.max_match:
-            return None
+        if confidence is None or confidence[0] >= cls.ngram.max_match or st.match_advised > confidence[0]:
+            return None  # nothing to raise, or advised already (advise mode): the other rules have their turn
         match, s = confidence[0], self.policy.settings
         window = st.windows.get(st.k, ())
         if len(match_rows(window, st.k, match)) < s.min_rounds:
@@ -260,9 +261,20 @@ class PolicyEngine(Evidence):
         index = self.policy.classes.index(cls)
         event = self._event(name, st, outcome, thresholds, ("classes", index, "ngram"),
                             f"classes[{index}].ngram.max_match", match=(match, outcome.match))
+        st.match_advised = outcome.match
         if event.applied:
             st.min_match = outcome.match
+            self._forget_drafts(st, outcome.match)
+        self._pace_measures(st, changed=event.applied, confirmed=False, far=False)  # the drafter changed
         return event
+
+    def _forget_drafts(self, st: ClassState, match: int) -> None:
+        """Drop the rounds whose drafts the raised min_match no longer proposes: the switch and
+        k moves judge the drafter as it now is (a decision cites only rounds it used, so explain
+        still recomputes every one)."""
+        for k, window in st.windows.items():
+            if any(stale(r, match) for r in window):
+                st.windows[k] = collections.deque((r for r in window if not stale(r, match)), maxlen=window.maxlen)
 
     def _event(self, name: str, st: ClassState, outcome, thresholds: dict[str, float], path: tuple,
                key: str, reason: str = "", match: tuple[int, int] = (0, 0)) -> Decision:
@@ -342,6 +354,8 @@ class PolicyEngine(Evidence):
         except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the run
             return refused_event(self.policy.source, self.session_id, f"{self.policy.source}: cannot load it ({exc!r})")
         self.policy = new
+        for st in self.states.values():  # the file's min_match again: max_match or the classes may have changed
+            st.min_match = st.match_advised = 0
         return loaded_event(new, self.session_id)
 
     def class_of(self, name: str) -> PromptClass:

@@ -35,6 +35,7 @@ class ClassState:
     # silent_plain on counts them all as plain, as decide's by_draft_len does with the cited rounds
     silent: dict[int, Row] = field(default_factory=dict)
     min_match: int = 0  # the n-gram drafter's min_match as the policy raised it (0: the class's own)
+    match_advised: int = 0  # the min_match last decided (applied or, in advise mode, only advised)
 
 
 class Evidence:

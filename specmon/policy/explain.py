@@ -10,6 +10,7 @@ from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
 from specmon.policy.decide import Row, decide
+from specmon.policy.match import decide_match
 
 
 @dataclass
@@ -42,7 +43,8 @@ def explain(d: Decision, rows: dict[int, Row]) -> Explanation:
     missing = [rid for rid in d.round_ids if rid not in rows]
     if missing:
         return Explanation(d, False, f"{len(missing)} cited rounds are not in the log (first: {missing[0]})")
-    outcome = decide(d.speculate_from, d.k_from, [rows[rid] for rid in d.round_ids], d.thresholds)
+    rule = decide_match if d.thresholds.get("match") else decide
+    outcome = rule(d.speculate_from, d.k_from, [rows[rid] for rid in d.round_ids], d.thresholds)
     if outcome is None:
         return Explanation(d, False, "the cited rounds call for no change")
     if (outcome.speculate, outcome.k, outcome.match) != (d.speculate_to, d.k_to, d.match_to):

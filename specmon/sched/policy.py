@@ -79,7 +79,7 @@ class PolicyScheduler:
         done = yield from driver.decode_steps(
             prompt, drafter, PolicyDraftLen(self.engine, name, schedule), sampling, max_new_tokens,
             prompt_class=name, class_rule=f"{rule}; {plan.describe()}", start_draft_len=plan.k,
-            on_round=self._after_round(schedule, driver))
+            on_round=self._after_round(schedule, driver, drafter))
         driver.finish(done, UNCHECKED)
         driver.sample_resources()
         return done
@@ -101,7 +101,8 @@ class PolicyScheduler:
             if on_prompt:
                 on_prompt(index + 1)
 
-    def _after_round(self, schedule: Schedule, driver: SessionDriver) -> Callable[[RoundVerified], None]:
+    def _after_round(self, schedule: Schedule, driver: SessionDriver,
+                     drafter: Drafter | None = None) -> Callable[[RoundVerified], None]:
         """Each round: pick up a policy edit, feed the round to the policy, and decide when due
         (never inside a lead run, so a re-measure or probe is judged whole); the next round follows."""
 
@@ -125,6 +126,8 @@ class PolicyScheduler:
             self.policy_ms += (clock() - started) * 1e3
             if decision is not None:
                 driver.emit(decision)
+                if decision.match_to and decision.applied:
+                    self.configure_drafter(event.prompt_class, drafter)  # a raised min_match drafts from the next round
 
         return observe
 
