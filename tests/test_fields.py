@@ -28,7 +28,8 @@ FIELDS = {
     SessionFinished: ["session_id", "t", "rounds", "reason"],
     PolicyLoaded: ["session_id", "t", "source", "sha256", "text", "accepted", "error"],
     Decision: ["session_id", "t", "decision_id", "prompt_class", "speculate_from", "speculate_to", "k_from", "k_to",
-               "rule_key", "rule_line", "inputs", "thresholds", "round_ids", "applied", "policy_sha256", "reason"],
+               "rule_key", "rule_line", "inputs", "thresholds", "round_ids", "applied", "policy_sha256", "reason",
+               "match_from", "match_to"],
     QueueSample: ["session_id", "t", "waiting", "request_id", "endpoint", "arrived"],
     Sampling: ["temperature", "top_p", "top_k", "seed"],
     Equivalence: ["verdict", "first_divergence", "margin", "near_tie_margin"],
@@ -68,7 +69,7 @@ SAMPLES = [
     Decision(**SESSION, decision_id=3, prompt_class="chat", speculate_from=True, speculate_to=False, k_from=2, k_to=1,
              rule_key="policy.min_gain", rule_line=17, inputs={"goodput_k0": 0.05, "goodput_k2": 0.0375, "ratio": 0.75},
              thresholds={"min_gain": 0.03, "hysteresis": 0.05}, round_ids=[0, 1, 2, 100, 101], applied=True,
-             policy_sha256=SHA, reason="k=2 loses to plain decoding"),
+             policy_sha256=SHA, reason="k=2 loses to plain decoding", match_from=2, match_to=3),
     QueueSample(**SESSION, waiting=3, request_id="chatcmpl-3f9a2b1c0d4e5f60718293a4", endpoint="completion",
                 arrived=1_699_999_999.5),
 ]
