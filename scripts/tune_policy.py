@@ -130,12 +130,11 @@ def main() -> int:
     totals: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
     for prompt in prompts * args.repeat:
         name = engine.classify(prompt.text, prompt.prompt_class if prompt.prompt_class != "default" else None)[0]
-        ngram, schedule = engine.class_of(name).ngram, engine.start_prompt(name, prompt.id)
-        learned = engine.confidence(name)  # min_match as the policy raised it; fixed k keeps the file's
+        schedule = engine.start_prompt(name, prompt.id)
+        learned, ngram = engine.confidence(name), engine.confidence(name, learned=False)  # fixed k: the file's
         runs = {"auto": replay.run(prompt, name, learned, lambda: engine.round_k(name, schedule),
                                    lambda ev: raised(engine, engine.after_round(ev, schedule), replay.drafter))}
-        runs.update({k: replay.run(prompt, name, ngram and (ngram.min_match, ngram.min_seen), lambda k=k: k)
-                     for k in ks})
+        runs.update({k: replay.run(prompt, name, ngram, lambda k=k: k) for k in ks})
         for key, (emitted, ms) in runs.items():
             totals[name][key][0] += emitted
             totals[name][key][1] += ms

@@ -50,13 +50,14 @@ class PolicyEngine(Evidence):
             self.states[name] = ClassState(speculate=cls.speculate != "off", k=start_k(cls))
         return self.states[name]
 
-    def confidence(self, name: str) -> tuple[int, int] | None:
+    def confidence(self, name: str, learned: bool = True) -> tuple[int, int] | None:
         """The n-gram drafter's (min_match, min_seen) for this class's next prompt: the class's,
-        with min_match as the policy raised it (never past max_match, nor below the file's own)."""
+        with min_match as the policy raised it (never past max_match, nor below the file's own);
+        not `learned` (a fixed-k run): as the file sets it."""
         ngram = self._class(name).ngram
         if ngram is None:
             return None
-        raised = min(self.state(name).min_match, ngram.max_match) if ngram.max_match else 0
+        raised = min(self.state(name).min_match, ngram.max_match) if ngram.max_match and learned else 0
         return max(ngram.min_match, raised), ngram.min_seen
 
     def plan(self, name: str) -> Plan:

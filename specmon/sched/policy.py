@@ -89,8 +89,7 @@ class PolicyScheduler:
         with min_match as the policy raised it, or (not `learned`: a fixed-k run) as the file sets it."""
         confident = getattr(drafter or self.drafter, "confident", None)
         if confident is not None:
-            ngram = self.engine.class_of(name).ngram
-            confidence = self.engine.confidence(name) if learned else ngram and (ngram.min_match, ngram.min_seen)
+            confidence = self.engine.confidence(name, learned)
             confident(*confidence) if confidence else confident(0)
 
     def run(self, prompts: Sequence[Prompt], sampling: Sampling, max_new_tokens: int,
