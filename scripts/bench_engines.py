@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Engines side by side on the same prompts: plain decode tok/s and n-gram speedup over each
 engine's own plain decoding, for every installed backend (torch fp32, with and without packed
-verify weights; llama.cpp when the llamacpp extra is installed), interleaved per prompt so machine
+verify weights, and packed without padding 2-3 position passes; llama.cpp when the llamacpp extra
+is installed), interleaved per prompt so machine
 load drifts cancel. Greedy.
 
 Speedups are goodput ratios (Σ emitted / Σ round ms) with a 95% bootstrap interval over prompts,
@@ -48,9 +49,10 @@ from specmon.events.schema import Sampling
 from specmon.metrics.format import fmt
 from specmon.metrics.interval import PromptTotals, speedup_estimate
 
-# name -> (profile, keys replaced in it): torch with and without packed verify weights, llama.cpp
+# name -> (profile, keys replaced in it): torch with and without packed verify weights, packed but
+# with 2-3 position passes never padded, llama.cpp
 ENGINES = {"torch-fp32": ("smollm2-cpu", {}), "torch-nopack": ("smollm2-cpu", {"packed_rows": 0}),
-           "llamacpp": ("smollm2-llamacpp", {})}
+           "torch-nopad": ("smollm2-cpu", {"pad_from": 4}), "llamacpp": ("smollm2-llamacpp", {})}
 
 
 def load_engines(names: list[str]) -> dict:

@@ -36,6 +36,9 @@ def main() -> int:
                for name, rows in layouts}
     if "packed" in targets and not targets["packed"].model.packed_rows:
         print("this torch or profile cannot pack weights (MKL, fp32 on the CPU); packed = plain", file=sys.stderr)
+    if "packed" in targets and targets["packed"].model.packed_rows:
+        print(f"packed: passes of {targets['packed'].model.pad_from}..{args.packed_rows} positions run as "
+              f"{args.packed_rows} rows (pad_from measured at load)", file=sys.stderr)
     context = [100 + i % 1000 for i in range(args.context)]
     times: dict[tuple[str, int], list[float]] = {}
     for target in targets.values():

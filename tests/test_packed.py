@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from specmon.backends.llama import Llama, can_pack
+from specmon.backends.llama import MIN_PACKED_ROWS, Llama, can_pack, choose_pad_from
 from specmon.backends.loader import cached_weights
 from specmon.backends.torch_backend import TorchTarget
 from tests.tinymodel import write_tiny_gguf
@@ -18,13 +18,14 @@ def tiny(tmp_path_factory):
     return cached_weights(write_tiny_gguf(tmp_path_factory.mktemp("packed") / "tiny.gguf", dim=64))
 
 
-def _target(tiny, packed_rows: int) -> TorchTarget:
+def _target(tiny, packed_rows: int, pad_from: int = MIN_PACKED_ROWS) -> TorchTarget:
     cfg, weights = tiny
-    return TorchTarget(Llama(cfg, weights, torch.float32, "cpu", 256, packed_rows), "tiny", 2)
+    return TorchTarget(Llama(cfg, weights, torch.float32, "cpu", 256, packed_rows, pad_from), "tiny", 2)
 
 
-def test_padded_passes_give_the_plain_kernels_logits(tiny):
-    plain, packed = _target(tiny, 0), _target(tiny, 9)
+@pytest.mark.parametrize("pad_from", [2, 3, 4])
+def test_padded_passes_give_the_plain_kernels_logits(tiny, pad_from):
+    plain, packed = _target(tiny, 0), _target(tiny, 9, pad_from)
     assert packed.model.packed_rows == 9 and plain.model.packed_rows == 0
     rng = np.random.default_rng(1)
     context = rng.integers(3, 200, size=40).tolist()
@@ -32,7 +33,7 @@ def test_padded_passes_give_the_plain_kernels_logits(tiny):
         target.forward(context, 0)
     for rows in range(1, 10):
         tokens = rng.integers(3, 200, size=rows).tolist()
-        assert packed.model.padded_rows(rows, 40, None) == (9 if rows >= 4 else rows)
+        assert packed.model.padded_rows(rows, 40, None) == (9 if rows >= pad_from else rows)
         want, got = plain.forward(tokens, 40), packed.forward(tokens, 40)
         assert got.shape == want.shape == (rows, packed.vocab_size)
         assert np.abs(got - want).max() < 1e-4 * max(1.0, np.abs(want).max())
@@ -41,12 +42,12 @@ def test_padded_passes_give_the_plain_kernels_logits(tiny):
 
 def test_a_cache_written_by_padded_passes_rolls_back(tiny):
     """Accept part of each padded pass, roll back, go on: the logits equal a fresh prefill's."""
-    target = _target(tiny, 9)
+    target = _target(tiny, 9, pad_from=2)
     rng = np.random.default_rng(2)
     context = rng.integers(3, 200, size=20).tolist()
     target.forward(context[:-1], 0)
     for _ in range(10):
-        drafts = rng.integers(3, 200, size=int(rng.integers(3, 9))).tolist()
+        drafts = rng.integers(3, 200, size=int(rng.integers(1, 9))).tolist()  # 2..9 positions, all padded
         target.forward([context[-1], *drafts], len(context) - 1)
         accepted = int(rng.integers(0, len(drafts) + 1))
         target.truncate(len(context) + accepted)
@@ -71,3 +72,32 @@ def test_packing_is_for_fp32_on_the_cpu_only(tiny):
     assert Llama(cfg, weights, torch.float64, "cpu", 64, 9).packed_rows == 0
     assert Llama(cfg, weights, torch.float32, "cpu", 64, 3).packed_rows == 0  # 3 rows: nothing to gain
     assert not can_pack("cuda", torch.float32)
+
+
+def test_short_passes_are_padded_only_where_the_packed_pass_measured_cheaper():
+    """MKL on some CPUs reads the weights once per row for 2-3 rows (2-3 plain steps); elsewhere
+    those passes cost ~1.2 and padding them to 9 packed rows (~1.55) would lose."""
+    assert choose_pad_from({2: 85.0, 3: 110.0}, packed_ms=89.0) == 3  # a 2-row pass is still cheaper
+    assert choose_pad_from({2: 95.0, 3: 110.0}, packed_ms=89.0) == 2
+    assert choose_pad_from({2: 64.0, 3: 68.0}, packed_ms=86.0) == 4  # a fast host: no padding
+    assert choose_pad_from({2: 95.0, 3: 80.0}, packed_ms=89.0) == 4  # 3 rows cheap: 2 is not padded past it
+
+
+def test_pad_from_is_measured_at_load_once_per_model_shape(tiny, monkeypatch):
+    from specmon.backends import llama
+    calls = []
+    monkeypatch.setattr(llama, "_PAD_FROM", {})
+    monkeypatch.setattr(llama.Llama, "_measure_pad_from", lambda self: calls.append(1) or 3)
+    first, second = _target(tiny, 9, pad_from=0).model, _target(tiny, 9, pad_from=0).model
+    assert first.pad_from == second.pad_from == 3 and len(calls) == 1
+    assert _target(tiny, 9, pad_from=2).model.pad_from == 2 and len(calls) == 1  # the profile pins it
+    assert _target(tiny, 0, pad_from=0).model.pad_from == 0  # nothing packed, nothing padded
+
+
+def test_measuring_leaves_the_model_and_its_caches_as_they_were(tiny):
+    target = _target(tiny, 9, pad_from=2)
+    target.forward([5, 6, 7, 8], 0)
+    before = target.forward([9, 10], 4)
+    assert target.model._measure_pad_from() in (2, 3, 4)
+    assert target.model.pad_from == 2
+    assert np.array_equal(target.forward([9, 10], 4), before)  # its own cache, not the target's

@@ -7,6 +7,8 @@ a smaller `start` on the next call: stale positions beyond it are overwritten be
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.nn.functional as F
 
@@ -14,6 +16,7 @@ from specmon.backends.gguf_weights import LlamaConfig
 
 LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 MIN_PACKED_ROWS = 4  # MKL's fp32 gemm reads the weights once per 3 rows: from 4 rows on, packing pays
+_PAD_FROM: dict[tuple, int] = {}  # pad_from measured in this process, by model shape
 
 
 class KVCache:
@@ -30,7 +33,7 @@ class Llama:
     """Weights plus RoPE tables; `forward` runs the first `n_layers` (all by default)."""
 
     def __init__(self, cfg: LlamaConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 device: str, max_len: int, packed_rows: int = 0):
+                 device: str, max_len: int, packed_rows: int = 0, pad_from: int = 0):
         self.cfg = cfg
         self.dtype = dtype
         self.device = device
@@ -47,8 +50,10 @@ class Llama:
         self.cos, self.sin = _rope_tables(cfg, max_len, device, dtype)
         self.max_len = max_len
         self.packed_rows = packed_rows if packed_rows >= MIN_PACKED_ROWS and can_pack(device, dtype) else 0
+        self.pad_from = 0
         if self.packed_rows:
             self._pack()
+            self.pad_from = min(max(pad_from, 2), MIN_PACKED_ROWS) if pad_from else self._measured_pad_from()
 
     def _pack(self) -> None:
         """A second copy of every weight, laid out by MKL for passes of exactly packed_rows rows."""
@@ -58,12 +63,32 @@ class Llama:
                           for name in LINEARS})
         self.head_packed = torch.ops.mkl._mkl_reorder_linear_weight(self.head, rows)
 
+    def _measured_pad_from(self) -> int:
+        """Measured once per process for a model shape: every later load of it gets the same answer."""
+        key = (self.cfg, self.packed_rows, self.dtype, self.device)
+        if key not in _PAD_FROM:
+            _PAD_FROM[key] = self._measure_pad_from()
+        return _PAD_FROM[key]
+
+    def _measure_pad_from(self) -> int:
+        """The fewest positions worth padding to packed_rows on this CPU, timed on real passes. Some
+        CPUs (MKL on AMD) read the weights once per row for 2-3 rows, where a packed pass is cheaper."""
+        saved, self.pad_from = self.pad_from, MIN_PACKED_ROWS  # the short passes as they run unpadded
+        cache = KVCache(self.cfg, self.cfg.n_layers, self.packed_rows, self.dtype, self.device)
+        tokens = torch.zeros(self.packed_rows, dtype=torch.long, device=self.device)
+        sizes = [*range(2, MIN_PACKED_ROWS), self.packed_rows]
+        try:
+            ms = _fastest_ms([lambda n=n: self.forward(tokens[:n], 0, cache) for n in sizes])
+        finally:
+            self.pad_from = saved
+        return choose_pad_from(dict(zip(sizes[:-1], ms[:-1])), ms[-1])
+
     def padded_rows(self, n_tok: int, start: int, n_layers: int | None) -> int:
-        """Rows to run for n_tok positions: a verify pass of 4..packed_rows positions is padded to
-        packed_rows, whose packed weights are read once (the padding's keys land past the valid
+        """Rows to run for n_tok positions: a verify pass of pad_from..packed_rows positions is padded
+        to packed_rows, whose packed weights are read once (the padding's keys land past the valid
         length, which the next call overwrites; causal attention keeps them from the real rows)."""
         fits = start + self.packed_rows <= self.max_len and (n_layers or self.cfg.n_layers) == self.cfg.n_layers
-        return self.packed_rows if fits and MIN_PACKED_ROWS <= n_tok <= self.packed_rows else n_tok
+        return self.packed_rows if fits and self.pad_from <= n_tok <= self.packed_rows else n_tok
 
     def new_cache(self, n_layers: int | None = None) -> KVCache:
         return KVCache(self.cfg, n_layers or self.cfg.n_layers, self.max_len, self.dtype, self.device)
@@ -110,6 +135,29 @@ class Llama:
 
 def _linear(x: torch.Tensor, layer: dict, name: str) -> torch.Tensor:
     return F.linear(x, layer[name])
+
+
+def choose_pad_from(short_ms: dict[int, float], packed_ms: float) -> int:
+    """The fewest rows from which every shorter-than-MIN_PACKED_ROWS pass costs more than the packed one."""
+    pad_from = MIN_PACKED_ROWS
+    for rows in sorted(short_ms, reverse=True):
+        if packed_ms >= short_ms[rows]:
+            break
+        pad_from = rows
+    return pad_from
+
+
+def _fastest_ms(runs: list, reps: int = 4) -> list[float]:
+    """Each run's fastest time, interleaved so that drift in the machine's speed falls on all alike:
+    the floor is what the kernels cost, the rest is noise (the first round warms them up)."""
+    best = [float("inf")] * len(runs)
+    for rep in range(reps + 1):
+        for i, run in enumerate(runs):
+            start = time.perf_counter()
+            run()
+            if rep:
+                best[i] = min(best[i], time.perf_counter() - start)
+    return [b * 1e3 for b in best]
 
 
 def can_pack(device: str, dtype: torch.dtype) -> bool:

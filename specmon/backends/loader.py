@@ -85,7 +85,8 @@ def _model(profile: Profile, ref: ModelRef, path: Path, packed_rows: int = 0) ->
         if not 0 < ref.layers <= cfg.n_layers:
             raise SpecmonError(f"profile {profile.source}: layers = {ref.layers} but {path.name} has {cfg.n_layers}")
         cfg = dataclasses.replace(cfg, n_layers=ref.layers)
-    return Llama(cfg, weights, _DTYPES[profile.dtype], profile.device, profile.max_seq_len, packed_rows)
+    return Llama(cfg, weights, _DTYPES[profile.dtype], profile.device, profile.max_seq_len, packed_rows,
+                 profile.pad_from)
 
 
 @functools.lru_cache(maxsize=4)

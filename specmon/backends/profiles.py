@@ -68,6 +68,7 @@ class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_new_tokens: Positive = 96
     near_tie_margin: float = -1.0  # below this logit gap a divergence is a near-tie; -1 picks by dtype
     packed_rows: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0  # torch, CPU fp32: verify passes padded to this, packed weights
+    pad_from: Annotated[int, msgspec.Meta(ge=0, le=4)] = 0  # fewest positions padded to packed_rows; 0 measures it at load
     drafter: DrafterSpec = DrafterSpec()
     sampling: SamplingSpec = SamplingSpec()
     source: str = ""  # where it was read from (filled in by load_profile)
