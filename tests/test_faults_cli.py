@@ -497,6 +497,8 @@ def _profile_cases(tmp: Path, files: dict[str, Path]) -> list[Case]:
         "layers-zero": ('name = "t"\n' + target + '[drafter]\nkind = "layerskip"\nlayers = 0\n', "drafter.layers"),
         "layers-too-many": ('name = "t"\n' + target + '[drafter]\nkind = "layerskip"\nlayers = 9\n', "drafter.layers"),
         "draft-len-99": ('name = "t"\n' + target + "[drafter]\ndraft_len = 99\n", "draft_len"),
+        "pad-from-one": ('name = "t"\npad_from = 1\n' + target, "pad_from"),
+        "pad-from-five": ('name = "t"\npad_from = 5\n' + target, "pad_from"),
         "kind-model-no-target": ('name = "t"\n' + target + '[drafter]\nkind = "model"\n', "drafter.target"),
         "exl2-on-cpu": ('name = "t"\nbackend = "exllamav2"\n' + target, "exllamav2"),
         "unknown-key": ('name = "t"\nnmae = "x"\n' + target, "nmae"),

@@ -138,7 +138,8 @@ def _linear(x: torch.Tensor, layer: dict, name: str) -> torch.Tensor:
 
 
 def choose_pad_from(short_ms: dict[int, float], packed_ms: float) -> int:
-    """The fewest rows from which every shorter-than-MIN_PACKED_ROWS pass costs more than the packed one."""
+    """The least n for which passes of n..MIN_PACKED_ROWS-1 rows each measured dearer than the packed
+    pass; MIN_PACKED_ROWS where none did (nothing short is padded)."""
     pad_from = MIN_PACKED_ROWS
     for rows in sorted(short_ms, reverse=True):
         if packed_ms >= short_ms[rows]:

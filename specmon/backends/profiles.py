@@ -141,6 +141,8 @@ def _check(profile: Profile, path: Path, text: str) -> None:
         fail("sampling.temperature", f"must be a finite number >= 0 (0 is greedy), not {sampling.temperature}")
     if not (math.isfinite(sampling.top_p) and 0 < sampling.top_p <= 1):
         fail("sampling.top_p", f"must be > 0 and <= 1, not {sampling.top_p}")
+    if profile.pad_from == 1:
+        fail("pad_from", "must be 0 (measured at load) or 2-4 (passes of that many positions or more are padded), not 1")
     if not math.isfinite(profile.near_tie_margin):
         fail("near_tie_margin", f"must be a finite number (-1 picks by dtype), not {profile.near_tie_margin}")
 
