@@ -34,10 +34,11 @@ def main() -> int:
     layouts = (("plain", 0), ("packed", args.packed_rows)) if profile.backend == "torch" else ((profile.backend, 0),)
     targets = {name: load_pair(msgspec.structs.replace(profile, packed_rows=rows), DrafterSpec(kind="none")).target
                for name, rows in layouts}
-    if "packed" in targets and not targets["packed"].model.packed_rows:
+    packed = targets["packed"].model if "packed" in targets else None
+    if packed is not None and not packed.packed_rows:
         print("this torch or profile cannot pack weights (MKL, fp32 on the CPU); packed = plain", file=sys.stderr)
-    if "packed" in targets and targets["packed"].model.packed_rows:
-        print(f"packed: passes of {targets['packed'].model.pad_from}..{args.packed_rows} positions run as "
+    elif packed is not None:
+        print(f"packed: passes of {packed.pad_from}..{args.packed_rows} positions run as "
               f"{args.packed_rows} rows (pad_from measured at load)", file=sys.stderr)
     context = [100 + i % 1000 for i in range(args.context)]
     times: dict[tuple[str, int], list[float]] = {}
