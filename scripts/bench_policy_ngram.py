@@ -5,7 +5,10 @@ setting (min_match/min_seen), one right after the other in a rotating order, so 
 shared machine falls on all alike. Prints goodput per task type (the prompt file's class) and
 each setting's ratio to plain and to the plain lookup.
 
-    python scripts/bench_policy_ngram.py --prompts bench --half test --k 4 --confident 2/1,3/1
+A setting drafts as the product does: past its match where the target's verify pass is padded
+to more rows anyway. A setting ending in "c" stops at the match's length however the pass runs.
+
+    python scripts/bench_policy_ngram.py --prompts bench --half test --k 8 --confident 2/1,2/1c
 """
 
 from __future__ import annotations
@@ -42,21 +45,25 @@ def main() -> int:
     prompts = prompt_set(_prompts_path(Path(args.prompts)), None)
     if args.half:
         prompts = [p for p in prompts if prompt_half(p.id) == args.half]
-    settings = [tuple(int(x) for x in s.split("/")) for s in args.confident.split(",") if s]
+    settings = [s for s in args.confident.split(",") if s]
     profile = load_profile(args.profile)
     pair = load_pair(profile)
     rounds: list[RoundVerified] = []
     driver = SessionDriver("ngram-bench", pair.target, pair.tokenizer,
                            lambda ev: rounds.append(ev) if isinstance(ev, RoundVerified) else None, 0.0)
     sampling = profile.sampling.to_event()
-    drafter = NgramDrafter(profile.drafter.ngram_sizes)
-    configs = [("plain", 0, None), (f"lookup k={args.k}", args.k, None)]
-    configs += [(f"conf {m}/{s} k={args.k}", args.k, (m, s)) for m, s in settings]
+    capped = NgramDrafter(profile.drafter.ngram_sizes)
+    padded = NgramDrafter(profile.drafter.ngram_sizes, getattr(pair.target, "verify_rows", None))
+    configs = [("plain", 0, None, capped), (f"lookup k={args.k}", args.k, None, capped)]
+    for setting in settings:
+        min_match, min_seen = (int(x) for x in setting.rstrip("c").split("/"))
+        drafter = capped if setting.endswith("c") else padded
+        configs.append((f"conf {setting} k={args.k}", args.k, (min_match, min_seen), drafter))
     stats: dict[str, dict[str, RunStats]] = {}
     with progress("n-gram confidence", len(prompts)) as done:
         for index, prompt in enumerate(prompts):
             shift = index % len(configs)
-            for name, k, conf in configs[shift:] + configs[:shift]:
+            for name, k, conf, drafter in configs[shift:] + configs[:shift]:
                 drafter.confident(*conf) if conf else drafter.confident(0)
                 start = len(rounds)
                 run = driver.decode(prompt, drafter if k else NoDrafter(), FixedDraftLen(k), sampling,

@@ -11,7 +11,11 @@ rounds, so what it prints is what the policy would do were timing exact: a tool 
 defaults on the tuning half; quote measured figures (`specmon bench policy`) on the test half.
 
     python scripts/tune_policy.py logs/BENCH.specmon --half tune --policy my.toml \\
-        --costs 1.17,1.23,1.55,1.55,1.58,1.60,1.50,1.58
+        --costs 1.17,1.23,1.55,1.55,1.58,1.60,1.50,1.58 --pad-from 4
+
+`--pad-from N` replays a target whose verify passes of N..9 positions run as 9 packed rows, as
+the embedded model's do (bench_verify_cost.py prints the pad_from it measured): a confident
+draft fills those rows past its match, as it does live. Without it, drafts stop at their match.
 """
 
 from __future__ import annotations
@@ -76,9 +80,10 @@ def cost_of(costs: dict[int, float]):
 class Replay:
     """Decode a prompt's known greedy text round by round, k from a callable; rounds go to `after`."""
 
-    def __init__(self, tokenizer, texts: dict[str, list[int]], cost):
+    def __init__(self, tokenizer, texts: dict[str, list[int]], cost, pad_from: int = 0, packed_rows: int = 9):
         self.tokenizer, self.texts, self.cost = tokenizer, texts, cost
-        self.drafter = NgramDrafter()
+        padded = (lambda n, start: packed_rows if pad_from <= n <= packed_rows else n) if pad_from else None
+        self.drafter = NgramDrafter(verify_rows=padded)
         self.round_id = 0
 
     def run(self, prompt, name: str, ngram, next_k, after=None) -> tuple[int, float]:
@@ -87,7 +92,8 @@ class Replay:
         index = 0  # the round's place in this prompt run: a k move pairs a probe round with the next
         while len(out) < len(text):
             k = next_k()
-            proposed = self.drafter.propose(ids + out, k, Sampling(), None).tokens if k else []
+            proposal = self.drafter.propose(ids + out, k, Sampling(), None) if k else None
+            proposed = proposal.tokens if proposal else []
             rest = text[len(out):]
             accepted = next((i for i, t in enumerate(proposed) if i >= len(rest) or rest[i] != t), len(proposed))
             emitted = rest[:accepted + 1]
@@ -99,7 +105,7 @@ class Replay:
                     round_index=index, draft_len=k, proposed=proposed, accepted=accepted,
                     rejection_pos=None if accepted == len(proposed) else accepted, emitted=emitted, draft_ms=0.0,
                     verify_ms=round_ms, overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[],
-                    sampling=Sampling(), mem_bytes=0))
+                    sampling=Sampling(), mem_bytes=0, matched=proposal.matched if proposal else 0))
             self.round_id += 1
             index += 1
         return len(out), ms
@@ -114,6 +120,8 @@ def main() -> int:
     parser.add_argument("--ks", default="0,2,4,7,8")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--costs", help="cost of a round proposing L = 1, 2, ... tokens, in plain steps")
+    parser.add_argument("--pad-from", type=int, default=0,
+                        help="verify passes of this many positions or more run as 9 padded rows (0: none)")
     args = parser.parse_args()
     texts, fitted = plain_texts(args.log)
     costs = {i + 1: float(x) for i, x in enumerate(args.costs.split(","))} if args.costs else fitted
@@ -124,7 +132,8 @@ def main() -> int:
     source = shipped_prompts(args.prompts) or Path(args.prompts)
     prompts = [p for p in load_prompts(source) if p.id in texts and (not args.half or prompt_half(p.id) == args.half)]
     profile = load_profile("smollm2-cpu")
-    replay = Replay(cached_tokenizer(resolve_model_path(profile.target, profile)), texts, cost_of(costs))
+    replay = Replay(cached_tokenizer(resolve_model_path(profile.target, profile)), texts, cost_of(costs),
+                    args.pad_from)
     engine = PolicyEngine(load_policy(args.policy), "tune")
     ks = [int(k) for k in args.ks.split(",")]
     totals: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))

@@ -4,11 +4,15 @@ further than the match supports; without one set, it is the plain lookup it alwa
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from specmon.engine.drafters import NgramDrafter, confident_draft
+from specmon.engine.drafters import NgramDrafter, confident_draft as _confident_draft
 from specmon.events.schema import Sampling
 from specmon.policy.features import prompt_features
 
 RNG = np.random.default_rng(0)
+
+
+def confident_draft(*args, **kwargs):
+    return _confident_draft(*args, **kwargs)[0]  # the draft; its match length is tested on its own
 
 
 def propose(drafter, context, k):
@@ -96,3 +100,40 @@ def test_the_drafters_index_proposes_what_a_search_of_the_whole_context_does(pro
         assert propose(drafter, context, k) == whole
     other = [*context[:-1], (context[-1] + 1) % 6]  # another list, another context: no stale index
     assert propose(drafter, other, k) == confident_draft(np.asarray(other), k, min_match, min_seen)
+
+
+def test_a_draft_reports_the_match_it_rests_on():
+    ctx = np.array([9, 1, 2, 3, 4, 5, 6, 7, 8, 0, 2, 3, 6, 0, 9, 1, 2, 3])
+    assert _confident_draft(ctx, 3, 2, 1) == ([4, 5, 6], 4)  # "9 1 2 3": four tokens, cut to k
+    assert _confident_draft(ctx, 3, 5, 1) == ([], 0)
+    drafter = NgramDrafter()
+    drafter.confident(2, 1)
+    proposal = drafter.propose(ctx.tolist(), 8, Sampling(), RNG)
+    assert (proposal.tokens, proposal.matched) == ([4, 5, 6, 7], 4)
+    drafter.confident(0)
+    assert drafter.propose(ctx.tolist(), 8, Sampling(), RNG).matched == 0  # the plain lookup reports none
+
+
+def padded_to(rows: int, pad_from: int):
+    """A packed target's verify_rows: passes of pad_from..rows positions run as rows."""
+    return lambda n, start: rows if pad_from <= n <= rows else n
+
+
+def test_a_padded_verify_pass_lets_a_short_match_draft_on_for_free():
+    ctx = np.array([5, 1, 2, 3, 4, 9, 9, 7, 7, 7, 1, 2, 3])  # "1 2 3" matched, followed by 4 9 9 7 7 7 1 2 3
+    assert _confident_draft(ctx, 8, 2, 1) == ([4, 9, 9], 3)  # capped at the match's 3
+    assert _confident_draft(ctx, 8, 2, 1, verify_rows=padded_to(9, 3)) == ([4, 9, 9, 7, 7, 7, 1, 2], 3)
+    assert _confident_draft(ctx, 5, 2, 1, verify_rows=padded_to(9, 3)) == ([4, 9, 9, 7, 7], 3)  # never past k
+    # a 4-position pass (3 drafted) runs unpadded below pad_from = 5: no free rows, the cap holds
+    assert _confident_draft(ctx, 8, 2, 1, verify_rows=padded_to(9, 5)) == ([4, 9, 9], 3)
+    # the padded rows: a pass of min(k, 3) + 1 = 4 positions runs as 6, so 5 tokens are free
+    assert _confident_draft(ctx, 8, 2, 1, verify_rows=padded_to(6, 2)) == ([4, 9, 9, 7, 7], 3)
+
+
+def test_min_seen_still_stops_an_extended_draft_where_the_occurrences_part():
+    ctx = np.array([1, 2, 3, 4, 7, 1, 2, 3, 4, 8, 1, 2, 3])
+    assert _confident_draft(ctx, 8, 3, 2, verify_rows=padded_to(9, 2)) == ([4], 3)
+    drafter = NgramDrafter(verify_rows=padded_to(9, 2))
+    drafter.confident(3, 1)
+    twin = drafter.fork()
+    assert propose(twin, ctx.tolist(), 8) == [4, 8, 1, 2, 3]  # the fork keeps verify_rows; the context ends it

@@ -101,3 +101,36 @@ def test_measuring_leaves_the_model_and_its_caches_as_they_were(tiny):
     assert target.model._measure_pad_from() in (2, 3, 4)
     assert target.model.pad_from == 2
     assert np.array_equal(target.forward([9, 10], 4), before)  # its own cache, not the target's
+
+
+def _decode(target, drafter, prompt, k, n=16):
+    import itertools
+
+    from specmon.engine.draft_len import FixedDraftLen
+    from specmon.engine.rounds import RoundContext, decode_prompt
+    from specmon.events.schema import Sampling
+
+    events = []
+    run = decode_prompt(target, drafter, prompt, FixedDraftLen(k), Sampling(), n,
+                        RoundContext("s", "p", "c", itertools.count()), events.append)
+    return run.generated, events
+
+
+@pytest.mark.parametrize("packed_rows, pad_from, first_draft", [(9, 2, 8), (9, 4, 2), (0, 4, 2)])
+def test_a_short_match_drafts_on_through_a_padded_pass_and_decodes_as_plain(tiny, packed_rows, pad_from, first_draft):
+    """A 2-token match: where its 3-position pass is padded to 9 rows, the drafter fills them (8
+    tokens, the match length still recorded); unpadded, it drafts the match's 2. Either way the
+    greedy output is plain decoding's."""
+    from specmon.engine.drafters import NgramDrafter, NoDrafter
+
+    prompt = [*range(10, 40), 15, 16]  # "15 16" occurred once before, followed by 17 18 ...
+    target = _target(tiny, packed_rows, pad_from)
+    drafter = NgramDrafter(verify_rows=target.verify_rows)
+    drafter.confident(2, 1)
+    generated, events = _decode(target, drafter, prompt, 8)
+    assert (len(events[0].proposed), events[0].matched) == (first_draft, 2)
+    assert events[0].proposed == list(range(17, 17 + first_draft))
+    plain, _ = _decode(_target(tiny, 0), NoDrafter(), prompt, 0)
+    assert generated == plain
+    assert target.verify_rows(3, 40) == (9 if packed_rows and pad_from <= 3 else 3)
+    assert target.verify_rows(3, 250) == 3  # 9 rows would run past the 256-position cache: not padded

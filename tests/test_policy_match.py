@@ -8,7 +8,7 @@ import pytest
 from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, RoundVerified, Sampling
 from specmon.policy.decide import Row
-from specmon.policy.match import decide_match
+from specmon.policy.match import decide_match, stale
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.explain import explain
 from specmon.policy.schema import parse_policy
@@ -62,6 +62,20 @@ def test_a_ratio_below_one_whose_interval_reaches_one_changes_nothing():
     assert decide_match(True, 8, plain + mixed, TH) is None
 
 
+def test_a_recorded_match_length_picks_the_rounds_however_far_they_drafted():
+    """Where a padded verify pass lets a 2-token match draft on to k, its rounds propose 8 tokens:
+    the match length each round records, not the draft's, says which rounds a raise silences."""
+    plain = rows(0, 0, 1, PLAIN_MS, per_prompt=2)
+    extended = [r._replace(matched=2) for r in rows(8, 8, 1.5, 2.1 * PLAIN_MS, start=100)]
+    longer = [r._replace(matched=5) for r in rows(8, 8, 7, 1.8 * PLAIN_MS, start=200)]
+    out = decide_match(True, 8, plain + extended + longer, TH)
+    assert out.match == 3 and out.round_ids == sorted(r.round_id for r in plain + extended)
+    # a 3-token match that the context's end cut to 2 tokens is not a 2-token match
+    cut = [r._replace(matched=3) for r in rows(8, 2, 1.5, 2.1 * PLAIN_MS, start=100)]
+    assert decide_match(True, 8, plain + cut + longer, TH) is None
+    assert (stale(extended[0], 3), stale(cut[0], 3), stale(longer[0], 3)) == (True, False, False)
+
+
 class Stream:
     """Rounds fed straight into a PolicyEngine, as the live round loop feeds them: each round's k
     from the engine, its proposal as long as `proposal(k)` says, timed by the cost model."""
@@ -70,21 +84,22 @@ class Stream:
         self.engine, self.name, self.round_id, self.events = engine, name, 0, []
 
     def prompt(self, prompt_id: str, rounds: int, emitted_when_drafting: int, drafted_ms: float,
-               match: int = 2) -> None:
+               match: int = 2, extend: bool = False) -> None:
         schedule = self.engine.start_prompt(self.name, prompt_id)
         min_match = self.engine.confidence(self.name)[0]
         for index in range(rounds):
             k = self.engine.round_k(self.name, schedule)
             # every 2nd round finds a match of exactly `match` tokens; the drafter proposes it only
             # if the match is at least min_match long
-            proposed = [7] * match if k > match and index % 2 and match >= min_match else []
+            proposed = [7] * (k if extend else match) if k > match and index % 2 and match >= min_match else []
             emitted = emitted_when_drafting if proposed else 1
             ev = RoundVerified(
                 session_id="s", t=0.0, round_id=self.round_id, prompt_id=prompt_id, prompt_class=self.name,
                 round_index=index, draft_len=k, proposed=proposed, accepted=emitted - 1,
                 rejection_pos=None if emitted - 1 == len(proposed) else emitted - 1, emitted=[5] * emitted,
                 draft_ms=0.0, verify_ms=drafted_ms if proposed else PLAIN_MS, overhead_ms=0.0,
-                target_probs=[], alpha_hat=None, margins=[], sampling=Sampling(), mem_bytes=0)
+                target_probs=[], alpha_hat=None, margins=[], sampling=Sampling(), mem_bytes=0,
+                matched=match if proposed and extend else 0)  # extend: a padded pass's drafts record their match
             self.round_id += 1
             self.events.append(ev)
             decision = self.engine.after_round(ev, schedule)
@@ -118,6 +133,17 @@ def test_the_engine_raises_min_match_on_a_machine_where_short_drafts_lose_and_ex
     for p in range(12, 20):
         stream.prompt(f"p{p}", 24, emitted_when_drafting=2, drafted_ms=2.1 * PLAIN_MS)
     assert engine.confidence("code-edit") == (3, 1) and len([d for d in stream.decisions() if d.match_to]) == 1
+
+
+def test_drafts_extended_past_their_match_still_raise_min_match_where_they_lose():
+    engine = PolicyEngine(parse_policy(DEFAULT.read_text(), "default.toml"), "s")
+    stream = Stream(engine, "code-edit")
+    for p in range(12):  # 2-token matches drafting on to k=8, keeping 1 token, at 2.1 plain steps
+        stream.prompt(f"p{p}", 24, emitted_when_drafting=2, drafted_ms=2.1 * PLAIN_MS, extend=True)
+    raised = [d for d in stream.decisions() if d.match_to]
+    assert [(d.match_from, d.match_to) for d in raised][:1] == [(2, 3)] and engine.confidence("code-edit") == (3, 1)
+    assert not [r for w in engine.state("code-edit").windows.values() for r in w if r.matched == 2]
+    assert all(e.reproduces for e in explained(stream))
 
 
 def test_the_engine_keeps_min_match_where_short_drafts_pay():

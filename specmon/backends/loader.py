@@ -57,7 +57,7 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget,
     if spec.kind == "none":
         return NoDrafter()
     if spec.kind == "ngram":
-        return NgramDrafter(spec.ngram_sizes)
+        return NgramDrafter(spec.ngram_sizes, target.verify_rows)  # a padded pass's spare rows draft for free
     if spec.kind == "layerskip":
         if not 0 < spec.layers < target.model.cfg.n_layers:
             # a depth that differs from the profile's came from --layers: blame the flag, not the file

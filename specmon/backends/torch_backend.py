@@ -45,6 +45,10 @@ class TorchTarget:
     def truncate(self, length: int) -> None:
         self.cached_len = min(self.cached_len, length)
 
+    def verify_rows(self, n_tok: int, start: int) -> int:
+        """Rows a pass of n_tok positions at `start` computes: packed_rows where it is padded."""
+        return self.model.padded_rows(n_tok, start, None) if self.model.packed_rows else n_tok
+
     def memory_bytes(self) -> int:
         if self.model.device.startswith("cuda"):
             return int(torch.cuda.memory_allocated())

@@ -7,7 +7,7 @@ since they run torch; the n-gram prompt-lookup drafter needs no model and lives 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from specmon.events.schema import Sampling
 class Proposal:
     tokens: list[int]
     q: np.ndarray | None  # draft distributions [len(tokens), V]; None means one-hot (no model)
+    matched: int = 0  # a confident n-gram draft: how many context tokens its match spans; 0 otherwise
 
 
 class Drafter(Protocol):
@@ -55,15 +56,18 @@ class NgramDrafter:
     confident match, because on a CPU a failed proposal costs a verify pass of 1.2-2.9x a plain
     step: the context's last `min_match` or more tokens occur earlier, and the token that followed
     the longest such match followed such a match at least `min_seen` times. It drafts no further
-    than the match is long (a 3-token match drafts at most 3), nor past where the earlier
-    occurrences that agree so far stop agreeing (with min_seen >= 2).
+    than the match is long (a 3-token match drafts at most 3), unless the target's verify pass
+    computes more rows anyway (`verify_rows`: a pass padded to its packed rows costs the same
+    however many of them are draft), nor past where the earlier occurrences that agree so far stop
+    agreeing (with min_seen >= 2).
     """
 
-    def __init__(self, ngram_sizes: Sequence[int] = (3, 2)):
+    def __init__(self, ngram_sizes: Sequence[int] = (3, 2), verify_rows: VerifyRows | None = None):
         self.ngram_sizes = sorted(ngram_sizes, reverse=True)
         self.name = "ngram"
         self.min_match = 0  # 0: the plain lookup above, no confidence test
         self.min_seen = 1
+        self.verify_rows = verify_rows
         self.index = ContextIndex()
 
     def confident(self, min_match: int = 0, min_seen: int = 1) -> None:
@@ -75,7 +79,7 @@ class NgramDrafter:
 
     def fork(self) -> NgramDrafter:
         """An independent drafter with the same settings (and its own context index)."""
-        twin = NgramDrafter(self.ngram_sizes)
+        twin = NgramDrafter(self.ngram_sizes, self.verify_rows)
         twin.confident(self.min_match, self.min_seen)
         return twin
 
@@ -84,7 +88,8 @@ class NgramDrafter:
             return Proposal([], None)
         if self.min_match:
             ctx, positions = self.index.update(context)
-            return Proposal(confident_draft(ctx, k, self.min_match, self.min_seen, positions), None)
+            tokens, matched = confident_draft(ctx, k, self.min_match, self.min_seen, positions, self.verify_rows)
+            return Proposal(tokens, None, matched)
         ctx = np.asarray(context, dtype=np.int64)
         for n in self.ngram_sizes:
             start = _latest_match(ctx, n)
@@ -94,6 +99,9 @@ class NgramDrafter:
 
 
 MAX_MATCH = 16  # a suffix match this long is as confident as a match gets
+
+# rows a target's pass over n positions starting at `start` computes (>= n): what verifying costs
+VerifyRows = Callable[[int, int], int]
 
 
 class ContextIndex:
@@ -137,31 +145,36 @@ class ContextIndex:
 
 
 def confident_draft(ctx: np.ndarray, k: int, min_match: int, min_seen: int,
-                    positions: np.ndarray | None = None) -> list[int]:
+                    positions: np.ndarray | None = None,
+                    verify_rows: VerifyRows | None = None) -> tuple[list[int], int]:
     """Up to k tokens copied after the longest (then latest) earlier match of the context's end,
-    if it is at least min_match long and its next token was seen after >= min_seen such matches.
-    `positions`: the candidates _match_lengths would find (a ContextIndex keeps them)."""
+    if it is at least min_match long and its next token was seen after >= min_seen such matches,
+    and the match's length (0: no draft). `positions`: the candidates _match_lengths would find (a
+    ContextIndex keeps them); `verify_rows`: see NgramDrafter."""
     ends = _match_lengths(ctx, positions)  # candidate positions i (ctx[i] is the next token) -> match length
     if ends is None:
-        return []
+        return [], 0
     positions, lengths = ends
     keep = lengths >= min_match
     positions, lengths = positions[keep], lengths[keep]
     if not len(positions):
-        return []
+        return [], 0
     best = int(np.flatnonzero(lengths == lengths.max())[-1])
     chosen, length = int(positions[best]), int(lengths[best])
     agree = positions[ctx[positions] == ctx[chosen]]
     if len(agree) < min_seen:
-        return []
-    room = min(k, length, len(ctx) - chosen)
+        return [], 0
+    reach = length
+    if verify_rows is not None:  # rows the pass computes anyway are free to fill with draft
+        reach = max(length, verify_rows(min(k, length) + 1, len(ctx) - 1) - 1)
+    room = min(k, reach, len(ctx) - chosen)
     if min_seen > 1:  # stop where fewer than min_seen of the agreeing occurrences still agree
         for step in range(1, room):
             ahead = agree[agree + step < len(ctx)]
             if np.count_nonzero(ctx[ahead + step] == ctx[chosen + step]) < min_seen:
                 room = step
                 break
-    return ctx[chosen: chosen + room].tolist()
+    return ctx[chosen: chosen + room].tolist(), length
 
 
 def _match_lengths(ctx: np.ndarray, positions: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:

@@ -146,7 +146,7 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
         target_probs=_target_probs(logits, top, p, proposal.tokens),
         alpha_hat=alpha_hat(p, proposal.q, proposal.tokens) if p is not None else _greedy_alpha(top, proposal),
         margins=margins, sampling=sampling, mem_bytes=target.memory_bytes(),
-        accepted_text=accepted_text, final_text=final_text,
+        accepted_text=accepted_text, final_text=final_text, matched=proposal.matched,
     )
     event.overhead_ms = (time.perf_counter() - t2) * 1e3
     return event

@@ -84,6 +84,7 @@ class RoundVerified(Event, tag="round", kw_only=True):
     # Added after format 1's first fixture: logs without them decode with "" (schema evolution).
     accepted_text: str = ""  # the accepted draft tokens, detokenized
     final_text: str = ""  # the target's own token (correction or bonus), detokenized
+    matched: int = 0  # a confident n-gram draft: the context tokens its match spans (0: other drafts, older logs)
 
 
 class Equivalence(msgspec.Struct, array_like=True, frozen=True):

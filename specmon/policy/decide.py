@@ -72,12 +72,13 @@ class Row(NamedTuple):  # a tuple: built once a round inside the decode loop, wh
     prompt_id: str = ""
     proposed: int = 0  # draft tokens offered: a prompt decision judges only rounds that drafted
     index: int = -1  # the round's place in its prompt run (RoundVerified.round_index): which round came next
+    matched: int = 0  # a confident n-gram draft's match length (RoundVerified.matched; 0 in older logs)
 
     @classmethod
     def of(cls, ev) -> "Row":
         """The evidence a RoundVerified event contributes: live (PolicyEngine) and in explain alike."""
         return cls(ev.round_id, ev.draft_len, len(ev.emitted), rates.round_ms(ev), ev.prompt_id, len(ev.proposed),
-                   ev.round_index)
+                   ev.round_index, ev.matched)
 
 
 # a Row's fields as C-speed keys: a decision check sorts and sums thousands of rows
