@@ -14,8 +14,9 @@ defaults on the tuning half; quote measured figures (`specmon bench policy`) on 
         --costs 1.17,1.23,1.55,1.55,1.58,1.60,1.50,1.58 --pad-from 4
 
 `--pad-from N` replays a target whose verify passes of N..9 positions run as 9 packed rows, as
-the embedded model's do (bench_verify_cost.py prints the pad_from it measured): a confident
-draft fills those rows past its match, as it does live. Without it, drafts stop at their match.
+the embedded model's do: a confident draft fills those rows past its match, as it does live.
+By default it is the log's own (its session header records the pad_from measured at load); 0
+replays drafts that stop at their match.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from specmon.backends.profiles import load_profile, resolve_model_path
 from specmon.engine.drafters import NgramDrafter
 from specmon.engine.prompts import load_prompts
 from specmon.events.log import read_log
-from specmon.events.schema import BENCH_FIXED_RULE, PromptFinished, PromptStarted, RoundVerified, Sampling
+from specmon.events.schema import (BENCH_FIXED_RULE, PromptFinished, PromptStarted, RoundVerified, Sampling,
+                                   SessionStarted)
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import prompt_half, shipped_prompts
@@ -57,6 +59,12 @@ def plain_texts(log: Path) -> tuple[dict[str, list[int]], dict[int, float]]:
         if prompt_id in step:
             by_len[proposed].append(ms / step[prompt_id])
     return texts, {n: statistics.mean(v) for n, v in by_len.items() if len(v) >= 5}
+
+
+def logged_pad_from(log: Path) -> int:
+    """The pad_from the logged session measured at load (0: no packed weights, or an older log)."""
+    started = next((ev for ev in read_log(log) if isinstance(ev, SessionStarted)), None)
+    return int(started.host.get("pad_from", 0)) if started else 0
 
 
 def cost_of(costs: dict[int, float]):
@@ -120,10 +128,15 @@ def main() -> int:
     parser.add_argument("--ks", default="0,2,4,7,8")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--costs", help="cost of a round proposing L = 1, 2, ... tokens, in plain steps")
-    parser.add_argument("--pad-from", type=int, default=0,
-                        help="verify passes of this many positions or more run as 9 padded rows (0: none)")
+    parser.add_argument("--pad-from", type=int, choices=(0, 2, 3, 4),
+                        help="verify passes of this many positions or more run as 9 padded rows (0: none; "
+                             "default: as the log's session header says)")
     args = parser.parse_args()
     texts, fitted = plain_texts(args.log)
+    if args.pad_from is None:
+        args.pad_from = logged_pad_from(args.log)
+    print(f"pad_from {args.pad_from}: a confident draft fills a padded verify pass" if args.pad_from
+          else "no padded verify passes: a confident draft stops at its match")
     costs = {i + 1: float(x) for i, x in enumerate(args.costs.split(","))} if args.costs else fitted
     if not costs:
         print("no speculative rounds in the log to fit costs on; give --costs", file=sys.stderr)

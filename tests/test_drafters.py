@@ -126,6 +126,9 @@ def test_a_padded_verify_pass_lets_a_short_match_draft_on_for_free():
     assert _confident_draft(ctx, 5, 2, 1, verify_rows=padded_to(9, 3)) == ([4, 9, 9, 7, 7], 3)  # never past k
     # a 4-position pass (3 drafted) runs unpadded below pad_from = 5: no free rows, the cap holds
     assert _confident_draft(ctx, 8, 2, 1, verify_rows=padded_to(9, 5)) == ([4, 9, 9], 3)
+    # the context's end stops it: only 5 tokens follow the earlier "1 2 3"
+    short = np.array([1, 2, 3, 4, 5, 1, 2, 3])
+    assert _confident_draft(short, 8, 2, 1, verify_rows=padded_to(9, 3)) == ([4, 5, 1, 2, 3], 3)
     # the padded rows: a pass of min(k, 3) + 1 = 4 positions runs as 6, so 5 tokens are free
     assert _confident_draft(ctx, 8, 2, 1, verify_rows=padded_to(6, 2)) == ([4, 9, 9, 7, 7], 3)
 

@@ -134,3 +134,18 @@ def test_a_short_match_drafts_on_through_a_padded_pass_and_decodes_as_plain(tiny
     assert generated == plain
     assert target.verify_rows(3, 40) == (9 if packed_rows and pad_from <= 3 else 3)
     assert target.verify_rows(3, 250) == 3  # 9 rows would run past the 256-position cache: not padded
+    # the session header records what the drafts depend on
+    assert target.host_facts() == ({"packed_rows": "9", "pad_from": str(pad_from)} if packed_rows else {})
+
+
+def test_the_session_header_names_the_pad_from_its_drafts_depend_on(tiny):
+    from types import SimpleNamespace
+
+    from specmon.engine.drafters import NgramDrafter
+    from specmon.engine.driver import SessionDriver
+
+    profile = SimpleNamespace(name="p", text="", backend="torch", dtype="float32", device="cpu")
+    started = SessionDriver("s", _target(tiny, 9, 3), None, lambda ev: None, 0.0).started_event(profile, NgramDrafter())
+    assert (started.host["packed_rows"], started.host["pad_from"]) == ("9", "3") and started.host["cpus"]
+    plain = SessionDriver("s", _target(tiny, 0), None, lambda ev: None, 0.0).started_event(profile, NgramDrafter())
+    assert "pad_from" not in plain.host

@@ -1,5 +1,5 @@
 """The n-gram drafter's confidence as the policy learns it (classes[i].ngram.max_match): min_match
-rises by one while the rounds that drafted exactly min_match tokens surely lose to plain steps, on
+rises by one while the rounds whose match was exactly min_match tokens surely lose to plain steps, on
 this machine's costs, and every such decision is recomputed exactly from the rounds it cites."""
 
 import msgspec
@@ -47,7 +47,7 @@ def test_min_match_rises_when_the_drafts_of_exactly_min_match_tokens_surely_lose
     assert out.round_ids == sorted(r.round_id for r in plain + losing)  # it cites the rounds it judged
     # the same drafts emitting 2.5 tokens pay (1.19x): min_match stays
     assert decide_match(True, 8, plain + rows(8, 2, 2.5, 2.1 * PLAIN_MS, start=100), TH) is None
-    # at k=2 a 2-token draft may have been cut by k, not by its match: not judged
+    # at k=2 a 2-token draft with no match length recorded (an older log) may have been cut by k: not judged
     assert decide_match(True, 2, plain + rows(2, 2, 1.5, 2.1 * PLAIN_MS, start=100), TH) is None
     # too few such rounds: no decision yet
     assert decide_match(True, 8, plain + losing[:15], TH) is None
@@ -74,6 +74,10 @@ def test_a_recorded_match_length_picks_the_rounds_however_far_they_drafted():
     cut = [r._replace(matched=3) for r in rows(8, 2, 1.5, 2.1 * PLAIN_MS, start=100)]
     assert decide_match(True, 8, plain + cut + longer, TH) is None
     assert (stale(extended[0], 3), stale(cut[0], 3), stale(longer[0], 3)) == (True, False, False)
+    # a 2-token match at k=2 counts when its length is recorded; unrecorded (an older log), k may have cut it
+    at_k = rows(2, 2, 1.5, 2.1 * PLAIN_MS, start=100)
+    recorded = [r._replace(matched=2) for r in at_k]
+    assert decide_match(True, 2, plain + recorded, TH).match == 3 and decide_match(True, 2, plain + at_k, TH) is None
 
 
 class Stream:

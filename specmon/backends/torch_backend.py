@@ -45,6 +45,12 @@ class TorchTarget:
     def truncate(self, length: int) -> None:
         self.cached_len = min(self.cached_len, length)
 
+    def host_facts(self) -> dict[str, str]:
+        """What this host's kernels decided at load: a confident draft's length depends on pad_from."""
+        if not self.model.packed_rows:
+            return {}
+        return {"packed_rows": str(self.model.packed_rows), "pad_from": str(self.model.pad_from)}
+
     def verify_rows(self, n_tok: int, start: int) -> int:
         """Rows a pass of n_tok positions at `start` computes: packed_rows where it is padded."""
         return self.model.padded_rows(n_tok, start, None) if self.model.packed_rows else n_tok

@@ -75,7 +75,7 @@ class SessionDriver:
         return SessionStarted(
             session_id=self.session_id, t=time.time(), specmon_version=__version__, profile_name=profile.name,
             profile_text=profile.text, backend=profile.backend, target=self.target.name, drafter=drafter.name,
-            dtype=profile.dtype, device=profile.device, host=host_facts(),
+            dtype=profile.dtype, device=profile.device, host={**host_facts(), **getattr(self.target, "host_facts", dict)()},
             cache_bytes={**self.target.cache_bytes(), **getattr(drafter, "cache_bytes", dict)()},
         )
 

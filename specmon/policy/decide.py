@@ -179,8 +179,8 @@ def same_text(theirs: list[Row], mine: list[Row], k: int, thresholds: dict[str, 
     with `adjacent`, each of theirs whose next round in its prompt run was at k, paired with that
     round (a probe alternates the two), so every pair decoded the same stretch of text. With
     `capped` as well, only the pairs where either round drafted as far as the shorter k: a proposal
-    depends on k only through the cap (the n-gram drafter stops where its match, agreement or the
-    context ends; a model drafter always drafts k, so every pair is kept), so a pair of shorter
+    depends on k only through the cap (the n-gram drafter stops where its match, a padded verify
+    pass, agreement or the context ends; a model drafter always drafts k, so every pair is kept), so a pair of shorter
     drafts ran as it would have at either k, and its two rounds differ only by their text (a
     probe's first round, right after the prompt, drafts nothing; its partner then finds a short
     match that fails: such pairs tilted moves to the probe).

@@ -246,7 +246,7 @@ class PolicyEngine(Evidence):
         return event
 
     def _match_decision(self, name: str, cls: PromptClass, st: ClassState) -> Decision | None:
-        """classes[i].ngram.max_match: raise min_match by one when the rounds at k that drafted
+        """classes[i].ngram.max_match: raise min_match by one when the rounds at k whose match was
         exactly min_match tokens surely lose to plain steps (match.decide_match)."""
         confidence = self.confidence(name)
         if confidence is None or confidence[0] >= cls.ngram.max_match or st.match_advised > confidence[0]:

@@ -29,14 +29,15 @@ def stale(row: Row, match: int) -> bool:
 
 def _matched(row: Row, match: int) -> int:
     """The round's match length; in an older log (none recorded) its draft's length where that was
-    short of both k and `match` + 1, so the match cannot have been longer, else unknown (0)."""
+    short of both k and `match` + 1, taken as its match length (as the rule always has: the
+    context's end or min_seen may have cut a longer one), else unknown (0)."""
     if row.matched:
         return row.matched
     return row.proposed if row.proposed < row.draft_len and row.proposed <= match else 0
 
 
 def decide_match(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
-    """min_match + 1 when the rounds that drafted exactly min_match tokens surely lose to plain
+    """min_match + 1 when the rounds whose match was exactly min_match tokens surely lose to plain
     (speculation and k stay as they are: an off class still drafts in the prompts it watches)."""
     match = int(thresholds["match"])
     ordered = sorted(rows, key=ROUND_ID)

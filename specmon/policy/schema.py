@@ -57,7 +57,7 @@ class NgramConfidence(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     min_match: int = 3  # the context's last tokens that must occur earlier (1..16)
     min_seen: int = 1  # times the proposed next token followed such a match
-    # the policy may raise min_match, one token at a time up to this, while the rounds that drafted
+    # the policy may raise min_match, one token at a time up to this, while the rounds whose match was
     # exactly min_match tokens surely lose to plain steps (how much a failed draft costs is the host's);
     # 0: never
     max_match: int = 0

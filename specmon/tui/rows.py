@@ -65,7 +65,7 @@ def policy_figure(state: ViewState) -> str:
     goodput ratio, its 95% interval over prompts and the rounds on each side (k / base)."""
     decision = next((d for d in reversed(state.decisions)
                      if d.prompt_class == state.current_class and not d.thresholds.get("prompt")
-                     and not d.match_to), None)  # a min_match decision's ratio is its short drafts', not the class's
+                     and not d.match_to), None)  # a min_match decision's ratio is its short matches', not the class's
     if decision is None or "ratio" not in decision.inputs:
         return ""
     i = decision.inputs
