@@ -132,6 +132,7 @@ def test_max_new_tokens_true_and_non_string_ids_are_refused_with_file_and_line(t
     (b'{"id": "a", "prompt": "\\udc00"}\n', "line 1: a lone UTF-16 surrogate escape"),
     (b'{"id": "", "prompt": "hi"}\n', "line 1: id: expected `str` of length >= 1"),
     (b'{"id": "a", "prompt": "hi", "max_new_tokens": 0}\n', "line 1: max_new_tokens: expected `int` >= 1"),
+    (b'{"id": "a", "prompt": "hi"}\n\n{"id": "a", "prompt": "yo"}\n', "line 3: id 'a' is used again (line 1)"),
 ])
 def test_a_bad_prompt_file_is_one_error_naming_the_line(tmp_path, data, fragment):
     path = tmp_path / "p.jsonl"

@@ -163,6 +163,7 @@ def policy_file(tmp_path) -> Path:
     ("classes.chat.speculate", 'on\n[evil]', "is not one TOML value"),
     ("classes.chat.draft_len", "4 5", "is not one TOML value"),
     ("classes.chat.draft_len", "[" * 3000 + "]" * 3000, "is not one TOML value"),
+    ("policy.min_gian", "0.1", "'policy.min_gian' is not a key a policy has; the file is unchanged"),
 ])
 def test_policy_set_refuses_a_bad_key_or_value_in_one_line(policy_file, capsys, key, value, fragment):
     assert main(["policy", "set", str(policy_file), key, value]) == 2
@@ -256,6 +257,19 @@ def test_explain_of_a_log_without_decisions_says_so(tmp_path, capsys):
     assert capsys.readouterr().err == f"specmon: {log} holds no policy decisions\n"
     assert main(["policy", "explain", str(log)]) == 0
     assert capsys.readouterr().out == f"{log} holds no policy decisions\n"
+
+
+def test_explain_of_a_log_cut_mid_frame_explains_the_decisions_before_the_cut(tmp_path, capsys):
+    data = FIXTURE.read_bytes()
+    cut = tmp_path / "cut.specmon"
+    cut.write_bytes(data[:-7])  # a copy cut short (or a full disk): the last frame is partial
+    whole = [e.decision_id for e in read_log(FIXTURE) if isinstance(e, Decision)]
+    assert main(["policy", "explain", str(cut)]) == 1  # not a clean pass: part of the log is gone
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{cut}: damaged at byte ") and out[0].endswith("; explaining what precedes it")
+    assert [line.split()[1] for line in out[1:-1]] == [str(i) for i in whole]
+    assert all(": reproduces: " in line for line in out[1:-1])
+    assert out[-1] == f"{len(whole)} of {len(whole)} decisions reproduce from their cited rounds"
 
 
 def _plain_log(tmp_path: Path) -> Path:

@@ -38,7 +38,7 @@ OK_CLASS = '[[classes]]\nname = "all"\ndefault = true\n'
 MALFORMED = [
     ("[policy]\nmode = 'enforce\n" + OK_CLASS, 2, "invalid TOML"),
     ("[policy]\nmodee = 'enforce'\n" + OK_CLASS, 2, "unknown field `modee`"),
-    ("[policy]\nmode = 'sometimes'\n" + OK_CLASS, 2, "Invalid enum value 'sometimes'"),
+    ("[policy]\nmode = 'sometimes'\n" + OK_CLASS, 2, "policy.mode: Invalid enum value 'sometimes' (one of: enforce, advise)"),
     ("[policy]\n\nmin_gain = 'big'\n" + OK_CLASS, 3, "Expected `float`"),
     ("[policy]\nevidence_window = 0\n" + OK_CLASS, 2, "evidence_window = 0 is out of range"),
     ("[policy]\nevidence_window = 8\nmin_rounds = 9\n" + OK_CLASS, 3, "min_rounds = 9 is out of range"),
@@ -48,6 +48,8 @@ MALFORMED = [
     (OK_CLASS + "speculate = 'maybe'\n", 4, "Invalid enum value 'maybe'"),
     (OK_CLASS + "draft_len = { min = 5, max = 2 }\n", 4, "range"),
     (OK_CLASS + "draft_len = 99\n", 4, "draft_len = 99"),
+    (OK_CLASS + "ngram = { min_match = 2.5 }\n", 4, "classes[0].ngram.min_match: Expected `int`, got `float`"),
+    (OK_CLASS + "ngram = { min_seen = 0 }\n", 4, "ngram.min_seen = 0 must be 1..100"),
     (OK_CLASS + "draft_len = { min = 1, max = 4, adapt = 'acceptance' }\n", 4, "Invalid enum value 'acceptance'"),
     ('[[classes]]\nname = "code"\nmatch.regex = ["(unclosed"]\n' + OK_CLASS, 3, "bad regular expression"),
     ('[[classes]]\nname = "code"\nmatch.keyword = ["def"]\n' + OK_CLASS, 3, "unknown field `keyword`"),

@@ -147,6 +147,8 @@ def test_ks_parsing():
     assert parse_ks("0-8") == list(range(9)) and parse_ks("2,4") == [0, 2, 4]
     with pytest.raises(Exception, match="expected a range"):
         parse_ks("four")
+    with pytest.raises(Exception, match="a range goes low to high, like 2-8"):
+        parse_ks("8-2")
 
 
 def test_cells_with_few_rounds_or_far_from_their_prediction_are_flagged():

@@ -47,10 +47,14 @@ def cmd_policy(args) -> int:
         set_value(args.file, args.key, args.value)
         out.print(f"{args.file}: {args.key} = {args.value}", highlight=False, markup=False)
         return 0
-    explanations = explain_log(args.log, args.decision)
+    damage: list[LogDamaged] = []
+    explanations = explain_log(args.log, args.decision, damage.append)
+    if damage:  # a cut copy or a full disk: the decisions before it still explain
+        out.print(f"[yellow]{escape(str(damage[0]))}; explaining what precedes it[/]", highlight=False)
     if not explanations:
-        out.print(f"{args.log} holds no policy decisions", highlight=False, markup=False)
-        return 0
+        out.print(f"{args.log} holds no policy decisions" + (" before the damage" if damage else ""),
+                  highlight=False, markup=False)
+        return 1 if damage else 0
     for e in explanations:
         d = e.decision
         change = f"speculate {d.speculate_from}->{d.speculate_to}, k {d.k_from}->{d.k_to}"
@@ -60,7 +64,7 @@ def cmd_policy(args) -> int:
                   f"(line {d.rule_line}): {verdict}: {escape(e.detail)}", highlight=False)
     good = sum(e.reproduces for e in explanations)
     out.print(f"{good} of {len(explanations)} decisions reproduce from their cited rounds", highlight=False)
-    return 0 if good == len(explanations) else 1
+    return 0 if good == len(explanations) and not damage else 1
 
 
 def cmd_attach(args) -> int:

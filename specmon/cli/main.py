@@ -198,9 +198,14 @@ def _add_policy(sub) -> None:
     show.add_argument("name", nargs="?", default="default")
     check = policy.add_parser("check", help="validate: file:line:column: reason for each problem")
     check.add_argument("file", type=Path)
-    explain = policy.add_parser("explain", help="recompute each logged decision from the rounds it cites")
-    explain.add_argument("log", type=Path)
-    explain.add_argument("decision", nargs="?", type=int, help="one decision id (default: all)")
+    explain = policy.add_parser(
+        "explain", help="recompute each logged decision from the rounds it cites",
+        description="Every policy decision in a log names the rounds it judged and the rule (file key and line) "
+                    "that decided. explain reruns that rule on exactly those rounds and says, per decision, whether "
+                    "it reproduces (same switch or k, same ratio and interval). Exit 0 when all do; 1 when one does "
+                    "not, or the log is damaged (the decisions before the damage are still explained).")
+    explain.add_argument("log", type=Path, help="a session log (.specmon) from run, bench policy or serve")
+    explain.add_argument("decision", nargs="?", type=int, help="one decision id, counted from 0 (default: all)")
     edit = policy.add_parser("set", help="set KEY to VALUE, keeping comments; refused if the result is invalid",
                              description="KEY: policy.min_gain, classes.NAME.speculate, classes[2].draft_len, ...")
     edit.add_argument("file", type=Path)

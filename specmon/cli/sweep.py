@@ -29,6 +29,8 @@ def parse_ks(text: str) -> list[int]:
     try:
         if "-" in text:
             low, high = (int(x) for x in text.split("-"))
+            if low > high:
+                raise SpecmonError(f"--ks {text!r}: a range goes low to high, like {high}-{low}")
             ks = list(range(low, high + 1))
         else:
             ks = [int(x) for x in text.split(",")]

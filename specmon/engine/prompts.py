@@ -125,16 +125,23 @@ MAX_PROBLEMS = 3  # listed in the one error line; the rest are counted
 
 def load_prompts(path: Path) -> list[Prompt]:
     """JSON lines: {"id", "prompt", optional "class", optional "max_new_tokens"}, UTF-8 (a BOM is
-    fine). Every bad line is named (file, line, reason) in one error; nothing is half-loaded."""
+    fine), ids unique. The bad lines are named (file, line, reason; the first few, then a count) in
+    one error; nothing is half-loaded."""
     text = read_user_text(path, "prompts file")
-    prompts, problems = [], []
+    prompts, problems, first_line = [], [], {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            prompts.append(_parse_line(line))
+            prompt = _parse_line(line)
         except ValueError as exc:
             problems.append(f"line {number}: {exc}")
+            continue
+        if prompt.id in first_line:  # figures and intervals are grouped by id: two prompts would merge
+            problems.append(f"line {number}: id {prompt.id!r} is used again (line {first_line[prompt.id]})")
+            continue
+        first_line[prompt.id] = number
+        prompts.append(prompt)
     if problems:
         more = f" (and {len(problems) - MAX_PROBLEMS} more bad lines)" if len(problems) > MAX_PROBLEMS else ""
         raise SpecmonError(f"prompts file {path}, {'; '.join(problems[:MAX_PROBLEMS])}{more}")

@@ -31,11 +31,17 @@ def set_value(path: Path, key: str, value: str) -> str:
     bom, body = (_BOM, text[1:]) if text.startswith(_BOM) else ("", text)
     doc = _parse(body, str(path))
     parent, last = _walk(doc, key, path)
+    added = last not in parent
     parent[last] = _parse_value(value, path)
     new_text = tomlkit.dumps(doc)
     if "\r\n" in body:  # tomlkit writes a key it adds with "\n": keep the file's own line ending
         new_text = re.sub(r"(?<!\r)\n", "\r\n", new_text)
-    parse_policy(new_text, str(path))  # raises PolicyError: the file is not touched
+    try:
+        parse_policy(new_text, str(path))  # the file is not touched unless the edit is valid
+    except PolicyError as exc:
+        if added and "unknown field" in str(exc):  # its line would be one of a file never written
+            raise SpecmonError(f"policy {path}: {key!r} is not a key a policy has; the file is unchanged") from None
+        raise
     replace_atomically(path, bom + new_text)
     return new_text
 

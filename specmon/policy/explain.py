@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from specmon.errors import SpecmonError
-from specmon.events.log import read_log
+from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import Decision, RoundVerified
 from specmon.policy.decide import Row, decide
 from specmon.policy.match import decide_match
@@ -20,15 +21,23 @@ class Explanation:
     detail: str
 
 
-def explain_log(path: Path, decision_id: int | None = None) -> list[Explanation]:
-    """Every decision in the log, or the one asked for: a SpecmonError says which ids there are."""
+def explain_log(path: Path, decision_id: int | None = None,
+                on_damage: Callable[[LogDamaged], None] | None = None) -> list[Explanation]:
+    """Every decision in the log, or the one asked for: a SpecmonError says which ids there are.
+    With `on_damage`, a damaged log (cut short, a bad frame) is explained up to the damage, which
+    is handed to it; without, the damage is raised."""
     rows: dict[int, Row] = {}
     decisions: list[Decision] = []
-    for ev in read_log(path):
-        if isinstance(ev, RoundVerified):
-            rows[ev.round_id] = Row.of(ev)
-        elif isinstance(ev, Decision):
-            decisions.append(ev)
+    try:
+        for ev in read_log(path):
+            if isinstance(ev, RoundVerified):
+                rows[ev.round_id] = Row.of(ev)
+            elif isinstance(ev, Decision):
+                decisions.append(ev)
+    except LogDamaged as exc:
+        if on_damage is None:
+            raise
+        on_damage(exc)
     if decision_id is not None:
         if not decisions:
             raise SpecmonError(f"{path} holds no policy decisions")

@@ -8,7 +8,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import msgspec
 import tomlkit
@@ -27,8 +27,17 @@ CLASS_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,40}")  # shown in tables and TUI mar
 TOO_DEEP = 32  # arrays / inline tables nested deeper than this are reported where they get there
 
 
+# the choice keys' values (also listed by the error that names a wrong one)
+Mode = Literal["enforce", "advise"]
+Adapt = Literal["goodput", "none"]
+Script = Literal["latin", "cjk", "cyrillic", "arabic", "greek", "non-ascii"]
+Content = Literal["code", "passage"]
+Speculate = Literal["auto", "on", "off"]
+_CHOICES = {"mode": Mode, "adapt": Adapt, "script": Script, "content": Content, "speculate": Speculate}
+
+
 class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    mode: Literal["enforce", "advise"] = "enforce"
+    mode: Mode = "enforce"
     evidence_window: int = 64  # rounds per (class, k) that a decision looks at
     min_rounds: int = 16  # rounds needed at a draft length before deciding on it
     plain_rounds: int = 8  # rounds in each plain re-measure (and needed at k = 0): plain rounds vary little
@@ -49,7 +58,7 @@ class DraftLen(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     min: int
     max: int
     start: int = 0  # 0 means min
-    adapt: Literal["goodput", "none"] = "goodput"  # move k toward the best measured goodput
+    adapt: Adapt = "goodput"  # move k toward the best measured goodput
 
 
 class NgramConfidence(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -66,11 +75,11 @@ class NgramConfidence(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class Match(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     regex: list[str] = []
     keywords: list[str] = []
-    script: list[Literal["latin", "cjk", "cyrillic", "arabic", "greek", "non-ascii"]] = []
+    script: list[Script] = []
     min_chars: int = 0
     max_chars: int = 0  # 0 means no limit
     tag: str = ""  # the class a request names explicitly (a prompt's "class")
-    content: list[Literal["code", "passage"]] = []  # the prompt gives code (or data), or a passage of text
+    content: list[Content] = []  # the prompt gives code (or data), or a passage of text
     min_given: float = 0.0  # at least this share of the prompt's characters is given material
 
 
@@ -78,7 +87,7 @@ class PromptClass(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: str
     match: Match = Match()
     default: bool = False  # catches every prompt no earlier class matched
-    speculate: Literal["auto", "on", "off"] = "auto"
+    speculate: Speculate = "auto"
     draft_len: int | DraftLen = 4
     ngram: NgramConfidence | None = None  # the n-gram drafter proposes only on a confident match
 
@@ -145,7 +154,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     except msgspec.ValidationError as exc:
         path = _msgspec_path(str(exc))
         line, col = locate(text, path)
-        raise PolicyError(source, line, col, str(exc).split(" - at ")[0]) from None
+        raise PolicyError(source, line, col, _readable(str(exc))) from None
     warnings = _check(parsed, text, source)
     digest = hashlib.sha256(text.encode()).hexdigest()
     return Policy(parsed.policy, parsed.classes, source, text, digest, warnings)
@@ -229,14 +238,23 @@ def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str) -
     if not 0.0 <= cls.match.min_given <= 1.0:
         raise PolicyError(source, *locate(text, ("classes", i, "match", "min_given")),
                           f"match.min_given = {_shown(cls.match.min_given)} must be 0..1 (a share of the prompt)")
-    ngram = cls.ngram
-    if ngram is not None and not (1 <= ngram.min_match <= 16 and 1 <= ngram.min_seen <= 100
-                                  and (not ngram.max_match or ngram.min_match <= ngram.max_match <= 16)):
-        raise PolicyError(source, *locate(text, ("classes", i, "ngram")),
-                          f"ngram min_match = {ngram.min_match} must be 1..16, min_seen = {ngram.min_seen} 1..100 "
-                          f"and max_match = {ngram.max_match} 0 (fixed) or min_match..16")
+    if cls.ngram is not None and (problem := _ngram_problem(cls.ngram)):
+        raise PolicyError(source, *locate(text, ("classes", i, "ngram")), problem)
     if cls.match.max_chars and cls.match.max_chars < cls.match.min_chars:
         raise PolicyError(source, *locate(text, ("classes", i, "match", "max_chars")), "max_chars < min_chars")
+
+
+
+def _ngram_problem(ngram) -> str:
+    """What is wrong with a class's ngram table, naming the one key at fault ("" if nothing)."""
+    if not 1 <= ngram.min_match <= 16:
+        return f"ngram.min_match = {ngram.min_match} must be 1..16 (context tokens the match spans)"
+    if not 1 <= ngram.min_seen <= 100:
+        return f"ngram.min_seen = {ngram.min_seen} must be 1..100 (times the continuation was seen)"
+    if ngram.max_match and not ngram.min_match <= ngram.max_match <= 16:
+        return (f"ngram.max_match = {ngram.max_match} must be 0 (min_match stays fixed) or "
+                f"min_match ({ngram.min_match})..16")
+    return ""
 
 
 def _overlaps(classes: list[PromptClass], text: str, source: str) -> list[str]:
@@ -313,6 +331,17 @@ def _split_path(path: tuple) -> tuple[str, int, list[str]]:
     table = str(parts.pop(0)) if parts else ""
     index = parts.pop(0) if parts and isinstance(parts[0], int) else -1
     return table, index, [str(p) for p in parts]
+
+
+def _readable(message: str) -> str:
+    """msgspec's reason with the key it is about ("classes[0].ngram.min_match: Expected ...") and,
+    for a bad choice, the choices (_CHOICES)."""
+    reason, _, where = message.partition(" - at `$")
+    where = where.rstrip("`").lstrip(".")
+    if reason.startswith("Invalid enum value") and where:
+        choices = _CHOICES.get(re.sub(r"\[\d+\]", "", where).rsplit(".", 1)[-1])
+        reason += f" (one of: {', '.join(get_args(choices))})" if choices else ""
+    return f"{where}: {reason}" if where and "unknown field" not in reason else reason
 
 
 def _msgspec_path(message: str) -> tuple:
