@@ -14,7 +14,7 @@ from typing import Callable, Generator, Sequence, TypeVar
 import numpy as np
 
 from specmon.engine.accept import Verdict, accept_greedy, accept_sampled, alpha_hat
-from specmon.engine.draft_len import MAX_DRAFT_LEN, DraftLenSource
+from specmon.engine.draft_len import DraftLenSource
 from specmon.engine.drafters import Drafter, Proposal
 from specmon.engine.sampling import probs_from_logits
 from specmon.engine.target import Target
@@ -111,11 +111,11 @@ def prompt_rounds(target: Target, drafter: Drafter, prompt: Sequence[int], draft
 def check_room(target: Target, prompt_id: str, prompt_len: int, max_new_tokens: int, max_draft_len: int) -> None:
     """The KV cache holds the prompt, every new token and one round's draft plus its verify position."""
     if prompt_len + max_new_tokens + max_draft_len + 1 > target.max_len:
-        reserve = " (room for any k a policy reload may set)" if max_draft_len == MAX_DRAFT_LEN else ""
-        raise SpecmonError(
-            f"prompt {prompt_id!r}: {prompt_len} prompt + {max_new_tokens} new + {max_draft_len} draft{reserve} + 1 "
-            f"verify positions exceed the cache's {target.max_len}; ask for fewer new tokens (the prompt's "
-            f"max_new_tokens or --max-new-tokens), shorten the prompt, or raise max_seq_len in the profile"
+        raise SpecmonError(  # a policy run's longest draft is any k a reload may set
+            f"prompt {prompt_id!r}: {prompt_len} prompt + {max_new_tokens} new + {max_draft_len} draft + 1 "
+            f"verify positions exceed the cache's {target.max_len} (draft: the longest k this run may ask for); "
+            f"ask for fewer new tokens (the prompt's max_new_tokens or --max-new-tokens), shorten the prompt, "
+            f"or raise max_seq_len in the profile"
         )
 
 

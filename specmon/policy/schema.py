@@ -17,6 +17,7 @@ from tomlkit.exceptions import TOMLKitError
 from specmon.errors import SpecmonError
 from specmon.data import resolve
 from specmon.engine.draft_len import MAX_DRAFT_LEN
+from specmon.engine.drafters import MAX_MATCH
 from specmon.policy.regex import RegexError, compile_regex
 
 MAX_POLICY_BYTES = 1 << 20  # read once a round while a run watches the file: a policy is a page, not a dump
@@ -247,13 +248,13 @@ def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str) -
 
 def _ngram_problem(ngram) -> str:
     """What is wrong with a class's ngram table, naming the one key at fault ("" if nothing)."""
-    if not 1 <= ngram.min_match <= 16:
-        return f"ngram.min_match = {ngram.min_match} must be 1..16 (context tokens the match spans)"
+    if not 1 <= ngram.min_match <= MAX_MATCH:  # a longer match is never measured
+        return f"ngram.min_match = {ngram.min_match} must be 1..{MAX_MATCH} (context tokens the match spans)"
     if not 1 <= ngram.min_seen <= 100:
         return f"ngram.min_seen = {ngram.min_seen} must be 1..100 (times the continuation was seen)"
-    if ngram.max_match and not ngram.min_match <= ngram.max_match <= 16:
+    if ngram.max_match and not ngram.min_match <= ngram.max_match <= MAX_MATCH:
         return (f"ngram.max_match = {ngram.max_match} must be 0 (min_match stays fixed) or "
-                f"min_match ({ngram.min_match})..16")
+                f"min_match ({ngram.min_match})..{MAX_MATCH}")
     return ""
 
 
