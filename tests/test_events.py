@@ -116,8 +116,30 @@ def test_newer_format_and_foreign_files_are_refused(tmp_path):
 
 
 def test_an_older_event_without_new_trailing_fields_still_decodes():
-    """Schema evolution: a PromptStarted written before `class_rule` existed."""
+    """Schema evolution: a PromptStarted written before `class_rule` (and `bench_k`) existed."""
     old = msgspec.msgpack.encode(["prompt", "s", 1.0, "p", "c", 4, "ngram", [0.0, 1.0, 0, 0], 12, 32])
-    assert PromptStarted.__struct_fields__[-1] == "class_rule"  # the field this old event lacks
+    assert PromptStarted.__struct_fields__[-2:] == ("class_rule", "bench_k")  # the fields this old event lacks
     event = schema.decode(old)
     assert isinstance(event, PromptStarted) and event.class_rule == "" and event.max_new_tokens == 32
+    assert event.bench_k is None and schema.bench_fixed_k(event) is None
+
+
+def test_a_bench_fixed_k_decode_is_known_by_its_field_and_in_older_logs_by_its_class_rule():
+    old = msgspec.msgpack.encode(["prompt", "s", 1.0, "p", "c", 4, "ngram", [0.0, 1.0, 0, 0], 12, 32, "bench: fixed k=7"])
+    assert schema.bench_fixed_k(schema.decode(old)) == 7
+    new = msgspec.msgpack.encode(["prompt", "s", 1.0, "p", "c", 0, "ngram", [0.0, 1.0, 0, 0], 12, 32, "x", 0])
+    assert schema.bench_fixed_k(schema.decode(new)) == 0
+    policy = msgspec.msgpack.encode(["prompt", "s", 1.0, "p", "c", 4, "ngram", [0.0, 1.0, 0, 0], 12, 32, "k=4: policy"])
+    assert schema.bench_fixed_k(schema.decode(policy)) is None
+
+
+def test_a_stop_reason_or_verdict_outside_the_contract_is_refused():
+    """stop_reason and verdict are Literal types: a typo'd value cannot reach a log unnoticed."""
+    done = schema.PromptFinished(session_id="s", t=1.0, prompt_id="p", prompt_class="c", draft_len=4, rounds=1,
+                                 generated=[1], text="a", stop_reason="eos", prefill_ms=1.0, decode_ms=1.0,
+                                 equivalence=schema.Equivalence("identical"))
+    assert schema.decode(schema.encode(done)) == done
+    for bad in (msgspec.structs.replace(done, stop_reason="finished"),
+                msgspec.structs.replace(done, equivalence=schema.Equivalence("same"))):
+        with pytest.raises(msgspec.ValidationError):
+            schema.decode(schema.encode(bad))

@@ -5,6 +5,7 @@ and a run on the tiny model survives a stream of random edits to the file it wat
 
 import contextlib
 import io
+import json
 import os
 import random
 import re
@@ -344,7 +345,8 @@ def test_a_headless_run_says_each_reload_in_one_line_on_stderr(reload_run):
     assert len(lines) == len(edits)
     for line, (case, _, accepted) in zip(lines, edits):
         if accepted:
-            assert re.fullmatch(rf"specmon: policy reloaded from {re.escape(source)} \(sha256 [0-9a-f]{{12}}\)", line)
+            assert re.fullmatch(rf"specmon: policy reloaded from {re.escape(source)} \(sha256 [0-9a-f]{{12}}\); "
+                                r"changed: [^;]+; each class runs by it from its next prompt", line), line
         else:
             assert line.startswith(f"specmon: policy edit refused, the previous policy stays in force: {source}:"), line
 
@@ -464,16 +466,20 @@ def _awaited_writes(lines: Lines, path: Path, rng: random.Random, scratch: Path)
 def test_hot_reload_fuzz_never_ends_the_run(tmp_path):
     """First half a second of in-place writes as editors make them (truncate, write: the run may
     read a half-written file), then atomic writes, each awaited: every one must be read once and
-    judged as `policy check` judges it. The run must end as if nothing had happened."""
+    judged as `policy check` judges it. The run must end as if nothing had happened. A run looks
+    at its policy between prompts, so it decodes many short ones."""
     rng = random.Random(16)
     path, log, scratch = tmp_path / "watched.toml", tmp_path / "fuzz.specmon", tmp_path / "scratch" / "p.toml"
     scratch.parent.mkdir()
     _write(path, QUICK.encode(), 0)
+    prompts = tmp_path / "many.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": "Rewrite this: the cat sat on the mat." if i % 2
+                                           else "Tell me about the sea."}) + "\n" for i in range(600)))
     lines = Lines(subprocess.Popen(
         [sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(tiny_profile(tmp_path)),
-         "--policy", str(path), "--max-new-tokens", "400", "--classes", "rewrite,chat", "--log", str(log)],
+         "--policy", str(path), "--max-new-tokens", "6", "--prompts", str(prompts), "--log", str(log)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "SPECMON_POLICY_POLL_S": "0"}))  # a look every round, as many writes as can land
+        env={**os.environ, "SPECMON_POLICY_POLL_S": "0"}))  # a look every prompt, as many writes as can land
     proc, deadline = lines.proc, time.monotonic() + 120
     while proc.poll() is None and (not log.exists() or log.stat().st_size < 4000) and time.monotonic() < deadline:
         time.sleep(0.01)  # decoding has begun

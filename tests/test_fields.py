@@ -8,7 +8,7 @@ import pytest
 
 from specmon.events.frames import FrameDecoder, frame, preamble
 from specmon.events.schema import (
-    AnyEvent, Decision, Equivalence, PolicyLoaded, PromptFinished, PromptStarted, QueueSample, ResourceSample,
+    AnyEvent, ClassInForce, Decision, Equivalence, PolicyLoaded, PromptFinished, PromptStarted, QueueSample, ResourceSample,
     RoundVerified, Sampling, SessionFinished, SessionStarted, decode, encode,
 )
 
@@ -18,7 +18,7 @@ FIELDS = {
     SessionStarted: ["session_id", "t", "specmon_version", "profile_name", "profile_text", "backend", "target",
                      "drafter", "dtype", "device", "host", "policy_text", "policy_hash", "cache_bytes"],
     PromptStarted: ["session_id", "t", "prompt_id", "prompt_class", "draft_len", "drafter", "sampling",
-                    "prompt_tokens", "max_new_tokens", "class_rule"],
+                    "prompt_tokens", "max_new_tokens", "class_rule", "bench_k"],
     RoundVerified: ["session_id", "t", "round_id", "prompt_id", "prompt_class", "round_index", "draft_len",
                     "proposed", "accepted", "rejection_pos", "emitted", "draft_ms", "verify_ms", "overhead_ms",
                     "target_probs", "alpha_hat", "margins", "sampling", "mem_bytes", "accepted_text", "final_text",
@@ -27,18 +27,19 @@ FIELDS = {
                      "stop_reason", "prefill_ms", "decode_ms", "equivalence", "drafter", "sampling"],
     ResourceSample: ["session_id", "t", "rss_bytes", "vram_used_bytes", "vram_total_bytes"],
     SessionFinished: ["session_id", "t", "rounds", "reason"],
-    PolicyLoaded: ["session_id", "t", "source", "sha256", "text", "accepted", "error"],
+    PolicyLoaded: ["session_id", "t", "source", "sha256", "text", "accepted", "error", "classes", "changed"],
     Decision: ["session_id", "t", "decision_id", "prompt_class", "speculate_from", "speculate_to", "k_from", "k_to",
                "rule_key", "rule_line", "inputs", "thresholds", "round_ids", "applied", "policy_sha256", "reason",
                "match_from", "match_to"],
     QueueSample: ["session_id", "t", "waiting", "request_id", "endpoint", "arrived"],
     Sampling: ["temperature", "top_p", "top_k", "seed"],
     Equivalence: ["verdict", "first_divergence", "margin", "near_tie_margin"],
+    ClassInForce: ["name", "speculate", "draft_len", "min_match"],
 }
 # The tag is the first element of an event's array: renaming one orphans it in old logs too.
 TAGS = {SessionStarted: "session", PromptStarted: "prompt", RoundVerified: "round", PromptFinished: "prompt_done",
         ResourceSample: "resource", SessionFinished: "session_done", PolicyLoaded: "policy", Decision: "decision",
-        QueueSample: "queue", Sampling: None, Equivalence: None}
+        QueueSample: "queue", Sampling: None, Equivalence: None, ClassInForce: None}
 
 SAMPLING = Sampling(temperature=0.7, top_p=0.9, top_k=40, seed=1234)
 EQUIVALENCE = Equivalence(verdict="near-tie", first_divergence=17, margin=0.125, near_tie_margin=0.5)
@@ -54,7 +55,7 @@ SAMPLES = [
                    cache_bytes={"target": 1 << 24, "draft": 1 << 20}),
     PromptStarted(**SESSION, prompt_id="rewrite-2", prompt_class="rewrite", draft_len=7, drafter="ngram",
                   sampling=SAMPLING, prompt_tokens=93, max_new_tokens=128,
-                  class_rule="classes[1].match.keywords (line 41); k=7: policy"),
+                  class_rule="classes[1].match.keywords (line 41); k=7: policy", bench_k=6),
     RoundVerified(**SESSION, round_id=4242, prompt_id="rewrite-2", prompt_class="rewrite", round_index=12,
                   draft_len=4, proposed=[11, 12, 13, 14], accepted=2, rejection_pos=2, emitted=[11, 12, 99],
                   draft_ms=0.25, verify_ms=41.5, overhead_ms=1.75, target_probs=[0.875, 0.5, 0.0625, 0.03125],
@@ -66,7 +67,8 @@ SAMPLES = [
     ResourceSample(**SESSION, rss_bytes=512 << 20, vram_used_bytes=6 << 30, vram_total_bytes=80 << 30),
     SessionFinished(**SESSION, rounds=4243, reason="interrupted"),
     PolicyLoaded(**SESSION, source="policies/default.toml", sha256=SHA, text='[policy]\nmode = "sometimes"\n',
-                 accepted=False, error="policies/default.toml:2:8: Invalid enum value 'sometimes'"),
+                 accepted=False, error="policies/default.toml:2:8: Invalid enum value 'sometimes'",
+                 classes=[ClassInForce(name="chat", speculate=True, draft_len=5, min_match=3)], changed=["chat", "policy"]),
     Decision(**SESSION, decision_id=3, prompt_class="chat", speculate_from=True, speculate_to=False, k_from=2, k_to=1,
              rule_key="policy.min_gain", rule_line=17, inputs={"goodput_k0": 0.05, "goodput_k2": 0.0375, "ratio": 0.75},
              thresholds={"min_gain": 0.03, "hysteresis": 0.05}, round_ids=[0, 1, 2, 100, 101], applied=True,
@@ -80,8 +82,10 @@ def _structs(value):
     """The struct and every struct nested in it."""
     yield value
     for name in value.__struct_fields__:
-        if isinstance(getattr(value, name), msgspec.Struct):
-            yield from _structs(getattr(value, name))
+        field = getattr(value, name)
+        for item in field if isinstance(field, list) else [field]:  # a list of structs too (PolicyLoaded.classes)
+            if isinstance(item, msgspec.Struct):
+                yield from _structs(item)
 
 
 def _blank(value) -> bool:

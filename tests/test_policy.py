@@ -469,13 +469,11 @@ def test_a_class_switched_off_comes_back_on_when_its_probes_win(session):
     assert plans[5].k == k_min
 
 
-def test_a_run_looks_at_its_policy_file_every_quarter_second_and_eighth_round_and_at_each_prompt(tmp_path):
-    """A look is a stat inside the decode loop; a bench's lanes take turns, so a quarter second
-    can be a single round of the policy's: the round count bounds the looks as well."""
+def test_a_run_looks_at_its_policy_file_at_a_prompts_start_once_a_quarter_second_passed(tmp_path):
+    """A look is a stat: one per prompt of a fast prompt set at most every poll_s, never between rounds."""
     from types import SimpleNamespace
 
     from specmon.events.schema import PolicyLoaded
-    from specmon.sched.policy import POLL_ROUNDS
 
     path = tmp_path / "p.toml"
     path.write_text(DEFAULT.read_text())
@@ -489,46 +487,52 @@ def test_a_run_looks_at_its_policy_file_every_quarter_second_and_eighth_round_an
         path.write_text(DEFAULT.read_text().replace("min_gain = 0.03", f"min_gain = {gain}"))
         os.utime(path, ns=(time.time_ns(), time.time_ns() + int(gain[-1]) * 10**9))  # a new stamp, whatever the clock
 
-    scheduler._look(driver, 10.0, every_round=False)  # a prompt starts: looked
+    scheduler.look(driver, now=10.0)  # a prompt starts: looked
     edit("0.01")
-    for round_ in range(1, POLL_ROUNDS):
-        scheduler._look(driver, 10.0 + round_, every_round=True)  # seconds apart, but too few rounds
+    scheduler.look(driver, now=10.2)  # the next prompt, too soon
     assert len(loads()) == 1  # only the session's first
-    scheduler._look(driver, 10.0 + POLL_ROUNDS, every_round=True)
+    scheduler.look(driver, now=10.25)
     assert len(loads()) == 2 and engine.policy.settings.min_gain == 0.01
-    edit("0.02")
-    for round_ in range(POLL_ROUNDS + 2):
-        scheduler._look(driver, 18.1 + 0.01 * round_, every_round=True)  # rounds enough, a tenth of a second
-    assert len(loads()) == 2
-    scheduler._look(driver, 18.4, every_round=False)  # the next prompt looks once the quarter second passed
-    assert len(loads()) == 3 and engine.policy.settings.min_gain == 0.02
-    scheduler.poll_s = 0.0  # SPECMON_POLICY_POLL_S=0: every round looks
+    assert loads()[1].changed == ["policy"] and [c.name for c in loads()[1].classes] == [
+        c.name for c in engine.policy.classes]
+    scheduler.poll_s = 0.0  # SPECMON_POLICY_POLL_S=0: every prompt looks
     edit("0.04")
-    scheduler._look(driver, 18.4, every_round=True)
-    assert len(loads()) == 4 and engine.policy.settings.min_gain == 0.04
+    scheduler.look(driver, now=10.25)
+    assert len(loads()) == 3 and engine.policy.settings.min_gain == 0.04
 
 
 def test_a_server_request_is_planned_by_the_policy_in_force_however_short_the_requests(tmp_path):
-    """A request shorter than POLL_ROUNDS rounds still picks up an edit made before it started."""
+    """An edit made before a request's turn is in force for it; a class it names that the edit
+    removed is refused (UnknownClass, the server's 400), not decoded under another class."""
     from types import SimpleNamespace
 
     from specmon.events.schema import PolicyLoaded
-    from specmon.server.classes import ServePolicy
+    from specmon.policy.classify import UnknownClass
 
     path = tmp_path / "p.toml"
     path.write_text(DEFAULT.read_text())
     emitted: list = []
     decoded: list = []
-    driver = SimpleNamespace(session_id="s", emit=emitted.append,
-                             decode=lambda *a, **k: decoded.append(k["class_rule"]))
+
+    def decode_steps(*args, **options):
+        decoded.append((options["prompt_class"], options["class_rule"]))
+        return options
+        yield
+
+    driver = SimpleNamespace(session_id="s", emit=emitted.append, decode_steps=decode_steps,
+                             finish=lambda *a: None, sample_resources=lambda: None)
     engine = PolicyEngine(load_policy(path), "s")
-    server = ServePolicy(driver, engine, None, on_reload=None, poll_s=0.25)
-    path.write_text(DEFAULT.read_text().replace("min_gain = 0.03", "min_gain = 0.01"))
+    server = PolicyScheduler(driver, engine, None, on_reload=None, poll_s=0.25)
+    path.write_text(DEFAULT.read_text().replace("min_gain = 0.03", "min_gain = 0.01")
+                    .replace('name = "rewrite"', 'name = "rw"'))
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
-    server.decode_named(Prompt("r1", "hi", "default"), "chat", "rule", Sampling(), 4, on_round=lambda e: None,
-                        stop=lambda: None)
+    with pytest.raises(UnknownClass, match="'rewrite'"):
+        server.decode(Prompt("r1", "hi", "default"), Sampling(), 4, named="rewrite")
     assert [e.accepted for e in emitted if isinstance(e, PolicyLoaded)] == [True, True]
-    assert engine.policy.settings.min_gain == 0.01 and len(decoded) == 1
+    assert engine.policy.settings.min_gain == 0.01 and decoded == []
+    server.decode(Prompt("r2", "hi", "default"), Sampling(), 4, named="rw")
+    assert decoded == [("rw", "named by the request (classes[1].name); "
+                       "k=8: measuring speculation; its rounds that draft nothing measure plain decoding")]
 
 
 def test_the_shipped_prompt_sets_cover_twelve_task_types_and_share_no_prompt():

@@ -220,14 +220,24 @@ def test_in_advise_mode_a_raise_is_advised_once_and_the_other_rules_still_advise
     assert engine.confidence("code-edit") == (2, 1)
 
 
-def test_a_reload_starts_min_match_from_the_file_again(tmp_path):
+def test_a_reload_starts_min_match_from_the_file_again_for_a_class_it_changed(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text(DEFAULT.read_text())
     engine = PolicyEngine(parse_policy(path.read_text(), str(path)), "s")
-    engine.state("chat").min_match = 3
-    path.write_text(DEFAULT.read_text() + "\n# edited\n")
+    engine.state("chat").min_match = engine.state("rewrite").min_match = 3
+    path.write_text(DEFAULT.read_text() + "\n# edited\n")  # no class changed: what each learned holds
     engine._mtime = None  # the edit is seen whatever the file system's clock says
-    assert engine.maybe_reload().accepted and engine.confidence("chat") == (2, 1)
+    assert engine.maybe_reload().changed == [] and engine.confidence("chat") == (3, 1)
+    edited = DEFAULT.read_text().replace("ngram = { min_match = 2, min_seen = 1, max_match = 4 }\ndraft_len = { min = 2, "
+                                         "max = 8, start = 8, adapt = \"goodput\" }  # as the others",
+                                         "ngram = { min_match = 2, min_seen = 1, max_match = 3 }\ndraft_len = { min = 2, "
+                                         "max = 8, start = 8, adapt = \"goodput\" }  # as the others")
+    assert edited != DEFAULT.read_text()
+    path.write_text(edited)
+    engine._mtime = None
+    loaded = engine.maybe_reload()
+    assert loaded.changed == ["chat"] and engine.confidence("chat") == (2, 1) and engine.confidence("rewrite") == (3, 1)
+    assert [(c.name, c.min_match) for c in loaded.classes if c.name in ("chat", "rewrite")] == [("rewrite", 3), ("chat", 2)]
 
 
 def test_a_bench_fixed_k_run_drafts_with_the_files_min_match():

@@ -15,7 +15,7 @@ from specmon.cli.tables import class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, default_log_path, read_log
-from specmon.events.schema import (BENCH_FIXED_RULE, Decision, PolicyLoaded, PromptFinished, PromptStarted, RoundVerified,
+from specmon.events.schema import (bench_fixed_k, Decision, PolicyLoaded, PromptFinished, PromptStarted, RoundVerified,
                                    SessionFinished, SessionStarted)
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
@@ -152,6 +152,10 @@ def event_line(ev) -> str | None:
 
 
 def cmd_log(args) -> int:
+    if getattr(args, "log_command", None) == "dump":  # replay --headless prints `log info` too
+        from specmon.cli.dump import cmd_log_dump
+
+        return cmd_log_dump(args)
     counts: Counter[str] = Counter()
     kept, policies, first, last, damage = [], [], None, None, None
     try:
@@ -181,7 +185,7 @@ def cmd_log(args) -> int:
     if not damage and first is not None and not counts["SessionFinished"]:
         out.print("  ended            [yellow]no end written: the run is still going, or was killed[/]",
                   highlight=False)
-    if any(isinstance(e, PromptStarted) and e.class_rule.startswith(BENCH_FIXED_RULE) for e in kept):
+    if any(isinstance(e, PromptStarted) and bench_fixed_k(e) is not None for e in kept):
         from specmon.cli.bench import bench_table  # a bench log: the policy and each fixed k apart
 
         results = bench_results(kept)

@@ -23,7 +23,8 @@ from specmon.events.schema import Sampling
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import load_policy
 from specmon.transport.serve import parse_listen
-from specmon.transport.session import LiveSession, Stopped, live_session
+from specmon.engine.driver import Cancelled
+from specmon.transport.session import LiveSession, live_session
 
 Work = Callable[[Callable[[int], None] | None], None]  # decodes every prompt, reporting how many are done
 
@@ -105,19 +106,12 @@ def write_json(path, data: dict) -> None:
 
 def decode_under_tui(session: LiveSession, work: Work, title: str) -> None:
     """Decode on a thread; the app (main thread) drains a bounded view of the channel. Quitting
-    the app stops the decode at its next event; an error in the decode thread is raised here."""
+    the app stops the decode after its round (the driver's stop); an error in the decode thread is raised here."""
     from specmon.tui.factory import make_app
     from specmon.tui.feed import Feed
 
-    stop = threading.Event()
     feed = Feed(session.view, title)
     failed: list[BaseException] = []
-    publish = session.driver.emit
-
-    def emit(event) -> None:
-        if stop.is_set():
-            raise Stopped
-        publish(event)
 
     def fail(exc: BaseException) -> None:
         """Shown in the title now, raised once the app has closed."""
@@ -128,7 +122,8 @@ def decode_under_tui(session: LiveSession, work: Work, title: str) -> None:
         reason = "done"
         try:
             work(None)
-        except Stopped:
+            reason = "interrupted" if session.driver.stopped else "done"  # the last prompt was cut short
+        except Cancelled:
             reason = "interrupted"
         except BaseException as exc:
             reason = "error"
@@ -141,13 +136,12 @@ def decode_under_tui(session: LiveSession, work: Work, title: str) -> None:
                     fail(exc)
             feed.done.set()
 
-    session.driver.emit = emit
     worker = threading.Thread(target=decode, name="specmon-decode")
     worker.start()
     try:
         make_app(feed).run()
     finally:
-        stop.set()
+        session.driver.stop()
         worker.join()
     if failed:
         raise failed[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import platform
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ Emit = Callable[[AnyEvent], None]
 BASELINE = Equivalence("baseline")
 UNCHECKED = Equivalence("unchecked")
 TOKENS_KEPT = 1024  # prompts whose tokens are kept: a whole prompt set, encoded once
+
+
+class Cancelled(Exception):
+    """The session was stopped (SessionDriver.stop): no further prompt starts."""
 
 
 class Tokenizer(Protocol):
@@ -69,6 +74,16 @@ class SessionDriver:
         self.near_tie_margin = near_tie_margin
         self.round_ids = itertools.count()  # unique across the session: decisions cite them
         self._tokens: dict[str, list[int]] = {}
+        self._stopped = threading.Event()  # shared with forks: one stop ends every lane
+
+    def stop(self) -> None:
+        """Cancel the session from any thread: the decode in flight ends after its round
+        (stop_reason "cancelled", finished as usual), and any later decode raises Cancelled."""
+        self._stopped.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
 
     def started_event(self, profile, drafter: Drafter) -> SessionStarted:
         """The session header: specmon version, profile text, models, host, cache sizes."""
@@ -104,7 +119,7 @@ class SessionDriver:
         if fork_target is None:
             return None
         twin = SessionDriver(self.session_id, fork_target(), self.tokenizer, emit, self.near_tie_margin)
-        twin.round_ids, twin._tokens = self.round_ids, self._tokens
+        twin.round_ids, twin._tokens, twin._stopped = self.round_ids, self._tokens, self._stopped
         return twin
 
     def decode(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
@@ -116,10 +131,12 @@ class SessionDriver:
 
     def decode_steps(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
                      max_new_tokens: int, *, prompt_class: str | None = None, class_rule: str = "prompt set",
-                     start_draft_len: int | None = None,
+                     start_draft_len: int | None = None, bench_k: int | None = None,
                      on_round: Callable[[RoundVerified], None] | None = None,
                      stop: Callable[[], str | None] | None = None) -> Generator[int, None, Decoded]:
         """decode() one round at a time: it yields after each round."""
+        if self.stopped:
+            raise Cancelled
         tokens = self.tokens(prompt)
         limit = prompt.max_new_tokens or max_new_tokens
         name = prompt_class or prompt.prompt_class
@@ -127,12 +144,21 @@ class SessionDriver:
             session_id=self.session_id, t=time.time(), prompt_id=prompt.id, prompt_class=name,
             draft_len=draft_len.max_draft_len if start_draft_len is None else start_draft_len,
             drafter=drafter.name, sampling=sampling, prompt_tokens=len(tokens), max_new_tokens=limit,
-            class_rule=class_rule)
+            class_rule=class_rule, bench_k=bench_k)
         self.emit(started)
         ctx = RoundContext(self.session_id, prompt.id, name, self.round_ids, self.tokenizer.decode)
         emit = self.emit if on_round is None else _then(self.emit, on_round)
-        run = yield from prompt_rounds(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit, stop)
+        run = yield from prompt_rounds(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit,
+                                       self._stop_check(stop))
         return Decoded(started, run)
+
+    def _stop_check(self, stop: Callable[[], str | None] | None) -> Callable[[], str | None]:
+        """After each round: the session's stop first, then the caller's (a server's client left)."""
+        def check() -> str | None:
+            if self._stopped.is_set():
+                return "cancelled"
+            return stop() if stop is not None else None
+        return check
 
     def equivalence(self, plain: Decoded, done: Decoded) -> Equivalence:
         """Did `done` give plain decoding's tokens (greedy), with the logit margin where it left them?"""

@@ -19,7 +19,7 @@ from specmon.engine.drafters import Drafter, Proposal
 from specmon.engine.sampling import probs_from_logits
 from specmon.engine.target import Target
 from specmon.errors import SpecmonError
-from specmon.events.schema import RoundVerified, Sampling
+from specmon.events.schema import RoundVerified, Sampling, StopReason
 from specmon.metrics.rates import round_ms
 
 T = TypeVar("T")
@@ -34,7 +34,7 @@ class PromptRun:
     rounds: int = 0
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
-    stop_reason: str = "max_new_tokens"
+    stop_reason: StopReason = "max_new_tokens"
 
 
 @dataclass
@@ -55,16 +55,6 @@ def _text_after(detokenize, context: list[int], new: list[int]) -> str:
     return detokenize(left + new)[len(detokenize(left)):]
 
 
-def decode_prompt(target: Target, drafter: Drafter, prompt: Sequence[int], draft_len: DraftLenSource,
-                  sampling: Sampling, max_new_tokens: int, ctx: RoundContext,
-                  emit: Callable[[RoundVerified], None], stop: Callable[[], str | None] | None = None) -> PromptRun:
-    """Decode one prompt round by round, emitting one RoundVerified per round.
-
-    `draft_len` is asked before every round, so a policy can change k mid-prompt. `stop` is asked
-    after every round: a reason ("cancelled", "stop") ends the decode there, and becomes its stop_reason."""
-    return drain(prompt_rounds(target, drafter, prompt, draft_len, sampling, max_new_tokens, ctx, emit, stop))
-
-
 def drain(steps: Generator[int, None, T]) -> T:
     """Run a round-by-round generator to its end; its return value."""
     while True:
@@ -78,8 +68,12 @@ def prompt_rounds(target: Target, drafter: Drafter, prompt: Sequence[int], draft
                   sampling: Sampling, max_new_tokens: int, ctx: RoundContext,
                   emit: Callable[[RoundVerified], None],
                   stop: Callable[[], str | None] | None = None) -> Generator[int, None, PromptRun]:
-    """decode_prompt one round at a time: after each round's event it yields the tokens generated
-    so far, so several decodes (each with its own KV cache) can take turns, keeping level."""
+    """Decode one prompt round by round, emitting one RoundVerified per round; after each round's
+    event it yields the tokens generated so far, so several decodes (each with its own KV cache)
+    can take turns, keeping level. Only SessionDriver.decode_steps calls it.
+
+    `draft_len` is asked before every round, so a policy can change k mid-prompt. `stop` is asked
+    after every round: a reason ("cancelled", "stop") ends the decode there, and becomes its stop_reason."""
     check_room(target, ctx.prompt_id, len(prompt), max_new_tokens, draft_len.max_draft_len)
     rng = np.random.default_rng(sampling.seed)
     drafter.begin(prompt)

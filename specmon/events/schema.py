@@ -7,7 +7,7 @@ still decode. Never reorder, rename or remove a field.
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Literal, Union
 
 import msgspec
 
@@ -47,7 +47,9 @@ class SessionStarted(Event, tag="session", kw_only=True):
     cache_bytes: dict[str, int] = {}  # KV cache size per model ("target", "draft")
 
 
-BENCH_FIXED_RULE = "bench: fixed k="  # class_rule of `specmon bench policy`'s fixed-k runs: not the policy's
+BENCH_FIXED_RULE = "bench: fixed k="  # older logs mark `bench policy`'s fixed-k runs in class_rule only
+StopReason = Literal["eos", "max_new_tokens", "stop", "cancelled"]  # stop: a stop string (served); cancelled: stopped
+Verdict = Literal["identical", "near-tie", "diverged", "sampled", "baseline", "unchecked"]
 
 
 class PromptStarted(Event, tag="prompt", kw_only=True):
@@ -59,6 +61,15 @@ class PromptStarted(Event, tag="prompt", kw_only=True):
     prompt_tokens: int
     max_new_tokens: int
     class_rule: str = ""  # why the prompt got its class (e.g. "suite", "file", a policy rule)
+    bench_k: int | None = None  # `bench policy`: the fixed k this decode runs beside the policy's; None: not one
+
+
+def bench_fixed_k(started: PromptStarted) -> int | None:
+    """The fixed k of a `bench policy` comparison decode, None for any other (older logs: from class_rule)."""
+    if started.bench_k is not None:
+        return started.bench_k
+    rule = started.class_rule
+    return int(rule[len(BENCH_FIXED_RULE):]) if rule.startswith(BENCH_FIXED_RULE) else None
 
 
 class RoundVerified(Event, tag="round", kw_only=True):
@@ -90,7 +101,7 @@ class RoundVerified(Event, tag="round", kw_only=True):
 class Equivalence(msgspec.Struct, array_like=True, frozen=True):
     """Did the speculative output equal plain decoding's on this prompt?"""
 
-    verdict: str  # "identical" | "near-tie" | "diverged" | "sampled" | "baseline"
+    verdict: Verdict  # unchecked: decoded under a policy or a server, with no plain run to compare
     first_divergence: int | None = None  # index into the generated tokens
     margin: float | None = None  # plain decoding's top-1 minus top-2 logit there
     near_tie_margin: float = 0.0  # below this a divergence is called a near-tie
@@ -103,7 +114,7 @@ class PromptFinished(Event, tag="prompt_done", kw_only=True):
     rounds: int
     generated: list[int]
     text: str
-    stop_reason: str  # "eos" | "max_new_tokens" | "stop" (a stop string, served) | "cancelled" (the client left)
+    stop_reason: StopReason
     prefill_ms: float
     decode_ms: float  # sum of round times
     equivalence: Equivalence
@@ -121,7 +132,16 @@ class SessionFinished(Event, tag="session_done", kw_only=True):
     """The last event of a session that ended in an orderly way (a killed one has none)."""
 
     rounds: int
-    reason: str  # "done" | "interrupted" | "error"
+    reason: Literal["done", "interrupted", "error"]
+
+
+class ClassInForce(msgspec.Struct, array_like=True, frozen=True):
+    """A class as the policy in force runs its next prompt."""
+
+    name: str
+    speculate: bool
+    draft_len: int
+    min_match: int = 0  # the n-gram drafter's confidence (0: its plain lookup)
 
 
 class PolicyLoaded(Event, tag="policy", kw_only=True):
@@ -132,6 +152,8 @@ class PolicyLoaded(Event, tag="policy", kw_only=True):
     text: str
     accepted: bool  # False: the edit was invalid and the previous policy stays in force
     error: str = ""
+    classes: list[ClassInForce] = []  # accepted: every class as it now stands, for its next prompt
+    changed: list[str] = []  # a reload: the classes it changed (they start again from the file), "policy" for [policy]
 
 
 class Decision(Event, tag="decision", kw_only=True):

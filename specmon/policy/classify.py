@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
+from specmon.errors import SpecmonError
 from specmon.policy import regex
 from specmon.policy.features import prompt_features
 from specmon.policy.schema import Policy, PromptClass
@@ -17,6 +18,24 @@ def classify(policy: Policy, text: str, tag: str | None = None) -> tuple[str, st
             path = ("classes", i, "match", key) if key != "default" else ("classes", i, "default")
             return cls.name, f"classes[{i}].{'match.' if key != 'default' else ''}{key} (line {policy.line_of(*path)})"
     return policy.classes[-1].name, "last class (no rule matched)"
+
+
+class UnknownClass(SpecmonError):
+    """A prompt named a class the policy in force does not have."""
+
+
+def named_class(policy: Policy, named: str) -> tuple[str, str]:
+    """The class a request names: by its match.tag, then by its name, whatever its text says (a text
+    rule of an earlier class must not shadow a name). UnknownClass if the policy has neither."""
+    for i, cls in enumerate(policy.classes):
+        if cls.match.tag and cls.match.tag == named:
+            return cls.name, f"classes[{i}].match.tag (line {policy.line_of('classes', i, 'match', 'tag')})"
+    for i, cls in enumerate(policy.classes):
+        if cls.name == named:
+            return named, f"named by the request (classes[{i}].name)"
+    shown = repr(named) if len(named) <= 60 else repr(named[:57]) + "..."  # a refusal need not echo a megabyte
+    raise UnknownClass(f"specmon_class {shown}: the policy has no class or match.tag of that name "
+                       f"(classes: {', '.join(c.name for c in policy.classes)})")
 
 
 def _matching_key(cls: PromptClass, text: str, tag: str | None) -> str | None:

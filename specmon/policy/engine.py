@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from specmon.errors import SpecmonError
-from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
-from specmon.policy.classify import classify
+from specmon.events.schema import ClassInForce, Decision, PolicyLoaded, RoundVerified
+from specmon.policy.classify import classify, named_class
 from specmon.policy.decide import Row, can_still_pay, decide, decide_grouped, decide_prompt, goodput
 from specmon.policy.evidence import EARLY_ROUNDS, ClassState, Evidence
 from specmon.policy.match import decide_match, match_rows, stale
@@ -41,8 +41,10 @@ class PolicyEngine(Evidence):
         self._mtime = file_stamp(policy.source)
 
     # -- classification and planning -----------------------------------------------------
-    def classify(self, text: str, tag: str | None = None) -> tuple[str, str]:
-        return classify(self.policy, text, tag)
+    def classify(self, text: str, tag: str | None = None, named: str | None = None) -> tuple[str, str]:
+        """(class, the rule that said so): the class a request `named` (UnknownClass if there is
+        none), else the first class whose match takes the text (or its `tag`)."""
+        return named_class(self.policy, named) if named is not None else classify(self.policy, text, tag)
 
     def state(self, name: str) -> ClassState:
         if name not in self.states:
@@ -341,8 +343,17 @@ class PolicyEngine(Evidence):
                 **({"prompt_off": s.prompt_off} if s.prompt_off is not None else {})}
 
     # -- hot reload --------------------------------------------------------------------------
+    def in_force(self) -> list[ClassInForce]:
+        """Every class as its next prompt will run: on/off, k and the n-gram min_match."""
+        return [ClassInForce(c.name, self.state(c.name).speculate and c.speculate != "off",
+                             start_k(c) if c.speculate == "on" else self.state(c.name).k,
+                             (self.confidence(c.name) or (0, 0))[0]) for c in self.policy.classes]
+
     def maybe_reload(self) -> PolicyLoaded | None:
-        """If the file changed: a valid edit takes over now, an invalid one is refused and reported."""
+        """If the file changed: a valid edit takes over now (called between prompts, so each class
+        runs by it from its next prompt), an invalid one is refused and reported. A class whose
+        table changed starts again from the file (its k, on/off, n-gram settings and evidence: the
+        rounds gathered under the old table measured another class); the others keep what they learned."""
         mtime = file_stamp(self.policy.source)
         if mtime == self._mtime:
             return None
@@ -354,10 +365,14 @@ class PolicyEngine(Evidence):
             return refused_event(self.policy.source, self.session_id, str(exc))
         except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the run
             return refused_event(self.policy.source, self.session_id, f"{self.policy.source}: cannot load it ({exc!r})")
-        self.policy = new
-        for st in self.states.values():  # the file's min_match again: max_match or the classes may have changed
-            st.min_match = st.match_advised = 0
-        return loaded_event(new, self.session_id)
+        old, self.policy = self.policy, new
+        before = {c.name: c for c in old.classes}
+        changed = [c.name for c in new.classes if before.get(c.name) != c]
+        for name in [*changed, *(n for n in before if n not in {c.name for c in new.classes})]:
+            self.states.pop(name, None)
+        if old.settings != new.settings:
+            changed.append("policy")
+        return loaded_event(new, self.session_id, self.in_force(), changed)
 
     def class_of(self, name: str) -> PromptClass:
         """The class by name, as the policy in force has it (the default class if a reload removed it)."""

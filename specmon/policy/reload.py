@@ -7,13 +7,14 @@ import os
 import sys
 import time
 
-from specmon.events.schema import PolicyLoaded
+from specmon.events.schema import ClassInForce, PolicyLoaded
 from specmon.policy.schema import MAX_POLICY_BYTES, Policy
 
 
-def loaded_event(policy: Policy, session_id: str) -> PolicyLoaded:
+def loaded_event(policy: Policy, session_id: str, classes: list[ClassInForce] | None = None,
+                 changed: list[str] | None = None) -> PolicyLoaded:
     return PolicyLoaded(session_id=session_id, t=time.time(), source=policy.source, sha256=policy.sha256,
-                        text=policy.text, accepted=True)
+                        text=policy.text, accepted=True, classes=classes or [], changed=changed or [])
 
 
 def refused_event(source: str, session_id: str, error: str) -> PolicyLoaded:
@@ -30,7 +31,9 @@ def refused_event(source: str, session_id: str, error: str) -> PolicyLoaded:
 def reload_line(event: PolicyLoaded) -> str:
     """One line for a reload, for a run without the TUI (which shows it in its decisions pane)."""
     if event.accepted:
-        return f"specmon: policy reloaded from {event.source} (sha256 {event.sha256[:12]})"
+        changed = ", ".join(event.changed) or "nothing the classes run by"
+        return (f"specmon: policy reloaded from {event.source} (sha256 {event.sha256[:12]}); changed: {changed}; "
+                "each class runs by it from its next prompt")
     error = " ".join(event.error.splitlines())
     return f"specmon: policy edit refused, the previous policy stays in force: {error}"
 

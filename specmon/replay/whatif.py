@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specmon.events.log import read_log
-from specmon.events.schema import BENCH_FIXED_RULE, Decision, PromptStarted, RoundVerified, SessionStarted
+from specmon.events.schema import Decision, PromptStarted, RoundVerified, SessionStarted, bench_fixed_k
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.plan import Plan, Schedule
 from specmon.policy.schema import Policy, parse_policy
@@ -62,7 +62,7 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
     beside = False  # inside a bench's fixed-k run: evidence held, but never the policy's to see
     for ev in events:
         if isinstance(ev, PromptStarted):
-            beside = ev.class_rule.startswith(BENCH_FIXED_RULE)
+            beside = bench_fixed_k(ev) is not None
             if beside:
                 continue
             first = ev.prompt_class not in diffs

@@ -25,7 +25,7 @@ from specmon.engine.drafters import Drafter, NoDrafter
 from specmon.engine.driver import UNCHECKED, SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.engine.rounds import drain
-from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling
+from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling, bench_fixed_k
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
 from specmon.metrics.rates import goodput, round_ms, speedup
 from specmon.metrics.stats import RunStats
@@ -89,7 +89,8 @@ def _arm(policy: PolicyScheduler, driver: SessionDriver, drafter: Drafter, promp
 def _fixed(policy, driver, drafter, prompt, name, k, sampling, max_new_tokens) -> Generator[int, None, object]:
     policy.configure_drafter(name, drafter, learned=False)  # fixed k: the class's settings, nothing learned
     done = yield from driver.decode_steps(prompt, drafter if k else NoDrafter(), FixedDraftLen(k), sampling,
-                                          max_new_tokens, prompt_class=name, class_rule=f"{BENCH_FIXED_RULE}{k}")
+                                          max_new_tokens, prompt_class=name, class_rule=f"{BENCH_FIXED_RULE}{k}",
+                                          bench_k=k)
     driver.finish(done, UNCHECKED)
     return done
 
@@ -142,7 +143,7 @@ def bench_results(events: Iterable[AnyEvent]) -> dict[str, BenchClass]:
             opened = ev
         elif isinstance(ev, RoundVerified) and opened is not None:
             entry = classes.setdefault(ev.prompt_class, BenchClass())
-            if opened.class_rule.startswith(BENCH_FIXED_RULE):
+            if bench_fixed_k(opened) is not None:
                 entry.fixed.setdefault(ev.draft_len, RunStats(ev.draft_len)).add_round(ev)
             else:
                 entry.auto.add_round(ev)

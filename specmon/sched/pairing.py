@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import Drafter, NoDrafter
-from specmon.engine.driver import SessionDriver
+from specmon.engine.driver import UNCHECKED, SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import Sampling
 
@@ -20,9 +20,13 @@ def run_paired(driver: SessionDriver, prompts: Sequence[Prompt], drafter: Drafte
         order = [(plain, 0), (drafter, draft_len)] if draft_len else [(plain, 0)]
         if index % 2:
             order.reverse()
-        runs = {k: driver.decode(prompt, which, FixedDraftLen(k), sampling, max_new_tokens) for which, k in order}
+        runs = {}
+        for which, k in order:
+            if not driver.stopped:  # a cancelled first decode still gets its PromptFinished below
+                runs[k] = driver.decode(prompt, which, FixedDraftLen(k), sampling, max_new_tokens)
         for done in runs.values():  # finished after both, so plain can run second
-            driver.finish(done, driver.equivalence(runs[0], done))
+            checked = 0 in runs and not driver.stopped  # a decode cut short is not plain's equal or not
+            driver.finish(done, driver.equivalence(runs[0], done) if checked else UNCHECKED)
         driver.sample_resources()
         if on_prompt:
             on_prompt(index + 1)

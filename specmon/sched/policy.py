@@ -1,5 +1,8 @@
 """A session driven by a policy: each prompt is classified, decoded at the k the policy plans
-round by round, and its rounds become the evidence for the class's next decision."""
+round by round, and its rounds become the evidence for the class's next decision.
+
+`PolicyScheduler.decode_steps` is the one way a prompt is decoded under a policy: `run`, `serve`,
+`bench policy` and `policy tune` all call it."""
 
 from __future__ import annotations
 
@@ -18,14 +21,11 @@ from specmon.policy.plan import Schedule
 from specmon.policy.reload import loaded_event, print_reload
 
 
-POLL_S = 0.25  # how often a run looks at its policy file: inside a decode one stat a round cost ~0.35 ms (~1%)
-POLL_ROUNDS = 8  # ... and at most every 8th round: a bench's lanes take turns, so its 0.25 s can be one round
+POLL_S = 0.25  # how often a prompt's start looks at the policy file: one stat, not one per prompt of a fast set
 
 
 def policy_poll_s() -> float:
-    """Seconds between looks at the policy file: SPECMON_POLICY_POLL_S (0: every round), else POLL_S.
-    A look comes at a prompt's start once that long has passed, and between rounds once POLL_ROUNDS
-    rounds have passed as well."""
+    """Seconds between looks at the policy file: SPECMON_POLICY_POLL_S (0: every prompt), else POLL_S."""
     try:
         value = float(os.environ.get("SPECMON_POLICY_POLL_S", POLL_S))
     except ValueError:
@@ -35,9 +35,9 @@ def policy_poll_s() -> float:
 
 class PolicyDraftLen:
     """k for each round of one prompt: its plan's lead run (re-measure or probe), else the class's
-    current decision, which a decision mid-prompt or a reloaded policy changes at once."""
+    current decision, which a decision mid-prompt changes at once."""
 
-    max_draft_len = MAX_DRAFT_LEN  # a reload may raise k mid-prompt: the cache must have room for any
+    max_draft_len = MAX_DRAFT_LEN  # a reload may raise k for the next prompt: the cache must have room for any
 
     def __init__(self, engine: PolicyEngine, prompt_class: str, schedule: Schedule):
         self.engine, self.prompt_class, self.schedule = engine, prompt_class, schedule
@@ -55,31 +55,35 @@ class PolicyScheduler:
         self.policy_ms = 0.0  # the policy's own work (classify, plan, observe, decide), for the benchmark
         self.poll_s = policy_poll_s() if poll_s is None else poll_s
         self._looked = -float("inf")  # perf_counter of the last look at the policy file
-        self._unlooked = 0  # rounds since that look
-        driver.emit(loaded_event(engine.policy, driver.session_id))
+        driver.emit(loaded_event(engine.policy, driver.session_id, engine.in_force()))
 
-    def decode(self, prompt: Prompt, sampling: Sampling, max_new_tokens: int) -> Decoded:
+    def decode(self, prompt: Prompt, sampling: Sampling, max_new_tokens: int, **options) -> Decoded:
         """Classify, plan, decode and finish one prompt under the policy."""
-        return drain(self.decode_steps(prompt, sampling, max_new_tokens))
+        return drain(self.decode_steps(prompt, sampling, max_new_tokens, **options))
 
     def decode_steps(self, prompt: Prompt, sampling: Sampling, max_new_tokens: int,
-                     driver: SessionDriver | None = None,
-                     drafter: Drafter | None = None) -> Generator[int, None, Decoded]:
+                     driver: SessionDriver | None = None, drafter: Drafter | None = None, *,
+                     named: str | None = None, on_round: Callable[[RoundVerified], None] | None = None,
+                     stop: Callable[[], str | None] | None = None) -> Generator[int, None, Decoded]:
         """decode() one round at a time (it yields after each round), on `driver` and `drafter`
-        (a fork's, so decodes can take turns) or the scheduler's own."""
+        (a fork's, so decodes can take turns) or the scheduler's own: pick up a policy edit,
+        classify (the class a request `named`, else by the policy's rules), plan, set the class's
+        drafter, decode round by round (each round feeds the policy, then `on_round`; `stop` may
+        end it), finish and sample memory."""
         driver, drafter = driver or self.driver, drafter or self.drafter
-        tag = prompt.prompt_class if prompt.prompt_class != "default" else None
         started = time.perf_counter()
-        self.look(driver)  # a prompt is classified and planned by the policy in force
-        name, rule = self.engine.classify(prompt.text, tag)
+        self.look(driver)  # a prompt is classified, planned and drafted by one policy: the one in force now
+        tag = prompt.prompt_class if prompt.prompt_class != "default" else None
+        name, rule = self.engine.classify(prompt.text, tag, named)
         schedule = self.engine.start_prompt(name, prompt.id)
-        self.configure_drafter(name, drafter)
+        self.configure_drafter(name, drafter)  # every prompt: a class's settings never carry into another's
         self.policy_ms += (time.perf_counter() - started) * 1e3
+        observe = self._after_round(schedule, driver, drafter)
         plan = schedule.plan
         done = yield from driver.decode_steps(
             prompt, drafter, PolicyDraftLen(self.engine, name, schedule), sampling, max_new_tokens,
             prompt_class=name, class_rule=f"{rule}; {plan.describe()}", start_draft_len=plan.k,
-            on_round=self._after_round(schedule, driver, drafter))
+            on_round=observe if on_round is None else _both(observe, on_round), stop=stop)
         driver.finish(done, UNCHECKED)
         driver.sample_resources()
         return done
@@ -101,9 +105,9 @@ class PolicyScheduler:
                 on_prompt(index + 1)
 
     def _after_round(self, schedule: Schedule, driver: SessionDriver,
-                     drafter: Drafter | None = None) -> Callable[[RoundVerified], None]:
-        """Each round: pick up a policy edit, feed the round to the policy, and decide when due
-        (never inside a lead run, so a re-measure or probe is judged whole); the next round follows."""
+                     drafter: Drafter) -> Callable[[RoundVerified], None]:
+        """Each round: feed it to the policy and decide when due (never inside a lead run, so a
+        re-measure or probe is judged whole); the next round follows the decision."""
 
         engine, set_aside, clock = self.engine, self.engine.set_aside(), time.perf_counter
         granted, epoch, drafting = 0, -1, False  # rounds granted quiet (drafting: ones that drafted too), per epoch
@@ -111,10 +115,6 @@ class PolicyScheduler:
         def observe(event: RoundVerified) -> None:
             nonlocal granted, epoch, drafting
             started = clock()
-            if self._unlooked + 1 < POLL_ROUNDS and self.poll_s:
-                self._unlooked += 1  # surely not due: the common round skips the call
-            else:
-                self._look(driver, started, every_round=True)  # a reload flushes: a new epoch
             if granted and engine.epoch == epoch and (drafting or not event.proposed):
                 granted -= 1
                 set_aside(event)  # as after_round would: no decision can come of it
@@ -130,20 +130,22 @@ class PolicyScheduler:
 
         return observe
 
-    def look(self, driver: SessionDriver | None = None) -> None:
-        """At a prompt's start: pick up an edit of the policy file once poll_s has passed."""
-        self._look(driver or self.driver, time.perf_counter(), every_round=False)
-
-    def _look(self, driver: SessionDriver, now: float, every_round: bool) -> None:
-        """Pick up an edit of the policy file: at a prompt's start once poll_s has passed, between
-        rounds only every POLL_ROUNDS rounds as well (poll_s = 0: every time)."""
-        self._unlooked += every_round
-        due = now - self._looked >= self.poll_s and (not every_round or self._unlooked >= POLL_ROUNDS)
-        if not (due or self.poll_s == 0):
+    def look(self, driver: SessionDriver | None = None, now: float | None = None) -> None:
+        """Between prompts (or while a server idles): pick up an edit of the policy file once
+        poll_s has passed (0: every time)."""
+        now = time.perf_counter() if now is None else now
+        if self.poll_s and now - self._looked < self.poll_s:
             return
-        self._looked, self._unlooked = now, 0
+        self._looked = now
         reloaded = self.engine.maybe_reload()
         if reloaded is not None:
-            driver.emit(reloaded)
+            (driver or self.driver).emit(reloaded)
             if self.on_reload:
                 self.on_reload(reloaded)
+
+
+def _both(first: Callable[[RoundVerified], None], then: Callable[[RoundVerified], None]) -> Callable[[RoundVerified], None]:
+    def each(event: RoundVerified) -> None:
+        first(event)
+        then(event)
+    return each

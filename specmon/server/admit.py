@@ -66,10 +66,11 @@ class Admission:
                            f"requested {len(ids) + asked} tokens ({len(ids)} in the prompt, {asked} for the "
                            "completion). Please reduce the prompt or the completion length.",
                            param="messages" if endpoint == "chat" else "prompt", code="context_length_exceeded")
-        name, rule = self.classify(text, request.specmon_class or named_class or None)  # "": none named
+        named = request.specmon_class or named_class or None  # "": none named
+        name, rule = self.classify(text, named)
         request_id = prefix + uuid.uuid4().hex[:24]
-        prompt = Prompt(id=request_id, text=text, prompt_class=name, token_ids=tuple(ids))
-        return Admitted(request_id, endpoint, prompt, name, rule, self._sampling(request), max_tokens, stops)
+        prompt = Prompt(id=request_id, text=text, prompt_class="default", token_ids=tuple(ids))  # named: not a tag
+        return Admitted(request_id, endpoint, prompt, name, rule, self._sampling(request), max_tokens, stops, named)
 
     def _sampling(self, request) -> Sampling:
         d = self.defaults

@@ -20,12 +20,15 @@ from specmon.engine.prompts import Prompt
 from specmon.errors import SpecmonError
 from specmon.events.schema import QueueSample, RoundVerified, Sampling
 from specmon.metrics.rates import time_to_first_token_s
+from specmon.policy.classify import UnknownClass
+from specmon.server.classes import unknown_class
 from specmon.server.errors import ApiError
 from specmon.server.metrics import ServerMetrics
 from specmon.server.protocol import SpecmonInfo, SpecmonRound, Usage
 from specmon.server.text import ReplyText
 from specmon.transport.channel import LogWriteFailed
 
+IDLE_LOOK_S = 1.0  # an idle server looks at its policy file this often
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "max_new_tokens": "length", "cancelled": "cancelled"}
 
 
@@ -36,11 +39,12 @@ class Admitted:
     id: str
     endpoint: str  # "chat" | "completion"
     prompt: Prompt  # text: what was classified; token_ids: what is decoded
-    prompt_class: str
+    prompt_class: str  # as admitted; under a policy the decode classifies it again (the policy in force then)
     class_rule: str
     sampling: Sampling
     max_tokens: int
     stops: list[str]
+    named: str | None = None  # the class the request named, if it did
 
 
 @dataclass
@@ -94,17 +98,24 @@ class Decoder:
     def decode(self, req: Admitted, on_round: Callable[[RoundVerified], None],
                stop: Callable[[], str | None]) -> Decoded:
         if self.policy is not None:
-            done = self.policy.decode_named(req.prompt, req.prompt_class, req.class_rule, req.sampling,
-                                            req.max_tokens, on_round=on_round, stop=stop)
-        else:
-            from specmon.engine.draft_len import FixedDraftLen
+            try:
+                return self.policy.decode(req.prompt, req.sampling, req.max_tokens, named=req.named,
+                                          on_round=on_round, stop=stop)
+            except UnknownClass as exc:  # a reload since admission removed the class it names
+                raise unknown_class(exc) from None
+        from specmon.engine.draft_len import FixedDraftLen
 
-            done = self.driver.decode(req.prompt, self.drafter, FixedDraftLen(self.fixed_k), req.sampling,
-                                      req.max_tokens, prompt_class=req.prompt_class, class_rule=req.class_rule,
-                                      on_round=on_round, stop=stop)
+        done = self.driver.decode(req.prompt, self.drafter, FixedDraftLen(self.fixed_k), req.sampling,
+                                  req.max_tokens, prompt_class=req.prompt_class, class_rule=req.class_rule,
+                                  on_round=on_round, stop=stop)
         self.driver.finish(done, UNCHECKED)
         self.driver.sample_resources()
         return done
+
+    def idle(self) -> None:
+        """While no request waits: pick up a policy edit, so a refused one is reported without a request."""
+        if self.policy is not None:
+            self.policy.look()
 
 
 class Worker:
@@ -184,15 +195,18 @@ class Worker:
             idle = not self.waiting
         if idle:
             self._sample(None, 0)  # serving has started, or its last request is done (or the server closed)
-        with self._cond:
-            while not self.waiting and not self._closing:
-                self._cond.wait()
-            if self._closing:
-                return None
-            self.in_flight = self.waiting.popleft()
-            self.metrics.queue_depth.set(len(self.waiting))
-            self.metrics.running.set(1)
-            return self.in_flight
+        while True:
+            with self._cond:
+                if not self.waiting and not self._closing:
+                    self._cond.wait(IDLE_LOOK_S)
+                if self._closing:
+                    return None
+                if self.waiting:
+                    self.in_flight = self.waiting.popleft()
+                    self.metrics.queue_depth.set(len(self.waiting))
+                    self.metrics.running.set(1)
+                    return self.in_flight
+            self.decoder.idle()  # outside the lock: a reload reads the policy file
 
     def _sample(self, job: Job | None, waiting: int) -> None:
         """The queue as the log and the TUI see it, published from this thread (the session's one publisher)."""
@@ -241,10 +255,9 @@ class Worker:
 
     def _on_round(self, job: Job) -> Callable[[RoundVerified], None]:
         labels = self.metrics
-        name = job.request.prompt_class
 
         def on_round(ev: RoundVerified) -> None:
-            now = time.perf_counter()
+            now, name = time.perf_counter(), ev.prompt_class
             job.round_ids.append(ev.round_id)
             job.draft_lens.append(ev.draft_len)
             if job.last_round_at is None:

@@ -20,7 +20,8 @@ import uvicorn
 from specmon.sched.policy import PolicyDraftLen
 from specmon.server.admit import Admission
 from specmon.server.app import ServeState, build_app
-from specmon.server.classes import ServePolicy, fixed_class
+from specmon.sched.policy import PolicyScheduler
+from specmon.server.classes import fixed_class, policy_class
 from specmon.server.errors import ApiError
 from specmon.server.jobs import Decoder, Finished, Job, Worker
 from specmon.server.metrics import ServerMetrics
@@ -62,7 +63,7 @@ class Serving:
         self.session, self.options = session, options
         self.metrics = ServerMetrics()
         session.channel.on_event(self.metrics.observe)
-        self.policy = ServePolicy(driver, PolicyEngine(policy, session.session_id), pair.drafter) if policy else None
+        self.policy = PolicyScheduler(driver, PolicyEngine(policy, session.session_id), pair.drafter) if policy else None
         k = options.draft_len if options.draft_len is not None else profile.drafter.draft_len
         self.decoder = Decoder(driver, pair.drafter, self.policy, k)
         self.worker = Worker(self.decoder, self.metrics, options.max_queue, self._done, self._fatal)
@@ -70,7 +71,7 @@ class Serving:
             model_id=Path(pair.target.name).name, tokenizer=pair.tokenizer, max_len=pair.target.max_len,
             max_draft_len=PolicyDraftLen.max_draft_len if self.policy else k,
             defaults=profile.sampling.to_event(),
-            classify=self.policy.classify if self.policy else (lambda text, named: fixed_class(named, k)))
+            classify=policy_class(self.policy) if self.policy else (lambda text, named: fixed_class(named, k)))
         self.state = ServeState(self.admission, self.worker, self.metrics, session.session_id, int(time.time()),
                                 options.api_key, options.max_body_bytes, self._refused if options.line else None)
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
@@ -117,7 +118,8 @@ class Serving:
     def _done(self, job: Job, done: Finished) -> None:
         if self.policy is not None:
             name = done.info.prompt_class
-            self.metrics.set_policy(name, *self.policy.state(name))
+            state = self.policy.engine.state(name)
+            self.metrics.set_policy(name, state.speculate, state.k)
         if self.options.line is not None:
             status = 200 if done.finish_reason != "cancelled" else 503 if self.worker.closing else 499
             self.options.line(request_line(job, done, status))

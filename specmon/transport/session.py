@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from specmon.engine.driver import SessionDriver, new_session_id
+from specmon.engine.driver import Cancelled, SessionDriver, new_session_id
 from specmon.engine.drafters import Drafter
 from specmon.events.log import default_log_path
 from specmon.events.schema import AnyEvent, SessionFinished
@@ -21,10 +21,6 @@ from specmon.transport.channel import Channel, LogSink, LogWriteFailed, Subscrip
 from specmon.transport.serve import EventServer, runtime_dir
 
 VIEW_BUFFER = 100_000  # events a slow viewer may fall behind before it skips (and counts) the oldest
-
-
-class Stopped(Exception):
-    """Raised inside the decode thread when the viewer quits mid-run."""
 
 
 @dataclass
@@ -80,7 +76,7 @@ def live_session(pair, profile, drafter: Drafter, log_path: Path | None = None, 
         session.finish("done")
     except BaseException as exc:
         in_flight = exc
-        _finish_quietly(session, "interrupted" if isinstance(exc, (KeyboardInterrupt, Stopped)) else "error")
+        _finish_quietly(session, "interrupted" if isinstance(exc, (KeyboardInterrupt, Cancelled)) else "error")
         raise
     finally:
         _close(session)
