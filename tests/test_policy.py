@@ -548,3 +548,15 @@ def test_the_shipped_prompt_sets_cover_twelve_task_types_and_share_no_prompt():
     assert Counter(p.prompt_class for p in holdout) == {t: 4 for t in types}  # the same task types, 4 each
     assert not {p.text for p in bench} & {p.text for p in holdout}
     assert not {p.id for p in bench} & {p.id for p in holdout}
+
+
+def test_an_edit_made_while_the_model_loads_is_a_reload_at_the_first_prompt(tmp_path):
+    """The file's stamp is taken when the policy is read, not when the engine starts after the model loads."""
+    path = tmp_path / "p.toml"
+    path.write_text(DEFAULT.read_text())
+    policy = load_policy(path)
+    path.write_text(DEFAULT.read_text().replace("min_gain = 0.03", "min_gain = 0.01"))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    engine = PolicyEngine(policy, "s")  # the model has loaded meanwhile
+    reloaded = engine.maybe_reload()
+    assert reloaded is not None and reloaded.accepted and engine.policy.settings.min_gain == 0.01

@@ -18,8 +18,8 @@ from specmon.policy.decide import Row, can_still_pay, decide, decide_grouped, de
 from specmon.policy.evidence import EARLY_ROUNDS, ClassState, Evidence
 from specmon.policy.match import decide_match, match_rows, stale
 from specmon.policy.plan import Plan, Schedule
-from specmon.policy.reload import file_stamp, loaded_event, refused_event
-from specmon.policy.schema import DraftLen, Policy, PromptClass, load_policy
+from specmon.policy.reload import loaded_event, refused_event
+from specmon.policy.schema import DraftLen, Policy, PromptClass, file_stamp, load_policy
 
 
 FAR_AHEAD = 1.25  # speculation this far past the switch-on line: plain drift could hardly flip it
@@ -38,7 +38,7 @@ class PolicyEngine(Evidence):
         self.session_id = session_id
         self.states: dict[str, ClassState] = {}
         self.decisions = 0
-        self._mtime = file_stamp(policy.source)
+        self._mtime = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
 
     # -- classification and planning -----------------------------------------------------
     def classify(self, text: str, tag: str | None = None, named: str | None = None) -> tuple[str, str]:
@@ -367,8 +367,9 @@ class PolicyEngine(Evidence):
             return refused_event(self.policy.source, self.session_id, f"{self.policy.source}: cannot load it ({exc!r})")
         old, self.policy = self.policy, new
         before = {c.name: c for c in old.classes}
-        changed = [c.name for c in new.classes if before.get(c.name) != c]
-        for name in [*changed, *(n for n in before if n not in {c.name for c in new.classes})]:
+        kept = {c.name for c in new.classes}
+        changed = [c.name for c in new.classes if before.get(c.name) != c] + [n for n in before if n not in kept]
+        for name in changed:
             self.states.pop(name, None)
         if old.settings != new.settings:
             changed.append("policy")

@@ -3,7 +3,6 @@ taken or refused. The engine decides whether to take it (policy.engine.maybe_rel
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -42,11 +41,3 @@ def print_reload(event: PolicyLoaded) -> None:
     """reload_line on stderr, looked up at each call: under the TUI, Textual redirects it off the screen."""
     print(reload_line(event), file=sys.stderr, flush=True)
 
-
-def file_stamp(path: str) -> tuple[int, int, int] | None:
-    """What says the file changed: an atomic rename (a new inode) within one clock tick included."""
-    try:
-        stat = os.stat(path)
-        return stat.st_mtime_ns, stat.st_size, stat.st_ino
-    except OSError:
-        return None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -106,6 +108,7 @@ class Policy:
     text: str
     sha256: str
     warnings: list[str]
+    stamp: tuple[int, int, int] | None = None  # the file as it was read (file_stamp): an edit after it is a reload
 
     def line_of(self, *path) -> int:
         return locate(self.text, path)[0]
@@ -123,7 +126,17 @@ class PolicyError(SpecmonError):
 def load_policy(path: Path | str) -> Policy:
     """A policy file, or a shipped policy by name (`default`): the working directory first."""
     path = resolve("policies", str(path))
-    return parse_policy(read_policy_text(path), str(path))
+    stamp = file_stamp(str(path))  # before reading: an edit while the model loads is still seen as one
+    return dataclasses.replace(parse_policy(read_policy_text(path), str(path)), stamp=stamp)
+
+
+def file_stamp(path: str) -> tuple[int, int, int] | None:
+    """What says the file changed: an atomic rename (a new inode) within one clock tick included."""
+    try:
+        stat = os.stat(path)
+        return stat.st_mtime_ns, stat.st_size, stat.st_ino
+    except OSError:
+        return None
 
 
 def read_policy_text(path: Path | str, keep_newlines: bool = False) -> str:

@@ -240,6 +240,9 @@ class Worker:
         except LogWriteFailed as exc:
             job.post(Failed(ApiError(503, f"the server cannot log any more: {exc}", type="server_error")))
             raise
+        except ApiError as exc:  # refused at its turn: a reload since admission removed the class it names
+            job.post(Failed(exc))
+            return
         except SpecmonError as exc:
             job.post(Failed(ApiError(400, str(exc), code="invalid_value")))
             return

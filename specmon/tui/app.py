@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
@@ -18,6 +20,7 @@ from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
 DRAIN_INTERVAL_S = 1 / 15  # redraw rate ceiling; each tick applies one whole batch
 MIN_SIZE = (70, 20)  # below this the panes cannot show their figures whole: say so instead
 MIN_SIZE_SERVING = (70, 24)  # a server's requests row needs the rows above it whole too
+RELOAD_NOTICE_S = 10.0  # a taken reload is news for a while; a refused edit stays until one is taken
 
 
 class SpecmonApp(App):
@@ -44,6 +47,9 @@ class SpecmonApp(App):
         self._text_version = -1
         self._drawn_end = False  # once the feed has ended and been drawn, idle ticks draw nothing
         self._cursor_class = ""  # the class the classes table's cursor was last moved to
+        self._reloads_seen = 0  # state.policies_loaded when the notice was last drawn
+        self._reload_until = 0.0  # monotonic time until which the last reload taken is shown
+        self._notice = ("", "")  # the notice's title and text as drawn, so an unchanged one is not laid out again
 
     def compose(self) -> ComposeResult:
         yield panes.TitleBar(self._title, id="title")
@@ -68,6 +74,7 @@ class SpecmonApp(App):
                              lambda: requests_subtitle(self.state.requests), id="requests", classes="stat")
             with VerticalScroll(id="text-box"):
                 yield Static(id="text")
+        yield Static(id="policy-notice")  # under the grid, full width: a refused edit's reason wraps whole
         yield Static(id="too-small")
         yield Footer(compact=True, show_command_palette=False)
 
@@ -132,6 +139,7 @@ class SpecmonApp(App):
             main.query_one("#text", Static).update(panes.render_text(state))
         self._update_classes(main.query_one("#classes", DataTable))
         self._update_decisions(main.query_one("#decisions", DataTable))
+        self._update_notice(main)
         self._show_status(main)
 
     def _run_pane(self, pane_id: str, what: str, render_to, subtitle_to=None) -> panes.Pane:
@@ -148,10 +156,34 @@ class SpecmonApp(App):
         if table.row_count > before and following:
             table.move_cursor(row=table.row_count - 1, animate=False)
         policy = self.state.policy
-        if policy is not None:
-            subtitle = f"policy {policy.sha256[:8]}" if policy.accepted else "edit refused: previous policy in force"
+        if policy is not None:  # the reason is in the notice under the grid: the pane is too narrow for it
+            subtitle = "edit refused" if self.state.refused else f"policy {policy.sha256[:8]}"
             if table.border_subtitle != subtitle:
                 table.border_subtitle = subtitle
+
+    def _update_notice(self, main) -> None:
+        """A refused edit's whole reason until a reload is taken; a taken reload for RELOAD_NOTICE_S."""
+        loaded, seen = self.state.policies_loaded, self._reloads_seen
+        self._reloads_seen = loaded
+        if loaded < seen:  # a replay folding again from the start: what was shown is not news
+            self._reload_until = 0.0
+        elif loaded > seen and self.state.reloaded is not None:
+            self._reload_until = time.monotonic() + RELOAD_NOTICE_S
+            self.set_timer(RELOAD_NOTICE_S + 0.1, self._notice_expired)  # just after: the notice is due to go
+        notice = rows.policy_notice(self.state, time.monotonic() < self._reload_until)
+        title, body = notice or ("", "")
+        if (title, str(body)) == self._notice:
+            return
+        self._notice = (title, str(body))
+        widget = main.query_one("#policy-notice", Static)
+        widget.set_class(self.state.refused is not None, "refused")
+        widget.set_class(notice is not None, "shown")
+        widget.border_title = title
+        widget.update(body)
+
+    def _notice_expired(self) -> None:
+        if not self.paused:  # a paused view stays as it was; resuming redraws the notice
+            self._update_notice(self.screen_stack[0])
 
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
         """Selecting a decision shows the rounds it was based on."""

@@ -103,6 +103,21 @@ def render_decision(d: Decision, cited: list) -> str:
             f"hysteresis {d.thresholds['hysteresis']}\ncited {len(d.round_ids)} rounds, {len(cited)} held: {spans}")
 
 
+def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | None:
+    """What the last policy edit came to, as (title, body), the body whole (the notice wraps it): a
+    refused edit's reason while it stands, else a reload just taken (`reload_fresh`); None otherwise."""
+    if state.refused is not None:
+        reason = " ".join(state.refused.error.splitlines()) or "no reason given"
+        return "policy edit refused", Text("the previous policy stays in force: ", style="bold").append(reason)
+    reload = state.reloaded
+    if not reload_fresh or reload is None:
+        return None
+    if not reload.classes:  # an older log says neither what changed nor when it took effect
+        return "policy reloaded", Text(f"policy {reload.sha256[:8]} in force")
+    changed = ", ".join(reload.changed) or "nothing the classes run by"
+    return "policy reloaded", Text(f"changed {changed}; in force from each class's next prompt")
+
+
 def status_line(state: ViewState, source: str, alerts: list[str], lead: str = "", tail: str = "",
                 width: int = 0) -> Text:
     """The title bar, most important first so a narrow terminal cuts the least: the replay's

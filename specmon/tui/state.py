@@ -7,8 +7,8 @@ import collections
 from dataclasses import dataclass, field
 
 from specmon.events.schema import (
-    AnyEvent, Decision, PolicyLoaded, PromptFinished, PromptStarted, QueueSample, ResourceSample, RoundVerified,
-    SessionFinished, SessionStarted,
+    AnyEvent, ClassInForce, Decision, PolicyLoaded, PromptFinished, PromptStarted, QueueSample, ResourceSample,
+    RoundVerified, SessionFinished, SessionStarted,
 )
 from specmon.metrics.interval import SpeedupEstimate
 from specmon.metrics.rates import acceptance_rate
@@ -50,6 +50,8 @@ class ViewState:
     decisions: list[Decision] = field(default_factory=list)
     policy: PolicyLoaded | None = None  # the last policy event: in force, or an edit refused
     policies_loaded: int = 0
+    refused: PolicyLoaded | None = None  # the edit refused since the last policy taken (None: none stands)
+    reloaded: PolicyLoaded | None = None  # the last reload taken (not the policy the run started with)
     # Rounds a decision may cite, by id: bounded, so a long session's memory stays flat.
     recent_rounds: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     events_seen: int = 0
@@ -120,10 +122,25 @@ class ViewState:
 
     def _policy(self, ev: PolicyLoaded) -> None:
         self.policy = ev
-        if ev.accepted:
-            self.policies_loaded += 1
-            if self.policies_loaded > 1:  # a reload may set a class on or off itself: prompts speak again
-                self.decided.clear()
+        if not ev.accepted:
+            self.refused = ev
+            return
+        self.refused = None  # a taken reload ends any refusal: its policy is the one in force now
+        self.policies_loaded += 1
+        if self.policies_loaded > 1:  # a reload may set a class on or off itself: prompts speak again
+            self.reloaded = ev
+            self.decided.clear()
+        if ev.classes:  # older logs have none: their prompts say the k, as before
+            self._in_force(ev.classes, set(ev.changed))
+
+    def _in_force(self, classes: list[ClassInForce], changed: set[str]) -> None:
+        """Each class's k and on/off as the policy in force runs its next prompt; they stand until a
+        decision changes them (a probe's prompt at k > 0 does not switch an off class on)."""
+        for c in classes:
+            self.decided.add(c.name)
+            self.draft_len_by_class[c.name] = c.draft_len if c.speculate else 0
+            if c.speculate or c.name in changed:  # an unchanged class that is still off keeps its decision
+                self.off_by.pop(c.name, None)
 
     def cited(self, decision: Decision) -> list[RoundVerified]:
         """The rounds a decision cites that are still held (all of them in any normal session)."""

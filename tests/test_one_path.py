@@ -1,0 +1,129 @@
+"""One decode path: the same prompts through `specmon run --policy P` (the CLI, a subprocess) and
+through `specmon serve --policy P` (real HTTP on loopback, greedy) make the same rounds, prompt by
+prompt (k, proposed, accepted, matched), and the same decisions; with two classes whose n-gram
+settings differ, interleaved, so a class's drafter settings cannot leak into the other's rounds.
+
+The policy is built so its decisions cannot depend on timing: speculation must win 10x to stay on,
+so each class is switched off after the same rounds whatever the host's speed."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specmon.engine.prompts import load_prompts
+from specmon.events.log import read_log
+from specmon.events.schema import Decision, PolicyLoaded, PromptStarted, RoundVerified
+from specmon.policy.schema import load_policy
+from specmon.sched.bench import shipped_prompts
+from specmon.server.runner import ServeOptions, Serving
+from specmon.transport.session import live_session
+
+REPO = Path(__file__).resolve().parent.parent
+MAX_NEW = 32
+
+POLICY = """\
+[policy]
+mode = "enforce"
+min_rounds = 4
+plain_rounds = 4
+evidence_window = 64
+min_gain = 9.0            # speculation must win 10x: every class goes off, after the same rounds on any host
+hysteresis = 0.05
+remeasure_every = 3
+probe_every = 2
+
+[[classes]]
+name = "given"            # a passage or code is given: min_match 3
+match = { content = ["passage", "code"] }
+speculate = "auto"
+ngram = { min_match = 3, min_seen = 1 }
+draft_len = 8
+
+[[classes]]
+name = "chat"             # the rest: min_match 2
+default = true
+speculate = "auto"
+ngram = { min_match = 2, min_seen = 1 }
+draft_len = { min = 2, max = 6, start = 6 }
+"""
+
+
+def _prompts(tmp_path: Path) -> Path:
+    """rewrite and chat prompts of the shipped set, interleaved, with no class: the policy classifies them."""
+    shipped = {p.id: p for p in load_prompts(shipped_prompts("bench"))}
+    order = [i for pair in zip(("rewrite-01", "rewrite-02", "rewrite-03", "code-edit-01"),
+                                ("chat-01", "chat-02", "qa-01", "chat-03")) for i in pair]
+    path = tmp_path / "interleaved.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "prompt": shipped[i].text}) + "\n" for i in order))
+    return path
+
+
+def _run(tmp_path: Path, policy: Path, prompts: Path) -> list:
+    log = tmp_path / "run.specmon"
+    done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--policy", str(policy),
+                           "--prompts", str(prompts), "--max-new-tokens", str(MAX_NEW), "--log", str(log)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return list(read_log(log))
+
+
+def _serve(tmp_path: Path, profile, pair, policy: Path, prompts: Path) -> list:
+    log = tmp_path / "serve.specmon"
+    loaded = load_policy(str(policy))
+    with live_session(pair, profile, pair.drafter, log, serve=False, policy=loaded, announce=False,
+                      keep_events=False) as session:
+        server = Serving(session, pair, profile, ServeOptions(port=0), loaded)
+        server.start()
+        try:
+            with httpx.Client(base_url=server.url, timeout=300) as http:
+                for prompt in load_prompts(prompts):  # one after another, as `run` decodes them
+                    reply = http.post("/v1/chat/completions", json={
+                        "model": "any", "messages": [{"role": "user", "content": prompt.text}],
+                        "temperature": 0, "max_tokens": MAX_NEW})
+                    assert reply.status_code == 200, reply.text
+        finally:
+            server.stop()
+    return list(read_log(log))
+
+
+def _by_prompt(events: list) -> list[tuple]:
+    """Per prompt in order: its class, its plan, and each round's (k, proposed, accepted, matched)."""
+    prompts: list[tuple] = []
+    for ev in events:
+        if isinstance(ev, PromptStarted):
+            prompts.append((ev.prompt_class, ev.class_rule.split("; ", 1)[1], []))
+        elif isinstance(ev, RoundVerified):
+            prompts[-1][2].append((ev.draft_len, len(ev.proposed), ev.accepted, ev.matched))
+    return prompts
+
+
+def _decisions(events: list) -> list[tuple]:
+    return [(d.prompt_class, d.rule_key, d.speculate_from, d.speculate_to, d.k_from, d.k_to, d.round_ids)
+            for d in events if isinstance(d, Decision)]
+
+
+@pytest.mark.slow
+def test_run_and_serve_decode_the_same_prompts_into_the_same_rounds_and_decisions(tmp_path, profile, pair):
+    policy, prompts = tmp_path / "p.toml", _prompts(tmp_path)
+    policy.write_text(POLICY)
+    ran = _run(tmp_path, policy, prompts)
+    served = _serve(tmp_path, profile, pair, policy, prompts)
+    assert [e.classes for e in ran if isinstance(e, PolicyLoaded)] == \
+        [e.classes for e in served if isinstance(e, PolicyLoaded)]
+    by_run, by_serve = _by_prompt(ran), _by_prompt(served)
+    assert [c for c, _, _ in by_run] == ["given", "chat"] * 4  # interleaved, as the policy classified them
+    for index, (a, b) in enumerate(zip(by_run, by_serve, strict=True)):
+        assert a == b, f"prompt {index}: run {a[:2]} vs serve {b[:2]}"
+    rounds = [r for _, _, rs in by_run for r in rs]
+    given = [r for (c, _, rs) in by_run if c == "given" for r in rs if r[1]]
+    chat = [r for (c, _, rs) in by_run if c == "chat" for r in rs if r[1]]
+    assert given and chat and all(m >= 3 for *_, m in given) and all(m >= 2 for *_, m in chat)
+    assert any(m == 2 for *_, m in chat)  # a 2-token match drafts in chat, never in `given` (min_match 3)
+    assert sum(a for _, _, a, _ in rounds) > 0
+    decided = _decisions(ran)
+    assert decided == _decisions(served)
+    assert {(c, to) for c, _, _, to, *_ in decided} >= {("given", False), ("chat", False)}

@@ -1,0 +1,219 @@
+"""The TUI after a policy edit: the classes pane shows the policy in force, a refused edit's whole
+reason is on an 80×24 screen until a reload is taken, and a taken reload says what it changed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from specmon.events.log import LogWriter, read_log
+from specmon.events.schema import ClassInForce, Decision, PolicyLoaded, PromptStarted, Sampling
+from specmon.replay.player import ReplayFeed
+from specmon.transport.channel import Subscription
+from specmon.tui import app as app_module
+from specmon.tui.factory import make_app
+from specmon.tui.feed import Feed
+from specmon.tui.state import ViewState
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+POLICY_EVENTS = list(read_log(FIXTURES / "session-policy.specmon"))  # chat and code-new switched off by d0, d1
+FIRST = next(e for e in POLICY_EVENTS if isinstance(e, PolicyLoaded))
+ERROR = ("policies/default.toml:17:9: [classes.rewrite] draft_len must be an integer from 1 to 16 "
+         "or a table {min, max, adapt}; got \"four\" (a string, no number)")  # 150 characters, as a refusal reads
+CHANGED_TEXT = "changed rewrite, code-edit; in force from each class's next prompt"
+
+
+def reload(classes: list[ClassInForce], changed: list[str], sha: str = "b") -> PolicyLoaded:
+    return PolicyLoaded(session_id="s", t=0.0, source=FIRST.source, sha256=sha * 64, text="", accepted=True,
+                        classes=classes, changed=changed)
+
+
+def refused(error: str = ERROR) -> PolicyLoaded:
+    return PolicyLoaded(session_id="s", t=0.0, source=FIRST.source, sha256="", text="", accepted=False, error=error)
+
+
+# rewrite switched off and code-edit at k=3 by the edit; chat still off by d0, the others as they were
+RELOAD = reload([ClassInForce("chat", False, 2), ClassInForce("code-new", False, 2), ClassInForce("code-edit", True, 3),
+                 ClassInForce("rewrite", False, 4), ClassInForce("non-english", True, 4)], ["rewrite", "code-edit"])
+
+
+def prompt(name: str, k: int) -> PromptStarted:
+    return PromptStarted(session_id="s", t=0.0, prompt_id=f"{name}-9", prompt_class=name, draft_len=k,
+                         drafter="ngram", sampling=Sampling(), prompt_tokens=5, max_new_tokens=8)
+
+
+def decision(name: str, on: bool, k_from: int, k_to: int, decision_id: int = 2) -> Decision:
+    first = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
+    return Decision(**{**{f: getattr(first, f) for f in first.__struct_fields__}, "decision_id": decision_id,
+                       "prompt_class": name, "speculate_from": not on, "speculate_to": on,
+                       "k_from": k_from, "k_to": k_to})
+
+
+def with_events(*extra) -> list:
+    """The policy fixture with `extra` before its SessionFinished."""
+    return POLICY_EVENTS[:-1] + list(extra) + POLICY_EVENTS[-1:]
+
+
+def prefilled(events):
+    """A live app with every event buffered before it starts: one batch, so every frame is the same."""
+    sub = Subscription(maxlen=len(events) + 1)
+    for event in events:
+        sub.offer(event)
+    feed = Feed(sub, "fixture")
+    feed.done.set()
+    return make_app(feed)
+
+
+def live_app():
+    sub = Subscription(maxlen=10_000)
+    return make_app(Feed(sub, "live")), sub
+
+
+async def offered(app, pilot, sub, events) -> None:
+    """Offer events to a live app and wait until it has applied and drawn them all."""
+    target = app.state.events_seen + len(events)
+    for event in events:
+        sub.offer(event)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and app.state.events_seen < target:
+        await pilot.pause(0.05)
+    await pilot.pause(0.3)
+
+
+def screen_lines(app) -> list[str]:
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def region_lines(app, widget_id: str) -> list[str]:
+    """The lines of the screen a widget covers, its border included."""
+    region = app.screen.query_one(f"#{widget_id}").region
+    return [line[region.x:region.right] for line in screen_lines(app)[region.y:region.bottom]]
+
+
+def notice_text(app) -> str:
+    """The notice box's lines as on screen, its border taken off, joined ("" while it is hidden)."""
+    if not app.screen.query_one("#policy-notice").display:
+        return ""
+    return " ".join(line.strip("│╭╮╰╯─ ") for line in region_lines(app, "policy-notice"))
+
+
+def squash(text: str) -> str:
+    return "".join(text.split())
+
+
+def class_cells(app, name: str) -> dict[str, str]:
+    table = app.screen.query_one("#classes")
+    return {str(key.value): str(cell).strip() for key, cell in zip(table.columns, table.get_row(name))}
+
+
+# -- the classes pane shows the policy in force ------------------------------------------------------
+
+async def test_a_reload_sets_each_classes_k_and_on_off_as_the_policy_in_force_runs_it():
+    app, sub = live_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await offered(app, pilot, sub, POLICY_EVENTS[:-1])
+        assert class_cells(app, "rewrite")["spec"] == "on" and class_cells(app, "code-edit")["k"] == "4"
+        await offered(app, pilot, sub, [RELOAD])
+        rewrite, code_edit, chat = (class_cells(app, n) for n in ("rewrite", "code-edit", "chat"))
+        assert (rewrite["k"], rewrite["spec"]) == ("4", "off")  # off; its figures stay those at the k it ran at
+        assert (code_edit["k"], code_edit["spec"]) == ("3", "on")
+        assert chat["spec"] == "off d0 ×0.55"  # the edit left chat alone: the decision that switched it off stands
+        app.screen.query_one("#classes").move_cursor(row=0)
+        await pilot.pause(0.2)
+        shown = {line.split()[0].strip("│"): line for line in region_lines(app, "classes")[1:-1]}
+        spec = {name: line.rstrip("│▁▂▃▄▅▆▇█ ").rsplit(" ", 1)[-1] for name, line in shown.items()}
+        assert spec["rewrite"] == "off" and spec["code-edit"] == "on" and shown["code-edit"].split()[1] == "3"
+
+
+async def test_decisions_and_prompts_after_a_reload_update_the_classes_as_before():
+    app, sub = live_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await offered(app, pilot, sub, POLICY_EVENTS[:-1] + [RELOAD, prompt("rewrite", 4)])
+        assert class_cells(app, "rewrite")["spec"] == "off"  # a probe's prompt at k=4 does not switch it on
+        await offered(app, pilot, sub, [decision("rewrite", True, 4, 2), decision("code-edit", False, 3, 3, 3)])
+        rewrite, code_edit = class_cells(app, "rewrite"), class_cells(app, "code-edit")
+        assert (rewrite["k"], rewrite["spec"]) == ("2", "on")
+        assert code_edit["spec"].startswith("off d3")
+
+
+def test_an_older_log_without_classes_folds_as_before():
+    """classes == []: a reload lets the prompts say the k again, and leaves the decisions' offs alone."""
+    state = ViewState()
+    state.apply(with_events(reload([], []), prompt("code-new", 2))[:-1])
+    assert state.draft_len_by_class["code-new"] == 2 and "code-new" not in state.off_by
+    assert state.draft_len_by_class["chat"] == 0 and state.off_by["chat"].decision_id == 0
+    assert state.draft_len_by_class["rewrite"] == 4
+
+
+def test_the_policy_a_run_starts_with_sets_the_classes_and_a_refusal_changes_none():
+    state = ViewState()
+    state.apply([reload([ClassInForce("chat", False, 2), ClassInForce("rewrite", True, 5)], []), prompt("rewrite", 3)])
+    assert state.draft_len_by_class == {"chat": 0, "rewrite": 5} and state.reloaded is None
+    state.apply([refused()])
+    assert state.draft_len_by_class == {"chat": 0, "rewrite": 5} and state.refused is not None
+
+
+# -- a refused edit, then a reload taken ------------------------------------------------------------
+
+async def test_a_refused_edits_whole_reason_is_on_an_80x24_screen_until_a_reload_is_taken(monkeypatch):
+    monkeypatch.setattr(app_module, "RELOAD_NOTICE_S", 2.0)
+    assert len(ERROR) == 150
+    app, sub = live_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await offered(app, pilot, sub, POLICY_EVENTS[:-1] + [refused()])
+        shown = notice_text(app)
+        assert squash(ERROR) in squash(shown)  # the whole reason, across its wrapped lines
+        assert squash("the previous policy stays in force") in squash(shown)
+        screen = "\n".join(screen_lines(app))
+        assert "policy edit refused" in screen
+        assert app.screen.query_one("#decisions").border_subtitle == "edit refused"
+        assert class_cells(app, "rewrite")["spec"] == "on"  # the previous policy stays in force
+
+        await offered(app, pilot, sub, [RELOAD])
+        screen = "\n".join(screen_lines(app))
+        assert "refused" not in screen and "stays in force" not in screen
+        assert "policy reloaded" in screen and squash(CHANGED_TEXT) in squash(notice_text(app))
+        assert app.screen.query_one("#decisions").border_subtitle == "policy bbbbbbbb"
+        await pilot.pause(2.3)  # a taken reload is news only for a while
+        assert notice_text(app) == "" and "policy reloaded" not in "\n".join(screen_lines(app))
+
+
+async def test_a_second_refusal_shows_its_own_reason_and_no_notice_without_an_edit():
+    app, sub = live_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await offered(app, pilot, sub, POLICY_EVENTS[:-1])
+        assert notice_text(app) == ""  # the policy the run started with is no news
+        await offered(app, pilot, sub, [refused(), refused("policies/default.toml:3:1: expected '=' after a key")])
+        shown = notice_text(app)
+        assert "policies/default.toml:3:1: expected '=' after a key" in shown and squash(ERROR) not in squash(shown)
+
+
+async def test_a_replay_jump_back_before_the_refusal_takes_its_notice_away(tmp_path):
+    log = tmp_path / "refused.specmon"
+    with LogWriter(log) as writer:
+        for event in with_events(refused()):
+            writer.write(event)
+    feed = ReplayFeed(log, speed=0.0)
+    app = make_app(feed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not feed.done.is_set():
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        assert squash(ERROR) in squash(notice_text(app))
+        await pilot.press("g", "r", "1", "0", "enter")
+        await pilot.pause(0.3)
+        assert app.state.rounds_seen == 11 and notice_text(app) == ""
+        assert "refused" not in "\n".join(screen_lines(app))
+
+
+def test_snapshot_policy_edit_refused_80x24(snap_compare):
+    events = with_events(RELOAD, refused())
+
+    async def run_before(pilot):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and pilot.app.state.events_seen < len(events):
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        await pilot.wait_for_scheduled_animations()
+    assert snap_compare(prefilled(events), terminal_size=(80, 24), run_before=run_before)
