@@ -2,7 +2,7 @@
 """Event channel throughput, and what it costs the decode loop.
 
 1. Events encoded, framed and written to a session log per second (through Channel + LogSink).
-2. The embedded model's plain decoding through the round loop, publishing to a channel with three
+2. The embedded model's plain decoding through the session driver, publishing to a channel with three
    subscribers (the log sink, a viewer buffer, and a client attached over the Unix socket) against
    the same loop with events dropped. Repetitions alternate so drift cancels.
 
@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import sys
 import tempfile
@@ -50,17 +49,17 @@ def decode_times(tokens: int, reps: int, tmp: Path) -> list[tuple[float, float]]
     from specmon.backends.loader import load_pair
     from specmon.engine.drafters import NoDrafter
     from specmon.engine.draft_len import FixedDraftLen
-    from specmon.engine.rounds import RoundContext, decode_prompt
+    from specmon.engine.driver import SessionDriver
+    from specmon.engine.prompts import Prompt
     from specmon.backends.profiles import DrafterSpec, load_profile
 
     pair = load_pair(load_profile("smollm2-cpu"), DrafterSpec(kind="none"))
     pair.target.eos_id = -1  # always decode exactly `tokens`
-    prompt = pair.tokenizer.encode_chat("Write a short story about a lighthouse keeper.")
+    prompt = Prompt("p", "Write a short story about a lighthouse keeper.", "c")
 
     def one(emit) -> float:
-        ctx = RoundContext("bench", "p", "c", itertools.count())
-        run = decode_prompt(pair.target, NoDrafter(), prompt, FixedDraftLen(0), Sampling(), tokens, ctx, emit)
-        return run.decode_ms
+        driver = SessionDriver("bench", pair.target, pair.tokenizer, emit, 0.0)  # a driver per emit path, no log
+        return driver.decode(prompt, NoDrafter(), FixedDraftLen(0), Sampling(), tokens).run.decode_ms
 
     one(lambda e: None)  # warm-up
     pairs = []
@@ -88,7 +87,8 @@ def decode_times(tokens: int, reps: int, tmp: Path) -> list[tuple[float, float]]
         channel.close()
         client.join()
         server.close()
-        assert len(received) == tokens + 1 and len(viewer.drain()) == tokens + 1
+        sent = tokens + 2  # PromptStarted, a round per token, SessionFinished
+        assert len(received) == sent and len(viewer.drain()) == sent
         pairs.append((times["bare"], times["channel"]))
         print(f"rep {rep}: no channel {times['bare']:.0f} ms, channel + 3 subscribers {times['channel']:.0f} ms, "
               f"of which inside publish() {times['publish']:.2f} ms ({100 * times['publish'] / times['channel']:.3f}%)",

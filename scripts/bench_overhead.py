@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""The engine's own cost: plain decoding through the round loop vs a bare loop, same backend.
+"""The engine's own cost: plain decoding through the session driver's round loop vs a bare loop,
+same backend.
 
 The round loop adds the drafter call, accept, bookkeeping, margins and one event per round
 (here appended to a list and written to a session log, as in a real run). Repetitions alternate
@@ -11,7 +12,6 @@ so drift cancels; prints the median ratio.
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import sys
 import tempfile
@@ -21,9 +21,10 @@ from pathlib import Path
 from specmon.backends.loader import load_pair
 from specmon.engine.drafters import NoDrafter
 from specmon.engine.draft_len import FixedDraftLen
-from specmon.engine.rounds import RoundContext, decode_prompt
+from specmon.engine.driver import SessionDriver
+from specmon.engine.prompts import Prompt
 from specmon.events.log import LogWriter
-from specmon.events.schema import Sampling
+from specmon.events.schema import RoundVerified, Sampling
 from specmon.backends.profiles import DrafterSpec, load_profile
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -42,18 +43,19 @@ def bare_loop(target, tokens: list[int], n_new: int) -> float:
     return (time.perf_counter() - start) * 1e3, prefill
 
 
-def round_loop(target, tokens: list[int], n_new: int, log: LogWriter):
+def round_loop(target, tokenizer, n_new: int, log: LogWriter):
     events = []
 
     def emit(event):
         events.append(event)
         log.write(event)
 
-    ctx = RoundContext("bench", "p", "c", itertools.count())
+    driver = SessionDriver("bench", target, tokenizer, emit, 0.0)
+    prompt = Prompt("p", PROMPT, "c", token_ids=tuple(tokenizer.encode_chat(PROMPT)))  # encoded outside the clock
     start = time.perf_counter()
-    run = decode_prompt(target, NoDrafter(), tokens, FixedDraftLen(0), Sampling(), n_new, ctx, emit)
+    run = driver.decode(prompt, NoDrafter(), FixedDraftLen(0), Sampling(), n_new).run
     total = (time.perf_counter() - start) * 1e3
-    return total - run.prefill_ms, events
+    return total - run.prefill_ms, [e for e in events if isinstance(e, RoundVerified)]
 
 
 def main() -> int:
@@ -75,7 +77,7 @@ def main() -> int:
                 if which == "bare":
                     times["bare"], _ = bare_loop(pair.target, tokens, args.tokens)
                 else:
-                    times["loop"], events = round_loop(pair.target, tokens, args.tokens, log)
+                    times["loop"], events = round_loop(pair.target, pair.tokenizer, args.tokens, log)
                     own = sum(e.draft_ms + e.overhead_ms for e in events)
                     own_share.append(own / sum(e.draft_ms + e.verify_ms + e.overhead_ms for e in events))
             ratios.append(times["loop"] / times["bare"])

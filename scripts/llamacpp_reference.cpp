@@ -1,5 +1,5 @@
 // llama.cpp's plain greedy decode with no Python in the loop: the reference for
-// scripts/bench_engines.py --reference. One context, the prompt as specmon feeds it, then one token per
+// `specmon bench engines --reference BIN`. One context, the prompt as specmon feeds it, then one token per
 // llama_decode, argmax over the logits (as specmon's greedy rounds). Prints two lines:
 //   decoded N tokens: loop MS ms, llama_decode MS ms
 //   tokens: ID ID ...
@@ -7,8 +7,15 @@
 // alone; then every generated token id (the first included), to compare with specmon's output.
 //
 // usage: llamacpp_reference MODEL.gguf N_NEW THREADS EXTRA_BUFTS(0|1) PROMPT
-// Build it against the library llama-cpp-python installed (headers from the same version's sdist):
-//   see the docstring of scripts/bench_engines.py.
+// Build it against the library llama-cpp-python installed, with the headers of the same version's source:
+//   pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /tmp/lcpp
+//   tar xzf /tmp/lcpp/llama_cpp_python-0.3.36.tar.gz -C /tmp/lcpp
+//   SRC=/tmp/lcpp/llama_cpp_python-0.3.36/vendor/llama.cpp LIB=.venv/lib/python3.11/site-packages/llama_cpp/lib
+//   g++ -O2 -std=c++17 scripts/llamacpp_reference.cpp -I$SRC/include -I$SRC/ggml/include \
+//       -L$LIB -lllama -lggml -lggml-base -Wl,-rpath,$LIB -o /tmp/llamacpp_reference
+// Extra buffer types (weight repacking) follow specmon's choice: off where the build has AMX kernels
+// and the CPU runs them. The "C loop" row's identical count compares its greedy text with specmon's
+// plain text through llama.cpp.
 #include "llama.h"
 
 #include <chrono>

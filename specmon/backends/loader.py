@@ -22,6 +22,13 @@ from specmon.backends.tokenizer import ChatTokenizer, load_hf_tokenizer, load_to
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def set_threads(threads: int) -> int:
+    """CPU threads torch decodes with (0: torch's default); how many that is."""
+    if threads:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
 def load_pair(profile: Profile, drafter_spec: DrafterSpec | None = None) -> Pair:
     """Load the profile's target and drafter; `drafter_spec` overrides the profile's drafter.
 

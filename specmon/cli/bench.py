@@ -12,13 +12,11 @@ from specmon.backends.profiles import load_profile
 from specmon.cli.console import err, out, progress
 from specmon.cli.run import check_model_drafter, check_writable, write_json
 from specmon.cli.sweep import parse_ks
-from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import (BenchClass, bench_results, host_stalls, overall_figures, prompt_half, run_bench,
-                                 shipped_prompts)
+from specmon.sched.bench import BenchClass, bench_prompts, bench_results, host_stalls, overall_figures, run_bench
 from specmon.transport.session import live_session
 
 
@@ -26,14 +24,14 @@ def cmd_bench(args) -> int:
     from specmon.policy.engine import PolicyEngine
     from specmon.sched.policy import PolicyScheduler
 
+    if args.confident:
+        from specmon.cli.bench_ngram import cmd_bench_ngram  # the policy off: n-gram confidence settings alone
+
+        return cmd_bench_ngram(args)
     profile = load_profile(args.profile)
     policy = load_policy(args.policy)
     ks = parse_ks(args.ks)
-    prompts = prompt_set(_prompts_path(args.prompts), args.classes)
-    if args.half:
-        prompts = [p for p in prompts if prompt_half(p.id) == args.half]
-        if not prompts:
-            raise SpecmonError(f"--half {args.half}: no prompt of the set is in that half")
+    prompts = bench_prompts(args)
     spec = msgspec.structs.replace(profile.drafter, kind=args.drafter or profile.drafter.kind,
                                    layers=profile.drafter.layers if args.layers is None else args.layers)
     if spec.kind == "none":
@@ -76,13 +74,6 @@ def cmd_bench(args) -> int:
                                "policy_ms": scheduler.policy_ms, "policy_work_share": work,
                                "host_stalls": stalls.stalled, "rounds": stalls.rounds})
     return 0
-
-
-def _prompts_path(given: Path | None) -> Path | None:
-    """--prompts FILE, or a shipped set's name (`bench`) when no such file exists here."""
-    if given is None or given.exists() or len(given.parts) > 1:
-        return given
-    return shipped_prompts(str(given)) or given
 
 
 def policy_work(policy_ms: float, results: dict[str, BenchClass]) -> float | None:

@@ -12,6 +12,7 @@ from specmon.backends.profiles import DEFAULT_PROFILE, MAX_INT, MAX_SEED
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
 from specmon.cli.signals import Terminated, ending_signals
+from specmon.cli.tools import add_bench_tools, add_policy_tune
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
 
@@ -26,6 +27,8 @@ EPILOG = """examples:
   specmon attach                                 watch a running session (TUI), e.g. over SSH
   specmon sweep --ks 0-8 --suggest-policy p.toml measure every k against plain, write the best per class
   specmon bench policy --prompts my.jsonl --json b.json   the policy against every fixed k, per class
+  specmon bench verify                           what a verify pass over T positions costs, in plain steps
+  specmon policy tune BENCH.specmon --costs 1.2,1.3,1.5   replay a bench log under the policy, no timing noise
   specmon replay logs/SESSION.specmon            the same TUI, from a log; --policy OTHER.toml for what-if
   specmon report logs/SESSION.specmon            tables and PNG plots as a Markdown page
   specmon policy explain logs/SESSION.specmon    recompute every decision from the rounds it cites
@@ -144,6 +147,12 @@ def _add_logs(sub) -> None:
         dest="log_command", required=True, metavar="ACTION")
     info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
     info.add_argument("log", type=Path)
+    dump = log.add_parser("dump", help="every event as one JSON object a line (type, then its fields by name)",
+                          description="Write every event of LOG to stdout as one JSON object a line: its type "
+                          "and its fields by name, e.g. `specmon log dump LOG | jq 'select(.type == \"RoundVerified\") "
+                          "| .accepted'` or pandas.read_json(path, lines=True). A damaged log is written up to "
+                          "the damage, which is named on stderr (exit 1).")
+    dump.add_argument("log", type=Path)
 
 
 def _add_run(sub) -> None:
@@ -211,10 +220,11 @@ def _add_policy(sub) -> None:
     edit.add_argument("file", type=Path)
     edit.add_argument("key")
     edit.add_argument("value")
+    add_policy_tune(policy)
 
 
 def _add_bench(sub) -> None:
-    bench = sub.add_parser("bench", help="measure the policy against every fixed draft length").add_subparsers(
+    bench = sub.add_parser("bench", help="measure: policy vs fixed k, verify cost, engines, serving").add_subparsers(
         dest="bench_command", required=True, metavar="WHAT")
     policy = bench.add_parser(
         "policy", help="auto policy vs every fixed k per class, interleaved prompt by prompt",
@@ -237,13 +247,14 @@ def _add_bench(sub) -> None:
                         "(`--prompts holdout`: a second one, all of it held out)")
     policy.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
     policy.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
+    add_bench_tools(bench)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with ending_signals():
-            return COMMANDS[args.command](args)
+            return getattr(args, "handler", COMMANDS[args.command])(args)  # a tool's own, else the command's
     except SpecmonError as exc:
         print(f"specmon: {exc}", file=sys.stderr)  # one line, never wrapped, no traceback
         return 2

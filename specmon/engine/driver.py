@@ -70,7 +70,7 @@ class SessionDriver:
         self.session_id = session_id
         self.target = target
         self.tokenizer = tokenizer
-        self.emit = emit
+        self.emit: Emit = emit
         self.near_tie_margin = near_tie_margin
         self.round_ids = itertools.count()  # unique across the session: decisions cite them
         self._tokens: dict[str, list[int]] = {}

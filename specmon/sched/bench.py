@@ -23,7 +23,8 @@ from typing import Callable, Generator, Iterable, Sequence
 from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import Drafter, NoDrafter
 from specmon.engine.driver import UNCHECKED, SessionDriver
-from specmon.engine.prompts import Prompt
+from specmon.engine.prompts import Prompt, prompt_set
+from specmon.errors import SpecmonError
 from specmon.engine.rounds import drain
 from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling, bench_fixed_k
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
@@ -48,6 +49,23 @@ def shipped_prompts(name: str) -> Path | None:
     """A prompt set shipped with specmon (`bench`: specmon/data/prompts/bench.jsonl), or None."""
     packaged = resources.files("specmon.data") / "prompts" / f"{name.removesuffix('.jsonl')}.jsonl"
     return Path(str(packaged)) if packaged.is_file() else None
+
+
+def bench_prompts(args) -> list:
+    """--prompts (a file or a shipped set's name), --classes and --half."""
+    prompts = prompt_set(prompts_path(args.prompts), args.classes)
+    if args.half:
+        prompts = [p for p in prompts if prompt_half(p.id) == args.half]
+        if not prompts:
+            raise SpecmonError(f"--half {args.half}: no prompt of the set is in that half")
+    return prompts
+
+
+def prompts_path(given: Path | None) -> Path | None:
+    """--prompts FILE, or a shipped set's name (`bench`) when no such file exists here."""
+    if given is None or given.exists() or len(given.parts) > 1:
+        return given
+    return shipped_prompts(str(given)) or given
 
 
 def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[int], repeat: int,

@@ -1,0 +1,176 @@
+"""`specmon bench serve`: what serving costs. Tokens/s streamed through the OpenAI-compatible server
+(the official openai client in a child process, on loopback) against the session driver decoding
+the same prompts itself, interleaved prompt by prompt (alternating which goes first, so drift
+falls on both); then several concurrent clients.
+
+Both paths decode at one fixed k in one live session and one log. Time to first token and
+per-token latency are measured at the client; a chunk's tokens are counted from the log's rounds
+(each chunk names its round)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+from rich.markup import escape
+from rich.table import Table
+
+from specmon.backends.profiles import load_profile
+from specmon.sched.bench import prompts_path
+from specmon.cli.console import err, out, progress
+from specmon.cli.run import check_writable, write_json
+from specmon.cli.serve_clients import Streamed
+from specmon.engine.draft_len import FixedDraftLen, check_draft_len
+from specmon.engine.driver import UNCHECKED
+from specmon.engine.prompts import prompt_set
+from specmon.errors import SpecmonError
+from specmon.events.log import read_log
+from specmon.events.schema import PromptFinished, RoundVerified, Sampling
+from specmon.metrics import rates
+
+WARM_UP = ["Hello!"]  # the first request's imports and allocations, not timed
+
+
+class Clients:
+    """The child process that streams requests; one batch at a time."""
+
+    def __init__(self, url: str):
+        self.proc = subprocess.Popen([sys.executable, "-m", "specmon.cli.serve_clients", url], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def ask(self, texts: list[str], clients: int, max_tokens: int) -> tuple[float, list[Streamed]]:
+        self.proc.stdin.write(json.dumps({"texts": texts, "clients": clients, "max_tokens": max_tokens}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SpecmonError(f"the benchmark's client process ended (exit {self.proc.wait()}); its error is above")
+        answer = json.loads(line)
+        if answer["errors"]:
+            raise SpecmonError(f"a streamed request failed: {answer['errors'][0]}")
+        return answer["wall"], [Streamed(**r) for r in answer["results"]]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def cmd_bench_serve(args) -> int:
+    if importlib.util.find_spec("openai") is None:
+        raise SpecmonError("bench serve streams through the official openai client, which is not installed: "
+                           "pip install openai")
+    if args.json:
+        check_writable(args.json, "--json")
+    profile = load_profile(args.profile)
+    k = check_draft_len(profile.drafter.draft_len if args.draft_len is None else args.draft_len, "-k")
+    prompts = prompt_set(prompts_path(args.prompts), None)
+    prompts = prompts[:: max(1, len(prompts) // args.count)][: args.count]
+    with ExitStack() as stack:
+        log = args.log or Path(stack.enter_context(tempfile.TemporaryDirectory())) / "bench-serve.specmon"
+        runs = _measure(profile, k, prompts, args, log)
+        events = list(read_log(log))
+    result = figures(runs, events)
+    out.print(serve_table(result, f"serving vs direct: {profile.name}, k={k}, greedy, {args.max_tokens} tokens max"))
+    out.print(f"medians: prefill {result['prefill_ms']:.1f} ms, first round {result['first_round_ms']:.1f} ms "
+              f"(TTFT aim at 1 client: <= {result['prefill_ms'] + result['first_round_ms'] + 5:.1f} ms)", highlight=False)
+    if args.json:
+        write_json(args.json, {**result, "profile": profile.name, "draft_len": k, "max_tokens": args.max_tokens})
+    return 0
+
+
+def _measure(profile, k: int, prompts, args, log: Path) -> dict:
+    """One session: the server and the driver take turns per prompt, then `clients` at once."""
+    from specmon.backends.loader import load_pair  # torch: only once every input is checked
+    from specmon.server.runner import ServeOptions, Serving
+    from specmon.transport.session import live_session
+
+    with err.status(escape(f"loading {profile.target.describe()}")):
+        pair = load_pair(profile)
+    with live_session(pair, profile, pair.drafter, log, serve=False, announce=False, keep_events=False) as session:
+        server = Serving(session, pair, profile, ServeOptions(port=0, max_queue=64, draft_len=k))
+        server.start()
+        clients = Clients(server.url)
+        try:
+            clients.ask(WARM_UP, 1, 8)
+            one, direct_runs = [], []
+            with progress("served and direct, in turn", len(prompts) * args.repeat) as done:
+                for rep in range(args.repeat):
+                    for i, prompt in enumerate(prompts):
+                        steps = [lambda: one.extend(clients.ask([prompt.text], 1, args.max_tokens)[1]),
+                                 lambda: direct_runs.append(direct(session.driver, pair.drafter, k, prompt,
+                                                                   args.max_tokens))]
+                        for step in steps if (i + rep) % 2 == 0 else reversed(steps):
+                            step()
+                        done(rep * len(prompts) + i + 1)
+            many_wall, many = clients.ask([p.text for p in prompts], args.clients, args.max_tokens)
+        finally:
+            clients.close()
+            server.stop()
+    return {"one": one, "direct": direct_runs, "many": many, "many_wall": many_wall, "clients": args.clients}
+
+
+def direct(driver, drafter, k: int, prompt, max_tokens: int) -> tuple[float, int]:
+    """(seconds, tokens) of the session driver decoding the prompt itself, as `specmon run` does."""
+    start = time.perf_counter()
+    done = driver.decode(prompt, drafter, FixedDraftLen(k), Sampling(), max_tokens, class_rule="bench: direct")
+    driver.finish(done, UNCHECKED)
+    return time.perf_counter() - start, len(done.run.generated)
+
+
+def latencies(results: list[Streamed], emitted: dict[int, int]) -> tuple[list[float], list[float]]:
+    """Time to first token per request; per-token latency (gap / tokens the gap brought) per token."""
+    ttft, per_token = [], []
+    for r in results:
+        if not r.chunks:
+            continue
+        ttft.append(r.chunks[0][0] - r.sent)
+        for (t0, id0), (t1, id1) in zip(r.chunks, r.chunks[1:]):
+            tokens = sum(emitted.get(i, 0) for i in range(id0 + 1, id1 + 1))
+            per_token += [(t1 - t0) / tokens] * tokens if tokens else []
+    return ttft, per_token
+
+
+def _ms(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) * 1e3 if values else None
+
+
+def _row(path: str, clients: int, results: list[Streamed], tok_s: float, direct_tok_s: float, emitted) -> dict:
+    ttft, per_token = latencies(results, emitted) if results else ([], [])
+    return {"path": path, "clients": clients, "requests": len(results), "tok_s": tok_s,
+            "vs_direct": rates.ratio(tok_s, direct_tok_s), "ttft_p50_ms": _ms(ttft, 50), "ttft_p99_ms": _ms(ttft, 99),
+            "per_token_p50_ms": _ms(per_token, 50), "per_token_p99_ms": _ms(per_token, 99)}
+
+
+def figures(runs: dict, events: list) -> dict:
+    """The table's rows (direct, served at 1 client, served at `clients`) and the log's medians."""
+    emitted = {e.round_id: len(e.emitted) for e in events if isinstance(e, RoundVerified)}
+    direct_tok_s = sum(t for _, t in runs["direct"]) / sum(s for s, _ in runs["direct"])
+    one_tok_s = sum(r.tokens for r in runs["one"]) / sum(r.done - r.sent for r in runs["one"])
+    many_tok_s = sum(r.tokens for r in runs["many"]) / runs["many_wall"]
+    rows = [{**_row("direct (driver)", 1, [], direct_tok_s, direct_tok_s, emitted), "requests": len(runs["direct"])},
+            _row("served, streamed", 1, runs["one"], one_tok_s, direct_tok_s, emitted),
+            _row("served, streamed", runs["clients"], runs["many"], many_tok_s, direct_tok_s, emitted)]
+    prefill = statistics.median(e.prefill_ms for e in events if isinstance(e, PromptFinished))
+    first = statistics.median(rates.round_ms(e) for e in events if isinstance(e, RoundVerified) and e.round_index == 0)
+    return {"rows": rows, "prefill_ms": prefill, "first_round_ms": first}
+
+
+def serve_table(result: dict, title: str) -> Table:
+    table = Table(title=escape(title), title_justify="left")
+    table.caption = "tok/s at the client; TTFT and per-token latency at the client (queue wait included)"
+    cols = ["path", "clients", "requests", "tok/s", "vs direct", "TTFT p50 ms", "TTFT p99 ms", "per-token p50 ms",
+            "per-token p99 ms"]
+    for col in cols:
+        table.add_column(col, justify="left" if col == "path" else "right")
+    for r in result["rows"]:
+        cells = [r["ttft_p50_ms"], r["ttft_p99_ms"], r["per_token_p50_ms"], r["per_token_p99_ms"]]
+        table.add_row(r["path"], str(r["clients"]), str(r["requests"]), f"{r['tok_s']:.1f}", f"{r['vs_direct']:.3f}x",
+                      *("-" if v is None else f"{v:.1f}" for v in cells))
+    return table

@@ -1,0 +1,101 @@
+"""`specmon bench verify`: the cost of one target pass over T = 1..N positions (a round at k = T-1
+verifies T), relative to one position: the v(k) of DESIGN.md's predicted speedup.
+
+On a CPU, MKL's fp32 gemm reads the weights once per 3 rows, so without packing a 4-position verify
+costs about twice a plain step; weights packed for `packed_rows` rows are read once for all rows.
+A torch profile is timed both ways, interleaved rep by rep on one machine state."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import msgspec
+from rich.markup import escape
+from rich.table import Table
+
+from specmon.backends.profiles import DrafterSpec, load_profile
+from specmon.cli.console import err, out, progress
+from specmon.cli.run import check_writable, write_json
+from specmon.errors import SpecmonError
+from specmon.metrics.format import fmt
+from specmon.metrics.rates import ratio
+
+DRAFT_TOKEN = 5  # what the timed passes verify: any id, the cost does not depend on it
+
+
+def cmd_bench_verify(args) -> int:
+    if args.json:
+        check_writable(args.json, "--json")
+    profile = load_profile(args.profile)
+    targets = _load_targets(profile, args.packed_rows)
+    with progress("timing verify passes", args.reps) as done:
+        ms = time_passes(targets, args.context, args.reps, args.max_positions, done)
+    costs = {name: {t: ratio(ms[name][t], ms[name][1]) for t in ms[name]} for name in ms}
+    out.print(verify_table(ms, costs, f"verify pass cost: {profile.target.describe()} ({profile.backend}), "
+                                      f"{args.context} tokens of context, median of {args.reps}"))
+    if args.json:
+        write_json(args.json, {"profile": profile.name, "context": args.context, "reps": args.reps,
+                               "layouts": {name: {"ms": {str(t): v for t, v in ms[name].items()},
+                                                  "cost": {str(t): v for t, v in costs[name].items()}}
+                                           for name in ms}, "pad_from": _pad_from(targets)})
+    return 0
+
+
+def _load_targets(profile, packed_rows: int) -> dict:
+    """The profile's target as it loads; for torch, one with plain kernels and one with packed weights."""
+    from specmon.backends.loader import load_pair  # torch: only once every input is checked
+
+    layouts = (("plain", 0), ("packed", packed_rows)) if profile.backend == "torch" else ((profile.backend, 0),)
+    with err.status(escape(f"loading {profile.target.describe()}")):
+        targets = {name: load_pair(msgspec.structs.replace(profile, packed_rows=rows), DrafterSpec(kind="none")).target
+                   for name, rows in layouts}
+    packed = targets["packed"].model if "packed" in targets else None
+    if packed is not None and not packed.packed_rows:
+        err.print("this torch or profile cannot pack weights (MKL, fp32 on the CPU): packed = plain")
+    elif packed is not None:
+        err.print(f"packed: passes of {packed.pad_from}..{packed_rows} positions run as {packed_rows} rows "
+                  "(pad_from measured at load)")
+    return targets
+
+
+def _pad_from(targets: dict) -> int | None:
+    packed = targets.get("packed")
+    return packed.model.pad_from if packed is not None and packed.model.packed_rows else None
+
+
+def time_passes(targets: dict, context_len: int, reps: int, max_positions: int, done=None) -> dict:
+    """Median ms of a pass over T = 1..max_positions positions at the end of `context_len` tokens,
+    per target; interleaved, so drift in the machine's speed falls on every layout alike."""
+    times: dict[tuple[str, int], list[float]] = {}
+    contexts = {}
+    for name, target in targets.items():
+        if context_len + max_positions > target.max_len:
+            raise SpecmonError(f"--context {context_len} + --max-positions {max_positions} exceed the cache's "
+                               f"{target.max_len} positions (max_seq_len in the profile)")
+        contexts[name] = [(100 + i) % target.vocab_size for i in range(context_len)]
+        target.prefill(contexts[name][:-1])
+    for rep in range(reps):
+        for positions in range(1, max_positions + 1):
+            for name, target in targets.items():
+                context = contexts[name]
+                start = time.perf_counter()
+                target.forward(context[-1:] + [DRAFT_TOKEN] * (positions - 1), len(context) - 1)
+                times.setdefault((name, positions), []).append(time.perf_counter() - start)
+        if done:
+            done(rep + 1)
+    return {name: {t: statistics.median(times[name, t]) * 1e3 for t in range(1, max_positions + 1)}
+            for name in targets}
+
+
+def verify_table(ms: dict, costs: dict, title: str) -> Table:
+    table = Table(title=escape(title), title_justify="left")
+    table.caption = "v(k) = ms of a pass over T positions / ms of a one-position plain step"
+    table.add_column("T (k = T-1)")
+    for name in ms:
+        table.add_column(f"{name} ms", justify="right")
+        table.add_column(f"{name} v(k)", justify="right")
+    for t in next(iter(ms.values())):
+        table.add_row(f"{t} (k={t - 1})", *(cell for name in ms
+                                          for cell in (f"{ms[name][t]:.1f}", fmt(costs[name][t]))))
+    return table

@@ -1,0 +1,85 @@
+"""The client side of `specmon bench serve`, run as a child process (as real clients are: their
+parsing must not hold the server's GIL): `python -m specmon.cli.serve_clients URL`.
+
+Each stdin line is a batch {"texts": [...], "clients": n, "max_tokens": m}; each answer is one line:
+the batch's wall time and, per request, its client-side times and the round id of each text chunk."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Streamed:
+    request_id: str
+    sent: float
+    chunks: list[tuple[float, int]] = field(default_factory=list)  # (arrival, round id) of each text chunk
+    done: float = 0.0
+    tokens: int = 0
+
+
+def stream(api, text: str, max_tokens: int) -> Streamed:
+    result = Streamed("", time.perf_counter())
+    for chunk in api.chat.completions.create(model="m", messages=[{"role": "user", "content": text}], stream=True,
+                                             max_tokens=max_tokens, temperature=0,
+                                             stream_options={"include_usage": True}):
+        now = time.perf_counter()
+        result.request_id = chunk.id
+        if chunk.usage is not None:
+            result.tokens = chunk.usage.completion_tokens
+        elif chunk.choices and chunk.choices[0].delta.content and getattr(chunk, "specmon", None):
+            round_id = _round_of(chunk.specmon)
+            if round_id is not None:
+                result.chunks.append((now, round_id))
+    result.done = time.perf_counter()
+    return result
+
+
+def _round_of(info: dict) -> int | None:
+    """A text chunk names its round; the last one may carry the request's whole SpecmonInfo instead."""
+    if "round_id" in info:
+        return info["round_id"]
+    return info["round_ids"][-1] if info.get("round_ids") else None
+
+
+def batch(api, texts: list[str], clients: int, max_tokens: int) -> dict:
+    """`texts` shared round-robin among `clients` threads, each streaming its share in turn."""
+    results: list[Streamed] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def run(share: list[str]) -> None:
+        mine, failed = [], []
+        try:
+            mine = [stream(api, text, max_tokens) for text in share]
+        except Exception as exc:  # the parent says it in one line: a lost request must not pass unnoticed
+            failed.append(f"{type(exc).__name__}: {exc}")
+        with lock:
+            results.extend(mine)
+            errors.extend(failed)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(texts[c::clients],)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"wall": time.perf_counter() - start, "results": [asdict(r) for r in results], "errors": errors}
+
+
+def main(url: str) -> int:
+    import openai
+
+    api = openai.OpenAI(base_url=url + "/v1", api_key="bench", max_retries=0)
+    for line in sys.stdin:
+        asked = json.loads(line)
+        print(json.dumps(batch(api, asked["texts"], asked["clients"], asked["max_tokens"])), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

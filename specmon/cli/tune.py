@@ -1,0 +1,85 @@
+"""`specmon policy tune LOG`: the tuning replay of a `bench policy` log (specmon/replay/tune.py),
+printed per class as goodput over plain for each fixed k and for the policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from specmon.backends.profiles import load_profile, resolve_model_path
+from specmon.sched.bench import prompts_path
+from specmon.cli.console import out, progress
+from specmon.cli.run import check_writable, write_json
+from specmon.cli.sweep import parse_ks
+from specmon.engine.prompts import prompt_set
+from specmon.errors import SpecmonError
+from specmon.metrics.format import fmt
+from specmon.policy.schema import load_policy
+from specmon.replay.tune import check_prompts, cost_of, figures, read_bench_log, replay
+from specmon.sched.bench import prompt_half
+
+
+def cmd_tune(args) -> int:
+    if args.json:
+        check_writable(args.json, "--json")
+    policy, ks = load_policy(args.policy), parse_ks(args.ks)
+    bench = read_bench_log(args.log)
+    costs = parse_costs(args.costs) if args.costs else bench.costs
+    if not costs:
+        raise SpecmonError(f"{args.log}: too few speculative rounds to fit round costs on (5 of one proposal "
+                           "length); give --costs")
+    pad_from = bench.pad_from if args.pad_from is None else args.pad_from
+    tokenizer = _tokenizer(args.profile)
+    prompts = [p for p in prompt_set(prompts_path(args.prompts), args.classes)
+               if p.id in bench.texts and (not args.half or prompt_half(p.id) == args.half)]
+    check_prompts(prompts, bench, tokenizer, args.log)
+    out.print(f"pad_from {pad_from}: a confident draft fills a padded verify pass" if pad_from
+              else "no padded verify passes: a confident draft stops at its match", highlight=False)
+    out.print("cost of L proposed tokens, plain steps: " + " ".join(f"{n}:{c:.2f}" for n, c in sorted(costs.items())),
+              highlight=False)
+    with progress("replaying", len(prompts) * args.repeat) as done:
+        tuned = replay(policy, prompts, bench, tokenizer, cost_of(costs), pad_from, ks, args.repeat, done)
+    result = figures(tuned, ks)
+    out.print(tune_table(result, ks, f"goodput over plain, modelled costs: {Path(policy.source).name}, "
+                                     f"{len(prompts)} prompts x {args.repeat}"))
+    overall = result["overall"]
+    out.print(f"auto against the best single k (k={overall['best_k']}) over all classes: "
+              f"{fmt(overall['auto_over_best'], '{:.3f}')}; {result['decisions']} decisions", highlight=False)
+    if args.json:
+        write_json(args.json, {**result, "costs": {str(n): c for n, c in sorted(costs.items())}, "pad_from": pad_from,
+                               "ks": ks, "prompts": len(prompts), "repeat": args.repeat})
+    return 0
+
+
+def parse_costs(text: str) -> dict[int, float]:
+    """--costs 1.17,1.23,...: a round proposing L = 1, 2, ... tokens, in plain steps."""
+    try:
+        costs = {i + 1: float(x) for i, x in enumerate(text.split(","))}
+    except ValueError:
+        costs = {}
+    if not costs or not all(0 < c < float("inf") for c in costs.values()):
+        raise SpecmonError(f"--costs {text!r}: expected comma-separated positive numbers, the cost in plain steps "
+                           "of a round proposing 1, 2, ... tokens")
+    return costs
+
+
+def _tokenizer(profile_name: str):
+    """The profile's tokenizer alone (no weights, no torch): the replay needs only token ids."""
+    from specmon.backends.tokenizer import load_hf_tokenizer, load_tokenizer
+
+    profile = load_profile(profile_name)
+    path = resolve_model_path(profile.target, profile)
+    return load_hf_tokenizer(path) if path.is_dir() else load_tokenizer(path)
+
+
+def tune_table(result: dict, ks: list[int], title: str) -> Table:
+    table = Table(title=escape(title), title_justify="left")
+    table.caption = "goodput = emitted tokens / modelled round time; auto counts the policy's re-measures and probes"
+    for col in ["class", *(f"k={k}" for k in ks), "auto", "auto/best"]:
+        table.add_column(col, justify="left" if col == "class" else "right")
+    for name, c in result["classes"].items():
+        table.add_row(escape(name), *(fmt(c["over_plain"][str(k)], "{:.3f}") for k in ks),
+                      fmt(c["auto_over_plain"], "{:.3f}"), f"{fmt(c['auto_over_best'], '{:.3f}')} (k={c['best_k']})")
+    return table

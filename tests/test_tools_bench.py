@@ -1,0 +1,114 @@
+"""`specmon bench verify|engines|serve` and `bench policy --confident`, run as a user runs them, on
+the tiny model: what their --json says, what their --help teaches, and their one-line mistakes."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tinymodel import tiny_profile
+
+REPO = Path(__file__).resolve().parent.parent
+HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+
+
+def specmon(*args):
+    return subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
+
+
+def assert_one_line_error(done, *fragments):
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("specmon: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    return str(tiny_profile(tmp_path_factory.mktemp("tools")))
+
+
+def test_bench_verify_costs_every_position_against_one(profile, tmp_path):
+    out = tmp_path / "verify.json"
+    done = specmon("bench", "verify", "--profile", profile, "--context", "40", "--reps", "2", "--max-positions", "5",
+                   "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert set(result["layouts"]) == {"plain", "packed"}  # a torch profile: both weight layouts, interleaved
+    for layout in result["layouts"].values():
+        assert list(layout["cost"]) == ["1", "2", "3", "4", "5"]
+        assert layout["cost"]["1"] == 1.0
+        assert all(c > 0 for c in layout["cost"].values()) and all(ms > 0 for ms in layout["ms"].values())
+    assert "v(k)" in done.stdout
+
+
+def test_bench_engines_compares_each_engine_with_its_own_plain(profile, tmp_path):
+    out = tmp_path / "engines.json"
+    done = specmon("bench", "engines", "--engines", "torch-fp32,llamacpp", "--profile", profile, "--classes",
+                   "rewrite,chat", "--tokens", "8", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    torch = result["engines"]["torch-fp32"]
+    assert torch["plain_tok_s"] > 0 and torch["vs_first"] == 1.0
+    assert torch["prompts"] == torch["compared"] == 8 and 0 <= torch["identical"] <= torch["compared"]
+    assert torch["ngram_speedup"] > 0 and torch["verdict"] in ("faster", "slower", "not yet known", "noise")
+    assert set(result["classes"]) == {"rewrite", "chat"}
+    if not HAS_LLAMA_CPP:  # optional: one clear line, and the others still run
+        assert "llamacpp" in result["skipped"] and "llamacpp" not in result["engines"]
+        skipped = [line for line in done.stderr.splitlines() if line.startswith("llamacpp: skipped")]
+        assert len(skipped) == 1 and "llama-cpp-python is not installed" in skipped[0]
+
+
+def test_bench_serve_measures_served_against_direct(profile, tmp_path):
+    pytest.importorskip("openai")
+    out = tmp_path / "serve.json"
+    done = specmon("bench", "serve", "--profile", profile, "--count", "2", "--max-tokens", "6", "--repeat", "1",
+                   "--clients", "2", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["path"], r["clients"], r["requests"]) for r in rows] == [
+        ("direct (driver)", 1, 2), ("served, streamed", 1, 2), ("served, streamed", 2, 2)]
+    assert rows[0]["vs_direct"] == 1.0 and all(r["tok_s"] > 0 for r in rows)
+    assert rows[1]["ttft_p50_ms"] > 0
+
+
+def test_bench_policy_confident_compares_settings_with_the_policy_off(profile, tmp_path):
+    out = tmp_path / "ngram.json"
+    done = specmon("bench", "policy", "--profile", profile, "--classes", "rewrite", "--ks", "0,4", "--max-new-tokens",
+                   "8", "--confident", "2/1,3/1c", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["settings"] == ["plain", "lookup k=4", "conf 2/1 k=4", "conf 3/1c k=4"]
+    assert set(result["tok_per_s"]) == {"rewrite", "ALL"}
+    assert all(rate > 0 for rate in result["tok_per_s"]["ALL"].values())
+    assert set(result["over_plain"]["ALL"]) == set(result["settings"][1:])
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["bench", "policy", "--confident", "2-1"], ["--confident", "min_match/min_seen"]),
+    (["bench", "policy", "--confident", "2/1", "--ks", "0"], ["--confident", "above 0"]),
+    (["bench", "engines", "--engines", "torch-fp32,vllm"], ["--engines", "torch-fp32"]),
+    (["bench", "serve", "-k", "99"], ["-k must be 0..64"]),
+    (["bench", "verify", "--profile", "no-such-profile"], ["no-such-profile"]),
+])
+def test_bench_tool_mistakes_are_one_line(args, fragments):
+    assert_one_line_error(specmon(*args), *fragments)
+
+
+@pytest.mark.parametrize("command, phrases", [
+    ("verify", ["verify pass", "plain step", "example:", "--json"]),
+    ("engines", ["plain tok/s", "n-gram speedup", "95% interval", "example:", "--json"]),
+    ("serve", ["tokens/s", "direct", "time to first token", "example:", "--json"]),
+])
+def test_bench_tool_help_says_what_it_measures(command, phrases):
+    done = specmon("bench", command, "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())  # argparse wraps the description
+    for phrase in phrases:
+        assert phrase.lower() in text.lower(), phrase
