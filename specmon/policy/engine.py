@@ -123,7 +123,7 @@ class PolicyEngine(Evidence):
 
     def round_k(self, name: str, schedule: Schedule) -> int:
         """k for a prompt's next round: its lead run's, else the class's current decision, which a
-        decision taken mid-prompt or a reloaded policy ("on"/"off") changes at once."""
+        decision taken mid-prompt changes at once (a reload waits for the next prompt)."""
         cls = self._class(name)
         lead = schedule.lead_k()
         if cls.speculate == "off":
