@@ -12,8 +12,9 @@ from specmon.engine.drafters import NgramDrafter, NoDrafter
 from specmon.engine.equivalence import compare
 from specmon.engine.prompts import builtin_suite
 from specmon.engine.draft_len import FixedDraftLen
-from specmon.engine.rounds import RoundContext, decode_prompt
+from specmon.engine.rounds import RoundContext
 from specmon.events.schema import Sampling
+from roundloop import decode_prompt
 
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 16

@@ -11,9 +11,10 @@ import torch
 
 from specmon.engine.drafters import NoDrafter
 from specmon.engine.draft_len import FixedDraftLen
-from specmon.engine.rounds import RoundContext, decode_prompt
+from specmon.engine.rounds import RoundContext
 from specmon.events.schema import Sampling
 from specmon.backends.profiles import load_profile
+from roundloop import decode_prompt
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with a CUDA build of torch"),

@@ -11,17 +11,13 @@ import torch
 from specmon.backends.exl2 import Exl2Drafter, Exl2Target
 from specmon.engine.drafters import NoDrafter
 from specmon.engine.draft_len import FixedDraftLen
-from specmon.engine.rounds import RoundContext, drain, prompt_rounds
+from specmon.engine.rounds import RoundContext
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
+from roundloop import decode_prompt
 
 VOCAB = 50
 GREEDY = Sampling(0.0, 1.0, 0, 0)
-
-
-def decode_prompt(*args):
-    """One prompt's rounds straight from the round loop, with no session around them."""
-    return drain(prompt_rounds(*args))
 
 
 class FakeCache:

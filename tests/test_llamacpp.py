@@ -13,18 +13,14 @@ from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import NgramDrafter, NoDrafter
 from specmon.engine.equivalence import compare
 from specmon.engine.prompts import builtin_suite
-from specmon.engine.rounds import RoundContext, drain, prompt_rounds
+from specmon.engine.rounds import RoundContext
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
+from roundloop import decode_prompt
 from tests.tinymodel import tiny_profile, write_tiny_gguf
 
 GREEDY = Sampling()
 NO_BINDING = "llama-cpp-python is not installed (pip install 'specmon[llamacpp]')"
-
-
-def decode_prompt(*args):
-    """One prompt's rounds straight from the round loop, with no session around them."""
-    return drain(prompt_rounds(*args))
 
 
 def _has_binding() -> bool:

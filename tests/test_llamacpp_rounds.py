@@ -10,17 +10,13 @@ import pytest
 from specmon.backends.llamacpp import LlamaCppDrafter, LlamaCppTarget
 from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import NgramDrafter, NoDrafter
-from specmon.engine.rounds import RoundContext, drain, prompt_rounds
+from specmon.engine.rounds import RoundContext
 from specmon.events.schema import Sampling
+from roundloop import decode_prompt
 
 VOCAB = 50
 GREEDY = Sampling(0.0, 1.0, 0, 0)
 PROMPT = [3, 14, 15, 9, 2, 6, 3, 14, 15]
-
-
-def decode_prompt(*args):
-    """One prompt's rounds straight from the round loop, with no session around them."""
-    return drain(prompt_rounds(*args))
 
 
 class FakeContext:

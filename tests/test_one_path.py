@@ -126,4 +126,7 @@ def test_run_and_serve_decode_the_same_prompts_into_the_same_rounds_and_decision
     assert sum(a for _, _, a, _ in rounds) > 0
     decided = _decisions(ran)
     assert decided == _decisions(served)
+    print(f"\nrun vs serve: {len(by_run)} prompts, {len(rounds)} rounds equal (k, proposed, accepted, matched), "
+          f"{len(given) + len(chat)} of them drafting ({sum(a for _, _, a, _ in rounds)} tokens accepted), "
+          f"{len(decided)} decisions equal")
     assert {(c, to) for c, _, _, to, *_ in decided} >= {("given", False), ("chat", False)}

@@ -107,7 +107,8 @@ def _decode(target, drafter, prompt, k, n=16):
     import itertools
 
     from specmon.engine.draft_len import FixedDraftLen
-    from specmon.engine.rounds import RoundContext, decode_prompt
+    from roundloop import decode_prompt
+    from specmon.engine.rounds import RoundContext
     from specmon.events.schema import Sampling
 
     events = []

@@ -13,13 +13,14 @@ from specmon.cli.sweep import cmd_sweep, parse_ks
 from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import NoDrafter
 from specmon.engine.prompts import builtin_suite
-from specmon.engine.rounds import RoundContext, decode_prompt
+from specmon.engine.rounds import RoundContext
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, Sampling
 from specmon.metrics.predict import break_even_alpha, mix_tokens_per_round, predicted_speedup, tokens_per_round
 from specmon.policy.schema import load_policy
 from specmon.replay.sweep_report import cell_rows
 from tinymodel import tiny_profile
+from roundloop import decode_prompt
 
 REPO = Path(__file__).resolve().parent.parent
 
