@@ -199,3 +199,21 @@ def test_a_refused_edits_whole_reason_is_on_a_real_80x24_terminal(tmp_path):
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_metrics_show_the_policy_in_force_and_no_series_for_a_class_a_reload_removed():
+    from specmon.events.schema import ClassInForce
+    from specmon.server.metrics import ServerMetrics
+
+    def loaded(*classes) -> PolicyLoaded:
+        return PolicyLoaded(session_id="s", t=0.0, source="p.toml", sha256="a" * 64, text="", accepted=True,
+                            classes=list(classes))
+
+    metrics = ServerMetrics()
+    metrics.observe(loaded(ClassInForce("code-edit", True, 8), ClassInForce("chat", False, 6)))
+    text = metrics.exposition().decode()
+    assert 'specmon_policy_draft_len{class="code-edit"} 8.0' in text and 'specmon_policy_speculate{class="chat"} 0.0' in text
+    metrics.observe(loaded(ClassInForce("code", True, 3), ClassInForce("chat", True, 6)))
+    text = metrics.exposition().decode()
+    assert 'class="code-edit"' not in text and 'specmon_policy_draft_len{class="code"} 3.0' in text
+    assert 'specmon_policy_speculate{class="chat"} 1.0' in text

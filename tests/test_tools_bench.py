@@ -112,3 +112,23 @@ def test_bench_tool_help_says_what_it_measures(command, phrases):
     text = " ".join(done.stdout.split())  # argparse wraps the description
     for phrase in phrases:
         assert phrase.lower() in text.lower(), phrase
+
+
+def test_inputs_a_bench_would_refuse_late_are_refused_before_any_model_loads(tmp_path):
+    """Each is one line, at once: a --reference that is not a program, a --log that exists."""
+    done = specmon("bench", "engines", "--reference", str(tmp_path / "no-such-binary"), "--tokens", "4")
+    assert_one_line_error(done, "--reference", "no such program")
+    existing = tmp_path / "old.specmon"
+    existing.write_bytes(b"")
+    done = specmon("bench", "serve", "--log", str(existing), "--count", "1")
+    if "openai" not in done.stderr:  # without the openai client bench serve stops at that first
+        assert_one_line_error(done, str(existing), "exists")
+    assert "loading" not in done.stderr
+
+
+def test_run_takes_a_shipped_prompt_set_by_name_and_refuses_a_policy_without_a_drafter(tmp_path):
+    done = specmon("run", "--headless", "--policy", "default", "--drafter", "none", "--prompts", "bench")
+    assert_one_line_error(done, "--policy needs a drafter")
+    done = specmon("run", "--headless", "--prompts", "bench", "--classes", "no-such-class", "--log",
+                   str(tmp_path / "x.specmon"))
+    assert "cannot read" not in done.stderr and "no-such-class" in done.stderr  # the set was read by its name

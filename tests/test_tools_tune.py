@@ -62,6 +62,8 @@ def test_tune_prints_each_class_against_plain_and_the_best_k(bench_log, tmp_path
         assert set(c["over_plain"]) == {"0", "2", "4"} and all(r > 0 for r in c["over_plain"].values())
         assert c["auto_over_best"] <= 1.0 + 0.02  # choosing k round by round may edge past one fixed k, not by much
         assert c["best_k"] in (0, 2, 4)
+    overall = result["overall"]  # the best single k over every class, plain included (as `bench policy` has it)
+    assert overall["best_k"] in (0, 2, 4) and overall["auto_over_best"] <= 1.0 + 0.02
     assert result["costs"] == {"1": 1.2, "2": 1.3, "3": 1.5, "4": 1.5}
     assert result["prompts"] == 8 and result["repeat"] == 2
     assert "auto against the best single k" in done.stdout

@@ -217,3 +217,15 @@ def test_snapshot_policy_edit_refused_80x24(snap_compare):
         await pilot.pause(0.3)
         await pilot.wait_for_scheduled_animations()
     assert snap_compare(prefilled(events), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_a_class_a_reload_removed_reads_removed_not_on():
+    state = ViewState()
+    state.apply(POLICY_EVENTS[:-1])
+    assert "chat" in state.classes
+    state.apply([reload([ClassInForce(c.name if c.name != "chat" else "talk", c.speculate, c.draft_len)
+                         for c in RELOAD.classes], ["talk", "chat"])])
+    from specmon.tui.rows import on_off
+
+    assert on_off(state, "chat") == "removed" and not state.is_on("chat")
+    assert on_off(state, "code-edit") == "on" and "talk" not in state.removed

@@ -3,6 +3,8 @@ engines interleaved per prompt (specmon/sched/engines.py)."""
 
 from __future__ import annotations
 
+import os
+
 from rich.markup import escape
 from rich.table import Table
 
@@ -21,6 +23,7 @@ def cmd_bench_engines(args) -> int:
         check_writable(args.json, "--json")
     if args.threads < 0:
         raise SpecmonError(f"--threads must be >= 0 (0: torch's default), not {args.threads}")
+    check_reference(args.reference)
     prompts = builtin_suite([c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None)
     from specmon.backends.loader import set_threads  # torch: only once every input is checked
 
@@ -50,6 +53,18 @@ def cmd_bench_engines(args) -> int:
         write_json(args.json, {**result, "skipped": skipped, "draft_len": args.draft_len, "tokens": args.tokens,
                                "reps": args.reps, "threads": threads})
     return 0
+
+
+def check_reference(binary: str | None) -> None:
+    """--reference is a program this user can run, and the binding it was built against is here:
+    checked before any model loads, not after the bench."""
+    if not binary:
+        return
+    if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
+        raise SpecmonError(f"--reference {binary}: no such program (build scripts/llamacpp_reference.cpp; see that file)")
+    from specmon.backends.llamacpp_loader import import_llama_cpp
+
+    import_llama_cpp()  # its one-line SpecmonError says how to install it
 
 
 def _reference(binary: str | None, profile_name: str, threads: int) -> tuple[str, str, int] | None:

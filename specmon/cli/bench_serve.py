@@ -26,7 +26,7 @@ from rich.table import Table
 from specmon.backends.profiles import load_profile
 from specmon.sched.bench import prompts_path
 from specmon.cli.console import err, out, progress
-from specmon.cli.run import check_writable, write_json
+from specmon.cli.run import check_new_log, check_writable, write_json
 from specmon.cli.serve_clients import Streamed
 from specmon.engine.draft_len import FixedDraftLen, check_draft_len
 from specmon.engine.driver import UNCHECKED
@@ -68,6 +68,7 @@ def cmd_bench_serve(args) -> int:
                            "pip install openai")
     if args.json:
         check_writable(args.json, "--json")
+    check_new_log(args.log)  # before a minute of model loading, not after
     profile = load_profile(args.profile)
     k = check_draft_len(profile.drafter.draft_len if args.draft_len is None else args.draft_len, "-k")
     prompts = prompt_set(prompts_path(args.prompts), None)

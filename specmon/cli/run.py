@@ -22,6 +22,7 @@ from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import load_policy
+from specmon.sched.bench import prompts_path
 from specmon.transport.serve import parse_listen
 from specmon.engine.driver import Cancelled
 from specmon.transport.session import LiveSession, live_session
@@ -39,7 +40,10 @@ def cmd_run(args) -> int:
         raise SpecmonError("-k/--draft-len cannot be used with --policy: the policy chooses k per class "
                            "(set draft_len in the policy file)")
     sampling, spec = overrides(args, profile)
-    prompts = prompt_set(args.prompts, args.classes)
+    if args.policy and spec.kind == "none":
+        raise SpecmonError("--policy needs a drafter: the policy chooses k per class for it; drop --drafter none "
+                           "(or set speculate = \"off\" in the policy)")
+    prompts = prompt_set(prompts_path(args.prompts), args.classes)
     listen = parse_listen(args.listen) if args.listen else None
     policy = load_policy(args.policy) if args.policy else None
     if args.json:

@@ -18,6 +18,7 @@ from specmon.data import read_shipped
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
+from specmon.sched.bench import prompts_path
 from specmon.events.schema import Sampling
 from specmon.metrics.format import fmt
 from specmon.metrics.predict import MIN_ROUNDS, TOLERANCE
@@ -60,7 +61,7 @@ def cmd_sweep(args) -> int:
                  for p in _floats(args.top_ps, "--top-ps")]
     if any(s.temperature < 0 or not 0 < s.top_p <= 1 for s in samplings):
         raise SpecmonError("sampling needs temperatures >= 0 and 0 < top-p <= 1")
-    prompts = prompt_set(args.prompts, args.classes)
+    prompts = prompt_set(prompts_path(args.prompts), args.classes)
     names = [d.strip() for d in args.drafters.split(",") if d.strip()]
     unknown = [n for n in names if n not in ("ngram", "layerskip", "model")]
     if not names or unknown or ("model" in names and profile.drafter.target is None):

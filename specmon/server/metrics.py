@@ -16,7 +16,7 @@ import math
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from specmon.events.schema import AnyEvent, Decision, ResourceSample, RoundVerified
+from specmon.events.schema import AnyEvent, Decision, PolicyLoaded, ResourceSample, RoundVerified
 from specmon.metrics import rates
 
 CLASS_K = ["class", "k"]
@@ -77,6 +77,8 @@ class ServerMetrics:
             self.decisions.labels(event.prompt_class, str(event.applied).lower()).inc()
             if event.applied:
                 self.set_policy(event.prompt_class, event.speculate_to, event.k_to)
+        elif isinstance(event, PolicyLoaded) and event.classes:
+            self.policy_in_force(event.classes)
         elif isinstance(event, ResourceSample):
             for gauge, value in ((self.rss, event.rss_bytes), (self.vram_used, event.vram_used_bytes),
                                  (self.vram_total, event.vram_total_bytes)):
@@ -108,6 +110,13 @@ class ServerMetrics:
     def set_policy(self, prompt_class: str, speculate: bool, k: int) -> None:
         self.policy_on.labels(prompt_class).set(1 if speculate else 0)
         self.policy_k.labels(prompt_class).set(k if speculate else 0)
+
+    def policy_in_force(self, classes) -> None:
+        """The policy as loaded or reloaded: every class it has, and no series for one it dropped."""
+        self.policy_on.clear()
+        self.policy_k.clear()
+        for cls in classes:
+            self.set_policy(cls.name, cls.speculate, cls.draft_len)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -51,6 +51,8 @@ def styled_cells(state: ViewState, row: tuple[str, ...]) -> list[Text]:
 
 
 def on_off(state: ViewState, name: str) -> str:
+    if name in state.removed:
+        return "removed"  # a reload took it out of the policy: no prompt runs by it any more
     if state.is_on(name):
         return "on"
     decision = state.off_by.get(name)

@@ -38,6 +38,7 @@ class ViewState:
     draft_len_by_class: dict[str, int] = field(default_factory=dict)  # the k in force; 0: speculation off
     off_by: dict[str, Decision] = field(default_factory=dict)  # the applied decision that switched a class off
     decided: set[str] = field(default_factory=set)  # classes whose k in force a decision set (since a reload)
+    removed: set[str] = field(default_factory=set)  # classes a reload took out of the policy (their rounds stay shown)
     last_spec_k: dict[str, int] = field(default_factory=dict)  # the last k > 0 a round of the class ran at
     windows: dict[tuple[str, int], collections.deque] = field(default_factory=dict)  # (class, k) -> recent rounds
     text: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TEXT_SPANS))
@@ -136,6 +137,7 @@ class ViewState:
     def _in_force(self, classes: list[ClassInForce], changed: set[str]) -> None:
         """Each class's k and on/off as the policy in force runs its next prompt; they stand until a
         decision changes them (a probe's prompt at k > 0 does not switch an off class on)."""
+        self.removed = {name for name in self.classes if name not in {c.name for c in classes}}
         for c in classes:
             self.decided.add(c.name)
             self.draft_len_by_class[c.name] = c.draft_len if c.speculate else 0
@@ -160,7 +162,7 @@ class ViewState:
 
     # -- which rounds a figure covers --------------------------------------------------------
     def is_on(self, name: str) -> bool:
-        return self.draft_len_by_class.get(name, 0) > 0
+        return name not in self.removed and self.draft_len_by_class.get(name, 0) > 0
 
     def shown_k(self, name: str) -> int:
         """The k whose figures a class shows: the k in force; once switched off, the k it ran at
