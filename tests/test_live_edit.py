@@ -10,7 +10,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from specmon.engine.prompts import load_prompts
@@ -21,12 +20,11 @@ from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import shipped_prompts
 from specmon.sched.policy import PolicyScheduler
-from specmon.server.runner import ServeOptions, Serving
 from specmon.transport.session import live_session
 from specmon.tui.state import ViewState
+from test_one_path import MAX_NEW, ask, serving
 
 REPO = Path(__file__).resolve().parent.parent
-MAX_NEW = 24
 POLICY = """\
 [policy]
 mode = "enforce"
@@ -134,25 +132,14 @@ def test_every_edit_of_a_live_servers_policy_is_in_force_from_its_classes_next_r
     monkeypatch.setenv("SPECMON_POLICY_POLL_S", "0")  # each request looks, whenever the idle look last did
     path, log = tmp_path / "p.toml", tmp_path / "serve.specmon"
     path.write_text(POLICY)
-    policy = load_policy(str(path))
-    with live_session(pair, profile, pair.drafter, log, serve=False, policy=policy, announce=False,
-                      keep_events=False) as session:
-        server = Serving(session, pair, profile, ServeOptions(port=0), policy)
-        server.start()
-        try:
-            with httpx.Client(base_url=server.url, timeout=300) as http:
-                for done, prompt in enumerate(_prompts(), start=1):
-                    reply = http.post("/v1/chat/completions", json={
-                        "messages": [{"role": "user", "content": prompt.text}], "temperature": 0,
-                        "max_tokens": MAX_NEW})
-                    assert reply.status_code == 200, reply.text
-                    _edit(path, done)
-                path.write_text(path.read_text().replace('name = "chat"', 'name = "talk"'))
-                os.utime(path, ns=(time.time_ns(), time.time_ns() + 99 * 10**9))
-                gone = http.post("/v1/chat/completions", json={
-                    "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "specmon_class": "chat"})
-        finally:
-            server.stop()
+    with serving(profile, pair, path, log) as http:
+        for done, prompt in enumerate(_prompts(), start=1):
+            ask(http, prompt.text)
+            _edit(path, done)
+        path.write_text(path.read_text().replace('name = "chat"', 'name = "talk"'))
+        os.utime(path, ns=(time.time_ns(), time.time_ns() + 99 * 10**9))
+        gone = http.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "specmon_class": "chat"})
     assert gone.status_code == 400 and gone.json()["error"]["param"] == "specmon_class"
     assert "'chat'" in gone.json()["error"]["message"] and "talk" in gone.json()["error"]["message"]
     events = list(read_log(log))

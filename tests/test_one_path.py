@@ -3,10 +3,14 @@ through `specmon serve --policy P` (real HTTP on loopback, greedy) make the same
 prompt (k, proposed, accepted, matched), and the same decisions; with two classes whose n-gram
 settings differ, interleaved, so a class's drafter settings cannot leak into the other's rounds.
 
-The policy is built so its decisions cannot depend on timing: speculation must win 10x to stay on,
-so each class is switched off after the same rounds whatever the host's speed."""
+The policy is built so its decisions cannot depend on timing: one class always speculates, and in
+the other speculation must win 10x to stay on, so it is switched off after the same rounds
+whatever the host's speed. The profile pins
+pad_from (measured at load otherwise: two loads on a busy host may measure it apart, and a
+confident draft fills a padded pass), so both sides draft alike."""
 
 import json
+from contextlib import contextmanager
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from specmon.backends.profiles import load_profile
 from specmon.engine.prompts import load_prompts
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, PolicyLoaded, PromptStarted, RoundVerified
@@ -37,9 +42,9 @@ remeasure_every = 3
 probe_every = 2
 
 [[classes]]
-name = "given"            # a passage or code is given: min_match 3
+name = "given"            # a passage or code is given: min_match 3, always on (many drafting rounds to compare)
 match = { content = ["passage", "code"] }
-speculate = "auto"
+speculate = "on"
 ngram = { min_match = 3, min_seen = 1 }
 draft_len = 8
 
@@ -62,17 +67,32 @@ def _prompts(tmp_path: Path) -> Path:
     return path
 
 
-def _run(tmp_path: Path, policy: Path, prompts: Path) -> list:
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory):
+    """(profile path, profile, pair): the embedded default with pad_from pinned at 2."""
+    from specmon.backends.loader import load_pair
+
+    path = tmp_path_factory.mktemp("pinned") / "smollm2-pinned.toml"
+    text = (REPO / "profiles" / "smollm2-cpu.toml").read_text()
+    path.write_text(text.replace("\npad_from = 0 ", "\npad_from = 2 ").replace('name = "smollm2-cpu"', 'name = "pinned"'))
+    profile = load_profile(str(path))
+    assert profile.pad_from == 2
+    return path, profile, load_pair(profile)
+
+
+def _run(tmp_path: Path, profile: Path, policy: Path, prompts: Path) -> list:
     log = tmp_path / "run.specmon"
-    done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--policy", str(policy),
+    done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile),
+                           "--policy", str(policy),
                            "--prompts", str(prompts), "--max-new-tokens", str(MAX_NEW), "--log", str(log)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return list(read_log(log))
 
 
-def _serve(tmp_path: Path, profile, pair, policy: Path, prompts: Path) -> list:
-    log = tmp_path / "serve.specmon"
+@contextmanager
+def serving(profile, pair, policy: Path, log: Path):
+    """`specmon serve --policy POLICY` on a free loopback port; yields an HTTP client of it."""
     loaded = load_policy(str(policy))
     with live_session(pair, profile, pair.drafter, log, serve=False, policy=loaded, announce=False,
                       keep_events=False) as session:
@@ -80,13 +100,23 @@ def _serve(tmp_path: Path, profile, pair, policy: Path, prompts: Path) -> list:
         server.start()
         try:
             with httpx.Client(base_url=server.url, timeout=300) as http:
-                for prompt in load_prompts(prompts):  # one after another, as `run` decodes them
-                    reply = http.post("/v1/chat/completions", json={
-                        "model": "any", "messages": [{"role": "user", "content": prompt.text}],
-                        "temperature": 0, "max_tokens": MAX_NEW})
-                    assert reply.status_code == 200, reply.text
+                yield http
         finally:
             server.stop()
+
+
+def ask(http: httpx.Client, text: str) -> None:
+    """One greedy chat request, answered before the next is sent."""
+    reply = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": text}],
+                                                    "temperature": 0, "max_tokens": MAX_NEW})
+    assert reply.status_code == 200, reply.text
+
+
+def _serve(tmp_path: Path, profile, pair, policy: Path, prompts: Path) -> list:
+    log = tmp_path / "serve.specmon"
+    with serving(profile, pair, policy, log) as http:
+        for prompt in load_prompts(prompts):  # one after another, as `run` decodes them
+            ask(http, prompt.text)
     return list(read_log(log))
 
 
@@ -107,10 +137,11 @@ def _decisions(events: list) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_run_and_serve_decode_the_same_prompts_into_the_same_rounds_and_decisions(tmp_path, profile, pair):
+def test_run_and_serve_decode_the_same_prompts_into_the_same_rounds_and_decisions(tmp_path, pinned):
+    path, profile, pair = pinned
     policy, prompts = tmp_path / "p.toml", _prompts(tmp_path)
     policy.write_text(POLICY)
-    ran = _run(tmp_path, policy, prompts)
+    ran = _run(tmp_path, path, policy, prompts)
     served = _serve(tmp_path, profile, pair, policy, prompts)
     assert [e.classes for e in ran if isinstance(e, PolicyLoaded)] == \
         [e.classes for e in served if isinstance(e, PolicyLoaded)]
@@ -128,5 +159,5 @@ def test_run_and_serve_decode_the_same_prompts_into_the_same_rounds_and_decision
     assert decided == _decisions(served)
     print(f"\nrun vs serve: {len(by_run)} prompts, {len(rounds)} rounds equal (k, proposed, accepted, matched), "
           f"{len(given) + len(chat)} of them drafting ({sum(a for _, _, a, _ in rounds)} tokens accepted), "
-          f"{len(decided)} decisions equal")
-    assert {(c, to) for c, _, _, to, *_ in decided} >= {("given", False), ("chat", False)}
+          f"{len(decided)} decision(s) equal")
+    assert ("chat", False) in {(c, to) for c, _, _, to, *_ in decided}

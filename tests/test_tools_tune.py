@@ -2,8 +2,6 @@
 policy scheduler, on a replay target, with modelled round costs."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,24 +15,11 @@ from specmon.engine.prompts import builtin_suite
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, Sampling, bench_fixed_k
 from specmon.replay.tune import STEP_MS, ModelledRounds, ReplayTarget, cost_of, read_bench_log
+from test_tools_bench import assert_one_line_error, specmon
 from tinymodel import tiny_profile
 
 REPO = Path(__file__).resolve().parent.parent
 COSTS = "1.2,1.3,1.5,1.5"
-
-
-def specmon(*args):
-    return subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=300)
-
-
-def assert_one_line_error(done, *fragments):
-    assert done.returncode != 0
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert lines[0].startswith("specmon: ")
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")
