@@ -137,7 +137,8 @@ class ViewState:
     def _in_force(self, classes: list[ClassInForce], changed: set[str]) -> None:
         """Each class's k and on/off as the policy in force runs its next prompt; they stand until a
         decision changes them (a probe's prompt at k > 0 does not switch an off class on)."""
-        self.removed = {name for name in self.classes if name not in {c.name for c in classes}}
+        in_policy = {c.name for c in classes}
+        self.removed = {name for name in self.classes if name not in in_policy}
         for c in classes:
             self.decided.add(c.name)
             self.draft_len_by_class[c.name] = c.draft_len if c.speculate else 0
