@@ -14,8 +14,9 @@ import pytest
 
 from specmon.engine.prompts import load_prompts
 from specmon.errors import SpecmonError
+from specmon.events.frames import LogDamaged
 from specmon.events.log import read_log
-from specmon.events.schema import PolicyLoaded, PromptStarted, RoundVerified
+from specmon.events.schema import PolicyLoaded, PromptStarted, RoundVerified, SessionFinished
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import shipped_prompts
@@ -150,6 +151,17 @@ def test_every_edit_of_a_live_servers_policy_is_in_force_from_its_classes_next_r
     _check_each_edit_in_force_from_the_next_prompt(events)
 
 
+def _last_event(log: Path):
+    """The log's last event, None while a frame is half written."""
+    last = None
+    try:
+        for last in read_log(log):
+            pass
+    except LogDamaged:
+        return None
+    return last
+
+
 def _screen(session: str) -> str:
     return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
 
@@ -184,6 +196,9 @@ def test_a_refused_edits_whole_reason_is_on_a_real_80x24_terminal(tmp_path):
         boxed = "".join(line.strip("│╭╮╰╯─ ") for line in lines)
         assert "".join(reason.split()) in "".join(boxed.split()), screen  # whole, across its wrapped lines
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        while time.monotonic() < deadline and not isinstance(_last_event(log), SessionFinished):
+            time.sleep(0.5)  # quitting stops the decode after its round (the driver's stop), then the log ends
+        assert _last_event(log).reason == "interrupted"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
