@@ -14,6 +14,7 @@ from specmon.tui import app as app_module
 from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
 from specmon.tui.state import ViewState
+from test_tui import prefilled_events
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 POLICY_EVENTS = list(read_log(FIXTURES / "session-policy.specmon"))  # chat and code-new switched off by d0, d1
@@ -52,16 +53,6 @@ def decision(name: str, on: bool, k_from: int, k_to: int, decision_id: int = 2) 
 def with_events(*extra) -> list:
     """The policy fixture with `extra` before its SessionFinished."""
     return POLICY_EVENTS[:-1] + list(extra) + POLICY_EVENTS[-1:]
-
-
-def prefilled(events):
-    """A live app with every event buffered before it starts: one batch, so every frame is the same."""
-    sub = Subscription(maxlen=len(events) + 1)
-    for event in events:
-        sub.offer(event)
-    feed = Feed(sub, "fixture")
-    feed.done.set()
-    return make_app(feed)
 
 
 def live_app():
@@ -216,7 +207,7 @@ def test_snapshot_policy_edit_refused_80x24(snap_compare):
             await pilot.pause(0.05)
         await pilot.pause(0.3)
         await pilot.wait_for_scheduled_animations()
-    assert snap_compare(prefilled(events), terminal_size=(80, 24), run_before=run_before)
+    assert snap_compare(prefilled_events(events), terminal_size=(80, 24), run_before=run_before)
 
 
 def test_a_class_a_reload_removed_reads_removed_not_on():
