@@ -15,6 +15,7 @@ from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
 from specmon.tui.state import ViewState
 from test_tui import prefilled_events
+from test_tui_view import region_lines, screen_lines
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 POLICY_EVENTS = list(read_log(FIXTURES / "session-policy.specmon"))  # chat and code-new switched off by d0, d1
@@ -69,16 +70,6 @@ async def offered(app, pilot, sub, events) -> None:
     while time.monotonic() < deadline and app.state.events_seen < target:
         await pilot.pause(0.05)
     await pilot.pause(0.3)
-
-
-def screen_lines(app) -> list[str]:
-    return [strip.text for strip in app.screen._compositor.render_strips()]
-
-
-def region_lines(app, widget_id: str) -> list[str]:
-    """The lines of the screen a widget covers, its border included."""
-    region = app.screen.query_one(f"#{widget_id}").region
-    return [line[region.x:region.right] for line in screen_lines(app)[region.y:region.bottom]]
 
 
 def notice_text(app) -> str:
