@@ -45,7 +45,7 @@ def cmd_bench(args) -> int:
     with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
         pair = load_pair(profile, spec)
     with live_session(pair, profile, pair.drafter, args.log, policy=policy) as session:
-        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter)
+        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter)
         what = f"policy and k={','.join(map(str, ks))}"
         try:
             with progress(escape(what), len(prompts) * args.repeat) as done:

@@ -209,6 +209,11 @@ def _print_header(ev: SessionStarted) -> None:
     out.print(f"  host: {host}", highlight=False, markup=False)
     if ev.policy_hash:
         out.print(f"  policy sha256 {ev.policy_hash[:16]}…", highlight=False)
+    if ev.verify_ms:
+        curve = " ".join(f"{ms / ev.verify_ms[0]:.2f}" for ms in ev.verify_ms)
+        out.print(f"  verify cost, plain steps, T = 1..{len(ev.verify_ms)} positions: {curve} "
+                  f"(a step {ev.verify_ms[0]:.1f} ms" + (f", draft {ev.draft_ms:.2f} ms/token)" if ev.draft_ms else ")"),
+                  highlight=False)
 
 
 def cmd_replay(args) -> int:
@@ -233,7 +238,7 @@ def _print_what_if(log: Path, policy) -> int:
     for col in ("class", "logged decisions", "other policy's decisions", "differs", "missing evidence"):
         table.add_column(col)
     for name, diff in what_if(log, policy).items():
-        missing = ", ".join(f"k={k} never run" for k in sorted(diff.missing)) or "-"
+        missing = ", ".join(f"drafts of {k} never verified" for k in sorted(diff.missing)) or "-"
         table.add_row(escape(name), escape("; ".join(diff.logged) or "-"), escape("; ".join(diff.other) or "-"),
                       "[yellow]yes[/]" if diff.differs else "no", missing)
     out.print(table)

@@ -60,7 +60,7 @@ def cmd_run(args) -> int:
     interrupted: KeyboardInterrupt | None = None
     with live_session(pair, profile, pair.drafter, args.log, listen=listen, policy=policy, viewer=tui) as session:
         if policy is not None:
-            scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter)
+            scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter)
             work: Work = lambda done: scheduler.run(prompts, sampling, max_new_tokens, done)  # noqa: E731
         else:
             work = lambda done: run_paired(session.driver, prompts, pair.drafter, spec.draft_len,  # noqa: E731

@@ -67,12 +67,14 @@ class NgramDrafter:
         self.name = "ngram"
         self.min_match = 0  # 0: the plain lookup above, no confidence test
         self.min_seen = 1
+        self.whole = False  # a confident draft copies up to k tokens, however long its match (a policy cuts it)
         self.verify_rows = verify_rows
         self.index = ContextIndex()
 
-    def confident(self, min_match: int = 0, min_seen: int = 1) -> None:
-        """Set (min_match >= 1) or clear (0) the confidence test for the prompts that follow."""
-        self.min_match, self.min_seen = max(0, min_match), max(1, min_seen)
+    def confident(self, min_match: int = 0, min_seen: int = 1, whole: bool = False) -> None:
+        """Set (min_match >= 1) or clear (0) the confidence test for the prompts that follow;
+        `whole`: draft up to k after any such match (a policy then cuts each draft by its match)."""
+        self.min_match, self.min_seen, self.whole = max(0, min_match), max(1, min_seen), whole
 
     def begin(self, prompt: Sequence[int]) -> None:
         self.index = ContextIndex()
@@ -80,7 +82,7 @@ class NgramDrafter:
     def fork(self) -> NgramDrafter:
         """An independent drafter with the same settings (and its own context index)."""
         twin = NgramDrafter(self.ngram_sizes, self.verify_rows)
-        twin.confident(self.min_match, self.min_seen)
+        twin.confident(self.min_match, self.min_seen, self.whole)
         return twin
 
     def propose(self, context, k, sampling, rng) -> Proposal:
@@ -88,7 +90,8 @@ class NgramDrafter:
             return Proposal([], None)
         if self.min_match:
             ctx, positions = self.index.update(context)
-            tokens, matched = confident_draft(ctx, k, self.min_match, self.min_seen, positions, self.verify_rows)
+            tokens, matched = confident_draft(ctx, k, self.min_match, self.min_seen, positions,
+                                              (lambda n, start: k + 1) if self.whole else self.verify_rows)
             return Proposal(tokens, None, matched)
         ctx = np.asarray(context, dtype=np.int64)
         for n in self.ngram_sizes:

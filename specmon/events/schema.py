@@ -45,6 +45,10 @@ class SessionStarted(Event, tag="session", kw_only=True):
     policy_text: str = ""
     policy_hash: str = ""
     cache_bytes: dict[str, int] = {}  # KV cache size per model ("target", "draft")
+    # measured at load under a policy (engine.costs): ms of a target pass over T = 1.. positions, and a
+    # model drafter's ms per token; empty in older logs and without a policy
+    verify_ms: list[float] = []
+    draft_ms: float = 0.0
 
 
 BENCH_FIXED_RULE = "bench: fixed k="  # older logs mark `bench policy`'s fixed-k runs in class_rule only

@@ -10,8 +10,8 @@ from typing import Callable
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import Decision, RoundVerified
-from specmon.policy.decide import Row, decide
-from specmon.policy.match import decide_match
+from specmon.policy import gate
+from specmon.policy.legacy import Row, decide, decide_match
 
 
 @dataclass
@@ -26,12 +26,12 @@ def explain_log(path: Path, decision_id: int | None = None,
     """Every decision in the log, or the one asked for: a SpecmonError says which ids there are.
     With `on_damage`, a damaged log (cut short, a bad frame) is explained up to the damage, which
     is handed to it; without, the damage is raised."""
-    rows: dict[int, Row] = {}
+    rows: dict[int, tuple[Row, gate.Draft]] = {}
     decisions: list[Decision] = []
     try:
         for ev in read_log(path):
             if isinstance(ev, RoundVerified):
-                rows[ev.round_id] = Row.of(ev)
+                rows[ev.round_id] = (Row.of(ev), gate.Draft.of(ev))
             elif isinstance(ev, Decision):
                 decisions.append(ev)
     except LogDamaged as exc:
@@ -48,12 +48,14 @@ def explain_log(path: Path, decision_id: int | None = None,
     return [explain(d, rows) for d in decisions]
 
 
-def explain(d: Decision, rows: dict[int, Row]) -> Explanation:
+def explain(d: Decision, rows: dict[int, tuple[Row, gate.Draft]]) -> Explanation:
     missing = [rid for rid in d.round_ids if rid not in rows]
     if missing:
         return Explanation(d, False, f"{len(missing)} cited rounds are not in the log (first: {missing[0]})")
+    if d.thresholds.get("gate"):
+        return explain_gate(d, [rows[rid][1] for rid in d.round_ids])
     rule = decide_match if d.thresholds.get("match") else decide
-    outcome = rule(d.speculate_from, d.k_from, [rows[rid] for rid in d.round_ids], d.thresholds)
+    outcome = rule(d.speculate_from, d.k_from, [rows[rid][0] for rid in d.round_ids], d.thresholds)
     if outcome is None:
         return Explanation(d, False, "the cited rounds call for no change")
     if (outcome.speculate, outcome.k, outcome.match) != (d.speculate_to, d.k_to, d.match_to):
@@ -65,3 +67,32 @@ def explain(d: Decision, rows: dict[int, Row]) -> Explanation:
         return Explanation(d, False, f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, "
                                      f"recomputed {outcome.inputs.get(off[0], math.nan):.6g}")
     return Explanation(d, True, f"ratio {outcome.inputs['ratio']:.3f} from {len(d.round_ids)} rounds")
+
+
+def explain_gate(d: Decision, drafts: list[gate.Draft]) -> Explanation:
+    """A decision of the live rule: the class's acceptance by reach from its cited rounds (and
+    the session's from all of them), its cut table from the costs it logged, and that table's
+    summary against the decision's."""
+    t = d.thresholds
+    constants = (t["prior"], t["prior_weight"], t["shared_weight"])
+    own = gate.counts_of([x for x in drafts if x.prompt_class == d.prompt_class])
+    rate = gate.rates(own, gate.counts_of(drafts), *constants)
+    steps = _steps(t)
+    speculate, k, match = gate.summary(gate.cut_table(rate, steps, t["min_gain"]), bool(t.get("positional")))
+    if (speculate, k, match) != (d.speculate_to, d.k_to, d.match_to):
+        return Explanation(d, False, f"recomputed: speculate={speculate} k={k} from match {match}")
+    logged = {f"rate_b{b}": r for b, r in enumerate(rate)} | {f"tried_b{b}": float(n) for b, n in enumerate(own.tried)}
+    off = [key for key, value in d.inputs.items() if not math.isclose(logged.get(key, math.nan), value, rel_tol=1e-9)]
+    if off:
+        return Explanation(d, False, f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, "
+                                     f"recomputed {logged.get(off[0], math.nan):.6g}")
+    return Explanation(d, True, f"k={k}, drafts from a {match}-token match, from {len(drafts)} rounds")
+
+
+def _steps(thresholds: dict[str, float]) -> list[float]:
+    """The round costs a decision logged: steps_0, steps_1, ... in plain steps."""
+    steps, j = [], 0
+    while f"steps_{j}" in thresholds:
+        steps.append(thresholds[f"steps_{j}"])
+        j += 1
+    return steps

@@ -19,12 +19,13 @@ from tomlkit.exceptions import TOMLKitError
 from specmon.errors import SpecmonError
 from specmon.data import resolve
 from specmon.engine.draft_len import MAX_DRAFT_LEN
-from specmon.engine.drafters import MAX_MATCH
 from specmon.policy.regex import RegexError, compile_regex
 
 MAX_POLICY_BYTES = 1 << 20  # read once a round while a run watches the file: a policy is a page, not a dump
-MAX_WINDOW = 10_000  # evidence_window's bound: a deque of this many rows per (class, k) is still small
-MAX_EVERY = 10_000  # remeasure_every / probe_every: beyond this a measure never comes anyway
+MAX_WINDOW = 10_000  # window's bound: a deque of this many rounds per class is still small
+# keys of older files that no longer decide anything: read with a warning, so such a file still loads
+RETIRED = {"policy": ("evidence_window", "min_rounds", "plain_rounds", "hysteresis", "remeasure_every", "probe_every",
+                      "interval", "prompt_rounds", "silent_plain", "prompt_off"), "class": ("ngram",)}
 MAX_CHARS = 100_000_000  # match.min_chars / max_chars
 CLASS_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,40}")  # shown in tables and TUI markup, used as a key in events
 TOO_DEEP = 32  # arrays / inline tables nested deeper than this are reported where they get there
@@ -32,47 +33,16 @@ TOO_DEEP = 32  # arrays / inline tables nested deeper than this are reported whe
 
 # the choice keys' values (also listed by the error that names a wrong one)
 Mode = Literal["enforce", "advise"]
-Adapt = Literal["goodput", "none"]
 Script = Literal["latin", "cjk", "cyrillic", "arabic", "greek", "non-ascii"]
 Content = Literal["code", "passage"]
 Speculate = Literal["auto", "on", "off"]
-_CHOICES = {"mode": Mode, "adapt": Adapt, "script": Script, "content": Content, "speculate": Speculate}
+_CHOICES = {"mode": Mode, "script": Script, "content": Content, "speculate": Speculate}
 
 
 class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     mode: Mode = "enforce"
-    evidence_window: int = 64  # rounds per (class, k) that a decision looks at
-    min_rounds: int = 16  # rounds needed at a draft length before deciding on it
-    plain_rounds: int = 8  # rounds in each plain re-measure (and needed at k = 0): plain rounds vary little
-    min_gain: float = 0.03  # speculation must beat plain goodput by this fraction to stay on
-    hysteresis: float = 0.05  # extra gain needed to switch back on, so it does not flap
-    remeasure_every: int = 6  # every Nth prompt of a class starts with a short plain (k = 0) run
-    probe_every: int = 4  # every Nth prompt starts with a short run at another k (or at k while off)
-    # Added with per-request evidence; a file without them decides as before.
-    interval: bool = False  # a switch or k move needs the 95% interval over prompts to clear the threshold
-    prompt_rounds: int = 0  # a prompt's own first rounds may turn it on (off class) or off (on class); 0: never
-    silent_plain: bool = False  # a round whose drafter proposed nothing also counts as a plain round
-    # a prompt in an on class goes off when its drafting rounds' goodput is below prompt_off x plain's
-    # (0: never); unset: 1 with silent_plain, else 1 + min_gain
-    prompt_off: float | None = None
-
-
-class DraftLen(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    min: int
-    max: int
-    start: int = 0  # 0 means min
-    adapt: Adapt = "goodput"  # move k toward the best measured goodput
-
-
-class NgramConfidence(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """How sure the n-gram drafter must be to propose (other drafters ignore it)."""
-
-    min_match: int = 3  # the context's last tokens that must occur earlier (1..16)
-    min_seen: int = 1  # times the proposed next token followed such a match
-    # the policy may raise min_match, one token at a time up to this, while the rounds whose match was
-    # exactly min_match tokens surely lose to plain steps (how much a failed draft costs is the host's);
-    # 0: never
-    max_match: int = 0
+    min_gain: float = 0.02  # a draft is verified only if its expected goodput beats a plain step's by this
+    window: int = 256  # drafting rounds per class its acceptance is learned from
 
 
 class Match(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -91,8 +61,7 @@ class PromptClass(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     match: Match = Match()
     default: bool = False  # catches every prompt no earlier class matched
     speculate: Speculate = "auto"
-    draft_len: int | DraftLen = 4
-    ngram: NgramConfidence | None = None  # the n-gram drafter proposes only on a confident match
+    draft_len: int = 8  # the longest draft; under auto each round verifies what pays of it
 
 
 class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -163,15 +132,42 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Parse, validate and warn; the first error raises PolicyError with its location."""
     text = text.removeprefix("\ufeff")  # a byte-order mark, as some editors save UTF-8
     raw = load_toml(text, source)
+    retired = _retire(raw, text, source)
     try:
         parsed = msgspec.convert(raw, PolicyFile)
     except msgspec.ValidationError as exc:
         path = _msgspec_path(str(exc))
         line, col = locate(text, path)
         raise PolicyError(source, line, col, _readable(str(exc))) from None
-    warnings = _check(parsed, text, source)
+    warnings = retired + _check(parsed, text, source)
     digest = hashlib.sha256(text.encode()).hexdigest()
     return Policy(parsed.policy, parsed.classes, source, text, digest, warnings)
+
+
+def _retire(raw: dict, text: str, source: str) -> list[str]:
+    """Take an older file's retired keys out of `raw`, one warning each; its draft_len range
+    {min, max, start, adapt} is read as its max."""
+    warnings, why = [], "no longer read: each draft is weighed against the engine's measured costs (docs/policy.md)"
+    settings = raw.get("policy")
+    for key in RETIRED["policy"] if isinstance(settings, dict) else ():
+        if settings.pop(key, None) is not None:
+            line, col = locate(text, ("policy", key))
+            warnings.append(f"{source}:{line}:{col}: policy.{key} is {why}")
+    classes = raw.get("classes")
+    for i, cls in enumerate(classes if isinstance(classes, list) else ()):
+        if not isinstance(cls, dict):
+            continue
+        for key in RETIRED["class"]:
+            if cls.pop(key, None) is not None:
+                line, col = locate(text, ("classes", i, key))
+                warnings.append(f"{source}:{line}:{col}: classes[{i}].{key} is {why}")
+        span = cls.get("draft_len")
+        if isinstance(span, dict) and "max" in span:
+            cls["draft_len"] = span["max"]
+            line, col = locate(text, ("classes", i, "draft_len"))
+            warnings.append(f"{source}:{line}:{col}: a draft_len range is read as draft_len = {span['max']!r}, "
+                            "its max: each round verifies what pays of it")
+    return warnings
 
 
 def load_toml(text: str, source: str) -> dict:
@@ -191,18 +187,9 @@ def load_toml(text: str, source: str) -> dict:
 def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
     """Semantic checks msgspec cannot do; errors raise, overlaps and unreachable classes warn."""
     s = parsed.policy
-    window = min(s.evidence_window, MAX_WINDOW)
     for key, ok, allowed in [
-        ("evidence_window", 1 <= s.evidence_window <= MAX_WINDOW, f"1..{MAX_WINDOW}"),
-        ("min_rounds", 1 <= s.min_rounds <= window, "1..evidence_window"),
-        ("plain_rounds", 1 <= s.plain_rounds <= window, "1..evidence_window"),
+        ("window", 1 <= s.window <= MAX_WINDOW, f"1..{MAX_WINDOW}"),
         ("min_gain", math.isfinite(s.min_gain) and -1 < s.min_gain < 10, "a number above -1 and below 10"),
-        ("hysteresis", math.isfinite(s.hysteresis) and 0 <= s.hysteresis < 10, "a number from 0 up to 10"),
-        ("remeasure_every", 0 <= s.remeasure_every <= MAX_EVERY, f"0..{MAX_EVERY}, 0 for never"),
-        ("probe_every", 0 <= s.probe_every <= MAX_EVERY, f"0..{MAX_EVERY}, 0 for never"),
-        ("prompt_rounds", 0 <= s.prompt_rounds <= window, "0..evidence_window, 0 for never"),
-        ("prompt_off", s.prompt_off is None or (math.isfinite(s.prompt_off) and 0 <= s.prompt_off < 10),
-         "0 (never) or a positive number below 10"),
     ]:
         if not ok:
             line, col = locate(text, ("policy", key))
@@ -241,34 +228,15 @@ def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str) -
         if not 0 <= getattr(cls.match, key) <= MAX_CHARS:
             raise PolicyError(source, *locate(text, ("classes", i, "match", key)),
                               f"match.{key} = {_shown(getattr(cls.match, key))} must be 0..{MAX_CHARS}")
-    k = cls.draft_len
-    if isinstance(k, int):
-        if not 0 <= k <= MAX_DRAFT_LEN:
-            raise PolicyError(source, *locate(text, ("classes", i, "draft_len")),
-                              f"draft_len = {k} must be 0..{MAX_DRAFT_LEN}")
-    elif not 1 <= k.min <= k.max <= MAX_DRAFT_LEN or (k.start and not k.min <= k.start <= k.max):
+    if not 0 <= cls.draft_len <= MAX_DRAFT_LEN:
         raise PolicyError(source, *locate(text, ("classes", i, "draft_len")),
-                          f"draft_len range min={k.min} max={k.max} start={k.start} is empty or out of 1..{MAX_DRAFT_LEN}")
+                          f"draft_len = {cls.draft_len} must be 0..{MAX_DRAFT_LEN}")
     if not 0.0 <= cls.match.min_given <= 1.0:
         raise PolicyError(source, *locate(text, ("classes", i, "match", "min_given")),
                           f"match.min_given = {_shown(cls.match.min_given)} must be 0..1 (a share of the prompt)")
-    if cls.ngram is not None and (problem := _ngram_problem(cls.ngram)):
-        raise PolicyError(source, *locate(text, ("classes", i, "ngram")), problem)
     if cls.match.max_chars and cls.match.max_chars < cls.match.min_chars:
         raise PolicyError(source, *locate(text, ("classes", i, "match", "max_chars")), "max_chars < min_chars")
 
-
-
-def _ngram_problem(ngram) -> str:
-    """What is wrong with a class's ngram table, naming the one key at fault ("" if nothing)."""
-    if not 1 <= ngram.min_match <= MAX_MATCH:  # a longer match is never measured
-        return f"ngram.min_match = {ngram.min_match} must be 1..{MAX_MATCH} (context tokens the match spans)"
-    if not 1 <= ngram.min_seen <= 100:
-        return f"ngram.min_seen = {ngram.min_seen} must be 1..100 (times the continuation was seen)"
-    if ngram.max_match and not ngram.min_match <= ngram.max_match <= MAX_MATCH:
-        return (f"ngram.max_match = {ngram.max_match} must be 0 (min_match stays fixed) or "
-                f"min_match ({ngram.min_match})..{MAX_MATCH}")
-    return ""
 
 
 def _overlaps(classes: list[PromptClass], text: str, source: str) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from specmon.engine.costs import Costs
 from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import NgramDrafter, NoDrafter
 from specmon.engine.driver import UNCHECKED, SessionDriver
@@ -181,7 +182,9 @@ def replay(policy: Policy, prompts: Sequence[Prompt], bench: BenchLog, tokenizer
     modelled = ModelledRounds(cost)
     driver = SessionDriver("tune", target, tokenizer, modelled, 0.0)
     drafter = NgramDrafter(verify_rows=padded_rows(pad_from))
-    scheduler = PolicyScheduler(driver, PolicyEngine(policy, "tune"), drafter, on_reload=None)
+    longest = max([c.draft_len for c in policy.classes] + list(ks))
+    costs = Costs(tuple(STEP_MS * cost(t) for t in range(longest + 1)))  # the engine's costs: the model's
+    scheduler = PolicyScheduler(driver, PolicyEngine(policy, "tune", costs), drafter, on_reload=None)
     for index, prompt in enumerate(list(prompts) * repeat):
         text = bench.texts[prompt.id]
         played = replace(prompt, max_new_tokens=len(text), token_ids=encoded[prompt.id])
@@ -190,7 +193,7 @@ def replay(policy: Policy, prompts: Sequence[Prompt], bench: BenchLog, tokenizer
         name = scheduler.decode(played, GREEDY, len(text)).started.prompt_class
         for k in ks:
             modelled.key = k
-            scheduler.configure_drafter(name, drafter, learned=False)  # fixed k: the class's settings, nothing learned
+            drafter.confident(0)  # fixed k: the plain lookup, as `specmon run -k K` drafts
             done = driver.decode(played, drafter if k else NoDrafter(), FixedDraftLen(k), GREEDY, len(text),
                                  prompt_class=name, bench_k=k)
             driver.finish(done, UNCHECKED)

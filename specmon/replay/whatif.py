@@ -1,21 +1,23 @@
 """What would another policy have decided on the same logged evidence?
 
 Each prompt keeps the class it had live (the log does not hold prompt texts); a class the other
-policy lacks falls to its default class. The logged rounds are fed, in order, to a fresh
-PolicyEngine running the other policy; its decisions are compared with the logged ones. When
-the other policy would have run a draft length the log never ran, that is reported as missing
-evidence: no round is ever invented."""
+policy lacks falls to its default class. The logged drafting rounds are fed, in order, to a fresh
+PolicyEngine running the other policy at the costs the log measured; its decisions are compared
+with the logged ones. Where the other policy allows longer drafts than the log ever verified,
+that is reported as missing evidence: no round is ever invented."""
 
 from __future__ import annotations
 
+import statistics
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specmon.engine.costs import Costs
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, PromptStarted, RoundVerified, SessionStarted, bench_fixed_k
 from specmon.policy.engine import PolicyEngine
-from specmon.policy.plan import Plan, Schedule
-from specmon.policy.schema import Policy, parse_policy
+from specmon.policy.schema import Policy
 
 
 @dataclass
@@ -23,7 +25,7 @@ class ClassDiff:
     name: str
     logged: list[str] = field(default_factory=list)
     other: list[str] = field(default_factory=list)
-    missing: set[int] = field(default_factory=set)  # k the other policy wanted but the log lacks
+    missing: set[int] = field(default_factory=set)  # draft lengths the other policy allows but the log never verified
 
     @property
     def differs(self) -> bool:
@@ -31,6 +33,8 @@ class ClassDiff:
 
 
 def describe(d: Decision) -> str:
+    if d.thresholds.get("gate"):
+        return (f"k={d.k_to} from a {d.match_to}-token match" if d.match_to else f"k={d.k_to}") if d.speculate_to else "off"
     if d.speculate_from != d.speculate_to:
         return ("on" if d.speculate_to else "off") + f" (k={d.k_to})"
     if d.match_to:
@@ -38,48 +42,42 @@ def describe(d: Decision) -> str:
     return f"k {d.k_from}->{d.k_to}"
 
 
-def _logged_engine(events) -> PolicyEngine | None:
-    """The policy the log ran under, to say where it started each class (a lead re-measure at k=0
-    is not where a class started)."""
-    text = next((e.policy_text for e in events if isinstance(e, SessionStarted) and e.policy_text), "")
-    return PolicyEngine(parse_policy(text, "logged policy"), "logged") if text else None
-
-
-def _start(k: int) -> str:
-    return f"start k={k}" if k else "start off"
+def logged_costs(events) -> Costs:
+    """The costs the log measured at load; in an older log, each pass length's median verify ms."""
+    header = next((e for e in events if isinstance(e, SessionStarted)), None)
+    if header is not None and header.verify_ms:
+        return Costs(tuple(header.verify_ms), header.draft_ms)
+    by_t: dict[int, list[float]] = defaultdict(list)
+    for ev in events:
+        if isinstance(ev, RoundVerified):
+            by_t[len(ev.proposed) + 1].append(ev.verify_ms)
+    ms, last = [], None
+    for t in range(1, max(by_t, default=1) + 1):
+        last = statistics.median(by_t[t]) if by_t.get(t) else last
+        ms.append(last)
+    first = next((v for v in ms if v is not None), 1.0)
+    return Costs(tuple(v if v is not None else first for v in ms) if len(ms) > 1 else (first, first))
 
 
 def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
-    engine = PolicyEngine(other, "what-if")
-    diffs: dict[str, ClassDiff] = {}
-    held: dict[str, set[int]] = {}  # draft lengths the log holds, per class
     events = list(read_log(log))
-    for ev in events:
-        if isinstance(ev, RoundVerified):
-            held.setdefault(ev.prompt_class, set()).add(ev.draft_len)
-    schedule = Schedule(Plan(0, ""))
-    logged = _logged_engine(events)
+    engine = PolicyEngine(other, "what-if", logged_costs(events))
+    diffs: dict[str, ClassDiff] = {}
+    longest: dict[str, int] = {}  # the longest draft the log verified, per class
     beside = False  # inside a bench's fixed-k run: evidence held, but never the policy's to see
     for ev in events:
         if isinstance(ev, PromptStarted):
             beside = bench_fixed_k(ev) is not None
-            if beside:
-                continue
-            first = ev.prompt_class not in diffs
-            diff = diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
-            schedule = engine.start_prompt(ev.prompt_class)
-            plan = schedule.plan
-            if first:  # where each started is a difference too: "k=7 never run" must not read "differs: no"
-                diff.logged.append(_start(logged.start_prompt(ev.prompt_class).plan.k if logged else ev.draft_len))
-                diff.other.append(_start(plan.k))
-            for wanted in {plan.k, *(plan.lead[:1] if plan.lead else ())}:
-                if wanted not in held.get(ev.prompt_class, set()):
-                    diff.missing.add(wanted)
+            diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
         elif isinstance(ev, RoundVerified) and not beside:
-            schedule.lead_k()  # count the round against the lead run, as the live session did
-            decision = engine.after_round(ev, schedule)
+            longest[ev.prompt_class] = max(longest.get(ev.prompt_class, 0), len(ev.proposed))
+            decision = engine.observe(ev)
             if decision is not None:
-                diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).other.append(describe(decision))
+                diffs[ev.prompt_class].other.append(describe(decision))
         elif isinstance(ev, Decision):
             diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).logged.append(describe(ev))
+    for name, diff in diffs.items():
+        allowed = engine.class_of(name).draft_len
+        if allowed > longest.get(name, 0):
+            diff.missing.add(allowed)
     return diffs

@@ -98,14 +98,14 @@ def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[i
 
 def _arm(policy: PolicyScheduler, driver: SessionDriver, drafter: Drafter, prompt: Prompt, name: str,
          k: int | None, sampling: Sampling, max_new_tokens: int) -> Generator[int, None, object]:
-    """One decode of the prompt: the policy's (k None) or at fixed k with the class's drafter settings."""
+    """One decode of the prompt: the policy's (k None) or at fixed k with the profile's drafter, as `run -k` has it."""
     if k is None:
         return policy.decode_steps(prompt, sampling, max_new_tokens, driver, drafter)
     return _fixed(policy, driver, drafter, prompt, name, k, sampling, max_new_tokens)
 
 
 def _fixed(policy, driver, drafter, prompt, name, k, sampling, max_new_tokens) -> Generator[int, None, object]:
-    policy.configure_drafter(name, drafter, learned=False)  # fixed k: the class's settings, nothing learned
+    getattr(drafter, "confident", lambda *a: None)(0)  # fixed k: the plain lookup, as `specmon run -k K` drafts
     done = yield from driver.decode_steps(prompt, drafter if k else NoDrafter(), FixedDraftLen(k), sampling,
                                           max_new_tokens, prompt_class=name, class_rule=f"{BENCH_FIXED_RULE}{k}",
                                           bench_k=k)

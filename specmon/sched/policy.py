@@ -11,13 +11,12 @@ import time
 from typing import Callable, Generator, Sequence
 
 from specmon.engine.draft_len import MAX_DRAFT_LEN
-from specmon.engine.drafters import Drafter
+from specmon.engine.drafters import Drafter, Proposal
 from specmon.engine.driver import UNCHECKED, Decoded, SessionDriver
 from specmon.engine.rounds import drain
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import PolicyLoaded, RoundVerified, Sampling
 from specmon.policy.engine import PolicyEngine
-from specmon.policy.plan import Schedule
 from specmon.policy.reload import loaded_event, print_reload
 
 
@@ -34,16 +33,38 @@ def policy_poll_s() -> float:
 
 
 class PolicyDraftLen:
-    """k for each round of one prompt: its plan's lead run (re-measure or probe), else the class's
-    current decision, which a decision mid-prompt changes at once."""
+    """k for each round of one prompt: what the class's decision in force asks of the drafter
+    (a decision mid-prompt changes it at once)."""
 
     max_draft_len = MAX_DRAFT_LEN  # a reload may raise k for the next prompt: the cache must have room for any
 
-    def __init__(self, engine: PolicyEngine, prompt_class: str, schedule: Schedule):
-        self.engine, self.prompt_class, self.schedule = engine, prompt_class, schedule
+    def __init__(self, engine: PolicyEngine, prompt_class: str):
+        self.engine, self.prompt_class = engine, prompt_class
 
     def next_draft_len(self) -> int:
-        return self.engine.round_k(self.prompt_class, self.schedule)
+        return self.engine.draft_len(self.prompt_class)
+
+
+class GatedDrafter:
+    """The drafter, with each proposal cut to the tokens the class's decision verifies."""
+
+    def __init__(self, drafter: Drafter, engine: PolicyEngine, prompt_class: str):
+        self.drafter, self.engine, self.prompt_class = drafter, engine, prompt_class
+        self.name = getattr(drafter, "name", "none")
+        self.spent_ms = 0.0  # the cuts' own time: policy work
+
+    def begin(self, prompt) -> None:
+        self.drafter.begin(prompt)
+
+    def propose(self, context, k, sampling, rng) -> Proposal:
+        proposal = self.drafter.propose(context, k, sampling, rng)
+        started = time.perf_counter()
+        keep = self.engine.cut(self.prompt_class, proposal.matched, len(proposal.tokens))
+        self.spent_ms += (time.perf_counter() - started) * 1e3
+        if keep == len(proposal.tokens):
+            return proposal
+        q = proposal.q[:keep] if proposal.q is not None else None
+        return Proposal(proposal.tokens[:keep], q, proposal.matched)
 
 
 class PolicyScheduler:
@@ -52,7 +73,7 @@ class PolicyScheduler:
         """`on_reload` hears of every hot reload, taken or refused (by default, one line on stderr)."""
         self.driver, self.engine, self.drafter = driver, engine, drafter
         self.on_reload = on_reload
-        self.policy_ms = 0.0  # the policy's own work (classify, plan, observe, decide), for the benchmark
+        self.policy_ms = 0.0  # the policy's own work (classify, cut, observe, decide), for the benchmark
         self.poll_s = policy_poll_s() if poll_s is None else poll_s
         self._looked = -float("inf")  # perf_counter of the last look at the policy file
         driver.emit(loaded_event(engine.policy, driver.session_id, engine.in_force()))
@@ -67,33 +88,34 @@ class PolicyScheduler:
                      stop: Callable[[], str | None] | None = None) -> Generator[int, None, Decoded]:
         """decode() one round at a time (it yields after each round), on `driver` and `drafter`
         (a fork's, so decodes can take turns) or the scheduler's own: pick up a policy edit,
-        classify (the class a request `named`, else by the policy's rules), plan, set the class's
-        drafter, decode round by round (each round feeds the policy, then `on_round`; `stop` may
-        end it), finish and sample memory."""
+        classify (the class a request `named`, else by the policy's rules), set the class's
+        drafter, decode round by round, each draft cut to what the class's decision verifies
+        (each round feeds the policy, then `on_round`; `stop` may end it), finish and sample memory."""
         driver, drafter = driver or self.driver, drafter or self.drafter
         started = time.perf_counter()
         self.look(driver)  # a prompt is classified, planned and drafted by one policy: the one in force now
         tag = prompt.prompt_class if prompt.prompt_class != "default" else None
         name, rule = self.engine.classify(prompt.text, tag, named)
-        schedule = self.engine.start_prompt(name, prompt.id)
         self.configure_drafter(name, drafter)  # every prompt: a class's settings never carry into another's
+        draft_len = PolicyDraftLen(self.engine, name)
+        k = self.engine.draft_len(name)
         self.policy_ms += (time.perf_counter() - started) * 1e3
-        observe = self._after_round(schedule, driver, drafter)
-        plan = schedule.plan
+        observe = self._after_round(driver)
+        gated = GatedDrafter(drafter, self.engine, name)
         done = yield from driver.decode_steps(
-            prompt, drafter, PolicyDraftLen(self.engine, name, schedule), sampling, max_new_tokens,
-            prompt_class=name, class_rule=f"{rule}; {plan.describe()}", start_draft_len=plan.k,
+            prompt, gated, draft_len, sampling, max_new_tokens,
+            prompt_class=name, class_rule=rule, start_draft_len=k,
             on_round=observe if on_round is None else _both(observe, on_round), stop=stop)
+        self.policy_ms += gated.spent_ms
         driver.finish(done, UNCHECKED)
         driver.sample_resources()
         return done
 
-    def configure_drafter(self, name: str, drafter: Drafter | None = None, learned: bool = True) -> None:
-        """The class's n-gram confidence (none: the drafter's plain lookup), for this prompt's rounds:
-        with min_match as the policy raised it, or (not `learned`: a fixed-k run) as the file sets it."""
+    def configure_drafter(self, name: str, drafter: Drafter | None = None) -> None:
+        """The class's n-gram setting for this prompt's rounds (none: the drafter's plain lookup)."""
         confident = getattr(drafter or self.drafter, "confident", None)
         if confident is not None:
-            confidence = self.engine.confidence(name, learned)
+            confidence = self.engine.confidence(name)
             confident(*confidence) if confidence else confident(0)
 
     def run(self, prompts: Sequence[Prompt], sampling: Sampling, max_new_tokens: int,
@@ -104,29 +126,18 @@ class PolicyScheduler:
             if on_prompt:
                 on_prompt(index + 1)
 
-    def _after_round(self, schedule: Schedule, driver: SessionDriver,
-                     drafter: Drafter) -> Callable[[RoundVerified], None]:
-        """Each round: feed it to the policy and decide when due (never inside a lead run, so a
-        re-measure or probe is judged whole); the next round follows the decision."""
-
-        engine, set_aside, clock = self.engine, self.engine.set_aside(), time.perf_counter
-        granted, epoch, drafting = 0, -1, False  # rounds granted quiet (drafting: ones that drafted too), per epoch
+    def _after_round(self, driver: SessionDriver) -> Callable[[RoundVerified], None]:
+        """Each round: feed it to the policy; a decision it brings takes effect from the next round."""
+        engine, clock = self.engine, time.perf_counter
 
         def observe(event: RoundVerified) -> None:
-            nonlocal granted, epoch, drafting
+            if not event.proposed:
+                return  # a plain step tells the policy nothing
             started = clock()
-            if granted and engine.epoch == epoch and (drafting or not event.proposed):
-                granted -= 1
-                set_aside(event)  # as after_round would: no decision can come of it
-                self.policy_ms += (clock() - started) * 1e3
-                return
-            decision = engine.after_round(event, schedule)
-            (granted, drafting), epoch = engine.grant_quiet(event.prompt_class, schedule), engine.epoch
+            decision = engine.observe(event)
             self.policy_ms += (clock() - started) * 1e3
             if decision is not None:
                 driver.emit(decision)
-                if decision.match_to and decision.applied:
-                    self.configure_drafter(event.prompt_class, drafter)  # a raised min_match drafts from the next round
 
         return observe
 

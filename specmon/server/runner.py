@@ -63,7 +63,7 @@ class Serving:
         self.session, self.options = session, options
         self.metrics = ServerMetrics()
         session.channel.on_event(self.metrics.observe)
-        self.policy = PolicyScheduler(driver, PolicyEngine(policy, session.session_id), pair.drafter) if policy else None
+        self.policy = PolicyScheduler(driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter) if policy else None
         k = options.draft_len if options.draft_len is not None else profile.drafter.draft_len
         self.decoder = Decoder(driver, pair.drafter, self.policy, k)
         self.worker = Worker(self.decoder, self.metrics, options.max_queue, self._done, self._fatal)
@@ -118,8 +118,8 @@ class Serving:
     def _done(self, job: Job, done: Finished) -> None:
         if self.policy is not None:
             name = done.info.prompt_class
-            state = self.policy.engine.state(name)
-            self.metrics.set_policy(name, state.speculate, state.k)
+            shown = self.policy.engine.class_in_force(name)
+            self.metrics.set_policy(name, shown.speculate, shown.draft_len)
         if self.options.line is not None:
             status = 200 if done.finish_reason != "cancelled" else 503 if self.worker.closing else 499
             self.options.line(request_line(job, done, status))

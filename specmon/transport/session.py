@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from specmon.engine.driver import Cancelled, SessionDriver, new_session_id
+from specmon.engine.costs import Costs, measure_costs
 from specmon.engine.drafters import Drafter
 from specmon.events.log import default_log_path
 from specmon.events.schema import AnyEvent, SessionFinished
@@ -33,6 +34,7 @@ class LiveSession:
     events: list[AnyEvent] = field(default_factory=list)  # everything published, for the final tables
     finished: SessionFinished | None = None
     keep_events: bool = True  # False for a long-lived session (a server): only the log keeps them
+    costs: Costs | None = None  # the engine's costs, measured at load under a policy
 
     def _observe(self, event: AnyEvent) -> None:
         if self.keep_events:
@@ -71,6 +73,9 @@ def live_session(pair, profile, drafter: Drafter, log_path: Path | None = None, 
         started = session.driver.started_event(profile, drafter)
         if policy is not None:
             started.policy_text, started.policy_hash = policy.text, policy.sha256
+            longest = max(c.draft_len for c in policy.classes)
+            session.costs = measure_costs(session.driver.target, drafter, max(2, longest + 1))
+            started.verify_ms, started.draft_ms = list(session.costs.verify_ms), session.costs.draft_ms
         session.channel.publish(started)
         yield session
         session.finish("done")

@@ -1,53 +1,20 @@
-"""The decision rule, as one pure function of the evidence, so a log can re-derive every decision.
+"""The rules older specmon versions decided by, kept only so `specmon policy explain` recomputes
+the decisions in their logs (the live policy is gate.py). Each logged decision carries the
+thresholds it was decided with, and the rules below read them as those versions did:
 
-goodput(k) = Σ emitted / Σ round ms over the evidence rounds at draft length k (k = 0 is plain).
-- on  -> off when goodput(k) / goodput(0) < 1 + min_gain                      (policy.min_gain)
-- off -> on  when goodput(k) / goodput(0) >= 1 + min_gain + hysteresis, for the best
-  k in range that has evidence                                                 (policy.hysteresis)
-- on, k adapting: move to the k in [k_min, k_max] with the best goodput, if it beats the
-  current k's by k_gain (min_gain + hysteresis)                                (classes[i].draft_len)
-  With `paired`, each other k is compared with the current k over the prompts where both ran
-  (probes alternate the two round by round): goodput differs far more between prompts than
-  between neighbouring k, so only the same text makes a fair comparison. With `adjacent` as
-  well, over each of the other k's rounds and the round at k right after it in its prompt: k's
-  rounds after the probe decode a later stretch of the text, which copies more or less (in one
-  holdout run, rewrite's k=8 rounds beside probes of k=7 ran at 73 tok/s, those after at 35),
-  so counting them tilts the comparison towards whichever k the stretches favour. With `capped`,
-  only the pairs where a round drafted as far as the shorter of the two k: in the others neither
-  k cut a draft (a proposal depends on k only through the cap), so they ran as they would have
-  at either k and tell nothing about k.
-Only draft lengths with at least min_rounds rounds in the window count as evidence; plain
-decoding (k = 0) needs plain_rounds.
-- early off: after early_rounds rounds at k, off already if k would lose even were the next
-  OPTIMISM rounds to accept every draft token; waiting for min_rounds costs most exactly
-  where speculation costs most                                                 (policy.min_gain)
-With `interval` (policy.interval) the class's figure is the TUI's: the goodput ratio with its
-95% interval over prompts (specmon.metrics.interval, seeded, so a log re-derives it exactly):
-- on  -> off when the interval's high end < 1 + min_gain: surely not paying   (policy.min_gain)
-  (the interval is drawn only for a ratio below 1 + min_gain + hysteresis: it lies around its ratio)
-- off -> on  when its low end >= 1 + min_gain and the ratio >= 1 + min_gain + hysteresis, for the
-  best such k in range                                                          (policy.hysteresis)
-- k moves when, over the same text (as `paired`/`adjacent` above), the other k's ratio to k has
-  a low end > 1 and a ratio >= 1 + k_gain                                       (classes[i].draft_len)
-  No class-wide early off: a prompt's own rounds turn that prompt off instead (below).
-With `prompt` (policy.prompt_rounds) the decision is one prompt's, from its first prompt_rounds
-rounds that drafted something (a confident drafter's silent rounds cost what a plain step
-costs, so they say nothing), beside the class's plain rounds:
-- on  -> off for the prompt when their goodput does not beat plain by min_gain   (drafts fail)
-  (with silent_plain, when it is below plain's, prompt_off = 1: four rounds are too few to ask a
-  margin of, and a prompt switched off loses every copy still to come; policy.prompt_off sets
-  the line, 0 for never)
-- off -> on  for the prompt when it beats plain by min_gain + hysteresis          (it copies)
-With `silent_plain` (policy.silent_plain) a round at k whose confident drafter proposed nothing
-is also a plain round: it decoded one token in one single-position pass, as plain decoding does,
-so plain's cost is measured inside speculation for free. It stays evidence for its k as well.
-With `match` (classes[i].ngram.max_match) the decision is the n-gram drafter's min_match: match.py.
-Logs from before a key existed carry no such threshold and are re-derived by the rules they
-were decided by: no plain_rounds -> min_rounds; no k_gain -> min_gain; early_off (a ratio,
-checked at plain_rounds) instead of early_rounds; neither -> no early off; no paired -> k's
-compared over all their rounds; no adjacent -> over all their rounds in the prompts where both ran;
-no capped -> every adjacent pair.
-"""
+goodput(k) = sum emitted / sum round ms over the cited rounds at draft length k (k = 0: plain).
+- on -> off when goodput(k) / goodput(0) < 1 + min_gain; early, after early_rounds rounds, when
+  even OPTIMISM more all-accepted rounds would not pay (older: a ratio below early_off).
+- off -> on when the best k in range beats plain by min_gain + hysteresis.
+- k moves to the k in [k_min, k_max] whose goodput beats k's by k_gain; with `paired`, over the
+  prompts where both ran; `adjacent`, each probe round beside the round at k after it; `capped`,
+  only pairs where a round drafted as far as the shorter k.
+- `interval`: a switch or move needs the goodput ratio's seeded 95% interval over prompts past
+  its line; `prompt`: one prompt's own first rounds turn it on or off; `silent_plain`: a round
+  that drafted nothing also counts as plain; `match`: the n-gram min_match rises by one when the
+  rounds whose match was exactly min_match tokens surely lose to plain steps.
+Thresholds missing from a log fall back as those versions did: plain_rounds -> min_rounds,
+k_gain -> min_gain."""
 
 from __future__ import annotations
 
@@ -374,3 +341,39 @@ def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str
     inputs.update(_sides(estimate(spec, plain), spec, plain, drafted, 0))  # the interval, only for a decision
     return Outcome(not speculate, k, "policy.prompt_rounds", inputs, sorted({r.round_id for r in [*spec, *plain]}))
 
+
+# -- the n-gram drafter's min_match (classes[i].ngram.max_match) ---------------------------
+
+def match_rows(rows: Sequence[Row], k: int, match: int) -> list[Row]:
+    """Rounds at k whose match was exactly `match` tokens: the ones a min_match one higher would
+    have left silent."""
+    return [r for r in rows if r.draft_len == k and _matched(r, match) == match]
+
+
+def stale(row: Row, match: int) -> bool:
+    """A round whose draft a min_match of `match` would not have proposed: its match was shorter."""
+    return 0 < _matched(row, match) < match
+
+
+def _matched(row: Row, match: int) -> int:
+    """The round's match length; in an older log (none recorded) its draft's length where that was
+    short of both k and `match` + 1, taken as its match length (as the rule always has: the
+    context's end or min_seen may have cut a longer one), else unknown (0)."""
+    if row.matched:
+        return row.matched
+    return row.proposed if row.proposed < row.draft_len and row.proposed <= match else 0
+
+
+def decide_match(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
+    """min_match + 1 when the rounds whose match was exactly min_match tokens surely lose to plain
+    (speculation and k stay as they are: an off class still drafts in the prompts it watches)."""
+    match = int(thresholds["match"])
+    ordered = sorted(rows, key=ROUND_ID)
+    short, plain = match_rows(ordered, k, match), by_draft_len(ordered, thresholds).get(0, [])
+    if len(short) < thresholds["min_rounds"] or len(plain) < thresholds["plain_rounds"]:
+        return None
+    est = estimate(short, plain, below=1.0)
+    if est is None or est.high is None or est.high >= 1.0:
+        return None
+    inputs = {"goodput_k0": goodput(plain), f"goodput_k{k}": goodput(short), **_sides(est, short, plain, k, 0)}
+    return Outcome(speculate, k, "ngram.max_match", inputs, sorted({r.round_id for r in [*short, *plain]}), match + 1)

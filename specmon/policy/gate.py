@@ -1,0 +1,142 @@
+"""The decision rule, as pure functions of the evidence and the engine's measured costs, so a log
+re-derives every decision.
+
+A draft of j tokens is worth verifying when its expected emitted tokens per plain step of cost
+beat a plain step's one token:
+
+    G(j) = (1 + sum_{i=1..j} P(the first i tokens are accepted)) / steps(j)        G(0) = 1
+
+steps(j) is the round's cost in plain steps from the curve measured at load (engine.costs).
+P comes from acceptance by reach: a confident n-gram draft copies what followed a match of m
+context tokens, and its i-th token, once the i-1 before it were accepted, continues a match of
+m + i - 1 tokens; a model drafter's i-th token has reach i - 1. So one rate per reach bucket,
+learned from every drafted position, prices a draft of any length after a match of any length:
+
+    P(first i accepted) = prod_{l=1..i} a(bucket(m + l - 1))
+
+a(b) for a class is its own accepted / tried at that reach, shrunk toward the session's (all
+classes) by SHARED_WEIGHT positions, which is shrunk toward PRIOR by PRIOR_WEIGHT: a class
+starts from what the session has seen, and its own evidence takes over as it comes.
+
+For each match length m and proposal length n, the round verifies the j <= n with the best
+G(j), or nothing (a plain step) unless some j beats G(0) by min_gain. That table is the class's
+decision; it is recomputed every CHECK_EVERY drafting rounds of the class."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+MAX_REACH = 16  # the n-gram drafter's longest match (drafters.MAX_MATCH): reach is capped here
+PRIOR = 0.5  # acceptance at any reach before any evidence: a coin, so a cheap draft is tried
+PRIOR_WEIGHT = 2.0  # ... worth this many drafted positions
+SHARED_WEIGHT = 8.0  # the session's rate at a reach is worth this many of a class's own positions
+CHECK_EVERY = 8  # drafting rounds of a class between recomputing its table
+
+
+def bucket(reach: int) -> int:
+    """Reach (tokens of match a position continues) to its rate's bucket: 0-4 alone, then 5-6,
+    7-9 and 10 or more, where positions are fewer and rates flatter."""
+    return reach if reach <= 4 else 5 if reach <= 6 else 6 if reach <= 9 else 7
+
+
+BUCKETS = bucket(MAX_REACH) + 1
+
+
+class Draft(NamedTuple):
+    """What one drafting round tells: a tuple, built once a round inside the decode loop."""
+
+    round_id: int
+    prompt_class: str
+    proposed: int
+    accepted: int
+    matched: int  # the n-gram match's length; 0 for a model drafter
+
+    @classmethod
+    def of(cls, ev) -> Draft:
+        return cls(ev.round_id, ev.prompt_class, len(ev.proposed), ev.accepted, ev.matched)
+
+
+class Counts:
+    """Positions tried and accepted per reach bucket."""
+
+    def __init__(self):
+        self.tried = [0] * BUCKETS
+        self.taken = [0] * BUCKETS
+
+    def add(self, draft: Draft, sign: int = 1) -> None:
+        """Each drafted position up to the first rejection: accepted, or the one rejected."""
+        seen = min(draft.accepted + 1, draft.proposed)
+        start = draft.matched - 1 if draft.matched else -1
+        for position in range(1, seen + 1):
+            b = bucket(min(start + position, MAX_REACH))
+            self.tried[b] += sign
+            self.taken[b] += sign * (position <= draft.accepted)
+
+    def __iadd__(self, other: Counts) -> Counts:
+        self.tried = [a + b for a, b in zip(self.tried, other.tried)]
+        self.taken = [a + b for a, b in zip(self.taken, other.taken)]
+        return self
+
+
+def counts_of(drafts: Sequence[Draft]) -> Counts:
+    counts = Counts()
+    for draft in drafts:
+        counts.add(draft)
+    return counts
+
+
+def rates(own: Counts, session: Counts, prior: float = PRIOR, prior_weight: float = PRIOR_WEIGHT,
+          shared_weight: float = SHARED_WEIGHT) -> list[float]:
+    """a(b) per bucket: the class's own, shrunk toward the session's, shrunk toward the prior."""
+    out = []
+    for b in range(BUCKETS):
+        shared = (session.taken[b] + prior * prior_weight) / (session.tried[b] + prior_weight)
+        out.append((own.taken[b] + shared_weight * shared) / (own.tried[b] + shared_weight))
+    return out
+
+
+def goodputs(rate: Sequence[float], steps: Sequence[float], matched: int) -> list[float]:
+    """G(j) for j = 0..k after a match of `matched` tokens (0: a model drafter); steps[j]: a
+    round's cost in plain steps when it verifies j draft tokens (steps[0] = 1)."""
+    out, survive, expected = [1.0], 1.0, 1.0
+    start = matched - 1 if matched else -1
+    for j in range(1, len(steps)):
+        survive *= rate[bucket(min(start + j, MAX_REACH))]
+        expected += survive
+        out.append(expected / steps[j])
+    return out
+
+
+Table = tuple[tuple[int, ...], ...]  # table[m][n]: tokens verified of an n-token draft after a match of m
+
+
+def cut_table(rate: Sequence[float], steps: Sequence[float], min_gain: float) -> Table:
+    rows = []
+    for matched in range(MAX_REACH + 1):
+        g = goodputs(rate, steps, matched)
+        best, row = 0, [0]
+        for n in range(1, len(steps)):
+            if g[n] > g[best] and g[n] >= 1 + min_gain:
+                best = n
+            row.append(best)
+        rows.append(tuple(row))
+    return tuple(rows)
+
+
+def summary(table: Table, positional: bool = False) -> tuple[bool, int, int]:
+    """(speculate, k, from_match) for events and views: whether any draft is verified, the
+    longest one, and the shortest match that drafts (0: none). A `positional` drafter (a model)
+    reports no match: only its row 0 is ever read."""
+    if positional:
+        return table[0][-1] > 0, table[0][-1], 0
+    longest = max(row[-1] for row in table[1:])
+    first = next((m for m in range(1, len(table)) if table[m][-1]), 0)
+    return longest > 0, longest, first
+
+
+def changes(before: Table, after: Table) -> str:
+    """What a new table changes, for people: the tokens a whole draft keeps after each match length."""
+    moved = [f"{m}: {b[-1]}->{a[-1]}" for m, (b, a) in enumerate(zip(before, after)) if b[-1] != a[-1]]
+    if not moved:
+        return "only where the drafter proposed fewer than k tokens"
+    return "verified of a whole draft after a match of " + ", ".join(moved[:4]) + (" ..." if len(moved) > 4 else "")
