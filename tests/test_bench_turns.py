@@ -35,7 +35,7 @@ def bench_log(request, tmp_path_factory):
     policy = load_policy("default")
     prompts = builtin_suite()[::5]  # chat, code-new, code-edit, rewrite
     with open_session(pair, profile, pair.drafter, tmp / "bench.specmon", policy=policy, announce=False) as session:
-        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter,
+        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter,
                                     on_reload=None)
         run_bench(scheduler, prompts, KS, 1, sampling, 20)
         bench_events = list(session.events)

@@ -16,7 +16,8 @@ from specmon.events.schema import (
 # is not an append breaks every log already written.
 FIELDS = {
     SessionStarted: ["session_id", "t", "specmon_version", "profile_name", "profile_text", "backend", "target",
-                     "drafter", "dtype", "device", "host", "policy_text", "policy_hash", "cache_bytes"],
+                     "drafter", "dtype", "device", "host", "policy_text", "policy_hash", "cache_bytes", "verify_ms",
+                     "draft_ms"],
     PromptStarted: ["session_id", "t", "prompt_id", "prompt_class", "draft_len", "drafter", "sampling",
                     "prompt_tokens", "max_new_tokens", "class_rule", "bench_k"],
     RoundVerified: ["session_id", "t", "round_id", "prompt_id", "prompt_class", "round_index", "draft_len",
@@ -52,7 +53,7 @@ SAMPLES = [
                    profile_text='name = "smollm2-cpu"\n', backend="torch", target="SmolLM2-135M-Instruct",
                    drafter="ngram", dtype="float32", device="cpu", host={"hostname": "box", "cpus": "16"},
                    policy_text='[policy]\nmode = "enforce"\n', policy_hash=SHA,
-                   cache_bytes={"target": 1 << 24, "draft": 1 << 20}),
+                   cache_bytes={"target": 1 << 24, "draft": 1 << 20}, verify_ms=[40.5, 44.25, 60.0], draft_ms=0.75),
     PromptStarted(**SESSION, prompt_id="rewrite-2", prompt_class="rewrite", draft_len=7, drafter="ngram",
                   sampling=SAMPLING, prompt_tokens=93, max_new_tokens=128,
                   class_rule="classes[1].match.keywords (line 41); k=7: policy", bench_k=6),

@@ -121,7 +121,7 @@ def test_every_edit_of_a_live_runs_policy_is_in_force_from_its_classes_next_prom
     path.write_text(POLICY)
     policy = load_policy(str(path))
     with live_session(pair, profile, pair.drafter, log, serve=False, policy=policy, announce=False) as session:
-        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id), pair.drafter,
+        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter,
                                     on_reload=None, poll_s=0.0)
         scheduler.run(_prompts(), profile.sampling.to_event(), MAX_NEW, on_prompt=lambda done: _edit(path, done))
     _check_each_edit_in_force_from_the_next_prompt(list(read_log(log)))

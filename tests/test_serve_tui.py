@@ -60,7 +60,7 @@ def ask(server, answers: dict, name: str) -> threading.Thread:
 async def test_the_live_pane_shows_the_queue_the_request_and_ttft_as_the_log_records_them(tmp_path, tiny):
     _, pair = tiny
     lines, answers = [], {}
-    with stepped_rounds(pair) as steps, watched_server(tmp_path, tiny, lines) as (server, app, log):
+    with watched_server(tmp_path, tiny, lines) as (server, app, log), stepped_rounds(pair) as steps:
         worker = server.worker
         async with app.run_test(size=(80, 24)) as pilot:
             await until(pilot, lambda: app.state.requests is not None, "the server's first QueueSample")

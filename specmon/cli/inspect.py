@@ -58,7 +58,10 @@ def cmd_policy(args) -> int:
     for e in explanations:
         d = e.decision
         change = f"speculate {d.speculate_from}->{d.speculate_to}, k {d.k_from}->{d.k_to}"
-        change += f", min_match {d.match_from}->{d.match_to}" if d.match_to else ""
+        if d.thresholds.get("gate"):
+            change += f", from a match of {d.match_from}->{d.match_to}"
+        elif d.match_to:
+            change += f", min_match {d.match_from}->{d.match_to}"
         verdict = "[green]reproduces[/]" if e.reproduces else "[red]DOES NOT REPRODUCE[/]"
         out.print(f"decision {d.decision_id} \\[{escape(d.prompt_class)}] {change} by {escape(d.rule_key)} "
                   f"(line {d.rule_line}): {verdict}: {escape(e.detail)}", highlight=False)
@@ -139,6 +142,8 @@ def event_line(ev) -> str | None:
                 f"rejected@{rejection} emitted {len(ev.emitted)}  draft {ev.draft_ms:.2f} ms  verify {ev.verify_ms:.2f} ms")
     if isinstance(ev, Decision):
         change = (f"speculation {'on' if ev.speculate_to else 'off'}" if ev.speculate_from != ev.speculate_to
+                  else f"k {ev.k_from}->{ev.k_to}" if ev.k_from != ev.k_to
+                  else ev.reason if ev.thresholds.get("gate")
                   else f"n-gram min_match {ev.match_from}->{ev.match_to}" if ev.match_to
                   else f"k {ev.k_from}->{ev.k_to}")
         ratio = ev.inputs.get("ratio")

@@ -37,6 +37,7 @@ class PolicyEngine:
         self.decisions = 0
         self.positional = costs.draft_ms > 0  # a model drafter: its tokens cost, and it reports no match
         self._mtime = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
+        self.in_force()  # every class's first table, drawn now: from the prior alone, wherever it is read
 
     # -- classes -----------------------------------------------------------------------------
     def classify(self, text: str, tag: str | None = None, named: str | None = None) -> tuple[str, str]:
@@ -117,7 +118,8 @@ class PolicyEngine:
         s = self.policy.settings
         inputs = {f"rate_b{b}": r for b, r in enumerate(rate)}
         inputs.update({f"tried_b{b}": float(n) for b, n in enumerate(own.tried)})
-        thresholds = {"gate": 1.0, "positional": float(self.positional), "min_gain": s.min_gain, "prior": gate.PRIOR, "prior_weight": gate.PRIOR_WEIGHT,
+        thresholds = {"gate": 1.0, "positional": float(self.positional), "min_gain": s.min_gain, "prior_weight": gate.PRIOR_WEIGHT,
+                      **{f"prior_b{b}": p for b, p in enumerate(gate.PRIOR)},
                       "shared_weight": gate.SHARED_WEIGHT, **{f"steps_{j}": v for j, v in enumerate(steps)}}
         event = Decision(
             session_id=self.session_id, t=time.time(), decision_id=self.decisions, prompt_class=name,

@@ -74,7 +74,7 @@ def explain_gate(d: Decision, drafts: list[gate.Draft]) -> Explanation:
     the session's from all of them), its cut table from the costs it logged, and that table's
     summary against the decision's."""
     t = d.thresholds
-    constants = (t["prior"], t["prior_weight"], t["shared_weight"])
+    constants = ([t[f"prior_b{b}"] for b in range(gate.BUCKETS)], t["prior_weight"], t["shared_weight"])
     own = gate.counts_of([x for x in drafts if x.prompt_class == d.prompt_class])
     rate = gate.rates(own, gate.counts_of(drafts), *constants)
     steps = _steps(t)

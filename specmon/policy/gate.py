@@ -27,8 +27,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 MAX_REACH = 16  # the n-gram drafter's longest match (drafters.MAX_MATCH): reach is capped here
-PRIOR = 0.5  # acceptance at any reach before any evidence: a coin, so a cheap draft is tried
-PRIOR_WEIGHT = 2.0  # ... worth this many drafted positions
+PRIOR_WEIGHT = 2.0  # the prior below is worth this many drafted positions
 SHARED_WEIGHT = 8.0  # the session's rate at a reach is worth this many of a class's own positions
 CHECK_EVERY = 8  # drafting rounds of a class between recomputing its table
 
@@ -40,6 +39,10 @@ def bucket(reach: int) -> int:
 
 
 BUCKETS = bucket(MAX_REACH) + 1
+REACH = (0, 1, 2, 3, 4, 5, 7, 10)  # each bucket's least reach
+# acceptance before any evidence: a match that has run r tokens runs on with odds (r + 1) / (r + 2)
+# (the rule of succession); a little above what copies measured at short reach, so those are tried
+PRIOR = tuple((r + 1) / (r + 2) for r in REACH)
 
 
 class Draft(NamedTuple):
@@ -85,12 +88,16 @@ def counts_of(drafts: Sequence[Draft]) -> Counts:
     return counts
 
 
-def rates(own: Counts, session: Counts, prior: float = PRIOR, prior_weight: float = PRIOR_WEIGHT,
-          shared_weight: float = SHARED_WEIGHT) -> list[float]:
-    """a(b) per bucket: the class's own, shrunk toward the session's, shrunk toward the prior."""
+def rates(own: Counts, session: Counts, prior: Sequence[float] | None = None, prior_weight: float | None = None,
+          shared_weight: float | None = None) -> list[float]:
+    """a(b) per bucket: the class's own, shrunk toward the session's, shrunk toward the prior
+    (a log's decision brings the constants it was decided with)."""
+    prior = PRIOR if prior is None else prior
+    prior_weight = PRIOR_WEIGHT if prior_weight is None else prior_weight
+    shared_weight = SHARED_WEIGHT if shared_weight is None else shared_weight
     out = []
     for b in range(BUCKETS):
-        shared = (session.taken[b] + prior * prior_weight) / (session.tried[b] + prior_weight)
+        shared = (session.taken[b] + prior[b] * prior_weight) / (session.tried[b] + prior_weight)
         out.append((own.taken[b] + shared_weight * shared) / (own.tried[b] + shared_weight))
     return out
 

@@ -82,10 +82,12 @@ def policy_figure(state: ViewState) -> str:
 def decision_row(d: Decision) -> tuple[str, str, str]:
     if d.speculate_from != d.speculate_to:
         change = f"on k{d.k_to}" if d.speculate_to else "off"
-    elif d.match_to:  # the n-gram drafter's min_match
+    elif d.k_from != d.k_to:
+        change = f"k{d.k_from}→{d.k_to}"
+    elif d.match_from != d.match_to:  # drafts from a longer (shorter) match; an older log: the drafter's min_match
         change = f"m{d.match_from}→{d.match_to}"
     else:
-        change = f"k{d.k_from}→{d.k_to}"
+        change = "cuts"  # only how much of a shorter draft is verified
     one_prompt = "›" if d.thresholds.get("prompt") else ""  # one prompt's own switch, not the class's
     return str(d.decision_id), one_prompt + change + ("" if d.applied else "?"), d.prompt_class
 
@@ -100,9 +102,15 @@ def render_decision(d: Decision, cited: list) -> str:
     applied = "" if d.applied else " (advised, not applied)"
     if d.thresholds.get("prompt"):
         applied += f" for one prompt only ({d.reason})"
+    t = d.thresholds
+    if t.get("gate"):
+        steps = " ".join(f"{t[f'steps_{j}']:.2f}" for j in range(len(t)) if f"steps_{j}" in t)
+        rule = f"{d.reason}\nthresholds: min_gain {t['min_gain']}; a round's cost, plain steps, by draft: {steps}"
+    else:
+        rule = f"thresholds: min_gain {t['min_gain']}, hysteresis {t.get('hysteresis', 0.0)}"
     return (f"decision {d.decision_id} [{d.prompt_class}] {decision_row(d)[1]}{applied} by {d.rule_key} "
-            f"(policy line {d.rule_line})\ninputs: {inputs}\nthresholds: min_gain {d.thresholds['min_gain']}, "
-            f"hysteresis {d.thresholds['hysteresis']}\ncited {len(d.round_ids)} rounds, {len(cited)} held: {spans}")
+            f"(policy line {d.rule_line})\ninputs: {inputs}\n{rule}\ncited {len(d.round_ids)} rounds, "
+            f"{len(cited)} held: {spans}")
 
 
 def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | None:

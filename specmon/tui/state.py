@@ -112,8 +112,8 @@ class ViewState:
 
     def _decision(self, ev: Decision) -> None:
         self.decisions.append(ev)
-        if not ev.applied or ev.thresholds.get("prompt") or ev.match_to:  # advise mode, one prompt's, or
-            return  # the drafter's min_match: shown, not a switch of the class's
+        if not ev.applied or ev.thresholds.get("prompt") or (ev.match_to and not ev.thresholds.get("gate")):
+            return  # advise mode, one prompt's, or an older log's min_match: shown, not a switch of the class's
         self.decided.add(ev.prompt_class)
         self.draft_len_by_class[ev.prompt_class] = ev.k_to if ev.speculate_to else 0
         if ev.speculate_to:
