@@ -29,7 +29,7 @@ from typing import NamedTuple, Sequence
 MAX_REACH = 16  # the n-gram drafter's longest match (drafters.MAX_MATCH): reach is capped here
 PRIOR_WEIGHT = 2.0  # the prior below is worth this many drafted positions
 SHARED_WEIGHT = 8.0  # the session's rate at a reach is worth this many of a class's own positions
-CHECK_EVERY = 8  # drafting rounds of a class between recomputing its table
+CHECK_EVERY = 4  # drafting rounds of a class between recomputing its table (a 64-token prompt has ~10)
 
 
 def bucket(reach: int) -> int:
