@@ -98,7 +98,7 @@ def interval_text(bounds: list[float] | None) -> str:
 
 def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Table:
     table = Table(title=escape(title), title_justify="left")
-    table.caption = "goodput = emitted tokens / s of round time; auto counts the policy's re-measures and probes"
+    table.caption = "goodput = emitted tokens / s of round time; auto counts what the policy spends learning"
     for col in ["class", *(f"k={k}" for k in ks), "best fixed", "auto", "best/plain", "auto/plain", "auto/best"]:
         table.add_column(col, justify="left" if col == "class" else "right")
     for name, c in results.items():

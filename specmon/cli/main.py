@@ -230,8 +230,8 @@ def _add_bench(sub) -> None:
         "policy", help="auto policy vs every fixed k per class, interleaved prompt by prompt",
         description="The policy decodes the prompt set --repeat times, learning as it goes; right after each "
                     "of its prompts the same prompt runs at every fixed k (0 = plain) in a rotating order. "
-                    "Prints goodput per class for each k, the best fixed k and the policy (its own re-measures "
-                    "and probes counted), and logs every run (`specmon policy explain LOG` works on it).")
+                    "Prints goodput per class for each k, the best fixed k and the policy (what it spends "
+                    "learning counted), and logs every run (`specmon policy explain LOG` works on it).")
     _add_inputs(policy)
     policy.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
     policy.add_argument("--drafter", choices=["ngram", "layerskip", "model"], help="override the profile's drafter")

@@ -34,9 +34,10 @@ def add_policy_tune(policy) -> None:
         description="Tune a policy without timing noise. Greedy decoding emits the same tokens at every k, so what each "
                     "round of the policy and of every fixed k proposes and accepts is replayed exactly from the plain "
                     "texts of a `specmon bench policy` log; only its time is modelled: a round proposing L tokens "
-                    "costs cost(L) plain steps, from --costs (measure them with `specmon bench verify`) or fitted on "
-                    "the log's own rounds. Prints goodput over plain per class for each k and for the policy, which "
-                    "plans, probes and decides on these rounds as it would live. Choose defaults on the tuning half; "
+                    "costs cost(L) plain steps, from --costs (measure them with `specmon bench verify`), else as the log "
+                    "measured them at load (an older log: fitted on its own rounds). Prints goodput over plain per "
+                    "class for each k and for the policy, which "
+                    "cuts drafts and decides on these rounds as it would live. Choose defaults on the tuning half; "
                     "quote measured figures (`specmon bench policy`) on the test half.",
         epilog="example:\n  specmon bench policy --prompts bench --half tune --log bench.specmon\n"
                "  specmon policy tune bench.specmon --prompts bench --half tune --policy my.toml \\\n"
@@ -52,7 +53,7 @@ def add_policy_tune(policy) -> None:
     tune.add_argument("--ks", default="0,2,4,7,8", help="fixed draft lengths (plain, k=0, always; default 0,2,4,7,8)")
     tune.add_argument("--repeat", type=_positive, default=1, help="passes over the prompts (default 1)")
     tune.add_argument("--costs", help="cost of a round proposing L = 1, 2, ... tokens, in plain steps "
-                      "(default: fitted on the log's rounds)")
+                      "(default: as the log measured them at load; an older log: fitted on its rounds)")
     tune.add_argument("--pad-from", type=int, choices=(0, 2, 3, 4), help="verify passes of this many positions or "
                       "more run as 9 padded rows (0: none; default: as the log's session header says)")
     tune.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")

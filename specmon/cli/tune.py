@@ -76,7 +76,7 @@ def _tokenizer(profile_name: str):
 
 def tune_table(result: dict, ks: list[int], title: str) -> Table:
     table = Table(title=escape(title), title_justify="left")
-    table.caption = "goodput = emitted tokens / modelled round time; auto counts the policy's re-measures and probes"
+    table.caption = "goodput = emitted tokens / modelled round time; auto counts what the policy spends learning"
     for col in ["class", *(f"k={k}" for k in ks), "auto", "auto/best"]:
         table.add_column(col, justify="left" if col == "class" else "right")
     for name, c in result["classes"].items():

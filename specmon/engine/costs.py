@@ -12,7 +12,7 @@ from typing import Sequence
 from specmon.events.schema import Sampling
 
 CONTEXT = 128  # tokens of context the passes run after: a short prompt's worth
-REPS = 5  # passes per T, interleaved; the least is kept (a busy host only ever adds time)
+REPS = 3  # passes per T, interleaved; the least is kept (a busy host only ever adds time)
 FILLER = 5  # the token ids the timed passes verify: the cost does not depend on them
 
 

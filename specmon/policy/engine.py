@@ -36,6 +36,7 @@ class PolicyEngine:
         self.shared = gate.Counts()  # every class's windows together: a new class starts from these
         self.decisions = 0
         self.positional = costs.draft_ms > 0  # a model drafter: its tokens cost, and it reports no match
+        self.prior = gate.PRIOR_POSITIONAL if self.positional else gate.PRIOR
         self._mtime = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
         self.in_force()  # every class's first table, drawn now: from the prior alone, wherever it is read
 
@@ -49,7 +50,7 @@ class PolicyEngine:
         st = self.states.get(name)
         if st is None:
             cls = self._class(name)
-            table = gate.cut_table(gate.rates(gate.Counts(), self.shared), self.steps(cls),
+            table = gate.cut_table(gate.rates(gate.Counts(), self.shared, self.prior), self.steps(cls),
                                    self.policy.settings.min_gain)
             st = self.states[name] = ClassState(collections.deque(), table)
         return st
@@ -104,31 +105,30 @@ class PolicyEngine:
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)
         st.fresh = 0
-        rate = gate.rates(st.counts, self.shared)
-        steps = self.steps(cls)
+        rate, steps = gate.rates(st.counts, self.shared, self.prior), self.steps(cls)
         table = gate.cut_table(rate, steps, self.policy.settings.min_gain)
         if table == st.table:
             return None
-        before, after, reason = gate.summary(st.table, self.positional), gate.summary(table, self.positional), gate.changes(st.table, table)
+        before, after = gate.summary(st.table, self.positional), gate.summary(table, self.positional)
+        reason = gate.changes(st.table, table)
         st.table = table
-        cited = sorted(d.round_id for s in self.states.values() for d in s.window)
-        return self._event(name, cls, before, after, rate, st.counts, steps, cited, reason)
-
-    def _event(self, name, cls, before, after, rate, own, steps, cited, reason) -> Decision:
-        s = self.policy.settings
-        inputs = {f"rate_b{b}": r for b, r in enumerate(rate)}
-        inputs.update({f"tried_b{b}": float(n) for b, n in enumerate(own.tried)})
-        thresholds = {"gate": 1.0, "positional": float(self.positional), "min_gain": s.min_gain, "prior_weight": gate.PRIOR_WEIGHT,
-                      **{f"prior_b{b}": p for b, p in enumerate(gate.PRIOR)},
-                      "shared_weight": gate.SHARED_WEIGHT, **{f"steps_{j}": v for j, v in enumerate(steps)}}
+        inputs = {f"rate_b{b}": r for b, r in enumerate(rate)} | {f"tried_b{b}": float(n)
+                                                                  for b, n in enumerate(st.counts.tried)}
         event = Decision(
             session_id=self.session_id, t=time.time(), decision_id=self.decisions, prompt_class=name,
             speculate_from=before[0], speculate_to=after[0], k_from=before[1], k_to=after[1],
-            rule_key="policy.min_gain", rule_line=self.policy.line_of("policy", "min_gain"), inputs=inputs, thresholds=thresholds, round_ids=cited,
-            applied=s.mode == "enforce", policy_sha256=self.policy.sha256, reason=reason, match_from=before[2],
-            match_to=after[2])
+            rule_key="policy.min_gain", rule_line=self.policy.line_of("policy", "min_gain"), inputs=inputs,
+            thresholds=self._thresholds(steps), round_ids=sorted(d.round_id for s in self.states.values() for d in s.window),
+            applied=self.policy.settings.mode == "enforce", policy_sha256=self.policy.sha256, reason=reason,
+            match_from=before[2], match_to=after[2])
         self.decisions += 1
         return event
+
+    def _thresholds(self, steps: list[float]) -> dict[str, float]:
+        """Everything a decision was computed with besides its rounds, for `policy explain`."""
+        return {"gate": 1.0, "positional": float(self.positional), "min_gain": self.policy.settings.min_gain,
+                "prior_weight": gate.PRIOR_WEIGHT, "shared_weight": gate.SHARED_WEIGHT,
+                **{f"prior_b{b}": p for b, p in enumerate(self.prior)}, **{f"steps_{j}": v for j, v in enumerate(steps)}}
 
     # -- the policy in force and hot reload ----------------------------------------------------
     def in_force(self) -> list[ClassInForce]:

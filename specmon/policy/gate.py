@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 MAX_REACH = 16  # the n-gram drafter's longest match (drafters.MAX_MATCH): reach is capped here
-PRIOR_WEIGHT = 2.0  # the prior below is worth this many drafted positions
+PRIOR_WEIGHT = 4.0  # the prior below is worth this many drafted positions
 SHARED_WEIGHT = 8.0  # the session's rate at a reach is worth this many of a class's own positions
 CHECK_EVERY = 4  # drafting rounds of a class between recomputing its table (a 64-token prompt has ~10)
 
@@ -40,9 +40,13 @@ def bucket(reach: int) -> int:
 
 BUCKETS = bucket(MAX_REACH) + 1
 REACH = (0, 1, 2, 3, 4, 5, 7, 10)  # each bucket's least reach
-# acceptance before any evidence: a match that has run r tokens runs on with odds (r + 1) / (r + 2)
-# (the rule of succession); a little above what copies measured at short reach, so those are tried
-PRIOR = tuple((r + 1) / (r + 2) for r in REACH)
+# acceptance before any evidence: a match that has run r tokens runs on with odds (r + 1) / (r + 3),
+# the rule of succession with one failure more: rising with reach, as copies do, from a third
+# (chosen on the tuning half over (r + 1) / (r + 2) and r / (r + 2), on four engines' cost curves)
+PRIOR = tuple((r + 1) / (r + 3) for r in REACH)
+# a model drafter's position i (reach i - 1) starts at the plain rule of succession, i / (i + 1): a
+# draft model agrees with its target far more often than a one-token match continues
+PRIOR_POSITIONAL = tuple((r + 1) / (r + 2) for r in REACH)
 
 
 class Draft(NamedTuple):

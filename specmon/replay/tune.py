@@ -2,10 +2,10 @@
 under every fixed k, with round costs from a model, so a policy is tuned without timing noise.
 
 Greedy decoding emits the same tokens at every k, so what each round proposes (the n-gram drafter
-with the class's confidence) and accepts is exact; only its time is modelled: a round that
+as the policy sets it) and accepts is exact; only its time is modelled: a round that
 proposes L tokens costs cost(L) plain steps (cost(0) = 1). The rounds run through the one session
 driver (fixed k) and PolicyScheduler (the policy), on a ReplayTarget whose logits peak at the
-logged plain text's next token, so the real PolicyEngine plans, probes, re-measures and decides
+logged plain text's next token, so the real PolicyEngine cuts drafts, learns and decides
 on them exactly as it would live, were timing exact."""
 
 from __future__ import annotations
@@ -51,13 +51,16 @@ class BenchLog:
 
 
 def read_bench_log(log: Path) -> BenchLog:
-    """The plain runs of a `bench policy` log (PromptStarted.bench_k == 0), and cost(L) fitted on its
-    rounds: a round's ms over its prompt's median plain round, averaged per proposal length."""
+    """The plain runs of a `bench policy` log (PromptStarted.bench_k == 0), and cost(L): as measured at
+    load (the session header), or in an older log fitted on its rounds: a round's ms over its
+    prompt's median plain round, averaged per proposal length."""
     found, plain_ms, spec = BenchLog(), defaultdict(list), []
     opened: PromptStarted | None = None
+    measured: dict[int, float] = {}
     for ev in read_log(log):
         if isinstance(ev, SessionStarted):
             found.pad_from = int(ev.host.get("pad_from", 0))  # 0: no packed weights, or an older log
+            measured = {n: ms / ev.verify_ms[0] for n, ms in enumerate(ev.verify_ms) if n}  # the costs at load
         elif isinstance(ev, PromptStarted):
             opened = ev
         elif isinstance(ev, PromptFinished) and opened is not None and bench_fixed_k(opened) == 0:
@@ -72,7 +75,7 @@ def read_bench_log(log: Path) -> BenchLog:
     if not found.texts:
         raise SpecmonError(f"{log}: not a `specmon bench policy` log (no plain bench decodes to replay); "
                            "make one with `specmon bench policy --log FILE`")
-    found.costs = _fit_costs(plain_ms, spec)
+    found.costs = measured or _fit_costs(plain_ms, spec)  # an older log: fitted on its rounds
     return found
 
 

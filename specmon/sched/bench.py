@@ -9,7 +9,7 @@ order that rotates. A fixed run drafts with the drafter settings of the prompt's
 confidence), so auto and fixed k differ only in the policy's choices of k and on/off. Everything is
 logged; the fixed runs are marked by their PromptStarted's class_rule, so the figures are
 recomputed from the log alone (bench_results). A class's auto goodput counts every round the
-policy ran, its own plain re-measures and probes included."""
+policy ran, its own exploring drafts included."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ class ViewState:
     classes: dict[str, ClassStats] = field(default_factory=dict)
     current_class: str = ""
     current_prompt: str = ""
-    current_k: int = 0  # the k of the last round (a probe or a plain re-measure included)
+    current_k: int = 0  # the k of the last round
     draft_len_by_class: dict[str, int] = field(default_factory=dict)  # the k in force; 0: speculation off
     off_by: dict[str, Decision] = field(default_factory=dict)  # the applied decision that switched a class off
     decided: set[str] = field(default_factory=set)  # classes whose k in force a decision set (since a reload)
@@ -76,7 +76,7 @@ class ViewState:
 
     def _prompt(self, ev: PromptStarted) -> None:
         self.current_class, self.current_prompt, self.current_k = ev.prompt_class, ev.prompt_id, ev.draft_len
-        # A policy's decision stands until the next one (a probe while off starts at k > 0).
+        # A policy's decision stands until the next one.
         if ev.draft_len and ev.prompt_class not in self.decided:
             self.draft_len_by_class[ev.prompt_class] = ev.draft_len
             self.off_by.pop(ev.prompt_class, None)
@@ -136,7 +136,7 @@ class ViewState:
 
     def _in_force(self, classes: list[ClassInForce], changed: set[str]) -> None:
         """Each class's k and on/off as the policy in force runs its next prompt; they stand until a
-        decision changes them (a probe's prompt at k > 0 does not switch an off class on)."""
+        decision changes them."""
         in_policy = {c.name for c in classes}
         self.removed = {name for name in self.classes if name not in in_policy}
         for c in classes:
