@@ -213,7 +213,7 @@ class ScriptedTarget:
 
 
 class RepeatDrafter:
-    """Proposes k copies of the one draft token, as after a 1-token n-gram match: the target
+    """Proposes k copies of the one draft token, as after a 2-token n-gram match: the target
     alone decides how many are accepted."""
 
     name = "scripted"
@@ -222,7 +222,7 @@ class RepeatDrafter:
         pass
 
     def propose(self, context, k, sampling, rng) -> Proposal:
-        return Proposal([DRAFT] * k, None, matched=1)
+        return Proposal([DRAFT] * k, None, matched=2)
 
 
 class ScriptedTokenizer:
@@ -279,7 +279,7 @@ def test_a_draft_is_cut_to_the_length_whose_expected_goodput_is_best_on_this_eng
     # steep: 1.5 tokens for 1.28 steps pays, 1.75 for 1.72 does not by 2%; flat: 1.6 steps for any draft
     assert steep[3] == (0, 1, 1, 1, 1, 1, 1, 1, 1)
     assert flat[3] == (0, 0, 2, 3, 4, 5, 6, 7, 8)  # (1 + .5 + .25) / 1.6 = 1.09: two tokens already pay
-    assert gate.summary(steep) == (True, 1, 1) and gate.summary(flat) == (True, 8, 1)
+    assert gate.summary(steep) == (True, 1, 2) and gate.summary(flat) == (True, 8, 2)  # from a 2-token match
     assert gate.summary(gate.cut_table([0.1] * gate.BUCKETS, [STEEP.steps(j) for j in range(9)], 0.02)) == (False, 0, 0)
 
 
@@ -294,14 +294,14 @@ def session(monkeypatch):
 def test_drafts_that_fail_on_a_steep_engine_are_cut_to_plain_steps_and_explain_recomputes_it(session, tmp_path):
     live = session(parse_policy(ONE_CLASS.format(mode="enforce", speculate="auto")), STEEP)
     verified, decisions = live.prompt("chat", rounds=30, emitted=1)  # every draft token is rejected
-    # the prior (1/2 after a 1-token match) verifies one token: 1.5 for 1.28 steps; 4 rejections there
-    # make the session's rate (0 + 1/2 * 4) / (4 + 4) and the class's 8 * that / (4 + 8) = 1/6, and
-    # 1.167 < 1.28: a 1-token match drafts no more; a longer one, never seen, still may
+    # the prior (3/5 after a 2-token match) verifies one token: 1.6 for 1.28 steps; 4 rejections there
+    # make the session's rate (0 + 3/5 * 4) / (4 + 4) and the class's 8 * that / (4 + 8) = 1/5, and
+    # 1.2 < 1.28: a 2-token match drafts no more; a longer one, never seen, still may
     assert verified == [1] * gate.CHECK_EVERY + [0] * (30 - gate.CHECK_EVERY)
     (decision,) = decisions
     assert (decision.speculate_to, decision.k_from, decision.k_to) == (True, 3, 3)  # after a long match, 3
-    assert (decision.match_from, decision.match_to) == (1, 2) and "1: 1->0" in decision.reason
-    assert decision.inputs["rate_b1"] == pytest.approx(1 / 6) and decision.inputs["tried_b1"] == 4
+    assert (decision.match_from, decision.match_to) == (2, 3) and "2: 1->0" in decision.reason
+    assert decision.inputs["rate_b2"] == pytest.approx(1 / 5) and decision.inputs["tried_b2"] == 4
     assert decision.round_ids == list(range(gate.CHECK_EVERY)) and decision.thresholds["steps_8"] == pytest.approx(4.31)
     log = tmp_path / "s.specmon"
     with LogWriter(log) as writer:
@@ -315,8 +315,8 @@ def test_drafts_that_copy_on_a_flat_engine_keep_their_whole_length(session):
     live = session(parse_policy(ONE_CLASS.format(mode="enforce", speculate="auto")), FLAT)
     verified, decisions = live.prompt("chat", rounds=30, emitted=9)  # every draft token is accepted
     assert verified == [8] * 30  # a whole draft pays from the start; what it learns only lengthens shorter ones
-    assert all((d.speculate_to, d.k_to, d.match_to) == (True, 8, 1) for d in decisions)
-    assert live.engine.class_in_force("chat") == ClassInForce("chat", True, 8, 1)
+    assert all((d.speculate_to, d.k_to, d.match_to) == (True, 8, 2) for d in decisions)
+    assert live.engine.class_in_force("chat") == ClassInForce("chat", True, 8, 2)
 
 
 @pytest.mark.parametrize("mode,speculate,drafted,decided", [

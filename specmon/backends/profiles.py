@@ -69,6 +69,8 @@ class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     near_tie_margin: float = -1.0  # below this logit gap a divergence is a near-tie; -1 picks by dtype
     packed_rows: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0  # torch, CPU fp32: verify passes padded to this, packed weights
     pad_from: Annotated[int, msgspec.Meta(ge=0, le=4)] = 0  # fewest positions padded to packed_rows; 0 measures it at load
+    # a policy's round costs: a pass over T = 1, 2, ... positions in plain steps (1.0 first); empty: timed at load
+    verify_costs: list[float] = []
     drafter: DrafterSpec = DrafterSpec()
     sampling: SamplingSpec = SamplingSpec()
     source: str = ""  # where it was read from (filled in by load_profile)
@@ -143,6 +145,10 @@ def _check(profile: Profile, path: Path, text: str) -> None:
         fail("sampling.top_p", f"must be > 0 and <= 1, not {sampling.top_p}")
     if profile.pad_from == 1:
         fail("pad_from", "must be 0 (measured at load) or 2-4 (passes of that many positions or more are padded), not 1")
+    costs = profile.verify_costs
+    if costs and (costs[0] != 1.0 or len(costs) < 2 or not all(math.isfinite(c) and c > 0 for c in costs)):
+        fail("verify_costs", "must be plain steps for T = 1, 2, ... positions, starting at 1.0, each > 0 "
+                             f"(or empty: timed at load), not {costs}")
     if not math.isfinite(profile.near_tie_margin):
         fail("near_tie_margin", f"must be a finite number (-1 picks by dtype), not {profile.near_tie_margin}")
 

@@ -216,9 +216,9 @@ def _print_header(ev: SessionStarted) -> None:
         out.print(f"  policy sha256 {ev.policy_hash[:16]}…", highlight=False)
     if ev.verify_ms:
         curve = " ".join(f"{ms / ev.verify_ms[0]:.2f}" for ms in ev.verify_ms)
-        out.print(f"  verify cost, plain steps, T = 1..{len(ev.verify_ms)} positions: {curve} "
-                  f"(a step {ev.verify_ms[0]:.1f} ms" + (f", draft {ev.draft_ms:.2f} ms/token)" if ev.draft_ms else ")"),
-                  highlight=False)
+        timed = "pinned by the profile" if ev.verify_ms[0] == 1.0 else f"timed at load, a step {ev.verify_ms[0]:.1f} ms"
+        out.print(f"  verify cost, plain steps, T = 1..{len(ev.verify_ms)} positions: {curve} ({timed}"
+                  + (f", draft {ev.draft_ms:.2f} ms/token)" if ev.draft_ms else ")"), highlight=False)
 
 
 def cmd_replay(args) -> int:

@@ -83,9 +83,9 @@ class PolicyEngine:
         return row[min(proposed, len(row) - 1)]
 
     def confidence(self, name: str) -> tuple[int, int, bool] | None:
-        """The n-gram drafter's setting for this class: under auto any match drafts up to k and
-        the table cuts it; else the plain lookup (None)."""
-        return (1, 1, True) if self._class(name).speculate == "auto" else None
+        """The n-gram drafter's setting for this class: under auto a match of MIN_MATCH tokens or
+        more drafts up to k and the table cuts it; else the plain lookup (None)."""
+        return (gate.MIN_MATCH, 1, True) if self._class(name).speculate == "auto" else None
 
     def observe(self, ev: RoundVerified) -> Decision | None:
         """Take a drafting round as evidence; recompute the class's table when due."""

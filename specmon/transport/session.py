@@ -74,7 +74,9 @@ def live_session(pair, profile, drafter: Drafter, log_path: Path | None = None, 
         if policy is not None:
             started.policy_text, started.policy_hash = policy.text, policy.sha256
             longest = max(c.draft_len for c in policy.classes)
-            session.costs = measure_costs(session.driver.target, drafter, max(2, longest + 1))
+            pinned = getattr(profile, "verify_costs", None)  # a profile may pin them: reproducible decisions
+            session.costs = Costs(tuple(pinned)) if pinned else measure_costs(session.driver.target, drafter,
+                                                                              max(2, longest + 1))
             started.verify_ms, started.draft_ms = list(session.costs.verify_ms), session.costs.draft_ms
         session.channel.publish(started)
         yield session

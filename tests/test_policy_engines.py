@@ -1,0 +1,53 @@
+"""The shipped policy on each engine's own costs: recorded plain texts of the held-out prompt set,
+replayed through the real scheduler at the cost curve each engine measured at load (`specmon policy
+tune`'s replay: greedy acceptance is exact, only time is modelled). The policy before this one
+started every class at k=8 and lost 6-11% to plain decoding on llama.cpp; this one must not lose."""
+
+from pathlib import Path
+
+import pytest
+
+from specmon.cli.tune import _tokenizer
+from specmon.engine.prompts import prompt_set
+from specmon.policy.schema import load_policy
+from specmon.replay.tune import cost_of, figures, read_bench_log, replay
+from specmon.sched.bench import prompts_path
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+KS = [0, 1, 2, 4, 8]
+# recorded with `specmon bench policy --prompts holdout --ks 0,1,2,4,8 --max-new-tokens 64` on 2 cores,
+# then trimmed to the header and the plain decodes (the texts the replay plays)
+ENGINES = {"smollm2-llamacpp": "holdout-llamacpp.specmon", "smollm2-cpu": "holdout-torch.specmon"}
+
+
+@pytest.fixture(scope="module", params=sorted(ENGINES))
+def replayed(request):
+    log = FIXTURES / ENGINES[request.param]
+    bench = read_bench_log(log)
+    prompts = [p for p in prompt_set(prompts_path(Path("holdout")), None) if p.id in bench.texts]
+    assert len(prompts) == 48 and bench.costs  # every prompt's text, and the curve from the header
+    tuned = replay(load_policy("default"), prompts, bench, _tokenizer(request.param), cost_of(bench.costs), 0, KS, 1)
+    return request.param, bench.costs, figures(tuned, KS)
+
+
+def test_where_no_fixed_k_pays_the_policy_keeps_plain_speed(replayed):
+    engine, _, result = replayed
+    for name, c in result["classes"].items():
+        if max(c["over_plain"].values()) < 1.03:
+            assert c["auto_over_plain"] >= 0.98, (engine, name, c)
+
+
+def test_the_policy_keeps_up_with_the_best_fixed_k_of_each_class_and_overall(replayed):
+    engine, _, result = replayed
+    for name, c in result["classes"].items():
+        assert c["auto_over_best"] >= 0.97, (engine, name, c)
+    assert result["overall"]["auto_over_best"] >= 0.98, (engine, result["overall"])
+
+
+def test_the_engines_curves_differ_as_measured(replayed):
+    """The same file meets very different costs: that is what the policy reads instead of constants."""
+    engine, costs, _ = replayed
+    if engine == "smollm2-llamacpp":
+        assert costs[8] > 4.0 and costs[1] > 1.5  # a failed 8-token draft costs over 4 plain steps
+    else:
+        assert costs[8] < 1.8 and abs(costs[8] - costs[3]) < 0.2  # packed: any 3-9 position pass costs the same
