@@ -29,30 +29,24 @@ REPO = Path(__file__).resolve().parent.parent
 POLICY = """\
 [policy]
 mode = "enforce"
-min_rounds = 4
-plain_rounds = 4
 
 [[classes]]
 name = "given"            # a passage or code is given
 match = { content = ["passage", "code"] }
 speculate = "auto"
-ngram = { min_match = 2, min_seen = 1 }
 draft_len = 8
 
 [[classes]]
 name = "chat"
 default = true
 speculate = "auto"
-ngram = { min_match = 2, min_seen = 1 }
-draft_len = { min = 2, max = 6, start = 6 }
+draft_len = 6
 """
 # (after this many prompts, old text, new text): each edit's effect is checked on the next prompt of its class
 EDITS = [
-    (2, "draft_len = { min = 2, max = 6, start = 6 }", "draft_len = 3"),
-    (4, 'speculate = "auto"\nngram = { min_match = 2, min_seen = 1 }\ndraft_len = 8',
-     'speculate = "off"\nngram = { min_match = 2, min_seen = 1 }\ndraft_len = 8'),
-    (6, 'default = true\nspeculate = "auto"\nngram = { min_match = 2, min_seen = 1 }',
-     'default = true\nspeculate = "auto"\nngram = { min_match = 4, min_seen = 1 }'),
+    (2, "draft_len = 6", "draft_len = 3"),
+    (4, 'speculate = "auto"\ndraft_len = 8', 'speculate = "off"\ndraft_len = 8'),
+    (6, 'default = true\nspeculate = "auto"', 'default = true\nspeculate = "on"'),
     (8, 'match = { content = ["passage", "code"] }', 'match = { tag = "given" }'),
 ]
 
@@ -100,10 +94,10 @@ def _check_each_edit_in_force_from_the_next_prompt(events: list) -> None:
     # speculate = "off" for given from prompt 5: every round plain
     started, rounds = prompts[4]
     assert started.draft_len == 0 and all(r.draft_len == 0 and not r.proposed for r in rounds)
-    # ngram min_match 4 for chat from prompt 8: every draft on a match of 4 tokens or more
+    # speculate = "on" for chat from prompt 8: the plain lookup at k=3 (no match recorded), not the cut drafts
     drafted = [r for r in prompts[7][1] if r.proposed]
-    assert all(r.matched >= 4 for r in drafted)
-    assert any(0 < r.matched < 4 for _, rs in prompts[:7] for r in rs if r.prompt_class == "chat" and r.proposed)
+    assert all(r.matched == 0 and r.draft_len == 3 for r in drafted)
+    assert any(r.matched >= 2 for _, rs in prompts[:7] for r in rs if r.prompt_class == "chat" and r.proposed)
     # match = { tag = "given" }: the next given prompt (prompt 9, a rewrite) is no longer given
     assert prompts[8][0].prompt_class == "chat"
     # the classes pane's state after each reload: the policy in force, k (0: off)
@@ -112,7 +106,7 @@ def _check_each_edit_in_force_from_the_next_prompt(events: list) -> None:
         state.apply([ev])
         if isinstance(ev, PolicyLoaded) and ev in reloads:
             in_force.append(dict(state.draft_len_by_class))
-    assert in_force[0]["chat"] == 3 and in_force[1]["given"] == 0  # (chat's own decisions since depend on the host)
+    assert 0 < in_force[0]["chat"] <= 3 and in_force[1]["given"] == 0  # chat's longest verified draft, within 3
 
 
 @pytest.mark.slow

@@ -145,11 +145,11 @@ def test_run_and_serve_decode_the_same_prompts_into_the_same_rounds_and_decision
     given = [r for (c, _, rs) in by_run if c == "given" for r in rs if r[1]]
     chat = [r for (c, _, rs) in by_run if c == "chat" for r in rs if r[1]]
     assert given and chat and all(m == 0 for *_, m in given) and all(m >= 2 for *_, m in chat)
-    assert max(n for _, n, _, _ in chat) <= 6  # chat's draft_len
     assert sum(a for _, _, a, _ in rounds) > 0
     decided = _decisions(ran)
     assert decided == _decisions(served)
     print(f"\nrun vs serve: {len(by_run)} prompts, {len(rounds)} rounds equal (k, proposed, accepted, matched), "
           f"{len(given) + len(chat)} of them drafting ({sum(a for _, _, a, _ in rounds)} tokens accepted), "
           f"{len(decided)} decision(s) equal")
-    assert decided and {c for c, *_ in decided} == {"chat"}  # only the auto class decides
+    assert {c for c, *_ in decided} <= {"chat"}  # only the auto class decides
+    assert max(n for _, n, _, _ in chat) < 6  # its drafts cut alike on both sides (k=6 would verify whole ones)
