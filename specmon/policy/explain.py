@@ -78,7 +78,8 @@ def explain_gate(d: Decision, drafts: list[gate.Draft]) -> Explanation:
     own = gate.counts_of([x for x in drafts if x.prompt_class == d.prompt_class])
     rate = gate.rates(own, gate.counts_of(drafts), *constants)
     steps = _steps(t)
-    speculate, k, match = gate.summary(gate.cut_table(rate, steps, t["min_gain"]), bool(t.get("positional")))
+    table = gate.cut_table(rate, steps, t["min_gain"])
+    speculate, k, match = gate.summary(table, bool(t.get("positional")), int(t.get("min_match", 1)))
     if (speculate, k, match) != (d.speculate_to, d.k_to, d.match_to):
         return Explanation(d, False, f"recomputed: speculate={speculate} k={k} from match {match}")
     logged = {f"rate_b{b}": r for b, r in enumerate(rate)} | {f"tried_b{b}": float(n) for b, n in enumerate(own.tried)}

@@ -137,14 +137,14 @@ def cut_table(rate: Sequence[float], steps: Sequence[float], min_gain: float) ->
     return tuple(rows)
 
 
-def summary(table: Table, positional: bool = False) -> tuple[bool, int, int]:
+def summary(table: Table, positional: bool = False, min_match: int = MIN_MATCH) -> tuple[bool, int, int]:
     """(speculate, k, from_match) for events and views: whether any draft is verified, the
     longest one, and the shortest match that drafts (0: none); the n-gram drafter proposes after
     MIN_MATCH tokens or more. A `positional` drafter (a model) reports no match: only row 0 counts."""
     if positional:
         return table[0][-1] > 0, table[0][-1], 0
-    longest = max(row[-1] for row in table[MIN_MATCH:])
-    first = next((m for m in range(MIN_MATCH, len(table)) if table[m][-1]), 0)
+    longest = max(row[-1] for row in table[min_match:])
+    first = next((m for m in range(min_match, len(table)) if table[m][-1]), 0)
     return longest > 0, longest, first
 
 
