@@ -35,9 +35,6 @@ class Costs:
             verify = ms[-1] + slope * (proposed + 1 - last)
         return (verify + proposed * self.draft_ms) / ms[0]
 
-    def curve(self) -> list[float]:
-        return [self.steps(t - 1) for t in range(1, len(self.verify_ms) + 1)]
-
 
 def measure_costs(target, drafter=None, max_positions: int = 9, reps: int = REPS) -> Costs:
     """Time the target (and a model drafter) on the spot: one warm pass per T first, then `reps`
