@@ -140,3 +140,29 @@ def test_min_seen_still_stops_an_extended_draft_where_the_occurrences_part():
     drafter.confident(3, 1)
     twin = drafter.fork()
     assert propose(twin, ctx.tolist(), 8) == [4, 8, 1, 2, 3]  # the fork keeps verify_rows; the context ends it
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=50), st.integers(1, 8))
+def test_the_plain_lookup_copies_after_the_latest_occurrence_of_the_longest_suffix(ctx, k):
+    """Prompt lookup as in the literature: the last 3 tokens, else the last 2, found at their latest
+    earlier place that has a token after it; the draft is what followed there, up to k."""
+    def reference():
+        for n in (3, 2):
+            starts = [s for s in range(len(ctx) - n) if ctx[s:s + n] == ctx[-n:]]
+            if starts:
+                return ctx[max(starts) + n: max(starts) + n + k]
+        return []
+    drafter = NgramDrafter((3, 2))
+    drafter.begin(ctx)
+    assert propose(drafter, list(ctx), k) == reference()  # a new list: searched whole
+    context = list(ctx[:1])
+    for token in ctx[1:]:  # grown in place: the index
+        propose(drafter, context, k)
+        context.append(token)
+    assert propose(drafter, context, k) == reference()
+
+
+def test_the_plain_lookup_finds_ngrams_longer_than_a_confident_match_counts():
+    ctx = [*range(20), 99, *range(20)]
+    assert propose(NgramDrafter((20,)), ctx, 3) == [99, 0, 1]

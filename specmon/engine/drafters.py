@@ -88,16 +88,16 @@ class NgramDrafter:
     def propose(self, context, k, sampling, rng) -> Proposal:
         if k <= 0:
             return Proposal([], None)
+        positions = self.index.update(context)
         if self.min_match:
-            ctx, positions = self.index.update(context)
-            tokens, matched = confident_draft(ctx, k, self.min_match, self.min_seen, positions,
+            tokens, matched = confident_draft(context, k, self.min_match, self.min_seen, positions,
                                               (lambda n, start: k + 1) if self.whole else self.verify_rows)
             return Proposal(tokens, None, matched)
-        ctx = np.asarray(context, dtype=np.int64)
-        for n in self.ngram_sizes:
-            start = _latest_match(ctx, n)
-            if start is not None:
-                return Proposal(ctx[start + n: start + n + k].tolist(), None)
+        matches = _match_lengths(context, positions, longest=self.ngram_sizes[0])
+        for n in self.ngram_sizes:  # the latest occurrence of the last n tokens, longest n first
+            starts = [i for i, length in matches if length >= n]
+            if starts:
+                return Proposal([int(token) for token in context[max(starts): max(starts) + k]], None)
         return Proposal([], None)
 
 
@@ -108,103 +108,82 @@ VerifyRows = Callable[[int, int], int]
 
 
 class ContextIndex:
-    """One prompt's context as an array, and where each token occurs in it, kept from round to
-    round (within a prompt the context only grows): a round's lookup then costs what its
-    candidates cost, not a pass over the whole context (a round that drafts nothing is a plain
-    step, and on llama.cpp's ~11 ms steps that pass cost ~0.5%). It trusts a list it has seen to
-    only grow, as the round loop's does; another list object, or one that shrank, starts it afresh."""
+    """Where each token occurs in one prompt's context, kept from round to round (within a prompt
+    the context only grows): a round's lookup then costs what its few candidates cost, in plain
+    Python, not numpy calls over the whole context (on llama.cpp's ~9 ms steps a round's lookup
+    cost ~1% of a step that way). It trusts a list it has seen to only grow, as the round loop's
+    does; another list object, or one that shrank, starts it afresh."""
 
     def __init__(self):
-        self.tokens = np.empty(256, dtype=np.int64)
         self.n = 0
+        self.last = None  # context[n - 1] when last seen: a list changed in place starts afresh
         self.where: dict[int, list[int]] = {}
         self.source: Sequence[int] | None = None  # the round loop's context list, extended in place
 
-    def update(self, context: Sequence[int]) -> tuple[np.ndarray, np.ndarray | None]:
-        """The context as an array, and the candidates for its next token: each earlier position i
-        whose preceding token equals the context's last (ctx[i - 1] == ctx[-1], 1 <= i <= n - 1).
-        A context list seen for the first time gets no index yet (None: search it whole), so a
-        caller that passes a new list every time pays nothing for one."""
+    def update(self, context: Sequence[int]) -> list[int] | None:
+        """The candidates for the context's next token: each earlier position i whose preceding
+        token equals the context's last (context[i - 1] == context[-1], 1 <= i <= n - 1). A context
+        list seen for the first time gets no index yet (None: search it whole), so a caller that
+        passes a new list every time pays nothing for one."""
         n = len(context)
         if context is not self.source:
             self.__init__()
             self.source = context
-            return np.asarray(context, dtype=np.int64), None
-        if n < self.n or (self.n and context[self.n - 1] != self.tokens[self.n - 1]):
+            return None
+        if n < self.n or (self.n and context[self.n - 1] != self.last):
             self.__init__()  # changed other than by growing: index it afresh
             self.source = context
-        if n > len(self.tokens):
-            grown = np.empty(max(n, 2 * len(self.tokens)), dtype=np.int64)
-            grown[: self.n] = self.tokens[: self.n]
-            self.tokens = grown
-        self.tokens[self.n: n] = context[self.n: n]
+        where = self.where
         for position in range(self.n, n):
-            self.where.setdefault(context[position], []).append(position)
+            where.setdefault(context[position], []).append(position)
         self.n = n
         if not n:
-            return self.tokens[:0], np.empty(0, dtype=np.int64)
-        earlier = self.where[context[-1]][:-1]  # its own position is the last
-        return self.tokens[:n], np.asarray(earlier, dtype=np.int64) + 1
+            return []
+        self.last = context[n - 1]
+        return [i + 1 for i in where[self.last][:-1]]  # its own position is the last
 
 
-def confident_draft(ctx: np.ndarray, k: int, min_match: int, min_seen: int,
-                    positions: np.ndarray | None = None,
+def confident_draft(ctx: Sequence[int], k: int, min_match: int, min_seen: int,
+                    positions: Sequence[int] | None = None,
                     verify_rows: VerifyRows | None = None) -> tuple[list[int], int]:
     """Up to k tokens copied after the longest (then latest) earlier match of the context's end,
     if it is at least min_match long and its next token was seen after >= min_seen such matches,
     and the match's length (0: no draft). `positions`: the candidates _match_lengths would find (a
     ContextIndex keeps them); `verify_rows`: see NgramDrafter."""
-    ends = _match_lengths(ctx, positions)  # candidate positions i (ctx[i] is the next token) -> match length
-    if ends is None:
+    matches = [(i, length) for i, length in _match_lengths(ctx, positions) if length >= min_match]
+    if not matches:
         return [], 0
-    positions, lengths = ends
-    keep = lengths >= min_match
-    positions, lengths = positions[keep], lengths[keep]
-    if not len(positions):
-        return [], 0
-    best = int(np.flatnonzero(lengths == lengths.max())[-1])
-    chosen, length = int(positions[best]), int(lengths[best])
-    agree = positions[ctx[positions] == ctx[chosen]]
+    length = max(length for _, length in matches)
+    chosen = max(i for i, found in matches if found == length)  # the latest of the longest
+    agree = [i for i, _ in matches if ctx[i] == ctx[chosen]]
     if len(agree) < min_seen:
         return [], 0
-    reach = length
+    n, reach = len(ctx), length
     if verify_rows is not None:  # rows the pass computes anyway are free to fill with draft
-        reach = max(length, verify_rows(min(k, length) + 1, len(ctx) - 1) - 1)
-    room = min(k, reach, len(ctx) - chosen)
+        reach = max(length, verify_rows(min(k, length) + 1, n - 1) - 1)
+    room = min(k, reach, n - chosen)
     if min_seen > 1:  # stop where fewer than min_seen of the agreeing occurrences still agree
         for step in range(1, room):
-            ahead = agree[agree + step < len(ctx)]
-            if np.count_nonzero(ctx[ahead + step] == ctx[chosen + step]) < min_seen:
+            if sum(1 for i in agree if i + step < n and ctx[i + step] == ctx[chosen + step]) < min_seen:
                 room = step
                 break
-    return ctx[chosen: chosen + room].tolist(), length
+    return [int(token) for token in ctx[chosen: chosen + room]], length
 
 
-def _match_lengths(ctx: np.ndarray, positions: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+def _match_lengths(ctx: Sequence[int], positions: Sequence[int] | None = None,
+                   longest: int = MAX_MATCH) -> list[tuple[int, int]]:
     """For each earlier position i whose preceding tokens match the context's last tokens (at
-    least one), (i, how many match, up to MAX_MATCH): ctx[i] is then a candidate next token."""
+    least one), (i, how many match, up to `longest`): ctx[i] is then a candidate next token."""
     n = len(ctx)
     if n < 2:
-        return None
+        return []
     if positions is None:
-        positions = np.flatnonzero(ctx[:-1] == ctx[-1]) + 1  # ctx[i-1] == last token; i <= n - 1
-    lengths = np.ones(len(positions), dtype=np.int64)
-    alive = positions.copy()
-    for j in range(1, MAX_MATCH):
-        alive = alive[(alive - 1 - j >= 0)]
-        if not len(alive):
-            break
-        alive = alive[ctx[alive - 1 - j] == ctx[n - 1 - j]]
-        if not len(alive):
-            break
-        lengths[np.searchsorted(positions, alive)] += 1
-    return positions, lengths
-
-
-def _latest_match(ctx: np.ndarray, n: int) -> int | None:
-    """Start of the latest earlier occurrence of ctx[-n:] that has a token after it."""
-    if len(ctx) <= n:
-        return None
-    windows = np.lib.stride_tricks.sliding_window_view(ctx[:-1], n)
-    hits = np.flatnonzero((windows == ctx[-n:]).all(axis=1))
-    return int(hits[-1]) if len(hits) else None
+        last = ctx[-1]
+        positions = [i + 1 for i in range(n - 1) if ctx[i] == last]
+    found = []
+    for i in positions:
+        length = 1
+        while length < longest and i - 1 - length >= 0 and ctx[i - 1 - length] == ctx[n - 1 - length]:
+            length += 1
+        found.append((i, length))
+    return found
