@@ -157,22 +157,29 @@ def main() -> int:
 
 
 def report(specmon: dict, server: dict, args) -> None:
-    """Per class: each side's plain tok/s and every mode over its own plain."""
-    rows = {}
+    """Per class and over all of them: each side's plain tok/s and every mode over its own plain."""
     print(f"{'class':12} {'specmon plain':>13} {'auto/plain':>10} {'server plain':>12} "
           + " ".join(f"{mode + '/plain':>18}" for mode in MODES[1:]))
-    for name in sorted(server):
-        plain = server[name]["none"][0] / server[name]["none"][1] * 1e3
-        modes = {mode: server[name][mode][0] / server[name][mode][1] * 1e3 / plain for mode in MODES[1:]}
-        ours = specmon[name]
-        auto = ours.auto.tok_per_s / ours.plain
-        rows[name] = {"specmon_plain": ours.plain, "auto_over_plain": auto, "server_plain": plain,
-                      "server_over_plain": modes}
-        print(f"{name:12} {ours.plain:13.1f} {auto:10.3f} {plain:12.1f} "
-              + " ".join(f"{modes[mode]:18.3f}" for mode in MODES[1:]))
+    everything = {mode: [sum(server[name][mode][i] for name in server) for i in (0, 1)] for mode in MODES}
+    ours_all = [sum(getattr(c.auto, f) for c in specmon.values()) for f in ("emitted", "round_ms")]
+    plain_all = [sum(getattr(c.fixed[0], f) for c in specmon.values()) for f in ("emitted", "round_ms")]
+    rows = {name: row(server[name], [specmon[name].auto.emitted, specmon[name].auto.round_ms],
+                      [specmon[name].fixed[0].emitted, specmon[name].fixed[0].round_ms]) for name in sorted(server)}
+    rows["all"] = row(everything, ours_all, plain_all)
+    for name, r in rows.items():
+        print(f"{name:12} {r['specmon_plain']:13.1f} {r['auto_over_plain']:10.3f} {r['server_plain']:12.1f} "
+              + " ".join(f"{r['server_over_plain'][mode]:18.3f}" for mode in MODES[1:]))
     print(f"(specmon log: {args.log}; llama-server logs beside it)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+
+
+def row(server: dict, auto: list, plain: list) -> dict:
+    """tok/s from [tokens, ms] pairs; each side's modes over its own plain."""
+    rate = lambda pair: pair[0] / pair[1] * 1e3  # noqa: E731
+    return {"specmon_plain": rate(plain), "auto_over_plain": rate(auto) / rate(plain),
+            "server_plain": rate(server["none"]),
+            "server_over_plain": {mode: rate(server[mode]) / rate(server["none"]) for mode in MODES[1:]}}
 
 
 if __name__ == "__main__":

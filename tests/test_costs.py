@@ -1,0 +1,45 @@
+"""The cost curve measured at load, on a target with a known cost model and a fake clock."""
+
+import pytest
+
+from specmon.engine import costs
+from specmon.engine.costs import Costs, measure_costs
+
+
+class GraphTarget:
+    """A pass over T positions costs 10 + 3 (T - 1) ms, and 2 ms more when T differs from the last
+    pass's (an engine that rebuilds its graph on a new shape); the fake clock advances by it."""
+
+    max_len, vocab_size = 4096, 1000
+
+    def __init__(self):
+        self.now, self.last_shape = 0.0, None
+
+    def clock(self) -> float:
+        return self.now / 1e3
+
+    def prefill(self, tokens):
+        self.last_shape = len(tokens)
+
+    def forward(self, tokens, start):
+        self.now += 10 + 3 * (len(tokens) - 1) + (2 if len(tokens) != self.last_shape else 0)
+        self.last_shape = len(tokens)
+
+    def truncate(self, length):
+        pass
+
+
+def test_a_draft_round_is_priced_with_the_rebuilds_on_both_sides_of_it(monkeypatch):
+    target = GraphTarget()
+    monkeypatch.setattr(costs.time, "perf_counter", target.clock)
+    measured = measure_costs(target, max_positions=5)
+    # plain: a step after a step, 10 ms; T: (10 + 3 (T - 1) + 2) for the pass, 10 + 2 for the step after, less 10
+    assert measured.verify_ms == pytest.approx((10.0, 17.0, 20.0, 23.0, 26.0))
+    assert measured.steps(1) == pytest.approx(1.7)  # timed apart (each pass after another shape) it was 15/12 = 1.25
+    assert measured.draft_ms == 0.0
+
+
+def test_steps_past_the_measured_curve_continue_its_last_growth():
+    curve = Costs((10.0, 17.0, 20.0))
+    assert curve.steps(0) == 1.0 and curve.steps(2) == 2.0
+    assert curve.steps(4) == pytest.approx(2.6)  # 20 + 3 * 2 over 10
