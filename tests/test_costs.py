@@ -43,3 +43,18 @@ def test_steps_past_the_measured_curve_continue_its_last_growth():
     curve = Costs((10.0, 17.0, 20.0))
     assert curve.steps(0) == 1.0 and curve.steps(2) == 2.0
     assert curve.steps(4) == pytest.approx(2.6)  # 20 + 3 * 2 over 10
+
+
+class DisturbedTarget(GraphTarget):
+    """As GraphTarget, but every 3-position pass is slowed by 9 ms (a busy host only adds time)."""
+
+    def forward(self, tokens, start):
+        super().forward(tokens, start)
+        self.now += 9 if len(tokens) == 3 else 0
+
+
+def test_a_shorter_pass_measured_dearer_than_a_longer_one_takes_the_longer_ones_cost(monkeypatch):
+    target = DisturbedTarget()
+    monkeypatch.setattr(costs.time, "perf_counter", target.clock)
+    measured = measure_costs(target, max_positions=5)
+    assert measured.verify_ms == pytest.approx((10.0, 17.0, 23.0, 23.0, 26.0))  # 29 at T = 3 was disturbed

@@ -65,8 +65,10 @@ def measure_costs(target, drafter=None, max_positions: int = 9, reps: int = REPS
             if rep:  # rep 0 warms caches and kernels for every shape
                 best[positions - 1] = min(best[positions - 1], ms)
     plain = best[0]
-    verify = (plain, *(ms - plain for ms in best[1:]))
-    return Costs(verify, _draft_ms(drafter, context, max_positions - 1))
+    verify = [plain, *(ms - plain for ms in best[1:])]
+    for t in range(max_positions - 2, 0, -1):  # more positions never cost less: a dearer shorter pass was disturbed
+        verify[t] = min(verify[t], verify[t + 1])
+    return Costs(tuple(verify), _draft_ms(drafter, context, max_positions - 1))
 
 
 def _draft_ms(drafter, context: Sequence[int], k: int) -> float:
