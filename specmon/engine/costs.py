@@ -1,7 +1,7 @@
 """The engine's own costs, measured once at load: a target pass over T = 1..N positions, and
 a model drafter's cost per draft token. A policy weighs a draft's expected tokens against them,
 so it decides right on any engine: a failed 8-token draft costs 1.6 plain steps on torch with
-packed weights, 4.3 on llama.cpp's quantised kernels, barely more than one on a GPU."""
+packed weights, 5.3 on llama.cpp's quantised kernels, barely more than one on a GPU."""
 
 from __future__ import annotations
 
