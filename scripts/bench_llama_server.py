@@ -33,7 +33,7 @@ from specmon.backends.loader import load_pair
 from specmon.backends.profiles import load_profile
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import bench_prompts, bench_results, run_bench
+from specmon.sched.bench import bench_prompts, bench_results, overall_figures, run_bench
 from specmon.sched.policy import PolicyScheduler
 from specmon.transport.session import live_session
 
@@ -161,11 +161,9 @@ def report(specmon: dict, server: dict, args) -> None:
     print(f"{'class':12} {'specmon plain':>13} {'auto/plain':>10} {'server plain':>12} "
           + " ".join(f"{mode + '/plain':>18}" for mode in MODES[1:]))
     everything = {mode: [sum(server[name][mode][i] for name in server) for i in (0, 1)] for mode in MODES}
-    ours_all = [sum(getattr(c.auto, f) for c in specmon.values()) for f in ("emitted", "round_ms")]
-    plain_all = [sum(getattr(c.fixed[0], f) for c in specmon.values()) for f in ("emitted", "round_ms")]
-    rows = {name: row(server[name], [specmon[name].auto.emitted, specmon[name].auto.round_ms],
-                      [specmon[name].fixed[0].emitted, specmon[name].fixed[0].round_ms]) for name in sorted(server)}
-    rows["all"] = row(everything, ours_all, plain_all)
+    overall = overall_figures(specmon, [0])  # the bench's own pooling over classes
+    rows = {name: row(server[name], specmon[name].auto.tok_per_s, specmon[name].plain) for name in sorted(server)}
+    rows["all"] = row(everything, overall["auto"], overall["fixed"]["0"])
     for name, r in rows.items():
         print(f"{name:12} {r['specmon_plain']:13.1f} {r['auto_over_plain']:10.3f} {r['server_plain']:12.1f} "
               + " ".join(f"{r['server_over_plain'][mode]:18.3f}" for mode in MODES[1:]))
@@ -174,12 +172,11 @@ def report(specmon: dict, server: dict, args) -> None:
         args.json.write_text(json.dumps(rows, indent=1))
 
 
-def row(server: dict, auto: list, plain: list) -> dict:
-    """tok/s from [tokens, ms] pairs; each side's modes over its own plain."""
-    rate = lambda pair: pair[0] / pair[1] * 1e3  # noqa: E731
-    return {"specmon_plain": rate(plain), "auto_over_plain": rate(auto) / rate(plain),
-            "server_plain": rate(server["none"]),
-            "server_over_plain": {mode: rate(server[mode]) / rate(server["none"]) for mode in MODES[1:]}}
+def row(server: dict, auto: float, plain: float) -> dict:
+    """specmon's tok/s as given; the server's from [tokens, ms]; each side's modes over its own plain."""
+    rate = {mode: tokens / ms * 1e3 for mode, (tokens, ms) in server.items()}
+    return {"specmon_plain": plain, "auto_over_plain": auto / plain, "server_plain": rate["none"],
+            "server_over_plain": {mode: rate[mode] / rate["none"] for mode in MODES[1:]}}
 
 
 if __name__ == "__main__":

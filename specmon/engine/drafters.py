@@ -95,9 +95,9 @@ class NgramDrafter:
             return Proposal(tokens, None, matched)
         matches = _match_lengths(context, positions, longest=self.ngram_sizes[0])
         for n in self.ngram_sizes:  # the latest occurrence of the last n tokens, longest n first
-            starts = [i for i, length in matches if length >= n]
-            if starts:
-                return Proposal([int(token) for token in context[max(starts): max(starts) + k]], None)
+            start = max((i for i, length in matches if length >= n), default=None)
+            if start is not None:
+                return Proposal([int(token) for token in context[start: start + k]], None)
         return Proposal([], None)
 
 
