@@ -58,3 +58,22 @@ def test_a_shorter_pass_measured_dearer_than_a_longer_one_takes_the_longer_ones_
     monkeypatch.setattr(costs.time, "perf_counter", target.clock)
     measured = measure_costs(target, max_positions=5)
     assert measured.verify_ms == pytest.approx((10.0, 17.0, 23.0, 23.0, 26.0))  # 29 at T = 3 was disturbed
+
+
+def test_bench_verify_prints_the_curve_a_session_measures_at_load(monkeypatch):
+    """`specmon bench verify` times passes as measure_costs does (it printed passes timed apart,
+    a lower curve than decoding pays: 15/12 at T = 2 here where decoding pays 17/10)."""
+    from specmon.cli.bench_verify import time_passes
+
+    target = GraphTarget()
+    monkeypatch.setattr(costs.time, "perf_counter", target.clock)
+    ms = time_passes({"llamacpp": target}, context_len=40, reps=2, max_positions=4)
+    assert ms == {"llamacpp": pytest.approx({1: 10.0, 2: 17.0, 3: 20.0, 4: 23.0})}
+
+
+def test_bench_verify_refuses_a_context_the_cache_cannot_hold():
+    from specmon.cli.bench_verify import time_passes
+    from specmon.errors import SpecmonError
+
+    with pytest.raises(SpecmonError, match="--context 4090"):
+        time_passes({"plain": GraphTarget()}, context_len=4090, reps=1, max_positions=9)

@@ -241,3 +241,17 @@ def test_jump_finds_targets_ahead_and_behind_without_losing_events():
     assert state.rounds_seen == 21
     batch = feed.jump("r3")  # behind: from the start again
     assert feed.restarted and batch[-1] == rounds[3] and len(batch) == events.index(rounds[3]) + 1
+
+
+def test_what_if_prices_a_log_without_a_measured_curve_as_policy_tune_fits_it():
+    """A log from before the curve was measured at load: `what if` and `policy tune` fit the same
+    costs on its rounds (each over its prompt's median plain step), one function for both."""
+    from specmon.replay.tune import fitted_costs
+    from specmon.replay.whatif import logged_costs
+
+    events = list(read_log(REPO / "tests" / "fixtures" / "session-prompt-off.specmon"))
+    fitted = fitted_costs([e for e in events if isinstance(e, RoundVerified)])
+    costs = logged_costs(events)
+    assert costs.verify_ms[0] == 1.0 and set(fitted) <= set(range(1, len(costs.verify_ms)))
+    assert all(costs.verify_ms[n] == pytest.approx(fitted[n]) for n in fitted)
+    assert 1.5 < min(fitted.values()) < 1.7  # a 2- to 9-position pass cost ~1.6 plain steps on that host

@@ -64,14 +64,15 @@ def _add_verify(bench) -> None:
     verify = bench.add_parser(
         "verify", help="cost of one target pass over T = 1..9 positions, in plain steps", formatter_class=Teaching,
         description="Measure what a verify pass costs: one target pass over T positions (a round at k = T-1 verifies "
-                    "T) relative to a one-position plain step, the v(k) of the predicted speedup. With a torch "
+                    "T) relative to a one-position plain step, the v(k) of the predicted speedup, timed as a session "
+                    "times it at load (a T pass and the plain step after it, less a plain step). With a torch "
                     "profile, the plain fp32 kernels and weights packed for --packed-rows rows are timed interleaved, "
                     "rep by rep, on one machine state; other backends time their own kernels.",
-        epilog="example:\n  specmon bench verify --context 300 --reps 15 --json verify.json\n"
+        epilog="example:\n  specmon bench verify --context 300 --reps 5 --json verify.json\n"
                "  specmon bench verify --profile smollm2-llamacpp      llama.cpp's kernels alone")
     verify.add_argument("--profile", default=DEFAULT_PROFILE, help=f"a profile name or file (default: {DEFAULT_PROFILE})")
     verify.add_argument("--context", type=_positive, default=300, help="tokens already in the cache (default 300)")
-    verify.add_argument("--reps", type=_positive, default=15, help="timed passes per T; the median is kept (default 15)")
+    verify.add_argument("--reps", type=_positive, default=5, help="timed rounds of every T; the least is kept (default 5)")
     verify.add_argument("--max-positions", type=_positive, default=9, help="largest T (default 9)")
     verify.add_argument("--packed-rows", type=_positive, default=9, help="rows the packed weights are laid out for "
                         "(the profile key packed_rows; default 9)")

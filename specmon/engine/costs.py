@@ -37,13 +37,13 @@ class Costs:
         return (verify + proposed * self.draft_ms) / ms[0]
 
 
-def measure_costs(target, drafter=None, max_positions: int = 9, reps: int = REPS) -> Costs:
+def measure_costs(target, drafter=None, max_positions: int = 9, reps: int = REPS, context_len: int = CONTEXT) -> Costs:
     """Time the target (and a model drafter) on the spot, as decoding runs it: a plain step right
     after another, and a pass over T positions together with the plain step after it, less a plain
     step. An engine that reuses its last pass's graph (llama.cpp) rebuilds it on both sides of a
     draft round (a T = 4 round cost 3.0 steps in decoding, 3.0 timed so, 2.6 timed apart).
     One warm round of every shape, then `reps` interleaved rounds; the least of each is kept."""
-    room = min(CONTEXT, target.max_len - max_positions - 1)
+    room = min(context_len, target.max_len - max_positions - 1)
     context = [(100 + i) % target.vocab_size for i in range(room)]
     target.prefill(context[:-1])
     base = len(context) - 1

@@ -54,7 +54,7 @@ def read_bench_log(log: Path) -> BenchLog:
     """The plain runs of a `bench policy` log (PromptStarted.bench_k == 0), and cost(L): as measured at
     load (the session header), or in an older log fitted on its rounds: a round's ms over its
     prompt's median plain round, averaged per proposal length."""
-    found, plain_ms, spec = BenchLog(), defaultdict(list), []
+    found, rounds = BenchLog(), []
     opened: PromptStarted | None = None
     measured: dict[int, float] = {}
     for ev in read_log(log):
@@ -70,21 +70,26 @@ def read_bench_log(log: Path) -> BenchLog:
             found.texts[ev.prompt_id] = ev.generated
             found.prompt_tokens[ev.prompt_id] = opened.prompt_tokens
         elif isinstance(ev, RoundVerified):
-            ms = round_ms(ev)
-            (plain_ms[ev.prompt_id].append(ms) if ev.draft_len == 0 else spec.append((ev.prompt_id, len(ev.proposed), ms)))
+            rounds.append(ev)
     if not found.texts:
         raise SpecmonError(f"{log}: not a `specmon bench policy` log (no plain bench decodes to replay); "
                            "make one with `specmon bench policy --log FILE`")
-    found.costs = measured or _fit_costs(plain_ms, spec)  # an older log: fitted on its rounds
+    found.costs = measured or fitted_costs(rounds)  # an older log: fitted on its rounds
     return found
 
 
-def _fit_costs(plain_ms: dict[str, list[float]], spec: list[tuple[str, int, float]]) -> dict[int, float]:
+def fitted_costs(rounds: Sequence[RoundVerified]) -> dict[int, float]:
+    """cost(L) in plain steps, from a log that measured no curve at load: each round of L proposed
+    tokens over its prompt's median plain step (a round that proposed nothing), averaged per L
+    (MIN_FIT_ROUNDS rounds or more)."""
+    plain_ms, by_len = defaultdict(list), defaultdict(list)
+    for ev in rounds:
+        if not ev.proposed:
+            plain_ms[ev.prompt_id].append(round_ms(ev))
     step = {p: statistics.median(v) for p, v in plain_ms.items()}
-    by_len = defaultdict(list)
-    for prompt_id, proposed, ms in spec:
-        if prompt_id in step:
-            by_len[proposed].append(ms / step[prompt_id])
+    for ev in rounds:
+        if ev.proposed and ev.prompt_id in step:
+            by_len[len(ev.proposed)].append(round_ms(ev) / step[ev.prompt_id])
     return {n: statistics.mean(v) for n, v in by_len.items() if len(v) >= MIN_FIT_ROUNDS}
 
 

@@ -8,8 +8,6 @@ that is reported as missing evidence: no round is ever invented."""
 
 from __future__ import annotations
 
-import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from specmon.events.log import read_log
 from specmon.events.schema import Decision, PromptStarted, RoundVerified, SessionStarted, bench_fixed_k
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import Policy
+from specmon.replay.tune import cost_of, fitted_costs
 
 
 @dataclass
@@ -43,20 +42,15 @@ def describe(d: Decision) -> str:
 
 
 def logged_costs(events) -> Costs:
-    """The costs the log measured at load; in an older log, each pass length's median verify ms."""
+    """The costs the log measured at load; in an older log, as `policy tune` fits them on its rounds."""
     header = next((e for e in events if isinstance(e, SessionStarted)), None)
     if header is not None and header.verify_ms:
         return Costs(tuple(header.verify_ms), header.draft_ms)
-    by_t: dict[int, list[float]] = defaultdict(list)
-    for ev in events:
-        if isinstance(ev, RoundVerified):
-            by_t[len(ev.proposed) + 1].append(ev.verify_ms)
-    ms, last = [], None
-    for t in range(1, max(by_t, default=1) + 1):
-        last = statistics.median(by_t[t]) if by_t.get(t) else last
-        ms.append(last)
-    first = next((v for v in ms if v is not None), 1.0)
-    return Costs(tuple(v if v is not None else first for v in ms) if len(ms) > 1 else (first, first))
+    fitted = fitted_costs([e for e in events if isinstance(e, RoundVerified)])
+    if not fitted:
+        return Costs((1.0, 1.0))  # too few rounds to fit: every pass priced as a plain step
+    cost = cost_of(fitted)
+    return Costs(tuple(cost(n) for n in range(max(fitted) + 1)))
 
 
 def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
