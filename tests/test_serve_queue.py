@@ -211,10 +211,12 @@ def test_metrics_equal_the_counts_recomputed_from_the_log(tmp_path, tiny):
         if ev.proposed:
             expected[("specmon_spec_decode_num_drafts_total", labels)] += 1
             expected[("specmon_spec_decode_num_draft_tokens_total", labels)] += len(ev.proposed)
-            expected[("specmon_spec_decode_num_accepted_tokens_total", labels)] += ev.accepted
+            sent_accepted = min(ev.accepted, len(ev.emitted))  # max_tokens may cut a round's accepted tokens
+            expected[("specmon_spec_decode_num_accepted_tokens_total", labels)] += sent_accepted
+            expected[("specmon_spec_decode_num_verified_accepted_tokens_total", labels)] += ev.accepted
             for pos in range(len(ev.proposed)):
                 key = ("specmon_spec_decode_num_accepted_tokens_per_pos_total", tuple(sorted(labels + (("position", str(pos)),))))
-                expected[key] += pos < ev.accepted
+                expected[key] += pos < sent_accepted
     decisions = events(log, Decision)
     for d in decisions:
         expected[("specmon_policy_decisions_total", (("applied", "true"), ("class", d.prompt_class)))] += 1

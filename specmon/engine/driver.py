@@ -146,7 +146,8 @@ class SessionDriver:
             drafter=drafter.name, sampling=sampling, prompt_tokens=len(tokens), max_new_tokens=limit,
             class_rule=class_rule, bench_k=bench_k)
         self.emit(started)
-        ctx = RoundContext(self.session_id, prompt.id, name, self.round_ids, self.tokenizer.decode)
+        ctx = RoundContext(self.session_id, prompt.id, name, self.round_ids, self.tokenizer.decode,
+                           end_ids=prompt.end_ids, min_tokens=prompt.min_tokens)
         emit = self.emit if on_round is None else _then(self.emit, on_round)
         run = yield from prompt_rounds(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit,
                                        self._stop_check(stop))

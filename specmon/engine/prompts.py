@@ -28,6 +28,8 @@ class Prompt:
     prompt_class: str
     max_new_tokens: int | None = None
     token_ids: tuple[int, ...] | None = None  # already encoded (a server's request); else the chat template's
+    end_ids: tuple[int, ...] | None = None  # tokens that end the reply (a server's request); None: the model's eos
+    min_tokens: int = 0  # the end tokens are masked out of the target's choice until this many are generated
 
 
 _CODE = '''def moving_average(values, window):

@@ -44,6 +44,11 @@ class RoundContext:
     prompt_class: str
     round_ids: itertools.count  # shared across the session so round ids are unique
     detokenize: Callable[[list[int]], str] | None = None  # puts readable text into the events
+    end_ids: tuple[int, ...] | None = None  # tokens that end the decode; None: the target's eos
+    min_tokens: int = 0  # end tokens are masked from the target's rows until this many tokens are generated
+
+    def ends(self, eos_id: int) -> frozenset[int]:
+        return frozenset((eos_id,) if self.end_ids is None else self.end_ids)
 
 
 def _text_after(detokenize, context: list[int], new: list[int]) -> str:
@@ -83,6 +88,7 @@ def prompt_rounds(target: Target, drafter: Drafter, prompt: Sequence[int], draft
     target.prefill(context[:-1])  # prefill all but the last token, which the first round feeds
     run.prefill_ms = (time.perf_counter() - start) * 1e3
     carried_ms = 0.0  # time spent emitting the previous event, charged to this round's overhead
+    ends = ctx.ends(target.eos_id)
     while len(run.generated) < max_new_tokens:
         event = _one_round(target, drafter, context, draft_len.next_draft_len(), sampling, rng, max_new_tokens,
                            run, ctx)
@@ -91,7 +97,7 @@ def prompt_rounds(target: Target, drafter: Drafter, prompt: Sequence[int], draft
         start = time.perf_counter()
         emit(event)
         carried_ms = (time.perf_counter() - start) * 1e3
-        if run.generated and run.generated[-1] == target.eos_id:
+        if run.generated and run.generated[-1] in ends:
             run.stop_reason = "eos"
             break
         reason = stop() if stop is not None else None
@@ -119,12 +125,14 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
     t1 = time.perf_counter()
     base = len(context) - 1  # position of the last token, not yet in the target's cache
     logits = target.forward([context[-1], *proposal.tokens], base)
+    ends = ctx.ends(target.eos_id)
+    logits = _mask_ends(logits, ends, ctx.min_tokens - len(run.generated))
     t2 = time.perf_counter()
     top = logits.argmax(axis=-1)  # each row's greedy token: acceptance, margins and p(x) all start from it
     verdict, p = _accept(logits, top, proposal, sampling, rng)
     target.truncate(base + verdict.accepted + 1)  # roll back past the first rejected token
     new_tokens = [*proposal.tokens[: verdict.accepted], verdict.next_token]
-    new_tokens = _trim(new_tokens, max_new_tokens - len(run.generated), target.eos_id)
+    new_tokens = _trim(new_tokens, max_new_tokens - len(run.generated), ends)
     margins = _logit_margins(logits[: len(new_tokens)], top)
     n_accepted = min(verdict.accepted, len(new_tokens))
     accepted_text = _text_after(ctx.detokenize, context, new_tokens[:n_accepted])
@@ -157,12 +165,21 @@ def _accept(logits: np.ndarray, top: np.ndarray, proposal: Proposal, sampling: S
     return accept_sampled(proposal.tokens, p, proposal.q, rng), p
 
 
-def _trim(tokens: list[int], room: int, eos_id: int) -> list[int]:
-    """Stop at max_new_tokens and at the end-of-sequence token."""
+def _trim(tokens: list[int], room: int, ends: frozenset[int]) -> list[int]:
+    """Stop at max_new_tokens and at the first end token (the end-of-sequence token by default)."""
     tokens = tokens[:room]
-    if eos_id in tokens:
-        tokens = tokens[: tokens.index(eos_id) + 1]
-    return tokens
+    end = next((i for i, t in enumerate(tokens) if t in ends), None)
+    return tokens if end is None else tokens[: end + 1]
+
+
+def _mask_ends(logits: np.ndarray, ends: frozenset[int], rows: int) -> np.ndarray:
+    """min_tokens: the first `rows` positions may not end the reply. Only p changes, the same in a
+    plain step and a verify pass, so the accept rule still preserves it (a drafted end token is rejected)."""
+    if rows <= 0 or not ends:
+        return logits
+    logits = np.array(logits, copy=True)
+    logits[:rows, sorted(ends)] = -np.inf
+    return logits
 
 
 def _logit_margins(rows: np.ndarray, top: np.ndarray) -> list[float]:

@@ -41,18 +41,27 @@ class Admission:
         tok = self.tokenizer
         text = render_chat(tok.chat_template, messages, eos_token=tok.tokenizer.id_to_token(tok.eos_id) or "")
         ids = tok.encode(text)
-        limit = request.max_completion_tokens or request.max_tokens
-        return self._admit("chat", "chatcmpl-", last_user_text(messages), ids, request, limit, named_class)
+        return self._admit("chat", "chatcmpl-", last_user_text(messages), ids, request, _limit(request), named_class)
 
     def completion(self, request: CompletionRequest, named_class: str | None) -> Admitted:
         check_unsupported(request)
         text, ids = completion_prompt(request, self.tokenizer.encode)
+        self._check_ids(ids, "prompt")
+        text = text or self.tokenizer.decode(ids)
+        return self._admit("completion", "cmpl-", text, ids, request, _limit(request) or 16, named_class)
+
+    def _check_ids(self, ids: list[int], param: str) -> None:
         bad = next((t for t in ids if not 0 <= t < self.tokenizer.vocab_size), None)
         if bad is not None:
             raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{self.tokenizer.vocab_size - 1})",
-                           param="prompt", code="invalid_value")
-        text = text or self.tokenizer.decode(ids)
-        return self._admit("completion", "cmpl-", text, ids, request, request.max_tokens or 16, named_class)
+                           param=param, code="invalid_value")
+
+    def end_ids(self, request) -> tuple[int, ...]:
+        """The tokens that end the reply: the model's eos (unless ignore_eos) and stop_token_ids."""
+        extra = list(request.stop_token_ids or [])
+        self._check_ids(extra, "stop_token_ids")
+        eos = () if request.ignore_eos else (self.tokenizer.eos_id,)
+        return tuple(dict.fromkeys([*eos, *extra]))
 
     def _admit(self, endpoint: str, prefix: str, text: str, ids: list[int], request, max_tokens: int | None,
                named_class: str | None) -> Admitted:
@@ -66,10 +75,15 @@ class Admission:
                            f"requested {len(ids) + asked} tokens ({len(ids)} in the prompt, {asked} for the "
                            "completion). Please reduce the prompt or the completion length.",
                            param="messages" if endpoint == "chat" else "prompt", code="context_length_exceeded")
+        if request.min_tokens > max_tokens:
+            raise ApiError(400, f"min_tokens ({request.min_tokens}) is more than the reply may hold ({max_tokens})",
+                           param="min_tokens", code="invalid_value")
         named = request.specmon_class or named_class or None  # "": none named
         name, rule = self.classify(text, named)
         request_id = prefix + uuid.uuid4().hex[:24]
-        prompt = Prompt(id=request_id, text=text, prompt_class="default", token_ids=tuple(ids))  # named: not a tag
+        ends = self.end_ids(request)
+        prompt = Prompt(id=request_id, text=text, prompt_class="default", token_ids=tuple(ids),  # named: not a tag
+                        end_ids=ends, min_tokens=request.min_tokens)
         return Admitted(request_id, endpoint, prompt, name, rule, self._sampling(request), max_tokens, stops, named)
 
     def _sampling(self, request) -> Sampling:
@@ -83,6 +97,11 @@ class Admission:
             top_k=max(d.top_k if request.top_k is None else request.top_k, 0),  # vLLM's -1 is our 0: no cut
             seed=secrets.randbelow(2**31) if request.seed is None else request.seed,  # logged: reproducible
         )
+
+
+def _limit(request) -> int | None:
+    """The reply's token limit: max_completion_tokens (OpenAI's newer name) wins over max_tokens."""
+    return request.max_completion_tokens or request.max_tokens
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:

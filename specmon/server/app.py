@@ -21,7 +21,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from specmon.server.admit import Admission
-from specmon.server.errors import ApiError, from_decode_error, status_error
+from specmon.server.errors import ApiError, from_decode_error, status_error, too_deep
 from specmon.server.jobs import Failed, Finished, Job, Piece, Worker
 from specmon.server.metrics import CONTENT_TYPE, ServerMetrics
 from specmon.server.protocol import (
@@ -154,9 +154,11 @@ async def _complete(request: Request, state: ServeState, kind, admit, reply_type
         parsed = msgspec.json.decode(body, type=kind)
     except msgspec.DecodeError as exc:
         raise from_decode_error(exc) from None
+    except RecursionError:  # nesting inside a free-form field (metadata, tools): the decoder's stack ran out
+        raise too_deep() from None
     admitted = await anyio.to_thread.run_sync(admit, parsed, request.headers.get(CLASS_HEADER))
     tok = state.admission.tokenizer
-    job = Job(admitted, asyncio.get_running_loop(), ReplyText(tok.decode, tok.eos_id, admitted.stops))
+    job = Job(admitted, asyncio.get_running_loop(), ReplyText(tok.decode, admitted.prompt.end_ids, admitted.stops))
     state.worker.submit(job)
     reply = reply_type(admitted.id, state.created, state.admission.model_id)
     if parsed.stream:

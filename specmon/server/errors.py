@@ -7,11 +7,12 @@ import re
 
 import msgspec
 
-from specmon.server.protocol import UNSUPPORTED, ErrorBody, ErrorResponse, encoder
+from specmon.server.protocol import UNSUPPORTED, UNSUPPORTED_WHY, ErrorBody, ErrorResponse, encoder
 
 INVALID = "invalid_request_error"
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 _MISSING = re.compile(r"Object missing required field `([^`]+)`")
+_UNKNOWN = re.compile(r"Object contains unknown field `([^`]+)`")
 
 
 class ApiError(Exception):
@@ -32,12 +33,16 @@ def from_decode_error(exc: msgspec.DecodeError) -> ApiError:
     text = str(exc)
     if not isinstance(exc, msgspec.ValidationError):
         return ApiError(400, f"the request body is not valid JSON ({text})", code="invalid_json")
-    missing = _MISSING.search(text)
+    missing, unknown = _MISSING.search(text), _UNKNOWN.search(text)
     path = _PATH.search(text)
     where = path.group(1) if path else ""
     if missing:
         field = f"{where}.{missing.group(1)}" if where else missing.group(1)
         return ApiError(400, f"missing required field `{field}`", param=field, code="missing_required_parameter")
+    if unknown:
+        field = f"{where}.{unknown.group(1)}" if where else unknown.group(1)
+        return ApiError(400, f"`{field}` is not a parameter specmon serve knows, so it cannot honour it; leave it "
+                        "out", param=field, code="unsupported_parameter")
     message = _PATH.sub("", text)
     if not where:
         return ApiError(400, f"the request body must be a JSON object ({message})", code="invalid_type")
@@ -53,8 +58,14 @@ def check_unsupported(request) -> None:
             if name == "n" and isinstance(value, int):
                 message = f"n = {value}: specmon decodes one choice per request (batch 1); use n = 1"
             else:
-                message = f"`{name}` is not supported by specmon serve (got {_short(value)}); leave it out"
+                why = f": {UNSUPPORTED_WHY[name]}" if name in UNSUPPORTED_WHY else ""
+                message = f"`{name}` is not supported by specmon serve{why} (got {_short(value)}); leave it out"
             raise ApiError(400, message, param=name, code="unsupported_parameter")
+
+
+def too_deep() -> ApiError:
+    """JSON nested past what the decoder recurses into: a client's fault, said as one."""
+    return ApiError(400, "the request body is nested too deeply", code="invalid_json")
 
 
 def _short(value) -> str:

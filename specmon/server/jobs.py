@@ -76,6 +76,7 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     arrived: float = field(default_factory=time.perf_counter)
     queued_at: float = field(default_factory=time.time)  # wall clock, as the log's times: TTFT counts from it
+    rounds: list[RoundVerified] = field(default_factory=list)  # counted in /metrics when the request ends
     round_ids: list[int] = field(default_factory=list)
     draft_lens: list[int] = field(default_factory=list)
     last_round_at: float | None = None
@@ -238,17 +239,17 @@ class Worker:
             self._sample_queue(job, taken=True)  # here, so a log that fails now still answers the request
             done = self.decoder.decode(job.request, self._on_round(job), lambda: _stop(job))
         except LogWriteFailed as exc:
-            job.post(Failed(ApiError(503, f"the server cannot log any more: {exc}", type="server_error")))
+            self._failed(job, ApiError(503, f"the server cannot log any more: {exc}", type="server_error"))
             raise
         except ApiError as exc:  # refused at its turn: a reload since admission removed the class it names
-            job.post(Failed(exc))
+            self._failed(job, exc)
             return
         except SpecmonError as exc:
-            job.post(Failed(ApiError(400, str(exc), code="invalid_value")))
+            self._failed(job, ApiError(400, str(exc), code="invalid_value"))
             return
         except Exception as exc:  # noqa: BLE001 - one request's bug must not end the server
             traceback.print_exc(file=sys.stderr)
-            job.post(Failed(ApiError(500, f"decoding failed: {exc!r}", type="server_error")))
+            self._failed(job, ApiError(500, f"decoding failed: {exc!r}", type="server_error"))
             return
         finished = self._finished(job, done)
         self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - started)
@@ -256,11 +257,17 @@ class Worker:
         if self.on_done is not None:
             self.on_done(job, finished)
 
+    def _failed(self, job: Job, error: ApiError) -> None:
+        """The client gets an error, not text: its rounds (if any ran) count, none of their tokens as sent."""
+        self.metrics.count_rounds(job.rounds, 0)
+        job.post(Failed(error))
+
     def _on_round(self, job: Job) -> Callable[[RoundVerified], None]:
         labels = self.metrics
 
         def on_round(ev: RoundVerified) -> None:
             now, name = time.perf_counter(), ev.prompt_class
+            job.rounds.append(ev)
             job.round_ids.append(ev.round_id)
             job.draft_lens.append(ev.draft_len)
             if job.last_round_at is None:
@@ -281,7 +288,8 @@ class Worker:
     def _finished(self, job: Job, done: Decoded) -> Finished:
         req, run = job.request, done.run
         rest = job.text.finish()
-        usage = Usage(done.started.prompt_tokens, len(run.generated), done.started.prompt_tokens + len(run.generated))
+        sent = job.text.billed if job.text.stopped else len(run.generated)  # a stop string's cut is not billed
+        usage = Usage(done.started.prompt_tokens, sent, done.started.prompt_tokens + sent)
         info = SpecmonInfo(session_id=self.decoder.driver.session_id, prompt_id=req.id,
                            prompt_class=done.started.prompt_class, class_rule=done.started.class_rule,
                            draft_len=done.started.draft_len, round_ids=job.round_ids, draft_lens=job.draft_lens,
@@ -290,6 +298,7 @@ class Worker:
         self.metrics.requests.labels(req.endpoint, reason).inc()
         self.metrics.prompt_tokens.inc(usage.prompt_tokens)
         self.metrics.generation_tokens.inc(usage.completion_tokens)
+        self.metrics.count_rounds(job.rounds, sent)
         return Finished(rest, job.text.text, reason, usage, info)
 
 

@@ -2,13 +2,16 @@
 
 The speculative-decoding counters mirror vLLM's (`vllm:spec_decode_num_drafts` and friends) under a
 `specmon_` prefix, labelled with the prompt class and the round's k, and are fed from the same
-RoundVerified events the log holds, so they can be recomputed from the log:
+RoundVerified events the log holds, once the request ends, counting only the tokens it sent (a
+stop string or max_tokens may cut a round's tokens), so they can be recomputed from the log and
+the usage each reply carries:
 
-    drafts         rounds that proposed at least one draft token
-    draft tokens   Σ proposed
-    accepted       Σ accepted (length of the accepted prefix)
-    per position   rounds with accepted > i, for each position i
-    rounds, emitted tokens and round seconds (all rounds, k = 0 included), and goodput from them."""
+    drafts            rounds that proposed at least one draft token
+    draft tokens      Σ proposed
+    accepted          Σ accepted tokens that were sent: min(accepted, sent) per round
+    verified accepted Σ accepted as the target verified it, sent or not (the acceptance itself)
+    per position      rounds with sent accepted > i, for each position i
+    rounds, emitted (sent) tokens and round seconds (all rounds, k = 0 included), and goodput from them."""
 
 from __future__ import annotations
 
@@ -33,16 +36,19 @@ class ServerMetrics:
                               CLASS_K, registry=r)
         self.draft_tokens = Counter("specmon_spec_decode_num_draft_tokens", "Draft tokens proposed", CLASS_K,
                                     registry=r)
-        self.accepted = Counter("specmon_spec_decode_num_accepted_tokens", "Draft tokens accepted", CLASS_K,
-                                registry=r)
+        self.accepted = Counter("specmon_spec_decode_num_accepted_tokens", "Draft tokens accepted and sent",
+                                CLASS_K, registry=r)
+        self.verified_accepted = Counter(
+            "specmon_spec_decode_num_verified_accepted_tokens", "Draft tokens the target accepted, including those "
+            "a stop string or max_tokens then cut", CLASS_K, registry=r)
         self.per_pos = Counter("specmon_spec_decode_num_accepted_tokens_per_pos",
                                "Rounds whose accepted prefix reached past this 0-based position",
                                CLASS_K + ["position"], registry=r)
-        self.emitted = Counter("specmon_emitted_tokens", "Tokens emitted by rounds (accepted + 1 each)", CLASS_K,
-                               registry=r)
+        self.emitted = Counter("specmon_emitted_tokens", "Tokens sent from rounds (accepted + 1 each, less what a "
+                               "stop string or max_tokens cut)", CLASS_K, registry=r)
         self.round_seconds = Counter("specmon_round_seconds", "Round wall time: draft + verify + overhead", CLASS_K,
                                      registry=r)
-        self.goodput = Gauge("specmon_goodput_tokens_per_ms", "Emitted tokens / round ms over the session",
+        self.goodput = Gauge("specmon_goodput_tokens_per_second", "Emitted tokens / round seconds over the session",
                              CLASS_K, registry=r)
         self.policy_k = Gauge("specmon_policy_draft_len", "The policy's k for the class now", ["class"], registry=r)
         self.policy_on = Gauge("specmon_policy_speculate", "1 while the policy has speculation on for the class",
@@ -56,7 +62,8 @@ class ServerMetrics:
         self.refused = Counter("specmon_requests_refused", "Requests refused before decoding, by HTTP status",
                                ["status"], registry=r)
         self.prompt_tokens = Counter("specmon_prompt_tokens", "Prompt tokens of decoded requests", registry=r)
-        self.generation_tokens = Counter("specmon_generation_tokens", "Tokens generated for requests", registry=r)
+        self.generation_tokens = Counter("specmon_generation_tokens", "Tokens sent to clients (usage's "
+                                         "completion_tokens)", registry=r)
         self.ttft = Histogram("specmon_time_to_first_token_seconds", "Arrival to the first round's tokens (queue "
                               "wait included)", ["class"], buckets=TTFT_BUCKETS, registry=r)
         self.per_token = Histogram("specmon_time_per_output_token_seconds", "Round gap / tokens it emitted, one "
@@ -70,10 +77,9 @@ class ServerMetrics:
             gauge.set(math.nan)
 
     def observe(self, event: AnyEvent) -> None:
-        """Every published event, in the decode thread (a channel callback: a few counter bumps)."""
-        if isinstance(event, RoundVerified):
-            self._round(event)
-        elif isinstance(event, Decision):
+        """Every published event, in the decode thread (a channel callback: a few counter bumps). Rounds
+        are counted by count_rounds, when their request ends and what it sent is known."""
+        if isinstance(event, Decision):
             self.decisions.labels(event.prompt_class, str(event.applied).lower()).inc()
             if event.applied:
                 self.set_policy(event.prompt_class, event.speculate_to, event.k_to)
@@ -84,28 +90,37 @@ class ServerMetrics:
                                  (self.vram_total, event.vram_total_bytes)):
                 gauge.set(math.nan if value is None else value)
 
-    def _round(self, ev: RoundVerified) -> None:
+    def count_rounds(self, rounds: list[RoundVerified], sent: int) -> None:
+        """A finished request's rounds, in order, of which the first `sent` tokens reached the client."""
+        for ev in rounds:
+            kept = min(len(ev.emitted), sent)
+            sent -= kept
+            self._round(ev, kept)
+
+    def _round(self, ev: RoundVerified, kept: int) -> None:
         labels = (ev.prompt_class, str(ev.draft_len))
         proposed, ms = len(ev.proposed), rates.round_ms(ev)
+        accepted = min(ev.accepted, kept)  # the kept tokens start with the accepted prefix
         self.rounds.labels(*labels).inc()
-        self.emitted.labels(*labels).inc(len(ev.emitted))
+        self.emitted.labels(*labels).inc(kept)
         self.round_seconds.labels(*labels).inc(ms / 1e3)
         if proposed:
             self.drafts.labels(*labels).inc()
             self.draft_tokens.labels(*labels).inc(proposed)
-            self.accepted.labels(*labels).inc(ev.accepted)
+            self.accepted.labels(*labels).inc(accepted)
+            self.verified_accepted.labels(*labels).inc(ev.accepted)
             for position in range(proposed):
                 counter = self.per_pos.labels(*labels, str(position))
-                if position < ev.accepted:
+                if position < accepted:
                     counter.inc()
                 else:
                     counter.inc(0)  # the position was offered: its series exists, at 0 until one is accepted
         sums = self._sums.setdefault(labels, [0, 0.0])
-        sums[0] += len(ev.emitted)
+        sums[0] += kept
         sums[1] += ms
         value = rates.goodput(sums[0], sums[1])
         if value is not None:
-            self.goodput.labels(*labels).set(value)
+            self.goodput.labels(*labels).set(value * 1e3)  # per second: Prometheus' base unit
 
     def set_policy(self, prompt_class: str, speculate: bool, k: int) -> None:
         self.policy_on.labels(prompt_class).set(1 if speculate else 0)

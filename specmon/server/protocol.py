@@ -2,8 +2,9 @@
 vLLM's protocol.py and TabbyAPI mirror), plus specmon's own `specmon` field and `specmon_class`.
 
 Requests are decoded and validated in one step (msgspec.json.decode(body, type=...)); a field of
-the wrong type or out of range is named in the error. Parameters OpenAI defines that specmon cannot
-honour are declared too, so a request that sets them is refused by name instead of ignored."""
+the wrong type or out of range is named in the error. Every top-level field is one of three kinds:
+honoured, refused by name unless at its "not used" value (UNSUPPORTED), or harmless metadata
+accepted on purpose (METADATA); a field the API does not define is refused by name, never ignored."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ TopK = Annotated[int, msgspec.Meta(ge=-1, le=MAX_INT)]  # -1, as vLLM sends: no 
 Seed = Annotated[int, msgspec.Meta(ge=0, le=MAX_SEED)]
 Stop = str | list[str] | None
 MAX_STOPS = 4  # as OpenAI allows
+TokenId = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+MinTokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+Metadata = Annotated[dict[str, Annotated[str, msgspec.Meta(max_length=512)]], msgspec.Meta(max_length=16)]
 
 # Parameters a request may carry only at the value that means "not used" (None: absent or null).
 UNSUPPORTED: dict[str, tuple[Any, ...]] = {
@@ -29,7 +33,18 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
     "response_format": (None, {"type": "text"}), "audio": (None,), "prediction": (None,),
     "modalities": (None, ["text"]), "parallel_tool_calls": (None, False, True),
+    "min_p": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0), "reasoning_effort": (None,),
+    "verbosity": (None,), "web_search_options": (None,),
 }
+# Why a parameter is refused, where "not supported" alone would not say.
+UNSUPPORTED_WHY: dict[str, str] = {
+    "min_p": "the round loop's sampling transforms p and q by temperature, top_p and top_k only",
+    "repetition_penalty": "a verify pass would need each position penalised by the draft tokens before it, "
+                          "which the round loop's sampling does not do",
+    "reasoning_effort": "the served model is not a reasoning model",
+}
+# Accepted on purpose and not used: they change nothing a client gets back.
+METADATA = ("user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key")
 
 
 class StreamOptions(msgspec.Struct):
@@ -51,11 +66,12 @@ class ChatMessage(msgspec.Struct):
     tool_call_id: str | None = None
 
 
-class _Sampled(msgspec.Struct, kw_only=True):
+class _Sampled(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """What chat and text completions share: sampling, limits, streaming, specmon's class."""
 
     model: str = ""
     max_tokens: Count | None = None
+    max_completion_tokens: Count | None = None  # OpenAI's newer name; wins over max_tokens
     temperature: Temperature | None = None
     top_p: TopP | None = None
     top_k: TopK | None = None  # not OpenAI's; vLLM and TabbyAPI accept it too
@@ -63,19 +79,28 @@ class _Sampled(msgspec.Struct, kw_only=True):
     stop: Stop = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    user: str | None = None
+    ignore_eos: bool = False  # vLLM's: decode past the end-of-sequence token
+    min_tokens: MinTokens = 0  # vLLM's: the end tokens cannot be chosen before this many tokens
+    stop_token_ids: list[TokenId] | None = None  # vLLM's: these tokens end the reply too
     specmon_class: str | None = None  # names the class (a policy tag or class name); clients send it in extra_body
+    user: str | None = None
+    metadata: Metadata | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
     n: int | None = None
     logprobs: Any = None
     top_logprobs: Any = None
     presence_penalty: Any = None
     frequency_penalty: Any = None
     logit_bias: Any = None
+    min_p: Any = None
+    repetition_penalty: Any = None
 
 
 class ChatCompletionRequest(_Sampled, kw_only=True):
     messages: list[ChatMessage]
-    max_completion_tokens: Count | None = None
     tools: Any = None
     tool_choice: Any = None
     functions: Any = None
@@ -85,6 +110,9 @@ class ChatCompletionRequest(_Sampled, kw_only=True):
     audio: Any = None
     modalities: Any = None
     prediction: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    web_search_options: Any = None
 
 
 class CompletionRequest(_Sampled, kw_only=True):

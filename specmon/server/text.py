@@ -3,7 +3,7 @@ string ends it. The streamed pieces join to exactly the text a non-streamed repl
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 REPLACEMENT = "\ufffd"  # what a byte-level decode shows for a character whose bytes are not all here yet
 
@@ -11,24 +11,43 @@ REPLACEMENT = "\ufffd"  # what a byte-level decode shows for a character whose b
 class ReplyText:
     """Decodes the whole reply each round (tokens of one reply: cheap next to a model forward) and
     holds back what a later token could still change: a trailing incomplete character, and a tail
-    that could be the start of a stop string. The end-of-sequence token is not text."""
+    that could be the start of a stop string. End tokens (eos, stop_token_ids) are not text."""
 
-    def __init__(self, detokenize: Callable[[list[int]], str], eos_id: int, stops: Sequence[str] = ()):
+    def __init__(self, detokenize: Callable[[list[int]], str], end_ids: int | Collection[int],
+                 stops: Sequence[str] = ()):
         self.detokenize = detokenize
-        self.eos_id = eos_id
+        self.end_ids = frozenset([end_ids] if isinstance(end_ids, int) else end_ids)
         self.stops = [s for s in stops if s]
-        self.tokens: list[int] = []
+        self.generated: list[int] = []  # every token taken, end tokens included
         self.sent = ""
         self.stopped = False  # a stop string appeared: the reply ends before it
+        self.billed = 0  # tokens of the reply: all taken, or once stopped, those the cut text needs
         self._full = ""
+
+    @property
+    def tokens(self) -> list[int]:
+        """The text tokens taken (end tokens left out)."""
+        return self._text_tokens(len(self.generated))
+
+    def _text_tokens(self, count: int) -> list[int]:
+        return [t for t in self.generated[:count] if t not in self.end_ids]
 
     def add(self, tokens: Sequence[int]) -> str:
         """Take one round's tokens; return the text that may now be sent (possibly "")."""
         if not self.stopped:
-            self.tokens.extend(t for t in tokens if t != self.eos_id)
+            self.generated.extend(tokens)
             self._full = self.detokenize(self.tokens)
             self._find_stop()
+            self.billed = self._needed() if self.stopped else len(self.generated)
         return self._advance(self._sendable())
+
+    def _needed(self) -> int:
+        """The fewest leading tokens whose text holds the reply cut before its stop string (the cut
+        is near the end, so this walks back over a round or two)."""
+        count = len(self.generated)
+        while count > 0 and self.detokenize(self._text_tokens(count - 1)).startswith(self._full):
+            count -= 1
+        return count
 
     def finish(self) -> str:
         """The rest, once no token will follow."""
