@@ -16,7 +16,7 @@ import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
@@ -44,6 +44,7 @@ class ServeState:
     api_key: bytes | None = None
     max_body_bytes: int = 1 << 20
     on_refused: Callable[[str, ApiError], None] | None = None  # the headless line of a refused request
+    body_timeout_s: float = 30.0  # a body still arriving after this is refused with 408
 
 
 def build_app(state: ServeState) -> Starlette:
@@ -122,6 +123,16 @@ def _client_left(state: ServeState, path: str, job: Job) -> None:
         _note_refused(state, path, ApiError(499, "the client closed the connection", code="client_closed_request"))
 
 
+def _class_header(request: Request) -> str | None:
+    """X-Specmon-Class as UTF-8 (HTTP hands headers over as bytes; Latin-1 would garble any other script)."""
+    raw = next((value for key, value in request.headers.raw if key.lower() == CLASS_HEADER.encode()), None)
+    try:
+        return None if raw is None else raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "the X-Specmon-Class header is not UTF-8", param="X-Specmon-Class",
+                       code="invalid_value") from None
+
+
 def _authorize(request: Request, state: ServeState) -> None:
     """`Authorization: Bearer KEY`, compared in constant time; the key is never echoed or logged."""
     if state.api_key is None:
@@ -132,31 +143,39 @@ def _authorize(request: Request, state: ServeState) -> None:
                        code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it passes the limit (announced or as it arrives)."""
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The body, refused with 413 as soon as it passes the limit (announced or as it arrives), with
+    408 when it is not all in within the timeout, and 499 when the client leaves before the end."""
     length = request.headers.get("content-length", "")
     too_large = ApiError(413, f"the request body is over the {limit} byte limit", code="request_too_large")
     if length.isdigit() and int(length) > limit:
         raise too_large
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        with anyio.fail_after(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s", code="request_timeout",
+                       headers={"Connection": "close"}) from None
+    except ClientDisconnect:
+        raise ApiError(499, "the client closed the connection during its upload", code="client_closed_request") from None
     return b"".join(chunks)
 
 
 async def _complete(request: Request, state: ServeState, kind, admit, reply_type: type[Reply]) -> Response:
     _authorize(request, state)
-    body = await _read_body(request, state.max_body_bytes)
+    body = await _read_body(request, state.max_body_bytes, state.body_timeout_s)
     try:
         parsed = msgspec.json.decode(body, type=kind)
     except msgspec.DecodeError as exc:
         raise from_decode_error(exc) from None
     except RecursionError:  # nesting inside a free-form field (metadata, tools): the decoder's stack ran out
         raise too_deep() from None
-    admitted = await anyio.to_thread.run_sync(admit, parsed, request.headers.get(CLASS_HEADER))
+    admitted = await anyio.to_thread.run_sync(admit, parsed, _class_header(request))
     tok = state.admission.tokenizer
     job = Job(admitted, asyncio.get_running_loop(), ReplyText(tok.decode, admitted.prompt.end_ids, admitted.stops))
     state.worker.submit(job)

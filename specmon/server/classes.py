@@ -13,7 +13,7 @@ from specmon.policy.classify import UnknownClass
 from specmon.sched.policy import PolicyScheduler
 from specmon.server.errors import ApiError
 
-CLASS_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")  # as the policy's class names
+CLASS_NAME = re.compile(r"[A-Za-z0-9_.-]{1,40}\Z")  # as the policy's class names; \Z: no trailing newline
 
 
 def policy_class(policy: PolicyScheduler):

@@ -63,6 +63,12 @@ def check_unsupported(request) -> None:
             raise ApiError(400, message, param=name, code="unsupported_parameter")
 
 
+def for_terminal(text: str) -> str:
+    """Text a client controls (a path, a class name, a header), with every character a terminal would
+    act on (escape sequences, NUL, line breaks, bidi overrides) written as its Python escape."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def too_deep() -> ApiError:
     """JSON nested past what the decoder recurses into: a client's fault, said as one."""
     return ApiError(400, "the request body is nested too deeply", code="invalid_json")

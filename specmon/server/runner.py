@@ -22,7 +22,8 @@ from specmon.server.admit import Admission
 from specmon.server.app import ServeState, build_app
 from specmon.sched.policy import PolicyScheduler
 from specmon.server.classes import fixed_class, policy_class
-from specmon.server.errors import ApiError
+from specmon.server.errors import ApiError, for_terminal
+from specmon.server.guard import BODY_TIMEOUT_S, HEAD_TIMEOUT_S, MAX_CONNECTIONS, guarded_h11
 from specmon.server.jobs import Decoder, Finished, Job, Worker
 from specmon.server.metrics import ServerMetrics
 from specmon.transport.session import LiveSession
@@ -41,6 +42,9 @@ class ServeOptions:
     draft_len: int | None = None  # a fixed k instead of the policy
     line: Callable[[str], None] | None = None  # one line per request (--headless)
     socket: socket.socket | None = None  # already bound (`specmon serve` binds before loading the model)
+    head_timeout_s: float = HEAD_TIMEOUT_S  # a request line and headers not in by then: the connection is closed
+    body_timeout_s: float = BODY_TIMEOUT_S  # a body not in by then: 408
+    max_connections: int = MAX_CONNECTIONS  # one more is closed as soon as it opens
 
 
 class _Uvicorn(uvicorn.Server):
@@ -73,11 +77,13 @@ class Serving:
             defaults=profile.sampling.to_event(),
             classify=policy_class(self.policy) if self.policy else (lambda text, named: fixed_class(named, k)))
         self.state = ServeState(self.admission, self.worker, self.metrics, session.session_id, int(time.time()),
-                                options.api_key, options.max_body_bytes, self._refused if options.line else None)
+                                options.api_key, options.max_body_bytes, self._refused if options.line else None,
+                                options.body_timeout_s)
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
         config = uvicorn.Config(build_app(self.state), log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=GRACE_S)
+                                timeout_graceful_shutdown=GRACE_S,
+                                http=guarded_h11(options.head_timeout_s, options.max_connections))
         self.server = _Uvicorn(config, self.worker.close)
         self._thread: threading.Thread | None = None
 
@@ -122,10 +128,10 @@ class Serving:
             self.metrics.set_policy(name, shown.speculate, shown.draft_len)
         if self.options.line is not None:
             status = 200 if done.finish_reason != "cancelled" else 503 if self.worker.closing else 499
-            self.options.line(request_line(job, done, status))
+            self.options.line(for_terminal(request_line(job, done, status)))
 
     def _refused(self, path: str, error: ApiError) -> None:
-        self.options.line(f"{error.status} {path}: {error.message}")
+        self.options.line(for_terminal(f"{error.status} {path}: {error.message}"))  # both may hold what a client sent
 
 
 def request_line(job: Job, done: Finished, status: int = 200) -> str:
