@@ -201,3 +201,24 @@ def sent_accepted(rounds: list[RoundVerified], sent: int) -> int:
         kept = min(len(r.emitted), sent)
         count, sent = count + min(r.accepted, kept), sent - kept
     return count
+
+
+def test_promtool_finds_nothing_to_lint_in_a_real_scrape(tmp_path, twin):
+    """`promtool check metrics` (Debian's prometheus package, installed by .ci/run) on /metrics after
+    requests of every kind: names in base units, counters ending in _total, help on every family."""
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (apt-get install prometheus; .ci/run does)")
+    with serving(tmp_path, twin, policy="default") as (server, log):
+        api = client(server)
+        api.chat.completions.create(**GREEDY, messages=ENDS_AT_50, max_tokens=6)
+        api.completions.create(model="t", prompt="hi", max_tokens=3, stop="x")
+        with pytest.raises(openai.BadRequestError):
+            api.chat.completions.create(**GREEDY, messages=ENDS_AT_50, extra_body={"min_p": 0.5})
+        scrape = httpx.get(server.url + "/metrics").text
+    assert "specmon_goodput_tokens_per_second" in scrape and "_per_ms" not in scrape
+    checked = subprocess.run([promtool, "check", "metrics"], input=scrape, capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr
