@@ -4,8 +4,10 @@ SIGTERM, and the commands that read a session log working on a server's log."""
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -112,3 +114,33 @@ def test_a_port_in_use_is_refused_before_the_model_loads_and_leaves_no_log(tmp_p
     assert "while attempting" not in done.stderr  # the OS's reason once, not wrapped twice
     assert not log.exists(), "no session is opened for a server that cannot listen"
     assert "loading" not in done.stderr and "logging to" not in done.stderr
+
+
+def test_sigterm_while_the_model_loads_says_no_log_was_written(tmp_path, profile):
+    """serve listens, then imports torch and loads the model: a SIGTERM once it listens lands in the load."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "serve.specmon"
+    proc = subprocess.Popen([sys.executable, "-m", "specmon.cli", "serve", "--headless", "--profile", str(profile),
+                             "--port", str(port), "--log", str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO)
+    try:
+        wait_for_listener(port, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines() == ["specmon: ended by SIGTERM while the model was loading; no log was written"]
+    assert not log.exists()
+
+
+def wait_for_listener(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.005)
+    raise AssertionError(f"serve never listened on {port}")

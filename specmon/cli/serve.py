@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 import stat
 import sys
@@ -35,10 +36,13 @@ def cmd_serve(args) -> int:
     try:
         options = ServeOptions(host=args.host, port=args.port, api_key=api_key, max_queue=args.max_queue,
                                draft_len=args.draft_len, line=None if tui else _print_line, socket=listening)
-        from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
+        try:
+            from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
 
-        with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
-            pair = load_pair(profile)
+            with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
+                pair = load_pair(profile)
+        except KeyboardInterrupt as exc:  # Terminated too: no session has begun, so there is no log to speak of
+            return _ended_while_loading(exc)
         with live_session(pair, profile, pair.drafter, args.log, policy=policy, keep_events=False,
                           viewer=tui) as session:
             serving = Serving(session, pair, profile, options, policy)
@@ -53,6 +57,13 @@ def cmd_serve(args) -> int:
     finally:
         listening.close()  # Serving.run closes it too; a failure before that must not leave it open
     return 0
+
+
+def _ended_while_loading(exc: KeyboardInterrupt) -> int:
+    signum = getattr(exc, "signum", signal.SIGINT)
+    print(f"specmon: ended by {signal.Signals(signum).name} while the model was loading; no log was written",
+          file=sys.stderr)
+    return 128 + signum
 
 
 def serve_under_tui(session, serving, title: str) -> None:

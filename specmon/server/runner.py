@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -118,7 +117,7 @@ class Serving:
             self._thread.join()
 
     def _fatal(self, exc: BaseException) -> None:
-        print(f"specmon: serving stopped: {exc}", file=sys.stderr)
+        """Stop serving; run() raises `exc` once the server is down, and the CLI prints it, once."""
         self.server.should_exit = True
 
     def _done(self, job: Job, done: Finished) -> None:
