@@ -114,19 +114,22 @@ def test_forked_drafter_keeps_its_own_confidence():
     assert (drafter.min_match, twin.min_match) == (2, 0)
 
 
-def timed_round(round_id, k, proposed, ms):
+def timed_round(round_id, ms, stall_ms, t=0.0):
     return RoundVerified(
-        session_id="s", t=0.0, round_id=round_id, prompt_id="p", prompt_class="chat", round_index=round_id,
-        draft_len=k, proposed=[5] * proposed, accepted=0, rejection_pos=0 if proposed else None, emitted=[7],
-        draft_ms=0.0, verify_ms=ms, overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[],
-        sampling=Sampling(), mem_bytes=0)
+        session_id="s", t=t, round_id=round_id, prompt_id="p", prompt_class="chat", round_index=round_id,
+        draft_len=0, proposed=[], accepted=0, rejection_pos=None, emitted=[7], draft_ms=0.0, verify_ms=ms,
+        overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[], sampling=Sampling(), mem_bytes=0,
+        host_stall_ms=stall_ms)
 
 
-def test_host_stalls_are_rounds_no_pass_explains():
-    plain = [timed_round(i, 0, 0, 40.0 + i % 3) for i in range(20)]  # median plain round 41 ms
-    wide = timed_round(20, 8, 8, 1400.0)  # 9 positions: 4 x 9 x 41 = 1476 ms would be a stall
-    stalled = [timed_round(21, 0, 0, 170.0), timed_round(22, 2, 2, 500.0)]  # over 164 and 492 ms
-    found = host_stalls([*plain, wide, *stalled])
-    assert (found.rounds, found.stalled, found.worst_ms) == (23, 2, 500.0)
-    assert "2 of 23 rounds" in found.line() and "worst 500 ms" in found.line()
-    assert host_stalls([*plain, wide]).line() is None
+def test_host_stalls_are_rounds_the_host_made_wait_for_a_cpu():
+    quiet = [timed_round(i, 40.0, 0.5, t=1000.0 + i) for i in range(20)]  # 1.25% of a round: quiet
+    busy = [timed_round(20, 80.0, 4.0, t=2000.0), timed_round(21, 90.0, 81.0, t=2100.0)]  # 5% and 90%
+    unmeasured = timed_round(22, 40.0, None)  # an older log's round says nothing either way
+    found = host_stalls([*quiet, *busy, unmeasured])
+    assert (found.measured, found.disturbed, found.peak) == (22, 2, pytest.approx(0.9))
+    assert found.share == pytest.approx(2 / 22) and not found.busy  # under 10% of rounds: mostly quiet
+    assert "host mostly quiet: 2 of 22 rounds disturbed (9.1%), peak 90% of a round" in found.line()
+    assert host_stalls([*quiet, unmeasured]).line() is None
+    assert host_stalls([unmeasured]).describe() == "" and host_stalls(quiet).describe() == "host quiet"
+    assert host_stalls([*quiet[:10], *busy]).busy  # 2 of 12

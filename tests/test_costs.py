@@ -29,10 +29,14 @@ class GraphTarget:
         pass
 
 
+def QUIET():
+    return 0.0  # a host where nothing else runs
+
+
 def test_a_draft_round_is_priced_with_the_rebuilds_on_both_sides_of_it(monkeypatch):
     target = GraphTarget()
     monkeypatch.setattr(costs.time, "perf_counter", target.clock)
-    measured = measure_costs(target, max_positions=5)
+    measured = measure_costs(target, max_positions=5, stall=QUIET)
     # plain: a step after a step, 10 ms; T: (10 + 3 (T - 1) + 2) for the pass, 10 + 2 for the step after, less 10
     assert measured.verify_ms == pytest.approx((10.0, 17.0, 20.0, 23.0, 26.0))
     assert measured.steps(1) == pytest.approx(1.7)  # timed apart (each pass after another shape) it was 15/12 = 1.25
@@ -56,7 +60,7 @@ class DisturbedTarget(GraphTarget):
 def test_a_shorter_pass_measured_dearer_than_a_longer_one_takes_the_longer_ones_cost(monkeypatch):
     target = DisturbedTarget()
     monkeypatch.setattr(costs.time, "perf_counter", target.clock)
-    measured = measure_costs(target, max_positions=5)
+    measured = measure_costs(target, max_positions=5, stall=QUIET)
     assert measured.verify_ms == pytest.approx((10.0, 17.0, 23.0, 23.0, 26.0))  # 29 at T = 3 was disturbed
 
 
@@ -67,6 +71,7 @@ def test_bench_verify_prints_the_curve_a_session_measures_at_load(monkeypatch):
 
     target = GraphTarget()
     monkeypatch.setattr(costs.time, "perf_counter", target.clock)
+    monkeypatch.setattr(costs, "StallClock", QuietHost)
     ms = time_passes({"llamacpp": target}, context_len=40, reps=2, max_positions=4)
     assert ms == {"llamacpp": pytest.approx({1: 10.0, 2: 17.0, 3: 20.0, 4: 23.0})}
 
@@ -77,3 +82,52 @@ def test_bench_verify_refuses_a_context_the_cache_cannot_hold():
 
     with pytest.raises(SpecmonError, match="--context 4090"):
         time_passes({"plain": GraphTarget()}, context_len=4090, reps=1, max_positions=9)
+
+
+class QuietHost:
+    source = "psi"
+
+    def stall(self):
+        return 0.0
+
+
+class BusyHost:
+    """A stall clock for GraphTarget: other work held a CPU through every pass of `busy_shape`
+    positions, the first `times` times it ran (forever with None)."""
+
+    def __init__(self, target, busy_shape, times=None):
+        self.target, self.busy_shape, self.times, self.total = target, busy_shape, times, 0.0
+        forward = target.forward
+
+        def forward_and_stall(tokens, start):
+            before = target.now
+            forward(tokens, start)
+            if len(tokens) == busy_shape and (self.times is None or self.times > 0):
+                self.total += (target.now - before) * 1e3 * 0.5  # held half its time: µs
+                target.now += 20  # and slower for it
+                self.times = None if self.times is None else self.times - 1
+
+        target.forward = forward_and_stall
+
+    def stall(self):
+        return self.total
+
+
+def test_a_timing_the_host_disturbed_is_taken_again(monkeypatch):
+    target = GraphTarget()
+    host = BusyHost(target, busy_shape=3, times=2)
+    monkeypatch.setattr(costs.time, "perf_counter", target.clock)
+    measured = measure_costs(target, max_positions=5, stall=host.stall)
+    # the warm round and the first timed round of T = 3 ran 20 ms slow under contention: retaken
+    assert measured.verify_ms == pytest.approx((10.0, 17.0, 20.0, 23.0, 26.0))
+    assert measured.disturbed == 0
+
+
+def test_a_point_the_host_never_let_be_timed_quietly_is_counted(monkeypatch):
+    target = GraphTarget()
+    host = BusyHost(target, busy_shape=2)
+    monkeypatch.setattr(costs.time, "perf_counter", target.clock)
+    measured = measure_costs(target, max_positions=5, stall=host.stall)
+    assert measured.disturbed == 1  # T = 2: always busy, priced from its least busy timing
+    assert measured.verify_ms[1] == pytest.approx(20.0)  # 37 timed busy; more positions never cost less: T = 3's 20
+    assert measured.verify_ms[2:] == pytest.approx((20.0, 23.0, 26.0))

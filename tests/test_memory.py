@@ -43,3 +43,21 @@ def test_a_forked_child_reads_its_own_memory_not_its_parents():
     grown, child, truth = map(int, answer.split())
     assert grown >= 80 << 20  # the child's own 96 MiB: the parent's figure would not move
     assert abs(child - truth) < 4 << 20
+
+
+def test_other_processes_on_the_gpu_are_counted_without_this_one(monkeypatch):
+    """NVML as a GPU host answers (a fake module: this machine has no GPU)."""
+    import os
+    import types
+
+    from specmon.telemetry import memory
+
+    proc = types.SimpleNamespace
+    fake = types.SimpleNamespace(
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(pid=os.getpid()), proc(pid=101), proc(pid=102)],
+        nvmlDeviceGetGraphicsRunningProcesses=lambda h: [proc(pid=102), proc(pid=103)])
+    monkeypatch.setattr(memory, "_nvml_state", {"module": fake})
+    monkeypatch.setattr(memory, "_nvml_handle", lambda index: "gpu0")
+    assert memory.gpu_other_processes() == 3  # 101, 102 (listed twice) and 103; not this process
+    monkeypatch.setattr(memory, "_nvml_handle", lambda index: None)
+    assert memory.gpu_other_processes() is None  # no GPU, no NVML: not known, not zero

@@ -72,7 +72,7 @@ def cmd_bench(args) -> int:
     if args.json:
         write_json(args.json, {"classes": {n: c.to_json() for n, c in results.items()}, "overall": overall,
                                "policy_ms": scheduler.policy_ms, "policy_work_share": work,
-                               "host_stalls": stalls.stalled, "rounds": stalls.rounds})
+                               "disturbed_rounds": stalls.disturbed, "measured_rounds": stalls.measured})
     return 0
 
 

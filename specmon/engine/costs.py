@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from specmon.events.schema import Sampling
+from specmon.telemetry.host import CONTENTION, StallClock, stall_ms
 
 CONTEXT = 128  # tokens of context the passes run after: a short prompt's worth
 REPS = 3  # passes per T, interleaved; the least is kept (a busy host only ever adds time)
+EXTRA_ROUNDS = 6  # rounds more, at most, to time again what the host disturbed
 FILLER = 5  # the token ids the timed passes verify: the cost does not depend on them
 
 
@@ -24,6 +26,7 @@ class Costs:
 
     verify_ms: tuple[float, ...]
     draft_ms: float = 0.0
+    disturbed: int = 0  # points of the curve the host never let be timed quietly (timed busy instead)
 
     def steps(self, proposed: int) -> float:
         """A round that proposes `proposed` tokens, in plain steps: drafting them and verifying
@@ -37,38 +40,54 @@ class Costs:
         return (verify + proposed * self.draft_ms) / ms[0]
 
 
-def measure_costs(target, drafter=None, max_positions: int = 9, reps: int = REPS, context_len: int = CONTEXT) -> Costs:
+def measure_costs(target, drafter=None, max_positions: int = 9, reps: int = REPS, context_len: int = CONTEXT,
+                  stall: Callable[[], float | None] | None = None) -> Costs:
     """Time the target (and a model drafter) on the spot, as decoding runs it: a plain step right
     after another, and a pass over T positions together with the plain step after it, less a plain
     step. An engine that reuses its last pass's graph (llama.cpp) rebuilds it on both sides of a
     draft round (a T = 4 round cost 3.0 steps in decoding, 3.0 timed so, 2.6 timed apart).
-    One warm round of every shape, then `reps` interleaved rounds; the least of each is kept."""
+    One warm round of every shape, then `reps` rounds taken on a quiet host (a timing the host
+    disturbed is taken again, up to EXTRA_ROUNDS more rounds); the least of each is kept."""
     room = min(context_len, target.max_len - max_positions - 1)
     context = [(100 + i) % target.vocab_size for i in range(room)]
     target.prefill(context[:-1])
     base = len(context) - 1
     target.forward(context[-1:], base)  # the first timing starts after a plain step too
     target.truncate(base)
+    stall = stall or StallClock().stall
 
-    def timed(*shapes: int) -> float:
-        start = time.perf_counter()
+    def timed(*shapes: int) -> tuple[float, bool]:
+        """ms of the passes, and whether other work on the host held a CPU through enough of them."""
+        before, start = stall(), time.perf_counter()
         for positions in shapes:
             target.forward(context[-1:] + [FILLER] * (positions - 1), base)
             target.truncate(base)
-        return (time.perf_counter() - start) * 1e3
+        ms = (time.perf_counter() - start) * 1e3
+        lost = stall_ms(before, stall())
+        return ms, lost is not None and lost >= CONTENTION * ms
 
     best = [float("inf")] * max_positions  # best[0]: a plain step; best[T-1]: a T pass and the step after it
-    for rep in range(reps + 1):
-        for positions in range(1, max_positions + 1):
+    busy = [float("inf")] * max_positions  # the least disturbed timing: used only where no quiet one came
+    quiet = [0] * max_positions
+    for rep in range(reps + 1 + EXTRA_ROUNDS):
+        if rep > reps and min(quiet) >= reps:
+            break
+        for t in range(max_positions):
+            if rep > reps and quiet[t] >= reps:
+                continue
             # every timing ends on a plain step, so each starts after one, as in decoding
-            ms = timed(1) if positions == 1 else timed(positions, 1)
-            if rep:  # rep 0 warms caches and kernels for every shape
-                best[positions - 1] = min(best[positions - 1], ms)
+            ms, disturbed = timed(1) if t == 0 else timed(t + 1, 1)
+            if rep and disturbed:  # rep 0 warms caches and kernels for every shape
+                busy[t] = min(busy[t], ms)
+            elif rep:
+                best[t], quiet[t] = min(best[t], ms), quiet[t] + 1
+    disturbed = sum(not n for n in quiet)
+    best = [b if n else d for b, d, n in zip(best, busy, quiet)]
     plain = best[0]
     verify = [plain, *(ms - plain for ms in best[1:])]
     for t in range(max_positions - 2, 0, -1):  # more positions never cost less: a dearer shorter pass was disturbed
         verify[t] = min(verify[t], verify[t + 1])
-    return Costs(tuple(verify), _draft_ms(drafter, context, max_positions - 1))
+    return Costs(tuple(verify), _draft_ms(drafter, context, max_positions - 1), disturbed)
 
 
 def _draft_ms(drafter, context: Sequence[int], k: int) -> float:

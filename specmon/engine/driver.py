@@ -26,7 +26,8 @@ from specmon.engine.target import Target
 from specmon.events.schema import (
     AnyEvent, Equivalence, PromptFinished, PromptStarted, ResourceSample, RoundVerified, Sampling, SessionStarted,
 )
-from specmon.telemetry.memory import rss_bytes, vram_bytes
+from specmon.telemetry.host import StallClock
+from specmon.telemetry.memory import gpu_other_processes, rss_bytes, vram_bytes
 
 Emit = Callable[[AnyEvent], None]
 BASELINE = Equivalence("baseline")
@@ -75,6 +76,7 @@ class SessionDriver:
         self.round_ids = itertools.count()  # unique across the session: decisions cite them
         self._tokens: dict[str, list[int]] = {}
         self._stopped = threading.Event()  # shared with forks: one stop ends every lane
+        self.stall = StallClock()  # how long the host made each round wait for a CPU
 
     def stop(self) -> None:
         """Cancel the session from any thread: the decode in flight ends after its round
@@ -90,7 +92,8 @@ class SessionDriver:
         return SessionStarted(
             session_id=self.session_id, t=time.time(), specmon_version=__version__, profile_name=profile.name,
             profile_text=profile.text, backend=profile.backend, target=self.target.name, drafter=drafter.name,
-            dtype=profile.dtype, device=profile.device, host={**host_facts(), **getattr(self.target, "host_facts", dict)()},
+            dtype=profile.dtype, device=profile.device, host={**host_facts(), "cpu_stall": self.stall.source or "none",
+                                                        **getattr(self.target, "host_facts", dict)()},
             cache_bytes={**self.target.cache_bytes(), **getattr(drafter, "cache_bytes", dict)()},
         )
 
@@ -119,7 +122,7 @@ class SessionDriver:
         if fork_target is None:
             return None
         twin = SessionDriver(self.session_id, fork_target(), self.tokenizer, emit, self.near_tie_margin)
-        twin.round_ids, twin._tokens, twin._stopped = self.round_ids, self._tokens, self._stopped
+        twin.round_ids, twin._tokens, twin._stopped, twin.stall = self.round_ids, self._tokens, self._stopped, self.stall
         return twin
 
     def decode(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
@@ -147,7 +150,7 @@ class SessionDriver:
             class_rule=class_rule, bench_k=bench_k)
         self.emit(started)
         ctx = RoundContext(self.session_id, prompt.id, name, self.round_ids, self.tokenizer.decode,
-                           end_ids=prompt.end_ids, min_tokens=prompt.min_tokens)
+                           end_ids=prompt.end_ids, min_tokens=prompt.min_tokens, stall=self.stall.stall)
         emit = self.emit if on_round is None else _then(self.emit, on_round)
         run = yield from prompt_rounds(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit,
                                        self._stop_check(stop))
@@ -181,7 +184,8 @@ class SessionDriver:
         """A memory sample (RSS, VRAM or N/A): schedulers take one per prompt."""
         used, total = vram_bytes()
         self.emit(ResourceSample(session_id=self.session_id, t=time.time(), rss_bytes=rss_bytes(),
-                                 vram_used_bytes=used, vram_total_bytes=total))
+                                 vram_used_bytes=used, vram_total_bytes=total,
+                                 gpu_others=gpu_other_processes() if used is not None else None))
 
 
 def _then(emit: Emit, on_round: Callable[[RoundVerified], None]) -> Emit:

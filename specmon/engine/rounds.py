@@ -21,6 +21,7 @@ from specmon.engine.target import Target
 from specmon.errors import SpecmonError
 from specmon.events.schema import RoundVerified, Sampling, StopReason
 from specmon.metrics.rates import round_ms
+from specmon.telemetry.host import stall_ms
 
 T = TypeVar("T")
 
@@ -46,6 +47,7 @@ class RoundContext:
     detokenize: Callable[[list[int]], str] | None = None  # puts readable text into the events
     end_ids: tuple[int, ...] | None = None  # tokens that end the decode; None: the target's eos
     min_tokens: int = 0  # end tokens are masked from the target's rows until this many tokens are generated
+    stall: Callable[[], float | None] | None = None  # the host's running stall total, µs (telemetry.host)
 
     def ends(self, eos_id: int) -> frozenset[int]:
         return frozenset((eos_id,) if self.end_ids is None else self.end_ids)
@@ -120,6 +122,7 @@ def check_room(target: Target, prompt_id: str, prompt_len: int, max_new_tokens: 
 
 
 def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_tokens, run, ctx) -> RoundVerified:
+    stalled = ctx.stall() if ctx.stall else None
     t0 = time.perf_counter()
     proposal: Proposal = drafter.propose(context, draft_len, sampling, rng)
     t1 = time.perf_counter()
@@ -153,6 +156,7 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
         accepted_text=accepted_text, final_text=final_text, matched=proposal.matched,
     )
     event.overhead_ms = (time.perf_counter() - t2) * 1e3
+    event.host_stall_ms = stall_ms(stalled, ctx.stall()) if ctx.stall else None
     return event
 
 

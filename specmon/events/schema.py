@@ -49,6 +49,7 @@ class SessionStarted(Event, tag="session", kw_only=True):
     # model drafter's ms per token; empty in older logs and without a policy
     verify_ms: list[float] = []
     draft_ms: float = 0.0
+    verify_disturbed: int = 0  # points of verify_ms the host never let be timed quietly (timed busy instead)
 
 
 BENCH_FIXED_RULE = "bench: fixed k="  # older logs mark `bench policy`'s fixed-k runs in class_rule only
@@ -100,6 +101,9 @@ class RoundVerified(Event, tag="round", kw_only=True):
     accepted_text: str = ""  # the accepted draft tokens, detokenized
     final_text: str = ""  # the target's own token (correction or bonus), detokenized
     matched: int = 0  # a confident n-gram draft: the context tokens its match spans (0: other drafts, older logs)
+    # ms of the round in which other work on the host held a CPU this process waited for (telemetry.host);
+    # None: not measured (older logs, a host without /proc)
+    host_stall_ms: float | None = None
 
 
 class Equivalence(msgspec.Struct, array_like=True, frozen=True):
@@ -130,6 +134,7 @@ class ResourceSample(Event, tag="resource", kw_only=True):
     rss_bytes: int | None
     vram_used_bytes: int | None
     vram_total_bytes: int | None
+    gpu_others: int | None = None  # other processes on the GPU (NVML); None: no GPU, or an older log
 
 
 class SessionFinished(Event, tag="session_done", kw_only=True):

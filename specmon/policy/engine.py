@@ -127,6 +127,7 @@ class PolicyEngine:
     def _thresholds(self, steps: list[float]) -> dict[str, float]:
         """Everything a decision was computed with besides its rounds, for `policy explain`."""
         return {"gate": 1.0, "positional": float(self.positional), "min_match": float(gate.MIN_MATCH),
+                "curve_disturbed": float(self.costs.disturbed),  # the host's state while the steps below were timed
                 "min_gain": self.policy.settings.min_gain,
                 "prior_weight": gate.PRIOR_WEIGHT, "shared_weight": gate.SHARED_WEIGHT,
                 **{f"prior_b{b}": p for b, p in enumerate(self.prior)}, **{f"steps_{j}": v for j, v in enumerate(steps)}}

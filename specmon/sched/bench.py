@@ -27,8 +27,9 @@ from specmon.engine.prompts import Prompt, prompt_set
 from specmon.errors import SpecmonError
 from specmon.engine.rounds import drain
 from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling, bench_fixed_k
+from specmon.metrics.contention import HostTally, tally
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
-from specmon.metrics.rates import goodput, round_ms, speedup
+from specmon.metrics.rates import goodput, speedup
 from specmon.metrics.stats import RunStats
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 from specmon.sched.turns import lanes as make_lanes, take_turns
@@ -199,31 +200,6 @@ def _pooled(totals: Iterable[PromptTotals]) -> PromptTotals:
     return PromptTotals(emitted, ms)
 
 
-STALL_STEPS = 4.0  # a pass over n positions never needs n plain steps (else it would run them one by one)
-
-
-@dataclass(frozen=True)
-class Stalls:
-    rounds: int  # rounds of the bench in all
-    stalled: int  # rounds over STALL_STEPS x (positions verified) x the median plain round
-    worst_ms: float
-
-    def line(self) -> str | None:
-        if not self.stalled:
-            return None
-        return (f"host stalls: {self.stalled} of {self.rounds} rounds took over {STALL_STEPS:g}x a plain step per "
-                f"position verified (worst {self.worst_ms:.0f} ms): something else held the CPU, so these "
-                f"figures are noisier than their intervals say; rerun on an idle machine")
-
-
-def host_stalls(events: Iterable[AnyEvent]) -> Stalls:
-    """Rounds no decoding explains: the host stalled (another process, the hypervisor). They fall on
-    any decode at random, so a bench with many is one to rerun, not to read."""
-    times = [(len(ev.proposed) + 1, round_ms(ev), ev.draft_len == 0)
-             for ev in events if isinstance(ev, RoundVerified)]
-    plain = sorted(ms for _, ms, is_plain in times if is_plain)
-    if not plain:
-        return Stalls(len(times), 0, 0.0)
-    step = plain[len(plain) // 2]
-    stalled = [ms for positions, ms, _ in times if ms > STALL_STEPS * positions * step]
-    return Stalls(len(times), len(stalled), max(stalled, default=0.0))
+def host_stalls(events: Iterable[AnyEvent]) -> HostTally:
+    """The rounds the host disturbed (metrics.contention), for the bench's stderr and `log info` alike."""
+    return tally(ev for ev in events if isinstance(ev, RoundVerified))

@@ -51,6 +51,21 @@ def vram_bytes(index: int = 0) -> tuple[int | None, int | None]:
         return None, None
 
 
+def gpu_other_processes(index: int = 0) -> int | None:
+    """Processes other than this one running on GPU `index` (they share its compute and memory
+    bandwidth), or None without NVML."""
+    handle = _nvml_handle(index)
+    if handle is None:
+        return None
+    nvml = _nvml_state["module"]
+    try:
+        running = [*nvml.nvmlDeviceGetComputeRunningProcesses(handle),  # type: ignore[attr-defined]
+                   *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)]  # type: ignore[attr-defined]
+    except Exception:  # a driver that will not list processes (containers often cannot)
+        return None
+    return len({p.pid for p in running} - {os.getpid()})
+
+
 def _nvml_handle(index: int):
     """Start NVML once, lazily; remember a failure so we do not retry every round."""
     if "failed" in _nvml_state:

@@ -78,6 +78,11 @@ def live_session(pair, profile, drafter: Drafter, log_path: Path | None = None, 
             session.costs = Costs(tuple(pinned)) if pinned else measure_costs(session.driver.target, drafter,
                                                                               max(2, longest + 1))
             started.verify_ms, started.draft_ms = list(session.costs.verify_ms), session.costs.draft_ms
+            started.verify_disturbed = session.costs.disturbed
+            if session.costs.disturbed and announce:
+                print(f"specmon: the host was busy while the engine's costs were timed ({session.costs.disturbed} of "
+                      f"{len(session.costs.verify_ms)} points timed under contention): the policy may misjudge "
+                      "what a draft costs", file=sys.stderr)
         session.channel.publish(started)
         yield session
         session.finish("done")

@@ -1,0 +1,91 @@
+"""Which rounds the host disturbed, and how to say so beside a figure: the one definition the
+TUI, `log info`, reports, sweeps and benches share (thresholds from telemetry.host)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from specmon.metrics.rates import ratio, round_ms
+from specmon.telemetry.host import CONTENTION
+
+# a figure whose rounds were this disturbed or more is marked as measured on a busy host
+MARK_SHARE = 0.10
+
+
+def stall_share(ev) -> float | None:
+    """The share of a round's time other work held a CPU it waited for; None where not measured."""
+    stalled = getattr(ev, "host_stall_ms", None)
+    return None if stalled is None else ratio(stalled, round_ms(ev)) or 0.0
+
+
+def disturbed(ev) -> bool:
+    share = stall_share(ev)
+    return share is not None and share >= CONTENTION
+
+
+@dataclass
+class HostTally:
+    """Rounds measured, rounds disturbed, and when: counts kept, shares derived."""
+
+    measured: int = 0
+    disturbed: int = 0
+    peak: float = 0.0  # the largest stall share of one round
+    first_t: float | None = None  # wall clock of the first and last disturbed round
+    last_t: float | None = None
+
+    def add(self, ev) -> None:
+        share = stall_share(ev)
+        if share is None:
+            return
+        self.measured += 1
+        self.peak = max(self.peak, share)
+        if share >= CONTENTION:
+            self.disturbed += 1
+            self.first_t = ev.t if self.first_t is None else self.first_t
+            self.last_t = ev.t
+
+    @property
+    def share(self) -> float | None:
+        """Disturbed rounds over measured ones; None where no round was measured."""
+        return ratio(self.disturbed, self.measured)
+
+    @property
+    def busy(self) -> bool:
+        """Enough of the rounds were disturbed that their figures should say so."""
+        share = self.share
+        return share is not None and share >= MARK_SHARE
+
+    def describe(self) -> str:
+        """One phrase for people: quiet, or the disturbed share and peak; '' where not measured."""
+        if not self.measured:
+            return ""
+        if not self.disturbed:
+            return "host quiet"
+        state = "host busy" if self.busy else "host mostly quiet"
+        return (f"{state}: {self.disturbed:,} of {self.measured:,} {plural(self.measured, 'round')} disturbed "
+                f"({self.share:.1%}), peak {self.peak:.0%} of a round")
+
+    def line(self) -> str | None:
+        """A warning beside a run's figures, with when; None where no round was disturbed."""
+        if not self.disturbed:
+            return None
+        when = f"{_clock(self.first_t)}-{_clock(self.last_t)}"
+        return (f"{self.describe()}, {when}: other work held a CPU (stall {CONTENTION:.0%}+ of a round); "
+                "ratios paired round by round hold better than absolute tok/s")
+
+
+def plural(n: int, word: str) -> str:
+    return word if n == 1 else word + "s"
+
+
+def _clock(t: float | None) -> str:
+    return "?" if t is None else time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def tally(events) -> HostTally:
+    out = HostTally()
+    for ev in events:
+        if hasattr(ev, "host_stall_ms"):
+            out.add(ev)
+    return out

@@ -1,0 +1,93 @@
+"""How much other work on the host kept this process waiting for a CPU: read around every round,
+so a figure can say which of its rounds were measured on a busy host.
+
+Linux's pressure stall information (/proc/pressure/cpu, 'some' total) counts the microseconds in
+which some runnable task waited for a CPU. Without it (kernels built without PSI), /proc/stat's
+other processes' CPU time in excess of the idle cores stands in. None where neither exists."""
+
+from __future__ import annotations
+
+import os
+
+# A round is disturbed when other work held a CPU for 5% of its time or more. Chosen from plain steps
+# timed with 0, 1 and 2 busy-loop hogs on 2 cores (docs/measuring.md): below 5%, 93-97% of steps were
+# within 15% of the quiet median on torch and llama.cpp; from 5% on, 73-100% of llama.cpp's were slower
+CONTENTION = 0.05
+
+_PSI = "/proc/pressure/cpu"
+_STAT = "/proc/stat"
+_kept: dict[str, tuple[int, int]] = {}  # path -> (pid, descriptor): a forked child opens its own
+
+
+def _read(path: str, size: int) -> bytes | None:
+    kept = _kept.get(path)
+    try:
+        if kept is None or kept[0] != os.getpid():
+            kept = _kept[path] = (os.getpid(), os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        return os.pread(kept[1], size, 0)
+    except OSError:
+        return None
+
+
+def psi_stall_us(read=_read) -> int | None:
+    """Microseconds since boot in which some task waited for a CPU, or None without PSI."""
+    data = read(_PSI, 256)
+    if not data:
+        return None
+    try:
+        return int(data.split(b"\n", 1)[0].rsplit(b"total=", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def stat_us(read=_read) -> tuple[float, float] | None:
+    """(busy, idle) CPU microseconds since boot over all cores, from /proc/stat's first line."""
+    data = read(_STAT, 512)
+    if not data:
+        return None
+    try:
+        ticks = [int(x) for x in data.split(b"\n", 1)[0].split()[1:]]
+    except ValueError:
+        return None
+    per_tick = 1e6 / os.sysconf("SC_CLK_TCK")
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and iowait
+    return (sum(ticks) - idle) * per_tick, idle * per_tick
+
+
+def own_cpu_us() -> float:
+    times = os.times()
+    return (times.user + times.system) * 1e6
+
+
+class StallClock:
+    """stall() reads a running total of microseconds the host made this process wait for a CPU; the
+    difference of two readings is what a round between them lost. None if the host cannot say."""
+
+    def __init__(self, psi=psi_stall_us, stat=stat_us, own=own_cpu_us, cores: int | None = None):
+        self.psi, self.stat, self.own = psi, stat, own
+        self.cores = cores or os.cpu_count() or 1
+        self.source = "psi" if psi() is not None else "stat" if stat() is not None else None
+        self._stat_total = 0.0  # the fallback's own running total
+        self._last: tuple[float, float, float] | None = None
+
+    def stall(self) -> float | None:
+        if self.source == "psi":
+            total = self.psi()
+            return None if total is None else float(total)
+        if self.source == "stat":
+            return self._from_stat()
+        return None
+
+    def _from_stat(self) -> float:
+        """Other processes' CPU time beyond what idle cores could have given them, per core."""
+        busy, idle = self.stat()
+        now = (busy, idle, self.own())
+        if self._last is not None:
+            others = (now[0] - self._last[0]) - (now[2] - self._last[2])
+            self._stat_total += max(0.0, others - (now[1] - self._last[1])) / self.cores
+        self._last = now
+        return self._stat_total
+
+
+def stall_ms(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else max(0.0, after - before) / 1e3
