@@ -67,3 +67,30 @@ def test_a_busy_loop_on_every_core_shows_as_stall_here():
 def _spin(stop):
     while not stop.is_set():
         pass
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/pressure/cpu"), reason="this kernel has no PSI")
+def test_a_run_beside_a_hog_on_every_core_says_it_was_disturbed(tmp_path):
+    """`specmon run` with busy loops on every core: its rounds record the stall, and the run says so."""
+    import subprocess
+    import sys
+
+    from specmon.events.log import read_log
+    from specmon.metrics.contention import tally
+    from tinymodel import tiny_profile
+
+    profile, log = tiny_profile(tmp_path, max_new_tokens=16), tmp_path / "busy.specmon"
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile),
+                               "--classes", "chat", "--log", str(log)], capture_output=True, text=True, timeout=600)
+    finally:
+        for p in hogs:
+            p.kill()
+            p.wait()
+    assert done.returncode == 0, done.stderr
+    host = tally(read_log(log))
+    assert host.measured > 0 and host.busy  # most rounds waited for a CPU the hogs held
+    said = " ".join(done.stderr.split())  # stderr wraps at 80 columns
+    assert f"host busy: {host.disturbed:,} of {host.measured:,} rounds disturbed" in said

@@ -20,6 +20,7 @@ from specmon.engine.draft_len import check_draft_len
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
+from specmon.metrics.contention import tally
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import prompts_path
@@ -79,6 +80,9 @@ def cmd_run(args) -> int:
     out.print(class_table(table, f"{title}  (log: {session.log_path})"))
     for line in divergence_lines(session.events):
         out.print(line, highlight=False, markup=False)
+    host = tally(session.events).line()
+    if host:
+        err.print(f"[yellow]{escape(host)}[/]")
     if args.json:
         write_json(args.json, table)
     if interrupted is not None:
