@@ -13,6 +13,11 @@ os.environ["TZ"] = "UTC"  # clock times on screen ("ended at 01:44:07") are the 
 time.tzset()
 
 
+for _size in ("COLUMNS", "LINES"):  # readline, once imported, exports the terminal's size below os.environ:
+    os.environ.pop(_size, None)  # piped CLI output would then wrap at 80; tests that want a width set COLUMNS
+    os.unsetenv(_size)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_runtime_dir(tmp_path_factory):
     """Sessions the tests start (and kill) serve their sockets here, never in the user's own

@@ -51,7 +51,7 @@ async def test_tui_class_table_log_info_and_report_json_agree(tmp_path, capsys):
         assert [k, rounds, empty, proposed, accepted, p_rate, mean] == [
             str(r["draft_len"]), str(r["rounds"]), str(r["empty_rounds"]), str(r["proposed"]), str(r["accepted"]),
             rate, f"{r['mean_accepted_len']:.2f}"], name
-        assert prompts == str(r["speedup_prompts"][0])
+        assert prompts == str(r["prompts"])
         assert printed[name][8:13] == [f"{r['draft_ms']:.2f}", f"{r['verify_ms']:.1f}", f"{r['tok_per_s']:.1f}",
                                        f"{r['baseline_tok_per_s']:.1f}", speedup], name
         ci = "-" if r["speedup_low"] is None else f"{r['speedup_low']:.2f}–{r['speedup_high']:.2f}"

@@ -51,7 +51,8 @@ def specmon(*args: str, timeout: float = 300):
                           cwd=REPO, env=environment(), timeout=timeout)
 
 
-PROGRESS_FRAME = re.compile(r"━| \d+/\d+ +(-:--:--|\d+:\d\d:\d\d)$")  # Rich's last frame, printed when not a tty
+# Rich's last frame, and the progress lines printed instead of a bar when stderr is piped
+PROGRESS_FRAME = re.compile(r"━| \d+/\d+ +(-:--:--|\d+:\d\d:\d\d)$|: \d+ of \d+ done( \(\d+ s\))?$")
 
 
 def error_line(stderr: str) -> str | None:

@@ -58,7 +58,7 @@ async def test_panes_show_the_metrics_of_the_same_events():
         timing = [line.split() for line in pane_text(app, "timing").splitlines()]
         assert timing[0] == ["draft", f"{spec.draft_ms / spec.rounds:.2f}"]
         assert timing[1] == ["verify", f"{spec.verify_ms / spec.rounds:.2f}"]
-        assert timing[2] == ["other", f"{spec.overhead_ms / spec.rounds:.2f}"]
+        assert timing[2] == ["overhead", f"{spec.overhead_ms / spec.rounds:.2f}"]  # the report's word too
         table = app.query_one("#classes")
         rows = {str(table.get_row_at(i)[0]): [str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)}
         assert set(rows) == set(stats)
@@ -88,7 +88,7 @@ async def test_rejection_histogram_and_metric_switch():
         lines = pane_text(app, "rejections").splitlines()
         proposing = sum(bool(e.proposed) for e in drafted)
         assert lines[0].startswith(f"{proposing} rounds proposed; {len(drafted) - proposing} empty")
-        assert lines[1].split() == ["pos", "0", "1", "2", "all"]
+        assert lines[1].split() == ["pos", "0", "1", "2", "all", "accepted"]
         counts = [run.rejections[pos] if pos < len(run.rejections) else 0 for pos in range(3)]
         assert lines[2].split() == ["rej", *map(str, counts), str(run.all_accepted)]
         assert lines[3].split() == ["a_i", *(f"{a:.2f}"[1:] if a < 0.995 else "1.0" for a in run.per_position)]
@@ -107,7 +107,10 @@ async def test_text_pane_tells_accepted_corrections_and_bonus_apart():
         kinds = {span.kind for span in app.state.text}
         assert {"accepted", "plain", "prompt"} <= kinds
         finished = [e for e in EVENTS if e.__class__.__name__ == "PromptFinished"]
-        assert finished[-1].text.strip()[:20] in render_text(app.state).plain
+        assert finished[-1].stop_reason == "eos" and finished[-1].text.endswith("<|im_end|>")
+        shown = render_text(app.state).plain
+        assert finished[-1].text.removesuffix("<|im_end|>").strip() in shown  # the end-of-turn mark is no text
+        assert "<|im_end|>" not in shown
 
 
 async def test_pause_stops_redrawing_but_not_ingesting():

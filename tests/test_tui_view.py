@@ -65,7 +65,7 @@ async def test_help_shows_its_whole_text_at_80x24():
         await pilot.pause(0.2)
         screen = "\n".join(screen_lines(app))
         for phrase in ("speculative decoding, round by round", "acceptance  accepted/proposed per round",
-                       "speed       speedup = goodput with speculation / plain", "not yet known",
+                       "speed       speedup = goodput at k / plain (k=0 rounds), same class", "not yet known",
                        "rejections  where the first rejection fell", "decisions   the policy's decisions",
                        "memory      VRAM and RSS in use", "requests    (serve) waiting; decoding: endpoint id [class] k",
                        "Keys: p pause view", "Press any key to close."):
@@ -208,7 +208,7 @@ async def test_rejections_pane_shows_all_seven_positions_at_80_columns():
         run = app.state.current_run()
         shown = region_lines(app, "rejections")
         pos = next(line for line in shown if line.startswith("│ pos"))
-        assert pos.split()[2:-1] == ["0", "1", "2", "3", "4", "5", "6", "all"]
+        assert pos.split()[2:-1] == ["0", "1", "2", "3", "4", "5", "6", "all", "acc"]  # "all accepted", cut to fit
         rej = next(line for line in shown if line.startswith("│ rej")).split()[2:-1]
         assert rej == [str(c) for c in run.rejections] + [str(run.all_accepted)]
         a_i = next(line for line in shown if line.startswith("│ a_i")).split()[2:-1]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -10,13 +12,38 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 err = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 200)  # piped output is not cut to 80 columns
+# Piped output is not cut to 80 columns, unless COLUMNS asks for a width (Rich reads it itself).
+out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 200)
+
+
+PROGRESS_LINE_S = 30.0  # piped progress: a line at least this often, besides one per tenth done
 
 
 @contextmanager
 def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A bar on stderr; yields `done(n)`, which sets how many of `total` are finished."""
+    """A bar on stderr; yields `done(n)`, which sets how many of `total` are finished. Piped
+    (`2>&1 | tee`), where a bar would print nothing until the end, a line per tenth done instead."""
+    if not err.is_terminal:
+        yield progress_lines(description, total)
+        return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err, transient=not err.is_terminal) as bar:  # no stale bar in piped stderr
+    with Progress(*columns, console=err) as bar:
         task = bar.add_task(description, total=total)
         yield lambda done: bar.update(task, completed=done)
+
+
+def progress_lines(description: str, total: int, clock: Callable[[], float] = time.monotonic) -> Callable[[int], None]:
+    """`done(n)` that prints `description: n of total done (s)` on stderr at each tenth of the
+    total, or when PROGRESS_LINE_S passed since the last line; Rich flushes each line."""
+    started = last = clock()
+    shown_tenth = 0
+
+    def done(n: int) -> None:
+        nonlocal last, shown_tenth
+        now, tenth = clock(), n * 10 // max(total, 1)
+        if tenth > shown_tenth or now - last >= PROGRESS_LINE_S:
+            shown_tenth, last = tenth, now
+            err.print(f"{description}: {n} of {total} done ({now - started:.0f} s)", highlight=False, markup=False)
+
+    err.print(f"{description}: 0 of {total} done", highlight=False, markup=False)
+    return done

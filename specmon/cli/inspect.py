@@ -17,6 +17,7 @@ from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, default_log_path, read_log
 from specmon.events.schema import (bench_fixed_k, Decision, PolicyLoaded, PromptFinished, PromptStarted, RoundVerified,
                                    SessionFinished, SessionStarted)
+from specmon.metrics.format import count
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
 from specmon.policy.explain import explain_log
@@ -57,7 +58,7 @@ def cmd_policy(args) -> int:
         return 1 if damage else 0
     for e in explanations:
         d = e.decision
-        change = f"speculate {d.speculate_from}->{d.speculate_to}, k {d.k_from}->{d.k_to}"
+        change = f"speculation {_on_off(d.speculate_from)}->{_on_off(d.speculate_to)}, k {d.k_from}->{d.k_to}"
         if d.thresholds.get("gate"):
             change += f", from a match of {d.match_from}->{d.match_to}"
         elif d.match_to:
@@ -68,6 +69,10 @@ def cmd_policy(args) -> int:
     good = sum(e.reproduces for e in explanations)
     out.print(f"{good} of {len(explanations)} decisions reproduce from their cited rounds", highlight=False)
     return 0 if good == len(explanations) and not damage else 1
+
+
+def _on_off(speculate: bool) -> str:
+    return "on" if speculate else "off"
 
 
 def cmd_attach(args) -> int:
@@ -107,7 +112,7 @@ def pick_session(ask: bool) -> str:
         raise SpecmonError(_none_alive())
     err.print(f"{len(sessions)} sessions are running:", highlight=False)
     for i, info in enumerate(sessions, 1):
-        err.print(f"  {i}. {info.line()}", highlight=False, markup=False, soft_wrap=True)
+        err.print(f"  {i}. {info.line()}", highlight=False, markup=False)  # wraps at words past the width
     if not ask:
         raise SpecmonError("several sessions are running; name one: specmon attach SOCKET, with SOCKET one of "
                            + ", ".join(str(s.socket) for s in sessions))
@@ -125,7 +130,7 @@ def _none_alive() -> str:
     info = describe(log)
     if info.ended is not None:
         ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended))
-        return f"{where}; the newest log, {log}, ended at {ended} ({info.rounds} rounds): specmon replay {log}"
+        return f"{where}; the newest log, {log}, ended at {ended} ({count(info.rounds, 'round')}): specmon replay {log}"
     return (f"{where}; the newest log, {log}, has no end written (still being written, or its run was killed): "
             f"specmon replay --follow {log}")
 
@@ -136,10 +141,9 @@ def event_line(ev) -> str | None:
         return f"session {ev.session_id}: {ev.target}, drafter {ev.drafter}, {ev.dtype} on {ev.device}"
     if isinstance(ev, PromptStarted):
         return f"prompt {ev.prompt_id} [{ev.prompt_class}] k={ev.draft_len} {ev.drafter}"
-    if isinstance(ev, RoundVerified):
-        rejection = "-" if ev.rejection_pos is None else str(ev.rejection_pos)
-        return (f"  round {ev.round_id:>6} k={ev.draft_len} proposed {len(ev.proposed)} accepted {ev.accepted} "
-                f"rejected@{rejection} emitted {len(ev.emitted)}  draft {ev.draft_ms:.2f} ms  verify {ev.verify_ms:.2f} ms")
+    if isinstance(ev, RoundVerified):  # the first rejection is at `accepted`: no column of its own
+        return (f"  round {ev.round_id:>6} k={ev.draft_len} accepted {ev.accepted}/{len(ev.proposed)} "
+                f"emitted {len(ev.emitted)}  draft {ev.draft_ms:.2f} verify {ev.verify_ms:.1f} ms")
     if isinstance(ev, Decision):
         change = (f"speculation {'on' if ev.speculate_to else 'off'}" if ev.speculate_from != ev.speculate_to
                   else f"k {ev.k_from}->{ev.k_to}" if ev.k_from != ev.k_to
@@ -150,9 +154,9 @@ def event_line(ev) -> str | None:
         why = f", goodput ratio {ratio:.3f}" if ratio is not None else ""
         applied = "" if ev.applied else " (advised, not applied)"
         return (f"decision {ev.decision_id} [{ev.prompt_class}] {change}{applied} by {ev.rule_key}{why}, "
-                f"from {len(ev.round_ids)} rounds")
+                f"from {count(len(ev.round_ids), 'round')}")
     if isinstance(ev, SessionFinished):
-        return f"session finished ({ev.reason}) after {ev.rounds} rounds"
+        return f"session finished ({ev.reason}) after {count(ev.rounds, 'round')}"
     return None
 
 
@@ -162,20 +166,22 @@ def cmd_log(args) -> int:
 
         return cmd_log_dump(args)
     counts: Counter[str] = Counter()
-    kept, policies, first, last, damage = [], [], None, None, None
+    kept, policies, first, last, damage, started = [], [], None, None, None, None
     try:
         for ev in read_log(args.log):
             counts[type(ev).__name__] += 1
             first = ev.t if first is None else first
             last = ev.t
             if isinstance(ev, SessionStarted):
-                _print_header(ev)
+                started = ev
             if isinstance(ev, (PromptStarted, RoundVerified, PromptFinished)):
                 kept.append(ev)
             elif isinstance(ev, PolicyLoaded):
                 policies.append(ev)
     except LogDamaged as exc:
         damage = exc
+    if started is not None:
+        _print_header(started, drafters_of(started, kept))
     for name, n in sorted(counts.items()):
         out.print(f"  {name:<16} {n}", highlight=False)
     if first is not None:
@@ -204,11 +210,19 @@ def cmd_log(args) -> int:
     return 1 if damage else 0
 
 
-def _print_header(ev: SessionStarted) -> None:
+def drafters_of(started: SessionStarted, events) -> str:
+    """The session's drafter; where it loaded none (a sweep), the drafters its prompts ran with."""
+    if started.drafter != "none":
+        return started.drafter
+    ran = dict.fromkeys(e.drafter for e in events if isinstance(e, PromptStarted) and e.draft_len)
+    return f"{', '.join(ran)} (per prompt)" if ran else "none"
+
+
+def _print_header(ev: SessionStarted, drafters: str) -> None:
     # Names come from user files (profiles, hosts): printed as they are, never parsed as markup.
     out.print(f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}",
               highlight=False, markup=False)
-    out.print(f"  target {ev.target}  drafter {ev.drafter}  {ev.dtype} on {ev.device}  backend {ev.backend}",
+    out.print(f"  target {ev.target}  drafter {drafters}  {ev.dtype} on {ev.device}  backend {ev.backend}",
               highlight=False, markup=False)
     host = ", ".join(f"{k} {v}" for k, v in ev.host.items())
     out.print(f"  host: {host}", highlight=False, markup=False)

@@ -51,7 +51,7 @@ def class_table(summary: dict, title: str) -> Group:
     speed = _table("", ("class", "k", "draft", "verify", "tok/s", "plain", "speedup", "95% CI", "output"), width)
     positions = []
     for name, row in summary["classes"].items():
-        acceptance.add_row(escape(name), str(row["draft_len"]), str(row["speedup_prompts"][0]), str(row["rounds"]),
+        acceptance.add_row(escape(name), str(row["draft_len"]), str(row["prompts"]), str(row["rounds"]),
                            str(row["empty_rounds"]), str(row["proposed"]), str(row["accepted"]),
                            _num(row["acceptance_rate"]), _num(row["mean_accepted_len"]))
         speed.add_row(escape(name), str(row["draft_len"]), _num(row["draft_ms"]), _num(row["verify_ms"], "{:.1f}"),

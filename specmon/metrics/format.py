@@ -8,3 +8,8 @@ MISSING = "N/A"
 def fmt(value: float | None, spec: str = "{:.2f}") -> str:
     """`spec.format(value)`, or N/A when the figure cannot be computed (no rounds, no GPU)."""
     return MISSING if value is None else spec.format(value)
+
+
+def count(n: int, noun: str) -> str:
+    """`1 round`, `2 rounds`: a count with its noun in the number it takes."""
+    return f"{n} {noun if n == 1 else noun + 's'}"

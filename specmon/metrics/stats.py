@@ -29,6 +29,8 @@ class RunStats:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     overhead_ms: float = 0.0
+    drafted_draft_ms: float = 0.0  # draft and verify ms of the rounds that proposed something
+    drafted_verify_ms: float = 0.0
     alpha_sum: float = 0.0
     alpha_rounds: int = 0
     accepted_gt: list[int] = field(default_factory=list)  # [i]: rounds with accepted > i
@@ -49,6 +51,9 @@ class RunStats:
         self.draft_ms += ev.draft_ms
         self.verify_ms += ev.verify_ms
         self.overhead_ms += ev.overhead_ms
+        if n_prop:
+            self.drafted_draft_ms += ev.draft_ms
+            self.drafted_verify_ms += ev.verify_ms
         self.prompt_emitted[ev.prompt_id] = self.prompt_emitted.get(ev.prompt_id, 0) + len(ev.emitted)
         self.prompt_ms[ev.prompt_id] = self.prompt_ms.get(ev.prompt_id, 0.0) + rates.round_ms(ev)
         if ev.alpha_hat is not None:
@@ -69,6 +74,11 @@ class RunStats:
     @property
     def round_ms(self) -> float:
         return rates.round_ms(self)
+
+    @property
+    def drafted_rounds(self) -> int:
+        """Rounds that proposed at least one draft token."""
+        return self.proposed_gt[0] if self.proposed_gt else 0
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -101,6 +111,11 @@ class RunStats:
 
     def mean_ms(self, total: float) -> float | None:
         return _ratio(total, self.rounds)
+
+    @property
+    def prompts(self) -> int:
+        """Prompts with a round in this run: at k > 0, those that ran with speculation."""
+        return len(self.prompt_emitted)
 
     @property
     def prompt_totals(self) -> PromptTotals:
@@ -179,7 +194,7 @@ def _class_summary(c: ClassStats) -> dict:
     if spec.verdicts and "sampled" not in spec.verdicts and spec.draft_len > 0:
         identical = set(spec.verdicts) == {"identical"}
     return {
-        "draft_len": spec.draft_len, "rounds": spec.rounds, "empty_rounds": spec.empty_rounds,
+        "draft_len": spec.draft_len, "prompts": spec.prompts, "rounds": spec.rounds, "empty_rounds": spec.empty_rounds,
         "proposed": spec.proposed, "accepted": spec.accepted, "emitted": spec.emitted,
         "acceptance_rate": spec.acceptance_rate, "mean_accepted_len": spec.mean_accepted_len,
         "per_position_acceptance": spec.per_position, "alpha_hat": spec.alpha_hat,

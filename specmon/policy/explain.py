@@ -10,6 +10,7 @@ from typing import Callable
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import Decision, RoundVerified
+from specmon.metrics.format import count
 from specmon.policy import gate
 from specmon.policy.legacy import Row, decide, decide_match
 
@@ -51,7 +52,7 @@ def explain_log(path: Path, decision_id: int | None = None,
 def explain(d: Decision, rows: dict[int, tuple[Row, gate.Draft]]) -> Explanation:
     missing = [rid for rid in d.round_ids if rid not in rows]
     if missing:
-        return Explanation(d, False, f"{len(missing)} cited rounds are not in the log (first: {missing[0]})")
+        return Explanation(d, False, f"{count(len(missing), 'cited round')} not in the log (first: {missing[0]})")
     if d.thresholds.get("gate"):
         return explain_gate(d, [rows[rid][1] for rid in d.round_ids])
     rule = decide_match if d.thresholds.get("match") else decide
@@ -66,7 +67,7 @@ def explain(d: Decision, rows: dict[int, tuple[Row, gate.Draft]]) -> Explanation
     if off:
         return Explanation(d, False, f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, "
                                      f"recomputed {outcome.inputs.get(off[0], math.nan):.6g}")
-    return Explanation(d, True, f"ratio {outcome.inputs['ratio']:.3f} from {len(d.round_ids)} rounds")
+    return Explanation(d, True, f"ratio {outcome.inputs['ratio']:.3f} from {count(len(d.round_ids), 'round')}")
 
 
 def explain_gate(d: Decision, drafts: list[gate.Draft]) -> Explanation:
@@ -87,7 +88,7 @@ def explain_gate(d: Decision, drafts: list[gate.Draft]) -> Explanation:
     if off:
         return Explanation(d, False, f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, "
                                      f"recomputed {logged.get(off[0], math.nan):.6g}")
-    return Explanation(d, True, f"k={k}, drafts from a {match}-token match, from {len(drafts)} rounds")
+    return Explanation(d, True, f"k={k}, drafts from a {match}-token match, from {count(len(drafts), 'round')}")
 
 
 def _steps(thresholds: dict[str, float]) -> list[float]:

@@ -28,8 +28,10 @@ class SessionInfo:
     ended: float | None = None  # when its SessionFinished was written; None while it runs (or if killed)
 
     def line(self) -> str:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started)) if self.started else "?"
-        return f"{self.session_id}  {self.profile}@{self.host}  started {started}  {self.rounds} rounds"
+        """Within 80 columns as a numbered item (a session id holds its start: YYYYMMDD-HHMMSS-…)."""
+        started = time.strftime("%H:%M:%S", time.localtime(self.started)) if self.started else "?"
+        rounds = f"{self.rounds} round{'' if self.rounds == 1 else 's'}"
+        return f"{self.session_id} {self.profile}@{self.host} from {started}, {rounds}"
 
 
 def live_sessions() -> list[SessionInfo]:

@@ -56,10 +56,10 @@ class SpecmonApp(App):
         with Grid(id="main"):
             yield self._run_pane("acceptance", "acceptance", lambda w: panes.render_acceptance(self.state, self.metric, w))
             yield self._run_pane("speed", "speed", lambda w: panes.render_speed(self.state, w),
-                                 lambda: rows.policy_figure(self.state))  # what the policy decided on
+                                 lambda w: rows.policy_figure(self.state, w))  # what the policy decided on
             yield self._run_pane("rejections", "rejections", lambda w: panes.render_rejections(self.state, w))
             yield self._run_pane("timing", "ms", lambda w: panes.render_timing(self.state, w),
-                                 lambda: panes.rounds_caption(self.state))
+                                 lambda w: panes.rounds_caption(self.state))
             yield panes.Pane("memory", lambda w: panes.render_memory(self.state), id="memory", classes="stat")
             table = DataTable(id="classes", classes="stat", cursor_type="row", zebra_stripes=True, cell_padding=0,
                               cursor_foreground_priority="renderable")  # the cursor keeps the verdict's colour
@@ -71,7 +71,7 @@ class SpecmonApp(App):
             yield decisions
             yield panes.Pane("requests", lambda w: render_requests(self.state.requests),
                              lambda w: requests_title(self.state.requests, w),
-                             lambda: requests_subtitle(self.state.requests), id="requests", classes="stat")
+                             lambda w: requests_subtitle(self.state.requests), id="requests", classes="stat")
             with VerticalScroll(id="text-box"):
                 yield Static(id="text")
         yield Static(id="policy-notice")  # under the grid, full width: a refused edit's reason wraps whole

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from specmon.metrics.format import MISSING, fmt
+from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.interval import SpeedupEstimate
 from specmon.tui.state import ViewState
 
@@ -17,7 +17,9 @@ TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cya
 VERDICT_STYLES = {"faster": "bold green", "slower": "bold red", "not yet known": "bold yellow", "noise": "bold magenta"}
 BARS = "_▁▂▃▄▅▆▇█"  # a zero shows as _, so it is not taken for a gap
 EMPTY_MARK = "·"  # a round that proposed nothing, in a sparkline
+ALL_ACCEPTED = "all accepted"  # the rejections pane's count of rounds that had no rejection
 DEFAULT_WIDTH = 36  # content width before the first layout
+BORDER_LABEL_MARGIN = 5  # a border label's room: the width less two corners, a rule before it and its spaces
 
 
 def bar_line(values: list[float | None], width: int, top: float | None = None) -> str:
@@ -56,9 +58,11 @@ def run_title(state: ViewState, what: str, width: int = 80) -> str:
         return what
     if not k:
         return f"{what} · {name}"
-    off = "" if state.is_on(name) else " (off)"
-    full = f"{what} · {name} k={k}{off}"
-    return full if len(full) <= width else f"{what} · k={k}{off}"
+    on = state.is_on(name)
+    off, short_off = ("", "") if on else (" (off)", " off")
+    fits = [t for t in (f"{what} · {name} k={k}{off}", f"{what} · k={k}{off}", f"{what} k={k}{short_off}")
+            if len(t) <= width]
+    return fits[0] if fits else f"{what} k={k}"  # narrower still: the classes table says on or off
 
 
 def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
@@ -67,8 +71,8 @@ def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
     if run is None:
         return "no speculative round yet"
     drafted = run.rounds - run.empty_rounds
-    return _fit(f"{run.rounds} rounds: {drafted} proposed, {run.empty_rounds} proposed nothing",
-                f"{run.rounds} rounds: {drafted} proposed, {run.empty_rounds} empty", width)
+    return _fit(f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} proposed nothing",
+                f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} empty", width)
 
 
 def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH) -> Text:
@@ -90,7 +94,7 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
     text.append_text(_spark(series, width, top, "green"))
     if series:
         shown = min(len(series), width)
-        text.append("\n" + _fit(f"last {shown} rounds; {EMPTY_MARK} proposed nothing", f"last {shown}; {EMPTY_MARK} empty",
+        text.append("\n" + _fit(f"last {count(shown, 'round')}; {EMPTY_MARK} proposed nothing", f"last {shown}; {EMPTY_MARK} empty",
                                 width), style="dim")
     return text
 
@@ -98,7 +102,7 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
 def rounds_caption(state: ViewState) -> str:
     """How many rounds the current run's means are over (a pane's subtitle)."""
     run = state.current_run()
-    return f"{run.rounds} rounds" if run else ""
+    return count(run.rounds, "round") if run else ""
 
 
 def render_rejections(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
@@ -108,21 +112,24 @@ def render_rejections(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
     if run is None or not run.proposed_gt:
         return Text("no draft proposed yet", style="dim")
     drafted = run.rounds - run.empty_rounds
-    text = Text(_fit(f"{drafted} rounds proposed; {run.empty_rounds} empty, apart",
+    text = Text(_fit(f"{count(drafted, 'round')} proposed; {run.empty_rounds} empty, apart",
                      f"{drafted} proposed, {run.empty_rounds} empty", width) + "\n", style="dim")
     positions = max(k, len(run.proposed_gt))
     counts = [run.rejections[i] if i < len(run.rejections) else 0 for i in range(positions)]
     a_i = [run.per_position[i] if i < len(run.per_position) else None for i in range(positions)]
-    col = max(4, len(str(max(counts + [run.all_accepted]))) + 1)
-    if 4 + col * (positions + 1) <= width:
-        text.append("pos" + "".join(f"{i:>{col}}" for i in range(positions)) + f"{'all':>{col}}\n", style="bold")
-        text.append("rej" + "".join(f"{c:>{col}}" for c in counts) + f"{run.all_accepted:>{col}}\n")
+    col = max(4, len(str(max(counts))) + 1)
+    room = width - 4 - col * positions  # the last column: rounds with no rejection, not a position
+    label = next((name for name in (ALL_ACCEPTED, "all acc") if len(name) + 1 <= room), "")
+    whole = f"{label:>{max(len(label) + 1, len(str(run.all_accepted)) + 1)}}"
+    if label and len(whole) <= room:
+        text.append("pos" + "".join(f"{i:>{col}}" for i in range(positions)) + whole + "\n", style="bold")
+        text.append("rej" + "".join(f"{c:>{col}}" for c in counts) + f"{run.all_accepted:>{len(whole)}}\n")
         text.append("a_i" + "".join(f"{_short(a):>{col}}" for a in a_i))
         return text
     top = max(counts + [1])
     text.append(f"pos 0→{positions - 1}, one mark each\n", style="bold")
     text.append("rej ").append_text(_spark([c / top for c in counts], positions, 1.0, "red"))
-    text.append(f" all {run.all_accepted}\n")
+    text.append(f" {ALL_ACCEPTED} {run.all_accepted}\n")
     text.append("a_i ").append_text(_spark(a_i, positions, 1.0, "green"))
     return text
 
@@ -135,15 +142,15 @@ def _short(value: float | None) -> str:
 
 
 def render_timing(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
-    """Mean draft, verify and other ms per round over the current run; verify ms per round over
+    """Mean draft, verify and overhead ms per round over the current run; verify ms per round over
     its last rounds."""
     run = state.current_run()
     if run is None or not run.rounds:
         return Text("waiting", style="dim")
     text = Text()
-    for label, total in (("draft", run.draft_ms), ("verify", run.verify_ms), ("other", run.overhead_ms)):
+    for label, total in (("draft", run.draft_ms), ("verify", run.verify_ms), ("overhead", run.overhead_ms)):
         value = fmt(run.mean_ms(total))
-        text.append(f"{label:<6}{value:>{max(width - 6, len(value))}}\n")
+        text.append(f"{label:<8}{value:>{max(width - 8, len(value))}}\n")
     verify = [ev.verify_ms for ev in state.window()]
     text.append("v ", style="dim").append_text(_spark(verify, width - 2, max(verify + [1e-9]), "magenta"))
     return text
@@ -163,7 +170,7 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
     text = Text()
     if estimate is None or estimate.ratio is None:
         text.append("speedup N/A", style="bold")
-        text.append(" (needs rounds at k and plain)\n", style="dim")
+        text.append(f": {_missing_side(run, base)}\n", style="dim")
     else:
         style = verdict_style(estimate)
         text.append(f"{estimate.ratio:.2f}×", style=style)
@@ -175,17 +182,24 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
         elif estimate.low is None:
             text.append(" (1 prompt)", style="dim")
         text.append("\n")
-    text.append(f"{'':6}{'tok/s':>7}{'rounds':>8}{'prompts':>9}\n", style="dim")
-    text.append(_side("spec", run, estimate.prompts_spec if estimate else None) + "\n")
-    text.append(_side("plain", base, estimate.prompts_plain if estimate else None))
+    text.append(f"{'goodput':<7}{'tok/s':>6}{'rounds':>8}{'prompts':>9}\n", style="dim")
+    text.append(_side("spec", run) + "\n")
+    text.append(_side("plain", base))
     return text
 
 
-def _side(label: str, run, prompts: int | None) -> str:
-    """One side's goodput in tok/s, its rounds and its prompts."""
+def _missing_side(run, base) -> str:
+    """Why there is no speedup: the pane divides goodput at k by plain decoding's (k = 0 rounds)."""
+    if run is None or not run.rounds:
+        return "no round at k yet"
+    return "no plain round yet" if base is None or not base.rounds else "no time measured"
+
+
+def _side(label: str, run) -> str:
+    """One side's goodput in tok/s, its rounds and the prompts they ran on."""
     if run is None or not run.rounds:
         return f"{label:<6}{MISSING:>7}"
-    return f"{label:<6}{fmt(run.tok_per_s, '{:.1f}'):>7}{run.rounds:>8}{'' if prompts is None else prompts:>9}"
+    return f"{label:<6}{fmt(run.tok_per_s, '{:.1f}'):>7}{run.rounds:>8}{run.prompts:>9}"
 
 
 def render_memory(state: ViewState) -> Text:
@@ -242,7 +256,7 @@ class TitleBar(Static):
 
 class Pane(Static):
     """A bordered Static re-rendered from state on each batch, and whenever its width changes:
-    `render_to(width)` gives its content, `title_to(width)` its title."""
+    `render_to(width)` gives its content, `title_to(width)` its title, `subtitle_to(width)` its foot."""
 
     def __init__(self, title: str, render_to=None, title_to=None, subtitle_to=None, **kwargs):
         super().__init__(**kwargs)
@@ -253,11 +267,11 @@ class Pane(Static):
 
     def redraw(self) -> None:
         if self.title_to is not None:
-            title = self.title_to(max(self.size.width - 4, 0))
+            title = self.title_to(max(self.outer_size.width - BORDER_LABEL_MARGIN, 0))
             if title != self.border_title:  # setting a title repaints, even the same one
                 self.border_title = title
         if self.subtitle_to is not None:
-            subtitle = self.subtitle_to()
+            subtitle = self.subtitle_to(max(self.outer_size.width - BORDER_LABEL_MARGIN, 0))
             if subtitle != self.border_subtitle:
                 self.border_subtitle = subtitle
         if self.render_to is not None:  # a grid cell: its size never follows its content

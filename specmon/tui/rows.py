@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 
 from specmon.events.schema import Decision
-from specmon.metrics.format import MISSING, fmt
+from specmon.metrics.format import MISSING, count, fmt
 from specmon.tui.panes import verdict_style
 from specmon.tui.state import ViewState
 
@@ -62,21 +62,30 @@ def on_off(state: ViewState, name: str) -> str:
     return f"off d{decision.decision_id}" + (f" ×{ratio:.2f}" if ratio is not None else "")
 
 
-def policy_figure(state: ViewState) -> str:
+NO_DRAFT = "vs no-draft"  # an older rule's plain side: k = 0 rounds and rounds that drafted nothing
+
+
+def policy_figure(state: ViewState, width: int = 80) -> str:
     """The figure the policy last decided the current class on, as its decision recorded it: the
-    goodput ratio, its 95% interval over prompts and the rounds on each side (k / base)."""
+    goodput ratio, its 95% interval over prompts and the rounds on each side (k / base). Where its
+    plain side held rounds that drafted nothing (policy.silent_plain), it says so: the speed pane's
+    plain is k = 0 rounds only. Parts are dropped from the end to fit `width`."""
     decision = next((d for d in reversed(state.decisions)
                      if d.prompt_class == state.current_class and not d.thresholds.get("prompt")
                      and not d.match_to), None)  # a min_match decision's ratio is its short matches', not the class's
     if decision is None or "ratio" not in decision.inputs:
         return ""
     i = decision.inputs
-    figure = f"d{decision.decision_id} {i['ratio']:.2f}×"
+    parts = [f"d{decision.decision_id} {i['ratio']:.2f}×"]
+    if decision.thresholds.get("silent_plain"):
+        parts.append(NO_DRAFT)
     if i.get("high"):  # decided on an interval (0.0 high: too few prompts for one)
-        figure += f" [{i['low']:.2f}–{i['high']:.2f}]"
+        parts.append(f"[{i['low']:.2f}–{i['high']:.2f}]")
     if "rounds_spec" in i:
-        figure += f" n{i['rounds_spec']:.0f}/{i['rounds_base']:.0f}"
-    return figure
+        parts.append(f"n{i['rounds_spec']:.0f}/{i['rounds_base']:.0f}")
+    while len(parts) > 1 and len(" ".join(parts)) > width:
+        parts.pop()
+    return " ".join(parts)
 
 
 def decision_row(d: Decision) -> tuple[str, str, str]:
@@ -92,13 +101,37 @@ def decision_row(d: Decision) -> tuple[str, str, str]:
     return str(d.decision_id), one_prompt + change + ("" if d.applied else "?"), d.prompt_class
 
 
+def decision_inputs(d: Decision) -> str:
+    """A decision's inputs in words: goodput in tokens/s (logged per ms), the ratio named by its
+    sides; the rest as logged."""
+    i, words, done = d.inputs, [], set()
+    plain = "plain (k=0 and rounds that drafted nothing)" if d.thresholds.get("silent_plain") else "plain"
+    for key, value in i.items():
+        if key.startswith("goodput_k"):
+            k = key[len("goodput_k"):]
+            words.append(f"{plain if k == '0' else 'k=' + k} {value * 1e3:.1f} tok/s")
+            done.add(key)
+    if "ratio" in i:
+        interval = f" [{i['low']:.2f}–{i['high']:.2f}]" if i.get("high") else ""
+        words.append(f"ratio {i['ratio']:.2f}×{interval}")
+        done |= {"ratio", "low", "high"}
+    if "rounds_spec" in i:
+        words.append(f"rounds {i['rounds_spec']:.0f} vs {i['rounds_base']:.0f}")
+        done |= {"rounds_spec", "rounds_base"}
+    if "prompts_spec" in i:
+        words.append(f"prompts {i['prompts_spec']:.0f} vs {i['prompts_base']:.0f}")
+        done |= {"prompts_spec", "prompts_base", "spec_k", "base_k"}
+    words += [f"{key} {value:.4g}" for key, value in i.items() if key not in done]
+    return ", ".join(words)
+
+
 def render_decision(d: Decision, cited: list) -> str:
     """What a selected decision was based on: its rule, inputs, thresholds and cited rounds."""
-    inputs = ", ".join(f"{k} {v:.4g}" for k, v in d.inputs.items())
+    inputs = decision_inputs(d)
     by_k: dict[int, list] = {}
     for ev in cited:
         by_k.setdefault(ev.draft_len, []).append(ev.round_id)
-    spans = "; ".join(f"k={k}: {len(ids)} rounds ({ids[0]}…{ids[-1]})" for k, ids in sorted(by_k.items()))
+    spans = "; ".join(f"k={k}: {count(len(ids), 'round')} ({ids[0]}…{ids[-1]})" for k, ids in sorted(by_k.items()))
     applied = "" if d.applied else " (advised, not applied)"
     if d.thresholds.get("prompt"):
         applied += f" for one prompt only ({d.reason})"
@@ -109,7 +142,7 @@ def render_decision(d: Decision, cited: list) -> str:
     else:
         rule = f"thresholds: min_gain {t['min_gain']}, hysteresis {t.get('hysteresis', 0.0)}"
     return (f"decision {d.decision_id} [{d.prompt_class}] {decision_row(d)[1]}{applied} by {d.rule_key} "
-            f"(policy line {d.rule_line})\ninputs: {inputs}\n{rule}\ncited {len(d.round_ids)} rounds, "
+            f"(policy line {d.rule_line})\ninputs: {inputs}\n{rule}\ncited {count(len(d.round_ids), 'round')}, "
             f"{len(cited)} held: {spans}")
 
 
@@ -140,14 +173,14 @@ def status_line(state: ViewState, source: str, alerts: list[str], lead: str = ""
     parts.append((state.session_label() or source, "bold"))
     mode = state.mode_label()
     if state.session is not None:
-        mode = f"{state.session.drafter} {mode}".strip()
+        mode = f"{state.drafter_label()} {mode}".strip()
     if mode:
         parts.append((mode, ""))
     if state.finished:  # before the round count: on a narrow screen, that it ended matters more
         reason = state.finished.reason
         at = "ended at " + time.strftime("%H:%M:%S", time.localtime(state.finished.t))
         parts.append((at, "bold") if reason == "done" else (f"{at} ({reason})", "bold yellow"))
-    parts.append((f"{state.rounds_seen} rounds", ""))
+    parts.append((count(state.rounds_seen, "round"), ""))
     text = Text(no_wrap=True)
     for i, (part, style) in enumerate(parts):
         text.append(" · " if i else "").append(part, style=style)

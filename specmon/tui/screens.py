@@ -12,12 +12,12 @@ HELP = """[b]specmon[/b]: speculative decoding, round by round, every pane from 
 Each pane's title names its round set: the class and the k it shows.
 [b]acceptance[/]  accepted/proposed per round; [b]m[/] cycles rate, mean accepted
             length, α̂. [dim]·[/] proposed nothing ("empty"): counted apart
-[b]speed[/]       speedup = goodput with speculation / plain, same class; its
+[b]speed[/]       speedup = goodput at k / plain (k=0 rounds), same class; its
             95% interval over prompts: [yellow]not yet known[/] while it holds 1.0,
             [magenta]noise[/] above what counts allow; its foot: the policy's figure
-[b]rejections[/]  where the first rejection fell (rej) and per-position
-            acceptance a_i, for every position 0…k-1
-[b]ms[/]          draft, verify and other milliseconds per round
+[b]rejections[/]  where the first rejection fell (rej), rounds with none (all
+            accepted) and per-position acceptance a_i, for positions 0…k-1
+[b]ms[/]          draft, verify and overhead milliseconds per round
 [b]memory[/]      VRAM and RSS in use (GiB), each KV cache's size (MiB)
 [b]classes[/]     per class at its k: rounds, empty, acceptance, mean accepted
             length, speedup (? not yet known), on, or off d<id> ×ratio

@@ -4,6 +4,7 @@ and a replayed log yields exactly what the live run showed."""
 from __future__ import annotations
 
 import collections
+import re
 from dataclasses import dataclass, field
 
 from specmon.events.schema import (
@@ -19,6 +20,16 @@ WINDOW = 240  # recent rounds kept per class and k, for the sparklines
 TEXT_SPANS = 400  # styled spans kept for the streaming text
 CITED_ROUNDS_KEPT = 20_000
 ACCEPTANCE_METRICS = ("acceptance rate", "mean accepted length", "alpha-hat")
+
+
+# The shapes special tokens take in the tokenizers specmon loads: <|im_end|>, <|eot_id|>,
+# <|endoftext|> (ChatML, Llama 3, GPT-2 style), and SentencePiece's end of sequence </s>.
+SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_.:-]{1,40}\|>|</s>")
+
+
+def without_special_tokens(text: str) -> str:
+    """Round text as a reader sees it: events keep the tokenizer's special tokens; the pane drops them."""
+    return SPECIAL_TOKEN.sub("", text) if "<" in text else text
 
 
 @dataclass
@@ -57,6 +68,7 @@ class ViewState:
     recent_rounds: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     events_seen: int = 0
     requests: Requests | None = None  # a server's queue and requests; None (no pane) in any other session
+    prompt_drafters: dict[str, None] = field(default_factory=dict)  # drafters prompts ran with at k > 0, in order
     _estimates: dict = field(default_factory=dict)  # (class, k) -> ((rounds, plain rounds), estimate)
 
     def apply(self, batch: list[AnyEvent]) -> None:
@@ -76,6 +88,8 @@ class ViewState:
 
     def _prompt(self, ev: PromptStarted) -> None:
         self.current_class, self.current_prompt, self.current_k = ev.prompt_class, ev.prompt_id, ev.draft_len
+        if ev.draft_len:
+            self.prompt_drafters[ev.drafter] = None
         # A policy's decision stands until the next one.
         if ev.draft_len and ev.prompt_class not in self.decided:
             self.draft_len_by_class[ev.prompt_class] = ev.draft_len
@@ -153,13 +167,15 @@ class ViewState:
         return self.classes.setdefault(name, ClassStats(name))
 
     def _text(self, ev: RoundVerified) -> None:
-        """Accepted draft tokens, then the target's own token: a correction or a bonus."""
-        if ev.accepted_text:
-            self.text.append(Span(ev.accepted_text, "accepted"))
-        if ev.final_text:
+        """Accepted draft tokens, then the target's own token: a correction or a bonus (the
+        tokenizer's special tokens, such as the end-of-turn mark, are not text)."""
+        accepted, final = without_special_tokens(ev.accepted_text), without_special_tokens(ev.final_text)
+        if accepted:
+            self.text.append(Span(accepted, "accepted"))
+        if final:
             kind = "plain" if not ev.proposed else "correction" if ev.rejection_pos is not None else "bonus"
-            self.text.append(Span(ev.final_text, kind))
-        self.text_version += bool(ev.accepted_text or ev.final_text)
+            self.text.append(Span(final, kind))
+        self.text_version += bool(accepted or final)
 
     # -- which rounds a figure covers --------------------------------------------------------
     def is_on(self, name: str) -> bool:
@@ -230,6 +246,11 @@ class ViewState:
         if len(set(ks.values())) == 1:
             return f"k={next(iter(ks.values()))}"
         return "k " + " ".join(f"{name}={k}" for name, k in ks.items())
+
+    def drafter_label(self) -> str:
+        """The session's drafter; where it loaded none (a sweep), the ones its prompts ran with."""
+        drafter = self.session.drafter if self.session else ""
+        return ",".join(self.prompt_drafters) if drafter == "none" and self.prompt_drafters else drafter
 
     def session_label(self) -> str:
         """The session's short id (its random suffix), profile and host."""

@@ -1,0 +1,123 @@
+"""Figures that read right (issue 37's display defects): each names its round set in words a
+reader takes at face value, and two places never show two definitions of one thing. Expected
+figures are computed here from the events, never read back from what is shown."""
+
+from __future__ import annotations
+
+import msgspec
+
+from specmon.cli.main import main
+from specmon.events.log import read_log
+from specmon.events.schema import Decision, RoundVerified
+from specmon.metrics.stats import class_stats
+from specmon.tui.panes import render_speed, rounds_caption, run_title
+from specmon.tui.rows import decision_inputs, policy_figure, render_decision, status_line
+from specmon.tui.state import ViewState
+from test_tui_numbers import LAST_CHAT
+from test_tui_view import FIXTURES, POLICY_EVENTS, POLICY_LOG, drawn, prefilled, region_lines
+
+SERVE_EVENTS = list(read_log(FIXTURES / "session-serve.specmon"))
+PROMPT_OFF_LOG = FIXTURES / "session-prompt-off.specmon"
+
+
+def prompts_with_rounds(events, name: str, k: int) -> int:
+    return len({e.prompt_id for e in events if isinstance(e, RoundVerified) and e.prompt_class == name
+                and e.draft_len == k})
+
+
+def test_log_info_counts_the_prompts_that_ran_with_speculation(capsys):
+    """code-edit and chat ran at k > 0 with no plain round: the column once read 0 for both."""
+    assert main(["log", "info", str(FIXTURES / "session-serve.specmon")]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()
+            if len(line.split()) == 9 and line.split()[1].isdigit()}  # class k prompts rounds ... mean
+    for name, k in (("code-edit", 7), ("chat", 2), ("rewrite", 7)):
+        assert rows[name][1] == str(k)
+        assert rows[name][2] == str(prompts_with_rounds(SERVE_EVENTS, name, k)) != "0", name
+
+
+def last_prompt_of(events, name: str) -> int:
+    return max(i for i, e in enumerate(events) if isinstance(e, RoundVerified) and e.prompt_class == name)
+
+
+def test_speed_pane_says_why_there_is_no_speedup_and_counts_the_prompts_at_k():
+    state = ViewState()
+    state.apply(SERVE_EVENTS[:last_prompt_of(SERVE_EVENTS, "code-edit") + 1])
+    assert state.current_class == "code-edit" and class_stats(SERVE_EVENTS)["code-edit"].baseline is None
+    lines = render_speed(state, 32).plain.splitlines()
+    assert lines[0] == "speedup N/A: no plain round yet"  # its plain side is k = 0 rounds, and there are none
+    assert lines[1].split() == ["goodput", "tok/s", "rounds", "prompts"]
+    run = class_stats(SERVE_EVENTS)["code-edit"].runs[7]
+    assert lines[2].split() == ["spec", f"{run.tok_per_s:.1f}", str(run.rounds),
+                                str(prompts_with_rounds(SERVE_EVENTS, "code-edit", 7))]
+    assert lines[3].split() == ["plain", "N/A"]
+
+
+def silent_plain_decision() -> tuple[list, Decision]:
+    """The policy fixture with a class decision whose plain side held rounds that drafted nothing
+    (an older rule's policy.silent_plain), as the trial's log had."""
+    last = next(e for e in reversed(POLICY_EVENTS) if isinstance(e, RoundVerified))
+    logged = next(e for e in read_log(PROMPT_OFF_LOG) if isinstance(e, Decision))
+    thresholds = {k: v for k, v in logged.thresholds.items() if k != "prompt"}  # the class's, not one prompt's
+    decided = msgspec.structs.replace(logged, decision_id=7, prompt_class=last.prompt_class, thresholds=thresholds,
+                                      t=last.t, k_from=4, k_to=4)
+    return POLICY_EVENTS[:-1] + [decided, POLICY_EVENTS[-1]], decided
+
+
+def test_a_ratio_against_rounds_that_drafted_nothing_says_so_beside_the_speed_panes_own():
+    events, decided = silent_plain_decision()
+    state = ViewState()
+    state.apply(events)
+    figure = policy_figure(state, 31)
+    assert figure.startswith(f"d7 {decided.inputs['ratio']:.2f}× vs no-draft")
+    assert len(figure) <= 31 and len(policy_figure(state, 12)) <= 12
+    inputs = decision_inputs(decided)
+    plain, k8 = decided.inputs["goodput_k0"] * 1e3, decided.inputs["goodput_k8"] * 1e3
+    assert inputs.startswith(f"plain (k=0 and rounds that drafted nothing) {plain:.1f} tok/s, k=8 {k8:.1f} tok/s, "
+                             f"ratio {decided.inputs['ratio']:.2f}×")
+    assert "goodput_k" not in render_decision(decided, [])  # per-ms figures under their log keys: gone
+
+
+def test_a_plain_sides_decision_cites_plain_in_tok_per_s():
+    logged = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
+    words = decision_inputs(logged)
+    assert words == (f"plain {logged.inputs['goodput_k0'] * 1e3:.1f} tok/s, k=2 {logged.inputs['goodput_k2'] * 1e3:.1f}"
+                     f" tok/s, ratio {logged.inputs['ratio']:.2f}×")
+
+
+def test_one_round_is_one_round():
+    first = next(i for i, e in enumerate(POLICY_EVENTS) if isinstance(e, RoundVerified) and e.draft_len)
+    state = ViewState()
+    state.apply(POLICY_EVENTS[:first + 1])
+    assert rounds_caption(state) == "1 round"
+    assert status_line(state, "fixture", []).plain.endswith(f" · {state.rounds_seen} rounds")
+    one = ViewState()
+    one.apply([e for e in POLICY_EVENTS[:first + 1] if not isinstance(e, RoundVerified)] + [POLICY_EVENTS[first]])
+    assert status_line(one, "fixture", []).plain.endswith(" · 1 round")
+
+
+def test_policy_explain_says_on_and_off(capsys):
+    main(["policy", "explain", str(POLICY_LOG)])
+    lines = capsys.readouterr().out.splitlines()
+    decisions = [e for e in POLICY_EVENTS if isinstance(e, Decision)]
+    assert len(decisions) == 2 and all(d.speculate_from and not d.speculate_to for d in decisions)
+    for line, d in zip(lines, decisions):
+        assert line.startswith(f"decision {d.decision_id} [{d.prompt_class}] speculation on->off, k 2->2 by ")
+        assert "True" not in line and "False" not in line
+
+
+def test_a_switched_off_class_names_its_k_whole_in_the_narrow_ms_title():
+    state = ViewState()
+    state.apply(POLICY_EVENTS[:LAST_CHAT + 1])
+    assert (state.current_class, state.class_k, state.is_on("chat")) == ("chat", 2, False)
+    assert run_title(state, "ms", 40) == "ms · chat k=2 (off)"
+    assert run_title(state, "ms", 13) == "ms k=2 off"  # was cut to `ms · k=2 (o…`
+
+
+async def test_the_ms_pane_title_is_whole_at_80_columns():
+    events = POLICY_EVENTS[:LAST_CHAT + 1]
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        top = region_lines(app, "timing")[0]
+        assert "ms k=2 off" in top and "…" not in top, top
+        assert region_lines(app, "timing")[3].split()[1] == "overhead"  # the report's word, not `other`
