@@ -174,6 +174,18 @@ def test_report_plots_measured_k_as_points_with_intervals_from_zero_and_says_why
     assert [t.get_text() for t in over_time.texts] == [why.replace("; ", ";\n")]
 
 
+def test_acceptance_over_time_with_one_block_per_class_reads_on_a_rounds_axis_from_zero():
+    from specmon.replay import report
+
+    data = {"acceptance_over_time": {"rewrite": [0.9], "chat": [0.3]}, "acceptance_over_time_empty": None}
+    (ax,) = report.over_time_figure(data).axes
+    assert ax.get_xlim() == (0.0, report.WINDOW * 1.5)  # once -0.04..0.04 around a lone dot
+    assert list(ax.get_xticks()) == [0, report.WINDOW]
+    assert ax.get_ylabel() == "acceptance rate (Σaccepted / Σproposed)" and "proposed drafts" in ax.get_xlabel()
+    assert [list(line.get_xydata()[0]) for line in ax.get_lines()] == [[report.WINDOW, 0.9], [report.WINDOW, 0.3]]
+    assert ax.get_legend_handles_labels()[1] == ["rewrite", "chat"]
+
+
 async def test_replay_app_plays_a_whole_log_to_the_end():
     feed = ReplayFeed(POLICY_LOG, speed=0.0)
     app = make_app(feed)

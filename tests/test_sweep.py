@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 from rich.console import Console
 
 from specmon.cli import sweep as sweep_cli
@@ -113,15 +114,20 @@ def _predicted_by_hand(cells: dict, key) -> float:
     return tokens / round_ms / plain_goodput
 
 
-def test_the_printed_table_is_the_one_the_log_recomputes(sweep):
+def tables_at(log, width: int) -> str:
+    """The sweep's two tables, recomputed from its log, as a console of `width` prints them."""
     from specmon.cli.sweep import break_even_table, results_table
 
+    console = Console(file=open("/dev/null", "w"), width=width, record=True)
+    rows = cell_rows(read_log(log))
+    console.print(results_table(rows, log.name))
+    console.print(break_even_table(rows))
+    return console.export_text()
+
+
+def test_the_printed_table_is_the_one_the_log_recomputes(sweep):
     args, _ = sweep
-    again = Console(file=open("/dev/null", "w"), width=250, record=True)
-    rows = cell_rows(read_log(args.log))
-    again.print(results_table(rows, args.log.name))
-    again.print(break_even_table(rows))
-    assert again.export_text() in args.printed
+    assert tables_at(args.log, 250) in args.printed
 
 
 def test_suggested_policy_is_valid_and_names_the_sweep(sweep):
@@ -164,3 +170,98 @@ def test_cells_with_few_rounds_or_far_from_their_prediction_are_flagged():
     row.predicted = 1.1
     assert row.flag == ""  # -9%: within 15%
     assert CellRow(CellKey("rewrite", "none", Sampling(), 0), run, 1.0, None, 1.0, 1.0, None).flag == ""
+
+
+def test_break_even_is_priced_on_the_rounds_that_drafted(sweep):
+    """Eq. 1 has every round propose k: its draft and verify costs are the drafting rounds' own,
+    not averaged with rounds that proposed nothing (a chat cell once read 0.21 against 0.33 measured
+    while running 0.84x plain)."""
+    args, _ = sweep
+    rows = cell_rows(read_log(args.log))
+    raw = _raw_cells(args.log)
+    checked = 0
+    for r in rows:
+        if not r.key.draft_len or not r.key.sampling.greedy:
+            continue
+        rounds = raw[(r.key.prompt_class, r.key.drafter, 0.0, r.key.draft_len)]
+        drafted = [e for e in rounds if e.proposed]
+        step = sum(e.verify_ms for e in raw[(r.key.prompt_class, "none", 0.0, 0)]) / len(raw[(r.key.prompt_class, "none", 0.0, 0)])
+        assert r.run.drafted_rounds == len(drafted)
+        if not drafted:
+            assert r.break_even is None
+            continue
+        c = sum(e.draft_ms for e in drafted) / len(drafted) / r.key.draft_len / step
+        v = sum(e.verify_ms for e in drafted) / len(drafted) / step
+        assert (r.c, r.v) == (pytest.approx(c), pytest.approx(v))
+        assert r.break_even == (None if break_even_alpha(r.key.draft_len, c, v) is None
+                                else pytest.approx(break_even_alpha(r.key.draft_len, c, v)))
+        checked += 1
+    assert checked
+    assert "break-even acceptance per k, on the rounds that drafted" in args.printed
+
+
+def test_goodput_plot_shows_measured_k_with_intervals_from_zero_and_names_plain():
+    from specmon.metrics.stats import CellKey, RunStats
+    from specmon.replay.sweep_report import CellRow, goodput_figure, predicted_figure
+
+    def cell(drafter, k, tok_ms, sampling=Sampling()):
+        run = RunStats(k)
+        for i, prompt in enumerate(("a", "b", "c")):  # three prompts: an interval to draw
+            run.add_round(RoundVerified(session_id="s", t=0.0, round_id=i, prompt_id=prompt, prompt_class="chat",
+                                        round_index=0, draft_len=k, proposed=[1] * k, accepted=k, rejection_pos=None,
+                                        emitted=[1] * (k + 1), draft_ms=0.0, verify_ms=(k + 1) / tok_ms * (1 + i / 10),
+                                        overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[],
+                                        sampling=sampling, mem_bytes=0))
+        return CellRow(CellKey("chat", drafter, sampling, k), run, 1.1, None, None, 1.2 if k else None, None)
+
+    rows = [cell("none", 0, 2.1), cell("ngram", 4, 3.0), cell("ngram", 6, 3.1), cell("ngram", 7, 3.15)]
+    ax = goodput_figure(rows).axes[0]
+    assert ax.get_ylim()[0] == 0.0  # from zero: 2.1 against 3.15 is not a 50% gap
+    assert list(ax.get_xticks()) == [0, 4, 6, 7]  # only the k measured
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["chat · plain (k=0) · greedy", "chat · ngram · greedy"]
+    joined = [list(line.get_xdata()) for line in ax.get_lines() if len(line.get_xdata()) == 2]
+    assert joined == [[6, 7]]  # no line across k = 1..3 or 5, which were never run
+    assert len(ax.collections) == 2 and all(len(c.get_segments()) for c in ax.collections)  # the intervals
+    predicted = predicted_figure(rows).axes[0]
+    assert predicted.get_legend() is not None and predicted.get_xlim()[0] == predicted.get_ylim()[0] == 0.0
+    assert "chat · ngram" in predicted.get_legend_handles_labels()[1]
+
+
+def test_piped_progress_prints_lines_as_the_runs_finish(monkeypatch):
+    from specmon.cli import console
+
+    printed = Console(file=open("/dev/null", "w"), width=80, record=True)
+    monkeypatch.setattr(console, "err", printed)
+    now = [0.0]
+    done = console.progress_lines("sweep 3 cells", 40, clock=lambda: now[0])
+    for n in range(1, 41):
+        now[0] += 1.0
+        done(n)
+        if n == 2:
+            now[0] += console.PROGRESS_LINE_S  # a slow run: a line before the next tenth
+    lines = printed.export_text().splitlines()
+    assert lines[0] == "sweep 3 cells: 0 of 40 done"
+    assert lines[1:4] == ["sweep 3 cells: 3 of 40 done (33 s)", "sweep 3 cells: 4 of 40 done (34 s)",
+                          "sweep 3 cells: 8 of 40 done (38 s)"]
+    assert lines[-1] == "sweep 3 cells: 40 of 40 done (70 s)" and len(lines) == 12
+
+
+def test_log_info_names_the_drafters_a_sweep_ran_with(sweep, capsys):
+    from specmon.cli.main import main
+    from specmon.tui.state import ViewState
+
+    args, _ = sweep
+    assert main(["log", "info", str(args.log)]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert " drafter ngram, layerskip-1 (per prompt) " in header and "drafter none" not in header
+    state = ViewState()
+    state.apply(list(read_log(args.log)))
+    assert state.session.drafter == "none" and state.drafter_label() == "ngram,layerskip-1"
+
+
+def test_sweep_tables_fit_80_columns(sweep):
+    args, _ = sweep
+    lines = tables_at(args.log, 80).splitlines()
+    assert [line for line in lines if cell_len(line) > 80] == []  # columns on screen: α̂ is one
+    assert any(line.split()[:3] == ["rewrite", "ngram", "1"] for line in lines)  # the break-even rows, whole

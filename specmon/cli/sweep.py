@@ -22,7 +22,7 @@ from specmon.sched.bench import prompts_path
 from specmon.events.schema import Sampling
 from specmon.metrics.format import fmt
 from specmon.metrics.predict import MIN_ROUNDS, TOLERANCE
-from specmon.replay.sweep_report import CellRow, cell_rows, suggest_policy, sweep_plots
+from specmon.replay.sweep_report import CellRow, cell_rows, sampling_label, suggest_policy, sweep_plots
 from specmon.transport.session import live_session
 
 
@@ -115,7 +115,7 @@ def results_table(rows: list[CellRow], log_name: str) -> Group:
     flagged = []
     for r in rows:
         run, key = r.run, r.key
-        cell = (escape(key.prompt_class), escape(key.drafter), _sampling(key.sampling), str(key.draft_len))
+        cell = (escape(key.prompt_class), escape(key.drafter), sampling_label(key.sampling), str(key.draft_len))
         verdicts = ", ".join(f"{n} {v}" for v, n in sorted(run.verdicts.items())) or "-"
         acceptance.add_row(*cell, str(run.rounds), str(run.empty_rounds), fmt(run.acceptance_rate),
                            fmt(run.mean_accepted_len), fmt(run.alpha_hat), verdicts)
@@ -124,7 +124,7 @@ def results_table(rows: list[CellRow], log_name: str) -> Group:
                       fmt(run.tok_per_s, "{:.1f}"), fmt(r.speedup, "{:.2f}×"), fmt(r.predicted, "{:.2f}×"),
                       f"[yellow]{gap}[/]" if r.flag.startswith("off") else gap)
         if r.flag:
-            flagged.append(Text(f"{key.prompt_class} {key.drafter} {_sampling(key.sampling)} k={key.draft_len}: "
+            flagged.append(Text(f"{key.prompt_class} {key.drafter} {sampling_label(key.sampling)} k={key.draft_len}: "
                                 f"{r.flag} ({run.rounds} rounds)", style="yellow" if r.flag.startswith("off") else "dim"))
     legend = Text(f"empty: rounds that proposed nothing; draft, verify: ms per round; pred: the speedup the cell's "
                   f"proposal mix, per-position acceptance and the sweep's verify cost per proposal length predict; "
@@ -140,25 +140,21 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
     return table
 
 
-def _sampling(sampling: Sampling) -> str:
-    if sampling.greedy:
-        return "greedy"
-    return f"T{sampling.temperature:g}" + ("" if sampling.top_p >= 1.0 else f" p{sampling.top_p:g}")
-
-
-def break_even_table(rows: list[CellRow]) -> Table:
-    """Per class and drafter: the smallest acceptance at which each k pays, from the measured costs."""
-    ks = sorted({r.key.draft_len for r in rows if r.key.draft_len})
-    table = Table(title="break-even acceptance α per k (from measured c and v(k); '-' = cannot pay)",
-                  title_justify="left")
-    for col in ["class", "drafter", *(f"k={k}" for k in ks)]:
-        table.add_column(col, justify="left" if col in ("class", "drafter") else "right")
-    groups: dict[tuple, dict[int, CellRow]] = {}
+def break_even_table(rows: list[CellRow]) -> Group:
+    """Per class, drafter and k (greedy cells): the smallest acceptance at which a drafting round
+    pays, from the costs of the rounds that drafted, beside the acceptance they measured."""
+    table = _table("break-even acceptance per k, on the rounds that drafted",
+                   ("class", "drafter", "k", "drafted", "break-even α", "measured", "pays"))
     for r in rows:
-        if r.key.draft_len and r.key.sampling.greedy:
-            groups.setdefault((r.key.prompt_class, r.key.drafter), {})[r.key.draft_len] = r
-    for (cls, drafter), by_k in groups.items():
-        cells = [by_k.get(k) for k in ks]
-        table.add_row(escape(cls), escape(drafter), *("-" if c is None or c.break_even is None else f"{c.break_even:.2f}"
-                                      for c in cells))
-    return table
+        if not r.key.draft_len or not r.key.sampling.greedy:
+            continue
+        run = r.run
+        rate, need = run.acceptance_rate, r.break_even
+        pays = "-" if rate is None or r.c is None else "never" if need is None else "yes" if rate >= need else "no"
+        table.add_row(escape(r.key.prompt_class), escape(r.key.drafter), str(r.key.draft_len),
+                      f"{run.drafted_rounds}/{run.rounds}", fmt(need), fmt(rate), pays)
+    legend = Text("break-even: eq. 1 with every round proposing k, at the draft and verify cost the drafting rounds "
+                  "measured; measured: their acceptance (accepted/proposed); rounds that drafted nothing cost about "
+                  "a plain step and gain nothing, so a cell with few drafting rounds stays near plain whatever its "
+                  "rate; never: even full acceptance does not pay", style="dim")
+    return Group(table, legend)

@@ -184,19 +184,29 @@ def _plot_goodput(data: dict, path: Path) -> None:
 
 
 def _plot_over_time(data: dict, path: Path) -> None:
-    fig, ax = _figure(f"acceptance rate over time (blocks of {WINDOW} speculative rounds)")
-    for cls, values in data["acceptance_over_time"].items():
-        ax.plot(range(len(values)), values, marker=".", label=_label(cls))
-    ax.set_xlabel("block")
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    _save(over_time_figure(data), path)
+
+
+def over_time_figure(data: dict):
+    """A point per block of WINDOW proposing rounds, at the rounds counted by its end: a class with
+    one block is one point at WINDOW, on an axis from 0 (not a dot on -0.04..0.04)."""
+    fig, ax = _figure(f"acceptance rate over time, per block of {WINDOW} rounds that proposed drafts")
+    series = data["acceptance_over_time"]
+    for (cls, values), marker in zip(series.items(), "os^vD<>ph*"):
+        ax.plot([WINDOW * (i + 1) for i in range(len(values))], values, marker=marker, label=_label(cls))
+    ax.set_xlabel(f"rounds that proposed drafts, per class (block end; {WINDOW} a block)")
+    ax.set_ylabel("acceptance rate (Σaccepted / Σproposed)")
     ax.set_ylim(0, 1.05)
-    if data["acceptance_over_time"]:
+    if series:
+        blocks = max(len(v) for v in series.values())
+        ax.set_xlim(0, WINDOW * (blocks + 0.5))
+        ax.set_xticks([WINDOW * i for i in range(blocks + 1)] if blocks <= 12 else ax.get_xticks())
         ax.legend(fontsize=7)
     else:  # an empty frame would look like a broken plot: say why it is empty
         why = _label(data["acceptance_over_time_empty"] or "no data").replace("; ", ";\n")
         ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes)
         ax.set_xticks([])
-    _save(fig, path)
+    return fig
 
 
 def _span(row: dict) -> str:

@@ -11,6 +11,7 @@ import tomlkit
 
 from specmon.events.schema import RoundVerified
 from specmon.metrics import rates
+from specmon.metrics.interval import goodput_interval
 from specmon.metrics.predict import (MIN_ROUNDS, TOLERANCE, break_even_alpha, mix_round_ms, mix_tokens_per_round,
                                      verify_cost_by_len)
 from specmon.metrics.stats import CellKey, RunStats, cell_stats
@@ -23,8 +24,8 @@ class CellRow:
     key: CellKey
     run: RunStats
     speedup: float | None
-    c: float | None  # one draft step / one target step (eq. 1's cost, for break-even)
-    v: float | None  # verify k+1 positions / one target step
+    c: float | None  # one draft step / one target step, over rounds that drafted (eq. 1's cost, for break-even)
+    v: float | None  # a drafting round's verify pass / one target step
     predicted: float | None  # from the measured proposal mix and verify cost per proposal length
     break_even: float | None
 
@@ -61,10 +62,14 @@ def _row(key: CellKey, run: RunStats, base: RunStats | None, v_by_len: dict[int,
     speedup = rates.speedup(run.goodput, base.goodput)
     if key.draft_len == 0:
         return CellRow(key, run, speedup, None, 1.0, 1.0, None)
-    c = (run.draft_ms / run.rounds / key.draft_len) / step
-    v = (run.verify_ms / run.rounds) / step
-    return CellRow(key, run, speedup, c, v, _predicted(run, base, step, v_by_len),
-                   break_even_alpha(key.draft_len, c, v))
+    predicted = _predicted(run, base, step, v_by_len)
+    if not run.drafted_rounds:  # nothing drafted: no draft cost to break even against
+        return CellRow(key, run, speedup, None, None, predicted, None)
+    # Eq. 1 has every round propose k: its costs are those of the rounds that did draft (an empty
+    # round costs a plain step and gains nothing; averaged in, it made drafting look cheap).
+    c = (run.drafted_draft_ms / run.drafted_rounds / key.draft_len) / step
+    v = (run.drafted_verify_ms / run.drafted_rounds) / step
+    return CellRow(key, run, speedup, c, v, predicted, break_even_alpha(key.draft_len, c, v))
 
 
 def _predicted(run: RunStats, base: RunStats, step: float, v_by_len: dict[int, float]) -> float | None:
@@ -108,6 +113,13 @@ def suggest_policy(rows: list[CellRow], base_text: str, path: Path, log_name: st
     return chosen
 
 
+def sampling_label(sampling) -> str:
+    """greedy, or T0.9 (with p0.9 where top-p cuts)."""
+    if sampling.greedy:
+        return "greedy"
+    return f"T{sampling.temperature:g}" + ("" if sampling.top_p >= 1.0 else f" p{sampling.top_p:g}")
+
+
 def sweep_plots(rows: list[CellRow], out: Path) -> list[Path]:
     """goodput by k per class and drafter, and measured against predicted speedup."""
     import matplotlib
@@ -116,29 +128,80 @@ def sweep_plots(rows: list[CellRow], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    paths = {"sweep_goodput.png": goodput_figure, "sweep_predicted.png": predicted_figure}
+    for name, figure in paths.items():
+        fig = figure(rows)
+        fig.tight_layout()
+        fig.savefig(out / name)
+        plt.close(fig)
+    return [out / name for name in paths]
+
+
+def _goodput_points(cells: list[CellRow]) -> tuple[list[int], list[float], list[list[float]]]:
+    """Measured k, goodput in tok/s and the 95% interval's distances below and above (0: one prompt)."""
+    ks, values, below, above = [], [], [], []
+    for r in sorted(cells, key=lambda r: r.key.draft_len):
+        if r.run.tok_per_s is None:
+            continue
+        span = goodput_interval(r.run.prompt_totals)
+        ks.append(r.key.draft_len)
+        values.append(r.run.tok_per_s)
+        below.append(r.run.tok_per_s - span[0] * 1e3 if span else 0.0)
+        above.append(span[1] * 1e3 - r.run.tok_per_s if span else 0.0)
+    return ks, values, [below, above]
+
+
+def goodput_figure(rows: list[CellRow]):
+    """Points at the measured k only, with their 95% interval over prompts, y from 0; lines join
+    neighbouring k only; plain decoding is its own series at k = 0."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     series: dict[tuple, list[CellRow]] = {}
     for r in rows:
-        series.setdefault((r.key.prompt_class, r.key.drafter, r.key.sampling.temperature), []).append(r)
-    for (cls, drafter, temp), cells in series.items():
-        plain = [r for r in rows if r.key.prompt_class == cls and r.key.draft_len == 0
-                 and r.key.sampling.temperature == temp]
-        points = sorted(plain + cells, key=lambda r: r.key.draft_len) if drafter != "none" else []
-        if points:
-            ax.plot([p.key.draft_len for p in points], [p.run.tok_per_s or 0 for p in points], marker="o",
-                    label=f"{cls} {drafter} T={temp:g}")
-    ax.set(title="goodput by draft length (k = 0 is plain)", xlabel="k", ylabel="tokens / s")
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "sweep_goodput.png")
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(5, 5), dpi=100)
-    pairs = [(r.predicted, r.speedup) for r in rows if r.predicted and r.speedup and r.key.draft_len]
-    ax.scatter([p for p, _ in pairs], [m for _, m in pairs], s=12)
-    top = max([1.5] + [max(p, m) for p, m in pairs])
-    ax.plot([0, top], [0, top], color="grey", linewidth=0.8)
-    ax.set(title="measured vs predicted speedup", xlabel="predicted", ylabel="measured")
-    fig.tight_layout()
-    fig.savefig(out / "sweep_predicted.png")
-    plt.close(fig)
-    return [out / "sweep_goodput.png", out / "sweep_predicted.png"]
+        series.setdefault((r.key.prompt_class, r.key.drafter, r.key.sampling), []).append(r)
+    classes = list(dict.fromkeys(cls for cls, _, _ in series))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for (cls, drafter, sampling), cells in series.items():
+        ks, values, yerr = _goodput_points(cells)
+        place = classes.index(cls)
+        dodge = (place - (len(classes) - 1) / 2) * 0.06  # classes side by side at one k
+        label = f"{cls} · {'plain (k=0)' if drafter == 'none' else drafter} · {sampling_label(sampling)}"
+        colour = colours[place % len(colours)]  # a class keeps its colour; plain is the square
+        ax.errorbar([k + dodge for k in ks], values, yerr=yerr, fmt="s" if drafter == "none" else "o", capsize=3,
+                    ms=5, color=colour, label=label.replace("$", r"\$"))
+        for i in range(len(ks) - 1):
+            if ks[i + 1] == ks[i] + 1:  # a line only where no k between went unmeasured
+                ax.plot([k + dodge for k in ks[i:i + 2]], values[i:i + 2], color=colour, linewidth=1)
+    ax.set_xticks(sorted({r.key.draft_len for r in rows}))
+    ax.set(title="goodput by draft length, 95% interval over prompts", xlabel="draft length k (only those measured)",
+           ylabel="emitted tokens / s of round time")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    return fig
+
+
+def predicted_figure(rows: list[CellRow]):
+    """Measured against predicted speedup, a series per class and drafter; both axes from 0."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5.5), dpi=100)
+    series: dict[tuple, list[CellRow]] = {}
+    for r in rows:
+        if r.predicted and r.speedup and r.key.draft_len:
+            series.setdefault((r.key.prompt_class, r.key.drafter), []).append(r)
+    top = 1.5
+    for (cls, drafter), cells in series.items():
+        ax.scatter([r.predicted for r in cells], [r.speedup for r in cells], s=16,
+                   label=f"{cls} · {drafter}".replace("$", r"\$"))
+        top = max([top] + [max(r.predicted, r.speedup) for r in cells])
+    ax.plot([0, top * 1.05], [0, top * 1.05], color="grey", linewidth=0.8, label="measured = predicted")
+    ax.axhline(1.0, color="grey", linewidth=0.6, linestyle=":", label="1× = plain decoding")
+    ax.set(title="measured vs predicted speedup, one point per k and sampling",
+           xlabel="predicted speedup (× plain)", ylabel="measured speedup (× plain)")
+    ax.set_xlim(0, top * 1.05)
+    ax.set_ylim(0, top * 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
