@@ -2,16 +2,27 @@
 
 The speculative-decoding counters mirror vLLM's (`vllm:spec_decode_num_drafts` and friends) under a
 `specmon_` prefix, labelled with the prompt class and the round's k, and are fed from the same
-RoundVerified events the log holds, once the request ends, counting only the tokens it sent (a
-stop string or max_tokens may cut a round's tokens), so they can be recomputed from the log and
-the usage each reply carries:
+RoundVerified events the log holds, once the request ends and what it sent is known. Each figure
+that `specmon log info` shows too is the same count of the same rounds, at every k a class ran at,
+except where a client was sent less than the rounds emitted (the log keeps every decoded token; the
+cut of a stop string is known only to the reply). log info's per-class table still prints one k per
+class (the one with the most rounds); specmon.metrics.stats.class_stats, behind it, holds them all.
 
-    drafts            rounds that proposed at least one draft token
-    draft tokens      Σ proposed
-    accepted          Σ accepted tokens that were sent: min(accepted, sent) per round
-    verified accepted Σ accepted as the target verified it, sent or not (the acceptance itself)
-    per position      rounds with sent accepted > i, for each position i
-    rounds, emitted (sent) tokens and round seconds (all rounds, k = 0 included), and goodput from them."""
+    /metrics (per class and k)           definition                          log info
+    rounds                               rounds, k = 0 included              rounds
+    drafts                               rounds that proposed a draft        rounds - empty (k > 0)
+    draft tokens                         Σ proposed                          proposed
+    verified accepted                    Σ accepted as the target verified   accepted (rate, mean)
+    accepted                             Σ min(accepted, sent) per round     - (sent only)
+    per position                         rounds with sent accepted > i       - (a_i: verified, / proposed > i)
+    emitted                              Σ tokens sent from rounds           - (the log's tokens less the cut)
+    goodput                              tokens the rounds emitted (a stop   tok/s
+                                         string's cut included) / round s
+    round seconds                        Σ draft + verify + overhead ms      (draft, verify: ms per round)
+    requests (by finish reason)          requests decoded                    PromptFinished events
+    generation tokens                    usage's completion_tokens: sent     - (the log's generated less the cut)
+
+Both goodputs are rates.goodput over the same sums (RunStats.goodput on the log's side)."""
 
 from __future__ import annotations
 
@@ -31,25 +42,28 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class ServerMetrics:
     def __init__(self):
         self.registry = r = CollectorRegistry()
-        self.rounds = Counter("specmon_rounds", "Rounds decoded (k = 0: plain decoding steps)", CLASS_K, registry=r)
-        self.drafts = Counter("specmon_spec_decode_num_drafts", "Rounds that proposed at least one draft token",
+        self.rounds = Counter("specmon_rounds", "Rounds decoded (k = 0: plain decoding steps); log info's rounds",
                               CLASS_K, registry=r)
-        self.draft_tokens = Counter("specmon_spec_decode_num_draft_tokens", "Draft tokens proposed", CLASS_K,
-                                    registry=r)
-        self.accepted = Counter("specmon_spec_decode_num_accepted_tokens", "Draft tokens accepted and sent",
-                                CLASS_K, registry=r)
+        self.drafts = Counter("specmon_spec_decode_num_drafts", "Rounds that proposed at least one draft token; "
+                              "log info's rounds less its empty ones", CLASS_K, registry=r)
+        self.draft_tokens = Counter("specmon_spec_decode_num_draft_tokens", "Draft tokens proposed; log info's "
+                                    "proposed", CLASS_K, registry=r)
+        self.accepted = Counter("specmon_spec_decode_num_accepted_tokens", "Draft tokens accepted and sent (log "
+                                "info's accepted counts those a stop string or max_tokens cut too: "
+                                "specmon_spec_decode_num_verified_accepted_tokens)", CLASS_K, registry=r)
         self.verified_accepted = Counter(
             "specmon_spec_decode_num_verified_accepted_tokens", "Draft tokens the target accepted, including those "
-            "a stop string or max_tokens then cut", CLASS_K, registry=r)
+            "a stop string or max_tokens then cut; log info's accepted", CLASS_K, registry=r)
         self.per_pos = Counter("specmon_spec_decode_num_accepted_tokens_per_pos",
-                               "Rounds whose accepted prefix reached past this 0-based position",
+                               "Rounds whose sent accepted prefix reached past this 0-based position",
                                CLASS_K + ["position"], registry=r)
         self.emitted = Counter("specmon_emitted_tokens", "Tokens sent from rounds (accepted + 1 each, less what a "
-                               "stop string or max_tokens cut)", CLASS_K, registry=r)
+                               "stop string or max_tokens cut; the log keeps a stop string's cut)", CLASS_K,
+                               registry=r)
         self.round_seconds = Counter("specmon_round_seconds", "Round wall time: draft + verify + overhead", CLASS_K,
                                      registry=r)
-        self.goodput = Gauge("specmon_goodput_tokens_per_second", "Emitted tokens / round seconds over the session",
-                             CLASS_K, registry=r)
+        self.goodput = Gauge("specmon_goodput_tokens_per_second", "Tokens the rounds emitted (a stop string's cut "
+                             "included) / round seconds over the session; log info's tok/s", CLASS_K, registry=r)
         self.policy_k = Gauge("specmon_policy_draft_len", "The policy's k for the class now", ["class"], registry=r)
         self.policy_on = Gauge("specmon_policy_speculate", "1 while the policy has speculation on for the class",
                                ["class"], registry=r)
@@ -72,7 +86,9 @@ class ServerMetrics:
         self.rss = Gauge("specmon_process_resident_memory_bytes", "Resident memory of the server process", registry=r)
         self.vram_used = Gauge("specmon_vram_used_bytes", "GPU memory in use (NaN: no GPU)", registry=r)
         self.vram_total = Gauge("specmon_vram_total_bytes", "GPU memory in all (NaN: no GPU)", registry=r)
-        self._sums: dict[tuple[str, str], list[float]] = {}  # (class, k) -> [emitted, round ms]
+        # (class, k) -> [tokens the rounds emitted, round ms]: RunStats' emitted and round_ms, without its per-prompt
+        # dicts (a server runs for weeks)
+        self._sums: dict[tuple[str, str], list[float]] = {}
         for gauge in (self.rss, self.vram_used, self.vram_total):
             gauge.set(math.nan)
 
@@ -116,9 +132,9 @@ class ServerMetrics:
                 else:
                     counter.inc(0)  # the position was offered: its series exists, at 0 until one is accepted
         sums = self._sums.setdefault(labels, [0, 0.0])
-        sums[0] += kept
+        sums[0] += len(ev.emitted)  # as decoded, like log info's tok/s: a stop string's cut is in the log
         sums[1] += ms
-        value = rates.goodput(sums[0], sums[1])
+        value = rates.goodput(sums[0], sums[1])  # RunStats.goodput's definition, over the same rounds
         if value is not None:
             self.goodput.labels(*labels).set(value * 1e3)  # per second: Prometheus' base unit
 
