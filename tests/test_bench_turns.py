@@ -11,7 +11,8 @@ from specmon.engine.prompts import builtin_suite
 from specmon.events.schema import BENCH_FIXED_RULE, PromptFinished, PromptStarted, RoundVerified, Sampling
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import bench_results, host_stalls, run_bench
+from specmon.metrics.contention import tally
+from specmon.sched.bench import bench_results, run_bench
 from specmon.sched.turns import take_turns
 from specmon.sched.policy import PolicyScheduler
 from specmon.transport.session import live_session as open_session
@@ -126,10 +127,10 @@ def test_host_stalls_are_rounds_the_host_made_wait_for_a_cpu():
     quiet = [timed_round(i, 40.0, 0.5, t=1000.0 + i) for i in range(20)]  # 1.25% of a round: quiet
     busy = [timed_round(20, 80.0, 4.0, t=2000.0), timed_round(21, 90.0, 81.0, t=2100.0)]  # 5% and 90%
     unmeasured = timed_round(22, 40.0, None)  # an older log's round says nothing either way
-    found = host_stalls([*quiet, *busy, unmeasured])
+    found = tally([*quiet, *busy, unmeasured])
     assert (found.measured, found.disturbed, found.peak) == (22, 2, pytest.approx(0.9))
     assert found.share == pytest.approx(2 / 22) and not found.busy  # under 10% of rounds: mostly quiet
     assert "host mostly quiet: 2 of 22 rounds disturbed (9.1%), peak 90% of a round" in found.line()
-    assert host_stalls([*quiet, unmeasured]).line() is None
-    assert host_stalls([unmeasured]).describe() == "" and host_stalls(quiet).describe() == "host quiet"
-    assert host_stalls([*quiet[:10], *busy]).busy  # 2 of 12
+    assert tally([*quiet, unmeasured]).line() is None
+    assert tally([unmeasured]).describe() == "" and tally(quiet).describe() == "quiet"
+    assert tally([*quiet[:10], *busy]).busy  # 2 of 12

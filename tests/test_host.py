@@ -5,6 +5,7 @@ import os
 import pytest
 
 from specmon.telemetry import host
+from specmon.metrics.contention import clock
 from specmon.telemetry.host import StallClock, psi_stall_us, stall_ms, stat_us
 
 PSI = b"some avg10=1.50 avg60=2.11 avg300=0.76 total=2827120\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
@@ -94,3 +95,82 @@ def test_a_run_beside_a_hog_on_every_core_says_it_was_disturbed(tmp_path):
     assert host.measured > 0 and host.busy  # most rounds waited for a CPU the hogs held
     said = " ".join(done.stderr.split())  # stderr wraps at 80 columns
     assert f"host busy: {host.disturbed:,} of {host.measured:,} rounds disturbed" in said
+
+
+def _paired_rounds(stall_ms_of, t0=1_700_000_000.0):
+    """Four prompts of chat, each plain then at k=4, 10 rounds a side; stall_ms_of(i) per round."""
+    from specmon.events.schema import PromptStarted, RoundVerified, Sampling
+
+    events, rid = [], 0
+    for p in range(4):
+        for k in (0, 4):
+            events.append(PromptStarted(session_id="s", t=t0 + rid, prompt_id=f"chat-{p}", prompt_class="chat",
+                                        draft_len=k, drafter="ngram", sampling=Sampling(), prompt_tokens=5,
+                                        max_new_tokens=64))
+            for i in range(10):
+                proposed = [1, 2, 3, 4] if k else []
+                events.append(RoundVerified(
+                    session_id="s", t=t0 + rid, round_id=rid, prompt_id=f"chat-{p}", prompt_class="chat",
+                    round_index=i, draft_len=k, proposed=proposed, accepted=1 if k else 0,
+                    rejection_pos=1 if k else None, emitted=[5, 6] if k else [5], draft_ms=0.0,
+                    verify_ms=30.0 + p if k else 10.0, overhead_ms=0.0, target_probs=[], alpha_hat=None,
+                    margins=[], sampling=Sampling(), mem_bytes=0, host_stall_ms=stall_ms_of(rid)))
+                rid += 1
+    return events
+
+
+def test_a_speedup_from_disturbed_rounds_is_called_busy_host_not_slower():
+    from specmon.metrics.stats import class_stats, summary
+
+    quiet = summary(class_stats(_paired_rounds(lambda rid: 0.0)))["classes"]["chat"]
+    assert quiet["speedup_verdict"] == "slower" and quiet["speedup"] < 1  # 2 tokens per 30+ ms against 1 per 10
+    assert (quiet["host_measured_rounds"], quiet["host_disturbed_rounds"]) == (80, 0)
+    busy = summary(class_stats(_paired_rounds(lambda rid: 9.0 if rid % 5 == 0 else 0.0)))["classes"]["chat"]
+    assert busy["speedup"] == quiet["speedup"] and busy["speedup_verdict"] == "busy host"
+    assert busy["host_disturbed_rounds"] == 16 and busy["host_disturbed_share"] == pytest.approx(0.2)
+
+
+def test_the_title_says_the_host_is_busy_and_later_when_it_was():
+    from specmon.tui.rows import status_line
+    from specmon.tui.state import ViewState
+
+    events = _paired_rounds(lambda rid: 9.0 if 20 <= rid < 40 else 0.0)  # prompts 1's rounds: busy
+    state = ViewState()
+    state.apply(events[:44])  # 40 rounds, the last 20 busy
+    assert "host busy: 20/40 rounds" in status_line(state, "fixture", []).plain
+    state.apply(events[44:] + _paired_rounds(lambda rid: 0.0, t0=1_700_001_000.0))  # 120 quiet rounds since
+    title = status_line(state, "fixture", []).plain
+    assert "host busy:" not in title
+    assert f"host was busy {clock(1_700_000_020.0)}-{clock(1_700_000_039.0)}" in title  # rounds 20-39
+
+
+def test_a_quiet_session_says_nothing_of_the_host():
+    from specmon.tui.rows import status_line
+    from specmon.tui.state import ViewState
+
+    state = ViewState()
+    state.apply(_paired_rounds(lambda rid: 0.3 if rid == 7 else 0.0))  # one round slightly disturbed
+    assert "host" not in status_line(state, "fixture", []).plain
+
+
+def test_log_info_says_how_busy_the_host_was_and_when(tmp_path):
+    import subprocess
+    import sys
+
+    from specmon.events.log import LogWriter
+
+    def info(stall_ms_of):
+        log = tmp_path / f"{len(list(tmp_path.iterdir()))}.specmon"
+        with LogWriter(log) as writer:
+            for event in _paired_rounds(stall_ms_of):
+                writer.write(event)
+        done = subprocess.run([sys.executable, "-m", "specmon.cli", "log", "info", str(log)], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+        return " ".join(done.stdout.split())
+
+    busy = info(lambda rid: 9.0 if rid % 5 == 0 else 0.0)
+    first, last = clock(1_700_000_000.0), clock(1_700_000_075.0)
+    assert f"host busy: 16 of 80 rounds disturbed (20.0%), peak 90% of a round, {first}-{last}" in busy
+    assert "×~" in busy and "slower" not in busy  # its speedup is marked, not called slower
+    assert "host quiet" in info(lambda rid: 0.0)
+    assert "host " not in info(lambda rid: None).replace("host:", "")  # an older log: nothing said

@@ -17,11 +17,11 @@ import pytest
 
 from specmon.events.log import LogWriter, read_log
 from specmon.events.schema import Decision, PromptFinished, RoundVerified, SessionFinished
-from specmon.metrics.contention import disturbed
+from specmon.metrics.contention import disturbed, stall_share, tally
 from specmon.metrics.rates import round_ms
 from specmon.metrics.stats import class_stats, summary
 from specmon.replay.player import ReplayFeed
-from specmon.sched.bench import bench_results, host_stalls
+from specmon.sched.bench import bench_results
 from specmon.transport.channel import Channel, LogSink
 from specmon.transport.serve import EventServer
 from specmon.transport.sessions import live_sessions
@@ -207,12 +207,12 @@ def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
     assert as_json(recomputed) == {"classes": written["classes"]}
     info = specmon("log", "info", log)
     assert "bench: goodput, tokens/s, recomputed from the log" in info.stdout
-    stalls = host_stalls(read_log(log))  # the bench's stderr and log info judge the host alike
+    stalls = tally(read_log(log))  # the bench's stderr and log info judge the host alike
     assert (written["disturbed_rounds"], written["measured_rounds"]) == (stalls.disturbed, stalls.measured)
     rounds = [e for e in read_log(log) if isinstance(e, RoundVerified)]
     assert stalls.measured == (len(rounds) if os.path.exists("/proc/stat") else 0)  # every round says
-    assert all(e.host_stall_ms is not None and 0 <= e.host_stall_ms <= round_ms(e) + 1.0 for e in rounds)
-    assert ("rounds disturbed" in info.stdout) == ("rounds disturbed" in done.stderr) == (stalls.line() is not None)
+    assert all(e.host_stall_ms is not None and e.host_stall_ms >= 0 and 0 <= stall_share(e) <= 1 for e in rounds)
+    assert ("rounds disturbed" in info.stdout) == ("rounds disturbed" in done.stderr) == (stalls.disturbed > 0)
     busy = tmp_path / "busy.specmon"  # the same log with one round held up by other work for all its 60 s
     events = list(read_log(log))
     at = next(i for i, e in enumerate(events) if isinstance(e, RoundVerified) and e.round_id == rounds[0].round_id)
@@ -220,9 +220,9 @@ def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
     with LogWriter(busy) as writer:
         for event in events:
             writer.write(event)
-    again = host_stalls(events)
+    again = tally(events)
     assert again.disturbed == stalls.disturbed + (not disturbed(rounds[0])) and again.peak == pytest.approx(1.0)
-    assert re.sub(r"\s+", " ", again.line()) in re.sub(r"\s+", " ", specmon("log", "info", busy).stdout)
+    assert re.sub(r"\s+", " ", again.describe()) in re.sub(r"\s+", " ", specmon("log", "info", busy).stdout)
 
     if any(isinstance(e, Decision) for e in read_log(log)):
         explain = specmon("policy", "explain", log)

@@ -16,7 +16,8 @@ from specmon.errors import SpecmonError
 from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import BenchClass, bench_prompts, bench_results, host_stalls, overall_figures, run_bench
+from specmon.metrics.contention import tally
+from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, run_bench
 from specmon.transport.session import live_session
 
 
@@ -60,7 +61,7 @@ def cmd_bench(args) -> int:
              f"{len(prompts)} prompts{half} x {args.repeat}  (log: {session.log_path})")
     out.print(bench_table(results, ks, title))
     out.print(interval_line(results))
-    stalls = host_stalls(session.events)
+    stalls = tally(session.events)
     if stalls.line():
         err.print(f"[yellow]{escape(stalls.line())}[/]")
     overall = overall_figures(results, ks)

@@ -22,7 +22,8 @@ from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
 from specmon.policy.explain import explain_log
 from specmon.policy.schema import load_policy
-from specmon.sched.bench import bench_results, host_stalls
+from specmon.metrics.contention import clock, tally
+from specmon.sched.bench import bench_results
 from specmon.transport.attach import attach_events, read_token
 from specmon.transport.serve import runtime_dir
 from specmon.transport.sessions import describe, live_sessions, newest_log
@@ -193,6 +194,10 @@ def cmd_log(args) -> int:
         out.print(reloads + (f"; first refused: {why}" if why else ""), highlight=False, markup=False,
                   soft_wrap=True)  # one line, however long the path
     out.print("  integrity        " + (f"[red]{escape(str(damage))}[/]" if damage else "[green]ok[/]"), highlight=False)
+    host = tally(kept)
+    if host.measured:
+        text = escape(host.describe()) + (f", {clock(host.first_t)}-{clock(host.last_t)}" if host.disturbed else "")
+        out.print("  host             " + (f"[yellow]{text}[/]" if host.busy else text), highlight=False)
     if not damage and first is not None and not counts["SessionFinished"]:
         out.print("  ended            [yellow]no end written: the run is still going, or was killed[/]",
                   highlight=False)
@@ -202,9 +207,6 @@ def cmd_log(args) -> int:
         results = bench_results(kept)
         ks = sorted({k for c in results.values() for k in c.fixed})
         out.print(bench_table(results, ks, "bench: goodput, tokens/s, recomputed from the log"))
-        stalls = host_stalls(kept).line()
-        if stalls:
-            out.print(f"[yellow]{escape(stalls)}[/]")
     elif kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     return 1 if damage else 0
@@ -233,6 +235,9 @@ def _print_header(ev: SessionStarted, drafters: str) -> None:
         timed = "pinned by the profile" if ev.verify_ms[0] == 1.0 else f"timed at load, a step {ev.verify_ms[0]:.1f} ms"
         out.print(f"  verify cost, plain steps, T = 1..{len(ev.verify_ms)} positions: {curve} ({timed}"
                   + (f", draft {ev.draft_ms:.2f} ms/token)" if ev.draft_ms else ")"), highlight=False)
+        if ev.verify_disturbed:
+            out.print(f"  [yellow]{ev.verify_disturbed} of its points timed while other work held the CPU[/]",
+                      highlight=False)
 
 
 def cmd_replay(args) -> int:

@@ -20,6 +20,7 @@ from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.sched.bench import prompts_path
 from specmon.events.schema import Sampling
+from specmon.metrics.contention import tally
 from specmon.metrics.format import fmt
 from specmon.metrics.predict import MIN_ROUNDS, TOLERANCE
 from specmon.replay.sweep_report import CellRow, cell_rows, sampling_label, suggest_policy, sweep_plots
@@ -89,6 +90,9 @@ def cmd_sweep(args) -> int:
     out.print(break_even_table(rows))
     plots = sweep_plots(rows, args.out or Path("reports") / f"{session.session_id}-sweep")
     out.print(f"log: {session.log_path}  plots: {', '.join(str(p) for p in plots)}", highlight=False, markup=False)
+    host = tally(session.events).line()
+    if host:
+        err.print(f"[yellow]{escape(host)}[/]")
     if args.suggest_policy:
         base = _read_policy(args.suggest_policy) if args.suggest_policy.exists() else read_shipped("policies", "default")
         for name, what in suggest_policy(rows, base, args.suggest_policy, session.log_path.name).items():

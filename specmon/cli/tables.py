@@ -18,7 +18,7 @@ from rich.text import Text
 from specmon.metrics.format import fmt as _num
 
 CLASS_WIDTH = 16
-VERDICT_COLOURS = {"faster": "green", "slower": "red", "not yet known": "yellow", "noise": "magenta"}
+VERDICT_COLOURS = {"faster": "green", "slower": "red", "not yet known": "yellow", "noise": "magenta", "busy host": "cyan"}
 
 
 def _verdict(row: dict) -> str:
@@ -62,7 +62,7 @@ def class_table(summary: dict, title: str) -> Group:
             positions.append(Text(f"a_i {name} k={row['draft_len']}: {a_i}"))
     legend = Text("prompts: with speculation; empty: rounds that proposed nothing; rate = accepted/proposed; "
                   "mean = accepted/round; draft, verify: ms per round; tok/s: goodput; speedup = goodput over plain decoding's, same class, same "
-                  "run, with its 95% interval over prompts (? not yet known, ! noise); a_i = per-position acceptance",
+                  "run, with its 95% interval over prompts (? not yet known, ! noise, ~ busy host: 10%+ of its rounds disturbed); a_i = per-position acceptance",
                   style="dim")
     heading = Text(title, style="bold")  # its own line: a table title would wrap a log path at the table's width
     return Group(heading, acceptance, speed, *positions, legend)
@@ -70,7 +70,7 @@ def class_table(summary: dict, title: str) -> Group:
 
 def _speedup(row: dict) -> str:
     verdict = row["speedup_verdict"]
-    mark = {"not yet known": "?", "noise": "!"}.get(verdict, "") if row["speedup"] is not None else ""
+    mark = {"not yet known": "?", "noise": "!", "busy host": "~"}.get(verdict, "") if row["speedup"] is not None else ""
     return f"[{VERDICT_COLOURS.get(verdict, 'white')}]{_num(row['speedup'], '{:.2f}×')}{mark}[/]"
 
 

@@ -16,7 +16,9 @@ MARK_SHARE = 0.10
 def stall_share(ev) -> float | None:
     """The share of a round's time other work held a CPU it waited for; None where not measured."""
     stalled = getattr(ev, "host_stall_ms", None)
-    return None if stalled is None else ratio(stalled, round_ms(ev)) or 0.0
+    if stalled is None:
+        return None
+    return min(1.0, ratio(stalled, round_ms(ev)) or 0.0)  # its readings bracket the round, a little wider
 
 
 def disturbed(ev) -> bool:
@@ -33,6 +35,13 @@ class HostTally:
     peak: float = 0.0  # the largest stall share of one round
     first_t: float | None = None  # wall clock of the first and last disturbed round
     last_t: float | None = None
+
+    def __add__(self, other: HostTally) -> HostTally:
+        """Two sets of rounds as one (a speedup's spec and plain sides)."""
+        firsts = [t for t in (self.first_t, other.first_t) if t is not None]
+        lasts = [t for t in (self.last_t, other.last_t) if t is not None]
+        return HostTally(self.measured + other.measured, self.disturbed + other.disturbed,
+                         max(self.peak, other.peak), min(firsts, default=None), max(lasts, default=None))
 
     def add(self, ev) -> None:
         share = stall_share(ev)
@@ -57,12 +66,12 @@ class HostTally:
         return share is not None and share >= MARK_SHARE
 
     def describe(self) -> str:
-        """One phrase for people: quiet, or the disturbed share and peak; '' where not measured."""
+        """How the host was, for people ("quiet", or the disturbed share and peak); '' where not measured."""
         if not self.measured:
             return ""
         if not self.disturbed:
-            return "host quiet"
-        state = "host busy" if self.busy else "host mostly quiet"
+            return "quiet"
+        state = "busy" if self.busy else "mostly quiet"
         return (f"{state}: {self.disturbed:,} of {self.measured:,} {plural(self.measured, 'round')} disturbed "
                 f"({self.share:.1%}), peak {self.peak:.0%} of a round")
 
@@ -70,8 +79,8 @@ class HostTally:
         """A warning beside a run's figures, with when; None where no round was disturbed."""
         if not self.disturbed:
             return None
-        when = f"{_clock(self.first_t)}-{_clock(self.last_t)}"
-        return (f"{self.describe()}, {when}: other work held a CPU (stall {CONTENTION:.0%}+ of a round); "
+        when = f"{clock(self.first_t)}-{clock(self.last_t)}"
+        return (f"host {self.describe()}, {when}: other work held a CPU (stall {CONTENTION:.0%}+ of a round); "
                 "ratios paired round by round hold better than absolute tok/s")
 
 
@@ -79,7 +88,8 @@ def plural(n: int, word: str) -> str:
     return word if n == 1 else word + "s"
 
 
-def _clock(t: float | None) -> str:
+def clock(t: float | None) -> str:
+    """Wall-clock time of day, as the title and tables show it."""
     return "?" if t is None else time.strftime("%H:%M:%S", time.localtime(t))
 
 

@@ -6,7 +6,8 @@ independently otherwise, as a policy's plain re-measures fall on some prompts on
 resampling is seeded, so a replay shows exactly the interval the live run showed.
 
 Until the interval excludes 1.0 the honest word is "not yet known"; a ratio above what the
-rounds' own counts allow (DESIGN.md's sanity bound) is noise, whatever its interval says."""
+rounds' own counts allow (DESIGN.md's sanity bound) is noise, whatever its interval says; one from
+rounds the host disturbed (10% or more: metrics.contention) is "busy host", neither faster nor slower."""
 
 from __future__ import annotations
 
@@ -43,27 +44,30 @@ class SpeedupEstimate:
     prompts_spec: int
     prompts_plain: int
     bound: float | None  # the most the rounds' own counts allow (sanity bound)
+    busy: bool = False  # enough of its rounds were disturbed by other work on the host (metrics.contention)
 
     @property
     def verdict(self) -> str:
-        """'noise', 'not yet known', 'faster' or 'slower'."""
+        """'noise', 'busy host', 'not yet known', 'faster' or 'slower'."""
         if self.ratio is None:
             return "not yet known"
         if self.bound is not None and self.ratio > self.bound * 1.0001:
             return "noise"
+        if self.busy:
+            return "busy host"  # its times say as much about the other work as about speculation
         if self.low is None or self.low <= 1.0 <= self.high:
             return "not yet known"
         return "faster" if self.low > 1.0 else "slower"
 
 
 def speedup_estimate(spec: PromptTotals, plain: PromptTotals, bound: float | None = None,
-                     seed: int = 0) -> SpeedupEstimate:
+                     seed: int = 0, busy: bool = False) -> SpeedupEstimate:
     """The goodput ratio spec/plain and its bootstrap interval over prompts."""
     ratio = point_ratio(spec, plain)
     low = high = None
     if ratio is not None and spec.prompts >= MIN_PROMPTS and plain.prompts >= MIN_PROMPTS:
         low, high = _bootstrap(spec, plain, seed) or (None, None)
-    return SpeedupEstimate(ratio, low, high, spec.prompts, plain.prompts, bound)
+    return SpeedupEstimate(ratio, low, high, spec.prompts, plain.prompts, bound, busy)
 
 
 def point_ratio(spec: PromptTotals, plain: PromptTotals) -> float | None:

@@ -12,6 +12,7 @@ from typing import Iterable
 
 from specmon.events.schema import AnyEvent, PromptFinished, PromptStarted, RoundVerified, Sampling
 from specmon.metrics import rates
+from specmon.metrics.contention import HostTally
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, sanity_bound, speedup_estimate
 from specmon.metrics.rates import ratio as _ratio
 
@@ -40,10 +41,12 @@ class RunStats:
     verdicts: dict[str, int] = field(default_factory=dict)  # equivalence verdict -> prompts
     prompt_emitted: dict[str, int] = field(default_factory=dict)  # per prompt: the unit of an interval
     prompt_ms: dict[str, float] = field(default_factory=dict)
+    host: HostTally = field(default_factory=HostTally)  # rounds the host disturbed (metrics.contention)
 
     def add_round(self, ev: RoundVerified) -> None:
         n_prop = len(ev.proposed)
         self.rounds += 1
+        self.host.add(ev)
         self.empty_rounds += ev.draft_len > 0 and n_prop == 0
         self.proposed += n_prop
         self.accepted += ev.accepted
@@ -167,7 +170,7 @@ class ClassStats:
         if spec is None or base is None or not spec.rounds or not base.rounds:
             return None
         bound = sanity_bound(spec.mean_accepted_len, base.mean_ms(base.round_ms), spec.mean_ms(spec.round_ms))
-        return speedup_estimate(spec.prompt_totals, base.prompt_totals, bound)
+        return speedup_estimate(spec.prompt_totals, base.prompt_totals, bound, busy=(spec.host + base.host).busy)
 
 
 def class_stats(events: Iterable[AnyEvent]) -> dict[str, ClassStats]:
@@ -206,7 +209,14 @@ def _class_summary(c: ClassStats) -> dict:
         **_interval(c.speedup_estimate(spec.draft_len) if spec.draft_len else None),
         "greedy_identical": identical,
         "equivalence": dict(spec.verdicts),
+        **_host(spec.host + base.host if base and base is not spec else spec.host),
     }
+
+
+def _host(host: HostTally) -> dict:
+    """The class's rounds the host disturbed: counts, and the share its figures are judged by."""
+    return {"host_measured_rounds": host.measured, "host_disturbed_rounds": host.disturbed,
+            "host_disturbed_share": host.share, "host_peak_stall": host.peak if host.measured else None}
 
 
 def _interval(estimate: SpeedupEstimate | None) -> dict:

@@ -11,6 +11,7 @@ from pathlib import Path
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
+from specmon.metrics.contention import HostTally, clock, tally
 from specmon.metrics.format import fmt
 from specmon.metrics.interval import goodput_interval
 from specmon.metrics.stats import RunStats, class_stats, summary
@@ -44,6 +45,7 @@ def build_report(log: Path, out: Path) -> Path:
         "acceptance_over_time_empty": _why_no_blocks(rounds),
         "decisions": [{"id": d.decision_id, "class": d.prompt_class, "rule": d.rule_key, "k_to": d.k_to,
                        "speculate_to": d.speculate_to, "min_match_to": d.match_to} for d in decisions],
+        "host": _host(tally(rounds)),
     }
     try:
         return _write(data, out)
@@ -213,8 +215,16 @@ def _span(row: dict) -> str:
     return "-" if row["speedup_low"] is None else f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f}"
 
 
+def _host(host: HostTally) -> dict:
+    """The rounds the host disturbed (metrics.contention): counts, and the phrase the tables print."""
+    return {"measured_rounds": host.measured, "disturbed_rounds": host.disturbed, "disturbed_share": host.share,
+            "peak_stall": host.peak if host.measured else None, "first": host.first_t, "last": host.last_t,
+            "said": host.describe() + (f", {clock(host.first_t)}-{clock(host.last_t)}" if host.disturbed else "")}
+
+
 def _markdown(data: dict, plots: list[str]) -> str:
-    lines = [f"# specmon report: {Path(data['log']).name}", "",
+    host = data["host"]["said"]
+    lines = [f"# specmon report: {Path(data['log']).name}", "", *([f"Host: {host}.", ""] if host else []),
              "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup | 95% interval |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for cls, row in data["summary"]["classes"].items():

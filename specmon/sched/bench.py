@@ -27,7 +27,6 @@ from specmon.engine.prompts import Prompt, prompt_set
 from specmon.errors import SpecmonError
 from specmon.engine.rounds import drain
 from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling, bench_fixed_k
-from specmon.metrics.contention import HostTally, tally
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
 from specmon.metrics.rates import goodput, speedup
 from specmon.metrics.stats import RunStats
@@ -198,8 +197,3 @@ def _pooled(totals: Iterable[PromptTotals]) -> PromptTotals:
         emitted.update(t.emitted)
         ms.update(t.ms)
     return PromptTotals(emitted, ms)
-
-
-def host_stalls(events: Iterable[AnyEvent]) -> HostTally:
-    """The rounds the host disturbed (metrics.contention), for the bench's stderr and `log info` alike."""
-    return tally(ev for ev in events if isinstance(ev, RoundVerified))

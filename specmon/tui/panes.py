@@ -14,7 +14,8 @@ from specmon.tui.state import ViewState
 
 TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cyan", "plain": "default",
                "prompt": "dim"}
-VERDICT_STYLES = {"faster": "bold green", "slower": "bold red", "not yet known": "bold yellow", "noise": "bold magenta"}
+VERDICT_STYLES = {"faster": "bold green", "slower": "bold red", "not yet known": "bold yellow", "noise": "bold magenta",
+                  "busy host": "bold cyan"}
 BARS = "_▁▂▃▄▅▆▇█"  # a zero shows as _, so it is not taken for a gap
 EMPTY_MARK = "·"  # a round that proposed nothing, in a sparkline
 ALL_ACCEPTED = "all accepted"  # the rejections pane's count of rounds that had no rejection

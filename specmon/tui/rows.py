@@ -7,6 +7,7 @@ import time
 from rich.text import Text
 
 from specmon.events.schema import Decision
+from specmon.metrics.contention import MARK_SHARE, clock
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.tui.panes import verdict_style
 from specmon.tui.state import ViewState
@@ -16,7 +17,7 @@ CLASS_COLUMNS = [("class", "class", 11, "left"), ("k", "k", 2, "right"), ("round
                  ("empty", "empty", 6, "right"), ("accept", "acc", 5, "right"), ("mean len", "len", 5, "right"),
                  ("speedup", "speedup", 8, "right"), ("spec", " spec", 13, "left")]
 DECISION_COLUMNS = [("id", 3), ("to", 6), ("class", 12)]  # cut at the pane's edge when narrower
-VERDICT_MARKS = {"faster": "", "slower": "", "not yet known": "?", "noise": "!"}
+VERDICT_MARKS = {"faster": "", "slower": "", "not yet known": "?", "noise": "!", "busy host": "~"}
 
 
 def class_rows(state: ViewState) -> list[tuple[str, ...]]:
@@ -161,6 +162,16 @@ def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | No
     return "policy reloaded", Text(f"changed {changed}; in force from each class's next prompt")
 
 
+def host_label(state: ViewState) -> str:
+    """While recent rounds are disturbed: how many; once the host calmed, that and when it was busy."""
+    recent = state.host_recent
+    if recent and sum(recent) >= MARK_SHARE * len(recent):
+        return f"host busy: {sum(recent)}/{len(recent)} rounds"
+    if state.host.busy:
+        return f"host was busy {clock(state.host.first_t)}-{clock(state.host.last_t)}"
+    return ""
+
+
 def status_line(state: ViewState, source: str, alerts: list[str], lead: str = "", tail: str = "",
                 width: int = 0) -> Text:
     """The title bar, most important first so a narrow terminal cuts the least: the replay's
@@ -170,6 +181,9 @@ def status_line(state: ViewState, source: str, alerts: list[str], lead: str = ""
     if lead:
         parts.append((lead, "bold"))
     parts += [(alert, "bold red") for alert in alerts]
+    host = host_label(state)
+    if host:
+        parts.append((host, "bold yellow"))
     parts.append((state.session_label() or source, "bold"))
     mode = state.mode_label()
     if state.session is not None:

@@ -20,7 +20,7 @@ Each pane's title names its round set: the class and the k it shows.
 [b]ms[/]          draft, verify and overhead milliseconds per round
 [b]memory[/]      VRAM and RSS in use (GiB), each KV cache's size (MiB)
 [b]classes[/]     per class at its k: rounds, empty, acceptance, mean accepted
-            length, speedup (? not yet known), on, or off d<id> ×ratio
+            length, speedup (? unknown, ~ busy host), on/off d<id> ×ratio
 [b]decisions[/]   the policy's decisions (› one prompt's own); Enter or a click
             shows their rounds
 [b]requests[/]    (serve) waiting; decoding: endpoint id \\[class] k, tokens, time

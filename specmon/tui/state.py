@@ -11,6 +11,7 @@ from specmon.events.schema import (
     AnyEvent, ClassInForce, Decision, PolicyLoaded, PromptFinished, PromptStarted, QueueSample, ResourceSample,
     RoundVerified, SessionFinished, SessionStarted,
 )
+from specmon.metrics.contention import HostTally, disturbed
 from specmon.metrics.interval import SpeedupEstimate
 from specmon.metrics.rates import acceptance_rate
 from specmon.metrics.stats import ClassStats, RunStats
@@ -19,6 +20,7 @@ from specmon.tui.requests import Requests
 WINDOW = 240  # recent rounds kept per class and k, for the sparklines
 TEXT_SPANS = 400  # styled spans kept for the streaming text
 CITED_ROUNDS_KEPT = 20_000
+HOST_RECENT = 64  # the title says "host busy" while this many recent rounds are disturbed at MARK_SHARE
 ACCEPTANCE_METRICS = ("acceptance rate", "mean accepted length", "alpha-hat")
 
 
@@ -69,6 +71,8 @@ class ViewState:
     events_seen: int = 0
     requests: Requests | None = None  # a server's queue and requests; None (no pane) in any other session
     prompt_drafters: dict[str, None] = field(default_factory=dict)  # drafters prompts ran with at k > 0, in order
+    host: HostTally = field(default_factory=HostTally)  # every round the host disturbed, and when
+    host_recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=HOST_RECENT))
     _estimates: dict = field(default_factory=dict)  # (class, k) -> ((rounds, plain rounds), estimate)
 
     def apply(self, batch: list[AnyEvent]) -> None:
@@ -100,6 +104,9 @@ class ViewState:
 
     def _round(self, ev: RoundVerified) -> None:
         self.rounds_seen += 1
+        self.host.add(ev)
+        if ev.host_stall_ms is not None:
+            self.host_recent.append(disturbed(ev))
         self.recent_rounds[ev.round_id] = ev
         if len(self.recent_rounds) > CITED_ROUNDS_KEPT:
             self.recent_rounds.popitem(last=False)
