@@ -132,3 +132,23 @@ def test_snapshot_serve_request_in_flight_80x24(snap_compare):
     async def run_before(pilot):
         await drawn(pilot.app, pilot, events)
     assert snap_compare(prefilled(events, "serve"), terminal_size=(80, 24), run_before=run_before)
+
+
+async def test_the_requests_pane_says_where_clients_reach_the_server_at_80x24():
+    """`specmon serve` sets the feed's URL: the pane's title leads with it, the queue after it."""
+    events = mid_second_request()
+    app = prefilled(events)
+    app.feed.url = "http://127.0.0.1:8000/v1"
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        pane = region_lines(app, "requests")
+    assert pane[0].startswith("╭─ requests on http://127.0.0.1:8000/v1 · 2 waiting · 1 served ─")
+
+
+def test_a_long_address_leaves_the_queue_out_before_it_is_cut():
+    from specmon.tui.requests import Requests, requests_title
+
+    url = "http://[2001:db8::1234:5678:9abc]:8000/v1"
+    assert requests_title(Requests(), 80, url) == f"requests on {url} · 0 waiting"
+    assert requests_title(Requests(), 50, url) == f"requests on {url}"
+    assert requests_title(None, 80, "") == "requests"

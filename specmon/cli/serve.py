@@ -73,6 +73,7 @@ def serve_under_tui(session, serving, title: str) -> None:
     from specmon.tui.feed import Feed
 
     feed = Feed(session.view, title)
+    feed.url = f"{serving.url}/v1"
     failed: list[BaseException] = []
 
     def serve() -> None:

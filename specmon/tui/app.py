@@ -70,7 +70,7 @@ class SpecmonApp(App):
             decisions.border_subtitle = "no policy"
             yield decisions
             yield panes.Pane("requests", lambda w: render_requests(self.state.requests),
-                             lambda w: requests_title(self.state.requests, w),
+                             lambda w: requests_title(self.state.requests, w, getattr(self.feed, "url", "")),
                              lambda w: requests_subtitle(self.state.requests), id="requests", classes="stat")
             with VerticalScroll(id="text-box"):
                 yield Static(id="text")

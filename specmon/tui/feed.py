@@ -16,6 +16,7 @@ class Feed:
     def __init__(self, subscription: Subscription, title: str):
         self.subscription = subscription
         self.title = title
+        self.url = ""  # a server's address for clients, shown on its requests pane
         self.error: str | None = None
         self.done = threading.Event()
 

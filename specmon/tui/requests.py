@@ -95,13 +95,15 @@ def short_id(request_id: str) -> str:
     return request_id.rpartition("-")[2][:SHORT_ID]
 
 
-def requests_title(requests: Requests | None, width: int = 80) -> str:
-    """The queue depth, and while a request decodes, how many were served before it."""
+def requests_title(requests: Requests | None, width: int = 80, url: str = "") -> str:
+    """Where clients reach the server, the queue depth, and while a request decodes, how many
+    were served before it: each where the width leaves room, the URL first."""
+    head = f"requests on {url}" if url else "requests"
     if requests is None:
-        return "requests"
-    title = f"requests · {requests.waiting} waiting"
+        return head
+    title = f"{head} · {requests.waiting} waiting"
     busy = f"{title} · {requests.served} served"
-    return busy if requests.in_flight is not None and len(busy) <= width else title
+    return busy if requests.in_flight is not None and len(busy) <= width else title if len(title) <= width else head
 
 
 def requests_subtitle(requests: Requests | None) -> str:
