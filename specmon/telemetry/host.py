@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 
 # A round is disturbed when other work held a CPU for 5% of its time or more. Chosen from plain steps
-# timed with 0, 1 and 2 busy-loop hogs on 2 cores (docs/measuring.md): below 5%, 93-97% of steps were
-# within 15% of the quiet median on torch and llama.cpp; from 5% on, 73-100% of llama.cpp's were slower
+# timed with 0, 1 and 2 busy-loop hogs on 2 cores (docs/measuring.md): below 5% the median step was
+# within 2% of the quiet one on torch and llama.cpp; from 5 to 10%, llama.cpp's was 1.23x, torch's 1.13x
 CONTENTION = 0.05
 
 _PSI = "/proc/pressure/cpu"
