@@ -15,14 +15,15 @@ LOG = FIXTURES / "session-tui.specmon"
 MARKS = {"faster": "", "slower": "", "not yet known": "?", "noise": "!"}
 
 
-def log_info_rows(capsys) -> dict[str, list[str]]:
-    """`log info`'s two stacked tables, joined per class: acceptance cells, then speed cells."""
+def log_info_rows(capsys) -> dict[tuple[str, str], list[str]]:
+    """`log info`'s two stacked tables, joined per (class, k): acceptance cells, then speed cells."""
     assert main(["log", "info", str(LOG)]) == 0
-    rows: dict[str, list[str]] = {}
+    rows: dict[tuple[str, str], list[str]] = {}
     for line in capsys.readouterr().out.splitlines():
         cells = line.split()
         if len(cells) >= 8 and cells[1].isdigit():
-            rows[cells[0]] = rows[cells[0]] + cells[2:] if cells[0] in rows else cells[1:]
+            key = (cells[0], cells[1])
+            rows[key] = rows[key] + cells[2:] if key in rows else cells[1:]
     return rows
 
 
@@ -41,8 +42,10 @@ async def tui_rows() -> dict[str, list[str]]:
 
 
 async def test_tui_class_table_log_info_and_report_json_agree(tmp_path, capsys):
-    report, printed, shown = report_rows(tmp_path), log_info_rows(capsys), await tui_rows()
-    assert set(report) == set(printed) == set(shown) == {"rewrite", "chat"}
+    report, every_k, shown = report_rows(tmp_path), log_info_rows(capsys), await tui_rows()
+    assert set(report) == set(shown) == {"rewrite", "chat"}
+    assert set(every_k) == {(name, k) for name, r in report.items() for k in r["by_draft_len"]}
+    printed = {name: every_k[(name, str(r["draft_len"]))] for name, r in report.items()}  # at the TUI's k
     for name, r in report.items():
         speedup = f"{r['speedup']:.2f}×" + MARKS[r["speedup_verdict"]]
         rate = "N/A" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"

@@ -55,7 +55,7 @@ def test_sigterm_and_sighup_end_the_session_like_ctrl_c(tmp_path, signum):
     proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signum
-    assert "\nclass " in stdout and "prompts: with speculation" in stdout  # the table of what finished
+    assert "\nclass " in stdout and "prompts: decoded at that k" in stdout  # the table of what finished
     assert stderr.strip().splitlines()[-1] == (f"specmon: ended by {signal.Signals(signum).name}; "
                                                "the session log keeps every finished round")
     events = list(read_log(log))  # whole: no damage

@@ -13,6 +13,7 @@ from specmon.metrics.stats import class_stats
 from specmon.tui.panes import render_speed, rounds_caption, run_title
 from specmon.tui.rows import decision_inputs, policy_figure, render_decision, status_line
 from specmon.tui.state import ViewState
+from tables_text import printed_rows
 from test_tui_numbers import LAST_CHAT
 from test_tui_view import FIXTURES, POLICY_EVENTS, POLICY_LOG, drawn, prefilled, region_lines
 
@@ -28,11 +29,10 @@ def prompts_with_rounds(events, name: str, k: int) -> int:
 def test_log_info_counts_the_prompts_that_ran_with_speculation(capsys):
     """code-edit and chat ran at k > 0 with no plain round: the column once read 0 for both."""
     assert main(["log", "info", str(FIXTURES / "session-serve.specmon")]) == 0
-    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()
-            if len(line.split()) == 9 and line.split()[1].isdigit()}  # class k prompts rounds ... mean
+    rows = printed_rows(capsys.readouterr().out)
     for name, k in (("code-edit", 7), ("chat", 2), ("rewrite", 7)):
-        assert rows[name][1] == str(k)
-        assert rows[name][2] == str(prompts_with_rounds(SERVE_EVENTS, name, k)) != "0", name
+        assert rows[(name, str(k))]["prompts"] == str(prompts_with_rounds(SERVE_EVENTS, name, k)) != "0", name
+    assert rows[("rewrite", "0")]["prompts"] == str(prompts_with_rounds(SERVE_EVENTS, "rewrite", 0))  # plain
 
 
 def last_prompt_of(events, name: str) -> int:

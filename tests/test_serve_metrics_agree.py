@@ -26,6 +26,7 @@ import pytest
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import PromptFinished, RoundVerified
 from specmon.metrics.stats import class_stats
+from tables_text import printed_rows
 from test_serve import wait_until
 from test_serve_queue import samples
 from tinymodel import write_tiny_gguf
@@ -212,24 +213,6 @@ def test_requests_and_generated_tokens_agree_less_the_cut(session):
         cut_tokens(log, replies).values())
 
 
-def printed_rows(stdout: str) -> dict[tuple[str, str], dict[str, str]]:
-    """log info's per-class tables, by (class, k) as printed: {column: cell}, both tables' columns
-    (cells are apart by two spaces or more; a cell such as "95% CI" holds one)."""
-    rows: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
-    header = None
-    for line in stdout.splitlines():
-        cells = re.split(r"\s{2,}", line.strip())
-        if cells[:2] == ["class", "k"]:
-            header = cells
-        elif header and set(line.strip()) <= {"─"}:
-            continue
-        elif header and len(cells) == len(header):
-            rows[(cells[0], cells[1])].update(zip(header, cells))
-        else:
-            header = None  # past the table
-    return dict(rows)
-
-
 def test_each_row_log_info_prints_equals_metrics_at_its_class_and_k(session):
     """What a user reads: every (class, k) row of log info's tables against /metrics there."""
     exposed, _, _, stdout = session
@@ -249,9 +232,6 @@ def test_each_row_log_info_prints_equals_metrics_at_its_class_and_k(session):
         assert float(row["tok/s"]) == pytest.approx(goodput[key], abs=0.051), (key, row)  # printed to 0.1
 
 
-@pytest.mark.xfail(strict=True, reason="log info's per-class table shows one k per class (ClassStats.speculative, "
-                   "the k with the most rounds), so chat's rounds at its other k are dropped from it without a word; "
-                   "the fix belongs in specmon/cli/tables.py and specmon/metrics/stats.py (a row per k)")
 def test_log_info_shows_every_class_and_k_that_metrics_counts(session):
     exposed, _, _, stdout = session
     rows = printed_rows(stdout)

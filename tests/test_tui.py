@@ -191,7 +191,7 @@ def test_real_tui_in_tmux_over_a_pseudo_terminal(tmp_path):
         after = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
         # the app quit and the per-class table was printed: its header, the rewrite row at k=3, the legend
         assert re.search(r"^class\s+k\s+prompts\s+rounds", after, re.M) and re.search(r"^rewrite\s+3\s", after, re.M)
-        assert "prompts: with speculation" in after
+        assert "prompts: decoded at that k" in after
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 

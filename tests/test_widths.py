@@ -39,7 +39,7 @@ def test_log_info_fits_80_columns(log):
 def test_log_infos_legend_wraps_at_words():
     done = at_80("log", "info", str(FIXTURES / "session-policy.specmon"))
     lines = done.stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("prompts: with speculation"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("prompts: decoded at that k"))
     legend = lines[start:]
     words = " ".join(line.strip() for line in legend).split()
     assert "speedup" in words and "per-position" in words and "acceptance" in words  # no word split over lines

@@ -1,8 +1,9 @@
 """Plain-terminal tables of the per-class summary (rich, not Textual).
 
 One function prints it for `run`, `attach --headless` and `log info`, from `metrics.stats.summary`,
-so it shows the very fields `--json` and report.json hold. It fits 80 columns: acceptance and speed
-are two stacked tables, per-position acceptance a line per class.
+so it shows the very fields `--json` and report.json hold, a row for every (class, k) that ran rounds
+(k = 0 too: plain decoding, the side each speedup is measured against). It fits 80 columns:
+acceptance and speed are two stacked tables, per-position acceptance a line per (class, k).
 
 Class names, prompt ids and paths come from users' files: they are escaped, so a class named
 `[/]` prints as itself instead of being read as Rich markup."""
@@ -44,13 +45,14 @@ def _table(title: str, columns: tuple[str, ...], class_width: int) -> Table:
 
 
 def class_table(summary: dict, title: str) -> Group:
-    """The per-class summary: acceptance, then speed, then a_i per class; each line <= 80 columns."""
+    """The per-class summary, a row per (class, k) that ran rounds: acceptance, then speed, then a_i
+    per (class, k > 0); each line <= 80 columns."""
     width = min(CLASS_WIDTH, max(map(len, summary["classes"]), default=5))  # whole names, up to a point
     acceptance = _table("", ("class", "k", "prompts", "rounds", "empty", "proposed", "accepted", "rate", "mean"),
                         width)
     speed = _table("", ("class", "k", "draft", "verify", "tok/s", "plain", "speedup", "95% CI", "output"), width)
     positions = []
-    for name, row in summary["classes"].items():
+    for name, row in ((name, row) for name, c in summary["classes"].items() for row in c["by_draft_len"].values()):
         acceptance.add_row(escape(name), str(row["draft_len"]), str(row["prompts"]), str(row["rounds"]),
                            str(row["empty_rounds"]), str(row["proposed"]), str(row["accepted"]),
                            _num(row["acceptance_rate"]), _num(row["mean_accepted_len"]))
@@ -60,7 +62,8 @@ def class_table(summary: dict, title: str) -> Group:
         if row["per_position_acceptance"]:
             a_i = " ".join(f"{a:.2f}" for a in row["per_position_acceptance"])
             positions.append(Text(f"a_i {name} k={row['draft_len']}: {a_i}"))
-    legend = Text("prompts: with speculation; empty: rounds that proposed nothing; rate = accepted/proposed; "
+    legend = Text("prompts: decoded at that k; a row per k a class ran rounds at, k = 0 (plain decoding) its own "
+                  "row, whose tok/s is the plain column; empty: rounds that proposed nothing; rate = accepted/proposed; "
                   "mean = accepted/round; draft, verify: ms per round; tok/s: goodput; speedup = goodput over plain decoding's, same class, same "
                   "run, with its 95% interval over prompts (? not yet known, ! noise, ~ busy host: 10%+ of its rounds disturbed); a_i = per-position acceptance",
                   style="dim")
@@ -69,6 +72,8 @@ def class_table(summary: dict, title: str) -> Group:
 
 
 def _speedup(row: dict) -> str:
+    if row["draft_len"] == 0:
+        return "-"  # plain decoding over itself is no finding
     verdict = row["speedup_verdict"]
     mark = {"not yet known": "?", "noise": "!", "busy host": "~"}.get(verdict, "") if row["speedup"] is not None else ""
     return f"[{VERDICT_COLOURS.get(verdict, 'white')}]{_num(row['speedup'], '{:.2f}×')}{mark}[/]"

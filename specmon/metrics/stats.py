@@ -185,14 +185,24 @@ def class_stats(events: Iterable[AnyEvent]) -> dict[str, ClassStats]:
 
 
 def summary(classes: dict[str, ClassStats]) -> dict:
-    """The JSON shape of `specmon run --json`: {"classes": {name: {...}}}."""
+    """The JSON shape of `specmon run --json`: {"classes": {name: {...}}}.
+
+    A class's own keys are its figures at its main k (`ClassStats.speculative`, or plain decoding
+    when it never speculated); "by_draft_len" holds the same keys for every k it ran rounds at,
+    k = 0 (plain decoding, the side its speedups are measured against) included, by str(k), k rising."""
     return {"classes": {name: _class_summary(c) for name, c in classes.items()}}
 
 
 def _class_summary(c: ClassStats) -> dict:
-    spec = c.speculative or c.baseline
+    main = c.speculative or c.baseline
+    assert main is not None
+    by_draft_len = {str(k): _run_summary(c, run) for k, run in sorted(c.runs.items()) if run.rounds or run is main}
+    return {**by_draft_len[str(main.draft_len)], "by_draft_len": by_draft_len}
+
+
+def _run_summary(c: ClassStats, spec: RunStats) -> dict:
+    """One (class, k) row: the run's counts and ratios, its speedup over the class's plain run."""
     base = c.baseline
-    assert spec is not None
     identical = None
     if spec.verdicts and "sampled" not in spec.verdicts and spec.draft_len > 0:
         identical = set(spec.verdicts) == {"identical"}
