@@ -99,14 +99,15 @@ def interval_text(bounds: list[float] | None) -> str:
 
 def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Table:
     table = Table(title=escape(title), title_justify="left")
-    table.caption = "goodput = emitted tokens / s of round time; auto counts what the policy spends learning"
+    table.caption = ("goodput = emitted tokens / s of round time; auto counts what the policy spends learning; "
+                     "~ busy host: 10%+ of the class's rounds waited for a CPU other work held")
     for col in ["class", *(f"k={k}" for k in ks), "best fixed", "auto", "best/plain", "auto/plain", "auto/best"]:
         table.add_column(col, justify="left" if col == "class" else "right")
     for name, c in results.items():
         figures = c.to_json()
         best = c.best_k
         best_text = MISSING if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
-        table.add_row(escape(name), *(fmt(figures["fixed"].get(str(k)), "{:.1f}") for k in ks), best_text,
+        table.add_row(escape(name) + ("~" if c.host.busy else ""), *(fmt(figures["fixed"].get(str(k)), "{:.1f}") for k in ks), best_text,
                       fmt(figures["auto"], "{:.1f}"), fmt(figures["best_over_plain"], "{:.3f}"),
                       fmt(figures["auto_over_plain"], "{:.3f}"), fmt(figures["auto_over_best"], "{:.3f}"))
     return table

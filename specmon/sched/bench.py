@@ -27,6 +27,7 @@ from specmon.engine.prompts import Prompt, prompt_set
 from specmon.errors import SpecmonError
 from specmon.engine.rounds import drain
 from specmon.events.schema import BENCH_FIXED_RULE, AnyEvent, PromptStarted, RoundVerified, Sampling, bench_fixed_k
+from specmon.metrics.contention import HostTally
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
 from specmon.metrics.rates import goodput, speedup
 from specmon.metrics.stats import RunStats
@@ -124,6 +125,11 @@ class BenchClass:
     auto_rounds_by_k: dict[int, int] = field(default_factory=dict)  # where the policy's rounds went
 
     @property
+    def host(self) -> HostTally:
+        """Every round of the class, the policy's and each fixed k's, as the host disturbed them."""
+        return sum((r.host for r in self.fixed.values()), self.auto.host)
+
+    @property
     def plain(self) -> float | None:
         return self.fixed[0].tok_per_s if 0 in self.fixed else None
 
@@ -149,7 +155,8 @@ class BenchClass:
                 "auto_over_plain": speedup(self.auto.tok_per_s, self.plain),
                 "best_over_plain": speedup(best_rate, self.plain),
                 "auto_over_best_interval": None if paired is None or paired.low is None else [paired.low, paired.high],
-                "auto_rounds_by_k": {str(k): n for k, n in sorted(self.auto_rounds_by_k.items())}}
+                "auto_rounds_by_k": {str(k): n for k, n in sorted(self.auto_rounds_by_k.items())},
+                "disturbed_rounds": self.host.disturbed, "measured_rounds": self.host.measured}
 
 
 def bench_results(events: Iterable[AnyEvent]) -> dict[str, BenchClass]:

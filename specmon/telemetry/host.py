@@ -2,17 +2,23 @@
 so a figure can say which of its rounds were measured on a busy host.
 
 Linux's pressure stall information (/proc/pressure/cpu, 'some' total) counts the microseconds in
-which some runnable task waited for a CPU. Without it (kernels built without PSI), /proc/stat's
-other processes' CPU time in excess of the idle cores stands in. None where neither exists."""
+which some runnable task waited for a CPU; it counts while other processes use a CPU (from
+/proc/stat), so this process's own threads waiting on each other are not taken for a busy host.
+Without PSI, /proc/stat's other processes' CPU time in excess of the idle cores stands in. None
+where neither exists."""
 
 from __future__ import annotations
 
 import os
+import time
 
 # A round is disturbed when other work held a CPU for 5% of its time or more. Chosen from plain steps
 # timed with 0, 1 and 2 busy-loop hogs on 2 cores (docs/measuring.md): below 5% the median step was
 # within 2% of the quiet one on torch and llama.cpp; from 5 to 10%, llama.cpp's was 1.23x, torch's 1.13x
 CONTENTION = 0.05
+
+OTHERS_WINDOW_S = 1.0  # /proc/stat counts in 10 ms ticks: over a second, its error is 2% of a core
+OTHERS_MIN = 0.10  # of a core: less than that is the kernel's own threads, and the ticks' error
 
 _PSI = "/proc/pressure/cpu"
 _STAT = "/proc/stat"
@@ -55,28 +61,55 @@ def stat_us(read=_read) -> tuple[float, float] | None:
 
 
 def own_cpu_us() -> float:
-    times = os.times()
-    return (times.user + times.system) * 1e6
+    """This process's CPU time, every thread, to the nanosecond (times() would count 10 ms ticks)."""
+    return time.process_time() * 1e6
 
 
 class StallClock:
-    """stall() reads a running total of microseconds the host made this process wait for a CPU; the
-    difference of two readings is what a round between them lost. None if the host cannot say."""
+    """stall() reads a running total of microseconds other work on the host made this process wait
+    for a CPU; the difference of two readings is what a round between them lost. None if the host
+    cannot say. PSI counts every waiting task, this process's own threads too (a live view's
+    redraws beside the model's threads): its stall counts only while other processes are using
+    OTHERS_MIN of a core or more, measured over the last OTHERS_WINDOW_S."""
 
-    def __init__(self, psi=psi_stall_us, stat=stat_us, own=own_cpu_us, cores: int | None = None):
-        self.psi, self.stat, self.own = psi, stat, own
+    def __init__(self, psi=psi_stall_us, stat=stat_us, own=own_cpu_us, cores: int | None = None,
+                 clock=time.monotonic):
+        self.psi, self.stat, self.own, self.clock = psi, stat, own, clock
         self.cores = cores or os.cpu_count() or 1
         self.source = "psi" if psi() is not None else "stat" if stat() is not None else None
-        self._stat_total = 0.0  # the fallback's own running total
-        self._last: tuple[float, float, float] | None = None
+        self._total = 0.0  # the stall counted so far, µs
+        self._last_psi: int | None = None
+        self._last: tuple[float, float, float] | None = None  # /proc/stat's busy, idle and our CPU, µs
+        self._window: tuple[float, float, float] | None = None  # (time, busy, own) when the window began
+        self.others_active = False  # until the first window shows other work (the first second is taken as quiet)
 
     def stall(self) -> float | None:
         if self.source == "psi":
             total = self.psi()
-            return None if total is None else float(total)
+            if total is None:
+                return None
+            self._watch_others()
+            if self._last_psi is not None and self.others_active:
+                self._total += max(0, total - self._last_psi)
+            self._last_psi = total
+            return self._total
         if self.source == "stat":
             return self._from_stat()
         return None
+
+    def _watch_others(self) -> None:
+        """Every OTHERS_WINDOW_S: did other processes use OTHERS_MIN of a core or more since the last look?"""
+        now = self.clock()
+        if self._window is not None and now - self._window[0] < OTHERS_WINDOW_S:
+            return
+        read = self.stat()
+        if read is None:
+            return
+        busy, own = read[0], self.own()
+        if self._window is not None:
+            others = (busy - self._window[1]) - (own - self._window[2])
+            self.others_active = others >= OTHERS_MIN * (now - self._window[0]) * 1e6
+        self._window = (now, busy, own)
 
     def _from_stat(self) -> float:
         """Other processes' CPU time beyond what idle cores could have given them, per core."""
@@ -84,9 +117,9 @@ class StallClock:
         now = (busy, idle, self.own())
         if self._last is not None:
             others = (now[0] - self._last[0]) - (now[2] - self._last[2])
-            self._stat_total += max(0.0, others - (now[1] - self._last[1])) / self.cores
+            self._total += max(0.0, others - (now[1] - self._last[1])) / self.cores
         self._last = now
-        return self._stat_total
+        return self._total
 
 
 def stall_ms(before: float | None, after: float | None) -> float | None:

@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 
 from specmon.events.schema import Decision
-from specmon.metrics.contention import MARK_SHARE, clock
+from specmon.metrics.contention import clock
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.tui.panes import verdict_style
 from specmon.tui.state import ViewState
@@ -164,11 +164,10 @@ def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | No
 
 def host_label(state: ViewState) -> str:
     """While recent rounds are disturbed: how many; once the host calmed, that and when it was busy."""
-    recent = state.host_recent
-    if recent and sum(recent) >= MARK_SHARE * len(recent):
-        return f"host busy: {sum(recent)}/{len(recent)} rounds"
-    if state.host.busy:
-        return f"host was busy {clock(state.host.first_t)}-{clock(state.host.last_t)}"
+    if state.host_now_busy:
+        return f"host busy: {sum(state.host_recent)}/{len(state.host_recent)} rounds"
+    if state.host_busy:
+        return f"host was busy {clock(state.host_busy[0])}-{clock(state.host_busy[1])}"
     return ""
 
 

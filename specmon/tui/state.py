@@ -11,7 +11,7 @@ from specmon.events.schema import (
     AnyEvent, ClassInForce, Decision, PolicyLoaded, PromptFinished, PromptStarted, QueueSample, ResourceSample,
     RoundVerified, SessionFinished, SessionStarted,
 )
-from specmon.metrics.contention import HostTally, disturbed
+from specmon.metrics.contention import MARK_SHARE, HostTally, disturbed
 from specmon.metrics.interval import SpeedupEstimate
 from specmon.metrics.rates import acceptance_rate
 from specmon.metrics.stats import ClassStats, RunStats
@@ -73,6 +73,7 @@ class ViewState:
     prompt_drafters: dict[str, None] = field(default_factory=dict)  # drafters prompts ran with at k > 0, in order
     host: HostTally = field(default_factory=HostTally)  # every round the host disturbed, and when
     host_recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=HOST_RECENT))
+    host_busy: tuple[float, float] | None = None  # wall clock of the busy stretches' first and last disturbed rounds
     _estimates: dict = field(default_factory=dict)  # (class, k) -> ((rounds, plain rounds), estimate)
 
     def apply(self, batch: list[AnyEvent]) -> None:
@@ -107,6 +108,8 @@ class ViewState:
         self.host.add(ev)
         if ev.host_stall_ms is not None:
             self.host_recent.append(disturbed(ev))
+            if self.host_recent[-1] and self.host_now_busy:  # a disturbed round of a busy stretch
+                self.host_busy = (self.host_busy[0] if self.host_busy else ev.t, ev.t)
         self.recent_rounds[ev.round_id] = ev
         if len(self.recent_rounds) > CITED_ROUNDS_KEPT:
             self.recent_rounds.popitem(last=False)
@@ -236,6 +239,12 @@ class ViewState:
         if cached is None or cached[0] != key:
             cached = self._estimates[(name, k)] = (key, stats.speedup_estimate(k))
         return cached[1]
+
+    @property
+    def host_now_busy(self) -> bool:
+        """Recent rounds are disturbed at MARK_SHARE or more (metrics.contention)."""
+        recent = self.host_recent
+        return bool(recent) and sum(recent) >= MARK_SHARE * len(recent)
 
     # -- what the title says ------------------------------------------------------------------
     @property
