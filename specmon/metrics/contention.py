@@ -72,7 +72,8 @@ class HostTally:
         if not self.disturbed:
             return "quiet"
         state = "busy" if self.busy else "mostly quiet"
-        return (f"{state}: {self.disturbed:,} of {self.measured:,} {plural(self.measured, 'round')} disturbed "
+        rounds = "round" if self.measured == 1 else "rounds"
+        return (f"{state}: {self.disturbed:,} of {self.measured:,} {rounds} disturbed "
                 f"({self.share:.1%}), peak {self.peak:.0%} of a round")
 
     def line(self) -> str | None:
@@ -81,11 +82,7 @@ class HostTally:
             return None
         when = f"{clock(self.first_t)}-{clock(self.last_t)}"
         return (f"host {self.describe()}, {when}: other work held a CPU (stall {CONTENTION:.0%}+ of a round); "
-                "ratios paired round by round hold better than absolute tok/s")
-
-
-def plural(n: int, word: str) -> str:
-    return word if n == 1 else word + "s"
+                "paired ratios hold better than absolute tok/s")
 
 
 def clock(t: float | None) -> str:
