@@ -31,6 +31,16 @@ def private_runtime_dir(tmp_path_factory):
         os.environ["XDG_RUNTIME_DIR"] = old
 
 
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(profile, pair) of the tiny model, for the serve tests; sessions take turns with it."""
+    from specmon.backends.loader import load_pair
+    from tinymodel import tiny_profile
+
+    profile = load_profile(str(tiny_profile(tmp_path_factory.mktemp("tiny"), max_new_tokens=32)))
+    return profile, load_pair(profile)
+
+
 @pytest.fixture(scope="session")
 def model_path() -> Path:
     return modelstore.resolve(modelstore.SMOLLM2.name)

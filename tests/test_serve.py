@@ -5,33 +5,21 @@ model, and every answer checked against the session's log."""
 import json
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
-from specmon.backends.loader import load_pair
-from specmon.backends.profiles import load_profile
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, SessionFinished
 from specmon.policy.schema import load_policy
 from specmon.server.runner import ServeOptions, Serving
 from specmon.transport.session import live_session
-from tinymodel import tiny_profile
 
 REPO = Path(__file__).resolve().parent.parent
 HELLO = [{"role": "user", "content": "Say hello to the world."}]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(profile, pair) of the tiny model; sessions take turns with it."""
-    profile = load_profile(str(tiny_profile(tmp_path_factory.mktemp("tiny"), max_new_tokens=32)))
-    return profile, load_pair(profile)
 
 
 @contextmanager

@@ -1,7 +1,6 @@
 """`specmon serve` as a user runs it: a real subprocess, its one-line refusals, its headless lines,
 SIGTERM, and the commands that read a session log working on a server's log."""
 
-import os
 import re
 import signal
 import socket

@@ -10,7 +10,7 @@ import pytest
 from specmon.backends.loader import load_pair
 from specmon.backends.profiles import load_profile
 from specmon.events.schema import PromptFinished, RoundVerified
-from test_serve import client, events, rounds_of, serving, stream_text, tiny  # noqa: F401 (fixture)
+from test_serve import client, events, rounds_of, serving, stream_text
 from test_serve_queue import samples
 from tinymodel import write_tiny_gguf
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from specmon.events.schema import PromptStarted
-from test_serve import HELLO, client, events, serving, tiny, wait_until  # noqa: F401 (fixture)
+from test_serve import HELLO, client, events, serving, wait_until
 from test_serve_queue import samples
 
 

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specmon.events.schema import Decision, PromptFinished, PromptStarted, RoundVerified
 from specmon.transport.channel import LogWriteFailed
-from test_serve import HELLO, client, events, rounds_of, serving, tiny, wait_until  # noqa: F401 (fixture)
+from test_serve import HELLO, client, events, rounds_of, serving, wait_until
 
 
 @contextmanager
@@ -267,13 +267,13 @@ def test_a_client_that_leaves_is_one_line_and_counted_once(tmp_path, tiny, strea
         wait_until(job.cancelled.is_set, "the server noticed the decoding client left")
         gate.set()
         wait_until(lambda: worker.in_flight is not job, "the cancelled decode ended")
-        wait_until(lambda: any(l.startswith("499 /v1") for l in lines), "the withdrawn request's line", timeout=10)
+        wait_until(lambda: any(line.startswith("499 /v1") for line in lines), "the withdrawn request's line", timeout=10)
         exposed = samples(httpx.get(server.url + "/metrics").text)
     refused = {dict(k[1])["status"]: v for k, v in exposed.items() if k[0] == "specmon_requests_refused_total"}
     assert refused == {"499": 1}, (refused, lines)
     assert exposed[("specmon_requests_total", (("endpoint", "chat"), ("finish_reason", "cancelled")))] == 1
     assert len(lines) == 2, lines
-    lines.sort(key=lambda l: not l.startswith("499 /v1"))
+    lines.sort(key=lambda line: not line.startswith("499 /v1"))
     assert lines[0].startswith("499 /v1/chat/completions: the client closed the connection"), lines
     assert lines[1].startswith(f"499 chat {job.request.id} ") and "finish=cancelled" in lines[1], lines
     assert [e.stop_reason for e in events(log, PromptFinished)] == ["cancelled"]

@@ -16,7 +16,7 @@ from specmon.transport.session import live_session
 from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
 from specmon.tui.requests import seconds, short_id
-from test_serve import HELLO, client, events, tiny, wait_until  # noqa: F401 (fixture)
+from test_serve import client, events, wait_until
 from test_serve_queue import stepped_rounds
 from test_tui_requests import inside, ttft_foot, ttft_from_log
 from test_tui_view import region_lines

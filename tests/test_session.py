@@ -18,7 +18,6 @@ import pytest
 from specmon.events.log import LogWriter, read_log
 from specmon.events.schema import Decision, PromptFinished, RoundVerified, SessionFinished
 from specmon.metrics.contention import disturbed, stall_share, tally
-from specmon.metrics.rates import round_ms
 from specmon.metrics.stats import class_stats, summary
 from specmon.replay.player import ReplayFeed
 from specmon.sched.bench import bench_results

@@ -337,7 +337,7 @@ def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str
         line = 1 + thresholds["min_gain"] + thresholds["hysteresis"]
     if (rate[drafted] >= rate[0] * line) == speculate:
         return None  # on and paying, or off and not paying by the switch-on margin
-    inputs = {f"goodput_k0": rate[0], f"goodput_k{drafted}": rate[drafted]}
+    inputs = {"goodput_k0": rate[0], f"goodput_k{drafted}": rate[drafted]}
     inputs.update(_sides(estimate(spec, plain), spec, plain, drafted, 0))  # the interval, only for a decision
     return Outcome(not speculate, k, "policy.prompt_rounds", inputs, sorted({r.round_id for r in [*spec, *plain]}))
 

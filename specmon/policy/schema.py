@@ -178,7 +178,7 @@ def load_toml(text: str, source: str) -> dict:
         raise _syntax_error(text, source, exc) from None
     except RecursionError:
         raise PolicyError(source, *_too_deep(text), f"arrays or tables nested too deeply (over {TOO_DEEP})") from None
-    except ValueError as exc:  # an integer of more than 4300 digits
+    except ValueError:  # an integer of more than 4300 digits
         found = re.search(r"[0-9_]{1000,}", text)
         line, col = _line_col(text, found.start()) if found else (1, 1)
         raise PolicyError(source, line, col, "invalid TOML: a number of more than 4300 digits") from None
