@@ -204,3 +204,13 @@ def test_psi_counts_only_while_other_processes_use_a_cpu():
     assert second(200_000, 0.0) == 0  # a second with no other process: our own threads' stall
     assert second(300_000, 50_000.0) == 0  # others at 5% of a core: the ticks' noise, not counted
     assert second(300_000, 900_000.0) == 300_000  # a hog's second
+
+
+def test_a_hog_there_from_the_start_shows_after_a_quarter_second():
+    """The cost curve is timed in a session's first seconds: the first look at other work comes soon."""
+    psi, busy, own, now = [0], [0.0], [0.0], [0.0]
+    clock = StallClock(psi=lambda: psi[0], stat=lambda: (busy[0], 0.0), own=lambda: own[0], cores=2,
+                       clock=lambda: now[0])
+    clock.stall()
+    now[0], psi[0], own[0], busy[0] = 0.3, 120_000, 300_000.0, 600_000.0  # others held a core for 0.3 s
+    assert clock.stall() == 120_000 and clock.others_active

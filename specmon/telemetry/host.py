@@ -19,6 +19,7 @@ CONTENTION = 0.05
 
 OTHERS_WINDOW_S = 1.0  # /proc/stat counts in 10 ms ticks: over a second, its error is 2% of a core
 OTHERS_MIN = 0.10  # of a core: less than that is the kernel's own threads, and the ticks' error
+FIRST_WINDOW_S = 0.25  # the first look comes sooner (the cost curve is timed in the first seconds): a hog shows in it
 
 _PSI = "/proc/pressure/cpu"
 _STAT = "/proc/stat"
@@ -81,7 +82,8 @@ class StallClock:
         self._last_psi: int | None = None
         self._last: tuple[float, float, float] | None = None  # /proc/stat's busy, idle and our CPU, µs
         self._window: tuple[float, float, float] | None = None  # (time, busy, own) when the window began
-        self.others_active = False  # until the first window shows other work (the first second is taken as quiet)
+        self.others_active = False  # until the first window shows other work (its stall is taken as quiet)
+        self._looked = False  # a window has been judged
 
     def stall(self) -> float | None:
         if self.source == "psi":
@@ -100,7 +102,8 @@ class StallClock:
     def _watch_others(self) -> None:
         """Every OTHERS_WINDOW_S: did other processes use OTHERS_MIN of a core or more since the last look?"""
         now = self.clock()
-        if self._window is not None and now - self._window[0] < OTHERS_WINDOW_S:
+        window = OTHERS_WINDOW_S if self._looked else FIRST_WINDOW_S
+        if self._window is not None and now - self._window[0] < window:
             return
         read = self.stat()
         if read is None:
@@ -109,6 +112,7 @@ class StallClock:
         if self._window is not None:
             others = (busy - self._window[1]) - (own - self._window[2])
             self.others_active = others >= OTHERS_MIN * (now - self._window[0]) * 1e6
+            self._looked = True
         self._window = (now, busy, own)
 
     def _from_stat(self) -> float:
