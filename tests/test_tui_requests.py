@@ -152,3 +152,11 @@ def test_a_long_address_leaves_the_queue_out_before_it_is_cut():
     assert requests_title(Requests(), 80, url) == f"requests on {url} · 0 waiting"
     assert requests_title(Requests(), 50, url) == f"requests on {url}"
     assert requests_title(None, 80, "") == "requests"
+
+
+def test_one_request_served_is_one_request():
+    from specmon.tui.requests import Requests, render_requests
+
+    requests = Requests()
+    requests.served = 1
+    assert "idle, 1 request served" in render_requests(requests).plain

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from rich.text import Text
 
 from specmon.events.schema import AnyEvent, PromptFinished, PromptStarted, QueueSample, RoundVerified
-from specmon.metrics.format import MISSING
+from specmon.metrics.format import MISSING, count
 from specmon.metrics.rates import time_to_first_token_s
 
 TTFT_KEPT = 50  # recent requests whose time to first token the median is over
@@ -123,7 +123,7 @@ def render_requests(requests: Requests | None) -> Text:
         return Text()
     job = requests.in_flight
     if job is None:
-        done = f"idle, {requests.served} requests served"
+        done = f"idle, {count(requests.served, 'request')} served"
         return Text(done + (f", {requests.cancelled} cancelled" if requests.cancelled else ""), style="dim")
     k = "k=?" if job.k is None else "plain" if job.k == 0 else f"k={job.k}"
     progress = (f"{job.tokens}/{job.max_tokens} tok" if job.first_round_t is not None
