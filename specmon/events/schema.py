@@ -101,8 +101,8 @@ class RoundVerified(Event, tag="round", kw_only=True):
     accepted_text: str = ""  # the accepted draft tokens, detokenized
     final_text: str = ""  # the target's own token (correction or bonus), detokenized
     matched: int = 0  # a confident n-gram draft: the context tokens its match spans (0: other drafts, older logs)
-    # ms of the round in which other work on the host held a CPU this process waited for (telemetry.host);
-    # None: not measured (older logs, a host without /proc)
+    # ms of the round in which some task on the host waited for a CPU while other processes used one
+    # (telemetry.host); None: not measured (older logs, a host without /proc)
     host_stall_ms: float | None = None
 
 

@@ -11,10 +11,11 @@ from specmon.telemetry.host import CONTENTION
 
 # a figure whose rounds were this disturbed or more is marked as measured on a busy host
 MARK_SHARE = 0.10
+MIN_DISTURBED = 5  # and at least this many of them: one stray round in a class's first ten is not a busy host
 
 
 def stall_share(ev) -> float | None:
-    """The share of a round's time other work held a CPU it waited for; None where not measured."""
+    """The share of a round's time in which the host was contended (telemetry.host); None where not measured."""
     stalled = getattr(ev, "host_stall_ms", None)
     if stalled is None:
         return None
@@ -63,7 +64,7 @@ class HostTally:
     def busy(self) -> bool:
         """Enough of the rounds were disturbed that their figures should say so."""
         share = self.share
-        return share is not None and share >= MARK_SHARE
+        return share is not None and share >= MARK_SHARE and self.disturbed >= MIN_DISTURBED
 
     def describe(self) -> str:
         """How the host was, for people ("quiet", or the disturbed share and peak); '' where not measured."""

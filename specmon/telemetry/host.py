@@ -54,10 +54,10 @@ def stat_us(read=_read) -> tuple[float, float] | None:
         return None
     try:
         ticks = [int(x) for x in data.split(b"\n", 1)[0].split()[1:]]
-    except ValueError:
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and iowait
+    except (ValueError, IndexError):
         return None
     per_tick = 1e6 / os.sysconf("SC_CLK_TCK")
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and iowait
     return (sum(ticks) - idle) * per_tick, idle * per_tick
 
 
@@ -67,11 +67,13 @@ def own_cpu_us() -> float:
 
 
 class StallClock:
-    """stall() reads a running total of microseconds other work on the host made this process wait
-    for a CPU; the difference of two readings is what a round between them lost. None if the host
-    cannot say. PSI counts every waiting task, this process's own threads too (a live view's
-    redraws beside the model's threads): its stall counts only while other processes are using
-    OTHERS_MIN of a core or more, measured over the last OTHERS_WINDOW_S."""
+    """stall() reads a running total of microseconds in which some task on the host waited for a
+    CPU while other processes were using OTHERS_MIN of a core or more (over the last
+    OTHERS_WINDOW_S); the difference of two readings is what a round between them counts. None if
+    the host cannot say. PSI counts every waiting task, this process's own threads too (a live
+    view's redraws beside the model's threads): the gate keeps those out. It does not tell whose
+    wait it was: a niced background job that waits while we run still reads as contention.
+    Called from one thread (the decode loop's)."""
 
     def __init__(self, psi=psi_stall_us, stat=stat_us, own=own_cpu_us, cores: int | None = None,
                  clock=time.monotonic):
@@ -109,6 +111,8 @@ class StallClock:
         if read is None:
             return
         busy, own = read[0], self.own()
+        if self._window is not None and now - self._window[0] > 2 * OTHERS_WINDOW_S:
+            self._window, self._looked = None, False  # an idle gap (a server between requests): look again soon
         if self._window is not None:
             others = (busy - self._window[1]) - (own - self._window[2])
             self.others_active = others >= OTHERS_MIN * (now - self._window[0]) * 1e6
@@ -117,7 +121,10 @@ class StallClock:
 
     def _from_stat(self) -> float:
         """Other processes' CPU time beyond what idle cores could have given them, per core."""
-        busy, idle = self.stat()
+        read = self.stat()
+        if read is None:  # /proc/stat unreadable mid-run: this round is not measured
+            return None
+        busy, idle = read
         now = (busy, idle, self.own())
         if self._last is not None:
             others = (now[0] - self._last[0]) - (now[2] - self._last[2])

@@ -7,6 +7,7 @@ removes the socket, and turns a log-writer failure into one SpecmonError naming 
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -80,9 +81,9 @@ def live_session(pair, profile, drafter: Drafter, log_path: Path | None = None, 
             started.verify_ms, started.draft_ms = list(session.costs.verify_ms), session.costs.draft_ms
             started.verify_disturbed = session.costs.disturbed
             if session.costs.disturbed and announce:
-                print(f"specmon: the host was busy while the engine's costs were timed ({session.costs.disturbed} of "
-                      f"{len(session.costs.verify_ms)} points timed under contention): the policy may misjudge "
-                      "what a draft costs", file=sys.stderr)
+                print(textwrap.fill(f"specmon: the host was busy while the engine's costs were timed "
+                                    f"({session.costs.disturbed} of {len(session.costs.verify_ms)} points timed under "
+                                    "contention): the policy may misjudge what a draft costs", 80), file=sys.stderr)
         session.channel.publish(started)
         yield session
         session.finish("done")

@@ -11,7 +11,7 @@ from specmon.events.schema import (
     AnyEvent, ClassInForce, Decision, PolicyLoaded, PromptFinished, PromptStarted, QueueSample, ResourceSample,
     RoundVerified, SessionFinished, SessionStarted,
 )
-from specmon.metrics.contention import MARK_SHARE, HostTally, disturbed
+from specmon.metrics.contention import MIN_DISTURBED, MARK_SHARE, disturbed
 from specmon.metrics.interval import SpeedupEstimate
 from specmon.metrics.rates import acceptance_rate
 from specmon.metrics.stats import ClassStats, RunStats
@@ -71,7 +71,6 @@ class ViewState:
     events_seen: int = 0
     requests: Requests | None = None  # a server's queue and requests; None (no pane) in any other session
     prompt_drafters: dict[str, None] = field(default_factory=dict)  # drafters prompts ran with at k > 0, in order
-    host: HostTally = field(default_factory=HostTally)  # every round the host disturbed, and when
     host_recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=HOST_RECENT))
     host_busy: tuple[float, float] | None = None  # wall clock of the busy stretches' first and last disturbed rounds
     _estimates: dict = field(default_factory=dict)  # (class, k) -> ((rounds, plain rounds), estimate)
@@ -105,7 +104,6 @@ class ViewState:
 
     def _round(self, ev: RoundVerified) -> None:
         self.rounds_seen += 1
-        self.host.add(ev)
         if ev.host_stall_ms is not None:
             self.host_recent.append(disturbed(ev))
             if self.host_recent[-1] and self.host_now_busy:  # a disturbed round of a busy stretch
@@ -243,8 +241,8 @@ class ViewState:
     @property
     def host_now_busy(self) -> bool:
         """Recent rounds are disturbed at MARK_SHARE or more (metrics.contention)."""
-        recent = self.host_recent
-        return bool(recent) and sum(recent) >= MARK_SHARE * len(recent)
+        hit = sum(self.host_recent)
+        return hit >= MIN_DISTURBED and hit >= MARK_SHARE * len(self.host_recent)
 
     # -- what the title says ------------------------------------------------------------------
     @property
