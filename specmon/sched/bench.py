@@ -148,7 +148,7 @@ class BenchClass:
     def to_json(self) -> dict:
         best = self.best_k
         best_rate = self.fixed[best].tok_per_s if best is not None else None
-        paired = self.auto_over_best()
+        paired, host = self.auto_over_best(), self.host
         return {"plain": self.plain, "fixed": {str(k): r.tok_per_s for k, r in sorted(self.fixed.items())},
                 "best_k": best, "auto": self.auto.tok_per_s,
                 "auto_over_best": speedup(self.auto.tok_per_s, best_rate),
@@ -156,7 +156,7 @@ class BenchClass:
                 "best_over_plain": speedup(best_rate, self.plain),
                 "auto_over_best_interval": None if paired is None or paired.low is None else [paired.low, paired.high],
                 "auto_rounds_by_k": {str(k): n for k, n in sorted(self.auto_rounds_by_k.items())},
-                "disturbed_rounds": self.host.disturbed, "measured_rounds": self.host.measured}
+                "disturbed_rounds": host.disturbed, "measured_rounds": host.measured}
 
 
 def bench_results(events: Iterable[AnyEvent]) -> dict[str, BenchClass]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import time
 
+from specmon.telemetry.procfs import kept_pread
+
 # A round is disturbed when other work held a CPU for 5% of its time or more. Chosen from plain steps
 # timed with 0, 1 and 2 busy-loop hogs on 2 cores (docs/measuring.md): below 5% the median step was
 # within 2% of the quiet one on torch and llama.cpp; from 5 to 10%, llama.cpp's was 1.23x, torch's 1.13x
@@ -23,20 +25,7 @@ FIRST_WINDOW_S = 0.25  # the first look comes sooner (the cost curve is timed in
 
 _PSI = "/proc/pressure/cpu"
 _STAT = "/proc/stat"
-_kept: dict[str, tuple[int, int]] = {}  # path -> (pid, descriptor): a forked child opens its own
-
-
-def _read(path: str, size: int) -> bytes | None:
-    kept = _kept.get(path)
-    try:
-        if kept is None or kept[0] != os.getpid():
-            kept = _kept[path] = (os.getpid(), os.open(path, os.O_RDONLY | os.O_CLOEXEC))
-        return os.pread(kept[1], size, 0)
-    except OSError:
-        return None
-
-
-def psi_stall_us(read=_read) -> int | None:
+def psi_stall_us(read=kept_pread) -> int | None:
     """Microseconds since boot in which some task waited for a CPU, or None without PSI."""
     data = read(_PSI, 256)
     if not data:
@@ -47,7 +36,7 @@ def psi_stall_us(read=_read) -> int | None:
         return None
 
 
-def stat_us(read=_read) -> tuple[float, float] | None:
+def stat_us(read=kept_pread) -> tuple[float, float] | None:
     """(busy, idle) CPU microseconds since boot over all cores, from /proc/stat's first line."""
     data = read(_STAT, 512)
     if not data:

@@ -5,38 +5,23 @@ from __future__ import annotations
 import os
 import resource
 
+from specmon.telemetry.procfs import forget, kept_pread
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _nvml_state: dict[str, object] = {}
+_STATM = "/proc/self/statm"
 
 
 def rss_bytes() -> int | None:
-    """Resident set size of this process. Read every round, so through a kept descriptor: one
-    pread where open/read/close cost ~0.1 ms between forward passes (measured live)."""
-    try:
-        return int(os.pread(_statm(), 64, 0).split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        _forget_statm()
-        usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return usage * 1024 if usage else None
-
-
-_kept_statm: list[int] = []  # [pid, descriptor]: /proc/self resolves at open, so a forked child opens its own
-
-
-def _statm() -> int:
-    if not _kept_statm or _kept_statm[0] != os.getpid():
-        _forget_statm()  # in a forked child: the parent's, inherited
-        _kept_statm[:] = [os.getpid(), os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)]
-    return _kept_statm[1]
-
-
-def _forget_statm() -> None:
-    if _kept_statm:
+    """Resident set size of this process, read every round (telemetry.procfs keeps the file open)."""
+    data = kept_pread(_STATM, 64)
+    if data is not None:
         try:
-            os.close(_kept_statm[1])
-        except OSError:
-            pass
-        _kept_statm.clear()
+            return int(data.split()[1]) * _PAGE
+        except (ValueError, IndexError):
+            forget(_STATM)
+    usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # no /proc: the peak, not the current
+    return usage * 1024 if usage else None
 
 
 def vram_bytes(index: int = 0) -> tuple[int | None, int | None]:
