@@ -22,7 +22,7 @@ from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
 from specmon.policy.explain import explain_log
 from specmon.policy.schema import load_policy
-from specmon.metrics.contention import clock, tally
+from specmon.metrics.contention import tally
 from specmon.sched.bench import bench_results
 from specmon.transport.attach import attach_events, read_token
 from specmon.transport.serve import runtime_dir
@@ -196,7 +196,7 @@ def cmd_log(args) -> int:
     out.print("  integrity        " + (f"[red]{escape(str(damage))}[/]" if damage else "[green]ok[/]"), highlight=False)
     host = tally(kept)
     if host.measured:
-        text = escape(host.describe()) + (f", {clock(host.first_t)}-{clock(host.last_t)}" if host.disturbed else "")
+        text = escape(host.said())
         out.print("  host             " + (f"[yellow]{text}[/]" if host.busy else text), highlight=False)
     if not damage and first is not None and not counts["SessionFinished"]:
         out.print("  ended            [yellow]no end written: the run is still going, or was killed[/]",

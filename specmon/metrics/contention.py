@@ -77,12 +77,15 @@ class HostTally:
         return (f"{state}: {self.disturbed:,} of {self.measured:,} {rounds} disturbed "
                 f"({self.share:.1%}), peak {self.peak:.0%} of a round")
 
+    def said(self) -> str:
+        """describe(), with when the disturbed rounds ran, as log info and reports print it."""
+        return self.describe() + (f", {clock(self.first_t)}-{clock(self.last_t)}" if self.disturbed else "")
+
     def line(self) -> str | None:
         """A warning beside a run's figures, with when; None where no round was disturbed."""
         if not self.disturbed:
             return None
-        when = f"{clock(self.first_t)}-{clock(self.last_t)}"
-        return (f"host {self.describe()}, {when}: other work held a CPU (stall {CONTENTION:.0%}+ of a round); "
+        return (f"host {self.said()}: other work held a CPU (stall {CONTENTION:.0%}+ of a round); "
                 "paired ratios hold better than absolute tok/s")
 
 

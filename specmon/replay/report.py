@@ -11,7 +11,7 @@ from pathlib import Path
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
-from specmon.metrics.contention import HostTally, clock, tally
+from specmon.metrics.contention import HostTally, tally
 from specmon.metrics.format import fmt
 from specmon.metrics.interval import goodput_interval
 from specmon.metrics.stats import RunStats, class_stats, summary
@@ -219,7 +219,7 @@ def _host(host: HostTally) -> dict:
     """The rounds the host disturbed (metrics.contention): counts, and the phrase the tables print."""
     return {"measured_rounds": host.measured, "disturbed_rounds": host.disturbed, "disturbed_share": host.share,
             "peak_stall": host.peak if host.measured else None, "first": host.first_t, "last": host.last_t,
-            "said": host.describe() + (f", {clock(host.first_t)}-{clock(host.last_t)}" if host.disturbed else "")}
+            "said": host.said()}
 
 
 def _summary_line(cls: str, row: dict) -> str:
