@@ -27,10 +27,25 @@ from specmon.transport.serve import EventServer
 
 def sample_round(i: int) -> RoundVerified:
     return RoundVerified(
-        session_id="bench", t=time.time(), round_id=i, prompt_id="p", prompt_class="rewrite", round_index=i,
-        draft_len=4, proposed=[101, 102, 103, 104], accepted=2, rejection_pos=2, emitted=[101, 102, 555],
-        draft_ms=0.03, verify_ms=45.0, overhead_ms=0.4, target_probs=[0.9, 0.8, 0.1, 0.05], alpha_hat=0.46,
-        margins=[3.1, 2.2, 0.7], sampling=Sampling(), mem_bytes=1 << 29,
+        session_id="bench",
+        t=time.time(),
+        round_id=i,
+        prompt_id="p",
+        prompt_class="rewrite",
+        round_index=i,
+        draft_len=4,
+        proposed=[101, 102, 103, 104],
+        accepted=2,
+        rejection_pos=2,
+        emitted=[101, 102, 555],
+        draft_ms=0.03,
+        verify_ms=45.0,
+        overhead_ms=0.4,
+        target_probs=[0.9, 0.8, 0.1, 0.05],
+        alpha_hat=0.46,
+        margins=[3.1, 2.2, 0.7],
+        sampling=Sampling(),
+        mem_bytes=1 << 29,
     )
 
 
@@ -90,9 +105,11 @@ def decode_times(tokens: int, reps: int, tmp: Path) -> list[tuple[float, float]]
         sent = tokens + 2  # PromptStarted, a round per token, SessionFinished
         assert len(received) == sent and len(viewer.drain()) == sent
         pairs.append((times["bare"], times["channel"]))
-        print(f"rep {rep}: no channel {times['bare']:.0f} ms, channel + 3 subscribers {times['channel']:.0f} ms, "
-              f"of which inside publish() {times['publish']:.2f} ms ({100 * times['publish'] / times['channel']:.3f}%)",
-              flush=True)
+        print(
+            f"rep {rep}: no channel {times['bare']:.0f} ms, channel + 3 subscribers {times['channel']:.0f} ms, "
+            f"of which inside publish() {times['publish']:.2f} ms ({100 * times['publish'] / times['channel']:.3f}%)",
+            flush=True,
+        )
     return pairs
 
 
@@ -107,8 +124,10 @@ def main() -> int:
         print(f"encoded, framed and written: {rate:,.0f} events/s ({args.events:,} round events)")
         pairs = decode_times(args.tokens, args.reps, Path(tmp))
     ratios = [channel / bare for bare, channel in pairs]
-    print(f"decode loop with channel / without, median of {args.reps}: {statistics.median(ratios):.4f} "
-          f"({100 * (statistics.median(ratios) - 1):+.2f}%)")
+    print(
+        f"decode loop with channel / without, median of {args.reps}: {statistics.median(ratios):.4f} "
+        f"({100 * (statistics.median(ratios) - 1):+.2f}%)"
+    )
     return 0
 
 

@@ -68,15 +68,19 @@ def main() -> int:
     quiet = statistics.median(ms for ms, share in by_hogs[0] if share < CONTENTION)
     print(f"{args.profile}: stall from {clock.source}; quiet median plain step {quiet:.2f} ms")
     for hogs, rows in by_hogs.items():
-        print(f"  {hogs} hog(s): median step {statistics.median(ms for ms, _ in rows) / quiet:.2f}x quiet, "
-              f"mean stall share {statistics.mean(s for _, s in rows):.2f}")
+        print(
+            f"  {hogs} hog(s): median step {statistics.median(ms for ms, _ in rows) / quiet:.2f}x quiet, "
+            f"mean stall share {statistics.mean(s for _, s in rows):.2f}"
+        )
     print(f"  stall share     steps  median step  share > {SLOW}x quiet")
     every = [row for rows in by_hogs.values() for row in rows]
     for low, high in zip(BINS, BINS[1:]):
         picked = [ms / quiet for ms, share in every if low <= share < high]
         if picked:
-            print(f"  [{low:.2f}, {high:.2f})  {len(picked):6d}  {statistics.median(picked):10.2f}x  "
-                  f"{sum(x > SLOW for x in picked) / len(picked):.2f}")
+            print(
+                f"  [{low:.2f}, {high:.2f})  {len(picked):6d}  {statistics.median(picked):10.2f}x  "
+                f"{sum(x > SLOW for x in picked) / len(picked):.2f}"
+            )
     return 0
 
 

@@ -42,8 +42,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def find_server() -> Path | None:
-    for candidate in (os.environ.get("LLAMA_SERVER"), ROOT / ".llama-server/bin/llama-server",
-                      shutil.which("llama-server")):
+    for candidate in (
+        os.environ.get("LLAMA_SERVER"),
+        ROOT / ".llama-server/bin/llama-server",
+        shutil.which("llama-server"),
+    ):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
     return None
@@ -60,8 +63,24 @@ class Server:
 
     def __init__(self, binary: Path, model: Path, mode: str, threads: int, ctx: int, log_dir: Path):
         self.mode, self.port = mode, free_port()
-        args = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-np", "1",
-                "-c", str(ctx), "-t", str(threads), "-tb", str(threads), "--no-webui"]
+        args = [
+            str(binary),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-np",
+            "1",
+            "-c",
+            str(ctx),
+            "-t",
+            str(threads),
+            "-tb",
+            str(threads),
+            "--no-webui",
+        ]
         if mode != "none":
             args += ["--spec-type", mode]
         self.log = open(log_dir / f"llama-server-{mode}.log", "wb")
@@ -83,10 +102,19 @@ class Server:
 
     def complete(self, tokens: list[int], max_new_tokens: int) -> tuple[int, float]:
         """Tokens generated and decode ms (prompt processing excluded), greedy, no prompt cache."""
-        body = json.dumps({"prompt": tokens, "n_predict": max_new_tokens, "temperature": 0.0, "top_k": 1,
-                           "cache_prompt": False, "seed": 0}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", body,
-                                         {"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "prompt": tokens,
+                "n_predict": max_new_tokens,
+                "temperature": 0.0,
+                "top_k": 1,
+                "cache_prompt": False,
+                "seed": 0,
+            }
+        ).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/completion", body, {"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=600) as reply:
             timings = json.load(reply)["timings"]
         return int(timings["predicted_n"]), float(timings["predicted_ms"])
@@ -123,21 +151,25 @@ def main() -> int:
     policy = load_policy(args.policy)
     prompts = bench_prompts(args)
     pair = load_pair(profile, profile.drafter)
-    servers = [Server(binary, gguf_path(profile.target, profile), mode, args.threads, profile.max_seq_len,
-                      args.log.parent) for mode in MODES]
+    servers = [
+        Server(binary, gguf_path(profile.target, profile), mode, args.threads, profile.max_seq_len, args.log.parent)
+        for mode in MODES
+    ]
     totals: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
     try:
         for server in servers:
             server.wait_ready()
         with live_session(pair, profile, pair.drafter, args.log, policy=policy) as session:
-            scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs),
-                                        pair.drafter)
+            scheduler = PolicyScheduler(
+                session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter
+            )
             sequence = list(prompts) * args.repeat
 
             def after_specmon(done: int) -> None:  # the same prompt on every server, in rotating order
                 prompt = sequence[done - 1]
-                name = scheduler.engine.classify(prompt.text, prompt.prompt_class if prompt.prompt_class != "default"
-                                                 else None)[0]
+                name = scheduler.engine.classify(
+                    prompt.text, prompt.prompt_class if prompt.prompt_class != "default" else None
+                )[0]
                 tokens = pair.tokenizer.encode_chat(prompt.text)
                 shift = done % len(servers)
                 for server in servers[shift:] + servers[:shift]:
@@ -146,8 +178,15 @@ def main() -> int:
                     totals[name][server.mode][1] += ms
                 print(f"\r{done}/{len(sequence)} prompts", end="", file=sys.stderr, flush=True)
 
-            run_bench(scheduler, prompts, [0], args.repeat, profile.sampling.to_event(), args.max_new_tokens,
-                      on_prompt=after_specmon)
+            run_bench(
+                scheduler,
+                prompts,
+                [0],
+                args.repeat,
+                profile.sampling.to_event(),
+                args.max_new_tokens,
+                on_prompt=after_specmon,
+            )
             print(file=sys.stderr)
     finally:
         for server in servers:
@@ -158,15 +197,19 @@ def main() -> int:
 
 def report(specmon: dict, server: dict, args) -> None:
     """Per class and over all of them: each side's plain tok/s and every mode over its own plain."""
-    print(f"{'class':12} {'specmon plain':>13} {'auto/plain':>10} {'server plain':>12} "
-          + " ".join(f"{mode + '/plain':>18}" for mode in MODES[1:]))
+    print(
+        f"{'class':12} {'specmon plain':>13} {'auto/plain':>10} {'server plain':>12} "
+        + " ".join(f"{mode + '/plain':>18}" for mode in MODES[1:])
+    )
     everything = {mode: [sum(server[name][mode][i] for name in server) for i in (0, 1)] for mode in MODES}
     overall = overall_figures(specmon, [0])  # the bench's own pooling over classes
     rows = {name: row(server[name], specmon[name].auto.tok_per_s, specmon[name].plain) for name in sorted(server)}
     rows["all"] = row(everything, overall["auto"], overall["fixed"]["0"])
     for name, r in rows.items():
-        print(f"{name:12} {r['specmon_plain']:13.1f} {r['auto_over_plain']:10.3f} {r['server_plain']:12.1f} "
-              + " ".join(f"{r['server_over_plain'][mode]:18.3f}" for mode in MODES[1:]))
+        print(
+            f"{name:12} {r['specmon_plain']:13.1f} {r['auto_over_plain']:10.3f} {r['server_plain']:12.1f} "
+            + " ".join(f"{r['server_over_plain'][mode]:18.3f}" for mode in MODES[1:])
+        )
     print(f"(specmon log: {args.log}; llama-server logs beside it)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
@@ -175,8 +218,12 @@ def report(specmon: dict, server: dict, args) -> None:
 def row(server: dict, auto: float, plain: float) -> dict:
     """specmon's tok/s as given; the server's from [tokens, ms]; each side's modes over its own plain."""
     rate = {mode: tokens / ms * 1e3 for mode, (tokens, ms) in server.items()}
-    return {"specmon_plain": plain, "auto_over_plain": auto / plain, "server_plain": rate["none"],
-            "server_over_plain": {mode: rate[mode] / rate["none"] for mode in MODES[1:]}}
+    return {
+        "specmon_plain": plain,
+        "auto_over_plain": auto / plain,
+        "server_plain": rate["none"],
+        "server_over_plain": {mode: rate[mode] / rate["none"] for mode in MODES[1:]},
+    }
 
 
 if __name__ == "__main__":

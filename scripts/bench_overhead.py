@@ -81,12 +81,18 @@ def main() -> int:
                     own = sum(e.draft_ms + e.overhead_ms for e in events)
                     own_share.append(own / sum(e.draft_ms + e.verify_ms + e.overhead_ms for e in events))
             ratios.append(times["loop"] / times["bare"])
-            print(f"rep {rep}: bare {times['bare']:.0f} ms, round loop {times['loop']:.0f} ms, "
-                  f"ratio {ratios[-1]:.4f}", flush=True)
-    print(f"median round-loop / bare-loop time over {args.reps} reps of {args.tokens} tokens: "
-          f"{statistics.median(ratios):.4f} (overhead {100 * (statistics.median(ratios) - 1):+.2f}%)")
-    print(f"engine's own share of round time, from the events (draft + overhead ms, the emit included): "
-          f"median {100 * statistics.median(own_share):.2f}%, max {100 * max(own_share):.2f}%")
+            print(
+                f"rep {rep}: bare {times['bare']:.0f} ms, round loop {times['loop']:.0f} ms, ratio {ratios[-1]:.4f}",
+                flush=True,
+            )
+    print(
+        f"median round-loop / bare-loop time over {args.reps} reps of {args.tokens} tokens: "
+        f"{statistics.median(ratios):.4f} (overhead {100 * (statistics.median(ratios) - 1):+.2f}%)"
+    )
+    print(
+        f"engine's own share of round time, from the events (draft + overhead ms, the emit included): "
+        f"median {100 * statistics.median(own_share):.2f}%, max {100 * max(own_share):.2f}%"
+    )
     return 0
 
 

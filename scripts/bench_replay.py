@@ -30,13 +30,38 @@ from bench_tui import synthetic_round  # noqa: E402
 def write_log(path: Path, rounds: int) -> None:
     with open(path, "wb") as fh:
         fh.write(preamble())
-        fh.write(frame(SessionStarted(session_id="bench", t=0.0, specmon_version="bench", profile_name="bench",
-                                      profile_text="", backend="torch", target="synthetic", drafter="ngram",
-                                      dtype="float32", device="cpu")))
+        fh.write(
+            frame(
+                SessionStarted(
+                    session_id="bench",
+                    t=0.0,
+                    specmon_version="bench",
+                    profile_name="bench",
+                    profile_text="",
+                    backend="torch",
+                    target="synthetic",
+                    drafter="ngram",
+                    dtype="float32",
+                    device="cpu",
+                )
+            )
+        )
         for cls in ("chat", "rewrite", "code"):
-            fh.write(frame(PromptStarted(session_id="bench", t=0.0, prompt_id="p", prompt_class=cls, draft_len=4,
-                                         drafter="ngram", sampling=Sampling(), prompt_tokens=10,
-                                         max_new_tokens=10**9)))
+            fh.write(
+                frame(
+                    PromptStarted(
+                        session_id="bench",
+                        t=0.0,
+                        prompt_id="p",
+                        prompt_class=cls,
+                        draft_len=4,
+                        drafter="ngram",
+                        sampling=Sampling(),
+                        prompt_tokens=10,
+                        max_new_tokens=10**9,
+                    )
+                )
+            )
         chunk = []
         for i in range(rounds):
             chunk.append(frame(synthetic_round(i)))
@@ -52,14 +77,15 @@ async def replay(path: Path, rounds: int) -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         while app.state.rounds_seen == 0:
             await pilot.pause(0.01)
-        print(f"first rounds on screen after {time.perf_counter() - start:.2f} s "
-              f"(rss {rss_bytes() / 2**20:.0f} MiB)")
+        print(f"first rounds on screen after {time.perf_counter() - start:.2f} s (rss {rss_bytes() / 2**20:.0f} MiB)")
         marks = [rounds // 10, rounds // 2, rounds]
         while marks:
             await pilot.pause(0.25)
             if app.state.rounds_seen >= marks[0]:
-                print(f"{app.state.rounds_seen:>9} rounds replayed at {time.perf_counter() - start:6.1f} s, "
-                      f"rss {rss_bytes() / 2**20:.0f} MiB")
+                print(
+                    f"{app.state.rounds_seen:>9} rounds replayed at {time.perf_counter() - start:6.1f} s, "
+                    f"rss {rss_bytes() / 2**20:.0f} MiB"
+                )
                 marks.pop(0)
 
 
@@ -71,8 +97,10 @@ def main() -> int:
         path = Path(tmp) / "big.specmon"
         start = time.perf_counter()
         write_log(path, args.rounds)
-        print(f"wrote {args.rounds:,} rounds ({path.stat().st_size / 2**20:.0f} MiB) in "
-              f"{time.perf_counter() - start:.1f} s")
+        print(
+            f"wrote {args.rounds:,} rounds ({path.stat().st_size / 2**20:.0f} MiB) in "
+            f"{time.perf_counter() - start:.1f} s"
+        )
         asyncio.run(replay(path, args.rounds))
     return 0
 

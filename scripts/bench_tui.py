@@ -23,19 +23,45 @@ from specmon.tui.feed import Feed
 def synthetic_round(i: int) -> RoundVerified:
     accepted = i % 5
     return RoundVerified(
-        session_id="bench", t=float(i), round_id=i, prompt_id="p", prompt_class=("chat", "rewrite", "code")[i % 3],
-        round_index=i, draft_len=4, proposed=[1, 2, 3, 4], accepted=min(accepted, 4),
-        rejection_pos=accepted if accepted < 4 else None, emitted=[7] * (min(accepted, 4) + 1),
-        draft_ms=0.03, verify_ms=40.0 + i % 7, overhead_ms=0.4, target_probs=[0.5] * 4, alpha_hat=0.6,
-        margins=[1.0], sampling=Sampling(), mem_bytes=1 << 29, accepted_text=" word" * min(accepted, 4),
+        session_id="bench",
+        t=float(i),
+        round_id=i,
+        prompt_id="p",
+        prompt_class=("chat", "rewrite", "code")[i % 3],
+        round_index=i,
+        draft_len=4,
+        proposed=[1, 2, 3, 4],
+        accepted=min(accepted, 4),
+        rejection_pos=accepted if accepted < 4 else None,
+        emitted=[7] * (min(accepted, 4) + 1),
+        draft_ms=0.03,
+        verify_ms=40.0 + i % 7,
+        overhead_ms=0.4,
+        target_probs=[0.5] * 4,
+        alpha_hat=0.6,
+        margins=[1.0],
+        sampling=Sampling(),
+        mem_bytes=1 << 29,
+        accepted_text=" word" * min(accepted, 4),
         final_text=" end",
     )
 
 
 def produce(sub: Subscription, rate: int, seconds: float, stop: threading.Event) -> None:
     for cls in ("chat", "rewrite", "code"):
-        sub.offer(PromptStarted(session_id="bench", t=0.0, prompt_id="p", prompt_class=cls, draft_len=4,
-                                drafter="ngram", sampling=Sampling(), prompt_tokens=10, max_new_tokens=10**9))
+        sub.offer(
+            PromptStarted(
+                session_id="bench",
+                t=0.0,
+                prompt_id="p",
+                prompt_class=cls,
+                draft_len=4,
+                drafter="ngram",
+                sampling=Sampling(),
+                prompt_tokens=10,
+                max_new_tokens=10**9,
+            )
+        )
     start, sent = time.perf_counter(), 0
     while not stop.is_set() and time.perf_counter() - start < seconds:
         due = int((time.perf_counter() - start) * rate)
@@ -61,8 +87,10 @@ async def run(rate: int, seconds: float) -> None:
     for t, rounds, redraws, backlog in samples:
         print(f"t={t:5.1f}s  ingested {rounds:>8} rounds  redraws {redraws:>4}  backlog {backlog:>6}")
     (t0, r0, d0, _), (t1, r1, d1, _) = samples[0], samples[-1]
-    print(f"steady state: {(r1 - r0) / (t1 - t0):,.0f} events/s ingested, {(d1 - d0) / (t1 - t0):.1f} redraws/s, "
-          f"backlog at the end {samples[-1][3]}, skipped {sub.skipped}")
+    print(
+        f"steady state: {(r1 - r0) / (t1 - t0):,.0f} events/s ingested, {(d1 - d0) / (t1 - t0):.1f} redraws/s, "
+        f"backlog at the end {samples[-1][3]}, skipped {sub.skipped}"
+    )
 
 
 def main() -> int:

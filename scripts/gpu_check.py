@@ -48,7 +48,9 @@ def configurations(tmp: Path, target_dir: Path, draft_dir: Path) -> dict:
     model_draft = f'[drafter]\nkind = "model"\n[drafter.target]\npath = "{draft_dir}"\n'
     return {
         "exl2 model": _profile(tmp, "exl2-model", exl2 + f'[target]\npath = "{target_dir}"\n' + model_draft),
-        "exl2 ngram": _profile(tmp, "exl2-ngram", exl2 + f'[target]\npath = "{target_dir}"\n[drafter]\nkind = "ngram"\n'),
+        "exl2 ngram": _profile(
+            tmp, "exl2-ngram", exl2 + f'[target]\npath = "{target_dir}"\n[drafter]\nkind = "ngram"\n'
+        ),
         "torch model": _profile(tmp, "torch-model", torch_cuda + f'[target]\npath = "{target_dir}"\n' + model_draft),
     }
 
@@ -74,11 +76,15 @@ def fold(events: list, k: int) -> dict:
             runs[ev.draft_len].add_finish(ev)
     plain, spec = runs[0], runs[k]
     return {
-        "plain tok/s": plain.tok_per_s, "spec tok/s": spec.tok_per_s,
+        "plain tok/s": plain.tok_per_s,
+        "spec tok/s": spec.tok_per_s,
         "speedup": speedup(spec.goodput, plain.goodput),
-        "acceptance": spec.acceptance_rate, "accepted/round": spec.mean_accepted_len,
-        "draft ms": spec.mean_ms(spec.draft_ms), "verify ms": spec.mean_ms(spec.verify_ms),
-        "plain step ms": plain.mean_ms(plain.verify_ms), "VRAM GiB": mem / 2**30,
+        "acceptance": spec.acceptance_rate,
+        "accepted/round": spec.mean_accepted_len,
+        "draft ms": spec.mean_ms(spec.draft_ms),
+        "verify ms": spec.mean_ms(spec.verify_ms),
+        "plain step ms": plain.mean_ms(plain.verify_ms),
+        "VRAM GiB": mem / 2**30,
         "spec vs plain": dict(spec.verdicts),
     }
 
@@ -90,8 +96,11 @@ def outputs(events: list) -> dict[str, list[int]]:
 def agreement(a: dict[str, list[int]], b: dict[str, list[int]]) -> str:
     """Prompts whose plain greedy outputs are identical, and the shortest common prefix otherwise."""
     same = sum(a[p] == b[p] for p in a)
-    prefixes = [next((i for i, (x, y) in enumerate(zip(a[p], b[p])) if x != y), min(len(a[p]), len(b[p])))
-                for p in a if a[p] != b[p]]
+    prefixes = [
+        next((i for i, (x, y) in enumerate(zip(a[p], b[p])) if x != y), min(len(a[p]), len(b[p])))
+        for p in a
+        if a[p] != b[p]
+    ]
     tail = f"; others agree for their first {min(prefixes)}+ tokens" if prefixes else ""
     return f"{same}/{len(a)} prompts identical{tail}"
 
@@ -131,19 +140,35 @@ def main() -> int:
             rows[name] = fold(events, args.k) | {"wall s": time.perf_counter() - t0}
             plain_out[name] = outputs(events)
     gpu = torch.cuda.get_device_name()
-    print(f"\nspecmon GPU check on {gpu} (torch {torch.__version__}), SmolLM2-135M FP16 folders, "
-          f"draft = first {DRAFT_LAYERS} layers, k = {args.k}, greedy, {len(prompts)} prompts x "
-          f"{args.max_new_tokens} new tokens; export {export_s:.1f}s, extension build {fmt(args.build_seconds)}s")
-    columns = ["plain tok/s", "spec tok/s", "speedup", "acceptance", "accepted/round", "draft ms", "verify ms",
-               "plain step ms", "VRAM GiB", "wall s", "spec vs plain"]
+    print(
+        f"\nspecmon GPU check on {gpu} (torch {torch.__version__}), SmolLM2-135M FP16 folders, "
+        f"draft = first {DRAFT_LAYERS} layers, k = {args.k}, greedy, {len(prompts)} prompts x "
+        f"{args.max_new_tokens} new tokens; export {export_s:.1f}s, extension build {fmt(args.build_seconds)}s"
+    )
+    columns = [
+        "plain tok/s",
+        "spec tok/s",
+        "speedup",
+        "acceptance",
+        "accepted/round",
+        "draft ms",
+        "verify ms",
+        "plain step ms",
+        "VRAM GiB",
+        "wall s",
+        "spec vs plain",
+    ]
     print(" | ".join(["config"] + columns))
     for name, row in rows.items():
         print(" | ".join([name] + [fmt(row[c]) for c in columns]))
     cross = agreement(plain_out["exl2 model"], plain_out["torch model"])
     print(f"plain greedy, ExLlamaV2 vs torch (both FP16, different kernels): {cross}")
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "gpu-check.json").write_text(json.dumps(
-            {"gpu": gpu, "torch": torch.__version__, "rows": rows, "exl2_vs_torch": cross}, indent=1, default=str))
+        Path(os.environ["OUT"], "gpu-check.json").write_text(
+            json.dumps(
+                {"gpu": gpu, "torch": torch.__version__, "rows": rows, "exl2_vs_torch": cross}, indent=1, default=str
+            )
+        )
     bad = [n for n in rows if n.startswith("exl2") and rows[n]["spec vs plain"].get("diverged")]
     if bad:
         print(f"FAIL: speculative output left plain greedy decoding beyond near-ties in {', '.join(bad)}")

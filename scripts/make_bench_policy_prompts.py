@@ -89,8 +89,8 @@ TASKS = {
     "rewrite": [
         f"Rewrite this paragraph in simpler English for a ten-year-old:\n\n{ARTICLES[0]}",
         f"Rewrite this text in the past tense, changing nothing else:\n\n{ARTICLES[3]}",
-        "Correct the spelling and grammar: \"Yesterday we was going to the libary but it were closed, so "
-        "we goes to the park and eated our sandwitches near the lake.\"",
+        'Correct the spelling and grammar: "Yesterday we was going to the libary but it were closed, so '
+        'we goes to the park and eated our sandwitches near the lake."',
         f"Make this paragraph more formal, keeping all the facts:\n\n{ARTICLES[4]}",
         "Turn these notes into one clear paragraph: meeting moved to thursday; bring the budget sheet; "
         "Anna presents the survey results; lunch provided; finish by 2pm.",
@@ -147,8 +147,7 @@ TASKS = {
     "context-qa": [
         f"Answer using only the context below.\n\nContext: {ARTICLES[0]}\n\nQuestion: How many items were "
         "borrowed in the first six months, and what was the most popular one?",
-        f"Context: {ARTICLES[1]}\n\nUsing the context, answer: what does the weather station measure, and how "
-        "often?",
+        f"Context: {ARTICLES[1]}\n\nUsing the context, answer: what does the weather station measure, and how often?",
         f"Read the context and answer the question.\n\nContext: {ARTICLES[2]}\n\nQuestion: What does Mara "
         "Lindqvist find hardest about beekeeping, and why?",
         f"Context: {ARTICLES[3]}\n\nQuestion: What happened to attendance and reading scores during the trial?",
@@ -176,8 +175,8 @@ TASKS = {
     "extraction": [
         f"List every number mentioned in this text and what it refers to:\n\n{ARTICLES[0]}",
         f"Extract all the names of people and places from this text as a JSON list:\n\n{ARTICLES[2]}",
-        "Extract the date, time and place of the meeting from this email: \"Hi all, the project review "
-        "is moved to Wednesday 14 May at 10:30, in room B2 on the second floor. Please bring your laptops.\"",
+        'Extract the date, time and place of the meeting from this email: "Hi all, the project review '
+        'is moved to Wednesday 14 May at 10:30, in room B2 on the second floor. Please bring your laptops."',
         f"From this article, extract the measurements the station takes and the extreme values it recorded, "
         f"as a JSON object:\n\n{ARTICLES[1]}",
         "Pull out the product names and prices from this receipt as a list:\n\nMilk 1L 1.19\nRye bread 2.40\n"
@@ -188,8 +187,11 @@ TASKS = {
 
 
 def main() -> None:
-    rows = [{"id": f"{task}-{i:02d}", "class": task, "prompt": text}
-            for task, texts in TASKS.items() for i, text in enumerate(texts, 1)]
+    rows = [
+        {"id": f"{task}-{i:02d}", "class": task, "prompt": text}
+        for task, texts in TASKS.items()
+        for i, text in enumerate(texts, 1)
+    ]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     print(f"{len(rows)} prompts, {len(TASKS)} task types -> {OUT}")

@@ -23,10 +23,15 @@ from specmon.server.runner import ServeOptions, Serving
 from specmon.transport.session import live_session
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "session-serve.specmon"
-FIRST = ("Summarize:\n\nThe quarterly meeting, first set for Thursday afternoon in the main conference room, "
-         "has moved to Friday morning because several members of the engineering team are out sick this week.")
-QUEUED = [("chat", "Add type hints to this function:\n```python\ndef add(a, b):\n    return a + b\n```"),
-          ("chat", "Why is the sky blue?"), ("completion", "The three primary colours are")]
+FIRST = (
+    "Summarize:\n\nThe quarterly meeting, first set for Thursday afternoon in the main conference room, "
+    "has moved to Friday morning because several members of the engineering team are out sick this week."
+)
+QUEUED = [
+    ("chat", "Add type hints to this function:\n```python\ndef add(a, b):\n    return a + b\n```"),
+    ("chat", "Why is the sky blue?"),
+    ("completion", "The three primary colours are"),
+]
 
 
 def until(condition, what: str) -> None:
@@ -39,8 +44,9 @@ def until(condition, what: str) -> None:
 
 def ask(api: openai.OpenAI, endpoint: str, text: str) -> None:
     if endpoint == "chat":
-        api.chat.completions.create(model="m", messages=[{"role": "user", "content": text}], max_tokens=48,
-                                    temperature=0)
+        api.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": text}], max_tokens=48, temperature=0
+        )
     else:
         api.completions.create(model="m", prompt=text, max_tokens=24, temperature=0)
 
@@ -50,8 +56,9 @@ def main() -> None:
     out.unlink(missing_ok=True)
     profile, policy = load_profile("smollm2-cpu"), load_policy("default")
     pair = load_pair(profile)
-    with live_session(pair, profile, pair.drafter, out, serve=False, policy=policy, announce=False,
-                      keep_events=False) as session:
+    with live_session(
+        pair, profile, pair.drafter, out, serve=False, policy=policy, announce=False, keep_events=False
+    ) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0), policy)
         server.start()
         api = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=600)

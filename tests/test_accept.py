@@ -83,7 +83,8 @@ def test_round_figures_from_the_argmax_match_the_full_vocabulary_computations():
     assert _logit_margins(logits, top)[1] == 0.0
     proposed = [int(top[0]), int(top[1]) ^ 1, int(top[2]), 5, int(top[4])]
     wide = logits[:5].astype(np.float64)
-    expected = np.exp(wide[np.arange(5), proposed] - np.log(np.exp(wide - wide.max(-1, keepdims=True)).sum(-1))
-                      - wide.max(-1))
+    expected = np.exp(
+        wide[np.arange(5), proposed] - np.log(np.exp(wide - wide.max(-1, keepdims=True)).sum(-1)) - wide.max(-1)
+    )
     assert _target_probs(logits, top, None, proposed) == pytest.approx(expected.tolist(), rel=1e-6)
     assert _greedy_alpha(top, Proposal(proposed, None)) == pytest.approx(3 / 5)

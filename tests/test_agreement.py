@@ -37,8 +37,9 @@ async def tui_rows() -> dict[str, list[str]]:
     async with app.run_test(size=(80, 24)) as pilot:
         await drawn(app, pilot, TUI_EVENTS)
         table = app.screen.query_one("#classes")
-        return {str(table.get_row_at(i)[0]): [str(c).strip() for c in table.get_row_at(i)]
-                for i in range(table.row_count)}
+        return {
+            str(table.get_row_at(i)[0]): [str(c).strip() for c in table.get_row_at(i)] for i in range(table.row_count)
+        }
 
 
 async def test_tui_class_table_log_info_and_report_json_agree(tmp_path, capsys):
@@ -52,15 +53,33 @@ async def test_tui_class_table_log_info_and_report_json_agree(tmp_path, capsys):
         # log info: k prompts rounds empty proposed accepted rate mean | draft verify tok/s plain speedup CI output
         k, prompts, rounds, empty, proposed, accepted, p_rate, mean = printed[name][:8]
         assert [k, rounds, empty, proposed, accepted, p_rate, mean] == [
-            str(r["draft_len"]), str(r["rounds"]), str(r["empty_rounds"]), str(r["proposed"]), str(r["accepted"]),
-            rate, f"{r['mean_accepted_len']:.2f}"], name
+            str(r["draft_len"]),
+            str(r["rounds"]),
+            str(r["empty_rounds"]),
+            str(r["proposed"]),
+            str(r["accepted"]),
+            rate,
+            f"{r['mean_accepted_len']:.2f}",
+        ], name
         assert prompts == str(r["prompts"])
-        assert printed[name][8:13] == [f"{r['draft_ms']:.2f}", f"{r['verify_ms']:.1f}", f"{r['tok_per_s']:.1f}",
-                                       f"{r['baseline_tok_per_s']:.1f}", speedup], name
+        assert printed[name][8:13] == [
+            f"{r['draft_ms']:.2f}",
+            f"{r['verify_ms']:.1f}",
+            f"{r['tok_per_s']:.1f}",
+            f"{r['baseline_tok_per_s']:.1f}",
+            speedup,
+        ], name
         ci = "-" if r["speedup_low"] is None else f"{r['speedup_low']:.2f}–{r['speedup_high']:.2f}"
         assert printed[name][13] == ci
         # the TUI: class k rounds empty acc len speedup on/off
-        assert shown[name][1:7] == [str(r["draft_len"]), str(r["rounds"]), str(r["empty_rounds"]), rate,
-                                    f"{r['mean_accepted_len']:.2f}", speedup], name
+        assert shown[name][1:7] == [
+            str(r["draft_len"]),
+            str(r["rounds"]),
+            str(r["empty_rounds"]),
+            rate,
+            f"{r['mean_accepted_len']:.2f}",
+            speedup,
+        ], name
     assert report["rewrite"]["speedup"] == pytest.approx(
-        report["rewrite"]["tok_per_s"] / report["rewrite"]["baseline_tok_per_s"])
+        report["rewrite"]["tok_per_s"] / report["rewrite"]["baseline_tok_per_s"]
+    )

@@ -30,14 +30,18 @@ def bench_log(request, tmp_path_factory):
     profile = load_profile(str(tiny_profile(tmp)))
     sampling = request.param or profile.sampling.to_event()
     # sampled: a draft model (the target cut to 1 layer) proposes every round, so k changes the text
-    drafter = (DrafterSpec(kind="ngram", draft_len=4) if sampling.greedy else
-               DrafterSpec(kind="model", target=ModelRef(path=str(tmp / "tiny.gguf"), layers=1)))
+    drafter = (
+        DrafterSpec(kind="ngram", draft_len=4)
+        if sampling.greedy
+        else DrafterSpec(kind="model", target=ModelRef(path=str(tmp / "tiny.gguf"), layers=1))
+    )
     pair = load_pair(profile, drafter)
     policy = load_policy("default")
     prompts = builtin_suite()[::5]  # chat, code-new, code-edit, rewrite
     with open_session(pair, profile, pair.drafter, tmp / "bench.specmon", policy=policy, announce=False) as session:
-        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter,
-                                    on_reload=None)
+        scheduler = PolicyScheduler(
+            session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter, on_reload=None
+        )
         run_bench(scheduler, prompts, KS, 1, sampling, 20)
         bench_events = list(session.events)
         alone = {}  # each prompt at each fixed k decoded alone, on the session's own cache
@@ -63,11 +67,12 @@ def decodes(events):
 def test_every_decode_of_a_prompt_gives_what_it_gives_alone(bench_log):
     events, alone, sampling = bench_log
     finished = {}
-    for started, ev in zip([e for e in events if isinstance(e, PromptStarted)],
-                           [e for e in events if isinstance(e, PromptFinished)]):
+    for started, ev in zip(
+        [e for e in events if isinstance(e, PromptStarted)], [e for e in events if isinstance(e, PromptFinished)]
+    ):
         assert started.prompt_id == ev.prompt_id
         if started.class_rule.startswith(BENCH_FIXED_RULE):
-            finished[ev.prompt_id, int(started.class_rule[len(BENCH_FIXED_RULE):])] = ev.generated
+            finished[ev.prompt_id, int(started.class_rule[len(BENCH_FIXED_RULE) :])] = ev.generated
         elif sampling.greedy:  # the policy's decode: greedy gives one text at every k
             assert ev.generated == alone[ev.prompt_id, 0]
     assert finished == alone
@@ -86,7 +91,7 @@ def test_decodes_take_turns_but_the_log_keeps_each_together(bench_log):
     ids = sorted(r.round_id for _, rounds in first for r in rounds)
     assert ids == list(range(ids[0], ids[0] + len(ids)))  # no other decode's rounds between them
     assert all(lo < other_hi and other_lo < hi for lo, hi in spans for other_lo, other_hi in spans)
-    fixed = {int(s.class_rule[len(BENCH_FIXED_RULE):]) for s, _ in first if s.class_rule.startswith(BENCH_FIXED_RULE)}
+    fixed = {int(s.class_rule[len(BENCH_FIXED_RULE) :]) for s, _ in first if s.class_rule.startswith(BENCH_FIXED_RULE)}
     assert fixed == set(KS)
     assert set(bench_results(events)) <= {"chat", "code-edit", "rewrite", "non-english"}
 
@@ -103,8 +108,23 @@ def test_the_decode_with_fewest_tokens_goes_next():
         return made
 
     take_turns([decode("fast", [4, 4, 4]), decode("slow", [1] * 12)])
-    assert trace == ["fast", "slow", "slow", "slow", "slow", "fast", "slow", "slow", "slow", "slow", "fast",
-                     "slow", "slow", "slow", "slow"]
+    assert trace == [
+        "fast",
+        "slow",
+        "slow",
+        "slow",
+        "slow",
+        "fast",
+        "slow",
+        "slow",
+        "slow",
+        "slow",
+        "fast",
+        "slow",
+        "slow",
+        "slow",
+        "slow",
+    ]
 
 
 def test_forked_drafter_keeps_its_own_confidence():
@@ -117,10 +137,27 @@ def test_forked_drafter_keeps_its_own_confidence():
 
 def timed_round(round_id, ms, stall_ms, t=0.0):
     return RoundVerified(
-        session_id="s", t=t, round_id=round_id, prompt_id="p", prompt_class="chat", round_index=round_id,
-        draft_len=0, proposed=[], accepted=0, rejection_pos=None, emitted=[7], draft_ms=0.0, verify_ms=ms,
-        overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[], sampling=Sampling(), mem_bytes=0,
-        host_stall_ms=stall_ms)
+        session_id="s",
+        t=t,
+        round_id=round_id,
+        prompt_id="p",
+        prompt_class="chat",
+        round_index=round_id,
+        draft_len=0,
+        proposed=[],
+        accepted=0,
+        rejection_pos=None,
+        emitted=[7],
+        draft_ms=0.0,
+        verify_ms=ms,
+        overhead_ms=0.0,
+        target_probs=[],
+        alpha_hat=None,
+        margins=[],
+        sampling=Sampling(),
+        mem_bytes=0,
+        host_stall_ms=stall_ms,
+    )
 
 
 def test_host_stalls_are_rounds_the_host_made_wait_for_a_cpu():

@@ -29,10 +29,25 @@ SPECMON = [sys.executable, "-m", "specmon.cli"]
 
 def rnd(i: int) -> RoundVerified:
     return RoundVerified(
-        session_id="s", t=float(i), round_id=i, prompt_id=f"p{i // 7}", prompt_class="c", round_index=i % 7,
-        draft_len=3, proposed=[i, i + 1, i + 2][: i % 4], accepted=min(i % 3, i % 4), rejection_pos=None,
-        emitted=[i] * (1 + min(i % 3, i % 4)), draft_ms=0.1, verify_ms=4.0, overhead_ms=0.2,
-        target_probs=[0.5] * (i % 4), alpha_hat=None, margins=[1.0], sampling=Sampling(), mem_bytes=i,
+        session_id="s",
+        t=float(i),
+        round_id=i,
+        prompt_id=f"p{i // 7}",
+        prompt_class="c",
+        round_index=i % 7,
+        draft_len=3,
+        proposed=[i, i + 1, i + 2][: i % 4],
+        accepted=min(i % 3, i % 4),
+        rejection_pos=None,
+        emitted=[i] * (1 + min(i % 3, i % 4)),
+        draft_ms=0.1,
+        verify_ms=4.0,
+        overhead_ms=0.2,
+        target_probs=[0.5] * (i % 4),
+        alpha_hat=None,
+        margins=[1.0],
+        sampling=Sampling(),
+        mem_bytes=i,
     )
 
 
@@ -45,7 +60,7 @@ def decode_all(data: bytes, chunk: int):
     decoder, got = FrameDecoder("t"), []
     try:
         for start in range(0, len(data), chunk):
-            got.extend(decoder.feed(data[start:start + chunk]))
+            got.extend(decoder.feed(data[start : start + chunk]))
         decoder.finish()
     except SpecmonError as exc:  # LogDamaged, or not a log at all
         return got, exc
@@ -81,8 +96,10 @@ def test_random_truncation_yields_a_prefix_and_names_the_offset(cut, chunk):
 
 
 @settings(max_examples=300, deadline=None)
-@given(flips=st.lists(st.tuples(st.integers(0, len(LOG_BYTES) - 1), st.integers(0, 7)), min_size=1, max_size=4),
-       chunk=st.integers(1, 4096))
+@given(
+    flips=st.lists(st.tuples(st.integers(0, len(LOG_BYTES) - 1), st.integers(0, 7)), min_size=1, max_size=4),
+    chunk=st.integers(1, 4096),
+)
 def test_random_bit_flips_never_yield_an_event_that_was_not_written(flips, chunk):
     data = bytearray(LOG_BYTES)
     for index, bit in flips:
@@ -142,11 +159,14 @@ def test_two_unix_clients_and_a_tcp_client_see_exactly_the_log(tmp_path):
         channel.publish(event)
     results: dict[str, list] = {}
     clients = {
-        "unix-1": (str(server.unix_path), None), "unix-2": (str(server.unix_path), None),
+        "unix-1": (str(server.unix_path), None),
+        "unix-2": (str(server.unix_path), None),
         "tcp": (f"{host}:{port}", server.token),
     }
-    threads = [threading.Thread(target=lambda n=n, t=t: results.__setitem__(n, list(attach_events(*t))))
-               for n, t in clients.items()]
+    threads = [
+        threading.Thread(target=lambda n=n, t=t: results.__setitem__(n, list(attach_events(*t))))
+        for n, t in clients.items()
+    ]
     for thread in threads:
         thread.start()
     wrong = socket.create_connection((host, port))
@@ -192,8 +212,12 @@ def test_sigkill_at_random_moments_loses_at_most_the_frame_being_written(tmp_pat
     lost_partial = 0
     for attempt in range(20):
         log = tmp_path / f"kill-{attempt}.specmon"
-        proc = subprocess.Popen([*SPECMON, "run", "--headless", "--profile", str(profile), "--log", str(log)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+        proc = subprocess.Popen(
+            [*SPECMON, "run", "--headless", "--profile", str(profile), "--log", str(log)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=_env(),
+        )
         _wait_for_rounds(log, min_bytes=rng.randint(200, 60_000))
         time.sleep(rng.uniform(0, 0.05))
         proc.send_signal(signal.SIGKILL)
@@ -251,4 +275,5 @@ def test_session_finished_counts_the_rounds_the_log_holds_when_a_signal_splits_a
     logged = list(read_log(sink.path))
     assert sum(isinstance(e, RoundVerified) for e in session.events) == 6  # round 6 never reached the session
     assert logged[-1] == session.finished and session.finished.rounds == 7 == sum(
-        isinstance(e, RoundVerified) for e in logged)
+        isinstance(e, RoundVerified) for e in logged
+    )

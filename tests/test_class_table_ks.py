@@ -21,17 +21,44 @@ def several_k_events(t0: float = 1_700_000_000.0) -> list:
     for cls, k, prompts, rounds, accepted in PLAN:
         for p in range(prompts):
             prompt_id = f"{cls}-{k}-{p}"
-            events.append(PromptStarted(session_id="s", t=t0 + rid, prompt_id=prompt_id, prompt_class=cls,
-                                        draft_len=k, drafter="ngram", sampling=Sampling(), prompt_tokens=5,
-                                        max_new_tokens=64))
+            events.append(
+                PromptStarted(
+                    session_id="s",
+                    t=t0 + rid,
+                    prompt_id=prompt_id,
+                    prompt_class=cls,
+                    draft_len=k,
+                    drafter="ngram",
+                    sampling=Sampling(),
+                    prompt_tokens=5,
+                    max_new_tokens=64,
+                )
+            )
             for i in range(rounds):
                 proposed = list(range(k - (i % 2))) if k else []  # odd rounds propose one short
-                events.append(RoundVerified(
-                    session_id="s", t=t0 + rid, round_id=rid, prompt_id=prompt_id, prompt_class=cls,
-                    round_index=i, draft_len=k, proposed=proposed, accepted=min(accepted, len(proposed)),
-                    rejection_pos=None, emitted=[5] * (min(accepted, len(proposed)) + 1), draft_ms=0.1 * k,
-                    verify_ms=20.0 + k, overhead_ms=0.5, target_probs=[], alpha_hat=None, margins=[],
-                    sampling=Sampling(), mem_bytes=0))
+                events.append(
+                    RoundVerified(
+                        session_id="s",
+                        t=t0 + rid,
+                        round_id=rid,
+                        prompt_id=prompt_id,
+                        prompt_class=cls,
+                        round_index=i,
+                        draft_len=k,
+                        proposed=proposed,
+                        accepted=min(accepted, len(proposed)),
+                        rejection_pos=None,
+                        emitted=[5] * (min(accepted, len(proposed)) + 1),
+                        draft_ms=0.1 * k,
+                        verify_ms=20.0 + k,
+                        overhead_ms=0.5,
+                        target_probs=[],
+                        alpha_hat=None,
+                        margins=[],
+                        sampling=Sampling(),
+                        mem_bytes=0,
+                    )
+                )
                 rid += 1
     return events
 
@@ -48,13 +75,16 @@ def test_log_info_prints_a_row_per_class_and_k_whose_counts_add_up_to_the_class(
     assert set(rows) == set(expected) == {("chat", "0"), ("chat", "2"), ("chat", "4"), ("code", "3")}
     for key, run in expected.items():
         assert [int(rows[key][col]) for col in ("rounds", "proposed", "accepted", "empty")] == [
-            run.rounds, run.proposed, run.accepted, run.empty_rounds], key
+            run.rounds,
+            run.proposed,
+            run.accepted,
+            run.empty_rounds,
+        ], key
         assert rows[key]["tok/s"] == f"{run.tok_per_s:.1f}", key
     for name, c in stats.items():
         printed = [row for (cls, _), row in rows.items() if cls == name]
         assert sum(int(row["rounds"]) for row in printed) == sum(r.rounds for r in c.runs.values()), name
-    assert sum(int(row["rounds"]) for row in rows.values()) == sum(isinstance(e, RoundVerified)
-                                                                    for e in read_log(log))
+    assert sum(int(row["rounds"]) for row in rows.values()) == sum(isinstance(e, RoundVerified) for e in read_log(log))
     plain = f"{stats['chat'].baseline.tok_per_s:.1f}"
     assert [rows[("chat", k)]["plain"] for k in ("0", "2", "4")] == [plain] * 3  # every k's plain side
     assert rows[("chat", "0")]["speedup"] == "-" and rows[("chat", "2")]["speedup"] != "-"
@@ -69,7 +99,12 @@ def test_the_json_keeps_the_class_keys_at_its_main_k_and_holds_every_k_beside_th
     for k, row in chat["by_draft_len"].items():
         run = stats["chat"].runs[int(k)]
         assert (row["draft_len"], row["rounds"], row["proposed"], row["accepted"], row["emitted"]) == (
-            int(k), run.rounds, run.proposed, run.accepted, run.emitted), k
+            int(k),
+            run.rounds,
+            run.proposed,
+            run.accepted,
+            run.emitted,
+        ), k
         assert row["speedup"] == (stats["chat"].speedup(int(k)) if int(k) else None), k
         assert row["baseline_tok_per_s"] == stats["chat"].baseline.tok_per_s
     assert list(json.loads(json.dumps(summary(stats)))["classes"]["code"]["by_draft_len"]) == ["3"]

@@ -15,8 +15,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def specmon(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True,
-                          cwd=cwd or REPO, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, cwd=cwd or REPO, timeout=600
+    )
 
 
 def assert_one_line_error(done, *fragments):
@@ -38,17 +39,23 @@ BASE = 'name = "t"\n[target]\nmodel = "smollm2-135m-instruct"\n'
 
 
 def test_unknown_key_in_a_profile(tmp_path):
-    done = specmon("run", "--headless", "--profile", str(write_profile(tmp_path, BASE + "[drafter]\nkindd = 'ngram'\n")))
+    done = specmon(
+        "run", "--headless", "--profile", str(write_profile(tmp_path, BASE + "[drafter]\nkindd = 'ngram'\n"))
+    )
     assert_one_line_error(done, "p.toml", "kindd")
 
 
 def test_missing_model_file(tmp_path):
-    done = specmon("run", "--headless", "--profile", str(write_profile(tmp_path, 'name = "t"\n[target]\npath = "nope.gguf"\n')))
+    done = specmon(
+        "run", "--headless", "--profile", str(write_profile(tmp_path, 'name = "t"\n[target]\npath = "nope.gguf"\n'))
+    )
     assert_one_line_error(done, "nope.gguf", "does not exist")
 
 
 def test_missing_profile():
-    assert_one_line_error(specmon("run", "--headless", "--profile", "no-such-profile"), "no-such-profile", "cannot read")
+    assert_one_line_error(
+        specmon("run", "--headless", "--profile", "no-such-profile"), "no-such-profile", "cannot read"
+    )
 
 
 def test_bad_prompt_file(tmp_path):
@@ -74,13 +81,34 @@ def test_help_teaches():
 @pytest.mark.slow
 def test_headless_run_writes_json_and_a_log_that_replays_to_the_same_table(tmp_path):
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("\n".join(json.dumps(row) for row in [
-        {"id": "a", "prompt": "Repeat exactly: the cat sat on the mat, the cat sat on the mat.", "class": "copy"},
-        {"id": "b", "prompt": "Say hello.", "class": "chat", "max_new_tokens": 6},
-    ]))
+    prompts.write_text(
+        "\n".join(
+            json.dumps(row)
+            for row in [
+                {
+                    "id": "a",
+                    "prompt": "Repeat exactly: the cat sat on the mat, the cat sat on the mat.",
+                    "class": "copy",
+                },
+                {"id": "b", "prompt": "Say hello.", "class": "chat", "max_new_tokens": 6},
+            ]
+        )
+    )
     out, log = tmp_path / "out.json", tmp_path / "s.specmon"
-    done = specmon("run", "--headless", "--prompts", str(prompts), "--max-new-tokens", "12", "-k", "3",
-                   "--json", str(out), "--log", str(log))
+    done = specmon(
+        "run",
+        "--headless",
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "12",
+        "-k",
+        "3",
+        "--json",
+        str(out),
+        "--log",
+        str(log),
+    )
     assert done.returncode == 0, done.stderr
     table = json.loads(out.read_text())
     assert set(table["classes"]) == {"copy", "chat"}
@@ -107,8 +135,13 @@ def test_committed_v1_log_still_replays():
 
 def test_attach_without_a_running_session_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "specmon.cli", "attach", "--headless"], capture_output=True,
-                          text=True, cwd=REPO, env={**__import__("os").environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "attach", "--headless"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**__import__("os").environ, "XDG_RUNTIME_DIR": str(tmp_path)},
+    )
     assert_one_line_error(done, "no running session")
 
 
@@ -131,10 +164,15 @@ def test_attach_headless_prints_each_decision_with_its_change_rule_and_ratio():
     lines = [line for line in done.stdout.splitlines() if line.startswith("decision ")]
     assert len(lines) == len(decisions) > 0
     for line, d in zip(lines, decisions):
-        change = f"speculation {'on' if d.speculate_to else 'off'}" if d.speculate_from != d.speculate_to \
+        change = (
+            f"speculation {'on' if d.speculate_to else 'off'}"
+            if d.speculate_from != d.speculate_to
             else f"k {d.k_from}->{d.k_to}"
-        assert line == (f"decision {d.decision_id} [{d.prompt_class}] {change} by {d.rule_key}, goodput ratio "
-                        f"{d.inputs['ratio']:.3f}, from {len(d.round_ids)} rounds")
+        )
+        assert line == (
+            f"decision {d.decision_id} [{d.prompt_class}] {change} by {d.rule_key}, goodput ratio "
+            f"{d.inputs['ratio']:.3f}, from {len(d.round_ids)} rounds"
+        )
 
 
 def test_log_info_says_when_a_log_has_no_end(tmp_path):
@@ -148,7 +186,9 @@ def test_log_info_says_when_a_log_has_no_end(tmp_path):
     channel.close()
     done = specmon("log", "info", str(tmp_path / "open.specmon"))
     assert done.returncode == 0
-    assert "  integrity        ok\n  ended            no end written: the run is still going, or was killed\n" \
+    assert (
+        "  integrity        ok\n  ended            no end written: the run is still going, or was killed\n"
         in done.stdout
+    )
     ended = specmon("log", "info", str(REPO / "tests" / "fixtures" / "session-tui.specmon"))
     assert "no end written" not in ended.stdout

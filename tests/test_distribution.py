@@ -98,8 +98,9 @@ def decode_positions(p_rows, q_rows, k, resample, seed, n_positions=3, draws=DRA
         at = pos[live]
         span = np.minimum(k, n_positions - at)  # p needs n_positions + 1 rows for the bonus
         proposed = draw_proposals(q_rows, at, k, rng)
-        accepted, next_token = batched_accept(proposed, span, at, rng.random((live.size, k)), rng.random(live.size),
-                                              p_rows, q_rows, resample)
+        accepted, next_token = batched_accept(
+            proposed, span, at, rng.random((live.size, k)), rng.random(live.size), p_rows, q_rows, resample
+        )
         emitted = np.minimum(accepted + 1, n_positions - at)
         for j in range(k + 1):
             token = np.where(j < accepted, proposed[:, min(j, k - 1)], next_token)
@@ -119,7 +120,7 @@ class ScriptedRng:
             self.used += 1
             return self.uniforms[self.used - 1]
         self.used += size
-        return np.array(self.uniforms[self.used - size:self.used])
+        return np.array(self.uniforms[self.used - size : self.used])
 
 
 def assert_batch_is_accept_sampled(p_rows, q_rows, k, seed, n_positions):
@@ -139,8 +140,8 @@ def assert_batch_is_accept_sampled(p_rows, q_rows, k, seed, n_positions):
     for n in range(LINK_ROUNDS):
         s, a = span[n], at[n]
         scripted = ScriptedRng([*u[n, :s], us[n]])
-        q = None if q_rows is None else q_rows[a:a + s]
-        verdict = accept_sampled(proposed[n, :s].tolist(), p_rows[a:a + s + 1], q, scripted)
+        q = None if q_rows is None else q_rows[a : a + s]
+        verdict = accept_sampled(proposed[n, :s].tolist(), p_rows[a : a + s + 1], q, scripted)
         assert verdict == Verdict(int(accepted[n]), int(next_token[n])), f"round {n}: drafted {proposed[n, :s]} at {a}"
         assert scripted.used == s + 1
 
@@ -173,9 +174,16 @@ def test_one_hot_draft_preserves_p():
     p = probs_from_logits(rng.normal(size=(2, 6)), Sampling(temperature=1.0))
     assert_batch_is_accept_sampled(p, None, 1, seed=9, n_positions=1)
     for resample, fails in [(residual, False), (resample_from_p, True)]:
-        accepted, next_token = batched_accept(np.full((DRAWS, 1), 2), np.ones(DRAWS, dtype=np.int64),
-                                              np.zeros(DRAWS, dtype=np.int64), rng.random((DRAWS, 1)),
-                                              rng.random(DRAWS), p, None, resample)
+        accepted, next_token = batched_accept(
+            np.full((DRAWS, 1), 2),
+            np.ones(DRAWS, dtype=np.int64),
+            np.zeros(DRAWS, dtype=np.int64),
+            rng.random((DRAWS, 1)),
+            rng.random(DRAWS),
+            p,
+            None,
+            resample,
+        )
         counts = np.bincount(np.where(accepted == 1, 2, next_token), minlength=6)
         assert chi_square_fails(counts, p[0]) == fails, resample.__name__
 

@@ -48,8 +48,7 @@ def test_without_a_confidence_setting_it_is_the_plain_lookup():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 5), min_size=1, max_size=60), st.integers(1, 8), st.integers(1, 6),
-       st.integers(1, 3))
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=60), st.integers(1, 8), st.integers(1, 6), st.integers(1, 3))
 def test_a_confident_draft_copies_a_real_continuation_no_longer_than_its_match(ctx, k, min_match, min_seen):
     arr = np.array(ctx)
     draft = confident_draft(arr, k, min_match, min_seen)
@@ -57,8 +56,11 @@ def test_a_confident_draft_copies_a_real_continuation_no_longer_than_its_match(c
     if draft:
         # some earlier place holds the context's last min_match tokens followed by the draft
         n = len(ctx)
-        found = [i for i in range(min_match, n) if ctx[i - min_match:i] == ctx[n - min_match:]
-                 and ctx[i:i + len(draft)] == draft]
+        found = [
+            i
+            for i in range(min_match, n)
+            if ctx[i - min_match : i] == ctx[n - min_match :] and ctx[i : i + len(draft)] == draft
+        ]
         assert found
         longest = max(sum(1 for _ in iter_match(ctx, i)) for i in found)
         assert len(draft) <= max(longest, min_match)
@@ -84,8 +86,13 @@ def test_prompt_features_see_what_is_given_not_the_words():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 5), min_size=1, max_size=40), st.lists(st.integers(0, 5), min_size=1, max_size=30),
-       st.integers(1, 4), st.integers(1, 3), st.integers(1, 8))
+@given(
+    st.lists(st.integers(0, 5), min_size=1, max_size=40),
+    st.lists(st.integers(0, 5), min_size=1, max_size=30),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(1, 8),
+)
 def test_the_drafters_index_proposes_what_a_search_of_the_whole_context_does(prompt, grown, min_match, min_seen, k):
     """Round by round the round loop extends one context list in place; the drafter indexes it as it
     grows, and must propose exactly what confident_draft finds searching the whole context."""
@@ -147,12 +154,14 @@ def test_min_seen_still_stops_an_extended_draft_where_the_occurrences_part():
 def test_the_plain_lookup_copies_after_the_latest_occurrence_of_the_longest_suffix(ctx, k):
     """Prompt lookup as in the literature: the last 3 tokens, else the last 2, found at their latest
     earlier place that has a token after it; the draft is what followed there, up to k."""
+
     def reference():
         for n in (3, 2):
-            starts = [s for s in range(len(ctx) - n) if ctx[s:s + n] == ctx[-n:]]
+            starts = [s for s in range(len(ctx) - n) if ctx[s : s + n] == ctx[-n:]]
             if starts:
-                return ctx[max(starts) + n: max(starts) + n + k]
+                return ctx[max(starts) + n : max(starts) + n + k]
         return []
+
     drafter = NgramDrafter((3, 2))
     drafter.begin(ctx)
     assert propose(drafter, list(ctx), k) == reference()  # a new list: searched whole

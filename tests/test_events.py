@@ -7,7 +7,13 @@ from hypothesis import given, settings, strategies as st
 from specmon.events import schema
 from specmon.events.log import LogDamaged, LogWriter, read_log
 from specmon.events.schema import (
-    Equivalence, PromptFinished, PromptStarted, QueueSample, ResourceSample, RoundVerified, Sampling,
+    Equivalence,
+    PromptFinished,
+    PromptStarted,
+    QueueSample,
+    ResourceSample,
+    RoundVerified,
+    Sampling,
     SessionStarted,
 )
 from specmon.errors import SpecmonError
@@ -18,30 +24,88 @@ sampling = st.builds(Sampling, finite, finite, st.integers(0, 1000), st.integers
 common = dict(session_id=st.text(max_size=20), t=finite)
 
 rounds = st.builds(
-    RoundVerified, **common, round_id=st.integers(0, 2**40), prompt_id=st.text(max_size=10),
-    prompt_class=st.text(max_size=10), round_index=st.integers(0, 10**6), draft_len=st.integers(0, 64),
-    proposed=ids, accepted=st.integers(0, 64), rejection_pos=st.none() | st.integers(0, 63), emitted=ids,
-    draft_ms=finite, verify_ms=finite, overhead_ms=finite, target_probs=st.lists(finite, max_size=9),
-    alpha_hat=st.none() | finite, margins=st.lists(finite, max_size=9), sampling=sampling,
+    RoundVerified,
+    **common,
+    round_id=st.integers(0, 2**40),
+    prompt_id=st.text(max_size=10),
+    prompt_class=st.text(max_size=10),
+    round_index=st.integers(0, 10**6),
+    draft_len=st.integers(0, 64),
+    proposed=ids,
+    accepted=st.integers(0, 64),
+    rejection_pos=st.none() | st.integers(0, 63),
+    emitted=ids,
+    draft_ms=finite,
+    verify_ms=finite,
+    overhead_ms=finite,
+    target_probs=st.lists(finite, max_size=9),
+    alpha_hat=st.none() | finite,
+    margins=st.lists(finite, max_size=9),
+    sampling=sampling,
     mem_bytes=st.integers(0, 2**50),
 )
 events = st.one_of(
     rounds,
-    st.builds(SessionStarted, **common, specmon_version=st.text(), profile_name=st.text(), profile_text=st.text(),
-              backend=st.text(), target=st.text(), drafter=st.text(), dtype=st.text(), device=st.text(),
-              host=st.dictionaries(st.text(), st.text(), max_size=3)),
-    st.builds(PromptStarted, **common, prompt_id=st.text(), prompt_class=st.text(), draft_len=st.integers(0, 64),
-              drafter=st.text(), sampling=sampling, prompt_tokens=st.integers(0, 10**6),
-              max_new_tokens=st.integers(1, 10**6), class_rule=st.text()),
-    st.builds(PromptFinished, **common, prompt_id=st.text(), prompt_class=st.text(), draft_len=st.integers(0, 64),
-              rounds=st.integers(0, 10**6), generated=ids, text=st.text(), stop_reason=st.sampled_from(["eos", "max_new_tokens"]),
-              prefill_ms=finite, decode_ms=finite,
-              equivalence=st.builds(Equivalence, st.sampled_from(["identical", "near-tie", "diverged"]),
-                                    st.none() | st.integers(0, 99), st.none() | finite, finite)),
-    st.builds(ResourceSample, **common, rss_bytes=st.none() | st.integers(0, 2**50),
-              vram_used_bytes=st.none() | st.integers(0, 2**50), vram_total_bytes=st.none() | st.integers(0, 2**50)),
-    st.builds(QueueSample, **common, waiting=st.integers(0, 10**4), request_id=st.text(max_size=40),
-              endpoint=st.sampled_from(["", "chat", "completion"]), arrived=finite),
+    st.builds(
+        SessionStarted,
+        **common,
+        specmon_version=st.text(),
+        profile_name=st.text(),
+        profile_text=st.text(),
+        backend=st.text(),
+        target=st.text(),
+        drafter=st.text(),
+        dtype=st.text(),
+        device=st.text(),
+        host=st.dictionaries(st.text(), st.text(), max_size=3),
+    ),
+    st.builds(
+        PromptStarted,
+        **common,
+        prompt_id=st.text(),
+        prompt_class=st.text(),
+        draft_len=st.integers(0, 64),
+        drafter=st.text(),
+        sampling=sampling,
+        prompt_tokens=st.integers(0, 10**6),
+        max_new_tokens=st.integers(1, 10**6),
+        class_rule=st.text(),
+    ),
+    st.builds(
+        PromptFinished,
+        **common,
+        prompt_id=st.text(),
+        prompt_class=st.text(),
+        draft_len=st.integers(0, 64),
+        rounds=st.integers(0, 10**6),
+        generated=ids,
+        text=st.text(),
+        stop_reason=st.sampled_from(["eos", "max_new_tokens"]),
+        prefill_ms=finite,
+        decode_ms=finite,
+        equivalence=st.builds(
+            Equivalence,
+            st.sampled_from(["identical", "near-tie", "diverged"]),
+            st.none() | st.integers(0, 99),
+            st.none() | finite,
+            finite,
+        ),
+    ),
+    st.builds(
+        ResourceSample,
+        **common,
+        rss_bytes=st.none() | st.integers(0, 2**50),
+        vram_used_bytes=st.none() | st.integers(0, 2**50),
+        vram_total_bytes=st.none() | st.integers(0, 2**50),
+    ),
+    st.builds(
+        QueueSample,
+        **common,
+        waiting=st.integers(0, 10**4),
+        request_id=st.text(max_size=40),
+        endpoint=st.sampled_from(["", "chat", "completion"]),
+        arrived=finite,
+    ),
 )
 
 
@@ -63,10 +127,25 @@ def test_a_log_reads_back_every_event_in_order(tmp_path_factory, batch):
 
 def _round(i: int) -> RoundVerified:
     return RoundVerified(
-        session_id="s", t=1.0 + i, round_id=i, prompt_id="p", prompt_class="c", round_index=i, draft_len=4,
-        proposed=[1, 2, 3, 4], accepted=i % 5, rejection_pos=(i % 5) if i % 5 < 4 else None, emitted=[7] * (i % 5 + 1),
-        draft_ms=0.1, verify_ms=40.0, overhead_ms=0.5, target_probs=[0.5] * 4, alpha_hat=0.5,
-        margins=[1.0], sampling=Sampling(), mem_bytes=1 << 20,
+        session_id="s",
+        t=1.0 + i,
+        round_id=i,
+        prompt_id="p",
+        prompt_class="c",
+        round_index=i,
+        draft_len=4,
+        proposed=[1, 2, 3, 4],
+        accepted=i % 5,
+        rejection_pos=(i % 5) if i % 5 < 4 else None,
+        emitted=[7] * (i % 5 + 1),
+        draft_ms=0.1,
+        verify_ms=40.0,
+        overhead_ms=0.5,
+        target_probs=[0.5] * 4,
+        alpha_hat=0.5,
+        margins=[1.0],
+        sampling=Sampling(),
+        mem_bytes=1 << 20,
     )
 
 
@@ -125,7 +204,9 @@ def test_an_older_event_without_new_trailing_fields_still_decodes():
 
 
 def test_a_bench_fixed_k_decode_is_known_by_its_field_and_in_older_logs_by_its_class_rule():
-    old = msgspec.msgpack.encode(["prompt", "s", 1.0, "p", "c", 4, "ngram", [0.0, 1.0, 0, 0], 12, 32, "bench: fixed k=7"])
+    old = msgspec.msgpack.encode(
+        ["prompt", "s", 1.0, "p", "c", 4, "ngram", [0.0, 1.0, 0, 0], 12, 32, "bench: fixed k=7"]
+    )
     assert schema.bench_fixed_k(schema.decode(old)) == 7
     new = msgspec.msgpack.encode(["prompt", "s", 1.0, "p", "c", 0, "ngram", [0.0, 1.0, 0, 0], 12, 32, "x", 0])
     assert schema.bench_fixed_k(schema.decode(new)) == 0
@@ -135,11 +216,24 @@ def test_a_bench_fixed_k_decode_is_known_by_its_field_and_in_older_logs_by_its_c
 
 def test_a_stop_reason_or_verdict_outside_the_contract_is_refused():
     """stop_reason and verdict are Literal types: a typo'd value cannot reach a log unnoticed."""
-    done = schema.PromptFinished(session_id="s", t=1.0, prompt_id="p", prompt_class="c", draft_len=4, rounds=1,
-                                 generated=[1], text="a", stop_reason="eos", prefill_ms=1.0, decode_ms=1.0,
-                                 equivalence=schema.Equivalence("identical"))
+    done = schema.PromptFinished(
+        session_id="s",
+        t=1.0,
+        prompt_id="p",
+        prompt_class="c",
+        draft_len=4,
+        rounds=1,
+        generated=[1],
+        text="a",
+        stop_reason="eos",
+        prefill_ms=1.0,
+        decode_ms=1.0,
+        equivalence=schema.Equivalence("identical"),
+    )
     assert schema.decode(schema.encode(done)) == done
-    for bad in (msgspec.structs.replace(done, stop_reason="finished"),
-                msgspec.structs.replace(done, equivalence=schema.Equivalence("same"))):
+    for bad in (
+        msgspec.structs.replace(done, stop_reason="finished"),
+        msgspec.structs.replace(done, equivalence=schema.Equivalence("same")),
+    ):
         with pytest.raises(msgspec.ValidationError):
             schema.decode(schema.encode(bad))

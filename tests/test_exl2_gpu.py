@@ -18,7 +18,9 @@ from roundloop import decode_prompt
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with a CUDA build of torch"),
-    pytest.mark.skipif(importlib.util.find_spec("exllamav2") is None, reason="needs exllamav2 (pip install 'specmon[gpu]')"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("exllamav2") is None, reason="needs exllamav2 (pip install 'specmon[gpu]')"
+    ),
 ]
 
 
@@ -31,8 +33,10 @@ def exl2_pair(tmp_path_factory, model_path):
     export_hf_folder(model_path, tmp / "target")
     export_hf_folder(model_path, tmp / "draft", layers=8)
     profile = tmp / "p.toml"
-    profile.write_text('name = "gpu"\nbackend = "exllamav2"\ndevice = "cuda"\nmax_seq_len = 1024\n'
-                       '[target]\npath = "target"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "draft"\n')
+    profile.write_text(
+        'name = "gpu"\nbackend = "exllamav2"\ndevice = "cuda"\nmax_seq_len = 1024\n'
+        '[target]\npath = "target"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "draft"\n'
+    )
     return load_pair(load_profile(str(profile)))
 
 
@@ -43,6 +47,10 @@ def test_greedy_speculative_equals_plain(exl2_pair, k):
     outputs = []
     for drafter, draft_len in ((NoDrafter(), 0), (exl2_pair.drafter, k)):
         ctx = RoundContext("s", "p", "c", itertools.count())
-        outputs.append(decode_prompt(exl2_pair.target, drafter, prompt, FixedDraftLen(draft_len), greedy, 48, ctx, lambda e: None).generated)
+        outputs.append(
+            decode_prompt(
+                exl2_pair.target, drafter, prompt, FixedDraftLen(draft_len), greedy, 48, ctx, lambda e: None
+            ).generated
+        )
     assert len(outputs[0]) > 10
     assert outputs[1] == outputs[0]

@@ -39,11 +39,15 @@ def test_exllamav2_needs_a_cuda_device_in_the_profile(tmp_path, folders):
 def test_a_gguf_is_written_out_as_folders_once_then_cuda_is_asked_for(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECMON_CACHE", str(tmp_path / "cache"))
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf", layers=2)
-    body = EXL2 + f'[target]\npath = "{gguf}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{gguf}"\nlayers = 1\n'
+    body = (
+        EXL2 + f'[target]\npath = "{gguf}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{gguf}"\nlayers = 1\n'
+    )
     assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU")
     written = sorted((tmp_path / "cache" / "hf").iterdir())
-    layers = {re.sub(r"-[0-9a-f]{10}$", "", p.name): json.loads((p / "config.json").read_text())["num_hidden_layers"]
-              for p in written}
+    layers = {
+        re.sub(r"-[0-9a-f]{10}$", "", p.name): json.loads((p / "config.json").read_text())["num_hidden_layers"]
+        for p in written
+    }
     assert layers == {"tiny": 2, "tiny-1l": 1}
     stamps = [p.stat().st_mtime_ns for p in written]
     assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU")
@@ -61,7 +65,9 @@ def test_layerskip_is_refused_before_loading(tmp_path, folders):
 
 
 def test_draft_vocabulary_that_differs(tmp_path, folders):
-    body = EXL2 + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[2]}"\n'
+    body = (
+        EXL2 + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[2]}"\n'
+    )
     assert_one_line_error(_run(tmp_path, body), "draft vocabulary (4 tokens, other)", "259 tokens")
 
 
@@ -72,7 +78,9 @@ def test_a_file_instead_of_a_folder(tmp_path, folders):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without CUDA gets")
 def test_no_cuda_is_one_line(tmp_path, folders):
-    body = EXL2 + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[1]}"\n'
+    body = (
+        EXL2 + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[1]}"\n'
+    )
     assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU", "CPU build", "download.pytorch.org")
 
 
@@ -83,16 +91,22 @@ def test_cuda_problems_are_named():
 
 
 def test_build_failure_names_what_is_missing():
-    boom = RuntimeError("Error building extension 'exllamav2_ext'\n[1/40] nvcc ...\nq_matrix.cu(12): error: identifier undefined")
+    boom = RuntimeError(
+        "Error building extension 'exllamav2_ext'\n[1/40] nvcc ...\nq_matrix.cu(12): error: identifier undefined"
+    )
     none = lambda tool: None  # noqa: E731
     every = lambda tool: f"/usr/bin/{tool}"  # noqa: E731
     assert build_failure(boom, which=none, env={}, torch_cuda="13.0") == (
         "exllamav2's CUDA extension cannot be built: missing nvcc (install the CUDA toolkit matching torch's "
-        "CUDA, or set CUDA_HOME); ninja (pip install ninja)")
+        "CUDA, or set CUDA_HOME); ninja (pip install ninja)"
+    )
     assert "a CUDA build of torch" in build_failure(boom, which=every, env={}, torch_cuda=None)
-    assert "nvcc" not in build_failure(boom, which=lambda t: None if t == "nvcc" else t, env={"CUDA_HOME": "/usr/local/cuda"})
+    assert "nvcc" not in build_failure(
+        boom, which=lambda t: None if t == "nvcc" else t, env={"CUDA_HOME": "/usr/local/cuda"}
+    )
     assert build_failure(boom, which=every, env={}, torch_cuda="13.0") == (
-        "exllamav2's CUDA extension failed to build or load: Error building extension 'exllamav2_ext'")
+        "exllamav2's CUDA extension failed to build or load: Error building extension 'exllamav2_ext'"
+    )
 
 
 def test_cache_size_and_fit(folders):
@@ -100,7 +114,9 @@ def test_cache_size_and_fit(folders):
     assert cache_bytes(llama8b, 8192) == 2 * 32 * 8 * 128 * 8192 * 2 == 2**30  # 1 GiB of fp16 keys and values
     target, draft, _ = folders
     check_fits([target, draft], 4096, free=2**30, total=2**30, gpu="test GPU")  # a tiny pair fits
-    with pytest.raises(SpecmonError, match=r"target \+ draft need about 0\.5 GiB .* but 0\.1 of 24\.0 GiB is free on RTX"):
+    with pytest.raises(
+        SpecmonError, match=r"target \+ draft need about 0\.5 GiB .* but 0\.1 of 24\.0 GiB is free on RTX"
+    ):
         check_fits([target, draft], 4096, free=2**27, total=24 * 2**30, gpu="RTX")
 
 

@@ -45,9 +45,10 @@ class FakeModel:
     def forward(self, input_ids, cache, preprocess_only=False, last_id_only=False):
         tokens = input_ids[0].tolist()
         start = cache.current_seq_len
-        self.calls.append({"start": start, "tokens": tokens, "preprocess_only": preprocess_only,
-                           "last_id_only": last_id_only})
-        cache.slots[start:start + len(tokens)] = tokens
+        self.calls.append(
+            {"start": start, "tokens": tokens, "preprocess_only": preprocess_only, "last_id_only": last_id_only}
+        )
+        cache.slots[start : start + len(tokens)] = tokens
         cache.current_seq_len += len(tokens)
         if preprocess_only:
             return None
@@ -184,6 +185,10 @@ def test_syncs_once_per_phase():
 def test_a_context_longer_than_the_caches_is_one_error_before_any_forward():
     model = FakeModel()
     target = Exl2Target(model, FakeCache(max_seq_len=64), "fake", eos_id=-1, vocab_size=VOCAB, sync=lambda: None)
-    with pytest.raises(SpecmonError, match="40 prompt \\+ 24 new \\+ 4 draft \\+ 1 verify positions exceed the cache's 64"):
-        decode_prompt(target, _draft(FakeModel()), list(range(40)), FixedDraftLen(4), GREEDY, 24, _ctx(), lambda e: None)
+    with pytest.raises(
+        SpecmonError, match="40 prompt \\+ 24 new \\+ 4 draft \\+ 1 verify positions exceed the cache's 64"
+    ):
+        decode_prompt(
+            target, _draft(FakeModel()), list(range(40)), FixedDraftLen(4), GREEDY, 24, _ctx(), lambda e: None
+        )
     assert model.calls == []

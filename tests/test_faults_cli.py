@@ -47,8 +47,14 @@ def environment(env: dict | None = None, unset: tuple = ()) -> dict:
 
 
 def specmon(*args: str, timeout: float = 300):
-    return subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env=environment(), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "specmon.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=environment(),
+        timeout=timeout,
+    )
 
 
 # Rich's last frame, and the progress lines printed instead of a bar when stderr is piped
@@ -58,8 +64,13 @@ PROGRESS_FRAME = re.compile(r"━| \d+/\d+ +(-:--:--|\d+:\d\d:\d\d)$|: \d+ of \d
 def error_line(stderr: str) -> str | None:
     """The one error line, once the session's announcements and a progress bar's last frame are set
     aside; None if not exactly one line, or not `specmon: ...`."""
-    lines = [line for line in stderr.splitlines() if line.strip() and not PROGRESS_FRAME.search(line)
-             and not line.startswith(("specmon: logging to ", "specmon: serving on "))]
+    lines = [
+        line
+        for line in stderr.splitlines()
+        if line.strip()
+        and not PROGRESS_FRAME.search(line)
+        and not line.startswith(("specmon: logging to ", "specmon: serving on "))
+    ]
     return lines[0] if len(lines) == 1 and lines[0].startswith("specmon: ") else None
 
 
@@ -82,6 +93,7 @@ def blocked_dir(tmp: Path) -> Path:
 
 def gguf_with_context(path: Path, context: int, monkeypatch) -> Path:
     """The tiny model, also declaring the context length it was 'trained' for."""
+
     class WithContext(gguf.GGUFWriter):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -94,8 +106,14 @@ def gguf_with_context(path: Path, context: int, monkeypatch) -> Path:
 
 # --- #5: what the prompt loader accepts, the log's reader accepts back --------------------------
 
-JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
-                        st.floats(allow_nan=False), st.text(max_size=8), st.lists(st.integers(), max_size=2))
+JSON_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=2),
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -108,16 +126,28 @@ def test_a_prompt_row_the_loader_accepts_is_one_the_log_reader_accepts(tmp_path,
     except SpecmonError as exc:
         assert str(exc).startswith(f"prompts file {path}, line 1: ")
         return
-    started = PromptStarted(session_id="s", t=0.0, prompt_id=prompt.id, prompt_class=prompt.prompt_class,
-                            draft_len=4, drafter="ngram", sampling=Sampling(), prompt_tokens=3,
-                            max_new_tokens=prompt.max_new_tokens or 32)
+    started = PromptStarted(
+        session_id="s",
+        t=0.0,
+        prompt_id=prompt.id,
+        prompt_class=prompt.prompt_class,
+        draft_len=4,
+        drafter="ngram",
+        sampling=Sampling(),
+        prompt_tokens=3,
+        max_new_tokens=prompt.max_new_tokens or 32,
+    )
     assert decode(encode(started)) == started  # the writer wrote what its own reader takes back
     assert (prompt.id, prompt.prompt_class, prompt.max_new_tokens) == (ident, prompt_class, limit)
 
 
 def test_max_new_tokens_true_and_non_string_ids_are_refused_with_file_and_line(tmp_path):
-    rows = [{"id": "a", "prompt": "hi"}, {"id": "b", "prompt": "hi", "max_new_tokens": True},
-            {"id": 7, "prompt": "hi"}, {"id": "c", "prompt": "hi", "class": 3}]
+    rows = [
+        {"id": "a", "prompt": "hi"},
+        {"id": "b", "prompt": "hi", "max_new_tokens": True},
+        {"id": 7, "prompt": "hi"},
+        {"id": "c", "prompt": "hi", "class": 3},
+    ]
     with pytest.raises(SpecmonError) as refused:
         load_prompts(jsonl(tmp_path / "p.jsonl", rows))
     message = str(refused.value)
@@ -127,14 +157,17 @@ def test_max_new_tokens_true_and_non_string_ids_are_refused_with_file_and_line(t
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("data, fragment", [
-    (b'{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": "caf\xe9"}\n', "line 2: not UTF-8 text"),
-    (b'{"id": "a", "prompt": "x \\ud800 y"}\n', "line 1: a lone UTF-16 surrogate escape"),
-    (b'{"id": "a", "prompt": "\\udc00"}\n', "line 1: a lone UTF-16 surrogate escape"),
-    (b'{"id": "", "prompt": "hi"}\n', "line 1: id: expected `str` of length >= 1"),
-    (b'{"id": "a", "prompt": "hi", "max_new_tokens": 0}\n', "line 1: max_new_tokens: expected `int` >= 1"),
-    (b'{"id": "a", "prompt": "hi"}\n\n{"id": "a", "prompt": "yo"}\n', "line 3: id 'a' is used again (line 1)"),
-])
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        (b'{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": "caf\xe9"}\n', "line 2: not UTF-8 text"),
+        (b'{"id": "a", "prompt": "x \\ud800 y"}\n', "line 1: a lone UTF-16 surrogate escape"),
+        (b'{"id": "a", "prompt": "\\udc00"}\n', "line 1: a lone UTF-16 surrogate escape"),
+        (b'{"id": "", "prompt": "hi"}\n', "line 1: id: expected `str` of length >= 1"),
+        (b'{"id": "a", "prompt": "hi", "max_new_tokens": 0}\n', "line 1: max_new_tokens: expected `int` >= 1"),
+        (b'{"id": "a", "prompt": "hi"}\n\n{"id": "a", "prompt": "yo"}\n', "line 3: id 'a' is used again (line 1)"),
+    ],
+)
 def test_a_bad_prompt_file_is_one_error_naming_the_line(tmp_path, data, fragment):
     path = tmp_path / "p.jsonl"
     path.write_bytes(data)
@@ -146,26 +179,45 @@ def test_a_byte_order_mark_and_a_surrogate_pair_are_text(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_bytes(b'\xef\xbb\xbf{"id": "a", "prompt": "smile \\ud83d\\ude00"}\n')
     [prompt] = load_prompts(path)
-    assert (prompt.id, prompt.text) == ("a", "smile \U0001F600")
+    assert (prompt.id, prompt.text) == ("a", "smile \U0001f600")
 
 
 def test_classes_filter_the_prompts_file_and_name_the_ones_it_has(tmp_path):
     from specmon.engine.prompts import prompt_set
 
-    path = jsonl(tmp_path / "p.jsonl", [{"id": "1", "prompt": "a", "class": "chat"},
-                                         {"id": "2", "prompt": "b", "class": "code"},
-                                         {"id": "3", "prompt": "c"}])
+    path = jsonl(
+        tmp_path / "p.jsonl",
+        [
+            {"id": "1", "prompt": "a", "class": "chat"},
+            {"id": "2", "prompt": "b", "class": "code"},
+            {"id": "3", "prompt": "c"},
+        ],
+    )
     assert [p.id for p in prompt_set(path, "code, default")] == ["2", "3"]
     with pytest.raises(SpecmonError, match="has no class 'rewrite'; its classes: chat, code, default"):
         prompt_set(path, "chat,rewrite")
 
 
 def test_run_with_classes_and_a_prompts_file_decodes_only_those_classes(tmp_path):
-    prompts = jsonl(tmp_path / "p.jsonl", [{"id": "1", "prompt": "hello", "class": "chat"},
-                                            {"id": "2", "prompt": "def f():", "class": "code"}])
+    prompts = jsonl(
+        tmp_path / "p.jsonl",
+        [{"id": "1", "prompt": "hello", "class": "chat"}, {"id": "2", "prompt": "def f():", "class": "code"}],
+    )
     out = tmp_path / "out.json"
-    done = specmon("run", "--headless", "--profile", str(tiny_profile(tmp_path, max_new_tokens=8)), "--prompts",
-                   str(prompts), "--classes", "code", "--json", str(out), "--log", str(tmp_path / "x.specmon"))
+    done = specmon(
+        "run",
+        "--headless",
+        "--profile",
+        str(tiny_profile(tmp_path, max_new_tokens=8)),
+        "--prompts",
+        str(prompts),
+        "--classes",
+        "code",
+        "--json",
+        str(out),
+        "--log",
+        str(tmp_path / "x.specmon"),
+    )
     assert done.returncode == 0, done.stderr
     assert list(json.loads(out.read_text())["classes"]) == ["code"]
 
@@ -177,13 +229,19 @@ PROFILE_HEAD = 'name = "t"\n[target]\nmodel = "smollm2-135m-instruct"\n'
 
 BAD_PROFILES = {  # name: (profile text, what the one error line says)
     "device": ('device = "banana"\n' + PROFILE_HEAD, "line 1: device: 'banana' is not a device"),
-    "ngram-sizes": (PROFILE_HEAD + "[drafter]\nngram_sizes = [0, -1]\n",
-                    "line 5: drafter.ngram_sizes[0]: expected `int` >= 1"),
-    "no-ngram-sizes": (PROFILE_HEAD + "[drafter]\nngram_sizes = []\n",
-                       "line 5: drafter.ngram_sizes: expected `array` of length >= 1"),
+    "ngram-sizes": (
+        PROFILE_HEAD + "[drafter]\nngram_sizes = [0, -1]\n",
+        "line 5: drafter.ngram_sizes[0]: expected `int` >= 1",
+    ),
+    "no-ngram-sizes": (
+        PROFILE_HEAD + "[drafter]\nngram_sizes = []\n",
+        "line 5: drafter.ngram_sizes: expected `array` of length >= 1",
+    ),
     "top-k": (PROFILE_HEAD + "[sampling]\ntop_k = -3\n", "line 5: sampling.top_k: expected `int` >= 0"),
-    "temperature": (PROFILE_HEAD + "[sampling]\ntemperature = nan\n",
-                    "line 5: sampling.temperature: must be a finite number"),
+    "temperature": (
+        PROFILE_HEAD + "[sampling]\ntemperature = nan\n",
+        "line 5: sampling.temperature: must be a finite number",
+    ),
     "seed": (PROFILE_HEAD + "[sampling]\nseed = 1000000000000000000000000000000\n", "sampling.seed: expected `int` <="),
     "max-new-tokens": ("max_new_tokens = -4\n" + PROFILE_HEAD, "line 1: max_new_tokens: expected `int` >= 1"),
     "layers": (PROFILE_HEAD + "[drafter]\nlayers = 0\n", "line 5: drafter.layers: expected `int` >= 1"),
@@ -250,21 +308,25 @@ def test_max_seq_len_above_the_models_own_context_is_refused_with_its_limit(tmp_
 
 # --- #12: flags refused when parsed, in one line naming the flag -------------------------------
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["run", "--temperature", "nan"], "argument --temperature: must be a finite number >= 0, not nan"),
-    (["run", "--temperature", "inf"], "argument --temperature: must be a finite number >= 0, not inf"),
-    (["run", "--max-new-tokens", "-5"], "argument --max-new-tokens: must be >= 1, not -5"),
-    (["run", "--max-new-tokens", "0"], "argument --max-new-tokens: must be >= 1, not 0"),
-    (["run", "--layers", "0"], "argument --layers: must be >= 1, not 0"),
-    (["run", "--layers", "-3"], "argument --layers: must be >= 1, not -3"),
-    (["run", "--top-k", "-3"], "argument --top-k: must be >= 0, not -3"),
-    (["run", "--top-p", "0"], "argument --top-p: must be a finite number > 0 and <= 1, not 0"),
-    (["run", "--seed", str(10**30)], "argument --seed: must be 0..9223372036854775807"),
-    (["run", "-k", "65"], "argument -k/--draft-len: must be 0..64, not 65"),
-    (["sweep", "--max-new-tokens", "0"], "argument --max-new-tokens: must be >= 1, not 0"),
-    (["bench", "policy", "--repeat", "0"], "argument --repeat: must be >= 1, not 0"),
-    (["replay", "x.specmon", "--speed", "nan"], "argument --speed: must be a finite number >= 0, not nan"),
-])
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["run", "--temperature", "nan"], "argument --temperature: must be a finite number >= 0, not nan"),
+        (["run", "--temperature", "inf"], "argument --temperature: must be a finite number >= 0, not inf"),
+        (["run", "--max-new-tokens", "-5"], "argument --max-new-tokens: must be >= 1, not -5"),
+        (["run", "--max-new-tokens", "0"], "argument --max-new-tokens: must be >= 1, not 0"),
+        (["run", "--layers", "0"], "argument --layers: must be >= 1, not 0"),
+        (["run", "--layers", "-3"], "argument --layers: must be >= 1, not -3"),
+        (["run", "--top-k", "-3"], "argument --top-k: must be >= 0, not -3"),
+        (["run", "--top-p", "0"], "argument --top-p: must be a finite number > 0 and <= 1, not 0"),
+        (["run", "--seed", str(10**30)], "argument --seed: must be 0..9223372036854775807"),
+        (["run", "-k", "65"], "argument -k/--draft-len: must be 0..64, not 65"),
+        (["sweep", "--max-new-tokens", "0"], "argument --max-new-tokens: must be >= 1, not 0"),
+        (["bench", "policy", "--repeat", "0"], "argument --repeat: must be >= 1, not 0"),
+        (["replay", "x.specmon", "--speed", "nan"], "argument --speed: must be a finite number >= 0, not nan"),
+    ],
+)
 def test_a_bad_flag_is_one_line_naming_it(capsys, argv, fragment):
     with pytest.raises(SystemExit) as exited:
         build_parser().parse_args(argv)
@@ -274,6 +336,7 @@ def test_a_bad_flag_is_one_line_naming_it(capsys, argv, fragment):
 
 
 # --- #11, #10: addresses ----------------------------------------------------------------------
+
 
 def test_listen_resolves_names_and_checks_the_port():
     host, port = parse_listen("localhost:7777")
@@ -292,12 +355,25 @@ def test_attach_to_a_bad_address_is_one_line(target):
 
 # --- #6: the token in a 0600 file, read by attach from --token-file or SPECMON_TOKEN ------------
 
+
 def _served_session(tmp_path):
     sink = LogSink(tmp_path / "s.specmon")
     channel = Channel(sink)
     server = EventServer(sink, tmp_path / "s.sock", parse_listen("127.0.0.1:0"))
-    channel.publish(SessionStarted(session_id="s", t=0.0, specmon_version="x", profile_name="[/]", profile_text="",
-                                   backend="torch", target="t", drafter="ngram", dtype="float32", device="cpu"))
+    channel.publish(
+        SessionStarted(
+            session_id="s",
+            t=0.0,
+            specmon_version="x",
+            profile_name="[/]",
+            profile_text="",
+            backend="torch",
+            target="t",
+            drafter="ngram",
+            dtype="float32",
+            device="cpu",
+        )
+    )
     channel.publish(SessionFinished(session_id="s", t=1.0, rounds=0, reason="done"))
     return channel, server
 
@@ -317,7 +393,9 @@ def test_the_token_is_in_a_0600_file_and_attach_reads_it_from_file_or_environmen
         assert main(["attach", f"{host}:{port}", "--headless"]) == 2
         assert capsys.readouterr().err.startswith("specmon: attaching over TCP needs the session's token: --token-file")
         assert main(["attach", f"{host}:{port}", "--headless", "--token", server.token]) == 2
-        assert capsys.readouterr().err.startswith("specmon: --token was removed: any local user can read a command line")
+        assert capsys.readouterr().err.startswith(
+            "specmon: --token was removed: any local user can read a command line"
+        )
     finally:
         channel.close()
         server.close()
@@ -326,10 +404,28 @@ def test_the_token_is_in_a_0600_file_and_attach_reads_it_from_file_or_environmen
 
 def test_run_listen_prints_the_token_file_never_the_token(tmp_path):
     prompts = jsonl(tmp_path / "p.jsonl", [{"id": str(n), "prompt": f"count to {n}"} for n in range(4)])
-    run = subprocess.Popen([sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile",
-                            str(tiny_profile(tmp_path, max_new_tokens=200)), "--prompts", str(prompts),
-                            "--listen", "127.0.0.1:0", "--log", str(tmp_path / "x.specmon")],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=environment())
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specmon.cli",
+            "run",
+            "--headless",
+            "--profile",
+            str(tiny_profile(tmp_path, max_new_tokens=200)),
+            "--prompts",
+            str(prompts),
+            "--listen",
+            "127.0.0.1:0",
+            "--log",
+            str(tmp_path / "x.specmon"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=environment(),
+    )
     try:
         seen = []
         while not any("serving on" in line for line in seen):
@@ -352,11 +448,14 @@ def test_run_listen_prints_the_token_file_never_the_token(tmp_path):
 
 # --- #7: user strings are text, not Rich markup ------------------------------------------------
 
+
 def test_markup_in_class_names_profile_names_and_paths_prints_as_text(tmp_path):
     profile = tiny_profile(tmp_path, max_new_tokens=8)
     profile.write_text(profile.read_text().replace('name = "tiny"', 'name = "[bold]tiny[/]"'))
-    prompts = jsonl(tmp_path / "p.jsonl", [{"id": "[/]", "prompt": "hello", "class": "[/]"},
-                                            {"id": "x", "prompt": "def f():", "class": "[red]code$|"}])
+    prompts = jsonl(
+        tmp_path / "p.jsonl",
+        [{"id": "[/]", "prompt": "hello", "class": "[/]"}, {"id": "x", "prompt": "def f():", "class": "[red]code$|"}],
+    )
     log = tmp_path / "[/]" / "s.specmon"
     done = specmon("run", "--headless", "--profile", str(profile), "--prompts", str(prompts), "--log", str(log))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
@@ -372,6 +471,7 @@ def test_markup_in_class_names_profile_names_and_paths_prints_as_text(tmp_path):
 
 
 # --- #11, #10: models and unwritable outputs ----------------------------------------------------
+
 
 def test_models_list_says_damaged_for_a_file_whose_sha256_is_wrong(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SPECMON_CACHE", str(tmp_path))
@@ -398,6 +498,7 @@ def test_unwritable_report_folder_and_model_cache_are_one_line(tmp_path, monkeyp
 
 # --- the CLI fuzz: families of bad arguments and files, each one clear line ----------------------
 
+
 @dataclass
 class Case:
     family: str
@@ -418,8 +519,10 @@ class Outcome:
 
 def _fuzz_files(tmp: Path, monkeypatch) -> dict[str, Path]:
     files = {"profile": tiny_profile(tmp, max_new_tokens=8), "blocked": blocked_dir(tmp)}
-    files["prompts"] = jsonl(tmp / "ok.jsonl", [{"id": "a", "prompt": "hello", "class": "chat"},
-                                                 {"id": "b", "prompt": "def f():", "class": "code"}])
+    files["prompts"] = jsonl(
+        tmp / "ok.jsonl",
+        [{"id": "a", "prompt": "hello", "class": "chat"}, {"id": "b", "prompt": "def f():", "class": "code"}],
+    )
     model = files["profile"].parent / "tiny.gguf"
     files["ctx_model"] = gguf_with_context(tmp / "ctx64.gguf", 64, monkeypatch)
     (tmp / "folder").mkdir()
@@ -469,11 +572,16 @@ def _prompt_cases(tmp: Path, run: list[str]) -> list[Case]:
     for name, data in good_rows.items():
         (tmp / f"{name}.jsonl").write_bytes(data)
         cases.append(Case("prompt files", [*run, "--prompts", str(tmp / f"{name}.jsonl")], valid=True))
-    cases += [Case("prompt files", [*run, "--prompts", str(tmp / "folder")], expect="cannot read"),
-              Case("prompt files", [*run, "--prompts", str(tmp / "missing.jsonl")], expect="cannot read"),
-              Case("prompt files", [*run, "--prompts", str(tmp / "ok.jsonl"), "--classes", "code"], valid=True),
-              Case("prompt files", [*run, "--prompts", str(tmp / "ok.jsonl"), "--classes", "rewrite"],
-                   expect="has no class 'rewrite'")]
+    cases += [
+        Case("prompt files", [*run, "--prompts", str(tmp / "folder")], expect="cannot read"),
+        Case("prompt files", [*run, "--prompts", str(tmp / "missing.jsonl")], expect="cannot read"),
+        Case("prompt files", [*run, "--prompts", str(tmp / "ok.jsonl"), "--classes", "code"], valid=True),
+        Case(
+            "prompt files",
+            [*run, "--prompts", str(tmp / "ok.jsonl"), "--classes", "rewrite"],
+            expect="has no class 'rewrite'",
+        ),
+    ]
     return cases
 
 
@@ -484,18 +592,25 @@ def _profile_cases(tmp: Path, files: dict[str, Path]) -> list[Case]:
         "device-cuda-x": ('name = "t"\ndevice = "cuda:x"\n' + target, "device"),
         "ngram-zero-negative": ('name = "t"\n' + target + "[drafter]\nngram_sizes = [0, -1]\n", "ngram_sizes"),
         "ngram-empty": ('name = "t"\n' + target + "[drafter]\nngram_sizes = []\n", "ngram_sizes"),
-        "ngram-huge": ('name = "t"\n' + target + "[drafter]\nngram_sizes = [1000000000000000000000000]\n", "ngram_sizes"),
+        "ngram-huge": (
+            'name = "t"\n' + target + "[drafter]\nngram_sizes = [1000000000000000000000000]\n",
+            "ngram_sizes",
+        ),
         "top-k-negative": ('name = "t"\n' + target + "[sampling]\ntop_k = -3\n", "sampling.top_k"),
         "temperature-nan": ('name = "t"\n' + target + "[sampling]\ntemperature = nan\n", "sampling.temperature"),
         "temperature-inf": ('name = "t"\n' + target + "[sampling]\ntemperature = inf\n", "sampling.temperature"),
         "top-p-zero": ('name = "t"\n' + target + "[sampling]\ntop_p = 0.0\n", "sampling.top_p"),
         "seed-negative": ('name = "t"\n' + target + "[sampling]\nseed = -1\ntemperature = 0.8\n", "sampling.seed"),
-        "seed-huge": ('name = "t"\n' + target + "[sampling]\nseed = 1000000000000000000000\ntemperature = 0.8\n",
-                      "sampling.seed"),
+        "seed-huge": (
+            'name = "t"\n' + target + "[sampling]\nseed = 1000000000000000000000\ntemperature = 0.8\n",
+            "sampling.seed",
+        ),
         "max-new-tokens-negative": ('name = "t"\nmax_new_tokens = -4\n' + target, "max_new_tokens"),
         "max-seq-len-zero": ('name = "t"\nmax_seq_len = 0\n' + target, "max_seq_len"),
-        "max-seq-len-above-context": (f'name = "t"\nmax_seq_len = 4096\n[target]\npath = "{files["ctx_model"]}"\n',
-                                      "trained for 64 tokens"),
+        "max-seq-len-above-context": (
+            f'name = "t"\nmax_seq_len = 4096\n[target]\npath = "{files["ctx_model"]}"\n',
+            "trained for 64 tokens",
+        ),
         "layers-zero": ('name = "t"\n' + target + '[drafter]\nkind = "layerskip"\nlayers = 0\n', "drafter.layers"),
         "layers-too-many": ('name = "t"\n' + target + '[drafter]\nkind = "layerskip"\nlayers = 9\n', "drafter.layers"),
         "draft-len-99": ('name = "t"\n' + target + "[drafter]\ndraft_len = 99\n", "draft_len"),
@@ -514,15 +629,43 @@ def _profile_cases(tmp: Path, files: dict[str, Path]) -> list[Case]:
     cases = []
     for name, (body, fragment) in bodies.items():
         (tmp / f"{name}.toml").write_text(body)
-        cases.append(Case("profiles", ["run", "--headless", "--profile", str(tmp / f"{name}.toml"), "--prompts",
-                                       str(files["prompts"]), "--log", LOG], expect=fragment))
+        cases.append(
+            Case(
+                "profiles",
+                [
+                    "run",
+                    "--headless",
+                    "--profile",
+                    str(tmp / f"{name}.toml"),
+                    "--prompts",
+                    str(files["prompts"]),
+                    "--log",
+                    LOG,
+                ],
+                expect=fragment,
+            )
+        )
     (tmp / "not-utf8.toml").write_bytes(b'name = "caf\xe9"\n' + target.encode())
     (tmp / "bom.toml").write_bytes(b'\xef\xbb\xbfname = "t"\nmax_new_tokens = 8\n' + target.encode())
     (tmp / "markup-name.toml").write_text('name = "[/]"\nmax_new_tokens = 8\n' + target)
     for name, valid in (("not-utf8", False), ("bom", True), ("markup-name", True)):
-        cases.append(Case("profiles", ["run", "--headless", "--profile", str(tmp / f"{name}.toml"), "--prompts",
-                                       str(files["prompts"]), "--log", LOG], valid=valid,
-                          expect="" if valid else "not UTF-8"))
+        cases.append(
+            Case(
+                "profiles",
+                [
+                    "run",
+                    "--headless",
+                    "--profile",
+                    str(tmp / f"{name}.toml"),
+                    "--prompts",
+                    str(files["prompts"]),
+                    "--log",
+                    LOG,
+                ],
+                valid=valid,
+                expect="" if valid else "not UTF-8",
+            )
+        )
     cases.append(Case("profiles", ["run", "--headless", "--profile", "no-such-profile"], expect="cannot read"))
     return cases
 
@@ -530,25 +673,45 @@ def _profile_cases(tmp: Path, files: dict[str, Path]) -> list[Case]:
 def _flag_cases(tmp: Path, run: list[str]) -> list[Case]:
     run = [*run, "--prompts", str(tmp / "ok.jsonl")]
     bad = [
-        (["--temperature", "nan"], "--temperature"), (["--temperature", "inf"], "--temperature"),
-        (["--temperature", "-1"], "--temperature"), (["--temperature", "abc"], "--temperature"),
-        (["--top-p", "0"], "--top-p"), (["--top-p", "1.5"], "--top-p"), (["--top-p", "nan"], "--top-p"),
-        (["--top-k", "-3"], "--top-k"), (["--seed", str(10**30), "--temperature", "0.8"], "--seed"),
-        (["--seed", "-1"], "--seed"), (["--max-new-tokens", "-5"], "--max-new-tokens"),
-        (["--max-new-tokens", "0"], "--max-new-tokens"), (["--max-new-tokens", str(10**30)], "--max-new-tokens"),
+        (["--temperature", "nan"], "--temperature"),
+        (["--temperature", "inf"], "--temperature"),
+        (["--temperature", "-1"], "--temperature"),
+        (["--temperature", "abc"], "--temperature"),
+        (["--top-p", "0"], "--top-p"),
+        (["--top-p", "1.5"], "--top-p"),
+        (["--top-p", "nan"], "--top-p"),
+        (["--top-k", "-3"], "--top-k"),
+        (["--seed", str(10**30), "--temperature", "0.8"], "--seed"),
+        (["--seed", "-1"], "--seed"),
+        (["--max-new-tokens", "-5"], "--max-new-tokens"),
+        (["--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--max-new-tokens", str(10**30)], "--max-new-tokens"),
         (["--max-new-tokens", "100000"], "exceed the cache"),
-        (["-k", "-1"], "--draft-len"), (["-k", "65"], "--draft-len"), (["-k", "x"], "--draft-len"),
-        (["--layers", "0"], "--layers"), (["--layers", "-3"], "--layers"),
-        (["--drafter", "layerskip", "--layers", "5"], "--layers"), (["--drafter", "model"], "--drafter model"),
-        (["--drafter", "banana"], "--drafter"), (["--classes", ","], "--classes"),
-        (["--listen", "0.0.0.0:7000"], "loopback"), (["--listen", "127.0.0.1:99999"], "--listen"),
-        (["--listen", "127.0.0.1:abc"], "--listen"), (["--listen", "no-such-host.invalid:7000"], "--listen"),
-        (["--policy", str(tmp / "missing.toml")], "missing.toml"), (["--policy", "default", "-k", "2"], "--policy"),
+        (["-k", "-1"], "--draft-len"),
+        (["-k", "65"], "--draft-len"),
+        (["-k", "x"], "--draft-len"),
+        (["--layers", "0"], "--layers"),
+        (["--layers", "-3"], "--layers"),
+        (["--drafter", "layerskip", "--layers", "5"], "--layers"),
+        (["--drafter", "model"], "--drafter model"),
+        (["--drafter", "banana"], "--drafter"),
+        (["--classes", ","], "--classes"),
+        (["--listen", "0.0.0.0:7000"], "loopback"),
+        (["--listen", "127.0.0.1:99999"], "--listen"),
+        (["--listen", "127.0.0.1:abc"], "--listen"),
+        (["--listen", "no-such-host.invalid:7000"], "--listen"),
+        (["--policy", str(tmp / "missing.toml")], "missing.toml"),
+        (["--policy", "default", "-k", "2"], "--policy"),
         (["--no-such-flag"], "unrecognized arguments"),
     ]
     cases = [Case("run flags", [*run, *flags], expect=fragment) for flags, fragment in bad]
-    good = [["--temperature", "0.8", "--seed", "7", "--top-k", "5", "--top-p", "0.9"], ["--listen", "localhost:0"],
-            ["--drafter", "layerskip", "--layers", "1", "-k", "2"], ["--max-new-tokens", "1"], ["-k", "0"]]
+    good = [
+        ["--temperature", "0.8", "--seed", "7", "--top-k", "5", "--top-p", "0.9"],
+        ["--listen", "localhost:0"],
+        ["--drafter", "layerskip", "--layers", "1", "-k", "2"],
+        ["--max-new-tokens", "1"],
+        ["-k", "0"],
+    ]
     cases += [Case("run flags", [*run, *flags], valid=True) for flags in good]
     return cases
 
@@ -566,10 +729,18 @@ def _output_cases(tmp: Path, files: dict[str, Path], run: list[str]) -> list[Cas
         Case("output paths", ["report", str(V1_LOG), "--out", str(blocked / "r")], expect="report: cannot write"),
         Case("output paths", ["report", str(tmp / "missing.specmon")], expect="missing.specmon"),
         Case("output paths", ["log", "info", str(tmp / "missing.specmon")], expect="missing.specmon"),
-        Case("output paths", ["models", "pull"], env=home, unset=("SPECMON_CACHE", "XDG_CACHE_HOME"),
-             expect="cannot pull"),
-        Case("output paths", ["models", "export", "smollm2-135m-instruct", str(blocked / "m"), "--layers", "-1"],
-             expect="--layers"),
+        Case(
+            "output paths",
+            ["models", "pull"],
+            env=home,
+            unset=("SPECMON_CACHE", "XDG_CACHE_HOME"),
+            expect="cannot pull",
+        ),
+        Case(
+            "output paths",
+            ["models", "export", "smollm2-135m-instruct", str(blocked / "m"), "--layers", "-1"],
+            expect="--layers",
+        ),
         Case("output paths", ["report", str(V1_LOG), "--out", str(tmp / "report-ok")], valid=True),
     ]
 
@@ -585,29 +756,59 @@ def _attach_cases(tmp: Path) -> list[Case]:
         Case("attach", ["attach", "--headless", "no-such-host.invalid:7000"], env=token_env, expect="cannot attach"),
         Case("attach", ["attach", "--headless", "127.0.0.1:1"], expect="--token-file"),
         Case("attach", ["attach", "--headless", "127.0.0.1:1", "--token", "abc"], expect="--token was removed"),
-        Case("attach", ["attach", "--headless", "127.0.0.1:1", "--token-file", str(tmp / "none")], expect="--token-file"),
-        Case("attach", ["attach", "--headless", "127.0.0.1:1", "--token-file", str(tmp / "empty-token")],
-             expect="empty"),
+        Case(
+            "attach", ["attach", "--headless", "127.0.0.1:1", "--token-file", str(tmp / "none")], expect="--token-file"
+        ),
+        Case(
+            "attach", ["attach", "--headless", "127.0.0.1:1", "--token-file", str(tmp / "empty-token")], expect="empty"
+        ),
         Case("attach", ["attach", "--headless", str(tmp / "none.sock")], expect="cannot attach"),
         Case("attach", ["attach", "--headless", str(tmp / "none.specmon")], expect="none.specmon"),
-        Case("attach", ["attach", "--headless"], env={"XDG_RUNTIME_DIR": str(tmp / "folder")},
-             expect="no running session"),
+        Case(
+            "attach",
+            ["attach", "--headless"],
+            env={"XDG_RUNTIME_DIR": str(tmp / "folder")},
+            expect="no running session",
+        ),
     ]
 
 
 def _grid_cases(tmp: Path, files: dict[str, Path]) -> list[Case]:
-    sweep = ["sweep", "--profile", str(files["profile"]), "--prompts", str(files["prompts"]), "--log", LOG,
-             "--out", str(tmp / "sweep-plots")]
+    sweep = [
+        "sweep",
+        "--profile",
+        str(files["profile"]),
+        "--prompts",
+        str(files["prompts"]),
+        "--log",
+        LOG,
+        "--out",
+        str(tmp / "sweep-plots"),
+    ]
     bench = ["bench", "policy", "--profile", str(files["profile"]), "--prompts", str(files["prompts"]), "--log", LOG]
-    bad = [(sweep, ["--temperatures", "nan"]), (sweep, ["--top-ps", "inf"]), (sweep, ["--ks", "0-99"]),
-           (sweep, ["--layers", "0"]), (sweep, ["--max-new-tokens", "0"]), (sweep, ["--drafters", "model"]),
-           (sweep, ["--seed", "-1"]), (sweep, ["--classes", "rewrite"]), (bench, ["--repeat", "0"]),
-           (bench, ["--layers", "0"]), (bench, ["--drafter", "model"]), (bench, ["--max-new-tokens", "-1"]),
-           (bench, ["--fixed-passes", "-1"]), (bench, ["--json", str(files["blocked"] / "b.json")]),
-           (bench, ["--ks", "x"]), (bench, ["--policy", str(files["prompts"])])]
+    bad = [
+        (sweep, ["--temperatures", "nan"]),
+        (sweep, ["--top-ps", "inf"]),
+        (sweep, ["--ks", "0-99"]),
+        (sweep, ["--layers", "0"]),
+        (sweep, ["--max-new-tokens", "0"]),
+        (sweep, ["--drafters", "model"]),
+        (sweep, ["--seed", "-1"]),
+        (sweep, ["--classes", "rewrite"]),
+        (bench, ["--repeat", "0"]),
+        (bench, ["--layers", "0"]),
+        (bench, ["--drafter", "model"]),
+        (bench, ["--max-new-tokens", "-1"]),
+        (bench, ["--fixed-passes", "-1"]),
+        (bench, ["--json", str(files["blocked"] / "b.json")]),
+        (bench, ["--ks", "x"]),
+        (bench, ["--policy", str(files["prompts"])]),
+    ]
     cases = [Case("sweep, bench", [*base, *flags]) for base, flags in bad]
-    cases += [Case("sweep, bench", [*sweep, "--ks", "0-1", "--max-new-tokens", "4"], valid=True),
-              Case("sweep, bench", [*bench, "--ks", "0,1", "--repeat", "1", "--max-new-tokens", "4"], valid=True)]
+    cases += [
+        Case("sweep, bench", [*sweep, "--ks", "0-1", "--max-new-tokens", "4"], valid=True),
+        Case("sweep, bench", [*bench, "--ks", "0,1", "--repeat", "1", "--max-new-tokens", "4"], valid=True),
+    ]
     return cases
 
 
@@ -615,29 +816,65 @@ def _markup_cases(tmp: Path, files: dict[str, Path]) -> list[Case]:
     """Valid input with Rich markup in class names, ids, profile name and paths, through every reader."""
     folder = tmp / "[/]"  # two folders, "[" and "]": the path prints as .../[/]/...
     folder.mkdir(parents=True)
-    prompts = jsonl(folder / "[b].jsonl", [{"id": "[/]", "prompt": "hello", "class": "[/]"},
-                                           {"id": "[red]", "prompt": "x", "class": "[bold"}])
+    prompts = jsonl(
+        folder / "[b].jsonl",
+        [{"id": "[/]", "prompt": "hello", "class": "[/]"}, {"id": "[red]", "prompt": "x", "class": "[bold"}],
+    )
     log = folder / "made.specmon"
     specmon("run", "--headless", "--profile", str(files["profile"]), "--prompts", str(prompts), "--log", str(log))
     return [
-        Case("markup", ["run", "--headless", "--profile", str(files["profile"]), "--prompts", str(prompts), "--log",
-                        str(folder / "again.specmon")], valid=True),
+        Case(
+            "markup",
+            [
+                "run",
+                "--headless",
+                "--profile",
+                str(files["profile"]),
+                "--prompts",
+                str(prompts),
+                "--log",
+                str(folder / "again.specmon"),
+            ],
+            valid=True,
+        ),
         Case("markup", ["log", "info", str(log)], valid=True),
         Case("markup", ["replay", str(log), "--headless"], valid=True),
         Case("markup", ["replay", str(log), "--policy", "default"], valid=True),
         Case("markup", ["report", str(log), "--out", str(folder / "[r]")], valid=True),
         Case("markup", ["attach", "--headless", str(log)], valid=True),
-        Case("markup", ["sweep", "--profile", str(files["profile"]), "--prompts", str(prompts), "--ks", "0-1",
-                        "--max-new-tokens", "4", "--log", str(folder / "sweep.specmon"), "--out",
-                        str(folder / "[plots]")], valid=True),
+        Case(
+            "markup",
+            [
+                "sweep",
+                "--profile",
+                str(files["profile"]),
+                "--prompts",
+                str(prompts),
+                "--ks",
+                "0-1",
+                "--max-new-tokens",
+                "4",
+                "--log",
+                str(folder / "sweep.specmon"),
+                "--out",
+                str(folder / "[plots]"),
+            ],
+            valid=True,
+        ),
     ]
 
 
 def _try(case: Case, log: Path) -> Outcome:
     args = [str(log) if arg == LOG else arg for arg in case.args]
     try:
-        done = subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True,
-                              cwd=case.cwd or REPO, env=environment(case.env, case.unset), timeout=HANG_S)
+        done = subprocess.run(
+            [sys.executable, "-m", "specmon.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=case.cwd or REPO,
+            env=environment(case.env, case.unset),
+            timeout=HANG_S,
+        )
     except subprocess.TimeoutExpired:
         return Outcome(case, "hang")
     if "Traceback" in done.stderr:
@@ -654,20 +891,30 @@ def _try(case: Case, log: Path) -> Outcome:
 def test_cli_fuzz_every_bad_input_is_one_clear_line(tmp_path, monkeypatch):
     files = _fuzz_files(tmp_path, monkeypatch)
     run = ["run", "--headless", "--profile", str(files["profile"]), "--log", LOG]
-    cases = [*_flag_cases(tmp_path, run), *_prompt_cases(tmp_path, run), *_profile_cases(tmp_path, files),
-             *_output_cases(tmp_path, files, run), *_attach_cases(tmp_path), *_grid_cases(tmp_path, files),
-             *_markup_cases(tmp_path, files)]
+    cases = [
+        *_flag_cases(tmp_path, run),
+        *_prompt_cases(tmp_path, run),
+        *_profile_cases(tmp_path, files),
+        *_output_cases(tmp_path, files, run),
+        *_attach_cases(tmp_path),
+        *_grid_cases(tmp_path, files),
+        *_markup_cases(tmp_path, files),
+    ]
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         outcomes = list(pool.map(_try, cases, [tmp_path / "logs" / f"case-{n}.specmon" for n in range(len(cases))]))
-    print(f"\nCLI fuzz: {len(cases)} commands in {time.monotonic() - started:.0f} s "
-          f"(clear: a valid input exits 0; a bad one exits non-zero with one line `specmon: ...`)")
+    print(
+        f"\nCLI fuzz: {len(cases)} commands in {time.monotonic() - started:.0f} s "
+        f"(clear: a valid input exits 0; a bad one exits non-zero with one line `specmon: ...`)"
+    )
     print(f"{'family':<14} {'tried':>5} {'clear':>5} {'traceback':>9} {'hang':>4} {'unclear':>7}")
     for family in dict.fromkeys(c.family for c in cases):
         mine = [o for o in outcomes if o.case.family == family]
         counts = [sum(o.verdict == v for o in mine) for v in ("clear", "traceback", "hang", "unclear")]
         print(f"{family:<14} {len(mine):>5} {counts[0]:>5} {counts[1]:>9} {counts[2]:>4} {counts[3]:>7}")
-    failures = [f"{o.verdict}: specmon {' '.join(o.case.args)}\n    {o.detail}" for o in outcomes if o.verdict != "clear"]
+    failures = [
+        f"{o.verdict}: specmon {' '.join(o.case.args)}\n    {o.detail}" for o in outcomes if o.verdict != "clear"
+    ]
     assert not failures, f"{len(failures)} of {len(cases)}:\n" + "\n".join(failures)
 
 

@@ -68,7 +68,7 @@ def outcome(data: bytes, tmp: Path, chunk: int = 1 << 16):
     decoder, streamed, streamed_error = FrameDecoder(str(path)), [], None
     try:
         for start in range(0, len(data), chunk):
-            streamed.extend(decoder.feed(data[start:start + chunk]))
+            streamed.extend(decoder.feed(data[start : start + chunk]))
         decoder.finish()
     except SpecmonError as exc:
         streamed_error = exc
@@ -136,9 +136,14 @@ def test_run_with_an_existing_log_is_one_line_and_writes_nothing(tmp_path, exist
     log.write_bytes(b"my notes\n" if existing.endswith(".txt") else written(TUI_EVENTS)[:-5])
     before = log.read_bytes()
     runtime = tmp_path / "runtime"
-    done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile),
-                           "--log", str(log)], capture_output=True, text=True, cwd=REPO, timeout=300,
-                          env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)})
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile), "--log", str(log)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
+    )
     assert done.returncode != 0, done.stderr
     assert done.stderr.strip().splitlines() == [f"specmon: {log} exists; pick a new file or remove it"], done.stderr
     assert log.read_bytes() == before
@@ -157,15 +162,19 @@ def test_the_writer_numbers_frames_from_zero_in_format_2(tmp_path):
 
 def _frames(data: bytes) -> tuple[bytes, list[bytes]]:
     starts = frame_starts(data)
-    return data[:starts[0]], [data[a:b] for a, b in zip(starts, starts[1:])]
+    return data[: starts[0]], [data[a:b] for a, b in zip(starts, starts[1:])]
 
 
-@pytest.mark.parametrize("change, whole, reason", [
-    (lambda f: f[:11] + [f[10]] + f[11:], 11, "frame 10 where frame 11 belongs"),  # duplicated
-    (lambda f: f[:10] + [f[11], f[10]] + f[12:], 10, "frame 11 where frame 10 belongs"),  # swapped
-    (lambda f: f[:10] + f[11:], 10, "frame 11 where frame 10 belongs"),  # missing
-    (lambda f: f + [f[-1]], 101, "frame 100 where frame 101 belongs"),  # a repeated last frame
-], ids=["duplicated", "swapped", "missing", "last repeated"])
+@pytest.mark.parametrize(
+    "change, whole, reason",
+    [
+        (lambda f: f[:11] + [f[10]] + f[11:], 11, "frame 10 where frame 11 belongs"),  # duplicated
+        (lambda f: f[:10] + [f[11], f[10]] + f[12:], 10, "frame 11 where frame 10 belongs"),  # swapped
+        (lambda f: f[:10] + f[11:], 10, "frame 11 where frame 10 belongs"),  # missing
+        (lambda f: f + [f[-1]], 101, "frame 100 where frame 101 belongs"),  # a repeated last frame
+    ],
+    ids=["duplicated", "swapped", "missing", "last repeated"],
+)
 def test_a_duplicated_reordered_or_missing_frame_is_damage_at_its_offset(tmp_path, change, whole, reason):
     head, frames = _frames(written(TUI_EVENTS))
     damaged = change(frames)
@@ -189,8 +198,13 @@ def test_log_info_no_longer_calls_a_duplicated_frame_intact(tmp_path):
     head, frames = _frames(written(TUI_EVENTS))
     path = tmp_path / "dup.specmon"
     path.write_bytes(head + b"".join(frames[:40] + [frames[39]] + frames[40:]))
-    done = subprocess.run([sys.executable, "-m", "specmon.cli", "log", "info", str(path)], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "log", "info", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 1 and "integrity ok" not in done.stdout
     assert f"damaged at byte {len(head) + sum(map(len, frames[:40]))}" in done.stdout + done.stderr
 
@@ -204,7 +218,7 @@ def test_format_1_logs_still_read_as_before():
     raw = (FIXTURES / "session-v1.specmon").read_bytes()
     starts = frame_starts(raw)
     assert struct.unpack_from(">H", raw, 8)[0] == 1
-    doubled = raw[:starts[3]] + raw[starts[2]:starts[3]] + raw[starts[3]:]
+    doubled = raw[: starts[3]] + raw[starts[2] : starts[3]] + raw[starts[3] :]
     assert len(list(FrameDecoder("v1").feed(doubled))) == 41  # as before: accepted
 
 
@@ -240,8 +254,21 @@ with LogWriter(sys.argv[1]) as log:
 
 
 def _writer(log: Path, first: int, pause: float, rest: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(log), str(FIXTURES / "session-tui.specmon"),
-                             str(first), str(pause), str(rest)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            WRITER,
+            str(log),
+            str(FIXTURES / "session-tui.specmon"),
+            str(first),
+            str(pause),
+            str(rest),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.stdout.readline() == "written\n"
     return proc
 
@@ -273,8 +300,10 @@ def test_following_a_killed_sessions_log_ends_with_one_clear_error(tmp_path):
     assert not follower.is_alive(), "follow_log still waits on a killed session's log"
     assert time.monotonic() - killed_at < 3.0
     assert got == TUI_EVENTS[:50] and len(errors) == 1 and type(errors[0]) is SpecmonError
-    assert str(errors[0]) == (f"{log} has not grown for 0.3 s and has no SessionFinished: its session was killed or "
-                              f"hung; `specmon log info {log}` shows what it holds")
+    assert str(errors[0]) == (
+        f"{log} has not grown for 0.3 s and has no SessionFinished: its session was killed or "
+        f"hung; `specmon log info {log}` shows what it holds"
+    )
 
 
 def test_following_a_slow_live_session_waits_for_it_however_long(tmp_path):
@@ -309,8 +338,13 @@ def test_attach_to_a_killed_sessions_log_ends_with_one_line(tmp_path):
     profile = tiny_profile(tmp_path, max_new_tokens=400)
     log = tmp_path / "killed.specmon"
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "runtime")}
-    run = subprocess.Popen([sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile),
-                            "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile), "--log", str(log)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while not (log.exists() and log.stat().st_size > 20_000):
         assert time.monotonic() < deadline and run.poll() is None
@@ -318,12 +352,19 @@ def test_attach_to_a_killed_sessions_log_ends_with_one_line(tmp_path):
     run.send_signal(signal.SIGKILL)
     run.wait()
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "specmon.cli", "attach", "--headless", str(log)],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "attach", "--headless", str(log)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"specmon: {log} has not grown for 10 s and has no SessionFinished: its session was killed or hung; "
-        f"`specmon log info {log}` shows what it holds"]
+        f"`specmon log info {log}` shows what it holds"
+    ]
     assert 10 <= time.monotonic() - start < 30
     assert done.stdout.count("\n") > 10  # the rounds it did log were shown first
 
@@ -347,8 +388,10 @@ position = st.integers(0, len(ORIGINAL))
 BYTE_DAMAGE = st.one_of(  # drawn directly, not filtered out of DAMAGE: a filter rejecting 6 draws in 10
     # now and then failed hypothesis's filter_too_much health check
     st.tuples(st.just("truncate"), st.integers(0, len(ORIGINAL) - 1)),
-    st.tuples(st.just("flip bits"), st.lists(st.tuples(st.integers(0, len(ORIGINAL) - 1), st.integers(0, 7)),
-                                             min_size=1, max_size=4)),
+    st.tuples(
+        st.just("flip bits"),
+        st.lists(st.tuples(st.integers(0, len(ORIGINAL) - 1), st.integers(0, 7)), min_size=1, max_size=4),
+    ),
     st.tuples(st.just("overwrite"), position, st.binary(min_size=1, max_size=16)),
     st.tuples(st.just("insert garbage"), position, st.binary(min_size=1, max_size=64)),
 )
@@ -358,8 +401,14 @@ DAMAGE = st.one_of(
     st.tuples(st.just("swap two frames"), frame_index, frame_index).filter(lambda op: op[1] != op[2]),
     st.tuples(st.just("drop a frame"), frame_index),
     st.tuples(st.just("splice another log's frame"), st.sampled_from(sorted(OTHERS)), frame_index, st.booleans()),
-    st.tuples(st.just("splice another log's bytes"), st.sampled_from(sorted(OTHERS)), position,
-              st.integers(0, len(ORIGINAL)), st.integers(1, 400), st.booleans()),
+    st.tuples(
+        st.just("splice another log's bytes"),
+        st.sampled_from(sorted(OTHERS)),
+        position,
+        st.integers(0, len(ORIGINAL)),
+        st.integers(1, 400),
+        st.booleans(),
+    ),
     st.tuples(st.just("splice its own bytes"), position, position, st.integers(1, 400)),
 )
 
@@ -367,7 +416,7 @@ DAMAGE = st.one_of(
 def damage(data: bytes, op: tuple) -> bytes:
     kind, *args = op
     if kind == "truncate":
-        return data[:args[0]]
+        return data[: args[0]]
     if kind == "flip bits":
         out = bytearray(data)
         for index, bit in args[0]:
@@ -376,30 +425,30 @@ def damage(data: bytes, op: tuple) -> bytes:
         return bytes(out)
     if kind == "overwrite":
         at, patch = args
-        return data[:at] + patch + data[at + len(patch):]
+        return data[:at] + patch + data[at + len(patch) :]
     if kind == "insert garbage":
-        return data[:args[0]] + args[1] + data[args[0]:]
+        return data[: args[0]] + args[1] + data[args[0] :]
     if kind == "duplicate a frame":
         i, at = args
-        return data[:STARTS[at]] + ORIGINAL[_frame(STARTS, i)] + data[STARTS[at]:]
+        return data[: STARTS[at]] + ORIGINAL[_frame(STARTS, i)] + data[STARTS[at] :]
     if kind == "swap two frames":
         i, j = sorted(args)
         f = lambda k: ORIGINAL[_frame(STARTS, k)]  # noqa: E731
-        return data[:STARTS[i]] + f(j) + data[STARTS[i + 1]:STARTS[j]] + f(i) + data[STARTS[j + 1]:]
+        return data[: STARTS[i]] + f(j) + data[STARTS[i + 1] : STARTS[j]] + f(i) + data[STARTS[j + 1] :]
     if kind == "drop a frame":
-        return data[:STARTS[args[0]]] + data[STARTS[args[0] + 1]:]
+        return data[: STARTS[args[0]]] + data[STARTS[args[0] + 1] :]
     if kind == "splice another log's frame":  # a whole valid frame of another log, at the same index
         other, i, shifted = args
         other_bytes = OTHERS[other]
         other_starts = frame_starts(other_bytes)
         j = min(i + shifted, len(other_starts) - 2)
-        return data[:STARTS[i]] + other_bytes[_frame(other_starts, j)] + data[STARTS[i + 1]:]
+        return data[: STARTS[i]] + other_bytes[_frame(other_starts, j)] + data[STARTS[i + 1] :]
     if kind == "splice another log's bytes":
         other, at, src, size, insert = args
-        piece = OTHERS[other][src:src + size]
-        return data[:at] + piece + data[at + (0 if insert else len(piece)):]
+        piece = OTHERS[other][src : src + size]
+        return data[:at] + piece + data[at + (0 if insert else len(piece)) :]
     at, src, size = args  # splice its own bytes: a copy of another stretch of the same log
-    return data[:at] + ORIGINAL[src:src + size] + data[at + size:]
+    return data[:at] + ORIGINAL[src : src + size] + data[at + size :]
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:
@@ -413,8 +462,9 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     return lo
 
 
-def check_damaged(data: bytes, original: bytes, starts: list[int], events: list, tmp: Path, chunk: int,
-                  family: str) -> None:
+def check_damaged(
+    data: bytes, original: bytes, starts: list[int], events: list, tmp: Path, chunk: int, family: str
+) -> None:
     """The three promises, for one damaged log; counts go to STATS[family]."""
     stats = STATS[family]
     stats["tried"] += 1
@@ -425,11 +475,11 @@ def check_damaged(data: bytes, original: bytes, starts: list[int], events: list,
         raise
     same = _common_prefix(data, original)  # the damage starts here
     whole = bisect.bisect_right(starts, same) - 1 if same >= starts[0] else 0  # frames wholly before it
-    if got != events[:len(got)]:
+    if got != events[: len(got)]:
         stats["invented event"] += 1
     if len(got) < whole:
         stats["event lost before the damage"] += 1
-    assert got == events[:len(got)], "an event that is not the original's at its position"
+    assert got == events[: len(got)], "an event that is not the original's at its position"
     assert len(got) >= whole, "an event before the damage was not returned"
     cut_between_frames = len(data) == same and len(data) in starts
     bare_preamble = len(data) == starts[0] and same >= PREAMBLE_SIZE  # a log id with no frame to check it against
@@ -455,7 +505,7 @@ def _follow_agrees(data: bytes, tmp: Path) -> None:
         got.extend(follow_log(path, poll_s=0.0, idle_timeout_s=0.0))
     except SpecmonError as exc:
         error = exc
-    assert got == expected[:len(got)]
+    assert got == expected[: len(got)]
     assert (error is None) == bool(got and isinstance(got[-1], SessionFinished))
     assert error is None or got == expected
 
@@ -493,15 +543,21 @@ def test_fuzz_damaged_logs(ops, chunk, fuzz_dir):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(BYTE_DAMAGE, min_size=1, max_size=3),
-       chunk=st.integers(1, 1 << 16))
+@given(ops=st.lists(BYTE_DAMAGE, min_size=1, max_size=3), chunk=st.integers(1, 1 << 16))
 def test_fuzz_damaged_format_1_logs(ops, chunk, fuzz_dir):
     """Format 1 (no frame numbers) under byte damage: no crash, no invented event, nothing lost before it."""
     data = V1
     for op in ops:
         data = damage(data, op)
-    check_damaged(data, V1, V1_STARTS, TUI_EVENTS, fuzz_dir, chunk,
-                  "format 1: " + (ops[0][0] if len(ops) == 1 else "2 or 3 of them at once"))
+    check_damaged(
+        data,
+        V1,
+        V1_STARTS,
+        TUI_EVENTS,
+        fuzz_dir,
+        chunk,
+        "format 1: " + (ops[0][0] if len(ops) == 1 else "2 or 3 of them at once"),
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -509,8 +565,15 @@ def fuzz_table():
     yield
     if not STATS:
         return
-    columns = {"tried": "tried", "clear error": "clear error", "no damage to see": "none to see", "undone": "undone",
-               "crash": "traceback", "invented event": "invented", "event lost before the damage": "lost before"}
+    columns = {
+        "tried": "tried",
+        "clear error": "clear error",
+        "no damage to see": "none to see",
+        "undone": "undone",
+        "crash": "traceback",
+        "invented event": "invented",
+        "event lost before the damage": "lost before",
+    }
     print("\n\ndamaged-log fuzz: read_log and a chunked FrameDecoder (format 2: also follow_log)")
     print(f"{'damage':<40}" + "".join(f"{title:>12}" for title in columns.values()))
     total: collections.Counter = collections.Counter()

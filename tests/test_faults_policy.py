@@ -31,7 +31,9 @@ from specmon.policy.schema import PolicyError, load_policy, parse_policy
 from tinymodel import tiny_profile
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT = (REPO / "tests" / "fixtures" / "policy-ratio.toml").read_text()  # the default before intervals: these tests pin its lines
+DEFAULT = (
+    REPO / "tests" / "fixtures" / "policy-ratio.toml"
+).read_text()  # the default before intervals: these tests pin its lines
 QUICK = (REPO / "policies" / "default.toml").read_text()  # the shipped policy: these tests pin its lines
 FIXTURE = REPO / "tests" / "fixtures" / "session-policy.specmon"
 OK_CLASS = '[[classes]]\nname = "all"\ndefault = true\n'
@@ -46,8 +48,12 @@ def _deep(levels: int) -> str:
 HOSTILE = [
     ("non-utf8", b"[policy]\nmode = 'enf\xffrce'\n" + OK_CLASS.encode(), 2, "not UTF-8 (byte 0xff)"),
     ("latin1-only", "[[classes]]\nname = 'café'\ndefault = true\n".encode("latin-1"), 2, "not UTF-8"),
-    ("window-1e20", QUICK.replace("window = 256", "window = 100000000000000000000").encode(),
-     13, "window = 100000000000000000000 is out of range"),
+    (
+        "window-1e20",
+        QUICK.replace("window = 256", "window = 100000000000000000000").encode(),
+        13,
+        "window = 100000000000000000000 is out of range",
+    ),
     ("window-negative", QUICK.replace("window = 256", "window = -1").encode(), 13, "window = -1 is out of range"),
     ("int-of-5000-digits", ("[policy]\nwindow = " + "9" * 5000 + "\n" + OK_CLASS).encode(), 2, "4300 digits"),
     ("min-gain-inf", QUICK.replace("min_gain = 0.02", "min_gain = inf").encode(), 12, "min_gain = inf"),
@@ -56,10 +62,18 @@ HOSTILE = [
     ("class-name-markup", QUICK.replace('name = "chat"', 'name = "[/]"').encode(), 36, "class name '[/]'"),
     ("class-name-empty", QUICK.replace('name = "chat"', 'name = ""').encode(), 36, "class name ''"),
     ("min-chars-negative", (OK_CLASS + "match.min_chars = -3\n").encode(), 4, "match.min_chars = -3"),
-    ("regex-lookahead", ('[[classes]]\nname = "x"\nmatch.regex = ["a(?=b)"]\n' + OK_CLASS).encode(), 3,
-     "bad regular expression 'a(?=b)'"),
-    ("regex-backreference", ('[[classes]]\nname = "x"\nmatch.regex = ["(a)\\\\1"]\n' + OK_CLASS).encode(), 3,
-     "bad regular expression"),
+    (
+        "regex-lookahead",
+        ('[[classes]]\nname = "x"\nmatch.regex = ["a(?=b)"]\n' + OK_CLASS).encode(),
+        3,
+        "bad regular expression 'a(?=b)'",
+    ),
+    (
+        "regex-backreference",
+        ('[[classes]]\nname = "x"\nmatch.regex = ["(a)\\\\1"]\n' + OK_CLASS).encode(),
+        3,
+        "bad regular expression",
+    ),
     ("deeply-nested", ("[policy]\n" + _deep(5000) + "\n" + OK_CLASS).encode(), 2, "nested too deeply"),
     ("oversized", b"# " + b"x" * (1 << 20) + b"\n" + OK_CLASS.encode(), 1, "larger than 1024 KiB"),
 ]
@@ -120,10 +134,12 @@ CATASTROPHIC = '[[classes]]\nname = "aaa"\nmatch.regex = ["(a+)+$"]\n' + OK_CLAS
 def test_a_catastrophic_regex_matches_and_fails_at_once():
     """Python's re takes about 2**40 steps on the failing text; RE2 is linear. In a child process,
     so the old engine fails by timeout instead of hanging the suite."""
-    script = ("import sys, time; from specmon.policy.schema import parse_policy; "
-              "from specmon.policy.classify import classify; p = parse_policy(sys.argv[1]); t = time.perf_counter(); "
-              "print(classify(p, 'a' * 40 + '!')[0], classify(p, 'a' * 40)[0], "
-              "classify(p, 'a' * 100_000 + '!')[0], f'{time.perf_counter() - t:.3f}')")
+    script = (
+        "import sys, time; from specmon.policy.schema import parse_policy; "
+        "from specmon.policy.classify import classify; p = parse_policy(sys.argv[1]); t = time.perf_counter(); "
+        "print(classify(p, 'a' * 40 + '!')[0], classify(p, 'a' * 40)[0], "
+        "classify(p, 'a' * 100_000 + '!')[0], f'{time.perf_counter() - t:.3f}')"
+    )
     done = subprocess.run([sys.executable, "-c", script, CATASTROPHIC], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     failing, matching, long_failing, seconds = done.stdout.split()
@@ -144,6 +160,7 @@ def test_policy_regexes_keep_their_meaning_under_re2():
 
 # -- `policy set` ----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def policy_file(tmp_path) -> Path:
     path = tmp_path / "p.toml"
@@ -151,18 +168,21 @@ def policy_file(tmp_path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("key,value,fragment", [
-    ("classes[99].draft_len", "3", "no 'classes[99]': the file has 5 (0..4)"),
-    ("policy.mode.x", "3", "'policy.mode.x' does not name a key in a table"),
-    ("policy[0].mode", "'advise'", "'policy[0]': 'policy' is not a list"),
-    ("classes.nobody.speculate", "off", "no class named 'nobody'"),
-    ("classes.speculate", "off", "name a class"),
-    ("classes.chat.speculate", '"on"\n[evil]', "is not one TOML value"),
-    ("classes.chat.speculate", 'on\n[evil]', "is not one TOML value"),
-    ("classes.chat.draft_len", "4 5", "is not one TOML value"),
-    ("classes.chat.draft_len", "[" * 3000 + "]" * 3000, "is not one TOML value"),
-    ("policy.min_gian", "0.1", "'policy.min_gian' is not a key a policy has; the file is unchanged"),
-])
+@pytest.mark.parametrize(
+    "key,value,fragment",
+    [
+        ("classes[99].draft_len", "3", "no 'classes[99]': the file has 5 (0..4)"),
+        ("policy.mode.x", "3", "'policy.mode.x' does not name a key in a table"),
+        ("policy[0].mode", "'advise'", "'policy[0]': 'policy' is not a list"),
+        ("classes.nobody.speculate", "off", "no class named 'nobody'"),
+        ("classes.speculate", "off", "name a class"),
+        ("classes.chat.speculate", '"on"\n[evil]', "is not one TOML value"),
+        ("classes.chat.speculate", "on\n[evil]", "is not one TOML value"),
+        ("classes.chat.draft_len", "4 5", "is not one TOML value"),
+        ("classes.chat.draft_len", "[" * 3000 + "]" * 3000, "is not one TOML value"),
+        ("policy.min_gian", "0.1", "'policy.min_gian' is not a key a policy has; the file is unchanged"),
+    ],
+)
 def test_policy_set_refuses_a_bad_key_or_value_in_one_line(policy_file, capsys, key, value, fragment):
     assert main(["policy", "set", str(policy_file), key, value]) == 2
     err = capsys.readouterr().err
@@ -170,12 +190,16 @@ def test_policy_set_refuses_a_bad_key_or_value_in_one_line(policy_file, capsys, 
     assert policy_file.read_text() == DEFAULT
 
 
-@pytest.mark.parametrize("data,where", [
-    (b"[policy]\nmode = 'enforce\n" + OK_CLASS.encode(), ":2:"),
-    (b"[policy]\nmode = [1,\n", ":2:"),
-    (b"[policy]\n" + _deep(5000).encode() + b"\n" + OK_CLASS.encode(), ":2:"),
-    (b"[policy]\nmode = 'x\xff'\n" + OK_CLASS.encode(), ":2:10: not UTF-8"),
-], ids=["unclosed-string", "unclosed-array", "deeply-nested", "non-utf8"])
+@pytest.mark.parametrize(
+    "data,where",
+    [
+        (b"[policy]\nmode = 'enforce\n" + OK_CLASS.encode(), ":2:"),
+        (b"[policy]\nmode = [1,\n", ":2:"),
+        (b"[policy]\n" + _deep(5000).encode() + b"\n" + OK_CLASS.encode(), ":2:"),
+        (b"[policy]\nmode = 'x\xff'\n" + OK_CLASS.encode(), ":2:10: not UTF-8"),
+    ],
+    ids=["unclosed-string", "unclosed-array", "deeply-nested", "non-utf8"],
+)
 def test_policy_set_on_a_broken_file_says_where_in_one_line(tmp_path, capsys, data, where):
     path = tmp_path / "p.toml"
     path.write_bytes(data)
@@ -241,6 +265,7 @@ def test_policy_set_a_class_whose_name_holds_a_dot(tmp_path):
 
 # -- `policy explain` ------------------------------------------------------------------------
 
+
 def test_explain_of_a_decision_the_log_does_not_hold_says_which_it_has(capsys):
     ids = [e.decision_id for e in read_log(FIXTURE) if isinstance(e, Decision)]
     assert main(["policy", "explain", str(FIXTURE), "999"]) == 2
@@ -286,6 +311,7 @@ def _plain_log(tmp_path: Path) -> Path:
 
 # -- a live run that meets every hostile edit ------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def reload_run(tmp_path_factory):
     """The tiny model decodes one prompt per edit; after each, the next edit of HOSTILE (and a valid
@@ -303,17 +329,19 @@ def reload_run(tmp_path_factory):
         valid = QUICK.replace("min_gain = 0.02", f"min_gain = 0.0{i % 10}").encode()
         edits += [(case, data, False), (f"valid-{i}", valid, True)]
     edits.append(("bom-crlf", b"\xef\xbb\xbf" + CATASTROPHIC.replace("\n", "\r\n").encode(), True))
-    prompts = (builtin_suite() * 2)[:len(edits) + 1]  # an edit is read at the next prompt's first round
+    prompts = (builtin_suite() * 2)[: len(edits) + 1]  # an edit is read at the next prompt's first round
     prompts += [Prompt("forty-a-and-bang", "a" * 40 + "!", "default"), Prompt("forty-a", "a" * 40, "default")]
     profile = load_profile(str(tiny_profile(tmp)))
     pair = load_pair(profile, DrafterSpec(kind="ngram", draft_len=4))
     stderr = io.StringIO()
     policy = load_policy(path)
     with contextlib.redirect_stderr(stderr):
-        with live_session(pair, profile, pair.drafter, tmp / "run.specmon", serve=False, policy=policy,
-                          announce=False) as session:
-            scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter,
-                                        poll_s=0.0)  # a look every round: each edit lands at the next prompt
+        with live_session(
+            pair, profile, pair.drafter, tmp / "run.specmon", serve=False, policy=policy, announce=False
+        ) as session:
+            scheduler = PolicyScheduler(
+                session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter, poll_s=0.0
+            )  # a look every round: each edit lands at the next prompt
             written = lambda done: done <= len(edits) and _write(path, edits[done - 1][1], done)  # noqa: E731
             scheduler.run(prompts, profile.sampling.to_event(), 12, written)
     return list(read_log(session.log_path)), stderr.getvalue(), edits, session.log_path, str(path)
@@ -342,8 +370,11 @@ def test_a_headless_run_says_each_reload_in_one_line_on_stderr(reload_run):
     assert len(lines) == len(edits)
     for line, (case, _, accepted) in zip(lines, edits):
         if accepted:
-            assert re.fullmatch(rf"specmon: policy reloaded from {re.escape(source)} \(sha256 [0-9a-f]{{12}}\); "
-                                r"changed: [^;]+; each class runs by it from its next prompt", line), line
+            assert re.fullmatch(
+                rf"specmon: policy reloaded from {re.escape(source)} \(sha256 [0-9a-f]{{12}}\); "
+                r"changed: [^;]+; each class runs by it from its next prompt",
+                line,
+            ), line
         else:
             assert line.startswith(f"specmon: policy edit refused, the previous policy stays in force: {source}:"), line
 
@@ -366,19 +397,37 @@ REGEXES = ["```", "(a+)+$", r"(?m)^\s*def\b", "[0-9]{3,}", "(x|y)*z"]
 
 
 def _random_policy(rng: random.Random) -> dict:
-    settings = {"mode": rng.choice(["enforce", "advise"]), "window": rng.randint(1, 300),
-                "min_gain": round(rng.uniform(-0.5, 2), 3)}
+    settings = {
+        "mode": rng.choice(["enforce", "advise"]),
+        "window": rng.randint(1, 300),
+        "min_gain": round(rng.uniform(-0.5, 2), 3),
+    }
     if rng.random() < 0.3:  # an older file's keys: read with a warning
         settings.update({"evidence_window": rng.randint(1, 200), "hysteresis": round(rng.uniform(0, 2), 3)})
     classes = []
     for name in rng.sample(NAMES, rng.randint(1, len(NAMES))):
         low = rng.randint(1, MAX_DRAFT_LEN)
-        draft_len = (rng.randint(0, MAX_DRAFT_LEN) if rng.random() < 0.4 else
-                     {"min": low, "max": rng.randint(low, MAX_DRAFT_LEN), "adapt": rng.choice(["goodput", "none"])})
-        match = rng.choice([{}, {"keywords": rng.sample(["rewrite", "summarize", "why", "the"], 2)},
-                            {"regex": rng.sample(REGEXES, 2)}, {"min_chars": rng.randint(0, 300)}])
-        classes.append({"name": name, "speculate": rng.choice(["auto", "auto", "on", "off"]), "draft_len": draft_len,
-                        "match": match})
+        draft_len = (
+            rng.randint(0, MAX_DRAFT_LEN)
+            if rng.random() < 0.4
+            else {"min": low, "max": rng.randint(low, MAX_DRAFT_LEN), "adapt": rng.choice(["goodput", "none"])}
+        )
+        match = rng.choice(
+            [
+                {},
+                {"keywords": rng.sample(["rewrite", "summarize", "why", "the"], 2)},
+                {"regex": rng.sample(REGEXES, 2)},
+                {"min_chars": rng.randint(0, 300)},
+            ]
+        )
+        classes.append(
+            {
+                "name": name,
+                "speculate": rng.choice(["auto", "auto", "on", "off"]),
+                "draft_len": draft_len,
+                "match": match,
+            }
+        )
     classes[-1]["default"] = True
     return {"policy": settings, "classes": classes}
 
@@ -394,7 +443,7 @@ def _mutate(rng: random.Random, doc: dict) -> bytes:
         table[rng.choice(sorted(table))] = rng.choice(HOSTILE_VALUES)
     text = tomlkit.dumps(doc).encode()
     if kind == "truncated":
-        return text[:rng.randrange(len(text))]
+        return text[: rng.randrange(len(text))]
     if kind == "flipped":
         data = bytearray(text)
         for _ in range(rng.randint(1, 4)):
@@ -469,13 +518,44 @@ def test_hot_reload_fuzz_never_ends_the_run(tmp_path):
     scratch.parent.mkdir()
     _write(path, QUICK.encode(), 0)
     prompts = tmp_path / "many.jsonl"
-    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": "Rewrite this: the cat sat on the mat." if i % 2
-                                           else "Tell me about the sea."}) + "\n" for i in range(600)))
-    lines = Lines(subprocess.Popen(
-        [sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(tiny_profile(tmp_path)),
-         "--policy", str(path), "--max-new-tokens", "6", "--prompts", str(prompts), "--log", str(log)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "SPECMON_POLICY_POLL_S": "0"}))  # a look every prompt, as many writes as can land
+    prompts.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"p{i}",
+                    "prompt": "Rewrite this: the cat sat on the mat." if i % 2 else "Tell me about the sea.",
+                }
+            )
+            + "\n"
+            for i in range(600)
+        )
+    )
+    lines = Lines(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "specmon.cli",
+                "run",
+                "--headless",
+                "--profile",
+                str(tiny_profile(tmp_path)),
+                "--policy",
+                str(path),
+                "--max-new-tokens",
+                "6",
+                "--prompts",
+                str(prompts),
+                "--log",
+                str(log),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "SPECMON_POLICY_POLL_S": "0"},
+        )
+    )  # a look every prompt, as many writes as can land
     proc, deadline = lines.proc, time.monotonic() + 120
     while proc.poll() is None and (not log.exists() or log.stat().st_size < 4000) and time.monotonic() < deadline:
         time.sleep(0.01)  # decoding has begun
@@ -493,20 +573,23 @@ def test_hot_reload_fuzz_never_ends_the_run(tmp_path):
     events = list(read_log(log))
     loads = [e for e in events if isinstance(e, PolicyLoaded)][1:]
     refused = [e for e in loads if not e.accepted]
-    print(f"\nhot-reload fuzz: {in_place} in-place writes, then {len(expected)} awaited atomic writes "
-          f"({sum(w is None for w in expected)} invalid, {sum(w is not None for w in expected)} valid); the run "
-          f"logged {len(loads)} reloads: {len(loads) - len(refused)} taken, {len(refused)} refused; "
-          f"exit {proc.returncode}")
+    print(
+        f"\nhot-reload fuzz: {in_place} in-place writes, then {len(expected)} awaited atomic writes "
+        f"({sum(w is None for w in expected)} invalid, {sum(w is not None for w in expected)} valid); the run "
+        f"logged {len(loads)} reloads: {len(loads) - len(refused)} taken, {len(refused)} refused; "
+        f"exit {proc.returncode}"
+    )
     stderr = "\n".join(lines.all)
     assert proc.returncode == 0 and "Traceback" not in stderr, stderr[-3000:]
     assert isinstance(events[-1], SessionFinished) and events[-1].reason == "done"
     assert sum(isinstance(e, RoundVerified) for e in events) == events[-1].rounds
     assert synced and len(expected) >= 30, "too few writes landed while the run went on to call this a fuzz"
-    awaited = loads[max(i for i, e in enumerate(loads) if e.sha256 == marker_sha) + 1:]
+    awaited = loads[max(i for i, e in enumerate(loads) if e.sha256 == marker_sha) + 1 :]
     assert len(awaited) == len(expected)  # each awaited write read exactly once...
     for ev, want in zip(awaited, expected):  # ...and judged as `policy check` judges it
         assert ev.accepted == (want is not None) and (not ev.accepted or ev.sha256 == want), ev.error
-    assert all(LOCATED.match(e.error) and e.error.startswith(f"{path}:") for e in refused), \
-        [e.error for e in refused if not LOCATED.match(e.error)][:3]
+    assert all(LOCATED.match(e.error) and e.error.startswith(f"{path}:") for e in refused), [
+        e.error for e in refused if not LOCATED.match(e.error)
+    ][:3]
     assert len(lines.reloads) == len(loads)  # one stderr line per reload, taken or refused
     assert sum(line.startswith("specmon: policy edit refused") for line in lines.reloads) == len(refused)

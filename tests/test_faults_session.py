@@ -24,13 +24,22 @@ def _specmon(*args: str) -> list[str]:
 
 def test_a_prompt_too_long_for_the_cache_is_refused_before_the_first_round(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
-    rows = [{"id": "short-1", "prompt": "Say hi."}, {"id": "short-2", "prompt": "Say bye."},
-            {"id": "huge", "prompt": "word " * 5000}]  # byte-level vocabulary: far past 4096 positions
+    rows = [
+        {"id": "short-1", "prompt": "Say hi."},
+        {"id": "short-2", "prompt": "Say bye."},
+        {"id": "huge", "prompt": "word " * 5000},
+    ]  # byte-level vocabulary: far past 4096 positions
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     log = tmp_path / "x.specmon"
-    done = subprocess.run(_specmon("run", "--headless", "--profile", str(tiny_profile(tmp_path)), "--prompts",
-                                   str(prompts), "--log", str(log)), capture_output=True, text=True, cwd=REPO,
-                          timeout=300)
+    done = subprocess.run(
+        _specmon(
+            "run", "--headless", "--profile", str(tiny_profile(tmp_path)), "--prompts", str(prompts), "--log", str(log)
+        ),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("specmon: prompt 'huge': ") and "exceed the cache's 4096" in last
@@ -45,9 +54,14 @@ def test_sigterm_and_sighup_end_the_session_like_ctrl_c(tmp_path, signum):
     runtime = tmp_path / "runtime"
     log = tmp_path / "x.specmon"
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
-    proc = subprocess.Popen(_specmon("run", "--headless", "--profile", str(tiny_profile(tmp_path, max_new_tokens=400)),
-                                     "--log", str(log)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO, env=env)
+    proc = subprocess.Popen(
+        _specmon("run", "--headless", "--profile", str(tiny_profile(tmp_path, max_new_tokens=400)), "--log", str(log)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not log.exists() or log.stat().st_size < 20_000):
         time.sleep(0.05)  # well into the decode
@@ -56,8 +70,9 @@ def test_sigterm_and_sighup_end_the_session_like_ctrl_c(tmp_path, signum):
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signum
     assert "\nclass " in stdout and "prompts: decoded at that k" in stdout  # the table of what finished
-    assert stderr.strip().splitlines()[-1] == (f"specmon: ended by {signal.Signals(signum).name}; "
-                                               "the session log keeps every finished round")
+    assert stderr.strip().splitlines()[-1] == (
+        f"specmon: ended by {signal.Signals(signum).name}; the session log keeps every finished round"
+    )
     events = list(read_log(log))  # whole: no damage
     assert isinstance(events[-1], SessionFinished) and events[-1].reason == "interrupted"
     assert events[-1].rounds == sum(isinstance(e, RoundVerified) for e in events) > 0

@@ -23,8 +23,9 @@ def gpu_check():
 
 
 def test_arguments_parse(gpu_check):
-    args = gpu_check.build_parser().parse_args(["--prompts", "3", "--max-new-tokens", "12", "-k", "5",
-                                                "--build-seconds", "140"])
+    args = gpu_check.build_parser().parse_args(
+        ["--prompts", "3", "--max-new-tokens", "12", "-k", "5", "--build-seconds", "140"]
+    )
     assert (args.prompts, args.max_new_tokens, args.k, args.build_seconds) == (3, 12, 5, 140)
     assert gpu_check.build_parser().parse_args([]).k == 4
 

@@ -31,7 +31,11 @@ def _logits(cfg, weights, tokens):
 def test_fp32_folder_gives_the_ggufs_logits_exactly(tiny, tmp_path):
     folder = export_hf_folder(tiny, tmp_path / "hf", dtype="float32")
     assert sorted(p.name for p in folder.iterdir()) == [
-        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     config = json.loads((folder / "config.json").read_text())
     assert (config["num_hidden_layers"], config["hidden_size"], config["num_key_value_heads"]) == (3, 32, 2)
     tokens = [5, 80, 81, 90, 7, 3]
@@ -58,8 +62,9 @@ def test_fp16_folder_is_close_and_half_the_size(tiny, tmp_path):
     size = lambda f: (f / "model.safetensors").stat().st_size  # noqa: E731
     assert size(half) < 0.55 * size(full)
     tokens = [5, 80, 81, 90]
-    np.testing.assert_allclose(_logits(*load_hf_llama(half), tokens), _logits(*load_hf_llama(full), tokens),
-                               atol=0.05)  # fp16 keeps ~3 significant digits of each weight
+    np.testing.assert_allclose(
+        _logits(*load_hf_llama(half), tokens), _logits(*load_hf_llama(full), tokens), atol=0.05
+    )  # fp16 keeps ~3 significant digits of each weight
 
 
 def test_tokenizer_and_chat_template_survive(tiny, tmp_path):
@@ -78,8 +83,9 @@ def test_torch_backend_runs_a_folder_like_its_gguf(tiny, tmp_path):
         profile = tmp_path / f"{path.name}.toml"
         profile.write_text(f'name = "t"\nmax_new_tokens = 12\n[target]\npath = "{path}"\n')
         log = tmp_path / f"{path.name}.specmon"
-        done = specmon("run", "--headless", "--profile", str(profile), "--prompts", str(_prompts(tmp_path)),
-                       "--log", str(log))
+        done = specmon(
+            "run", "--headless", "--profile", str(profile), "--prompts", str(_prompts(tmp_path)), "--log", str(log)
+        )
         assert done.returncode == 0, done.stderr
         outputs.append([(e.draft_len, e.generated) for e in read_log(log) if isinstance(e, PromptFinished)])
     assert outputs[0] == outputs[1]
@@ -93,9 +99,13 @@ def _prompts(tmp_path):
 
 
 def test_export_cli_errors_are_one_line(tmp_path):
-    assert_one_line_error(specmon("models", "export", str(tmp_path / "missing.gguf"), str(tmp_path / "o")),
-                          "missing.gguf", "no such file")
+    assert_one_line_error(
+        specmon("models", "export", str(tmp_path / "missing.gguf"), str(tmp_path / "o")), "missing.gguf", "no such file"
+    )
     write_tiny_gguf(tmp_path / "t.gguf", layers=2)
-    assert_one_line_error(specmon("models", "export", str(tmp_path / "t.gguf"), str(tmp_path / "o"), "--layers", "5"),
-                          "--layers 5", "2 layers")
+    assert_one_line_error(
+        specmon("models", "export", str(tmp_path / "t.gguf"), str(tmp_path / "o"), "--layers", "5"),
+        "--layers 5",
+        "2 layers",
+    )
     assert not (tmp_path / "o").exists()

@@ -56,6 +56,7 @@ def test_a_busy_loop_on_every_core_shows_as_stall_here():
     hogs = [multiprocessing.Process(target=_spin, args=(stop,)) for _ in range(os.cpu_count() or 1)]
     for p in hogs:
         p.start()
+
     def spin(seconds):
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
@@ -93,8 +94,12 @@ def test_a_run_beside_a_hog_on_every_core_says_it_was_disturbed(tmp_path):
     profile, log = tiny_profile(tmp_path, max_new_tokens=160), tmp_path / "busy.specmon"  # seconds of rounds
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
-        done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile),
-                               "--log", str(log)], capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile), "--log", str(log)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         for p in hogs:
             p.kill()
@@ -113,17 +118,45 @@ def _paired_rounds(stall_ms_of, t0=1_700_000_000.0):
     events, rid = [], 0
     for p in range(4):
         for k in (0, 4):
-            events.append(PromptStarted(session_id="s", t=t0 + rid, prompt_id=f"chat-{p}", prompt_class="chat",
-                                        draft_len=k, drafter="ngram", sampling=Sampling(), prompt_tokens=5,
-                                        max_new_tokens=64))
+            events.append(
+                PromptStarted(
+                    session_id="s",
+                    t=t0 + rid,
+                    prompt_id=f"chat-{p}",
+                    prompt_class="chat",
+                    draft_len=k,
+                    drafter="ngram",
+                    sampling=Sampling(),
+                    prompt_tokens=5,
+                    max_new_tokens=64,
+                )
+            )
             for i in range(10):
                 proposed = [1, 2, 3, 4] if k else []
-                events.append(RoundVerified(
-                    session_id="s", t=t0 + rid, round_id=rid, prompt_id=f"chat-{p}", prompt_class="chat",
-                    round_index=i, draft_len=k, proposed=proposed, accepted=1 if k else 0,
-                    rejection_pos=1 if k else None, emitted=[5, 6] if k else [5], draft_ms=0.0,
-                    verify_ms=30.0 + p if k else 10.0, overhead_ms=0.0, target_probs=[], alpha_hat=None,
-                    margins=[], sampling=Sampling(), mem_bytes=0, host_stall_ms=stall_ms_of(rid)))
+                events.append(
+                    RoundVerified(
+                        session_id="s",
+                        t=t0 + rid,
+                        round_id=rid,
+                        prompt_id=f"chat-{p}",
+                        prompt_class="chat",
+                        round_index=i,
+                        draft_len=k,
+                        proposed=proposed,
+                        accepted=1 if k else 0,
+                        rejection_pos=1 if k else None,
+                        emitted=[5, 6] if k else [5],
+                        draft_ms=0.0,
+                        verify_ms=30.0 + p if k else 10.0,
+                        overhead_ms=0.0,
+                        target_probs=[],
+                        alpha_hat=None,
+                        margins=[],
+                        sampling=Sampling(),
+                        mem_bytes=0,
+                        host_stall_ms=stall_ms_of(rid),
+                    )
+                )
                 rid += 1
     return events
 
@@ -174,8 +207,13 @@ def test_log_info_says_how_busy_the_host_was_and_when(tmp_path):
         with LogWriter(log) as writer:
             for event in _paired_rounds(stall_ms_of):
                 writer.write(event)
-        done = subprocess.run([sys.executable, "-m", "specmon.cli", "log", "info", str(log)], capture_output=True,
-                              text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+        done = subprocess.run(
+            [sys.executable, "-m", "specmon.cli", "log", "info", str(log)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "200"},
+        )
         return " ".join(done.stdout.split())
 
     busy = info(lambda rid: 9.0 if rid % 5 == 0 else 0.0)
@@ -189,8 +227,9 @@ def test_log_info_says_how_busy_the_host_was_and_when(tmp_path):
 def test_psi_counts_only_while_other_processes_use_a_cpu():
     """Our own threads waiting on each other (a live view redrawing beside the model) are not a busy host."""
     psi, busy, own, now = [0], [0.0], [0.0], [0.0]
-    clock = StallClock(psi=lambda: psi[0], stat=lambda: (busy[0], 0.0), own=lambda: own[0], cores=2,
-                       clock=lambda: now[0])
+    clock = StallClock(
+        psi=lambda: psi[0], stat=lambda: (busy[0], 0.0), own=lambda: own[0], cores=2, clock=lambda: now[0]
+    )
 
     def second(stalled_us, others_us, own_us=1_000_000.0):
         """One second: PSI grows by stalled_us; the machine's busy time by ours and the others'."""
@@ -219,8 +258,9 @@ def test_psi_counts_only_while_other_processes_use_a_cpu():
 def test_a_hog_there_from_the_start_shows_after_a_quarter_second():
     """The cost curve is timed in a session's first seconds: the first look at other work comes soon."""
     psi, busy, own, now = [0], [0.0], [0.0], [0.0]
-    clock = StallClock(psi=lambda: psi[0], stat=lambda: (busy[0], 0.0), own=lambda: own[0], cores=2,
-                       clock=lambda: now[0])
+    clock = StallClock(
+        psi=lambda: psi[0], stat=lambda: (busy[0], 0.0), own=lambda: own[0], cores=2, clock=lambda: now[0]
+    )
     clock.stall()
     now[0], psi[0], own[0], busy[0] = 0.3, 120_000, 300_000.0, 600_000.0  # others held a core for 0.3 s
     assert clock.stall() == 120_000 and clock.others_active

@@ -17,21 +17,26 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH = "torch==2.13.0"  # pinned: an unpinned torch pulls a multi-GB CUDA build
-SHIPPED = ["tui/app.tcss", "data/profiles/smollm2-cpu.toml", "data/policies/default.toml", "data/prompts/bench.jsonl",
-           "data/prompts/holdout.jsonl"]
+SHIPPED = [
+    "tui/app.tcss",
+    "data/profiles/smollm2-cpu.toml",
+    "data/policies/default.toml",
+    "data/prompts/bench.jsonl",
+    "data/prompts/holdout.jsonl",
+]
 
 
 def clean_env() -> dict[str, str]:
     """The user's environment, without what would point back into this checkout or its venv."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "SPECMON_LOGS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "SPECMON_LOGS")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
 
 def sh(*cmd, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=cwd, env=clean_env(),
-                          timeout=timeout)
+    done = subprocess.run(
+        [str(c) for c in cmd], capture_output=True, text=True, cwd=cwd, env=clean_env(), timeout=timeout
+    )
     assert done.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{done.stdout}\n{done.stderr}"
     return done
 
@@ -82,7 +87,7 @@ def test_a_headless_run_from_another_folder(installed):
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["class", "k", "prompts"])
     speed = next(i for i in range(header + 1, len(lines)) if lines[i].startswith("class "))
-    rows = [line.split() for line in lines[header + 2:speed]]  # the acceptance table's rows, under its rule
+    rows = [line.split() for line in lines[header + 2 : speed]]  # the acceptance table's rows, under its rule
     assert [cells[:2] for cells in rows] == [["rewrite", "0"], ["rewrite", "4"]], done.stdout  # plain, then k=4
     rounds = int(rows[1][3])
     assert rounds > 0
@@ -96,6 +101,7 @@ def test_the_shipped_policy_resolves_from_the_package(installed):
     assert not (work / "default.toml").exists() and not (work / "policies").exists()
     done = sh(bin_dir / "specmon", "policy", "check", "default", cwd=work)
     assert re.fullmatch(r"default: ok, \d+ classes, mode \w+", done.stdout.strip()), done.stdout
-    path = sh(bin_dir / "python", "-c", "from specmon.data import resolve; print(resolve('policies', 'default'))",
-              cwd=work).stdout.strip()
+    path = sh(
+        bin_dir / "python", "-c", "from specmon.data import resolve; print(resolve('policies', 'default'))", cwd=work
+    ).stdout.strip()
     assert Path(path).is_relative_to(bin_dir.parent) and Path(path).name == "default.toml"

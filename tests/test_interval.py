@@ -29,8 +29,9 @@ def test_a_consistent_win_over_many_prompts_is_faster_and_its_interval_excludes_
 
 def test_no_difference_is_not_yet_known_and_a_loss_is_slower():
     base = {f"p{i}": 0.02 + 0.002 * i for i in range(8)}
-    same = speedup_estimate(totals({p: r * (1.02 if i % 2 else 0.98) for i, (p, r) in enumerate(base.items())}),
-                            totals(base))
+    same = speedup_estimate(
+        totals({p: r * (1.02 if i % 2 else 0.98) for i, (p, r) in enumerate(base.items())}), totals(base)
+    )
     assert same.low < 1.0 < same.high and same.verdict == "not yet known"
     assert speedup_estimate(totals({p: r * 0.6 for p, r in base.items()}), totals(base)).verdict == "slower"
 
@@ -73,10 +74,14 @@ def test_the_interval_resamples_whole_prompts_with_the_seeded_draws(plain_prompt
     """The interval is the one from drawing prompt indices (seeded; plain's draws after spec's unless
     paired) and summing each resample's prompts: the matrix form must not change what is drawn."""
     rng = np.random.default_rng(3)
-    spec = PromptTotals({f"p{i:02}": int(rng.integers(5, 60)) for i in range(12)},
-                        {f"p{i:02}": float(rng.uniform(100, 900)) for i in range(12)})
-    plain = PromptTotals({f"p{i:02}": int(rng.integers(5, 60)) for i in range(plain_prompts)},
-                         {f"p{i:02}": float(rng.uniform(100, 900)) for i in range(plain_prompts)})
+    spec = PromptTotals(
+        {f"p{i:02}": int(rng.integers(5, 60)) for i in range(12)},
+        {f"p{i:02}": float(rng.uniform(100, 900)) for i in range(12)},
+    )
+    plain = PromptTotals(
+        {f"p{i:02}": int(rng.integers(5, 60)) for i in range(plain_prompts)},
+        {f"p{i:02}": float(rng.uniform(100, 900)) for i in range(plain_prompts)},
+    )
     draws = np.random.default_rng(11)
     s_idx = draws.integers(0, 12, size=(RESAMPLES, 12))
     p_idx = s_idx if plain_prompts == 12 else draws.integers(0, plain_prompts, size=(RESAMPLES, plain_prompts))

@@ -35,7 +35,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         state[m] = 1
         for n in sorted(edges[m]):
             if state.get(n) == 1:
-                return trail[trail.index(n):] + [n] if n in trail else [m, n]
+                return trail[trail.index(n) :] + [n] if n in trail else [m, n]
             if n not in state and (found := visit(n, trail + [n])):
                 return found
         state[m] = 2

@@ -115,15 +115,21 @@ def test_every_edit_of_a_live_runs_policy_is_in_force_from_its_classes_next_prom
     path.write_text(POLICY)
     policy = load_policy(str(path))
     with live_session(pair, profile, pair.drafter, log, serve=False, policy=policy, announce=False) as session:
-        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter,
-                                    on_reload=None, poll_s=0.0)
+        scheduler = PolicyScheduler(
+            session.driver,
+            PolicyEngine(policy, session.session_id, session.costs),
+            pair.drafter,
+            on_reload=None,
+            poll_s=0.0,
+        )
         scheduler.run(_prompts(), profile.sampling.to_event(), MAX_NEW, on_prompt=lambda done: _edit(path, done))
     _check_each_edit_in_force_from_the_next_prompt(list(read_log(log)))
 
 
 @pytest.mark.slow
 def test_every_edit_of_a_live_servers_policy_is_in_force_from_its_classes_next_request(
-        tmp_path, profile, pair, monkeypatch):
+    tmp_path, profile, pair, monkeypatch
+):
     monkeypatch.setenv("SPECMON_POLICY_POLL_S", "0")  # each request looks, whenever the idle look last did
     path, log = tmp_path / "p.toml", tmp_path / "serve.specmon"
     path.write_text(POLICY)
@@ -133,15 +139,18 @@ def test_every_edit_of_a_live_servers_policy_is_in_force_from_its_classes_next_r
             _edit(path, done)
         path.write_text(path.read_text().replace('name = "chat"', 'name = "talk"'))
         os.utime(path, ns=(time.time_ns(), time.time_ns() + 99 * 10**9))
-        gone = http.post("/v1/chat/completions", json={
-            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "specmon_class": "chat"})
+        gone = http.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "specmon_class": "chat"},
+        )
     assert gone.status_code == 400 and gone.json()["error"]["param"] == "specmon_class"
     assert "'chat'" in gone.json()["error"]["message"] and "talk" in gone.json()["error"]["message"]
     events = list(read_log(log))
     renamed = [e for e in events if isinstance(e, PolicyLoaded)][-1]
     assert renamed.changed == ["talk", "chat"] and [c.name for c in renamed.classes] == ["given", "talk"]
-    assert not any(isinstance(e, PromptStarted) and e.prompt_class == "chat" and e.prompt_tokens < 12
-                   for e in events)  # the refused request was never decoded
+    assert not any(
+        isinstance(e, PromptStarted) and e.prompt_class == "chat" and e.prompt_tokens < 12 for e in events
+    )  # the refused request was never decoded
     _check_each_edit_in_force_from_the_next_prompt(events)
 
 
@@ -165,11 +174,14 @@ def _screen(session: str) -> str:
 def test_a_refused_edits_whole_reason_is_on_a_real_80x24_terminal(tmp_path):
     path, log, prompts = tmp_path / "p.toml", tmp_path / "run.specmon", tmp_path / "many.jsonl"
     path.write_text(POLICY)
-    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": "Tell me about the sea."}) + "\n"
-                               for i in range(400)))
+    prompts.write_text(
+        "".join(json.dumps({"id": f"p{i}", "prompt": "Tell me about the sea."}) + "\n" for i in range(400))
+    )
     session = f"specmon-edit-{os.getpid()}"
-    cmd = (f"cd {REPO} && TERM=xterm-256color SPECMON_POLICY_POLL_S=0 {REPO}/.venv/bin/specmon run --policy {path} "
-           f"--prompts {prompts} --max-new-tokens 8 --log {log}; sleep 60")
+    cmd = (
+        f"cd {REPO} && TERM=xterm-256color SPECMON_POLICY_POLL_S=0 {REPO}/.venv/bin/specmon run --policy {path} "
+        f"--prompts {prompts} --max-new-tokens 8 --log {log}; sleep 60"
+    )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd], check=True)
     try:
         deadline = time.monotonic() + 240
@@ -202,13 +214,17 @@ def test_metrics_show_the_policy_in_force_and_no_series_for_a_class_a_reload_rem
     from specmon.server.metrics import ServerMetrics
 
     def loaded(*classes) -> PolicyLoaded:
-        return PolicyLoaded(session_id="s", t=0.0, source="p.toml", sha256="a" * 64, text="", accepted=True,
-                            classes=list(classes))
+        return PolicyLoaded(
+            session_id="s", t=0.0, source="p.toml", sha256="a" * 64, text="", accepted=True, classes=list(classes)
+        )
 
     metrics = ServerMetrics()
     metrics.observe(loaded(ClassInForce("code-edit", True, 8), ClassInForce("chat", False, 6)))
     text = metrics.exposition().decode()
-    assert 'specmon_policy_draft_len{class="code-edit"} 8.0' in text and 'specmon_policy_speculate{class="chat"} 0.0' in text
+    assert (
+        'specmon_policy_draft_len{class="code-edit"} 8.0' in text
+        and 'specmon_policy_speculate{class="chat"} 0.0' in text
+    )
     metrics.observe(loaded(ClassInForce("code", True, 3), ClassInForce("chat", True, 6)))
     text = metrics.exposition().decode()
     assert 'class="code-edit"' not in text and 'specmon_policy_draft_len{class="code"} 3.0' in text

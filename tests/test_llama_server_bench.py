@@ -37,13 +37,36 @@ def test_against_a_built_llama_server_every_mode_is_measured_against_its_own_pla
         pytest.skip("no llama-server built here (bash scripts/setup-llama-server)")
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (bash scripts/setup-llamacpp)")
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": text}) + "\n" for i, text in
-                               enumerate(["Repeat exactly: the cat sat on the mat. the cat sat on the mat.",
-                                          "Fix the typo: teh quick brown fox jumps over the lazy dog."])))
+    prompts.write_text(
+        "".join(
+            json.dumps({"id": f"p{i}", "prompt": text}) + "\n"
+            for i, text in enumerate(
+                [
+                    "Repeat exactly: the cat sat on the mat. the cat sat on the mat.",
+                    "Fix the typo: teh quick brown fox jumps over the lazy dog.",
+                ]
+            )
+        )
+    )
     out = tmp_path / "out.json"
-    subprocess.run([sys.executable, str(SCRIPT), "--prompts", str(prompts), "--max-new-tokens", "16",
-                    "--log", str(tmp_path / "s.specmon"), "--json", str(out)], check=True, cwd=ROOT,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--prompts",
+            str(prompts),
+            "--max-new-tokens",
+            "16",
+            "--log",
+            str(tmp_path / "s.specmon"),
+            "--json",
+            str(out),
+        ],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
+    )
     rows = json.loads(out.read_text())
     (name,) = set(rows) - {"all"}  # both prompts fall in one class, whichever the policy says
     row = rows[name]

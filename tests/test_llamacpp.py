@@ -48,6 +48,7 @@ def _decode(target, drafter, tokens, k, n=24, sampling=GREEDY, emit=None):
 
 # --- without the binding ---------------------------------------------------------------------
 
+
 def test_a_missing_binding_is_one_line_naming_the_extra(tmp_path, monkeypatch):
     from specmon.backends.loader import load_pair
 
@@ -76,8 +77,12 @@ def test_extra_buffer_types_are_off_only_where_the_build_has_amx_kernels_and_the
 
     native = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | REPACK = 1 | "
     portable = native.replace("AMX_INT8 = 1 | ", "")
-    for cpu_amx, info, extra in [(True, native, False), (True, portable, True), (False, native, True),
-                                 (False, portable, True)]:
+    for cpu_amx, info, extra in [
+        (True, native, False),
+        (True, portable, True),
+        (False, native, True),
+        (False, portable, True),
+    ]:
         monkeypatch.setattr(llamacpp_loader, "cpu_has_amx", lambda cpu_amx=cpu_amx: cpu_amx)
         lib = SimpleNamespace(llama_print_system_info=lambda info=info: info.encode())
         assert llamacpp_loader.use_extra_bufts(lib) is extra, (cpu_amx, info)
@@ -87,19 +92,22 @@ def test_llamacpp_profiles_are_checked_before_loading(tmp_path):
     from specmon.backends.loader import load_pair
 
     profile = _llamacpp_profile(tmp_path, kind="layerskip")
-    with pytest.raises(SpecmonError, match="layerskip\" runs on the torch backend only"):
+    with pytest.raises(SpecmonError, match='layerskip" runs on the torch backend only'):
         load_pair(profile)
     cut = DrafterSpec(kind="model", target=ModelRef(path=str(tmp_path / "tiny.gguf"), layers=1))
     with pytest.raises(SpecmonError, match="`layers` .* torch backend only"):
         load_pair(_llamacpp_profile(tmp_path), cut)
     bad = tmp_path / "gpu.toml"
-    bad.write_text(_llamacpp_profile(tmp_path).text.replace('backend = "llamacpp"', 'backend = "llamacpp"\ndevice = "cuda"'))
-    with pytest.raises(SpecmonError, match="device: backend = \"llamacpp\" runs llama.cpp's CPU build"):
+    bad.write_text(
+        _llamacpp_profile(tmp_path).text.replace('backend = "llamacpp"', 'backend = "llamacpp"\ndevice = "cuda"')
+    )
+    with pytest.raises(SpecmonError, match='device: backend = "llamacpp" runs llama.cpp\'s CPU build'):
         load_profile(str(bad))
     assert load_profile("smollm2-llamacpp").backend == "llamacpp"
 
 
 # --- on the binding, tiny model ----------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory):
@@ -142,7 +150,10 @@ def test_tiny_greedy_speculation_equals_its_own_plain_decoding(tiny_pair, drafte
         tokens = tiny_pair.tokenizer.encode_chat(prompt.text)
         plain = _decode(tiny_pair.target, NoDrafter(), tokens, 0)
         spec = _decode(tiny_pair.target, spec_drafter, tokens, k, emit=rounds.append)
-        assert spec.generated == plain.generated, (prompt.id, compare(plain.generated, plain.margins, spec.generated, True, 0))
+        assert spec.generated == plain.generated, (
+            prompt.id,
+            compare(plain.generated, plain.margins, spec.generated, True, 0),
+        )
     assert sum(len(r.proposed) for r in rounds) > 0
     assert all(len(r.proposed) <= k and r.accepted <= len(r.proposed) for r in rounds)
 
@@ -160,6 +171,7 @@ def test_tiny_verify_rows_equal_one_token_steps(tiny_pair):
 
 
 # --- on the binding, the embedded model (slow) -------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def smollm2_llamacpp():

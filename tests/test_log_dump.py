@@ -13,8 +13,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _dump(log: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specmon.cli", "log", "dump", str(log)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "log", "dump", str(log)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_every_event_is_one_json_object_a_line_with_its_type_and_fields_by_name(tmp_path):

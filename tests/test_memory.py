@@ -13,7 +13,7 @@ def _statm_rss() -> int:
 def test_rss_follows_the_process_as_it_grows():
     before = rss_bytes()
     block = bytearray(64 << 20)
-    block[:: 4096] = b"\1" * len(range(0, len(block), 4096))  # touch every page, so it is resident
+    block[::4096] = b"\1" * len(range(0, len(block), 4096))  # touch every page, so it is resident
     after = rss_bytes()
     assert before is not None and after is not None
     assert after - before >= 60 << 20
@@ -31,7 +31,7 @@ def test_a_forked_child_reads_its_own_memory_not_its_parents():
             os.close(read)
             before = rss_bytes()
             block = bytearray(96 << 20)
-            block[:: 4096] = b"\1" * len(range(0, len(block), 4096))
+            block[::4096] = b"\1" * len(range(0, len(block), 4096))
             os.write(write, f"{rss_bytes() - before} {rss_bytes()} {_statm_rss()}".encode())
             code = 0
         finally:
@@ -55,7 +55,8 @@ def test_other_processes_on_the_gpu_are_counted_without_this_one(monkeypatch):
     proc = types.SimpleNamespace
     fake = types.SimpleNamespace(
         nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(pid=os.getpid()), proc(pid=101), proc(pid=102)],
-        nvmlDeviceGetGraphicsRunningProcesses=lambda h: [proc(pid=102), proc(pid=103)])
+        nvmlDeviceGetGraphicsRunningProcesses=lambda h: [proc(pid=102), proc(pid=103)],
+    )
     monkeypatch.setattr(memory, "_nvml_state", {"module": fake})
     monkeypatch.setattr(memory, "_nvml_handle", lambda index: "gpu0")
     assert memory.gpu_other_processes() == 3  # 101, 102 (listed twice) and 103; not this process

@@ -9,25 +9,55 @@ from specmon.metrics.stats import class_stats, summary
 def rnd(k, proposed, accepted, emitted, draft=1.0, verify=10.0, overhead=1.0, cls="c", alpha=None):
     rejection = accepted if accepted < proposed else None
     return RoundVerified(
-        session_id="s", t=0.0, round_id=0, prompt_id="p", prompt_class=cls, round_index=0, draft_len=k,
-        proposed=list(range(proposed)), accepted=accepted, rejection_pos=rejection, emitted=[9] * emitted,
-        draft_ms=draft, verify_ms=verify, overhead_ms=overhead, target_probs=[], alpha_hat=alpha,
-        margins=[], sampling=Sampling(), mem_bytes=0,
+        session_id="s",
+        t=0.0,
+        round_id=0,
+        prompt_id="p",
+        prompt_class=cls,
+        round_index=0,
+        draft_len=k,
+        proposed=list(range(proposed)),
+        accepted=accepted,
+        rejection_pos=rejection,
+        emitted=[9] * emitted,
+        draft_ms=draft,
+        verify_ms=verify,
+        overhead_ms=overhead,
+        target_probs=[],
+        alpha_hat=alpha,
+        margins=[],
+        sampling=Sampling(),
+        mem_bytes=0,
     )
 
 
 def finished(k, verdict, cls="c"):
-    return PromptFinished(session_id="s", t=0.0, prompt_id="p", prompt_class=cls, draft_len=k, rounds=1,
-                          generated=[], text="", stop_reason="eos", prefill_ms=0.0, decode_ms=0.0,
-                          equivalence=Equivalence(verdict))
+    return PromptFinished(
+        session_id="s",
+        t=0.0,
+        prompt_id="p",
+        prompt_class=cls,
+        draft_len=k,
+        rounds=1,
+        generated=[],
+        text="",
+        stop_reason="eos",
+        prefill_ms=0.0,
+        decode_ms=0.0,
+        equivalence=Equivalence(verdict),
+    )
 
 
 EVENTS = [
     # k = 4: accepted 4 (all), 1, 0, and a round where the drafter had nothing to offer.
-    rnd(4, 4, 4, 5, alpha=1.0), rnd(4, 4, 1, 2, alpha=0.5), rnd(4, 2, 0, 1, alpha=0.0), rnd(4, 0, 0, 1),
+    rnd(4, 4, 4, 5, alpha=1.0),
+    rnd(4, 4, 1, 2, alpha=0.5),
+    rnd(4, 2, 0, 1, alpha=0.0),
+    rnd(4, 0, 0, 1),
     # plain decoding: 4 rounds, one token each, 6 ms a round.
     *[rnd(0, 0, 0, 1, draft=0.0, verify=5.0, overhead=1.0) for _ in range(4)],
-    finished(4, "identical"), finished(0, "baseline"),
+    finished(4, "identical"),
+    finished(0, "baseline"),
 ]
 
 
@@ -48,8 +78,17 @@ def test_counts_and_derived_ratios():
 
 def test_summary_has_the_documented_json_shape():
     row = summary(class_stats(EVENTS))["classes"]["c"]
-    for key in ("rounds", "proposed", "accepted", "acceptance_rate", "mean_accepted_len",
-                "tok_per_s", "baseline_tok_per_s", "speedup", "greedy_identical"):
+    for key in (
+        "rounds",
+        "proposed",
+        "accepted",
+        "acceptance_rate",
+        "mean_accepted_len",
+        "tok_per_s",
+        "baseline_tok_per_s",
+        "speedup",
+        "greedy_identical",
+    ):
         assert key in row
     assert row["tok_per_s"] == pytest.approx(9 / 48 * 1000)
     assert row["baseline_tok_per_s"] == pytest.approx(4 / 24 * 1000)

@@ -42,4 +42,5 @@ def test_the_wheels_dependencies_are_not_installed():
     base = [r for r in importlib.metadata.requires("specmon") or [] if "extra ==" not in r]
     assert not [r for r in base if r.lower().startswith(("llama-cpp-python", "llm"))]
     assert importlib.util.find_spec("llama_cpp") is None or any(
-        "llama-cpp-python" in r and 'extra == "llamacpp"' in r for r in importlib.metadata.requires("specmon"))
+        "llama-cpp-python" in r and 'extra == "llamacpp"' in r for r in importlib.metadata.requires("specmon")
+    )

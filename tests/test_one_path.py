@@ -51,8 +51,13 @@ draft_len = 6
 def _prompts(tmp_path: Path) -> Path:
     """rewrite and chat prompts of the shipped set, interleaved, with no class: the policy classifies them."""
     shipped = {p.id: p for p in load_prompts(shipped_prompts("bench"))}
-    order = [i for pair in zip(("rewrite-01", "rewrite-02", "rewrite-03", "code-edit-01"),
-                                ("chat-01", "chat-02", "qa-01", "chat-03")) for i in pair]
+    order = [
+        i
+        for pair in zip(
+            ("rewrite-01", "rewrite-02", "rewrite-03", "code-edit-01"), ("chat-01", "chat-02", "qa-01", "chat-03")
+        )
+        for i in pair
+    ]
     path = tmp_path / "interleaved.jsonl"
     path.write_text("".join(json.dumps({"id": i, "prompt": shipped[i].text}) + "\n" for i in order))
     return path
@@ -65,8 +70,11 @@ def pinned(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("pinned") / "smollm2-pinned.toml"
     text = (REPO / "profiles" / "smollm2-cpu.toml").read_text()
-    path.write_text(text.replace("\npad_from = 0 ", "\npad_from = 2 ").replace('name = "smollm2-cpu"', 'name = "pinned"')
-                    .replace("\n[target]", f"\nverify_costs = {COSTS}\n\n[target]", 1))
+    path.write_text(
+        text.replace("\npad_from = 0 ", "\npad_from = 2 ")
+        .replace('name = "smollm2-cpu"', 'name = "pinned"')
+        .replace("\n[target]", f"\nverify_costs = {COSTS}\n\n[target]", 1)
+    )
     profile = load_profile(str(path))
     assert profile.pad_from == 2 and profile.verify_costs == COSTS
     return path, profile, load_pair(profile)
@@ -74,10 +82,29 @@ def pinned(tmp_path_factory):
 
 def _run(tmp_path: Path, profile: Path, policy: Path, prompts: Path) -> list:
     log = tmp_path / "run.specmon"
-    done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile),
-                           "--policy", str(policy),
-                           "--prompts", str(prompts), "--max-new-tokens", str(MAX_NEW), "--log", str(log)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specmon.cli",
+            "run",
+            "--headless",
+            "--profile",
+            str(profile),
+            "--policy",
+            str(policy),
+            "--prompts",
+            str(prompts),
+            "--max-new-tokens",
+            str(MAX_NEW),
+            "--log",
+            str(log),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return list(read_log(log))
 
@@ -86,8 +113,9 @@ def _run(tmp_path: Path, profile: Path, policy: Path, prompts: Path) -> list:
 def serving(profile, pair, policy: Path, log: Path):
     """`specmon serve --policy POLICY` on a free loopback port; yields an HTTP client of it."""
     loaded = load_policy(str(policy))
-    with live_session(pair, profile, pair.drafter, log, serve=False, policy=loaded, announce=False,
-                      keep_events=False) as session:
+    with live_session(
+        pair, profile, pair.drafter, log, serve=False, policy=loaded, announce=False, keep_events=False
+    ) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0), loaded)
         server.start()
         try:
@@ -99,8 +127,10 @@ def serving(profile, pair, policy: Path, log: Path):
 
 def ask(http: httpx.Client, text: str) -> None:
     """One greedy chat request, answered before the next is sent."""
-    reply = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": text}],
-                                                    "temperature": 0, "max_tokens": MAX_NEW})
+    reply = http.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": MAX_NEW},
+    )
     assert reply.status_code == 200, reply.text
 
 
@@ -124,8 +154,11 @@ def _by_prompt(events: list) -> list[tuple]:
 
 
 def _decisions(events: list) -> list[tuple]:
-    return [(d.prompt_class, d.rule_key, d.speculate_from, d.speculate_to, d.k_from, d.k_to, d.round_ids)
-            for d in events if isinstance(d, Decision)]
+    return [
+        (d.prompt_class, d.rule_key, d.speculate_from, d.speculate_to, d.k_from, d.k_to, d.round_ids)
+        for d in events
+        if isinstance(d, Decision)
+    ]
 
 
 @pytest.mark.slow
@@ -135,8 +168,9 @@ def test_run_and_serve_decode_the_same_prompts_into_the_same_rounds_and_decision
     policy.write_text(POLICY)
     ran = _run(tmp_path, path, policy, prompts)
     served = _serve(tmp_path, profile, pair, policy, prompts)
-    assert [e.classes for e in ran if isinstance(e, PolicyLoaded)] == \
-        [e.classes for e in served if isinstance(e, PolicyLoaded)]
+    assert [e.classes for e in ran if isinstance(e, PolicyLoaded)] == [
+        e.classes for e in served if isinstance(e, PolicyLoaded)
+    ]
     by_run, by_serve = _by_prompt(ran), _by_prompt(served)
     assert [c for c, _, _ in by_run] == ["given", "chat"] * 4  # interleaved, as the policy classified them
     for index, (a, b) in enumerate(zip(by_run, by_serve, strict=True)):
@@ -148,8 +182,10 @@ def test_run_and_serve_decode_the_same_prompts_into_the_same_rounds_and_decision
     assert sum(a for _, _, a, _ in rounds) > 0
     decided = _decisions(ran)
     assert decided == _decisions(served)
-    print(f"\nrun vs serve: {len(by_run)} prompts, {len(rounds)} rounds equal (k, proposed, accepted, matched), "
-          f"{len(given) + len(chat)} of them drafting ({sum(a for _, _, a, _ in rounds)} tokens accepted), "
-          f"{len(decided)} decision(s) equal")
+    print(
+        f"\nrun vs serve: {len(by_run)} prompts, {len(rounds)} rounds equal (k, proposed, accepted, matched), "
+        f"{len(given) + len(chat)} of them drafting ({sum(a for _, _, a, _ in rounds)} tokens accepted), "
+        f"{len(decided)} decision(s) equal"
+    )
     assert {c for c, *_ in decided} <= {"chat"}  # only the auto class decides
     assert max(n for _, n, _, _ in chat) < 6  # its drafts cut alike on both sides (k=6 would verify whole ones)

@@ -85,6 +85,7 @@ def test_short_passes_are_padded_only_where_the_packed_pass_measured_cheaper():
 
 def test_pad_from_is_measured_at_load_once_per_model_shape(tiny, monkeypatch):
     from specmon.backends import llama
+
     calls = []
     monkeypatch.setattr(llama, "_PAD_FROM", {})
     monkeypatch.setattr(llama.Llama, "_measure_pad_from", lambda self: calls.append(1) or 3)
@@ -112,8 +113,16 @@ def _decode(target, drafter, prompt, k, n=16):
     from specmon.events.schema import Sampling
 
     events = []
-    run = decode_prompt(target, drafter, prompt, FixedDraftLen(k), Sampling(), n,
-                        RoundContext("s", "p", "c", itertools.count()), events.append)
+    run = decode_prompt(
+        target,
+        drafter,
+        prompt,
+        FixedDraftLen(k),
+        Sampling(),
+        n,
+        RoundContext("s", "p", "c", itertools.count()),
+        events.append,
+    )
     return run.generated, events
 
 

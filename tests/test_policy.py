@@ -39,7 +39,11 @@ OK_CLASS = '[[classes]]\nname = "all"\ndefault = true\n'
 MALFORMED = [
     ("[policy]\nmode = 'enforce\n" + OK_CLASS, 2, "invalid TOML"),
     ("[policy]\nmodee = 'enforce'\n" + OK_CLASS, 2, "unknown field `modee`"),
-    ("[policy]\nmode = 'sometimes'\n" + OK_CLASS, 2, "policy.mode: Invalid enum value 'sometimes' (one of: enforce, advise)"),
+    (
+        "[policy]\nmode = 'sometimes'\n" + OK_CLASS,
+        2,
+        "policy.mode: Invalid enum value 'sometimes' (one of: enforce, advise)",
+    ),
     ("[policy]\n\nmin_gain = 'big'\n" + OK_CLASS, 3, "Expected `float`"),
     ("[policy]\nwindow = 0\n" + OK_CLASS, 2, "window = 0 is out of range: 1..10000"),
     ("[policy]\n\nmin_gain = -1.5\n" + OK_CLASS, 3, "min_gain = -1.5 is out of range"),
@@ -69,8 +73,10 @@ def test_malformed_policies_are_refused_at_the_right_line(text, line, reason):
 
 
 def test_unreachable_and_overlapping_classes_are_warned():
-    text = (OK_CLASS + '[[classes]]\nname = "late"\nmatch.keywords = ["x"]\n'
-            '[[classes]]\nname = "later"\nmatch.keywords = ["X"]\n')
+    text = (
+        OK_CLASS + '[[classes]]\nname = "late"\nmatch.keywords = ["x"]\n'
+        '[[classes]]\nname = "later"\nmatch.keywords = ["X"]\n'
+    )
     warnings = parse_policy(text, "p.toml").warnings
     assert any("'late' is unreachable" in w and w.startswith("p.toml:4:") for w in warnings)
     assert any("'later' overlaps 'late'" in w for w in warnings)
@@ -126,8 +132,13 @@ def test_builtin_prompts_are_classified_by_what_they_give_not_their_wording():
     policy = load_policy(DEFAULT)
     got = [(p.prompt_class, *classify(policy, p.text)) for p in builtin_suite()]
     # new code has nothing to copy and lands with chat; the German prompt is plain ASCII
-    expect = {"chat": "chat", "code-new": "chat", "code-edit": "code-edit", "rewrite": "rewrite",
-              "non-english": "non-english"}
+    expect = {
+        "chat": "chat",
+        "code-new": "chat",
+        "code-edit": "code-edit",
+        "rewrite": "rewrite",
+        "non-english": "non-english",
+    }
     agree = sum(expect[want] == name for want, name, _ in got)
     assert agree == 19
     assert all(re.fullmatch(r"classes\[\d\]\.(match\.\w+|default) \(line \d+\)", rule) for _, _, rule in got)
@@ -157,9 +168,11 @@ def test_explain_reports_a_mismatch_when_one_cited_round_is_altered(tmp_path):
 
 DRAFT, CORRECTION, EOS = 1, 2, 0  # the scripted pair's only tokens
 # "rewrite" by its keyword under the ratio policy, by the passage it gives under the default
-TEXTS = {"rewrite": "Rewrite this in simpler words:\n\nThe council met on Tuesday to discuss the new bicycle lanes. "
-                    "Residents said the lanes made the street safer; shop owners worried about parking.",
-         "chat": "Why is the sky blue?"}
+TEXTS = {
+    "rewrite": "Rewrite this in simpler words:\n\nThe council met on Tuesday to discuss the new bicycle lanes. "
+    "Residents said the lanes made the street safer; shop owners worried about parking.",
+    "chat": "Why is the sky blue?",
+}
 
 
 class ScriptedClock:
@@ -319,11 +332,14 @@ def test_drafts_that_copy_on_a_flat_engine_keep_their_whole_length(session):
     assert live.engine.class_in_force("chat") == ClassInForce("chat", True, 8, 2)
 
 
-@pytest.mark.parametrize("mode,speculate,drafted,decided", [
-    ("enforce", "on", 8, 0),  # on: always draft_len, nothing learned
-    ("enforce", "off", 0, 0),  # off: plain steps
-    ("advise", "auto", 8, 1),  # advise: the decision is logged, unapplied; drafts stay whole
-])
+@pytest.mark.parametrize(
+    "mode,speculate,drafted,decided",
+    [
+        ("enforce", "on", 8, 0),  # on: always draft_len, nothing learned
+        ("enforce", "off", 0, 0),  # off: plain steps
+        ("advise", "auto", 8, 1),  # advise: the decision is logged, unapplied; drafts stay whole
+    ],
+)
 def test_on_off_and_advise_run_as_the_file_says(session, mode, speculate, drafted, decided):
     live = session(parse_policy(ONE_CLASS.format(mode=mode, speculate=speculate)), STEEP)
     verified, decisions = live.prompt("chat", rounds=20, emitted=1)
@@ -338,8 +354,6 @@ def test_a_model_drafter_is_asked_only_for_the_tokens_its_class_verifies():
     # the first i with 1 / (i + 1): (1 + 1/2 + 1/3 + 1/4 + 1/5 + 1/6) / (1.6 + 5 * 0.15) = 1.043 is the best j
     assert engine.draft_len("chat") == 5 and engine.class_in_force("chat") == ClassInForce("chat", True, 5, 0)
     assert PolicyEngine(engine.policy, "s", FLAT).draft_len("chat") == 8  # a free drafter is asked for 8, then cut
-
-
 
 
 def test_a_run_looks_at_its_policy_file_at_a_prompts_start_once_a_quarter_second_passed(tmp_path):
@@ -367,7 +381,8 @@ def test_a_run_looks_at_its_policy_file_at_a_prompts_start_once_a_quarter_second
     scheduler.look(driver, now=10.25)
     assert len(loads()) == 2 and engine.policy.settings.min_gain == 0.01
     assert loads()[1].changed == ["policy"] and [c.name for c in loads()[1].classes] == [
-        c.name for c in engine.policy.classes]
+        c.name for c in engine.policy.classes
+    ]
     scheduler.poll_s = 0.0  # SPECMON_POLICY_POLL_S=0: every prompt looks
     edit("0.04")
     scheduler.look(driver, now=10.25)
@@ -392,12 +407,18 @@ def test_a_server_request_is_planned_by_the_policy_in_force_however_short_the_re
         return options
         yield
 
-    driver = SimpleNamespace(session_id="s", emit=emitted.append, decode_steps=decode_steps,
-                             finish=lambda *a: None, sample_resources=lambda: None)
+    driver = SimpleNamespace(
+        session_id="s",
+        emit=emitted.append,
+        decode_steps=decode_steps,
+        finish=lambda *a: None,
+        sample_resources=lambda: None,
+    )
     engine = PolicyEngine(load_policy(path), "s", STEEP)
     server = PolicyScheduler(driver, engine, None, on_reload=None, poll_s=0.25)
-    path.write_text(DEFAULT.read_text().replace("min_gain = 0.02", "min_gain = 0.01")
-                    .replace('name = "rewrite"', 'name = "rw"'))
+    path.write_text(
+        DEFAULT.read_text().replace("min_gain = 0.02", "min_gain = 0.01").replace('name = "rewrite"', 'name = "rw"')
+    )
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
     with pytest.raises(UnknownClass, match="'rewrite'"):
         server.decode(Prompt("r1", "hi", "default"), Sampling(), 4, named="rewrite")

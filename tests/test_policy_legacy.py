@@ -44,8 +44,12 @@ def test_decide_damps_k_moves_by_k_gain_and_needs_only_plain_rounds_of_plain():
     damped = {**T, "plain_rounds": 2.0, "k_gain": 0.08}
     spec = rows(3, 5, 3, 60.0, start=100) + rows(4, 5, 3, 60.0 / 1.05, start=200)  # k=4 is 5% faster
     assert decide(True, 3, rows(0, 2, 1, 40.0) + spec, damped) is None  # 5% < k_gain; 2 plain rounds do
-    assert decide(True, 3, rows(0, 2, 1, 40.0) + rows(3, 5, 3, 60.0, start=100)
-                  + rows(4, 5, 3, 60.0 / 1.1, start=200), damped).k == 4  # 10% > k_gain
+    assert (
+        decide(
+            True, 3, rows(0, 2, 1, 40.0) + rows(3, 5, 3, 60.0, start=100) + rows(4, 5, 3, 60.0 / 1.1, start=200), damped
+        ).k
+        == 4
+    )  # 10% > k_gain
     # thresholds from a log written before these keys: min_rounds for plain, min_gain for k
     assert decide(True, 3, rows(0, 2, 1, 40.0) + spec, T) is None
     assert decide(True, 3, rows(0, 4, 1, 40.0) + spec, T).k == 4
@@ -88,8 +92,9 @@ def test_decide_compares_k_on_the_prompts_where_both_ran():
     easy6 = [Row(300 + i, 6, 5, 55.0, "easy") for i in range(4)]  # the probe of k=6 ran on the easy one
     # over all their rounds k=6 looks 2x k=7; over the same prompt it is slower: stay
     assert decide(True, 7, plain + hard + easy7 + easy6, {**paired, "min_rounds": 4.0}) is None
-    assert decide(True, 7, plain + hard + easy7 + easy6, {**T, "k_gain": 0.08, "k_max": 8.0,
-                                                          "min_rounds": 4.0}).k == 6  # a log from before
+    assert (
+        decide(True, 7, plain + hard + easy7 + easy6, {**T, "k_gain": 0.08, "k_max": 8.0, "min_rounds": 4.0}).k == 6
+    )  # a log from before
     better6 = [Row(300 + i, 6, 6, 45.0, "easy") for i in range(4)]  # 1.33x k=7 on the same text
     out = decide(True, 7, plain + hard + easy7 + better6, {**paired, "min_rounds": 4.0})
     assert (out.k, out.rule) == (6, "draft_len")

@@ -22,8 +22,9 @@ PROMPT_OFF_LOG = FIXTURES / "session-prompt-off.specmon"
 
 
 def prompts_with_rounds(events, name: str, k: int) -> int:
-    return len({e.prompt_id for e in events if isinstance(e, RoundVerified) and e.prompt_class == name
-                and e.draft_len == k})
+    return len(
+        {e.prompt_id for e in events if isinstance(e, RoundVerified) and e.prompt_class == name and e.draft_len == k}
+    )
 
 
 def test_log_info_counts_the_prompts_that_ran_with_speculation(capsys):
@@ -41,14 +42,18 @@ def last_prompt_of(events, name: str) -> int:
 
 def test_speed_pane_says_why_there_is_no_speedup_and_counts_the_prompts_at_k():
     state = ViewState()
-    state.apply(SERVE_EVENTS[:last_prompt_of(SERVE_EVENTS, "code-edit") + 1])
+    state.apply(SERVE_EVENTS[: last_prompt_of(SERVE_EVENTS, "code-edit") + 1])
     assert state.current_class == "code-edit" and class_stats(SERVE_EVENTS)["code-edit"].baseline is None
     lines = render_speed(state, 32).plain.splitlines()
     assert lines[0] == "speedup N/A: no plain round yet"  # its plain side is k = 0 rounds, and there are none
     assert lines[1].split() == ["goodput", "tok/s", "rounds", "prompts"]
     run = class_stats(SERVE_EVENTS)["code-edit"].runs[7]
-    assert lines[2].split() == ["spec", f"{run.tok_per_s:.1f}", str(run.rounds),
-                                str(prompts_with_rounds(SERVE_EVENTS, "code-edit", 7))]
+    assert lines[2].split() == [
+        "spec",
+        f"{run.tok_per_s:.1f}",
+        str(run.rounds),
+        str(prompts_with_rounds(SERVE_EVENTS, "code-edit", 7)),
+    ]
     assert lines[3].split() == ["plain", "N/A"]
 
 
@@ -58,8 +63,9 @@ def silent_plain_decision() -> tuple[list, Decision]:
     last = next(e for e in reversed(POLICY_EVENTS) if isinstance(e, RoundVerified))
     logged = next(e for e in read_log(PROMPT_OFF_LOG) if isinstance(e, Decision))
     thresholds = {k: v for k, v in logged.thresholds.items() if k != "prompt"}  # the class's, not one prompt's
-    decided = msgspec.structs.replace(logged, decision_id=7, prompt_class=last.prompt_class, thresholds=thresholds,
-                                      t=last.t, k_from=4, k_to=4)
+    decided = msgspec.structs.replace(
+        logged, decision_id=7, prompt_class=last.prompt_class, thresholds=thresholds, t=last.t, k_from=4, k_to=4
+    )
     return POLICY_EVENTS[:-1] + [decided, POLICY_EVENTS[-1]], decided
 
 
@@ -72,26 +78,30 @@ def test_a_ratio_against_rounds_that_drafted_nothing_says_so_beside_the_speed_pa
     assert len(figure) <= 31 and len(policy_figure(state, 12)) <= 12
     inputs = decision_inputs(decided)
     plain, k8 = decided.inputs["goodput_k0"] * 1e3, decided.inputs["goodput_k8"] * 1e3
-    assert inputs.startswith(f"plain (k=0 and rounds that drafted nothing) {plain:.1f} tok/s, k=8 {k8:.1f} tok/s, "
-                             f"ratio {decided.inputs['ratio']:.2f}×")
+    assert inputs.startswith(
+        f"plain (k=0 and rounds that drafted nothing) {plain:.1f} tok/s, k=8 {k8:.1f} tok/s, "
+        f"ratio {decided.inputs['ratio']:.2f}×"
+    )
     assert "goodput_k" not in render_decision(decided, [])  # per-ms figures under their log keys: gone
 
 
 def test_a_plain_sides_decision_cites_plain_in_tok_per_s():
     logged = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
     words = decision_inputs(logged)
-    assert words == (f"plain {logged.inputs['goodput_k0'] * 1e3:.1f} tok/s, k=2 {logged.inputs['goodput_k2'] * 1e3:.1f}"
-                     f" tok/s, ratio {logged.inputs['ratio']:.2f}×")
+    assert words == (
+        f"plain {logged.inputs['goodput_k0'] * 1e3:.1f} tok/s, k=2 {logged.inputs['goodput_k2'] * 1e3:.1f}"
+        f" tok/s, ratio {logged.inputs['ratio']:.2f}×"
+    )
 
 
 def test_one_round_is_one_round():
     first = next(i for i, e in enumerate(POLICY_EVENTS) if isinstance(e, RoundVerified) and e.draft_len)
     state = ViewState()
-    state.apply(POLICY_EVENTS[:first + 1])
+    state.apply(POLICY_EVENTS[: first + 1])
     assert rounds_caption(state) == "1 round"
     assert status_line(state, "fixture", []).plain.endswith(f" · {state.rounds_seen} rounds")
     one = ViewState()
-    one.apply([e for e in POLICY_EVENTS[:first + 1] if not isinstance(e, RoundVerified)] + [POLICY_EVENTS[first]])
+    one.apply([e for e in POLICY_EVENTS[: first + 1] if not isinstance(e, RoundVerified)] + [POLICY_EVENTS[first]])
     assert status_line(one, "fixture", []).plain.endswith(" · 1 round")
 
 
@@ -107,14 +117,14 @@ def test_policy_explain_says_on_and_off(capsys):
 
 def test_a_switched_off_class_names_its_k_whole_in_the_narrow_ms_title():
     state = ViewState()
-    state.apply(POLICY_EVENTS[:LAST_CHAT + 1])
+    state.apply(POLICY_EVENTS[: LAST_CHAT + 1])
     assert (state.current_class, state.class_k, state.is_on("chat")) == ("chat", 2, False)
     assert run_title(state, "ms", 40) == "ms · chat k=2 (off)"
     assert run_title(state, "ms", 13) == "ms k=2 off"  # was cut to `ms · k=2 (o…`
 
 
 async def test_the_ms_pane_title_is_whole_at_80_columns():
-    events = POLICY_EVENTS[:LAST_CHAT + 1]
+    events = POLICY_EVENTS[: LAST_CHAT + 1]
     app = prefilled(events)
     async with app.run_test(size=(80, 24)) as pilot:
         await drawn(app, pilot, events)

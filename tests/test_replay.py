@@ -37,7 +37,9 @@ def live_session(tmp_path_factory):
     policy = load_policy(policy_file)
     pair = load_pair(profile, DrafterSpec(kind="ngram", draft_len=4))
     with open_session(pair, profile, pair.drafter, tmp / "live.specmon", policy=policy, announce=False) as session:
-        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter)
+        scheduler = PolicyScheduler(
+            session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter
+        )
         scheduler.run(builtin_suite() * 3, profile.sampling.to_event(), 24)
     return session
 
@@ -59,8 +61,11 @@ def test_replay_equals_the_live_run(live_session):
     for name, stats in replayed.classes.items():
         for k, run in stats.runs.items():
             live_run = class_stats(live)[name].runs[k]
-            assert (run.rejections, run.all_accepted, run.per_position) == \
-                   (live_run.rejections, live_run.all_accepted, live_run.per_position)
+            assert (run.rejections, run.all_accepted, run.per_position) == (
+                live_run.rejections,
+                live_run.all_accepted,
+                live_run.per_position,
+            )
 
 
 def test_what_if_with_the_same_policy_changes_nothing(live_session, tmp_path):
@@ -73,7 +78,7 @@ def test_what_if_turning_one_class_off_leaves_it_no_decision(live_session):
     victim = sorted(decided)[0]
     text = QUICK_POLICY
     start = text.index(f'name = "{victim}"')
-    end = text.index('draft_len', start)
+    end = text.index("draft_len", start)
     other = parse_policy(text[:end] + 'speculate = "off"\n' + text[end:], "off.toml")
     diffs = what_if(live_session.log_path, other)
     # the other classes learn from the session's rates too, so they may differ; the victim decides nothing
@@ -139,8 +144,7 @@ def test_report_writes_plots_holding_the_logs_numbers(tmp_path):
     assert len(data["decisions"]) == sum(isinstance(e, Decision) for e in read_log(POLICY_LOG))
 
 
-def test_report_plots_measured_k_as_points_with_intervals_from_zero_and_says_why_a_plot_is_empty(tmp_path,
-                                                                                                   monkeypatch):
+def test_report_plots_measured_k_as_points_with_intervals_from_zero_and_says_why_a_plot_is_empty(tmp_path, monkeypatch):
     import json
 
     from specmon.replay import report
@@ -154,8 +158,11 @@ def test_report_plots_measured_k_as_points_with_intervals_from_zero_and_says_why
     assert goodput.get_ylim()[0] == 0
     assert sorted(goodput.get_xticks()) == sorted({k for s in stats.values() for k in s.runs})
     assert len(goodput.containers) == len(stats)  # one errorbar series per class, no lines between k
-    assert all(not line.get_linestyle() or line.get_linestyle() == "None" for line in goodput.lines
-               if len(line.get_xdata()) > 2)
+    assert all(
+        not line.get_linestyle() or line.get_linestyle() == "None"
+        for line in goodput.lines
+        if len(line.get_xdata()) > 2
+    )
     for cls, s in stats.items():
         for k, run in s.runs.items():
             span = data["goodput_interval_tok_per_s"][cls][str(k)]
@@ -163,13 +170,19 @@ def test_report_plots_measured_k_as_points_with_intervals_from_zero_and_says_why
                 assert span[0] <= run.tok_per_s <= span[1]
             else:
                 assert span is None
-    proposing = {name: sum(bool(e.proposed) for e in read_log(POLICY_LOG)
-                           if isinstance(e, RoundVerified) and e.prompt_class == name) for name in stats}
+    proposing = {
+        name: sum(
+            bool(e.proposed) for e in read_log(POLICY_LOG) if isinstance(e, RoundVerified) and e.prompt_class == name
+        )
+        for name in stats
+    }
     assert max(proposing.values()) < report.WINDOW  # this log has no full block: the plot must say why
     name, most = max(proposing.items(), key=lambda kv: kv[1])
     why = data["acceptance_over_time_empty"]
-    assert why == f"no class has {report.WINDOW} rounds that proposed drafts (one point per {report.WINDOW}); " \
-                  f"the most is {most}, in {name}"
+    assert (
+        why == f"no class has {report.WINDOW} rounds that proposed drafts (one point per {report.WINDOW}); "
+        f"the most is {most}, in {name}"
+    )
     (over_time,) = figures["acceptance_over_time.png"].axes
     assert [t.get_text() for t in over_time.texts] == [why.replace("; ", ";\n")]
 
@@ -217,14 +230,22 @@ async def test_a_failed_jump_leaves_the_view_and_the_position_as_they_were():
         for _ in range(3):
             await pilot.press("n")
         await pilot.pause(0.2)
-        before = (app.state.rounds_seen, feed.position, str(app.query_one("#acceptance").render()),
-                  app.query_one("#classes").row_count)
+        before = (
+            app.state.rounds_seen,
+            feed.position,
+            str(app.query_one("#acceptance").render()),
+            app.query_one("#classes").row_count,
+        )
         assert before[0] > 0
         for target in ("r99999", "nonsense", "p:no-such-prompt"):
             await pilot.press("g", *target, "enter")
             await pilot.pause(0.2)
-            assert (app.state.rounds_seen, feed.position, str(app.query_one("#acceptance").render()),
-                    app.query_one("#classes").row_count) == before, target
+            assert (
+                app.state.rounds_seen,
+                feed.position,
+                str(app.query_one("#acceptance").render()),
+                app.query_one("#classes").row_count,
+            ) == before, target
             assert not feed.done.is_set() and not feed.restarted
         shown = [n.message for n in app._notifications]
         assert any("'r99999' is not in" in m for m in shown) and any("'p:no-such-prompt' is not in" in m for m in shown)

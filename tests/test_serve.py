@@ -28,8 +28,9 @@ def serving(tmp_path, tiny, policy="default", **options):
     profile, pair = tiny
     log = tmp_path / f"serve-{time.monotonic_ns()}.specmon"
     loaded = load_policy(policy) if policy else None
-    with live_session(pair, profile, pair.drafter, log, serve=False, policy=loaded, announce=False,
-                      keep_events=False) as session:
+    with live_session(
+        pair, profile, pair.drafter, log, serve=False, policy=loaded, announce=False, keep_events=False
+    ) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0, **options), loaded)
         server.start()
         try:
@@ -67,13 +68,21 @@ def rounds_of(log: Path, prompt_id: str) -> list[RoundVerified]:
 
 # -- the endpoints through the official client ------------------------------------------------
 
+
 def test_chat_streamed_equals_whole_and_names_its_rounds(tmp_path, tiny):
     with serving(tmp_path, tiny) as (server, log):
         api = client(server)
         whole = api.chat.completions.create(model="tiny", messages=HELLO, max_tokens=24, temperature=0)
-        text, chunks = stream_text(api.chat.completions.create(
-            model="tiny", messages=HELLO, max_tokens=24, temperature=0, stream=True,
-            stream_options={"include_usage": True}))
+        text, chunks = stream_text(
+            api.chat.completions.create(
+                model="tiny",
+                messages=HELLO,
+                max_tokens=24,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
     reply = whole.choices[0]
     assert reply.message.role == "assistant" and reply.finish_reason == "length"
     assert text == reply.message.content and len(text) > 0
@@ -101,14 +110,33 @@ def test_greedy_reply_equals_specmon_runs_plain_decoding(tmp_path, tiny):
     prompt = "Write a Python function that adds two numbers."
     with serving(tmp_path, tiny) as (server, log):
         reply = client(server).chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=40, temperature=0)
+            model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=40, temperature=0
+        )
     assert any(r.draft_len > 0 for r in rounds_of(log, reply.id)), "the policy should have speculated some rounds"
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "p", "prompt": prompt, "max_new_tokens": 40}) + "\n")
     run_log = tmp_path / "run.specmon"
-    done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", profile.source,
-                           "--prompts", str(prompts), "-k", "0", "--log", str(run_log)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specmon.cli",
+            "run",
+            "--headless",
+            "--profile",
+            profile.source,
+            "--prompts",
+            str(prompts),
+            "-k",
+            "0",
+            "--log",
+            str(run_log),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     plain = next(e for e in read_log(run_log) if isinstance(e, PromptFinished))
     _, pair = tiny
@@ -121,8 +149,9 @@ def test_completions_and_models(tmp_path, tiny):
         api = client(server)
         models = api.models.list()
         whole = api.completions.create(model="tiny", prompt="Once upon a time", max_tokens=12, temperature=0)
-        pieces = list(api.completions.create(model="tiny", prompt="Once upon a time", max_tokens=12,
-                                             temperature=0, stream=True))
+        pieces = list(
+            api.completions.create(model="tiny", prompt="Once upon a time", max_tokens=12, temperature=0, stream=True)
+        )
         by_ids = api.completions.create(model="tiny", prompt=[1, 80, 81, 82], max_tokens=3, temperature=0)
     assert [m.id for m in models.data] == ["tiny.gguf"]
     assert whole.object == "text_completion" and whole.choices[0].finish_reason == "length"
@@ -140,10 +169,11 @@ def test_stop_string_ends_the_reply_and_the_decode(tmp_path, tiny):
         api = client(server)
         full = api.chat.completions.create(model="t", messages=HELLO, max_tokens=32, temperature=0)
         text = full.choices[0].message.content
-        stop = text[len(text) // 2: len(text) // 2 + 2]
+        stop = text[len(text) // 2 : len(text) // 2 + 2]
         cut = api.chat.completions.create(model="t", messages=HELLO, max_tokens=32, temperature=0, stop=[stop])
-        streamed, chunks = stream_text(api.chat.completions.create(model="t", messages=HELLO, max_tokens=32,
-                                                                   temperature=0, stop=stop, stream=True))
+        streamed, chunks = stream_text(
+            api.chat.completions.create(model="t", messages=HELLO, max_tokens=32, temperature=0, stop=stop, stream=True)
+        )
     assert cut.choices[0].message.content == text[: text.find(stop)]
     assert cut.choices[0].finish_reason == "stop" and streamed == text[: text.find(stop)]
     assert chunks[-1].choices[0].finish_reason == "stop"
@@ -156,10 +186,12 @@ def test_stop_string_ends_the_reply_and_the_decode(tmp_path, tiny):
 def test_the_request_names_its_class(tmp_path, tiny):
     with serving(tmp_path, tiny) as (server, log):
         api = client(server)
-        by_body = api.chat.completions.create(model="t", messages=HELLO, max_tokens=4, extra_body={
-            "specmon_class": "code-edit"})
-        by_header = api.chat.completions.create(model="t", messages=HELLO, max_tokens=4, extra_headers={
-            "X-Specmon-Class": "rewrite"})
+        by_body = api.chat.completions.create(
+            model="t", messages=HELLO, max_tokens=4, extra_body={"specmon_class": "code-edit"}
+        )
+        by_header = api.chat.completions.create(
+            model="t", messages=HELLO, max_tokens=4, extra_headers={"X-Specmon-Class": "rewrite"}
+        )
         with pytest.raises(openai.BadRequestError) as refused:
             api.chat.completions.create(model="t", messages=HELLO, max_tokens=4, extra_body={"specmon_class": "nope"})
     assert by_body.specmon["prompt_class"] == "code-edit" and "named by the request" in by_body.specmon["class_rule"]
@@ -176,8 +208,9 @@ def test_the_embedded_model_served_streamed_and_whole_equal_plain_decoding(tmp_p
     with serving(tmp_path, (profile, pair)) as (server, log):
         api = client(server)
         whole = api.chat.completions.create(model="smollm2", messages=messages, max_tokens=32, temperature=0)
-        text, chunks = stream_text(api.chat.completions.create(model="smollm2", messages=messages, max_tokens=32,
-                                                               temperature=0, stream=True))
+        text, chunks = stream_text(
+            api.chat.completions.create(model="smollm2", messages=messages, max_tokens=32, temperature=0, stream=True)
+        )
         models = api.models.list()
     assert [m.id for m in models.data] == ["smollm2-135m-instruct"]
     assert text == whole.choices[0].message.content and "France" in text
@@ -186,8 +219,25 @@ def test_the_embedded_model_served_streamed_and_whole_equal_plain_decoding(tmp_p
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "p", "prompt": prompt, "max_new_tokens": 32}) + "\n")
     run_log = tmp_path / "run.specmon"
-    done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--prompts", str(prompts),
-                           "-k", "0", "--log", str(run_log)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specmon.cli",
+            "run",
+            "--headless",
+            "--prompts",
+            str(prompts),
+            "-k",
+            "0",
+            "--log",
+            str(run_log),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     plain = next(e for e in read_log(run_log) if isinstance(e, PromptFinished))
     tokens = [t for t in plain.generated if t != pair.tokenizer.eos_id]
@@ -216,8 +266,9 @@ def test_under_the_monitor_the_view_sees_the_rounds_and_quitting_stops_the_serve
 
     monkeypatch.setattr(factory, "make_app", Monitor)
     log = tmp_path / "tui.specmon"
-    with live_session(pair, profile, pair.drafter, log, serve=False, policy=None, announce=False, keep_events=False,
-                      viewer=True) as session:
+    with live_session(
+        pair, profile, pair.drafter, log, serve=False, policy=None, announce=False, keep_events=False, viewer=True
+    ) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0, draft_len=2))
         serve_under_tui(session, server, "serve: tiny")
     rounds = [e for e in seen["events"] if isinstance(e, RoundVerified)]
@@ -234,15 +285,22 @@ def test_a_named_tag_wins_over_the_text_rules_of_earlier_classes(tmp_path, tiny)
     chat = text.index('name = "chat"')
     line_end = text.index("\n", chat) + 1
     policy.write_text(text[:line_end] + 'match.tag = "editor"\n' + text[line_end:])
-    code = [{"role": "user", "content": "Tidy this up:\n```python\ndef average(values):\n    total = 0\n"
-                                        "    for v in values:\n        total += v\n    return total / len(values)\n```"}]
+    code = [
+        {
+            "role": "user",
+            "content": "Tidy this up:\n```python\ndef average(values):\n    total = 0\n"
+            "    for v in values:\n        total += v\n    return total / len(values)\n```",
+        }
+    ]
     with serving(tmp_path, tiny, policy=str(policy)) as (server, log):
         api = client(server)
         by_text = api.chat.completions.create(model="t", messages=code, max_tokens=2)
-        by_header = api.chat.completions.create(model="t", messages=code, max_tokens=2,
-                                                extra_headers={"X-Specmon-Class": "editor"})
-        by_body = api.chat.completions.create(model="t", messages=code, max_tokens=2,
-                                              extra_body={"specmon_class": "editor"})
+        by_header = api.chat.completions.create(
+            model="t", messages=code, max_tokens=2, extra_headers={"X-Specmon-Class": "editor"}
+        )
+        by_body = api.chat.completions.create(
+            model="t", messages=code, max_tokens=2, extra_body={"specmon_class": "editor"}
+        )
     assert by_text.specmon["prompt_class"] == "code-edit"
     for reply in (by_header, by_body):
         assert reply.specmon["prompt_class"] == "chat", reply.specmon
@@ -255,13 +313,14 @@ def test_an_empty_class_name_names_nothing_and_a_long_one_is_not_echoed_whole(tm
     was named, the same either way; a name that matches nothing is quoted short in the refusal."""
     with serving(tmp_path, tiny) as (server, log):
         api = client(server)
-        by_header = api.chat.completions.create(model="t", messages=HELLO, max_tokens=2,
-                                                extra_headers={"X-Specmon-Class": ""})
-        by_body = api.chat.completions.create(model="t", messages=HELLO, max_tokens=2,
-                                              extra_body={"specmon_class": ""})
+        by_header = api.chat.completions.create(
+            model="t", messages=HELLO, max_tokens=2, extra_headers={"X-Specmon-Class": ""}
+        )
+        by_body = api.chat.completions.create(model="t", messages=HELLO, max_tokens=2, extra_body={"specmon_class": ""})
         with pytest.raises(openai.BadRequestError) as refused:
-            api.chat.completions.create(model="t", messages=HELLO, max_tokens=2,
-                                        extra_body={"specmon_class": "x" * 5000})
+            api.chat.completions.create(
+                model="t", messages=HELLO, max_tokens=2, extra_body={"specmon_class": "x" * 5000}
+            )
     for reply in (by_header, by_body):
         assert reply.specmon["prompt_class"] == "chat" and "classes[3].default" in reply.specmon["class_rule"]
     assert refused.value.body["param"] == "specmon_class" and len(refused.value.body["message"]) < 300

@@ -22,8 +22,13 @@ HELLO = [{"role": "user", "content": "Say hello."}]
 
 
 def specmon(*args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specmon.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "specmon.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+    )
 
 
 def one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -47,8 +52,9 @@ def key_file(tmp_path: Path, key: str = "k3y-for-tests", mode: int = 0o600) -> P
 
 
 def test_a_host_others_can_reach_needs_a_key(profile):
-    one_line_error(specmon("serve", "--headless", "--profile", profile, "--host", "0.0.0.0"),
-                   "--host 0.0.0.0", "--api-key-file")
+    one_line_error(
+        specmon("serve", "--headless", "--profile", profile, "--host", "0.0.0.0"), "--host 0.0.0.0", "--api-key-file"
+    )
 
 
 def test_a_key_file_others_can_read_is_refused(tmp_path, profile):
@@ -59,15 +65,38 @@ def test_a_key_file_others_can_read_is_refused(tmp_path, profile):
 
 
 def test_a_policy_and_a_fixed_k_are_refused_together(profile):
-    one_line_error(specmon("serve", "--headless", "--profile", profile, "--policy", "default", "-k", "2"),
-                   "--draft-len", "--policy")
+    one_line_error(
+        specmon("serve", "--headless", "--profile", profile, "--policy", "default", "-k", "2"),
+        "--draft-len",
+        "--policy",
+    )
 
 
 def test_headless_serving_then_sigterm_leaves_a_log_every_command_reads(tmp_path, profile):
     key, log = "k3y-for-tests", tmp_path / "serve.specmon"
-    proc = subprocess.Popen([sys.executable, "-m", "specmon.cli", "serve", "--headless", "--profile", str(profile),
-                             "--host", "0.0.0.0", "--port", "0", "--api-key-file", str(key_file(tmp_path, key)),
-                             "--log", str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specmon.cli",
+            "serve",
+            "--headless",
+            "--profile",
+            str(profile),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--api-key-file",
+            str(key_file(tmp_path, key)),
+            "--log",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
         banner = ""
         while not banner.startswith("specmon: serving"):
@@ -121,9 +150,25 @@ def test_sigterm_while_the_model_loads_says_no_log_was_written(tmp_path, profile
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = tmp_path / "serve.specmon"
-    proc = subprocess.Popen([sys.executable, "-m", "specmon.cli", "serve", "--headless", "--profile", str(profile),
-                             "--port", str(port), "--log", str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specmon.cli",
+            "serve",
+            "--headless",
+            "--profile",
+            str(profile),
+            "--port",
+            str(port),
+            "--log",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
         wait_for_listener(port, proc)
     finally:

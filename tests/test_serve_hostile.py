@@ -23,9 +23,14 @@ def deep(depth: int) -> str:
 def raw_post(url: str, body: bytes, headers: str = "") -> bytes:
     """A request as bytes on a socket (for bodies no client library would build); the reply's bytes."""
     with connect(url) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     + headers.encode() + b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close"
-                     b"\r\n\r\n" + body)
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + headers.encode()
+            + b"Content-Length: "
+            + str(len(body)).encode()
+            + b"\r\nConnection: close"
+            b"\r\n\r\n" + body
+        )
         return read_all(sock)
 
 
@@ -59,18 +64,23 @@ def closed_by_server(sock: socket.socket, deadline: float) -> bool:
 
 # -- the body -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("where", ["metadata", "tools", "messages[0].tool_calls", "logit_bias"])
 def test_json_nested_100000_deep_anywhere_is_a_400(tmp_path, tiny, where):
     nested = deep(100_000)
     body = {"messages": "MESSAGES", "max_tokens": 2}
-    message = '{"role": "user", "content": "hi"' + (f', "tool_calls": {nested}' if where.startswith("messages") else "") + "}"
+    message = (
+        '{"role": "user", "content": "hi"' + (f', "tool_calls": {nested}' if where.startswith("messages") else "") + "}"
+    )
     text = json.dumps(body).replace('"MESSAGES"', f"[{message}]")
     if not where.startswith("messages"):
         text = text[:-1] + f', "{where}": {nested}' + "}"
     lines: list[str] = []
     with serving(tmp_path, tiny, policy=None, draft_len=2, line=lines.append, max_body_bytes=1 << 20) as (server, log):
         reply = raw_post(server.url, text.encode())
-        assert client(server).chat.completions.create(model="t", messages=HELLO, max_tokens=2).usage.completion_tokens == 2
+        assert (
+            client(server).chat.completions.create(model="t", messages=HELLO, max_tokens=2).usage.completion_tokens == 2
+        )
         refused = refused_by_status(server)
     status, _, rest = reply.partition(b"\r\n")
     error = json.loads(rest.split(b"\r\n\r\n", 1)[1])["error"]
@@ -83,8 +93,10 @@ def test_a_client_that_leaves_during_its_upload_is_499_not_500(tmp_path, tiny):
     lines: list[str] = []
     with serving(tmp_path, tiny, line=lines.append) as (server, log):
         with connect(server.url) as sock:
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: 1000\r\n\r\n" + b'{"messages": [')  # then leaves, 986 bytes short
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n" + b'{"messages": ['
+            )  # then leaves, 986 bytes short
         wait_until(lambda: any(line.startswith("499") for line in lines), "the upload's line")
         refused = refused_by_status(server)
     assert refused == {"499": 1}, (refused, lines)
@@ -95,8 +107,10 @@ def test_a_client_that_leaves_during_its_upload_is_499_not_500(tmp_path, tiny):
 def test_a_body_that_stops_arriving_is_408(tmp_path, tiny):
     with serving(tmp_path, tiny, body_timeout_s=0.5) as (server, log):
         with connect(server.url) as sock:
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: 100\r\n\r\n" + b'{"messages": [')
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100\r\n\r\n" + b'{"messages": ['
+            )
             reply = read_all(sock)
         refused = refused_by_status(server)
     assert reply.startswith(b"HTTP/1.1 408 "), reply[:200]
@@ -106,12 +120,15 @@ def test_a_body_that_stops_arriving_is_408(tmp_path, tiny):
 
 # -- names, headers and what the operator's terminal shows ----------------------------------------
 
+
 def test_a_class_name_with_a_trailing_newline_is_refused(tmp_path, tiny):
     with serving(tmp_path, tiny, policy=None, draft_len=2) as (server, log):
         api = client(server)
         with pytest.raises(openai.BadRequestError) as refused:
             api.chat.completions.create(model="t", messages=HELLO, max_tokens=2, extra_body={"specmon_class": "evil\n"})
-        named = api.chat.completions.create(model="t", messages=HELLO, max_tokens=2, extra_body={"specmon_class": "evil"})
+        named = api.chat.completions.create(
+            model="t", messages=HELLO, max_tokens=2, extra_body={"specmon_class": "evil"}
+        )
         exposed = httpx.get(server.url + "/metrics").text
     assert refused.value.body["param"] == "specmon_class"
     assert named.specmon["prompt_class"] == "evil" and 'class="evil\\n"' not in exposed
@@ -134,8 +151,9 @@ def test_nothing_a_client_sends_reaches_the_operators_terminal_unescaped(tmp_pat
         http = httpx.Client(base_url=server.url, timeout=60)
         assert http.get("/%1B%5B2J").status_code == 404
         assert http.get("/a%00b%E2%80%AEc").status_code == 404
-        named = http.post("/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2,
-                                                          "specmon_class": "\x1b]0;pwned\x07"})
+        named = http.post(
+            "/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2, "specmon_class": "\x1b]0;pwned\x07"}
+        )
         wait_until(lambda: len(lines) == 3, "three refusal lines")
     assert named.status_code == 400
     assert lines[0] == "404 /\\x1b[2J: GET /\\x1b[2J: Not Found"
@@ -144,6 +162,7 @@ def test_nothing_a_client_sends_reaches_the_operators_terminal_unescaped(tmp_pat
 
 
 # -- connections held open ------------------------------------------------------------------------
+
 
 def test_a_hundred_slow_connections_neither_block_health_and_a_completion_nor_stay_open(tmp_path, tiny):
     with serving(tmp_path, tiny, head_timeout_s=3.0) as (server, log):

@@ -57,8 +57,11 @@ REWRITE = "Rewrite this: the cat sat on the mat, the cat sat on the mat, and the
 
 
 def per_class_k(exposed: dict, name: str) -> dict[tuple[str, int], float]:
-    return {(dict(labels)["class"], int(dict(labels)["k"])): value for (sample, labels), value in exposed.items()
-            if sample == name}
+    return {
+        (dict(labels)["class"], int(dict(labels)["k"])): value
+        for (sample, labels), value in exposed.items()
+        if sample == name
+    }
 
 
 def total(exposed: dict, name: str) -> float:
@@ -72,10 +75,28 @@ def chat(api, text: str, **kw):
 @contextmanager
 def serve(profile: Path, policy: Path, log: Path):
     """`specmon serve --headless` on a free port; yields its base URL; SIGTERM at the end."""
-    proc = subprocess.Popen([sys.executable, "-m", "specmon.cli", "serve", "--headless", "--profile", str(profile),
-                             "--policy", str(policy), "--port", "0", "--log", str(log)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "SPECMON_POLICY_POLL_S": "0"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specmon.cli",
+            "serve",
+            "--headless",
+            "--profile",
+            str(profile),
+            "--policy",
+            str(policy),
+            "--port",
+            "0",
+            "--log",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "SPECMON_POLICY_POLL_S": "0"},
+    )
     try:
         banner = ""
         while not banner.startswith("specmon: serving"):
@@ -89,6 +110,7 @@ def serve(profile: Path, policy: Path, log: Path):
 
 def logged_rounds(log: Path, reply) -> list[RoundVerified]:
     """A finished request's rounds, read from the log while the server still writes it."""
+
     def events() -> list:
         found = []
         try:
@@ -97,8 +119,10 @@ def logged_rounds(log: Path, reply) -> list[RoundVerified]:
             pass  # a frame still being written: the whole ones before it are kept
         return found
 
-    wait_until(lambda: any(isinstance(e, PromptFinished) and e.prompt_id == reply.id for e in events()),
-               f"{reply.id} in the log")
+    wait_until(
+        lambda: any(isinstance(e, PromptFinished) and e.prompt_id == reply.id for e in events()),
+        f"{reply.id} in the log",
+    )
     return [e for e in events() if isinstance(e, RoundVerified) and e.prompt_id == reply.id]
 
 
@@ -120,31 +144,42 @@ def session(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("agree")
     model = write_tiny_gguf(tmp / "tiny.gguf")
     profile, policy, log = tmp / "tiny.toml", tmp / "policy.toml", tmp / "serve.specmon"
-    profile.write_text(f'name = "tiny"\nmax_new_tokens = 32\nmax_seq_len = 4096\n[target]\npath = "{model}"\n'
-                       '[drafter]\nkind = "layerskip"\nlayers = 1\n')  # it accepts some drafts, not all
+    profile.write_text(
+        f'name = "tiny"\nmax_new_tokens = 32\nmax_seq_len = 4096\n[target]\npath = "{model}"\n'
+        '[drafter]\nkind = "layerskip"\nlayers = 1\n'
+    )  # it accepts some drafts, not all
     policy.write_text(POLICY)
     with serve(profile, policy, log) as url:
         api = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         greedy = {text: chat(api, text, max_tokens=24, temperature=0) for text in GREEDY}
-        replies = [*greedy.values(), chat(api, "Tell me a story.", max_tokens=24, temperature=0.9, seed=3),
-                   chat(api, REWRITE, max_tokens=24, temperature=0, extra_body={"specmon_class": "rewrite"}),
-                   chat(api, GREEDY[0], max_tokens=24, extra_body={"specmon_class": "plain"})]
+        replies = [
+            *greedy.values(),
+            chat(api, "Tell me a story.", max_tokens=24, temperature=0.9, seed=3),
+            chat(api, REWRITE, max_tokens=24, temperature=0, extra_body={"specmon_class": "rewrite"}),
+            chat(api, GREEDY[0], max_tokens=24, extra_body={"specmon_class": "plain"}),
+        ]
         text, limit = max_tokens_inside_an_accepted_run(log, greedy)
         replies.append(chat(api, text, max_tokens=limit, temperature=0))  # max_tokens cuts accepted tokens
         whole = replies[0].choices[0].message.content
-        stop = next(whole[i:i + 2] for i in range(3, len(whole) - 2) if whole[i:i + 2].strip())
+        stop = next(whole[i : i + 2] for i in range(3, len(whole) - 2) if whole[i : i + 2].strip())
         replies.append(chat(api, GREEDY[0], max_tokens=24, temperature=0, stop=stop))  # a stop string cuts a round
         policy.write_text(POLICY.replace("draft_len = 4", "draft_len = 2"))  # the edit: chat from k = 4 to 2
         in_force = ("specmon_policy_draft_len", (("class", "chat"),))
         wait_until(lambda: samples(httpx.get(url + "/metrics").text).get(in_force) == 2, "the edit taken")
-        replies += [chat(api, "What is a mat?", max_tokens=24, temperature=0),
-                    chat(api, "Tell me a story.", max_tokens=24, temperature=0.9, seed=4),
-                    chat(api, REWRITE, max_tokens=24, temperature=0.9, seed=5,
-                         extra_body={"specmon_class": "rewrite"})]
+        replies += [
+            chat(api, "What is a mat?", max_tokens=24, temperature=0),
+            chat(api, "Tell me a story.", max_tokens=24, temperature=0.9, seed=4),
+            chat(api, REWRITE, max_tokens=24, temperature=0.9, seed=5, extra_body={"specmon_class": "rewrite"}),
+        ]
         exposed = samples(httpx.get(url + "/metrics").text)
-    info = subprocess.run([sys.executable, "-m", "specmon.cli", "log", "info", str(log)], capture_output=True,
-                          text=True, cwd=REPO, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO),
-                                                                  "COLUMNS": "200"})
+    info = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "log", "info", str(log)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+    )
     assert info.returncode == 0, info.stderr
     return exposed, log, replies, info.stdout
 
@@ -173,12 +208,14 @@ def test_the_session_ran_classes_at_several_k_and_cut_replies(session):
     assert {("rewrite", 3), ("plain", 0)} <= set(runs), runs
     assert total(exposed, "specmon_spec_decode_num_verified_accepted_tokens_total") > 0
     assert total(exposed, "specmon_spec_decode_num_draft_tokens_total") > total(
-        exposed, "specmon_spec_decode_num_verified_accepted_tokens_total"), "some drafts rejected"
+        exposed, "specmon_spec_decode_num_verified_accepted_tokens_total"
+    ), "some drafts rejected"
     assert sum(cut_tokens(log, replies).values()) > 0, "the stop string cut a round"
     cut, stopped = replies[7], replies[8]
     assert stopped.choices[0].finish_reason == "stop" and cut.choices[0].finish_reason == "length"
     assert total(exposed, "specmon_spec_decode_num_accepted_tokens_total") < total(
-        exposed, "specmon_spec_decode_num_verified_accepted_tokens_total"), "max_tokens cut accepted tokens"
+        exposed, "specmon_spec_decode_num_verified_accepted_tokens_total"
+    ), "max_tokens cut accepted tokens"
 
 
 def test_every_class_and_k_counts_the_same_rounds_on_metrics_and_in_log_info(session):
@@ -190,9 +227,11 @@ def test_every_class_and_k_counts_the_same_rounds_on_metrics_and_in_log_info(ses
     assert set(logged) == set(metric("specmon_rounds_total"))
     assert {key: r.rounds for key, r in logged.items()} == metric("specmon_rounds_total")
     assert {key: r.proposed for key, r in logged.items() if r.proposed} == metric(
-        "specmon_spec_decode_num_draft_tokens_total")
+        "specmon_spec_decode_num_draft_tokens_total"
+    )
     assert {key: r.accepted for key, r in logged.items() if r.proposed} == metric(
-        "specmon_spec_decode_num_verified_accepted_tokens_total")
+        "specmon_spec_decode_num_verified_accepted_tokens_total"
+    )
     drafted = {key: r.rounds - r.empty_rounds for key, r in logged.items() if key[1]}  # log info: rounds - empty
     assert {key: n for key, n in drafted.items() if n} == metric("specmon_spec_decode_num_drafts_total")
     assert {key: r.emitted - cut[key] for key, r in logged.items()} == metric("specmon_emitted_tokens_total")
@@ -210,7 +249,8 @@ def test_requests_and_generated_tokens_agree_less_the_cut(session):
     assert re.search(rf"PromptFinished\s+{len(finished)}\b", stdout), stdout
     assert total(exposed, "specmon_generation_tokens_total") == sum(r.usage.completion_tokens for r in replies)
     assert sum(len(f.generated) for f in finished) - total(exposed, "specmon_generation_tokens_total") == sum(
-        cut_tokens(log, replies).values())
+        cut_tokens(log, replies).values()
+    )
 
 
 def test_each_row_log_info_prints_equals_metrics_at_its_class_and_k(session):

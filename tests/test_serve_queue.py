@@ -62,7 +62,8 @@ def test_eight_clients_answered_in_arrival_order_and_a_ninth_gets_429(tmp_path, 
 
         def ask(i: int) -> None:
             answers[i] = api.chat.completions.create(
-                model="t", messages=[{"role": "user", "content": f"Question number {i}?"}], max_tokens=6)
+                model="t", messages=[{"role": "user", "content": f"Question number {i}?"}], max_tokens=6
+            )
 
         threads = []
         for i in range(8):
@@ -126,8 +127,13 @@ BAD = [  # (what, body or raw bytes, status, param, code)
     ("n > 1", {"messages": HELLO, "n": 2}, 400, "n", "unsupported_parameter"),
     ("logprobs", {"messages": HELLO, "logprobs": True}, 400, "logprobs", "unsupported_parameter"),
     ("tools", {"messages": HELLO, "tools": [{"type": "function"}]}, 400, "tools", "unsupported_parameter"),
-    ("image part", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
-     "messages[0].content[0].type", "unsupported_value"),
+    (
+        "image part",
+        {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+        400,
+        "messages[0].content[0].type",
+        "unsupported_value",
+    ),
     ("unknown role", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages[0].role", "unsupported_value"),
     ("context exceeded", {"messages": HELLO, "max_tokens": 100_000}, 400, "messages", "context_length_exceeded"),
     ("body too large", {"messages": [{"role": "user", "content": "x" * 5000}]}, 413, None, "request_too_large"),
@@ -140,13 +146,19 @@ def test_every_bad_request_family_is_refused_and_harms_nothing(tmp_path, tiny):
         http = httpx.Client(base_url=server.url, timeout=60)
         with held_prefill(pair) as gate:
             in_flight = {}
-            thread = threading.Thread(target=lambda: in_flight.update(r=http.post(
-                "/v1/chat/completions", json={"messages": HELLO, "max_tokens": 5})))
+            thread = threading.Thread(
+                target=lambda: in_flight.update(
+                    r=http.post("/v1/chat/completions", json={"messages": HELLO, "max_tokens": 5})
+                )
+            )
             thread.start()
             wait_until(lambda: server.worker.in_flight is not None, "a request in flight")
             for what, body, status, param, code in BAD:
-                sent = http.post("/v1/chat/completions", content=body if isinstance(body, bytes) else None,
-                                 json=None if isinstance(body, bytes) else body)
+                sent = http.post(
+                    "/v1/chat/completions",
+                    content=body if isinstance(body, bytes) else None,
+                    json=None if isinstance(body, bytes) else body,
+                )
                 assert sent.status_code == status, (what, sent.text)
                 error = sent.json()["error"]
                 assert set(error) == {"message", "type", "param", "code"}, what
@@ -157,14 +169,18 @@ def test_every_bad_request_family_is_refused_and_harms_nothing(tmp_path, tiny):
             thread.join()
         assert in_flight["r"].status_code == 200
         assert in_flight["r"].json()["usage"]["completion_tokens"] == 5
-        for body, param, code in [({"prompt": "hi", "echo": True}, "echo", "unsupported_parameter"),
-                                  ({"prompt": ["a", "b"]}, "prompt", "unsupported_value"),
-                                  ({"prompt": [1, 10**6]}, "prompt", "invalid_value"),
-                                  ({"prompt": ""}, "prompt", "invalid_value"),
-                                  ({"prompt": "hi", "best_of": 3}, "best_of", "unsupported_parameter")]:
+        for body, param, code in [
+            ({"prompt": "hi", "echo": True}, "echo", "unsupported_parameter"),
+            ({"prompt": ["a", "b"]}, "prompt", "unsupported_value"),
+            ({"prompt": [1, 10**6]}, "prompt", "invalid_value"),
+            ({"prompt": ""}, "prompt", "invalid_value"),
+            ({"prompt": "hi", "best_of": 3}, "best_of", "unsupported_parameter"),
+        ]:
             sent = http.post("/v1/completions", json=body)
             assert sent.status_code == 400 and (sent.json()["error"]["param"], sent.json()["error"]["code"]) == (
-                param, code), (body, sent.text)
+                param,
+                code,
+            ), (body, sent.text)
         missing = http.get("/v1/nothing")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     started = events(log, PromptStarted)
@@ -190,18 +206,30 @@ def test_a_wrong_or_missing_key_is_401(tmp_path, tiny):
 
 def samples(text: str) -> dict[tuple, float]:
     """{(sample name, sorted labels): value} of a Prometheus exposition, as its parser reads it."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_metrics_equal_the_counts_recomputed_from_the_log(tmp_path, tiny):
-    prompts = ["Rewrite this: the cat sat on the mat, the cat sat on the mat.", "Why is the sky blue?",
-               "Summarize: a b c a b c a b c", "Hello there, how are you today?"] * 3
+    prompts = [
+        "Rewrite this: the cat sat on the mat, the cat sat on the mat.",
+        "Why is the sky blue?",
+        "Summarize: a b c a b c a b c",
+        "Hello there, how are you today?",
+    ] * 3
     with serving(tmp_path, tiny) as (server, log):
         api = client(server)
         for i, text in enumerate(prompts):
-            api.chat.completions.create(model="t", messages=[{"role": "user", "content": text}], max_tokens=40,
-                                        temperature=0 if i % 2 else 0.8, seed=i)
+            api.chat.completions.create(
+                model="t",
+                messages=[{"role": "user", "content": text}],
+                max_tokens=40,
+                temperature=0 if i % 2 else 0.8,
+                seed=i,
+            )
         exposed = samples(httpx.get(server.url + "/metrics").text)
     expected: Counter = Counter()
     for ev in events(log, RoundVerified):
@@ -215,7 +243,10 @@ def test_metrics_equal_the_counts_recomputed_from_the_log(tmp_path, tiny):
             expected[("specmon_spec_decode_num_accepted_tokens_total", labels)] += sent_accepted
             expected[("specmon_spec_decode_num_verified_accepted_tokens_total", labels)] += ev.accepted
             for pos in range(len(ev.proposed)):
-                key = ("specmon_spec_decode_num_accepted_tokens_per_pos_total", tuple(sorted(labels + (("position", str(pos)),))))
+                key = (
+                    "specmon_spec_decode_num_accepted_tokens_per_pos_total",
+                    tuple(sorted(labels + (("position", str(pos)),))),
+                )
                 expected[key] += pos < sent_accepted
     decisions = events(log, Decision)
     for d in decisions:
@@ -223,8 +254,12 @@ def test_metrics_equal_the_counts_recomputed_from_the_log(tmp_path, tiny):
     finished = events(log, PromptFinished)
     expected[("specmon_generation_tokens_total", ())] = sum(len(f.generated) for f in finished)
     expected[("specmon_requests_total", (("endpoint", "chat"), ("finish_reason", "length")))] = len(prompts)
-    counters = {k: v for k, v in exposed.items() if k[0].endswith("_total")
-                and not k[0].startswith(("specmon_prompt_tokens", "specmon_round_seconds", "specmon_requests_refused"))}
+    counters = {
+        k: v
+        for k, v in exposed.items()
+        if k[0].endswith("_total")
+        and not k[0].startswith(("specmon_prompt_tokens", "specmon_round_seconds", "specmon_requests_refused"))
+    }
     assert counters == dict(expected)
     assert any(k[1] and dict(k[1])["k"] != "0" for k in counters), "some rounds speculated"
     assert exposed[("specmon_queue_depth", ())] == 0 and exposed[("specmon_requests_running", ())] == 0
@@ -241,8 +276,10 @@ def _send_and_leave(url: str, body: dict, stream: bool = False):
     host, port = url.removeprefix("http://").split(":")
     data = json.dumps({**body, "stream": stream}).encode()
     sock = socket.create_connection((host, int(port)))
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data
+    )
     return sock
 
 
@@ -267,7 +304,9 @@ def test_a_client_that_leaves_is_one_line_and_counted_once(tmp_path, tiny, strea
         wait_until(job.cancelled.is_set, "the server noticed the decoding client left")
         gate.set()
         wait_until(lambda: worker.in_flight is not job, "the cancelled decode ended")
-        wait_until(lambda: any(line.startswith("499 /v1") for line in lines), "the withdrawn request's line", timeout=10)
+        wait_until(
+            lambda: any(line.startswith("499 /v1") for line in lines), "the withdrawn request's line", timeout=10
+        )
         exposed = samples(httpx.get(server.url + "/metrics").text)
     refused = {dict(k[1])["status"]: v for k, v in exposed.items() if k[0] == "specmon_requests_refused_total"}
     assert refused == {"499": 1}, (refused, lines)

@@ -24,7 +24,7 @@ def detokenize(ids: list[int]) -> str:
 def streamed(text: str, stops=(), per_round: int = 1) -> tuple[list[str], ReplyText]:
     reply = ReplyText(detokenize, EOS, stops)
     tokens = utf8_tokens(text)
-    pieces = [reply.add(tokens[i:i + per_round]) for i in range(0, len(tokens), per_round)]
+    pieces = [reply.add(tokens[i : i + per_round]) for i in range(0, len(tokens), per_round)]
     pieces.append(reply.finish())
     return pieces, reply
 
@@ -59,12 +59,18 @@ def test_the_template_renders_a_single_turn_as_the_driver_does(tmp_path):
 
 
 def test_a_conversation_in_chatml_with_text_parts_and_developer_as_system():
-    messages = messages_for_template([
-        ChatMessage("developer", "Be brief."), ChatMessage("user", [ContentPart("text", "Hi "), ContentPart("text", "you")]),
-        ChatMessage("assistant", "Hello."), ChatMessage("user", "Again?")])
+    messages = messages_for_template(
+        [
+            ChatMessage("developer", "Be brief."),
+            ChatMessage("user", [ContentPart("text", "Hi "), ContentPart("text", "you")]),
+            ChatMessage("assistant", "Hello."),
+            ChatMessage("user", "Again?"),
+        ]
+    )
     assert render_chat(TEMPLATE, messages, "<|im_end|>") == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi you<|im_end|>\n"
-        "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nAgain?<|im_end|>\n<|im_start|>assistant\n")
+        "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nAgain?<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert last_user_text(messages) == "Again?"
 
 

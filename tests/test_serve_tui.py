@@ -29,8 +29,9 @@ def watched_server(tmp_path, tiny, lines: list[str]):
     """A server under the shipped policy, and the app over its session's view; yields (server, app, log)."""
     profile, pair = tiny
     log, policy = tmp_path / "serve.specmon", load_policy("default")
-    with live_session(pair, profile, pair.drafter, log, serve=False, policy=policy, announce=False,
-                      keep_events=False, viewer=True) as session:
+    with live_session(
+        pair, profile, pair.drafter, log, serve=False, policy=policy, announce=False, keep_events=False, viewer=True
+    ) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0, line=lines.append), policy)
         server.start()
         try:
@@ -52,6 +53,7 @@ def ask(server, answers: dict, name: str) -> threading.Thread:
     def send() -> None:
         question = [{"role": "user", "content": f"Question {name}: why is the sky blue?"}]
         answers[name] = client(server).chat.completions.create(model="t", messages=question, max_tokens=MAX_TOKENS)
+
     thread = threading.Thread(target=send)
     thread.start()
     return thread
@@ -77,8 +79,11 @@ async def test_the_live_pane_shows_the_queue_the_request_and_ttft_as_the_log_rec
             steps.release(10_000)
             for thread in threads:
                 thread.join()
-            await until(pilot, lambda: app.state.requests.served == 3 and app.state.requests.in_flight is None,
-                        "every request served")
+            await until(
+                pilot,
+                lambda: app.state.requests.served == 3 and app.state.requests.in_flight is None,
+                "every request served",
+            )
             idle = region_lines(app, "requests")
     logged = events(log)
     started = {e.prompt_id: e for e in logged if isinstance(e, PromptStarted)}
@@ -89,8 +94,10 @@ async def test_the_live_pane_shows_the_queue_the_request_and_ttft_as_the_log_rec
     ttfts = [ttft_from_log(rid, logged) for rid in started]
     a, k = started[answers["a"].id], a_rounds[0].draft_len
     assert busy[0].startswith("╭─ requests · 2 waiting · 0 served ─")
-    assert inside(busy[1]) == (f"▶ chat {short_id(a.prompt_id)} [{a.prompt_class}] {f'k={k}' if k else 'plain'} · "
-                               f"{len(a_rounds[0].emitted)}/{MAX_TOKENS} tok · {seconds(grew.t - grew.arrived)}")
+    assert inside(busy[1]) == (
+        f"▶ chat {short_id(a.prompt_id)} [{a.prompt_class}] {f'k={k}' if k else 'plain'} · "
+        f"{len(a_rounds[0].emitted)}/{MAX_TOKENS} tok · {seconds(grew.t - grew.arrived)}"
+    )
     assert busy[2].endswith(ttft_foot(ttfts[:1]))
     assert idle[0].startswith("╭─ requests · 0 waiting ─") and inside(idle[1]) == "idle, 3 requests served"
     assert idle[2].endswith(ttft_foot(ttfts))

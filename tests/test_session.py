@@ -33,8 +33,13 @@ WRITE_FAILED = "writing the session log failed"
 
 
 def specmon(*args, cwd=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specmon.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd or REPO, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "specmon.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        timeout=timeout,
+    )
 
 
 def as_json(value):
@@ -71,13 +76,15 @@ def fold(feed: ReplayFeed) -> ViewState:
 
 # -- a disk that fills mid-run ---------------------------------------------------------------
 
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 64 KiB tmpfs: the session log fills it a few prompts into the run."""
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
     try:
@@ -88,8 +95,9 @@ def small_disk(tmp_path):
 
 def test_a_full_disk_ends_the_run_with_one_line_and_keeps_what_was_written(tmp_path, small_disk):
     log = small_disk / "x.specmon"
-    done = specmon("run", "--headless", "--profile", tiny_profile(tmp_path), "--log", log,
-                   "--max-new-tokens", 48, cwd=tmp_path)
+    done = specmon(
+        "run", "--headless", "--profile", tiny_profile(tmp_path), "--log", log, "--max-new-tokens", 48, cwd=tmp_path
+    )
     assert done.returncode != 0
     assert "Traceback" not in done.stderr, done.stderr
     last = done.stderr.strip().splitlines()[-1]
@@ -126,8 +134,22 @@ def recorded_run(request, tmp_path_factory):
     """One real run on the tiny model: (its stdout, its --json summary, its log)."""
     tmp = tmp_path_factory.mktemp(f"run-{request.param}")
     out, log = tmp / "out.json", tmp / "s.specmon"
-    done = specmon("run", "--headless", "--profile", tiny_profile(tmp), "--classes", "rewrite,chat",
-                   "--max-new-tokens", 16, "--json", out, "--log", log, *RUNS[request.param], cwd=tmp)
+    done = specmon(
+        "run",
+        "--headless",
+        "--profile",
+        tiny_profile(tmp),
+        "--classes",
+        "rewrite,chat",
+        "--max-new-tokens",
+        16,
+        "--json",
+        out,
+        "--log",
+        log,
+        *RUNS[request.param],
+        cwd=tmp,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout, json.loads(out.read_text()), log
 
@@ -155,12 +177,14 @@ def test_log_info_prints_the_table_the_run_printed(recorded_run):
     assert info.returncode == 0, info.stdout
     assert "integrity        ok" in info.stdout
     printed = table_lines(stdout)
-    assert sorted({line.split()[0] for line in printed if line[:1].isalpha() and not line.startswith(("class", "a_i"))}) \
-        == ["chat", "rewrite"]
+    assert sorted(
+        {line.split()[0] for line in printed if line[:1].isalpha() and not line.startswith(("class", "a_i"))}
+    ) == ["chat", "rewrite"]
     assert table_lines(info.stdout) == printed
 
 
 # -- flags that cannot go together -----------------------------------------------------------
+
 
 @pytest.mark.parametrize("flag", [["-k", "6"], ["--draft-len", "0"]])
 def test_a_draft_length_with_a_policy_is_one_line(flag, tmp_path):
@@ -180,8 +204,25 @@ BENCH_FIELDS = {"plain", "fixed", "best_k", "auto", "auto_over_best", "auto_over
 
 def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
     out, log = tmp_path / "bench.json", tmp_path / "bench.specmon"
-    done = specmon("bench", "policy", "--profile", tiny_profile(tmp_path), "--classes", "rewrite,chat",
-                   "--repeat", 1, "--ks", "0,2", "--max-new-tokens", 12, "--json", out, "--log", log, cwd=tmp_path)
+    done = specmon(
+        "bench",
+        "policy",
+        "--profile",
+        tiny_profile(tmp_path),
+        "--classes",
+        "rewrite,chat",
+        "--repeat",
+        1,
+        "--ks",
+        "0,2",
+        "--max-new-tokens",
+        12,
+        "--json",
+        out,
+        "--log",
+        log,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     written = json.loads(out.read_text())
     assert {"classes", "overall"} <= set(written) and set(written["classes"]) == {"rewrite", "chat"}
@@ -220,7 +261,9 @@ def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
         for event in events:
             writer.write(event)
     again = tally(events)
-    assert again.disturbed == stalls.disturbed + (not disturbed(rounds[0])) and again.peak == pytest.approx(1.0, abs=1e-3)
+    assert again.disturbed == stalls.disturbed + (not disturbed(rounds[0])) and again.peak == pytest.approx(
+        1.0, abs=1e-3
+    )
     assert re.sub(r"\s+", " ", again.describe()) in re.sub(r"\s+", " ", specmon("log", "info", busy).stdout)
 
     if any(isinstance(e, Decision) for e in read_log(log)):
@@ -238,10 +281,30 @@ def test_a_busy_listen_port_leaves_no_log_and_no_socket(tmp_path):
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
     log = tmp_path / "x.specmon"
     try:
-        done = subprocess.run([sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile",
-                               str(tiny_profile(tmp_path)), "--classes", "rewrite", "--max-new-tokens", "4",
-                               "--listen", f"127.0.0.1:{port}", "--log", str(log)],
-                              capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "specmon.cli",
+                "run",
+                "--headless",
+                "--profile",
+                str(tiny_profile(tmp_path)),
+                "--classes",
+                "rewrite",
+                "--max-new-tokens",
+                "4",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--log",
+                str(log),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            timeout=300,
+        )
     finally:
         busy.close()
     assert done.returncode == 2 and "Traceback" not in done.stderr
@@ -289,8 +352,13 @@ def test_attach_with_several_sessions_lists_them_and_asks_for_one(tmp_path):
     running = [serving(folder, name, started) for name in ("a", "b")]
     rounds = sum(isinstance(e, RoundVerified) for e in started)
     try:
-        done = subprocess.run([sys.executable, "-m", "specmon.cli", "attach", "--headless"], capture_output=True,
-                              text=True, timeout=60, env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+        done = subprocess.run(
+            [sys.executable, "-m", "specmon.cli", "attach", "--headless"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)},
+        )
     finally:
         for channel, server in running:
             server.close()
@@ -299,7 +367,9 @@ def test_attach_with_several_sessions_lists_them_and_asks_for_one(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert lines[0] == "2 sessions are running:"
     for line, name in zip(lines[1:3], ("1.", "2.")):
-        assert line.split()[:3] == [name, started[0].session_id, "smollm2-cpu@vm"] and line.endswith(f" {rounds} rounds")
+        assert line.split()[:3] == [name, started[0].session_id, "smollm2-cpu@vm"] and line.endswith(
+            f" {rounds} rounds"
+        )
         assert len(line) <= 80, line  # a numbered item a user picks from: whole on an 80-column terminal
     assert lines[3].startswith("specmon: several sessions are running; name one: specmon attach SOCKET")
 
@@ -309,12 +379,19 @@ def test_attach_with_no_session_alive_names_the_newest_log_and_when_it_ended(tmp
     logs.mkdir()
     shutil.copy(FIXTURES / "session-tui.specmon", logs / "s.specmon")
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "SPECMON_LOGS": str(logs), "TZ": "UTC"}
-    done = subprocess.run([sys.executable, "-m", "specmon.cli", "attach", "--headless"], capture_output=True,
-                          text=True, timeout=60, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "attach", "--headless"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     ended = next(e for e in TUI_EVENTS if isinstance(e, SessionFinished)).t
     assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert f"the newest log, {logs / 's.specmon'}, ended at " \
-           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(ended))} (84 rounds): specmon replay" in done.stderr
+    assert (
+        f"the newest log, {logs / 's.specmon'}, ended at "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(ended))} (84 rounds): specmon replay" in done.stderr
+    )
 
 
 def test_attach_asks_which_session_when_there_is_someone_to_ask(tmp_path, monkeypatch, capsys):

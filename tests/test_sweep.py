@@ -31,9 +31,20 @@ def sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sweep")
     profile = tiny_profile(tmp)
     args = argparse.Namespace(
-        profile=str(profile), prompts=None, classes="rewrite,code-edit", drafters="ngram,layerskip", layers=1,
-        ks="0-3", temperatures="0,0.9", top_ps="1.0", seed=3, max_new_tokens=16, log=tmp / "sweep.specmon",
-        out=tmp / "plots", suggest_policy=tmp / "suggested.toml")
+        profile=str(profile),
+        prompts=None,
+        classes="rewrite,code-edit",
+        drafters="ngram,layerskip",
+        layers=1,
+        ks="0-3",
+        temperatures="0,0.9",
+        top_ps="1.0",
+        seed=3,
+        max_new_tokens=16,
+        log=tmp / "sweep.specmon",
+        out=tmp / "plots",
+        suggest_policy=tmp / "suggested.toml",
+    )
     printed = Console(file=open("/dev/null", "w"), width=250, record=True)
     quiet = Console(file=open("/dev/null", "w"), width=250)
     with pytest.MonkeyPatch.context() as patch:
@@ -50,14 +61,25 @@ def test_plain_cells_equal_plain_decoding(sweep):
 
     args, profile = sweep
     pair = load_pair(load_profile(str(profile)), DrafterSpec(kind="none"))
-    plain_greedy = {e.prompt_id: e.generated for e in read_log(args.log)
-                    if isinstance(e, PromptFinished) and e.draft_len == 0 and e.sampling.greedy}
+    plain_greedy = {
+        e.prompt_id: e.generated
+        for e in read_log(args.log)
+        if isinstance(e, PromptFinished) and e.draft_len == 0 and e.sampling.greedy
+    }
     prompts = builtin_suite(["rewrite", "code-edit"])
     assert set(plain_greedy) == {p.id for p in prompts}
     for prompt in prompts:
         ctx = RoundContext("t", prompt.id, prompt.prompt_class, itertools.count())
-        run = decode_prompt(pair.target, NoDrafter(), pair.tokenizer.encode_chat(prompt.text), FixedDraftLen(0), Sampling(),
-                            16, ctx, lambda e: None)
+        run = decode_prompt(
+            pair.target,
+            NoDrafter(),
+            pair.tokenizer.encode_chat(prompt.text),
+            FixedDraftLen(0),
+            Sampling(),
+            16,
+            ctx,
+            lambda e: None,
+        )
         assert run.generated == plain_greedy[prompt.id]
 
 
@@ -102,7 +124,10 @@ def _predicted_by_hand(cells: dict, key) -> float:
     plain = cells[(key.prompt_class, "none", key.sampling.temperature, 0)]
     everything = [e for group in cells.values() for e in group]
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    v = {n: mean([e.verify_ms for e in everything if len(e.proposed) == n]) for n in {len(e.proposed) for e in everything}}
+    v = {
+        n: mean([e.verify_ms for e in everything if len(e.proposed) == n])
+        for n in {len(e.proposed) for e in everything}
+    }
     step = mean([e.verify_ms for e in plain])
     tokens = 1.0
     for i in range(key.draft_len):
@@ -185,7 +210,9 @@ def test_break_even_is_priced_on_the_rounds_that_drafted(sweep):
             continue
         rounds = raw[(r.key.prompt_class, r.key.drafter, 0.0, r.key.draft_len)]
         drafted = [e for e in rounds if e.proposed]
-        step = sum(e.verify_ms for e in raw[(r.key.prompt_class, "none", 0.0, 0)]) / len(raw[(r.key.prompt_class, "none", 0.0, 0)])
+        step = sum(e.verify_ms for e in raw[(r.key.prompt_class, "none", 0.0, 0)]) / len(
+            raw[(r.key.prompt_class, "none", 0.0, 0)]
+        )
         assert r.run.drafted_rounds == len(drafted)
         if not drafted:
             assert r.break_even is None
@@ -193,8 +220,11 @@ def test_break_even_is_priced_on_the_rounds_that_drafted(sweep):
         c = sum(e.draft_ms for e in drafted) / len(drafted) / r.key.draft_len / step
         v = sum(e.verify_ms for e in drafted) / len(drafted) / step
         assert (r.c, r.v) == (pytest.approx(c), pytest.approx(v))
-        assert r.break_even == (None if break_even_alpha(r.key.draft_len, c, v) is None
-                                else pytest.approx(break_even_alpha(r.key.draft_len, c, v)))
+        assert r.break_even == (
+            None
+            if break_even_alpha(r.key.draft_len, c, v) is None
+            else pytest.approx(break_even_alpha(r.key.draft_len, c, v))
+        )
         checked += 1
     assert checked
     assert "break-even acceptance per k, on the rounds that drafted" in args.printed
@@ -207,11 +237,29 @@ def test_goodput_plot_shows_measured_k_with_intervals_from_zero_and_names_plain(
     def cell(drafter, k, tok_ms, sampling=Sampling()):
         run = RunStats(k)
         for i, prompt in enumerate(("a", "b", "c")):  # three prompts: an interval to draw
-            run.add_round(RoundVerified(session_id="s", t=0.0, round_id=i, prompt_id=prompt, prompt_class="chat",
-                                        round_index=0, draft_len=k, proposed=[1] * k, accepted=k, rejection_pos=None,
-                                        emitted=[1] * (k + 1), draft_ms=0.0, verify_ms=(k + 1) / tok_ms * (1 + i / 10),
-                                        overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[],
-                                        sampling=sampling, mem_bytes=0))
+            run.add_round(
+                RoundVerified(
+                    session_id="s",
+                    t=0.0,
+                    round_id=i,
+                    prompt_id=prompt,
+                    prompt_class="chat",
+                    round_index=0,
+                    draft_len=k,
+                    proposed=[1] * k,
+                    accepted=k,
+                    rejection_pos=None,
+                    emitted=[1] * (k + 1),
+                    draft_ms=0.0,
+                    verify_ms=(k + 1) / tok_ms * (1 + i / 10),
+                    overhead_ms=0.0,
+                    target_probs=[],
+                    alpha_hat=None,
+                    margins=[],
+                    sampling=sampling,
+                    mem_bytes=0,
+                )
+            )
         return CellRow(CellKey("chat", drafter, sampling, k), run, 1.1, None, None, 1.2 if k else None, None)
 
     rows = [cell("none", 0, 2.1), cell("ngram", 4, 3.0), cell("ngram", 6, 3.1), cell("ngram", 7, 3.15)]
@@ -242,8 +290,11 @@ def test_piped_progress_prints_lines_as_the_runs_finish(monkeypatch):
             now[0] += console.PROGRESS_LINE_S  # a slow run: a line before the next tenth
     lines = printed.export_text().splitlines()
     assert lines[0] == "sweep 3 cells: 0 of 40 done"
-    assert lines[1:4] == ["sweep 3 cells: 3 of 40 done (33 s)", "sweep 3 cells: 4 of 40 done (34 s)",
-                          "sweep 3 cells: 8 of 40 done (38 s)"]
+    assert lines[1:4] == [
+        "sweep 3 cells: 3 of 40 done (33 s)",
+        "sweep 3 cells: 4 of 40 done (34 s)",
+        "sweep 3 cells: 8 of 40 done (38 s)",
+    ]
     assert lines[-1] == "sweep 3 cells: 40 of 40 done (70 s)" and len(lines) == 12
 
 

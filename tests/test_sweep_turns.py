@@ -24,8 +24,9 @@ def swept(tmp_path_factory):
     profile = load_profile(str(tiny_profile(tmp)))
     pair = load_pair(profile, DrafterSpec(kind="none"))
     # a draft model (the target cut to 1 layer) proposes every round, so under sampling k changes the text
-    drafters = {"model": pair.make_drafter(DrafterSpec(kind="model", target=ModelRef(path=str(tmp / "tiny.gguf"),
-                                                                                     layers=1)))}
+    drafters = {
+        "model": pair.make_drafter(DrafterSpec(kind="model", target=ModelRef(path=str(tmp / "tiny.gguf"), layers=1)))
+    }
     cells = grid(["model"], [0, 2, 4], SAMPLINGS)
     prompts = builtin_suite(["rewrite", "chat"])[:3]
     with live_session(pair, profile, pair.drafter, tmp / "sweep.specmon", serve=False, announce=False) as session:
@@ -33,9 +34,13 @@ def swept(tmp_path_factory):
         told = []
         run_sweep(session.driver, drafters, prompts, cells, 16, told.append)
         events = list(session.events)
-        alone = {(p.id, c): session.driver.decode(p, drafters.get(c.drafter, pair.drafter),
-                                                  FixedDraftLen(c.draft_len), c.sampling, 16).run.generated
-                 for p in prompts for c in cells}
+        alone = {
+            (p.id, c): session.driver.decode(
+                p, drafters.get(c.drafter, pair.drafter), FixedDraftLen(c.draft_len), c.sampling, 16
+            ).run.generated
+            for p in prompts
+            for c in cells
+        }
     assert told == [len(cells) * n for n in (1, 2, 3)]  # a prompt's cells finish together
     return events, alone, cells, pair
 
@@ -62,8 +67,11 @@ def test_every_cell_gives_what_it_gives_alone(swept):
         got[started.prompt_id, cell] = finished.generated
     assert got == alone
     sampled = [(p, c) for p, c in alone if not c.sampling.greedy]
-    assert any(alone[p, c] != alone[p, next(o for o in cells if o.sampling == c.sampling and o.draft_len == 4)]
-               for p, c in sampled if c.draft_len == 0)  # the check has teeth
+    assert any(
+        alone[p, c] != alone[p, next(o for o in cells if o.sampling == c.sampling and o.draft_len == 4)]
+        for p, c in sampled
+        if c.draft_len == 0
+    )  # the check has teeth
 
 
 def test_side_by_side_cells_are_judged_against_their_own_plain_cell(swept):
@@ -73,8 +81,13 @@ def test_side_by_side_cells_are_judged_against_their_own_plain_cell(swept):
         if isinstance(ev, PromptStarted):
             started = ev
         elif isinstance(ev, PromptFinished):
-            expected = ({"baseline"} if started.draft_len == 0 else
-                        {"identical", "near-tie"} if started.sampling.greedy else {"sampled"})
+            expected = (
+                {"baseline"}
+                if started.draft_len == 0
+                else {"identical", "near-tie"}
+                if started.sampling.greedy
+                else {"sampled"}
+            )
             assert ev.equivalence.verdict in expected, (started.draft_len, started.sampling, ev.equivalence)
 
 

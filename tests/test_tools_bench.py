@@ -16,8 +16,9 @@ HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
 
 
 def specmon(*args):
-    return subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
 
 
 def assert_one_line_error(done, *fragments):
@@ -36,8 +37,20 @@ def profile(tmp_path_factory):
 
 def test_bench_verify_costs_every_position_against_one(profile, tmp_path):
     out = tmp_path / "verify.json"
-    done = specmon("bench", "verify", "--profile", profile, "--context", "40", "--reps", "2", "--max-positions", "5",
-                   "--json", str(out))
+    done = specmon(
+        "bench",
+        "verify",
+        "--profile",
+        profile,
+        "--context",
+        "40",
+        "--reps",
+        "2",
+        "--max-positions",
+        "5",
+        "--json",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert set(result["layouts"]) == {"plain", "packed"}  # a torch profile: both weight layouts, interleaved
@@ -50,8 +63,20 @@ def test_bench_verify_costs_every_position_against_one(profile, tmp_path):
 
 def test_bench_engines_compares_each_engine_with_its_own_plain(profile, tmp_path):
     out = tmp_path / "engines.json"
-    done = specmon("bench", "engines", "--engines", "torch-fp32,llamacpp", "--profile", profile, "--classes",
-                   "rewrite,chat", "--tokens", "8", "--json", str(out))
+    done = specmon(
+        "bench",
+        "engines",
+        "--engines",
+        "torch-fp32,llamacpp",
+        "--profile",
+        profile,
+        "--classes",
+        "rewrite,chat",
+        "--tokens",
+        "8",
+        "--json",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     torch = result["engines"]["torch-fp32"]
@@ -68,20 +93,51 @@ def test_bench_engines_compares_each_engine_with_its_own_plain(profile, tmp_path
 def test_bench_serve_measures_served_against_direct(profile, tmp_path):
     pytest.importorskip("openai")
     out = tmp_path / "serve.json"
-    done = specmon("bench", "serve", "--profile", profile, "--count", "2", "--max-tokens", "6", "--repeat", "1",
-                   "--clients", "2", "--json", str(out))
+    done = specmon(
+        "bench",
+        "serve",
+        "--profile",
+        profile,
+        "--count",
+        "2",
+        "--max-tokens",
+        "6",
+        "--repeat",
+        "1",
+        "--clients",
+        "2",
+        "--json",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [(r["path"], r["clients"], r["requests"]) for r in rows] == [
-        ("direct (driver)", 1, 2), ("served, streamed", 1, 2), ("served, streamed", 2, 2)]
+        ("direct (driver)", 1, 2),
+        ("served, streamed", 1, 2),
+        ("served, streamed", 2, 2),
+    ]
     assert rows[0]["vs_direct"] == 1.0 and all(r["tok_s"] > 0 for r in rows)
     assert rows[1]["ttft_p50_ms"] > 0
 
 
 def test_bench_policy_confident_compares_settings_with_the_policy_off(profile, tmp_path):
     out = tmp_path / "ngram.json"
-    done = specmon("bench", "policy", "--profile", profile, "--classes", "rewrite", "--ks", "0,4", "--max-new-tokens",
-                   "8", "--confident", "2/1,3/1c", "--json", str(out))
+    done = specmon(
+        "bench",
+        "policy",
+        "--profile",
+        profile,
+        "--classes",
+        "rewrite",
+        "--ks",
+        "0,4",
+        "--max-new-tokens",
+        "8",
+        "--confident",
+        "2/1,3/1c",
+        "--json",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert result["settings"] == ["plain", "lookup k=4", "conf 2/1 k=4", "conf 3/1c k=4"]
@@ -90,22 +146,28 @@ def test_bench_policy_confident_compares_settings_with_the_policy_off(profile, t
     assert set(result["over_plain"]["ALL"]) == set(result["settings"][1:])
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["bench", "policy", "--confident", "2-1"], ["--confident", "min_match/min_seen"]),
-    (["bench", "policy", "--confident", "2/1", "--ks", "0"], ["--confident", "above 0"]),
-    (["bench", "engines", "--engines", "torch-fp32,vllm"], ["--engines", "torch-fp32"]),
-    (["bench", "serve", "-k", "99"], ["-k must be 0..64"]),
-    (["bench", "verify", "--profile", "no-such-profile"], ["no-such-profile"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["bench", "policy", "--confident", "2-1"], ["--confident", "min_match/min_seen"]),
+        (["bench", "policy", "--confident", "2/1", "--ks", "0"], ["--confident", "above 0"]),
+        (["bench", "engines", "--engines", "torch-fp32,vllm"], ["--engines", "torch-fp32"]),
+        (["bench", "serve", "-k", "99"], ["-k must be 0..64"]),
+        (["bench", "verify", "--profile", "no-such-profile"], ["no-such-profile"]),
+    ],
+)
 def test_bench_tool_mistakes_are_one_line(args, fragments):
     assert_one_line_error(specmon(*args), *fragments)
 
 
-@pytest.mark.parametrize("command, phrases", [
-    ("verify", ["verify pass", "plain step", "example:", "--json"]),
-    ("engines", ["plain tok/s", "n-gram speedup", "95% interval", "example:", "--json"]),
-    ("serve", ["tokens/s", "direct", "time to first token", "example:", "--json"]),
-])
+@pytest.mark.parametrize(
+    "command, phrases",
+    [
+        ("verify", ["verify pass", "plain step", "example:", "--json"]),
+        ("engines", ["plain tok/s", "n-gram speedup", "95% interval", "example:", "--json"]),
+        ("serve", ["tokens/s", "direct", "time to first token", "example:", "--json"]),
+    ],
+)
 def test_bench_tool_help_says_what_it_measures(command, phrases):
     done = specmon("bench", command, "--help")
     assert done.returncode == 0
@@ -129,6 +191,7 @@ def test_inputs_a_bench_would_refuse_late_are_refused_before_any_model_loads(tmp
 def test_run_takes_a_shipped_prompt_set_by_name_and_refuses_a_policy_without_a_drafter(tmp_path):
     done = specmon("run", "--headless", "--policy", "default", "--drafter", "none", "--prompts", "bench")
     assert_one_line_error(done, "--policy needs a drafter")
-    done = specmon("run", "--headless", "--prompts", "bench", "--classes", "no-such-class", "--log",
-                   str(tmp_path / "x.specmon"))
+    done = specmon(
+        "run", "--headless", "--prompts", "bench", "--classes", "no-such-class", "--log", str(tmp_path / "x.specmon")
+    )
     assert "cannot read" not in done.stderr and "no-such-class" in done.stderr  # the set was read by its name

@@ -28,8 +28,22 @@ def bench_log(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tune")
     profile = tiny_profile(tmp)
     log = tmp / "bench.specmon"
-    done = specmon("bench", "policy", "--profile", str(profile), "--classes", "rewrite,chat", "--ks", "0,4",
-                   "--max-new-tokens", "16", "--repeat", "1", "--log", str(log))
+    done = specmon(
+        "bench",
+        "policy",
+        "--profile",
+        str(profile),
+        "--classes",
+        "rewrite,chat",
+        "--ks",
+        "0,4",
+        "--max-new-tokens",
+        "16",
+        "--repeat",
+        "1",
+        "--log",
+        str(log),
+    )
     assert done.returncode == 0, done.stderr
     return log, profile
 
@@ -37,8 +51,21 @@ def bench_log(tmp_path_factory):
 def test_tune_prints_each_class_against_plain_and_the_best_k(bench_log, tmp_path):
     log, profile = bench_log
     out = tmp_path / "tune.json"
-    done = specmon("policy", "tune", str(log), "--profile", str(profile), "--ks", "0,2,4", "--costs", COSTS,
-                   "--repeat", "2", "--json", str(out))
+    done = specmon(
+        "policy",
+        "tune",
+        str(log),
+        "--profile",
+        str(profile),
+        "--ks",
+        "0,2,4",
+        "--costs",
+        COSTS,
+        "--repeat",
+        "2",
+        "--json",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert set(result["classes"]) == {"rewrite", "chat"}
@@ -72,9 +99,14 @@ def test_replayed_decodes_give_the_logged_plain_text_at_any_k_with_modelled_time
         text = bench.texts[prompt.id]
         target.play(tokenizer.encode_chat(prompt.text) + text)
         for k in (0, 3, 8):
-            done = driver.decode(prompt, NgramDrafter(), FixedDraftLen(k), Sampling(), len(text),
-                                 on_round=lambda ev: seen.append((ev.verify_ms, ev.draft_ms, ev.overhead_ms,
-                                                                  len(ev.proposed))))
+            done = driver.decode(
+                prompt,
+                NgramDrafter(),
+                FixedDraftLen(k),
+                Sampling(),
+                len(text),
+                on_round=lambda ev: seen.append((ev.verify_ms, ev.draft_ms, ev.overhead_ms, len(ev.proposed))),
+            )
             assert done.run.generated == text
     assert seen and all((v, d, o) == (STEP_MS * cost(n), 0.0, 0.0) for v, d, o, n in seen)
     assert any(n for *_, n in seen)  # some rounds drafted, so acceptance was tested
@@ -100,11 +132,15 @@ def test_tune_mistakes_are_one_line(bench_log, tmp_path):
     assert_one_line_error(specmon("policy", "tune", str(log), "--profile", str(profile), "--costs", "1,-2"), "--costs")
     run_log = REPO / "tests" / "fixtures" / "session-v1.specmon"
     assert_one_line_error(specmon("policy", "tune", str(run_log)), "not a `specmon bench policy` log")
-    assert_one_line_error(specmon("policy", "tune", str(log), "--costs", COSTS), "is not what the log ran")  # its tokenizer
+    assert_one_line_error(
+        specmon("policy", "tune", str(log), "--costs", COSTS), "is not what the log ran"
+    )  # its tokenizer
     other = tmp_path / "p.jsonl"
     other.write_text('{"id": "x1", "prompt": "hi", "class": "chat"}\n')
-    assert_one_line_error(specmon("policy", "tune", str(log), "--profile", str(profile), "--prompts", str(other),
-                                  "--costs", COSTS), "no prompt of the set has a plain run")
+    assert_one_line_error(
+        specmon("policy", "tune", str(log), "--profile", str(profile), "--prompts", str(other), "--costs", COSTS),
+        "no prompt of the set has a plain run",
+    )
 
 
 def test_tune_help_says_what_it_replays():

@@ -60,15 +60,22 @@ async def test_panes_show_the_metrics_of_the_same_events():
         assert timing[1] == ["verify", f"{spec.verify_ms / spec.rounds:.2f}"]
         assert timing[2] == ["overhead", f"{spec.overhead_ms / spec.rounds:.2f}"]  # the report's word too
         table = app.query_one("#classes")
-        rows = {str(table.get_row_at(i)[0]): [str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)}
+        rows = {
+            str(table.get_row_at(i)[0]): [str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)
+        }
         assert set(rows) == set(stats)
         for name, row in rows.items():
             run = stats[name].runs[3]
             rate = "N/A" if run.acceptance_rate is None else f"{run.acceptance_rate:.2f}"
             ratio = stats[name].speedup_estimate(3).ratio
-            assert row[1:7] == ["3", str(run.rounds), str(run.empty_rounds), rate, f"{run.mean_accepted_len:.2f}",
-                                f"{ratio:.2f}×" + {"not yet known": "?", "noise": "!"}.get(
-                                    stats[name].speedup_estimate(3).verdict, "")]
+            assert row[1:7] == [
+                "3",
+                str(run.rounds),
+                str(run.empty_rounds),
+                rate,
+                f"{run.mean_accepted_len:.2f}",
+                f"{ratio:.2f}×" + {"not yet known": "?", "noise": "!"}.get(stats[name].speedup_estimate(3).verdict, ""),
+            ]
             assert row[7].strip() == "on"
         assert app.state.rounds_seen == sum(e.__class__.__name__ == "RoundVerified" for e in EVENTS)
 
@@ -81,10 +88,15 @@ async def test_rejection_histogram_and_metric_switch():
         last_class = [e for e in EVENTS if hasattr(e, "prompt_class")][-1].prompt_class
         assert run == class_stats(EVENTS)[last_class].runs[3]  # the pane's run is the fixture's last class at k=3
         assert run.proposed_gt, "the fixture's last class drafted, so the histogram has rows"
-        drafted = [e for e in EVENTS if e.__class__.__name__ == "RoundVerified"
-                   and e.prompt_class == last_class and e.draft_len == 3]
-        assert run.per_position == [sum(e.accepted > pos for e in drafted) / sum(len(e.proposed) > pos for e in drafted)
-                                    for pos in range(max(len(e.proposed) for e in drafted))]
+        drafted = [
+            e
+            for e in EVENTS
+            if e.__class__.__name__ == "RoundVerified" and e.prompt_class == last_class and e.draft_len == 3
+        ]
+        assert run.per_position == [
+            sum(e.accepted > pos for e in drafted) / sum(len(e.proposed) > pos for e in drafted)
+            for pos in range(max(len(e.proposed) for e in drafted))
+        ]
         lines = pane_text(app, "rejections").splitlines()
         proposing = sum(bool(e.proposed) for e in drafted)
         assert lines[0].startswith(f"{proposing} rounds proposed; {len(drafted) - proposing} empty")
@@ -173,15 +185,19 @@ def test_real_tui_in_tmux_over_a_pseudo_terminal(tmp_path):
     """As a person over SSH would: a 256-colour terminal, the embedded model, a short run."""
     session = f"specmon-test-{os.getpid()}"
     log = tmp_path / "run.specmon"
-    cmd = (f"cd {REPO} && TERM=xterm-256color {REPO}/.venv/bin/specmon run --classes rewrite "
-           f"--max-new-tokens 12 -k 3 --log {log}; sleep 60")
+    cmd = (
+        f"cd {REPO} && TERM=xterm-256color {REPO}/.venv/bin/specmon run --classes rewrite "
+        f"--max-new-tokens 12 -k 3 --log {log}; sleep 60"
+    )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "36", cmd], check=True)
     try:
         screen = ""
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and "ended at" not in screen:
             time.sleep(1)
-            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+            screen = subprocess.run(
+                ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
+            ).stdout
         assert "ended at" in screen, screen
         stats = class_stats(read_log(log))["rewrite"]
         assert f"{stats.speedup_estimate(3).ratio:.2f}×" in screen
@@ -211,9 +227,11 @@ async def test_decisions_pane_lists_decisions_and_shows_the_rounds_they_cite():
         table = app.query_one("#decisions")
         assert table.row_count == len(decisions)
         first = decisions[0]
-        assert tuple(table.get_row_at(0)) == (str(first.decision_id),
-                                             "off" if not first.speculate_to else f"k{first.k_from}→{first.k_to}",
-                                             first.prompt_class)
+        assert tuple(table.get_row_at(0)) == (
+            str(first.decision_id),
+            "off" if not first.speculate_to else f"k{first.k_from}→{first.k_to}",
+            first.prompt_class,
+        )
         cited = app.state.cited(first)
         assert [ev.round_id for ev in cited] == first.round_ids
         table.focus()
@@ -248,6 +266,7 @@ def _until_drawn(events):
             await pilot.pause(0.05)
         await pilot.pause(0.3)
         await pilot.wait_for_scheduled_animations()
+
     return run_before
 
 
@@ -257,12 +276,14 @@ def test_snapshot_policy_run_with_decisions_80x24(snap_compare):
 
 def test_snapshot_help_80x24(snap_compare):
     """The whole help text, replay keys included, over the dimmed replay view."""
+
     async def run_before(pilot):
         while not pilot.app.feed.done.is_set():
             await pilot.pause(0.05)
         await pilot.pause(0.3)
         await pilot.press("question_mark")
         await pilot.pause(0.2)
+
     assert snap_compare(make_app(ReplayFeed(POLICY_LOG, speed=0.0)), terminal_size=(80, 24), run_before=run_before)
 
 
@@ -271,12 +292,16 @@ def test_snapshot_text_only_80x24(snap_compare):
         await _until_drawn(POLICY_EVENTS)(pilot)
         await pilot.press("t")
         await pilot.pause(0.3)
+
     assert snap_compare(prefilled_events(POLICY_EVENTS), terminal_size=(80, 24), run_before=run_before)
 
 
 def test_snapshot_end_of_a_run_that_ends_on_newlines_80x24(snap_compare):
-    end = next(i for i, e in enumerate(POLICY_EVENTS) if e.__class__.__name__ == "PromptFinished"
-               and e.prompt_id == "rewrite-3")
+    end = next(
+        i
+        for i, e in enumerate(POLICY_EVENTS)
+        if e.__class__.__name__ == "PromptFinished" and e.prompt_id == "rewrite-3"
+    )
     events = POLICY_EVENTS[: end + 1] + [SessionFinished(session_id="s", t=0.0, rounds=0, reason="done")]
     assert snap_compare(prefilled_events(events), terminal_size=(80, 24), run_before=_until_drawn(events))
 
@@ -286,6 +311,7 @@ def test_snapshot_replay_after_a_jump_80x24(snap_compare):
         await pilot.press("space")
         await pilot.press("g", "r", "2", "0", "0", "enter")
         await pilot.pause(0.3)
+
     assert snap_compare(make_app(ReplayFeed(POLICY_LOG, speed=1.0)), terminal_size=(80, 24), run_before=run_before)
 
 

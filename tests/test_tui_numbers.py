@@ -52,7 +52,7 @@ async def test_acceptance_headline_and_sparkline_cover_one_class_at_one_k():
 def test_sparkline_window_is_the_same_class_and_k_whatever_ran_last():
     """While chat is decoded plainly, its panes still show chat at k=2, never another class's rounds."""
     state = ViewState()
-    state.apply(POLICY_EVENTS[:LAST_CHAT + 1])
+    state.apply(POLICY_EVENTS[: LAST_CHAT + 1])
     assert (state.current_class, state.class_k) == ("chat", 2)
     chat = rounds_of(POLICY_EVENTS, "chat", 2)
     text = render_acceptance(state, "acceptance rate", 200).plain.splitlines()
@@ -69,17 +69,25 @@ async def test_speed_pane_shows_the_estimate_with_interval_and_sample_sizes():
         assert estimate.verdict == "faster" and estimate.low > 1.0
         lines = pane(app, "speed")
         assert lines[0] == f"{estimate.ratio:.2f}× [{estimate.low:.2f}–{estimate.high:.2f}] faster"
-        assert lines[2].split() == ["spec", f"{stats.runs[3].tok_per_s:.1f}", str(stats.runs[3].rounds),
-                                    str(estimate.prompts_spec)]
-        assert lines[3].split() == ["plain", f"{stats.baseline.tok_per_s:.1f}", str(stats.baseline.rounds),
-                                    str(estimate.prompts_plain)]
+        assert lines[2].split() == [
+            "spec",
+            f"{stats.runs[3].tok_per_s:.1f}",
+            str(stats.runs[3].rounds),
+            str(estimate.prompts_spec),
+        ]
+        assert lines[3].split() == [
+            "plain",
+            f"{stats.baseline.tok_per_s:.1f}",
+            str(stats.baseline.rounds),
+            str(estimate.prompts_plain),
+        ]
         assert app.screen.query_one("#speed").border_title == "speed · rewrite k=3"
 
 
 def test_speed_pane_says_not_yet_known_while_the_interval_holds_one():
     state = ViewState()
-    state.apply(POLICY_EVENTS[:LAST_CHAT + 1])
-    estimate = class_stats(POLICY_EVENTS[:LAST_CHAT + 1])["chat"].speedup_estimate(2)
+    state.apply(POLICY_EVENTS[: LAST_CHAT + 1])
+    estimate = class_stats(POLICY_EVENTS[: LAST_CHAT + 1])["chat"].speedup_estimate(2)
     assert estimate.low < 1.0 < estimate.high
     text = render_speed(state)
     first = text.plain.splitlines()[0]
@@ -100,21 +108,60 @@ def test_speed_pane_says_not_yet_known_with_one_prompt():
 def noisy_session() -> list:
     """Speculative rounds that emit more than accepted + 1 tokens: a ratio its counts cannot give."""
     sampling = Sampling()
-    events = [SessionStarted(session_id="20260101-000000-n0153e", t=0.0, specmon_version="0", profile_name="p",
-                             profile_text="", backend="torch", target="t", drafter="ngram", dtype="float32",
-                             device="cpu")]
+    events = [
+        SessionStarted(
+            session_id="20260101-000000-n0153e",
+            t=0.0,
+            specmon_version="0",
+            profile_name="p",
+            profile_text="",
+            backend="torch",
+            target="t",
+            drafter="ngram",
+            dtype="float32",
+            device="cpu",
+        )
+    ]
     round_id = 0
     for prompt in range(2):
         for k in (0, 2):
-            events.append(PromptStarted(session_id="s", t=0.0, prompt_id=f"x-{prompt}", prompt_class="x", draft_len=k,
-                                        drafter="ngram", sampling=sampling, prompt_tokens=5, max_new_tokens=9))
+            events.append(
+                PromptStarted(
+                    session_id="s",
+                    t=0.0,
+                    prompt_id=f"x-{prompt}",
+                    prompt_class="x",
+                    draft_len=k,
+                    drafter="ngram",
+                    sampling=sampling,
+                    prompt_tokens=5,
+                    max_new_tokens=9,
+                )
+            )
             for i in range(4):
-                events.append(RoundVerified(
-                    session_id="s", t=0.0, round_id=round_id, prompt_id=f"x-{prompt}", prompt_class="x",
-                    round_index=i, draft_len=k, proposed=[1, 2] if k else [], accepted=0,
-                    rejection_pos=0 if k else None, emitted=[7] * (3 if k else 1), draft_ms=0.0,
-                    verify_ms=10.0 + prompt, overhead_ms=0.0, target_probs=[], alpha_hat=None, margins=[],
-                    sampling=sampling, mem_bytes=0))
+                events.append(
+                    RoundVerified(
+                        session_id="s",
+                        t=0.0,
+                        round_id=round_id,
+                        prompt_id=f"x-{prompt}",
+                        prompt_class="x",
+                        round_index=i,
+                        draft_len=k,
+                        proposed=[1, 2] if k else [],
+                        accepted=0,
+                        rejection_pos=0 if k else None,
+                        emitted=[7] * (3 if k else 1),
+                        draft_ms=0.0,
+                        verify_ms=10.0 + prompt,
+                        overhead_ms=0.0,
+                        target_probs=[],
+                        alpha_hat=None,
+                        margins=[],
+                        sampling=sampling,
+                        mem_bytes=0,
+                    )
+                )
                 round_id += 1
     return events
 
@@ -141,9 +188,14 @@ async def test_class_table_rows_are_the_metrics_at_each_class_k_with_empty_round
         marks = {"faster": "", "slower": "", "not yet known": "?", "noise": "!"}
         for name, k in (("chat", 2), ("code-new", 2), ("code-edit", 4), ("rewrite", 4), ("non-english", 4)):
             run, estimate = stats[name].runs[k], stats[name].speedup_estimate(k)
-            assert rows[name][1:7] == [str(k), str(run.rounds), str(run.empty_rounds), f"{run.acceptance_rate:.2f}",
-                                       f"{run.mean_accepted_len:.2f}",
-                                       f"{estimate.ratio:.2f}×" + marks[estimate.verdict]], name
+            assert rows[name][1:7] == [
+                str(k),
+                str(run.rounds),
+                str(run.empty_rounds),
+                f"{run.acceptance_rate:.2f}",
+                f"{run.mean_accepted_len:.2f}",
+                f"{estimate.ratio:.2f}×" + marks[estimate.verdict],
+            ], name
         assert rows["code-edit"][7].strip() == rows["rewrite"][7].strip() == "on"
 
 
@@ -176,10 +228,18 @@ async def test_the_speed_pane_shows_the_figure_the_policy_last_decided_the_class
 
     last = next(e for e in reversed(POLICY_EVENTS) if isinstance(e, RoundVerified))
     template = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
-    inputs = {"goodput_k0": 0.008, "goodput_k4": 0.0096, "ratio": 1.2345, "low": 0.91, "high": 1.62,
-              "rounds_spec": 16.0, "rounds_base": 46.0, "prompts_spec": 1.0, "prompts_base": 2.0}
-    decided = msgspec.structs.replace(template, decision_id=9, prompt_class=last.prompt_class, inputs=inputs,
-                                      t=last.t)
+    inputs = {
+        "goodput_k0": 0.008,
+        "goodput_k4": 0.0096,
+        "ratio": 1.2345,
+        "low": 0.91,
+        "high": 1.62,
+        "rounds_spec": 16.0,
+        "rounds_base": 46.0,
+        "prompts_spec": 1.0,
+        "prompts_base": 2.0,
+    }
+    decided = msgspec.structs.replace(template, decision_id=9, prompt_class=last.prompt_class, inputs=inputs, t=last.t)
     older = msgspec.structs.replace(decided, decision_id=8, inputs={**inputs, "ratio": 0.5})
     events = POLICY_EVENTS[:-1] + [older, decided, POLICY_EVENTS[-1]]
     app = prefilled(events)
@@ -197,9 +257,18 @@ def test_one_prompts_own_decision_is_listed_but_leaves_its_class_as_it_was():
 
     last = next(e for e in reversed(POLICY_EVENTS) if isinstance(e, RoundVerified))
     template = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
-    own = msgspec.structs.replace(template, decision_id=9, prompt_class=last.prompt_class, speculate_from=True,
-                                  speculate_to=False, k_from=4, k_to=4, thresholds={**template.thresholds, "prompt": 1.0},
-                                  rule_key="policy.prompt_rounds", reason=f"prompt {last.prompt_id}: its first 4 rounds")
+    own = msgspec.structs.replace(
+        template,
+        decision_id=9,
+        prompt_class=last.prompt_class,
+        speculate_from=True,
+        speculate_to=False,
+        k_from=4,
+        k_to=4,
+        thresholds={**template.thresholds, "prompt": 1.0},
+        rule_key="policy.prompt_rounds",
+        reason=f"prompt {last.prompt_id}: its first 4 rounds",
+    )
     state = ViewState()
     state.apply(POLICY_EVENTS[:-1] + [own])
     assert on_off(state, last.prompt_class) == "on" and state.shown_k(last.prompt_class) == 4

@@ -20,14 +20,24 @@ from test_tui_view import region_lines, screen_lines
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 POLICY_EVENTS = list(read_log(FIXTURES / "session-policy.specmon"))  # chat and code-new switched off by d0, d1
 FIRST = next(e for e in POLICY_EVENTS if isinstance(e, PolicyLoaded))
-ERROR = ("policies/default.toml:17:9: [classes.rewrite] draft_len must be an integer from 1 to 16 "
-         "or a table {min, max, adapt}; got \"four\" (a string, no number)")  # 150 characters, as a refusal reads
+ERROR = (
+    "policies/default.toml:17:9: [classes.rewrite] draft_len must be an integer from 1 to 16 "
+    'or a table {min, max, adapt}; got "four" (a string, no number)'
+)  # 150 characters, as a refusal reads
 CHANGED_TEXT = "changed rewrite, code-edit; in force from each class's next prompt"
 
 
 def reload(classes: list[ClassInForce], changed: list[str], sha: str = "b") -> PolicyLoaded:
-    return PolicyLoaded(session_id="s", t=0.0, source=FIRST.source, sha256=sha * 64, text="", accepted=True,
-                        classes=classes, changed=changed)
+    return PolicyLoaded(
+        session_id="s",
+        t=0.0,
+        source=FIRST.source,
+        sha256=sha * 64,
+        text="",
+        accepted=True,
+        classes=classes,
+        changed=changed,
+    )
 
 
 def refused(error: str = ERROR) -> PolicyLoaded:
@@ -35,20 +45,45 @@ def refused(error: str = ERROR) -> PolicyLoaded:
 
 
 # rewrite switched off and code-edit at k=3 by the edit; chat still off by d0, the others as they were
-RELOAD = reload([ClassInForce("chat", False, 2), ClassInForce("code-new", False, 2), ClassInForce("code-edit", True, 3),
-                 ClassInForce("rewrite", False, 4), ClassInForce("non-english", True, 4)], ["rewrite", "code-edit"])
+RELOAD = reload(
+    [
+        ClassInForce("chat", False, 2),
+        ClassInForce("code-new", False, 2),
+        ClassInForce("code-edit", True, 3),
+        ClassInForce("rewrite", False, 4),
+        ClassInForce("non-english", True, 4),
+    ],
+    ["rewrite", "code-edit"],
+)
 
 
 def prompt(name: str, k: int) -> PromptStarted:
-    return PromptStarted(session_id="s", t=0.0, prompt_id=f"{name}-9", prompt_class=name, draft_len=k,
-                         drafter="ngram", sampling=Sampling(), prompt_tokens=5, max_new_tokens=8)
+    return PromptStarted(
+        session_id="s",
+        t=0.0,
+        prompt_id=f"{name}-9",
+        prompt_class=name,
+        draft_len=k,
+        drafter="ngram",
+        sampling=Sampling(),
+        prompt_tokens=5,
+        max_new_tokens=8,
+    )
 
 
 def decision(name: str, on: bool, k_from: int, k_to: int, decision_id: int = 2) -> Decision:
     first = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
-    return Decision(**{**{f: getattr(first, f) for f in first.__struct_fields__}, "decision_id": decision_id,
-                       "prompt_class": name, "speculate_from": not on, "speculate_to": on,
-                       "k_from": k_from, "k_to": k_to})
+    return Decision(
+        **{
+            **{f: getattr(first, f) for f in first.__struct_fields__},
+            "decision_id": decision_id,
+            "prompt_class": name,
+            "speculate_from": not on,
+            "speculate_to": on,
+            "k_from": k_from,
+            "k_to": k_to,
+        }
+    )
 
 
 def with_events(*extra) -> list:
@@ -89,6 +124,7 @@ def class_cells(app, name: str) -> dict[str, str]:
 
 
 # -- the classes pane shows the policy in force ------------------------------------------------------
+
 
 async def test_a_reload_sets_each_classes_k_and_on_off_as_the_policy_in_force_runs_it():
     app, sub = live_app()
@@ -136,6 +172,7 @@ def test_the_policy_a_run_starts_with_sets_the_classes_and_a_refusal_changes_non
 
 
 # -- a refused edit, then a reload taken ------------------------------------------------------------
+
 
 async def test_a_refused_edits_whole_reason_is_on_an_80x24_screen_until_a_reload_is_taken(monkeypatch):
     monkeypatch.setattr(app_module, "RELOAD_NOTICE_S", 2.0)
@@ -198,6 +235,7 @@ def test_snapshot_policy_edit_refused_80x24(snap_compare):
             await pilot.pause(0.05)
         await pilot.pause(0.3)
         await pilot.wait_for_scheduled_animations()
+
     assert snap_compare(prefilled_events(events), terminal_size=(80, 24), run_before=run_before)
 
 
@@ -205,8 +243,17 @@ def test_a_class_a_reload_removed_reads_removed_not_on():
     state = ViewState()
     state.apply(POLICY_EVENTS[:-1])
     assert "chat" in state.classes
-    state.apply([reload([ClassInForce(c.name if c.name != "chat" else "talk", c.speculate, c.draft_len)
-                         for c in RELOAD.classes], ["talk", "chat"])])
+    state.apply(
+        [
+            reload(
+                [
+                    ClassInForce(c.name if c.name != "chat" else "talk", c.speculate, c.draft_len)
+                    for c in RELOAD.classes
+                ],
+                ["talk", "chat"],
+            )
+        ]
+    )
     from specmon.tui.rows import on_off
 
     assert on_off(state, "chat") == "removed" and not state.is_on("chat")

@@ -80,8 +80,10 @@ async def test_the_pane_shows_the_request_in_flight_as_the_log_says_at_80x24():
     ttfts = [ttft_from_log(s.prompt_id) for s in STARTED[:2]]
     assert len(pane) == 3 and pane[0].startswith("╭─ requests · 2 waiting · 1 served ─")
     tokens = sum(len(r.emitted) for r in rounds)
-    assert inside(pane[1]) == (f"▶ chat {short_id(SECOND)} [code-edit] k={rounds[-1].draft_len} · "
-                               f"{tokens}/{STARTED[1].max_new_tokens} tok · {seconds(events[-1].t - arrived)}")
+    assert inside(pane[1]) == (
+        f"▶ chat {short_id(SECOND)} [code-edit] k={rounds[-1].draft_len} · "
+        f"{tokens}/{STARTED[1].max_new_tokens} tok · {seconds(events[-1].t - arrived)}"
+    )
     assert pane[2].endswith(ttft_foot(ttfts))
 
 
@@ -131,6 +133,7 @@ def test_snapshot_serve_request_in_flight_80x24(snap_compare):
 
     async def run_before(pilot):
         await drawn(pilot.app, pilot, events)
+
     assert snap_compare(prefilled(events, "serve"), terminal_size=(80, 24), run_before=run_before)
 
 

@@ -8,7 +8,13 @@ from pathlib import Path
 
 from specmon.events.log import read_log
 from specmon.events.schema import (
-    Decision, PromptFinished, PromptStarted, RoundVerified, Sampling, SessionFinished, SessionStarted,
+    Decision,
+    PromptFinished,
+    PromptStarted,
+    RoundVerified,
+    Sampling,
+    SessionFinished,
+    SessionStarted,
 )
 from specmon.replay.player import ReplayFeed
 from specmon.transport.channel import Subscription
@@ -52,10 +58,11 @@ def screen_lines(app) -> list[str]:
 def region_lines(app, widget_id: str) -> list[str]:
     """The lines of the screen a widget covers, its border included."""
     region = app.screen.query_one(f"#{widget_id}").region
-    return [line[region.x:region.right] for line in screen_lines(app)[region.y:region.bottom]]
+    return [line[region.x : region.right] for line in screen_lines(app)[region.y : region.bottom]]
 
 
 # -- help and the jump box ------------------------------------------------------------------------
+
 
 async def test_help_shows_its_whole_text_at_80x24():
     app = prefilled(POLICY_EVENTS)
@@ -64,11 +71,18 @@ async def test_help_shows_its_whole_text_at_80x24():
         await pilot.press("question_mark")
         await pilot.pause(0.2)
         screen = "\n".join(screen_lines(app))
-        for phrase in ("speculative decoding, round by round", "acceptance  accepted/proposed per round",
-                       "speed       speedup = goodput at k / plain (k=0 rounds), same class", "not yet known",
-                       "rejections  where the first rejection fell", "decisions   the policy's decisions",
-                       "memory      VRAM and RSS in use", "requests    (serve) waiting; decoding: endpoint id [class] k",
-                       "Keys: p pause view", "Press any key to close."):
+        for phrase in (
+            "speculative decoding, round by round",
+            "acceptance  accepted/proposed per round",
+            "speed       speedup = goodput at k / plain (k=0 rounds), same class",
+            "not yet known",
+            "rejections  where the first rejection fell",
+            "decisions   the policy's decisions",
+            "memory      VRAM and RSS in use",
+            "requests    (serve) waiting; decoding: endpoint id [class] k",
+            "Keys: p pause view",
+            "Press any key to close.",
+        ):
             assert phrase in screen, phrase
         await pilot.press("x")  # any key closes it
         await pilot.pause(0.1)
@@ -93,6 +107,7 @@ async def test_jump_box_takes_typing_at_once_and_shows_its_whole_hint():
 
 
 # -- text only and the end of a run -------------------------------------------------------------
+
 
 async def test_text_only_gives_the_text_the_whole_screen():
     app = prefilled(POLICY_EVENTS)
@@ -124,13 +139,24 @@ async def test_text_pane_is_not_blank_when_the_run_ends_on_newlines():
 
 # -- the decisions pane ----------------------------------------------------------------------------
 
+
 def with_more_decisions(count: int) -> list:
     """The policy fixture with `count` more decisions at its end (ids after the logged ones)."""
     first = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
-    extra = [Decision(**{**{f: getattr(first, f) for f in first.__struct_fields__},
-                         "decision_id": 2 + i, "prompt_class": ("rewrite", "code-edit")[i % 2],
-                         "speculate_from": True, "speculate_to": True, "k_from": 4, "k_to": 4 + i % 3})
-             for i in range(count)]
+    extra = [
+        Decision(
+            **{
+                **{f: getattr(first, f) for f in first.__struct_fields__},
+                "decision_id": 2 + i,
+                "prompt_class": ("rewrite", "code-edit")[i % 2],
+                "speculate_from": True,
+                "speculate_to": True,
+                "k_from": 4,
+                "k_to": 4 + i % 3,
+            }
+        )
+        for i in range(count)
+    ]
     return POLICY_EVENTS[:-1] + extra + POLICY_EVENTS[-1:]
 
 
@@ -167,6 +193,7 @@ async def test_decisions_pane_stops_following_once_the_user_moves_up():
 
 # -- 80 columns: footer, rejections, classes, title ---------------------------------------------
 
+
 async def test_replay_footer_shows_every_replay_key_at_80_columns():
     app = make_app(ReplayFeed(POLICY_LOG, speed=0.0))
     async with app.run_test(size=(80, 24)) as pilot:
@@ -183,20 +210,60 @@ def k7_session(rounds: int = 40) -> list:
     """A short synthetic session at k = 7: first rejections at every position, some all accepted,
     some rounds that proposed nothing."""
     sampling = Sampling()
-    events = [SessionStarted(session_id="20260101-000000-abc123", t=0.0, specmon_version="0", profile_name="p",
-                             profile_text="", backend="torch", target="t", drafter="ngram", dtype="float32",
-                             device="cpu", host={"hostname": "box"}),
-              PromptStarted(session_id="s", t=0.0, prompt_id="code-0", prompt_class="code", draft_len=7,
-                            drafter="ngram", sampling=sampling, prompt_tokens=5, max_new_tokens=500)]
+    events = [
+        SessionStarted(
+            session_id="20260101-000000-abc123",
+            t=0.0,
+            specmon_version="0",
+            profile_name="p",
+            profile_text="",
+            backend="torch",
+            target="t",
+            drafter="ngram",
+            dtype="float32",
+            device="cpu",
+            host={"hostname": "box"},
+        ),
+        PromptStarted(
+            session_id="s",
+            t=0.0,
+            prompt_id="code-0",
+            prompt_class="code",
+            draft_len=7,
+            drafter="ngram",
+            sampling=sampling,
+            prompt_tokens=5,
+            max_new_tokens=500,
+        ),
+    ]
     for i in range(rounds):
         proposed = [] if i % 9 == 8 else [1] * 7
         accepted = 0 if not proposed else (i % 8 if i % 8 < 7 else 7)
         rejection = None if not proposed or accepted == 7 else accepted
-        events.append(RoundVerified(
-            session_id="s", t=float(i), round_id=i, prompt_id="code-0", prompt_class="code", round_index=i,
-            draft_len=7, proposed=proposed, accepted=accepted, rejection_pos=rejection, emitted=[5] * (accepted + 1),
-            draft_ms=0.1, verify_ms=50.0 + i % 5, overhead_ms=1.0, target_probs=[0.5] * len(proposed),
-            alpha_hat=None, margins=[], sampling=sampling, mem_bytes=1 << 30, final_text=" x"))
+        events.append(
+            RoundVerified(
+                session_id="s",
+                t=float(i),
+                round_id=i,
+                prompt_id="code-0",
+                prompt_class="code",
+                round_index=i,
+                draft_len=7,
+                proposed=proposed,
+                accepted=accepted,
+                rejection_pos=rejection,
+                emitted=[5] * (accepted + 1),
+                draft_ms=0.1,
+                verify_ms=50.0 + i % 5,
+                overhead_ms=1.0,
+                target_probs=[0.5] * len(proposed),
+                alpha_hat=None,
+                margins=[],
+                sampling=sampling,
+                mem_bytes=1 << 30,
+                final_text=" x",
+            )
+        )
     return events
 
 
@@ -253,6 +320,7 @@ async def test_title_names_the_k_in_force_without_a_policy():
 
 # -- too small -------------------------------------------------------------------------------------
 
+
 async def test_too_small_terminal_says_so_and_recovers():
     app = prefilled(POLICY_EVENTS)
     async with app.run_test(size=(60, 20)) as pilot:
@@ -282,5 +350,8 @@ async def test_a_click_selects_a_decision_and_shows_its_rounds():
         await pilot.pause(0.2)
         assert table.cursor_row == 0
         shown = [n.message for n in app._notifications]
-        assert any(m.startswith(f"decision {first.decision_id} [{first.prompt_class}] off") and
-                   f"cited {len(first.round_ids)} rounds" in m for m in shown), shown
+        assert any(
+            m.startswith(f"decision {first.decision_id} [{first.prompt_class}] off")
+            and f"cited {len(first.round_ids)} rounds" in m
+            for m in shown
+        ), shown

@@ -21,8 +21,9 @@ WIDTH = 80
 
 def at_80(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": str(WIDTH)}
-    return subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=120
+    )
 
 
 def wide_lines(done: subprocess.CompletedProcess) -> list[str]:

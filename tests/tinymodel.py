@@ -9,19 +9,32 @@ import numpy as np
 from specmon.backends.tokenizer import _bytes_to_unicode_table
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
-            "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
+    "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
-def write_tiny_gguf(path: Path, seed: int = 0, dim: int = 32, layers: int = 2,
-                    vocab: list[str] | None = None, for_llamacpp: bool = False) -> Path:
+def write_tiny_gguf(
+    path: Path,
+    seed: int = 0,
+    dim: int = 32,
+    layers: int = 2,
+    vocab: list[str] | None = None,
+    for_llamacpp: bool = False,
+) -> Path:
     """`vocab` replaces the byte-level vocabulary (to make a model whose tokenizer differs);
     `for_llamacpp` adds what llama.cpp requires: a trained context length and a merge (two spaces)."""
     rng = np.random.default_rng(seed)
     vocab = vocab or SPECIALS + list(_bytes_to_unicode_table().values()) + (["\u0120\u0120"] if for_llamacpp else [])
     writer = gguf.GGUFWriter(str(path), "llama")
-    for key, value in [("block_count", layers), ("embedding_length", dim), ("feed_forward_length", 2 * dim),
-                       ("attention.head_count", 4), ("attention.head_count_kv", 2)]:
+    for key, value in [
+        ("block_count", layers),
+        ("embedding_length", dim),
+        ("feed_forward_length", 2 * dim),
+        ("attention.head_count", 4),
+        ("attention.head_count_kv", 2),
+    ]:
         writer.add_uint32(f"llama.{key}", value)
     if for_llamacpp:
         writer.add_uint32("llama.context_length", 4096)
@@ -39,9 +52,15 @@ def write_tiny_gguf(path: Path, seed: int = 0, dim: int = 32, layers: int = 2,
     writer.add_tensor("output_norm.weight", np.ones(dim, dtype=np.float32))
     kv = dim // 2
     for i in range(layers):
-        for name, shape in [("attn_q", (dim, dim)), ("attn_k", (kv, dim)), ("attn_v", (kv, dim)),
-                            ("attn_output", (dim, dim)), ("ffn_gate", (2 * dim, dim)),
-                            ("ffn_up", (2 * dim, dim)), ("ffn_down", (dim, 2 * dim))]:
+        for name, shape in [
+            ("attn_q", (dim, dim)),
+            ("attn_k", (kv, dim)),
+            ("attn_v", (kv, dim)),
+            ("attn_output", (dim, dim)),
+            ("ffn_gate", (2 * dim, dim)),
+            ("ffn_up", (2 * dim, dim)),
+            ("ffn_down", (dim, 2 * dim)),
+        ]:
             writer.add_tensor(f"blk.{i}.{name}.weight", w(*shape))
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(dim, dtype=np.float32))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(dim, dtype=np.float32))
@@ -56,6 +75,8 @@ def tiny_profile(tmp: Path, max_new_tokens: int = 32, **drafter) -> Path:
     model = write_tiny_gguf(tmp / "tiny.gguf")
     extra = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in drafter.items())
     path = tmp / "tiny.toml"
-    path.write_text(f'name = "tiny"\nmax_new_tokens = {max_new_tokens}\nmax_seq_len = 4096\n'
-                    f'[target]\npath = "{model}"\n[drafter]\n{extra}')
+    path.write_text(
+        f'name = "tiny"\nmax_new_tokens = {max_new_tokens}\nmax_seq_len = 4096\n'
+        f'[target]\npath = "{model}"\n[drafter]\n{extra}'
+    )
     return path

@@ -36,8 +36,16 @@ def _rows(logits: torch.Tensor, vocab_size: int) -> np.ndarray:
 class Exl2Target:
     """An ExLlamaV2 model and its cache; positions [0, current_seq_len) hold valid keys/values."""
 
-    def __init__(self, model, cache, name: str, eos_id: int, vocab_size: int,
-                 sync: Callable[[], None] = cuda_sync, cache_bytes: int = 0):
+    def __init__(
+        self,
+        model,
+        cache,
+        name: str,
+        eos_id: int,
+        vocab_size: int,
+        sync: Callable[[], None] = cuda_sync,
+        cache_bytes: int = 0,
+    ):
         self.model, self.cache, self.name = model, cache, name
         self.eos_id = eos_id
         self.vocab_size = vocab_size  # the tokenizer's; a config's may be padded wider
@@ -80,8 +88,9 @@ class Exl2Drafter:
     where all k drafts were accepted it is fed the last draft token (never fed: its logits were
     not needed) together with the target's bonus token."""
 
-    def __init__(self, model, cache, name: str, vocab_size: int,
-                 sync: Callable[[], None] = cuda_sync, cache_bytes: int = 0):
+    def __init__(
+        self, model, cache, name: str, vocab_size: int, sync: Callable[[], None] = cuda_sync, cache_bytes: int = 0
+    ):
         self.model, self.cache, self.name = model, cache, name
         self.vocab_size = vocab_size
         self.ledger = CacheLedger()
@@ -92,8 +101,7 @@ class Exl2Drafter:
         self.ledger.reset()
         self.cache.current_seq_len = 0
 
-    def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                rng: np.random.Generator) -> Proposal:
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
         if k <= 0:
             return Proposal([], None)
         keep, pending = self.ledger.plan(context)

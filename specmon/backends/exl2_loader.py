@@ -34,8 +34,14 @@ def load_exl2_pair(profile: Profile, spec: DrafterSpec) -> Pair:
     check_fits(folders, profile.max_seq_len, *torch.cuda.mem_get_info(), torch.cuda.get_device_name())
     vocab = min([tokenizer.vocab_size] + [read_hf_config(f).get("vocab_size", tokenizer.vocab_size) for f in folders])
     model, cache = _load(exl, target_dir, profile.max_seq_len)
-    target = Exl2Target(model, cache, profile.target.describe(), tokenizer.eos_id, vocab,
-                        cache_bytes=cache_bytes(read_hf_config(target_dir), profile.max_seq_len))
+    target = Exl2Target(
+        model,
+        cache,
+        profile.target.describe(),
+        tokenizer.eos_id,
+        vocab,
+        cache_bytes=cache_bytes(read_hf_config(target_dir), profile.max_seq_len),
+    )
     loaded: dict[Path, Exl2Drafter] = {}
 
     def make(other: DrafterSpec) -> Drafter:
@@ -45,8 +51,13 @@ def load_exl2_pair(profile: Profile, spec: DrafterSpec) -> Pair:
         folder = draft_folder(other, profile, tokenizer)
         if folder not in loaded:
             d_model, d_cache = _load(exl, folder, profile.max_seq_len)
-            loaded[folder] = Exl2Drafter(d_model, d_cache, f"model:{other.target.describe()}", vocab,
-                                         cache_bytes=cache_bytes(read_hf_config(folder), profile.max_seq_len))
+            loaded[folder] = Exl2Drafter(
+                d_model,
+                d_cache,
+                f"model:{other.target.describe()}",
+                vocab,
+                cache_bytes=cache_bytes(read_hf_config(folder), profile.max_seq_len),
+            )
         return loaded[folder]
 
     return Pair(target, make(spec), tokenizer, make)
@@ -57,8 +68,10 @@ def simple_drafter(spec: DrafterSpec, profile: Profile) -> Drafter:
         return NoDrafter()
     if spec.kind == "ngram":
         return NgramDrafter(spec.ngram_sizes)
-    raise SpecmonError(f"profile {profile.source}: drafter.kind = \"layerskip\" runs on the torch backend only; "
-                       "with exllamav2 use \"model\" (a draft folder) or \"ngram\"")
+    raise SpecmonError(
+        f'profile {profile.source}: drafter.kind = "layerskip" runs on the torch backend only; '
+        'with exllamav2 use "model" (a draft folder) or "ngram"'
+    )
 
 
 def model_folder(ref: ModelRef, profile: Profile) -> Path:
@@ -67,8 +80,10 @@ def model_folder(ref: ModelRef, profile: Profile) -> Path:
     if path.suffix == ".gguf":
         return folder_for_gguf(path, ref.layers)
     if ref.layers:
-        raise SpecmonError(f"profile {profile.source}: `layers` cuts a GGUF model; for a folder, "
-                           "point the draft at a smaller model of the same family")
+        raise SpecmonError(
+            f"profile {profile.source}: `layers` cuts a GGUF model; for a folder, "
+            "point the draft at a smaller model of the same family"
+        )
     if not path.is_dir():
         raise SpecmonError(f"profile {profile.source}: {path} is neither a model folder nor a .gguf file")
     read_hf_config(path)
@@ -87,15 +102,19 @@ def draft_folder(spec: DrafterSpec, profile: Profile, tokenizer: ChatTokenizer) 
 
 def cuda_problem(torch_version: str, torch_cuda: str | None, device_count: int) -> str | None:
     if torch_cuda is None:
-        return (f"this torch ({torch_version}) is a CPU build; install a CUDA one, e.g. "
-                "pip install torch --index-url https://download.pytorch.org/whl/cu128")
+        return (
+            f"this torch ({torch_version}) is a CPU build; install a CUDA one, e.g. "
+            "pip install torch --index-url https://download.pytorch.org/whl/cu128"
+        )
     if device_count == 0:
         return "torch sees no CUDA device (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
     return None
 
 
 def require_cuda() -> None:
-    problem = cuda_problem(torch.__version__, torch.version.cuda, torch.cuda.device_count() if torch.version.cuda else 0)
+    problem = cuda_problem(
+        torch.__version__, torch.version.cuda, torch.cuda.device_count() if torch.version.cuda else 0
+    )
     if problem:
         raise SpecmonError(f"backend exllamav2 needs an NVIDIA GPU: {problem}")
 

@@ -37,10 +37,14 @@ def read_config(reader: gguf.GGUFReader) -> LlamaConfig:
     get = lambda key: f[f"llama.{key}"].contents()  # noqa: E731
     vocab = f["llama.vocab_size"].contents() if "llama.vocab_size" in f else len(f["tokenizer.ggml.tokens"].data)
     return LlamaConfig(
-        n_layers=int(get("block_count")), dim=int(get("embedding_length")),
-        ffn_dim=int(get("feed_forward_length")), n_heads=int(get("attention.head_count")),
-        n_kv_heads=int(get("attention.head_count_kv")), vocab_size=int(vocab),
-        rope_theta=float(get("rope.freq_base")), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+        n_layers=int(get("block_count")),
+        dim=int(get("embedding_length")),
+        ffn_dim=int(get("feed_forward_length")),
+        n_heads=int(get("attention.head_count")),
+        n_kv_heads=int(get("attention.head_count_kv")),
+        vocab_size=int(vocab),
+        rope_theta=float(get("rope.freq_base")),
+        norm_eps=float(get("attention.layer_norm_rms_epsilon")),
     )
 
 
@@ -51,8 +55,15 @@ def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 
 _NAMES = {
-    "attn_norm": "attn_norm", "ffn_norm": "ffn_norm", "attn_q": "wq", "attn_k": "wk",
-    "attn_v": "wv", "attn_output": "wo", "ffn_gate": "w_gate", "ffn_up": "w_up", "ffn_down": "w_down",
+    "attn_norm": "attn_norm",
+    "ffn_norm": "ffn_norm",
+    "attn_q": "wq",
+    "attn_k": "wk",
+    "attn_v": "wv",
+    "attn_output": "wo",
+    "ffn_gate": "w_gate",
+    "ffn_up": "w_up",
+    "ffn_down": "w_down",
 }
 
 

@@ -20,9 +20,15 @@ from specmon.errors import SpecmonError
 from specmon.backends.tokenizer import load_tokenizer
 
 _LAYER_NAMES = {
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "wq": "self_attn.q_proj", "wk": "self_attn.k_proj", "wv": "self_attn.v_proj", "wo": "self_attn.o_proj",
-    "w_gate": "mlp.gate_proj", "w_up": "mlp.up_proj", "w_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "wq": "self_attn.q_proj",
+    "wk": "self_attn.k_proj",
+    "wv": "self_attn.v_proj",
+    "wo": "self_attn.o_proj",
+    "w_gate": "mlp.gate_proj",
+    "w_up": "mlp.up_proj",
+    "w_down": "mlp.down_proj",
 }
 _TOP_NAMES = {"embed": "model.embed_tokens", "out_norm": "model.norm", "head": "lm_head"}
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -37,7 +43,8 @@ def hf_name(key: str) -> str:
 
 
 _OUR_KEYS = {hf_name(k): k for k in _TOP_NAMES} | {
-    f"model.layers.{{}}.{hf}.weight": part for part, hf in _LAYER_NAMES.items()}
+    f"model.layers.{{}}.{hf}.weight": part for part, hf in _LAYER_NAMES.items()
+}
 
 
 def our_key(name: str) -> str | None:
@@ -53,12 +60,22 @@ def our_key(name: str) -> str | None:
 
 def config_json(cfg: LlamaConfig, eos_id: int, dtype: str) -> dict:
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": cfg.dim, "intermediate_size": cfg.ffn_dim, "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim,
-        "vocab_size": cfg.vocab_size, "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta,
-        "max_position_embeddings": 8192, "hidden_act": "silu", "tie_word_embeddings": False,
-        "eos_token_id": eos_id, "torch_dtype": dtype,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": cfg.dim,
+        "intermediate_size": cfg.ffn_dim,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "vocab_size": cfg.vocab_size,
+        "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_theta,
+        "max_position_embeddings": 8192,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "eos_token_id": eos_id,
+        "torch_dtype": dtype,
     }
 
 
@@ -79,8 +96,9 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
         (staged / "config.json").write_text(json.dumps(config_json(cfg, tokenizer.eos_id, dtype), indent=2))
         tokenizer.tokenizer.save(str(staged / "tokenizer.json"))
         eos = tokenizer.tokenizer.id_to_token(tokenizer.eos_id)
-        (staged / "tokenizer_config.json").write_text(json.dumps(
-            {"chat_template": tokenizer.chat_template, "eos_token": eos}, indent=2))
+        (staged / "tokenizer_config.json").write_text(
+            json.dumps({"chat_template": tokenizer.chat_template, "eos_token": eos}, indent=2)
+        )
         if out.exists():
             shutil.rmtree(out)
         os.replace(staged, out)
@@ -117,11 +135,15 @@ def load_hf_llama(folder: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     if raw.get("model_type") != "llama":
         raise SpecmonError(f"{folder}: model_type {raw.get('model_type')!r}; the torch backend runs llama models")
     if "quantization_config" in raw or (folder / "measurement.json").exists():
-        raise SpecmonError(f"{folder}: a quantised (EXL2) folder; run it with backend = \"exllamav2\"")
+        raise SpecmonError(f'{folder}: a quantised (EXL2) folder; run it with backend = "exllamav2"')
     cfg = LlamaConfig(
-        n_layers=raw["num_hidden_layers"], dim=raw["hidden_size"], ffn_dim=raw["intermediate_size"],
-        n_heads=raw["num_attention_heads"], n_kv_heads=raw.get("num_key_value_heads", raw["num_attention_heads"]),
-        vocab_size=raw["vocab_size"], rope_theta=float(raw.get("rope_theta", 10000.0)),
+        n_layers=raw["num_hidden_layers"],
+        dim=raw["hidden_size"],
+        ffn_dim=raw["intermediate_size"],
+        n_heads=raw["num_attention_heads"],
+        n_kv_heads=raw.get("num_key_value_heads", raw["num_attention_heads"]),
+        vocab_size=raw["vocab_size"],
+        rope_theta=float(raw.get("rope_theta", 10000.0)),
         norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
     )
     weights: dict[str, torch.Tensor] = {}

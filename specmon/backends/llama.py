@@ -32,8 +32,16 @@ class KVCache:
 class Llama:
     """Weights plus RoPE tables; `forward` runs the first `n_layers` (all by default)."""
 
-    def __init__(self, cfg: LlamaConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 device: str, max_len: int, packed_rows: int = 0, pad_from: int = 0):
+    def __init__(
+        self,
+        cfg: LlamaConfig,
+        weights: dict[str, torch.Tensor],
+        dtype: torch.dtype,
+        device: str,
+        max_len: int,
+        packed_rows: int = 0,
+        pad_from: int = 0,
+    ):
         self.cfg = cfg
         self.dtype = dtype
         self.device = device
@@ -59,8 +67,9 @@ class Llama:
         """A second copy of every weight, laid out by MKL for passes of exactly packed_rows rows."""
         rows = self.packed_rows
         for layer in self.layers:
-            layer.update({f"{name}#packed": torch.ops.mkl._mkl_reorder_linear_weight(layer[name], rows)
-                          for name in LINEARS})
+            layer.update(
+                {f"{name}#packed": torch.ops.mkl._mkl_reorder_linear_weight(layer[name], rows) for name in LINEARS}
+            )
         self.head_packed = torch.ops.mkl._mkl_reorder_linear_weight(self.head, rows)
 
     def _measured_pad_from(self) -> int:
@@ -102,11 +111,12 @@ class Llama:
             tokens = F.pad(tokens, (0, n_tok - real))
         linear = self._packed_linear if self.packed_rows and n_tok == self.packed_rows else _linear
         x = self.embed[tokens]
-        cos, sin = self.cos[start:start + n_tok], self.sin[start:start + n_tok]
+        cos, sin = self.cos[start : start + n_tok], self.sin[start : start + n_tok]
         mask = _causal_mask(n_tok, start, x.device) if n_tok > 1 else None
         for i, layer in enumerate(self.layers[: n_layers or self.cfg.n_layers]):
-            x = x + self._attention(layer, _rms_norm(x, layer["attn_norm"], self.cfg.norm_eps),
-                                    cos, sin, start, cache, i, mask, linear)
+            x = x + self._attention(
+                layer, _rms_norm(x, layer["attn_norm"], self.cfg.norm_eps), cos, sin, start, cache, i, mask, linear
+            )
             h = _rms_norm(x, layer["ffn_norm"], self.cfg.norm_eps)
             x = x + linear(F.silu(linear(h, layer, "w_gate")) * linear(h, layer, "w_up"), layer, "w_down")
         x = _rms_norm(x, self.out_norm, self.cfg.norm_eps).to(self.head.dtype)
@@ -127,8 +137,11 @@ class Llama:
         cache.keys[i, :, start:end] = k
         cache.values[i, :, start:end] = v
         out = F.scaled_dot_product_attention(
-            q.unsqueeze(0), cache.keys[i, :, :end].unsqueeze(0), cache.values[i, :, :end].unsqueeze(0),
-            attn_mask=mask, enable_gqa=True,
+            q.unsqueeze(0),
+            cache.keys[i, :, :end].unsqueeze(0),
+            cache.values[i, :, :end].unsqueeze(0),
+            attn_mask=mask,
+            enable_gqa=True,
         )
         return linear(out[0].transpose(0, 1).reshape(n_tok, cfg.dim), layer, "wo")
 
@@ -168,8 +181,9 @@ def can_pack(device: str, dtype: torch.dtype) -> bool:
     try:
         weight = torch.ones(2, 2)
         packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, MIN_PACKED_ROWS)
-        return bool(torch.ops.mkl._mkl_linear(torch.ones(MIN_PACKED_ROWS, 2), packed, weight, None,
-                                              MIN_PACKED_ROWS).eq(2).all())
+        return bool(
+            torch.ops.mkl._mkl_linear(torch.ones(MIN_PACKED_ROWS, 2), packed, weight, None, MIN_PACKED_ROWS).eq(2).all()
+        )
     except (AttributeError, RuntimeError):
         return False
 

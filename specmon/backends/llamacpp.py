@@ -93,8 +93,7 @@ class LlamaCppDrafter:
         self.ledger.reset()
         self.context.keep(0)
 
-    def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                rng: np.random.Generator) -> Proposal:
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
         if k <= 0:
             return Proposal([], None)
         start, pending = self.ledger.plan(context)

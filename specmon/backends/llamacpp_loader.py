@@ -25,8 +25,10 @@ from specmon.errors import SpecmonError
 
 SEQ = 0  # specmon decodes one sequence per context
 BATCH = 512  # tokens per llama_decode call; a longer prefill is split, a verify (k+1 <= 65) never is
-INSTALL = ("pip install 'specmon[llamacpp]' (builds llama.cpp from source: needs cmake and a C++ "
-           "compiler, and takes minutes; in a checkout, bash scripts/setup-llamacpp builds it for this CPU)")
+INSTALL = (
+    "pip install 'specmon[llamacpp]' (builds llama.cpp from source: needs cmake and a C++ "
+    "compiler, and takes minutes; in a checkout, bash scripts/setup-llamacpp builds it for this CPU)"
+)
 PROBE = "Héllo wörld 12345, <|im_start|>user\n  tabs\tand spaces; 東京 🙂<|im_end|>"
 
 
@@ -39,8 +41,10 @@ def import_llama_cpp():
             raise SpecmonError(f"llama-cpp-python is not installed: {INSTALL}") from None
         raise SpecmonError(f"llama-cpp-python needs the {exc.name} package: pip install {exc.name}") from None
     except (OSError, RuntimeError) as exc:  # the shared library failed to load
-        raise SpecmonError(f"llama-cpp-python is installed but its library does not load ({exc}); "
-                           "reinstall it with: pip install --force-reinstall --no-cache-dir llama-cpp-python") from None
+        raise SpecmonError(
+            f"llama-cpp-python is installed but its library does not load ({exc}); "
+            "reinstall it with: pip install --force-reinstall --no-cache-dir llama-cpp-python"
+        ) from None
     logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
     _backend_init(llama_cpp)
     return llama_cpp
@@ -124,7 +128,7 @@ class LlamaCppContext:
     def decode(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:
         rows = None
         for offset in range(0, len(tokens), BATCH):
-            chunk = tokens[offset: offset + BATCH]
+            chunk = tokens[offset : offset + BATCH]
             last_chunk = offset + BATCH >= len(tokens)
             rows = self._decode_chunk(chunk, start + offset, logits if last_chunk else "none")
         return rows
@@ -172,8 +176,7 @@ def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> P
         return models[path]
 
     context = LlamaCppContext(model(target_path), profile.max_seq_len, n_threads)
-    target = LlamaCppTarget(context, f"{profile.target.describe()} (llama.cpp)", tokenizer.eos_id,
-                            tokenizer.vocab_size)
+    target = LlamaCppTarget(context, f"{profile.target.describe()} (llama.cpp)", tokenizer.eos_id, tokenizer.vocab_size)
     drafters: dict[Path, LlamaCppDrafter] = {}
 
     def make(other: DrafterSpec) -> Drafter:
@@ -196,30 +199,38 @@ def simple_drafter(spec: DrafterSpec, profile: Profile) -> Drafter | None:
     if spec.kind == "ngram":
         return NgramDrafter(spec.ngram_sizes)
     if spec.kind == "layerskip":
-        raise SpecmonError(f"profile {profile.source}: drafter.kind = \"layerskip\" runs on the torch backend "
-                           "only; with llamacpp use \"model\" (a draft GGUF) or \"ngram\"")
+        raise SpecmonError(
+            f'profile {profile.source}: drafter.kind = "layerskip" runs on the torch backend '
+            'only; with llamacpp use "model" (a draft GGUF) or "ngram"'
+        )
     return None
 
 
 def gguf_path(ref: ModelRef, profile: Profile) -> Path:
     path = resolve_model_path(ref, profile)
     if path.is_dir() or path.suffix != ".gguf":
-        raise SpecmonError(f"profile {profile.source}: backend = \"llamacpp\" loads .gguf files; {path} is not one")
+        raise SpecmonError(f'profile {profile.source}: backend = "llamacpp" loads .gguf files; {path} is not one')
     if ref.layers:
-        raise SpecmonError(f"profile {profile.source}: `layers` (a cut model) runs on the torch backend only; "
-                           "with llamacpp point the draft at a smaller GGUF of the same family")
+        raise SpecmonError(
+            f"profile {profile.source}: `layers` (a cut model) runs on the torch backend only; "
+            "with llamacpp point the draft at a smaller GGUF of the same family"
+        )
     return path
 
 
 def check_model(model: LlamaCppModel, tokenizer: ChatTokenizer, profile: Profile) -> None:
     """The KV memory fits the trained context, and llama.cpp's tokenizer gives specmon's ids."""
     if model.n_ctx_train and profile.max_seq_len > model.n_ctx_train:
-        raise SpecmonError(f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {model.path.name} "
-                           f"was trained for {model.n_ctx_train} tokens; set max_seq_len <= {model.n_ctx_train}")
+        raise SpecmonError(
+            f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {model.path.name} "
+            f"was trained for {model.n_ctx_train} tokens; set max_seq_len <= {model.n_ctx_train}"
+        )
     if model.n_vocab != tokenizer.vocab_size:
-        raise SpecmonError(f"{model.path.name}: llama.cpp sees {model.n_vocab} tokens, specmon's tokenizer "
-                           f"{tokenizer.vocab_size}; this GGUF's vocabulary is not supported")
+        raise SpecmonError(
+            f"{model.path.name}: llama.cpp sees {model.n_vocab} tokens, specmon's tokenizer "
+            f"{tokenizer.vocab_size}; this GGUF's vocabulary is not supported"
+        )
     if model.tokenize(PROBE) != tokenizer.encode(PROBE):
-        raise SpecmonError(f"{model.path.name}: llama.cpp and specmon tokenize this GGUF differently; "
-                           "use the torch backend for it")
-
+        raise SpecmonError(
+            f"{model.path.name}: llama.cpp and specmon tokenize this GGUF differently; use the torch backend for it"
+        )

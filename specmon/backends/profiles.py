@@ -67,8 +67,12 @@ class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_seq_len: Positive = 2048
     max_new_tokens: Positive = 96
     near_tie_margin: float = -1.0  # below this logit gap a divergence is a near-tie; -1 picks by dtype
-    packed_rows: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0  # torch, CPU fp32: verify passes padded to this, packed weights
-    pad_from: Annotated[int, msgspec.Meta(ge=0, le=4)] = 0  # fewest positions padded to packed_rows; 0 measures it at load
+    packed_rows: Annotated[int, msgspec.Meta(ge=0, le=64)] = (
+        0  # torch, CPU fp32: verify passes padded to this, packed weights
+    )
+    pad_from: Annotated[int, msgspec.Meta(ge=0, le=4)] = (
+        0  # fewest positions padded to packed_rows; 0 measures it at load
+    )
     # a policy's round costs: a pass over T = 1, 2, ... positions in plain steps (1.0 first); empty: timed at load
     verify_costs: list[float] = []
     drafter: DrafterSpec = DrafterSpec()
@@ -129,26 +133,31 @@ def _check(profile: Profile, path: Path, text: str) -> None:
 
     check_draft_len(spec.draft_len, f"profile {path}{_line_of(text, 'drafter.draft_len')}: drafter.draft_len")
     if spec.kind == "model" and spec.target is None:
-        raise SpecmonError(f"profile {path}: drafter.kind = \"model\" needs a [drafter.target] table")
+        raise SpecmonError(f'profile {path}: drafter.kind = "model" needs a [drafter.target] table')
     if not (profile.target.model or profile.target.path):
         raise SpecmonError(f"profile {path}: [target] needs `model` (embedded name) or `path`")
     if not DEVICE.fullmatch(profile.device):
-        fail("device", f"{profile.device!r} is not a device; use \"cpu\", \"cuda\", \"cuda:N\" or \"mps\"")
+        fail("device", f'{profile.device!r} is not a device; use "cpu", "cuda", "cuda:N" or "mps"')
     if profile.backend == "exllamav2" and not profile.device.startswith("cuda"):
-        raise SpecmonError(f"profile {path}: backend = \"exllamav2\" runs on an NVIDIA GPU; set device = \"cuda\"")
+        raise SpecmonError(f'profile {path}: backend = "exllamav2" runs on an NVIDIA GPU; set device = "cuda"')
     if profile.backend == "llamacpp" and profile.device != "cpu":
-        fail("device", "backend = \"llamacpp\" runs llama.cpp's CPU build; set device = \"cpu\"")
+        fail("device", 'backend = "llamacpp" runs llama.cpp\'s CPU build; set device = "cpu"')
     sampling = profile.sampling
     if not (math.isfinite(sampling.temperature) and sampling.temperature >= 0):
         fail("sampling.temperature", f"must be a finite number >= 0 (0 is greedy), not {sampling.temperature}")
     if not (math.isfinite(sampling.top_p) and 0 < sampling.top_p <= 1):
         fail("sampling.top_p", f"must be > 0 and <= 1, not {sampling.top_p}")
     if profile.pad_from == 1:
-        fail("pad_from", "must be 0 (measured at load) or 2-4 (passes of that many positions or more are padded), not 1")
+        fail(
+            "pad_from", "must be 0 (measured at load) or 2-4 (passes of that many positions or more are padded), not 1"
+        )
     costs = profile.verify_costs
     if costs and (costs[0] != 1.0 or len(costs) < 2 or not all(math.isfinite(c) and c > 0 for c in costs)):
-        fail("verify_costs", "must be plain steps for T = 1, 2, ... positions, starting at 1.0, each > 0 "
-                             f"(or empty: timed at load), not {costs}")
+        fail(
+            "verify_costs",
+            "must be plain steps for T = 1, 2, ... positions, starting at 1.0, each > 0 "
+            f"(or empty: timed at load), not {costs}",
+        )
     if not math.isfinite(profile.near_tie_margin):
         fail("near_tie_margin", f"must be a finite number (-1 picks by dtype), not {profile.near_tie_margin}")
 

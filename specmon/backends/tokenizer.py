@@ -49,7 +49,9 @@ def open_gguf(path: Path) -> gguf.GGUFReader:
 def load_tokenizer(path: Path) -> ChatTokenizer:
     """Build a byte-level BPE tokenizer from the GGUF's vocabulary and merges."""
     fields = open_gguf(path).fields
-    missing = [k for k in ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.chat_template") if k not in fields]
+    missing = [
+        k for k in ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.chat_template") if k not in fields
+    ]
     if missing:
         raise SpecmonError(f"{path}: GGUF has no {missing[0]}; specmon needs the tokenizer inside the model file")
     if fields["tokenizer.ggml.model"].contents() != "gpt2":
@@ -60,10 +62,12 @@ def load_tokenizer(path: Path) -> ChatTokenizer:
     merges = [tuple(m.split(" ", 1)) for m in raw_merges]
     bpe = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
     # llama.cpp's "smollm" pre-tokenizer: digits one at a time, then GPT-2's byte-level split.
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     bpe.decoder = decoders.ByteLevel()
     bpe.add_special_tokens([AddedToken(t, special=True) for t, kind in zip(tokens, types) if kind == _CONTROL])
     return ChatTokenizer(
@@ -76,7 +80,9 @@ def load_tokenizer(path: Path) -> ChatTokenizer:
 
 def _bytes_to_unicode_table() -> dict[int, str]:
     """GPT-2's byte-to-printable-character map, which byte-level BPE vocabularies are written in."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     table, extra = {}, 0
     for byte in range(256):
         if byte in printable:
@@ -96,7 +102,11 @@ def load_hf_tokenizer(folder: Path) -> ChatTokenizer:
         raise SpecmonError(f"{folder}: no tokenizer.json; specmon needs the fast tokenizer file in the model folder")
     try:
         tokenizer = Tokenizer.from_file(str(path))
-        meta = json.loads((folder / "tokenizer_config.json").read_text()) if (folder / "tokenizer_config.json").exists() else {}
+        meta = (
+            json.loads((folder / "tokenizer_config.json").read_text())
+            if (folder / "tokenizer_config.json").exists()
+            else {}
+        )
         config = json.loads((folder / "config.json").read_text())
     except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
         raise SpecmonError(f"{folder}: cannot read the tokenizer ({exc})") from None
@@ -109,8 +119,12 @@ def load_hf_tokenizer(folder: Path) -> ChatTokenizer:
         eos = tokenizer.token_to_id(_token_text(meta["eos_token"]))
     if eos is None:
         raise SpecmonError(f"{folder}: no eos_token_id in config.json")
-    return ChatTokenizer(tokenizer=tokenizer, chat_template=template, eos_id=int(eos),
-                         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True))
+    return ChatTokenizer(
+        tokenizer=tokenizer,
+        chat_template=template,
+        eos_id=int(eos),
+        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+    )
 
 
 def _token_text(token) -> str:

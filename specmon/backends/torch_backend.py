@@ -84,8 +84,7 @@ class _CachedDraft:
     def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
         return self.ledger.plan(context)
 
-    def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                rng: np.random.Generator) -> Proposal:
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
         if k <= 0:
             return Proposal([], None)
         start, pending = self._plan(context)

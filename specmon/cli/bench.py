@@ -33,8 +33,11 @@ def cmd_bench(args) -> int:
     policy = load_policy(args.policy)
     ks = parse_ks(args.ks)
     prompts = bench_prompts(args)
-    spec = msgspec.structs.replace(profile.drafter, kind=args.drafter or profile.drafter.kind,
-                                   layers=profile.drafter.layers if args.layers is None else args.layers)
+    spec = msgspec.structs.replace(
+        profile.drafter,
+        kind=args.drafter or profile.drafter.kind,
+        layers=profile.drafter.layers if args.layers is None else args.layers,
+    )
     if spec.kind == "none":
         raise SpecmonError(f"profile {profile.source} has no drafter; pick one with --drafter")
     check_model_drafter(spec, profile)
@@ -46,19 +49,22 @@ def cmd_bench(args) -> int:
     with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
         pair = load_pair(profile, spec)
     with live_session(pair, profile, pair.drafter, args.log, policy=policy) as session:
-        scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter)
+        scheduler = PolicyScheduler(
+            session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter
+        )
         what = f"policy and k={','.join(map(str, ks))}"
         try:
             with progress(escape(what), len(prompts) * args.repeat) as done:
-                run_bench(scheduler, prompts, ks, args.repeat, sampling, args.max_new_tokens, args.fixed_passes,
-                          done)
+                run_bench(scheduler, prompts, ks, args.repeat, sampling, args.max_new_tokens, args.fixed_passes, done)
         except KeyboardInterrupt:
             session.finish("interrupted")
             err.print("bench interrupted: the table covers the prompts that finished")
     results = bench_results(session.events)
     half = f" ({args.half} half)" if args.half else ""
-    title = (f"goodput, tokens/s: {pair.drafter.name}, policy {Path(policy.source).name}, {args.max_new_tokens} new tokens, "
-             f"{len(prompts)} prompts{half} x {args.repeat}  (log: {session.log_path})")
+    title = (
+        f"goodput, tokens/s: {pair.drafter.name}, policy {Path(policy.source).name}, {args.max_new_tokens} new tokens, "
+        f"{len(prompts)} prompts{half} x {args.repeat}  (log: {session.log_path})"
+    )
     out.print(bench_table(results, ks, title))
     out.print(interval_line(results))
     stalls = tally(session.events)
@@ -66,14 +72,24 @@ def cmd_bench(args) -> int:
         err.print(f"[yellow]{escape(stalls.line())}[/]")
     overall = overall_figures(results, ks)
     work = policy_work(scheduler.policy_ms, results)
-    out.print(f"all classes: auto {fmt(overall['auto'], '{:.1f}')} tok/s; best single fixed k={overall['best_k']} "
-              f"{fmt(overall['best'], '{:.1f}')}; auto/best single {fmt(overall['auto_over_best'], '{:.3f}')}"
-              f"{interval_text(overall['auto_over_best_interval'])}; "
-              f"policy work {scheduler.policy_ms:.1f} ms = {fmt(work, '{:.3%}')} of the policy's round time")
+    out.print(
+        f"all classes: auto {fmt(overall['auto'], '{:.1f}')} tok/s; best single fixed k={overall['best_k']} "
+        f"{fmt(overall['best'], '{:.1f}')}; auto/best single {fmt(overall['auto_over_best'], '{:.3f}')}"
+        f"{interval_text(overall['auto_over_best_interval'])}; "
+        f"policy work {scheduler.policy_ms:.1f} ms = {fmt(work, '{:.3%}')} of the policy's round time"
+    )
     if args.json:
-        write_json(args.json, {"classes": {n: c.to_json() for n, c in results.items()}, "overall": overall,
-                               "policy_ms": scheduler.policy_ms, "policy_work_share": work,
-                               "disturbed_rounds": stalls.disturbed, "measured_rounds": stalls.measured})
+        write_json(
+            args.json,
+            {
+                "classes": {n: c.to_json() for n, c in results.items()},
+                "overall": overall,
+                "policy_ms": scheduler.policy_ms,
+                "policy_work_share": work,
+                "disturbed_rounds": stalls.disturbed,
+                "measured_rounds": stalls.measured,
+            },
+        )
     return 0
 
 
@@ -99,15 +115,23 @@ def interval_text(bounds: list[float] | None) -> str:
 
 def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Table:
     table = Table(title=escape(title), title_justify="left")
-    table.caption = ("goodput = emitted tokens / s of round time; auto counts what the policy spends learning; "
-                     "~ busy host: 10%+ of the class's rounds waited for a CPU other work held")
+    table.caption = (
+        "goodput = emitted tokens / s of round time; auto counts what the policy spends learning; "
+        "~ busy host: 10%+ of the class's rounds waited for a CPU other work held"
+    )
     for col in ["class", *(f"k={k}" for k in ks), "best fixed", "auto", "best/plain", "auto/plain", "auto/best"]:
         table.add_column(col, justify="left" if col == "class" else "right")
     for name, c in results.items():
         figures = c.to_json()
         best = c.best_k
         best_text = MISSING if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
-        table.add_row(escape(name) + ("~" if c.host.busy else ""), *(fmt(figures["fixed"].get(str(k)), "{:.1f}") for k in ks), best_text,
-                      fmt(figures["auto"], "{:.1f}"), fmt(figures["best_over_plain"], "{:.3f}"),
-                      fmt(figures["auto_over_plain"], "{:.3f}"), fmt(figures["auto_over_best"], "{:.3f}"))
+        table.add_row(
+            escape(name) + ("~" if c.host.busy else ""),
+            *(fmt(figures["fixed"].get(str(k)), "{:.1f}") for k in ks),
+            best_text,
+            fmt(figures["auto"], "{:.1f}"),
+            fmt(figures["best_over_plain"], "{:.3f}"),
+            fmt(figures["auto_over_plain"], "{:.3f}"),
+            fmt(figures["auto_over_best"], "{:.3f}"),
+        )
     return table

@@ -41,17 +41,32 @@ def cmd_bench_engines(args) -> int:
         raise SpecmonError("no engine could be loaded: " + "; ".join(f"{n}: {r}" for n, r in skipped.items()))
     eng.warm_up(drivers)
     reference = _reference(args.reference, args.llamacpp_profile, threads)
-    err.print(f"threads {threads}, {len(prompts)} prompts x {args.reps} reps, {args.tokens} new tokens, "
-              "greedy, engines interleaved per prompt", highlight=False)
+    err.print(
+        f"threads {threads}, {len(prompts)} prompts x {args.reps} reps, {args.tokens} new tokens, "
+        "greedy, engines interleaved per prompt",
+        highlight=False,
+    )
     with progress("engines", len(prompts) * args.reps) as done:
         bench = eng.run(drivers, prompts, args.reps, args.tokens, args.draft_len, reference, done)
     result = eng.figures(bench, prompts)
-    out.print(engines_table(result, args.draft_len, f"engines, {len(prompts)} prompts x {args.reps}, "
-                                                    f"{args.tokens} new tokens, greedy"))
+    out.print(
+        engines_table(
+            result, args.draft_len, f"engines, {len(prompts)} prompts x {args.reps}, {args.tokens} new tokens, greedy"
+        )
+    )
     out.print(classes_table(result, args.draft_len))
     if args.json:
-        write_json(args.json, {**result, "skipped": skipped, "draft_len": args.draft_len, "tokens": args.tokens,
-                               "reps": args.reps, "threads": threads})
+        write_json(
+            args.json,
+            {
+                **result,
+                "skipped": skipped,
+                "draft_len": args.draft_len,
+                "tokens": args.tokens,
+                "reps": args.reps,
+                "threads": threads,
+            },
+        )
     return 0
 
 
@@ -61,7 +76,9 @@ def check_reference(binary: str | None) -> None:
     if not binary:
         return
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
-        raise SpecmonError(f"--reference {binary}: no such program (build scripts/llamacpp_reference.cpp; see that file)")
+        raise SpecmonError(
+            f"--reference {binary}: no such program (build scripts/llamacpp_reference.cpp; see that file)"
+        )
     from specmon.backends.llamacpp_loader import import_llama_cpp
 
     import_llama_cpp()  # its one-line SpecmonError says how to install it
@@ -77,8 +94,10 @@ def _reference(binary: str | None, profile_name: str, threads: int) -> tuple[str
 
 def engines_table(result: dict, k: int, title: str) -> Table:
     table = Table(title=escape(title), title_justify="left")
-    table.caption = (f"plain tok/s = Σ tokens / Σ decode ms; speedup = n-gram k={k} goodput / the engine's own plain "
-                     "goodput [95% interval over prompts]; identical: speculative output = its own plain")
+    table.caption = (
+        f"plain tok/s = Σ tokens / Σ decode ms; speedup = n-gram k={k} goodput / the engine's own plain "
+        "goodput [95% interval over prompts]; identical: speculative output = its own plain"
+    )
     base = next(iter(result["engines"]))
     for col in ("engine", "plain tok/s", f"vs {base}", f"n-gram k={k} speedup", "95% interval", "identical"):
         table.add_column(col, justify="left" if col == "engine" else "right")

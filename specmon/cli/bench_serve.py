@@ -43,8 +43,12 @@ class Clients:
     """The child process that streams requests; one batch at a time."""
 
     def __init__(self, url: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "specmon.cli.serve_clients", url], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "specmon.cli.serve_clients", url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
     def ask(self, texts: list[str], clients: int, max_tokens: int) -> tuple[float, list[Streamed]]:
         self.proc.stdin.write(json.dumps({"texts": texts, "clients": clients, "max_tokens": max_tokens}) + "\n")
@@ -64,8 +68,9 @@ class Clients:
 
 def cmd_bench_serve(args) -> int:
     if importlib.util.find_spec("openai") is None:
-        raise SpecmonError("bench serve streams through the official openai client, which is not installed: "
-                           "pip install openai")
+        raise SpecmonError(
+            "bench serve streams through the official openai client, which is not installed: pip install openai"
+        )
     if args.json:
         check_writable(args.json, "--json")
     check_new_log(args.log)  # before a minute of model loading, not after
@@ -79,8 +84,11 @@ def cmd_bench_serve(args) -> int:
         events = list(read_log(log))
     result = figures(runs, events)
     out.print(serve_table(result, f"serving vs direct: {profile.name}, k={k}, greedy, {args.max_tokens} tokens max"))
-    out.print(f"medians: prefill {result['prefill_ms']:.1f} ms, first round {result['first_round_ms']:.1f} ms "
-              f"(TTFT aim at 1 client: <= {result['prefill_ms'] + result['first_round_ms'] + 5:.1f} ms)", highlight=False)
+    out.print(
+        f"medians: prefill {result['prefill_ms']:.1f} ms, first round {result['first_round_ms']:.1f} ms "
+        f"(TTFT aim at 1 client: <= {result['prefill_ms'] + result['first_round_ms'] + 5:.1f} ms)",
+        highlight=False,
+    )
     if args.json:
         write_json(args.json, {**result, "profile": profile.name, "draft_len": k, "max_tokens": args.max_tokens})
     return 0
@@ -104,9 +112,12 @@ def _measure(profile, k: int, prompts, args, log: Path) -> dict:
             with progress("served and direct, in turn", len(prompts) * args.repeat) as done:
                 for rep in range(args.repeat):
                     for i, prompt in enumerate(prompts):
-                        steps = [lambda: one.extend(clients.ask([prompt.text], 1, args.max_tokens)[1]),
-                                 lambda: direct_runs.append(direct(session.driver, pair.drafter, k, prompt,
-                                                                   args.max_tokens))]
+                        steps = [
+                            lambda: one.extend(clients.ask([prompt.text], 1, args.max_tokens)[1]),
+                            lambda: direct_runs.append(
+                                direct(session.driver, pair.drafter, k, prompt, args.max_tokens)
+                            ),
+                        ]
                         for step in steps if (i + rep) % 2 == 0 else reversed(steps):
                             step()
                         done(rep * len(prompts) + i + 1)
@@ -144,9 +155,17 @@ def _ms(values: list[float], q: float) -> float | None:
 
 def _row(path: str, clients: int, results: list[Streamed], tok_s: float, direct_tok_s: float, emitted) -> dict:
     ttft, per_token = latencies(results, emitted) if results else ([], [])
-    return {"path": path, "clients": clients, "requests": len(results), "tok_s": tok_s,
-            "vs_direct": rates.ratio(tok_s, direct_tok_s), "ttft_p50_ms": _ms(ttft, 50), "ttft_p99_ms": _ms(ttft, 99),
-            "per_token_p50_ms": _ms(per_token, 50), "per_token_p99_ms": _ms(per_token, 99)}
+    return {
+        "path": path,
+        "clients": clients,
+        "requests": len(results),
+        "tok_s": tok_s,
+        "vs_direct": rates.ratio(tok_s, direct_tok_s),
+        "ttft_p50_ms": _ms(ttft, 50),
+        "ttft_p99_ms": _ms(ttft, 99),
+        "per_token_p50_ms": _ms(per_token, 50),
+        "per_token_p99_ms": _ms(per_token, 99),
+    }
 
 
 def figures(runs: dict, events: list) -> dict:
@@ -155,9 +174,11 @@ def figures(runs: dict, events: list) -> dict:
     direct_tok_s = sum(t for _, t in runs["direct"]) / sum(s for s, _ in runs["direct"])
     one_tok_s = sum(r.tokens for r in runs["one"]) / sum(r.done - r.sent for r in runs["one"])
     many_tok_s = sum(r.tokens for r in runs["many"]) / runs["many_wall"]
-    rows = [{**_row("direct (driver)", 1, [], direct_tok_s, direct_tok_s, emitted), "requests": len(runs["direct"])},
-            _row("served, streamed", 1, runs["one"], one_tok_s, direct_tok_s, emitted),
-            _row("served, streamed", runs["clients"], runs["many"], many_tok_s, direct_tok_s, emitted)]
+    rows = [
+        {**_row("direct (driver)", 1, [], direct_tok_s, direct_tok_s, emitted), "requests": len(runs["direct"])},
+        _row("served, streamed", 1, runs["one"], one_tok_s, direct_tok_s, emitted),
+        _row("served, streamed", runs["clients"], runs["many"], many_tok_s, direct_tok_s, emitted),
+    ]
     prefill = statistics.median(e.prefill_ms for e in events if isinstance(e, PromptFinished))
     first = statistics.median(rates.round_ms(e) for e in events if isinstance(e, RoundVerified) and e.round_index == 0)
     return {"rows": rows, "prefill_ms": prefill, "first_round_ms": first}
@@ -166,12 +187,27 @@ def figures(runs: dict, events: list) -> dict:
 def serve_table(result: dict, title: str) -> Table:
     table = Table(title=escape(title), title_justify="left")
     table.caption = "tok/s at the client; TTFT and per-token latency at the client (queue wait included)"
-    cols = ["path", "clients", "requests", "tok/s", "vs direct", "TTFT p50 ms", "TTFT p99 ms", "per-token p50 ms",
-            "per-token p99 ms"]
+    cols = [
+        "path",
+        "clients",
+        "requests",
+        "tok/s",
+        "vs direct",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "per-token p50 ms",
+        "per-token p99 ms",
+    ]
     for col in cols:
         table.add_column(col, justify="left" if col == "path" else "right")
     for r in result["rows"]:
         cells = [r["ttft_p50_ms"], r["ttft_p99_ms"], r["per_token_p50_ms"], r["per_token_p99_ms"]]
-        table.add_row(r["path"], str(r["clients"]), str(r["requests"]), f"{r['tok_s']:.1f}", f"{r['vs_direct']:.3f}x",
-                      *("-" if v is None else f"{v:.1f}" for v in cells))
+        table.add_row(
+            r["path"],
+            str(r["clients"]),
+            str(r["requests"]),
+            f"{r['tok_s']:.1f}",
+            f"{r['vs_direct']:.3f}x",
+            *("-" if v is None else f"{v:.1f}" for v in cells),
+        )
     return table

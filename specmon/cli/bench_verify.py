@@ -28,13 +28,31 @@ def cmd_bench_verify(args) -> int:
     with progress("timing verify passes", args.reps) as done:
         ms = time_passes(targets, args.context, args.reps, args.max_positions, done)
     costs = {name: {t: ratio(ms[name][t], ms[name][1]) for t in ms[name]} for name in ms}
-    out.print(verify_table(ms, costs, f"verify pass cost: {profile.target.describe()} ({profile.backend}), "
-                                      f"{args.context} tokens of context, least of {args.reps}"))
+    out.print(
+        verify_table(
+            ms,
+            costs,
+            f"verify pass cost: {profile.target.describe()} ({profile.backend}), "
+            f"{args.context} tokens of context, least of {args.reps}",
+        )
+    )
     if args.json:
-        write_json(args.json, {"profile": profile.name, "context": args.context, "reps": args.reps,
-                               "layouts": {name: {"ms": {str(t): v for t, v in ms[name].items()},
-                                                  "cost": {str(t): v for t, v in costs[name].items()}}
-                                           for name in ms}, "pad_from": _pad_from(targets)})
+        write_json(
+            args.json,
+            {
+                "profile": profile.name,
+                "context": args.context,
+                "reps": args.reps,
+                "layouts": {
+                    name: {
+                        "ms": {str(t): v for t, v in ms[name].items()},
+                        "cost": {str(t): v for t, v in costs[name].items()},
+                    }
+                    for name in ms
+                },
+                "pad_from": _pad_from(targets),
+            },
+        )
     return 0
 
 
@@ -44,14 +62,18 @@ def _load_targets(profile, packed_rows: int) -> dict:
 
     layouts = (("plain", 0), ("packed", packed_rows)) if profile.backend == "torch" else ((profile.backend, 0),)
     with err.status(escape(f"loading {profile.target.describe()}")):
-        targets = {name: load_pair(msgspec.structs.replace(profile, packed_rows=rows), DrafterSpec(kind="none")).target
-                   for name, rows in layouts}
+        targets = {
+            name: load_pair(msgspec.structs.replace(profile, packed_rows=rows), DrafterSpec(kind="none")).target
+            for name, rows in layouts
+        }
     packed = targets["packed"].model if "packed" in targets else None
     if packed is not None and not packed.packed_rows:
         err.print("this torch or profile cannot pack weights (MKL, fp32 on the CPU): packed = plain")
     elif packed is not None:
-        err.print(f"packed: passes of {packed.pad_from}..{packed_rows} positions run as {packed_rows} rows "
-                  "(pad_from measured at load)")
+        err.print(
+            f"packed: passes of {packed.pad_from}..{packed_rows} positions run as {packed_rows} rows "
+            "(pad_from measured at load)"
+        )
     return targets
 
 
@@ -67,8 +89,10 @@ def time_passes(targets: dict, context_len: int, reps: int, max_positions: int, 
     drift in the machine's speed falls on every layout alike."""
     for target in targets.values():
         if context_len + max_positions >= target.max_len:
-            raise SpecmonError(f"--context {context_len} + --max-positions {max_positions} exceed the cache's "
-                               f"{target.max_len} positions (max_seq_len in the profile)")
+            raise SpecmonError(
+                f"--context {context_len} + --max-positions {max_positions} exceed the cache's "
+                f"{target.max_len} positions (max_seq_len in the profile)"
+            )
     best = {name: [float("inf")] * max_positions for name in targets}
     for rep in range(reps):
         for name, target in targets.items():
@@ -81,13 +105,16 @@ def time_passes(targets: dict, context_len: int, reps: int, max_positions: int, 
 
 def verify_table(ms: dict, costs: dict, title: str) -> Table:
     table = Table(title=escape(title), title_justify="left")
-    table.caption = ("v(k) = ms of a pass over T positions (with what it costs the plain step after it) / ms of "
-                     "a one-position plain step")
+    table.caption = (
+        "v(k) = ms of a pass over T positions (with what it costs the plain step after it) / ms of "
+        "a one-position plain step"
+    )
     table.add_column("T (k = T-1)")
     for name in ms:
         table.add_column(f"{name} ms", justify="right")
         table.add_column(f"{name} v(k)", justify="right")
     for t in next(iter(ms.values())):
-        table.add_row(f"{t} (k={t - 1})", *(cell for name in ms
-                                          for cell in (f"{ms[name][t]:.1f}", fmt(costs[name][t]))))
+        table.add_row(
+            f"{t} (k={t - 1})", *(cell for name in ms for cell in (f"{ms[name][t]:.1f}", fmt(costs[name][t])))
+        )
     return table

@@ -15,8 +15,16 @@ from specmon.cli.tables import class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, default_log_path, read_log
-from specmon.events.schema import (bench_fixed_k, Decision, PolicyLoaded, PromptFinished, PromptStarted, RoundVerified,
-                                   SessionFinished, SessionStarted)
+from specmon.events.schema import (
+    bench_fixed_k,
+    Decision,
+    PolicyLoaded,
+    PromptFinished,
+    PromptStarted,
+    RoundVerified,
+    SessionFinished,
+    SessionStarted,
+)
 from specmon.metrics.format import count
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
@@ -39,13 +47,18 @@ def cmd_policy(args) -> int:
         policy = load_policy(args.file)
         for warning in policy.warnings:
             out.print(f"warning: {warning}", highlight=False, markup=False)  # regexes hold brackets
-        out.print(f"{args.file}: ok, {len(policy.classes)} classes, mode {policy.settings.mode}", highlight=False,
-                  markup=False)
+        out.print(
+            f"{args.file}: ok, {len(policy.classes)} classes, mode {policy.settings.mode}",
+            highlight=False,
+            markup=False,
+        )
         return 0
     if args.policy_command == "set":
         if not args.file.exists() and args.file.parent == Path(".") and args.file.stem in shipped("policies"):
-            raise SpecmonError(f"{args.file}: the shipped policies are not edited in place; copy one first: "
-                               f"specmon policy show {args.file.stem} > my.toml")
+            raise SpecmonError(
+                f"{args.file}: the shipped policies are not edited in place; copy one first: "
+                f"specmon policy show {args.file.stem} > my.toml"
+            )
         set_value(args.file, args.key, args.value)
         out.print(f"{args.file}: {args.key} = {args.value}", highlight=False, markup=False)
         return 0
@@ -54,8 +67,11 @@ def cmd_policy(args) -> int:
     if damage:  # a cut copy or a full disk: the decisions before it still explain
         out.print(f"[yellow]{escape(str(damage[0]))}; explaining what precedes it[/]", highlight=False)
     if not explanations:
-        out.print(f"{args.log} holds no policy decisions" + (" before the damage" if damage else ""),
-                  highlight=False, markup=False)
+        out.print(
+            f"{args.log} holds no policy decisions" + (" before the damage" if damage else ""),
+            highlight=False,
+            markup=False,
+        )
         return 1 if damage else 0
     for e in explanations:
         d = e.decision
@@ -65,8 +81,11 @@ def cmd_policy(args) -> int:
         elif d.match_to:
             change += f", min_match {d.match_from}->{d.match_to}"
         verdict = "[green]reproduces[/]" if e.reproduces else "[red]DOES NOT REPRODUCE[/]"
-        out.print(f"decision {d.decision_id} \\[{escape(d.prompt_class)}] {change} by {escape(d.rule_key)} "
-                  f"(line {d.rule_line}): {verdict}: {escape(e.detail)}", highlight=False)
+        out.print(
+            f"decision {d.decision_id} \\[{escape(d.prompt_class)}] {change} by {escape(d.rule_key)} "
+            f"(line {d.rule_line}): {verdict}: {escape(e.detail)}",
+            highlight=False,
+        )
     good = sum(e.reproduces for e in explanations)
     out.print(f"{good} of {len(explanations)} decisions reproduce from their cited rounds", highlight=False)
     return 0 if good == len(explanations) and not damage else 1
@@ -78,8 +97,10 @@ def _on_off(speculate: bool) -> str:
 
 def cmd_attach(args) -> int:
     if args.token is not None:  # kept only to say why it went: a command line is readable by every local user
-        raise SpecmonError("--token was removed: any local user can read a command line (ps); use --token-file FILE "
-                           "(the path `specmon run --listen` printed) or the SPECMON_TOKEN environment variable")
+        raise SpecmonError(
+            "--token was removed: any local user can read a command line (ps); use --token-file FILE "
+            "(the path `specmon run --listen` printed) or the SPECMON_TOKEN environment variable"
+        )
     token = read_token(args.token_file)
     target = args.target or pick_session(ask=sys.stdin.isatty() and sys.stderr.isatty())
     if not args.headless and sys.stdout.isatty() and sys.stdin.isatty():
@@ -115,8 +136,10 @@ def pick_session(ask: bool) -> str:
     for i, info in enumerate(sessions, 1):
         err.print(f"  {i}. {info.line()}", highlight=False, markup=False)  # wraps at words past the width
     if not ask:
-        raise SpecmonError("several sessions are running; name one: specmon attach SOCKET, with SOCKET one of "
-                           + ", ".join(str(s.socket) for s in sessions))
+        raise SpecmonError(
+            "several sessions are running; name one: specmon attach SOCKET, with SOCKET one of "
+            + ", ".join(str(s.socket) for s in sessions)
+        )
     answer = input(f"attach to which? [1-{len(sessions)}, Enter for 1] ").strip() or "1"
     if not answer.isdigit() or not 1 <= int(answer) <= len(sessions):
         raise SpecmonError(f"{answer!r} is not one of 1..{len(sessions)}")
@@ -132,8 +155,10 @@ def _none_alive() -> str:
     if info.ended is not None:
         ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended))
         return f"{where}; the newest log, {log}, ended at {ended} ({count(info.rounds, 'round')}): specmon replay {log}"
-    return (f"{where}; the newest log, {log}, has no end written (still being written, or its run was killed): "
-            f"specmon replay --follow {log}")
+    return (
+        f"{where}; the newest log, {log}, has no end written (still being written, or its run was killed): "
+        f"specmon replay --follow {log}"
+    )
 
 
 def event_line(ev) -> str | None:
@@ -143,19 +168,29 @@ def event_line(ev) -> str | None:
     if isinstance(ev, PromptStarted):
         return f"prompt {ev.prompt_id} [{ev.prompt_class}] k={ev.draft_len} {ev.drafter}"
     if isinstance(ev, RoundVerified):  # the first rejection is at `accepted`: no column of its own
-        return (f"  round {ev.round_id:>6} k={ev.draft_len} accepted {ev.accepted}/{len(ev.proposed)} "
-                f"emitted {len(ev.emitted)}  draft {ev.draft_ms:.2f} verify {ev.verify_ms:.1f} ms")
+        return (
+            f"  round {ev.round_id:>6} k={ev.draft_len} accepted {ev.accepted}/{len(ev.proposed)} "
+            f"emitted {len(ev.emitted)}  draft {ev.draft_ms:.2f} verify {ev.verify_ms:.1f} ms"
+        )
     if isinstance(ev, Decision):
-        change = (f"speculation {'on' if ev.speculate_to else 'off'}" if ev.speculate_from != ev.speculate_to
-                  else f"k {ev.k_from}->{ev.k_to}" if ev.k_from != ev.k_to
-                  else ev.reason if ev.thresholds.get("gate")
-                  else f"n-gram min_match {ev.match_from}->{ev.match_to}" if ev.match_to
-                  else f"k {ev.k_from}->{ev.k_to}")
+        change = (
+            f"speculation {'on' if ev.speculate_to else 'off'}"
+            if ev.speculate_from != ev.speculate_to
+            else f"k {ev.k_from}->{ev.k_to}"
+            if ev.k_from != ev.k_to
+            else ev.reason
+            if ev.thresholds.get("gate")
+            else f"n-gram min_match {ev.match_from}->{ev.match_to}"
+            if ev.match_to
+            else f"k {ev.k_from}->{ev.k_to}"
+        )
         ratio = ev.inputs.get("ratio")
         why = f", goodput ratio {ratio:.3f}" if ratio is not None else ""
         applied = "" if ev.applied else " (advised, not applied)"
-        return (f"decision {ev.decision_id} [{ev.prompt_class}] {change}{applied} by {ev.rule_key}{why}, "
-                f"from {count(len(ev.round_ids), 'round')}")
+        return (
+            f"decision {ev.decision_id} [{ev.prompt_class}] {change}{applied} by {ev.rule_key}{why}, "
+            f"from {count(len(ev.round_ids), 'round')}"
+        )
     if isinstance(ev, SessionFinished):
         return f"session finished ({ev.reason}) after {count(ev.rounds, 'round')}"
     return None
@@ -191,16 +226,18 @@ def cmd_log(args) -> int:
     if len(policies) > 1 or refused:  # the first PolicyLoaded is the policy the run started with
         reloads = f"  policy reloads   {sum(ev.accepted for ev in policies[1:])} taken, {len(refused)} refused"
         why = (refused[0].error.splitlines() or ["no reason logged"])[0] if refused else ""
-        out.print(reloads + (f"; first refused: {why}" if why else ""), highlight=False, markup=False,
-                  soft_wrap=True)  # one line, however long the path
+        out.print(
+            reloads + (f"; first refused: {why}" if why else ""), highlight=False, markup=False, soft_wrap=True
+        )  # one line, however long the path
     out.print("  integrity        " + (f"[red]{escape(str(damage))}[/]" if damage else "[green]ok[/]"), highlight=False)
     host = tally(kept)
     if host.measured:
         text = escape(host.said())
         out.print("  host             " + (f"[yellow]{text}[/]" if host.busy else text), highlight=False)
     if not damage and first is not None and not counts["SessionFinished"]:
-        out.print("  ended            [yellow]no end written: the run is still going, or was killed[/]",
-                  highlight=False)
+        out.print(
+            "  ended            [yellow]no end written: the run is still going, or was killed[/]", highlight=False
+        )
     if any(isinstance(e, PromptStarted) and bench_fixed_k(e) is not None for e in kept):
         from specmon.cli.bench import bench_table  # a bench log: the policy and each fixed k apart
 
@@ -222,10 +259,16 @@ def drafters_of(started: SessionStarted, events) -> str:
 
 def _print_header(ev: SessionStarted, drafters: str) -> None:
     # Names come from user files (profiles, hosts): printed as they are, never parsed as markup.
-    out.print(f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}",
-              highlight=False, markup=False)
-    out.print(f"  target {ev.target}  drafter {drafters}  {ev.dtype} on {ev.device}  backend {ev.backend}",
-              highlight=False, markup=False)
+    out.print(
+        f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}",
+        highlight=False,
+        markup=False,
+    )
+    out.print(
+        f"  target {ev.target}  drafter {drafters}  {ev.dtype} on {ev.device}  backend {ev.backend}",
+        highlight=False,
+        markup=False,
+    )
     host = ", ".join(f"{k} {v}" for k, v in ev.host.items())
     out.print(f"  host: {host}", highlight=False, markup=False)
     if ev.policy_hash:
@@ -233,11 +276,15 @@ def _print_header(ev: SessionStarted, drafters: str) -> None:
     if ev.verify_ms:
         curve = " ".join(f"{ms / ev.verify_ms[0]:.2f}" for ms in ev.verify_ms)
         timed = "pinned by the profile" if ev.verify_ms[0] == 1.0 else f"timed at load, a step {ev.verify_ms[0]:.1f} ms"
-        out.print(f"  verify cost, plain steps, T = 1..{len(ev.verify_ms)} positions: {curve} ({timed}"
-                  + (f", draft {ev.draft_ms:.2f} ms/token)" if ev.draft_ms else ")"), highlight=False)
+        out.print(
+            f"  verify cost, plain steps, T = 1..{len(ev.verify_ms)} positions: {curve} ({timed}"
+            + (f", draft {ev.draft_ms:.2f} ms/token)" if ev.draft_ms else ")"),
+            highlight=False,
+        )
         if ev.verify_disturbed:
-            out.print(f"  [yellow]{ev.verify_disturbed} of its points timed while other work held the CPU[/]",
-                      highlight=False)
+            out.print(
+                f"  [yellow]{ev.verify_disturbed} of its points timed while other work held the CPU[/]", highlight=False
+            )
 
 
 def cmd_replay(args) -> int:
@@ -263,8 +310,13 @@ def _print_what_if(log: Path, policy) -> int:
         table.add_column(col)
     for name, diff in what_if(log, policy).items():
         missing = ", ".join(f"drafts of {k} never verified" for k in sorted(diff.missing)) or "-"
-        table.add_row(escape(name), escape("; ".join(diff.logged) or "-"), escape("; ".join(diff.other) or "-"),
-                      "[yellow]yes[/]" if diff.differs else "no", missing)
+        table.add_row(
+            escape(name),
+            escape("; ".join(diff.logged) or "-"),
+            escape("; ".join(diff.other) or "-"),
+            "[yellow]yes[/]" if diff.differs else "no",
+            missing,
+        )
     out.print(table)
     return 0
 

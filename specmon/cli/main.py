@@ -47,20 +47,24 @@ class Parser(argparse.ArgumentParser):
 
 def whole(low: int, high: int = MAX_INT):
     """An argparse type: an integer in low..high, refused in one line naming the flag."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, not {value}" if high == MAX_INT
-                                             else f"must be {low}..{high}, not {value}")
+            raise argparse.ArgumentTypeError(
+                f"must be >= {low}, not {value}" if high == MAX_INT else f"must be {low}..{high}, not {value}"
+            )
         return value
+
     return parse
 
 
 def finite(low: float, high: float = math.inf, *, above_low: bool = False):
     """An argparse type: a finite number (no nan, no inf) in [low, high] (or (low, high])."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -68,16 +72,23 @@ def finite(low: float, high: float = math.inf, *, above_low: bool = False):
             raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
         if not math.isfinite(value) or value < low or (above_low and value == low) or value > high:
             low_text = f"> {low:g}" if above_low else f">= {low:g}"
-            raise argparse.ArgumentTypeError(f"must be a finite number {low_text}" +
-                                             (f" and <= {high:g}" if high < math.inf else "") + f", not {text}")
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number {low_text}"
+                + (f" and <= {high:g}" if high < math.inf else "")
+                + f", not {text}"
+            )
         return value
+
     return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="specmon", description="Watch speculative decoding and find where it pays.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="specmon",
+        description="Watch speculative decoding and find where it pays.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_run, _add_serve, add_models, _add_attach, _add_policy, _add_bench, _add_sweep, _add_logs):
@@ -87,36 +98,57 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_inputs(command) -> None:
     """The model pair and the prompt set: the same three flags for run, sweep and bench."""
-    command.add_argument("--profile", default=DEFAULT_PROFILE, help="a profile .toml path, or a name (working "
-                         f"directory first, then the shipped profiles; default: {DEFAULT_PROFILE})")
-    command.add_argument("--prompts", type=Path, help="JSON lines: id, prompt, optional class, max_new_tokens "
-                         "(default: the built-in suite)")
-    command.add_argument("--classes", help="comma-separated classes to run: built-in ones, or with --prompts "
-                         "the file's own (default: all)")
+    command.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help="a profile .toml path, or a name (working "
+        f"directory first, then the shipped profiles; default: {DEFAULT_PROFILE})",
+    )
+    command.add_argument(
+        "--prompts",
+        type=Path,
+        help="JSON lines: id, prompt, optional class, max_new_tokens (default: the built-in suite)",
+    )
+    command.add_argument(
+        "--classes",
+        help="comma-separated classes to run: built-in ones, or with --prompts the file's own (default: all)",
+    )
 
 
 def _add_attach(sub) -> None:
     attach = sub.add_parser(
-        "attach", help="watch a running session from another terminal or SSH login",
+        "attach",
+        help="watch a running session from another terminal or SSH login",
         description="Receive a session's history, then its live events. TARGET is a Unix socket "
-                    "(default: the one running session, or a choice among several), HOST:PORT (its token from --token-file or $SPECMON_TOKEN), "
-                    "or a .specmon log to follow.")
+        "(default: the one running session, or a choice among several), HOST:PORT (its token from --token-file or $SPECMON_TOKEN), "
+        "or a .specmon log to follow.",
+    )
     attach.add_argument("target", nargs="?", metavar="TARGET")
-    attach.add_argument("--token-file", type=Path, metavar="FILE",
-                        help="TCP only: the token file whose path `specmon run --listen` printed "
-                             "(else the SPECMON_TOKEN environment variable)")
+    attach.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="TCP only: the token file whose path `specmon run --listen` printed "
+        "(else the SPECMON_TOKEN environment variable)",
+    )
     attach.add_argument("--token", help=argparse.SUPPRESS)  # removed (visible in `ps`); refused with a hint
     attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
 
 
 def _add_sweep(sub) -> None:
     sweep = sub.add_parser(
-        "sweep", help="grid of draft lengths x sampling settings x drafters against plain decoding",
+        "sweep",
+        help="grid of draft lengths x sampling settings x drafters against plain decoding",
         description="Per class, decode every prompt under every cell of the grid (plain decoding included, "
-                    "interleaved). Prints measured and predicted speedup per cell and the break-even "
-                    "acceptance; Ctrl-C keeps what finished.")
+        "interleaved). Prints measured and predicted speedup per cell and the break-even "
+        "acceptance; Ctrl-C keeps what finished.",
+    )
     _add_inputs(sweep)
-    sweep.add_argument("--drafters", default="ngram", help="comma-separated: ngram,layerskip,model (default ngram; model is the profile's draft model)")
+    sweep.add_argument(
+        "--drafters",
+        default="ngram",
+        help="comma-separated: ngram,layerskip,model (default ngram; model is the profile's draft model)",
+    )
     sweep.add_argument("--layers", type=whole(1), help="layer-skip draft depth (default: the profile's)")
     sweep.add_argument("--ks", default="0-8", help="draft lengths, e.g. 0-8 or 2,4,6 (default 0-8)")
     sweep.add_argument("--temperatures", default="0", help="comma-separated (default 0, greedy)")
@@ -125,8 +157,12 @@ def _add_sweep(sub) -> None:
     sweep.add_argument("--max-new-tokens", type=whole(1), default=48)
     sweep.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
     sweep.add_argument("--out", type=Path, help="folder for the plots (default reports/SESSION-sweep)")
-    sweep.add_argument("--suggest-policy", type=Path, metavar="FILE",
-                       help="write the best k per class (or off) into FILE, commented with the figures")
+    sweep.add_argument(
+        "--suggest-policy",
+        type=Path,
+        metavar="FILE",
+        help="write the best k per class (or off) into FILE, commented with the figures",
+    )
 
 
 def _add_logs(sub) -> None:
@@ -135,36 +171,47 @@ def _add_logs(sub) -> None:
     report.add_argument("log", type=Path)
     report.add_argument("--out", type=Path, help="output folder (default: reports/LOGNAME/)")
     replay = sub.add_parser(
-        "replay", help="replay a session log in the TUI, or under another policy",
+        "replay",
+        help="replay a session log in the TUI, or under another policy",
         description="Open the monitor on a log: space play/pause, n step a round, s speed (1x, 10x, max), "
-                    "g jump to r<round>, p:<prompt> or d<decision>. Every pane shows what it showed live.")
+        "g jump to r<round>, p:<prompt> or d<decision>. Every pane shows what it showed live.",
+    )
     replay.add_argument("log", type=Path)
     replay.add_argument("--speed", type=finite(0), default=0.0, help="1, 10, or 0 for as fast as possible (default)")
     replay.add_argument("--follow", action="store_true", help="keep reading a log that is still being written")
     replay.add_argument("--policy", type=Path, help="what-if: the decisions OTHER.toml would have made")
     replay.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
     log = sub.add_parser("log", help="inspect session logs").add_subparsers(
-        dest="log_command", required=True, metavar="ACTION")
+        dest="log_command", required=True, metavar="ACTION"
+    )
     info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
     info.add_argument("log", type=Path)
-    dump = log.add_parser("dump", help="every event as one JSON object a line (type, then its fields by name)",
-                          description="Write every event of LOG to stdout as one JSON object a line: its type "
-                          "and its fields by name, e.g. `specmon log dump LOG | jq 'select(.type == \"RoundVerified\") "
-                          "| .accepted'` or pandas.read_json(path, lines=True). A damaged log is written up to "
-                          "the damage, which is named on stderr (exit 1).")
+    dump = log.add_parser(
+        "dump",
+        help="every event as one JSON object a line (type, then its fields by name)",
+        description="Write every event of LOG to stdout as one JSON object a line: its type "
+        'and its fields by name, e.g. `specmon log dump LOG | jq \'select(.type == "RoundVerified") '
+        "| .accepted'` or pandas.read_json(path, lines=True). A damaged log is written up to "
+        "the damage, which is named on stderr (exit 1).",
+    )
     dump.add_argument("log", type=Path)
 
 
 def _add_run(sub) -> None:
     run = sub.add_parser(
-        "run", help="decode a prompt set with and without speculation",
+        "run",
+        help="decode a prompt set with and without speculation",
         description="Decode each prompt plainly (k=0) and with the drafter, interleaved, and print a "
-                    "per-class table. Every round is logged as an event under logs/.")
+        "per-class table. Every round is logged as an event under logs/.",
+    )
     run.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
     _add_inputs(run)
-    run.add_argument("--drafter", choices=["ngram", "layerskip", "model", "none"], help="override the profile's drafter")
-    run.add_argument("-k", "--draft-len", type=whole(0, MAX_DRAFT_LEN),
-                     help="draft tokens per round (0 = plain decoding only)")
+    run.add_argument(
+        "--drafter", choices=["ngram", "layerskip", "model", "none"], help="override the profile's drafter"
+    )
+    run.add_argument(
+        "-k", "--draft-len", type=whole(0, MAX_DRAFT_LEN), help="draft tokens per round (0 = plain decoding only)"
+    )
     run.add_argument("--layers", type=whole(1), help="layer-skip draft depth")
     run.add_argument("--max-new-tokens", type=whole(1), help="per prompt, unless the prompt sets its own")
     run.add_argument("--temperature", type=finite(0), help="0 is greedy")
@@ -173,50 +220,78 @@ def _add_run(sub) -> None:
     run.add_argument("--seed", type=whole(0, MAX_SEED))
     run.add_argument("--json", type=Path, help="also write the per-class summary as JSON here")
     run.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
-    run.add_argument("--policy", type=Path, help="let a TOML policy classify prompts and choose k per class "
-                     "(a file, or `default` for the shipped one; hot-reloaded while running)")
-    run.add_argument("--listen", metavar="127.0.0.1:PORT",
-                     help="also serve events over TCP on loopback (HOST may be a name, e.g. localhost); the token "
-                          "goes to a 0600 file whose path is printed at start")
+    run.add_argument(
+        "--policy",
+        type=Path,
+        help="let a TOML policy classify prompts and choose k per class "
+        "(a file, or `default` for the shipped one; hot-reloaded while running)",
+    )
+    run.add_argument(
+        "--listen",
+        metavar="127.0.0.1:PORT",
+        help="also serve events over TCP on loopback (HOST may be a name, e.g. localhost); the token "
+        "goes to a 0600 file whose path is printed at start",
+    )
 
 
 def _add_serve(sub) -> None:
     serve = sub.add_parser(
-        "serve", help="an OpenAI-compatible server whose requests the policy governs",
+        "serve",
+        help="an OpenAI-compatible server whose requests the policy governs",
         description="Serve /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics. Each request "
-                    "is a prompt of one live session: classified by the policy (or named by the request's "
-                    "specmon_class / X-Specmon-Class), decoded one at a time, logged round by round.")
-    serve.add_argument("--profile", default=DEFAULT_PROFILE, help=f"a profile .toml path or name (default: {DEFAULT_PROFILE})")
+        "is a prompt of one live session: classified by the policy (or named by the request's "
+        "specmon_class / X-Specmon-Class), decoded one at a time, logged round by round.",
+    )
+    serve.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help=f"a profile .toml path or name (default: {DEFAULT_PROFILE})"
+    )
     serve.add_argument("--policy", type=Path, help="TOML policy file or shipped name (default: default)")
-    serve.add_argument("-k", "--draft-len", type=whole(0, MAX_DRAFT_LEN), help="serve at this fixed k instead of a policy")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs "
-                       "--api-key-file)")
+    serve.add_argument(
+        "-k", "--draft-len", type=whole(0, MAX_DRAFT_LEN), help="serve at this fixed k instead of a policy"
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs --api-key-file)"
+    )
     serve.add_argument("--port", type=whole(0, 65535), default=8000, help="default 8000 (0: any free port)")
-    serve.add_argument("--api-key-file", type=Path, metavar="FILE", help="a 0600 file holding the key clients send "
-                       "as `Authorization: Bearer KEY`")
-    serve.add_argument("--max-queue", type=whole(1), default=16, help="requests held at once, the one decoding "
-                       "included; one more gets 429 (default 16)")
+    serve.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="a 0600 file holding the key clients send as `Authorization: Bearer KEY`",
+    )
+    serve.add_argument(
+        "--max-queue",
+        type=whole(1),
+        default=16,
+        help="requests held at once, the one decoding included; one more gets 429 (default 16)",
+    )
     serve.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
     serve.add_argument("--headless", action="store_true", help="print one line per request")
 
 
 def _add_policy(sub) -> None:
     policy = sub.add_parser("policy", help="check, edit and explain TOML policies").add_subparsers(
-        dest="policy_command", required=True, metavar="ACTION")
+        dest="policy_command", required=True, metavar="ACTION"
+    )
     show = policy.add_parser("show", help="print a shipped policy (to copy and edit): specmon policy show default")
     show.add_argument("name", nargs="?", default="default")
     check = policy.add_parser("check", help="validate: file:line:column: reason for each problem")
     check.add_argument("file", type=Path)
     explain = policy.add_parser(
-        "explain", help="recompute each logged decision from the rounds it cites",
+        "explain",
+        help="recompute each logged decision from the rounds it cites",
         description="Every policy decision in a log names the rounds it judged and the rule (file key and line) "
-                    "that decided. explain reruns that rule on exactly those rounds and says, per decision, whether "
-                    "it reproduces (same switch or k, same ratio and interval). Exit 0 when all do; 1 when one does "
-                    "not, or the log is damaged (the decisions before the damage are still explained).")
+        "that decided. explain reruns that rule on exactly those rounds and says, per decision, whether "
+        "it reproduces (same switch or k, same ratio and interval). Exit 0 when all do; 1 when one does "
+        "not, or the log is damaged (the decisions before the damage are still explained).",
+    )
     explain.add_argument("log", type=Path, help="a session log (.specmon) from run, bench policy or serve")
     explain.add_argument("decision", nargs="?", type=int, help="one decision id, counted from 0 (default: all)")
-    edit = policy.add_parser("set", help="set KEY to VALUE, keeping comments; refused if the result is invalid",
-                             description="KEY: policy.min_gain, classes.NAME.speculate, classes[2].draft_len, ...")
+    edit = policy.add_parser(
+        "set",
+        help="set KEY to VALUE, keeping comments; refused if the result is invalid",
+        description="KEY: policy.min_gain, classes.NAME.speculate, classes[2].draft_len, ...",
+    )
     edit.add_argument("file", type=Path)
     edit.add_argument("key")
     edit.add_argument("value")
@@ -225,26 +300,40 @@ def _add_policy(sub) -> None:
 
 def _add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="measure: policy vs fixed k, verify cost, engines, serving").add_subparsers(
-        dest="bench_command", required=True, metavar="WHAT")
+        dest="bench_command", required=True, metavar="WHAT"
+    )
     policy = bench.add_parser(
-        "policy", help="auto policy vs every fixed k per class, interleaved prompt by prompt",
+        "policy",
+        help="auto policy vs every fixed k per class, interleaved prompt by prompt",
         description="The policy decodes the prompt set --repeat times, learning as it goes; right after each "
-                    "of its prompts the same prompt runs at every fixed k (0 = plain) in a rotating order. "
-                    "Prints goodput per class for each k, the best fixed k and the policy (what it spends "
-                    "learning counted), and logs every run (`specmon policy explain LOG` works on it).")
+        "of its prompts the same prompt runs at every fixed k (0 = plain) in a rotating order. "
+        "Prints goodput per class for each k, the best fixed k and the policy (what it spends "
+        "learning counted), and logs every run (`specmon policy explain LOG` works on it).",
+    )
     _add_inputs(policy)
     policy.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
     policy.add_argument("--drafter", choices=["ngram", "layerskip", "model"], help="override the profile's drafter")
     policy.add_argument("--layers", type=whole(1), help="layer-skip draft depth")
-    policy.add_argument("--ks", default="0,1,2,3,4,5,6,7,8", help="fixed draft lengths, e.g. 0-8 or 2,4,7 "
-                        "(plain, k=0, is always included; default 0-8)")
+    policy.add_argument(
+        "--ks",
+        default="0,1,2,3,4,5,6,7,8",
+        help="fixed draft lengths, e.g. 0-8 or 2,4,7 (plain, k=0, is always included; default 0-8)",
+    )
     policy.add_argument("--repeat", type=whole(1), default=3, help="passes over the prompt set (default 3)")
-    policy.add_argument("--fixed-passes", type=whole(0), default=0,
-                        help="run the fixed k > 0 only in the first N passes (0: every pass); plain runs in all")
+    policy.add_argument(
+        "--fixed-passes",
+        type=whole(0),
+        default=0,
+        help="run the fixed k > 0 only in the first N passes (0: every pass); plain runs in all",
+    )
     policy.add_argument("--max-new-tokens", type=whole(1), default=48)
-    policy.add_argument("--half", choices=["tune", "test"], help="only the prompts of one half of the set (ids "
-                        "ending in an odd number: tune; even: test); `--prompts bench` is the shipped set "
-                        "(`--prompts holdout`: a second one, all of it held out)")
+    policy.add_argument(
+        "--half",
+        choices=["tune", "test"],
+        help="only the prompts of one half of the set (ids "
+        "ending in an odd number: tune; even: test); `--prompts bench` is the shipped set "
+        "(`--prompts holdout`: a second one, all of it held out)",
+    )
     policy.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
     policy.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
     add_bench_tools(bench)
@@ -291,8 +380,18 @@ def cmd_serve(args) -> int:
     return serve(args)
 
 
-COMMANDS = {"run": cmd_run, "serve": cmd_serve, "sweep": cmd_sweep, "bench": cmd_bench, "replay": cmd_replay, "report": cmd_report,
-            "models": cmd_models, "log": cmd_log, "attach": cmd_attach, "policy": cmd_policy}
+COMMANDS = {
+    "run": cmd_run,
+    "serve": cmd_serve,
+    "sweep": cmd_sweep,
+    "bench": cmd_bench,
+    "replay": cmd_replay,
+    "report": cmd_report,
+    "models": cmd_models,
+    "log": cmd_log,
+    "attach": cmd_attach,
+    "policy": cmd_policy,
+}
 
 
 if __name__ == "__main__":

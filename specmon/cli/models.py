@@ -14,14 +14,17 @@ from specmon.errors import SpecmonError
 
 def add_models(sub) -> None:
     models = sub.add_parser("models", help="list or pull the embedded models").add_subparsers(
-        dest="models_command", required=True, metavar="ACTION")
+        dest="models_command", required=True, metavar="ACTION"
+    )
     models.add_parser("list", help="embedded models and whether each is here")
     pull = models.add_parser("pull", help="copy an embedded model into the cache, checked by sha256")
     pull.add_argument("name", nargs="?", default=modelstore.SMOLLM2.name)
     export = models.add_parser(
-        "export", help="write a model as a Hugging Face folder (for ExLlamaV2 or the torch backend)",
+        "export",
+        help="write a model as a Hugging Face folder (for ExLlamaV2 or the torch backend)",
         description="Write config.json, model.safetensors, tokenizer.json and tokenizer_config.json. "
-                    "--layers N keeps the first N layers: a small draft model of the same family.")
+        "--layers N keeps the first N layers: a small draft model of the same family.",
+    )
     export.add_argument("source", help="an embedded model name or a .gguf file")
     export.add_argument("out", type=Path, help="folder to write (replaced atomically)")
     export.add_argument("--layers", type=int, default=0, help="keep only the first N layers (default: all)")
@@ -32,10 +35,17 @@ def cmd_models(args) -> int:
     if args.models_command == "list":
         for model in modelstore.EMBEDDED.values():
             path, state = modelstore.locate(model.name)
-            where = {"ok": str(path), "damaged": f"{path}: damaged, sha256 mismatch (specmon models pull {model.name})",
-                     "not pulled": f"not pulled (specmon models pull {model.name})"}[state]
-            out.print(f"{model.name}  {model.package}=={model.version}  {where}", highlight=False, markup=False,
-                      soft_wrap=True)
+            where = {
+                "ok": str(path),
+                "damaged": f"{path}: damaged, sha256 mismatch (specmon models pull {model.name})",
+                "not pulled": f"not pulled (specmon models pull {model.name})",
+            }[state]
+            out.print(
+                f"{model.name}  {model.package}=={model.version}  {where}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
         return 0
     if args.models_command == "export":
         return _export_model(args)
@@ -57,9 +67,14 @@ def _export_model(args) -> int:
         source = modelstore.resolve(args.source)
     elif not source.exists():
         raise SpecmonError(f"{source}: no such file")
-    with err.status(escape(f"writing {args.out} ({args.dtype}{f', first {args.layers} layers' if args.layers else ''})")):
+    with err.status(
+        escape(f"writing {args.out} ({args.dtype}{f', first {args.layers} layers' if args.layers else ''})")
+    ):
         folder = export_hf_folder(source, args.out.expanduser(), args.layers, args.dtype)
     size = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
-    out.print(f"{folder}: {size:.0f} MiB (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)",
-              highlight=False, markup=False)
+    out.print(
+        f"{folder}: {size:.0f} MiB (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)",
+        highlight=False,
+        markup=False,
+    )
     return 0

@@ -3,6 +3,7 @@ pairing, or a policy) feed the driver, under the TUI or a progress bar."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -38,12 +39,16 @@ def cmd_run(args) -> int:
 
     profile = load_profile(args.profile)
     if args.policy and args.draft_len is not None:
-        raise SpecmonError("-k/--draft-len cannot be used with --policy: the policy chooses k per class "
-                           "(set draft_len in the policy file)")
+        raise SpecmonError(
+            "-k/--draft-len cannot be used with --policy: the policy chooses k per class "
+            "(set draft_len in the policy file)"
+        )
     sampling, spec = overrides(args, profile)
     if args.policy and spec.kind == "none":
-        raise SpecmonError("--policy needs a drafter: the policy chooses k per class for it; drop --drafter none "
-                           "(or set speculate = \"off\" in the policy)")
+        raise SpecmonError(
+            "--policy needs a drafter: the policy chooses k per class for it; drop --drafter none "
+            '(or set speculate = "off" in the policy)'
+        )
     prompts = prompt_set(prompts_path(args.prompts), args.classes)
     listen = parse_listen(args.listen) if args.listen else None
     policy = load_policy(args.policy) if args.policy else None
@@ -61,11 +66,14 @@ def cmd_run(args) -> int:
     interrupted: KeyboardInterrupt | None = None
     with live_session(pair, profile, pair.drafter, args.log, listen=listen, policy=policy, viewer=tui) as session:
         if policy is not None:
-            scheduler = PolicyScheduler(session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter)
+            scheduler = PolicyScheduler(
+                session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter
+            )
             work: Work = lambda done: scheduler.run(prompts, sampling, max_new_tokens, done)  # noqa: E731
         else:
-            work = lambda done: run_paired(session.driver, prompts, pair.drafter, spec.draft_len,  # noqa: E731
-                                           sampling, max_new_tokens, done)
+            work = functools.partial(
+                run_paired, session.driver, prompts, pair.drafter, spec.draft_len, sampling, max_new_tokens
+            )
         if tui:
             decode_under_tui(session, work, title)
         else:
@@ -100,8 +108,13 @@ def check_writable(path: Path, what: str) -> None:
     """An output file's folder exists and can be written, checked before a run spends minutes."""
     folder = path.parent
     if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-        reason = "is a folder" if path.is_dir() else f"folder {folder} does not exist" if not folder.is_dir() \
+        reason = (
+            "is a folder"
+            if path.is_dir()
+            else f"folder {folder} does not exist"
+            if not folder.is_dir()
             else f"folder {folder} is not writable"
+        )
         raise SpecmonError(f"{what} {path}: cannot write there ({reason})")
 
 
@@ -166,7 +179,8 @@ def overrides(args, profile) -> tuple[Sampling, DrafterSpec]:
     )
     d = profile.drafter
     spec = msgspec.structs.replace(
-        d, kind=args.drafter or d.kind,
+        d,
+        kind=args.drafter or d.kind,
         draft_len=d.draft_len if args.draft_len is None else check_draft_len(args.draft_len, "--draft-len"),
         layers=d.layers if args.layers is None else args.layers,  # the flag's range is checked when parsed
     )
@@ -176,8 +190,10 @@ def overrides(args, profile) -> tuple[Sampling, DrafterSpec]:
 
 def check_model_drafter(spec: DrafterSpec, profile) -> None:
     if spec.kind == "model" and spec.target is None:
-        raise SpecmonError(f"--drafter model: profile {profile.source} names no draft model; add a [drafter.target] "
-                           "table (model = NAME or path = FILE) or pick another drafter")
+        raise SpecmonError(
+            f"--drafter model: profile {profile.source} names no draft model; add a [drafter.target] "
+            "table (model = NAME or path = FILE) or pick another drafter"
+        )
 
 
 def _wants_tui(args) -> bool:

@@ -34,8 +34,15 @@ def cmd_serve(args) -> int:
     # Listen before loading: a port in use is one line at once, not after the model loads, and opens no log.
     listening = bind(args.host, args.port)
     try:
-        options = ServeOptions(host=args.host, port=args.port, api_key=api_key, max_queue=args.max_queue,
-                               draft_len=args.draft_len, line=None if tui else _print_line, socket=listening)
+        options = ServeOptions(
+            host=args.host,
+            port=args.port,
+            api_key=api_key,
+            max_queue=args.max_queue,
+            draft_len=args.draft_len,
+            line=None if tui else _print_line,
+            socket=listening,
+        )
         try:
             from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
 
@@ -43,13 +50,17 @@ def cmd_serve(args) -> int:
                 pair = load_pair(profile)
         except KeyboardInterrupt as exc:  # Terminated too: no session has begun, so there is no log to speak of
             return _ended_while_loading(exc)
-        with live_session(pair, profile, pair.drafter, args.log, policy=policy, keep_events=False,
-                          viewer=tui) as session:
+        with live_session(
+            pair, profile, pair.drafter, args.log, policy=policy, keep_events=False, viewer=tui
+        ) as session:
             serving = Serving(session, pair, profile, options, policy)
             mode = f"policy {Path(policy.source).name}" if policy else f"fixed k={options.draft_len}"
             what = f"{pair.target.name} ({pair.drafter.name}, {mode}) on {serving.url}/v1"
-            print(f"specmon: serving {what}" + ("" if api_key is None else "; clients must send the API key"),
-                  file=sys.stderr, flush=True)
+            print(
+                f"specmon: serving {what}" + ("" if api_key is None else "; clients must send the API key"),
+                file=sys.stderr,
+                flush=True,
+            )
             if tui:
                 serve_under_tui(session, serving, f"serve: {what}")
             else:
@@ -61,8 +72,10 @@ def cmd_serve(args) -> int:
 
 def _ended_while_loading(exc: KeyboardInterrupt) -> int:
     signum = getattr(exc, "signum", signal.SIGINT)
-    print(f"specmon: ended by {signal.Signals(signum).name} while the model was loading; no log was written",
-          file=sys.stderr)
+    print(
+        f"specmon: ended by {signal.Signals(signum).name} while the model was loading; no log was written",
+        file=sys.stderr,
+    )
     return 128 + signum
 
 
@@ -118,8 +131,10 @@ def check_host(host: str, has_key: bool) -> None:
         raise SpecmonError(f"--host {host}: cannot resolve it ({getattr(exc, 'strerror', None) or exc})") from None
     addresses = {info[4][0].split("%")[0] for info in found}
     if not has_key and not all(ipaddress.ip_address(a).is_loopback for a in addresses):
-        raise SpecmonError(f"--host {host} is reachable from other machines: give --api-key-file FILE (clients send "
-                           "the key as a bearer token), or serve on 127.0.0.1 and use an SSH tunnel")
+        raise SpecmonError(
+            f"--host {host} is reachable from other machines: give --api-key-file FILE (clients send "
+            "the key as a bearer token), or serve on 127.0.0.1 and use an SSH tunnel"
+        )
 
 
 def _tty() -> bool:

@@ -24,9 +24,14 @@ class Streamed:
 
 def stream(api, text: str, max_tokens: int) -> Streamed:
     result = Streamed("", time.perf_counter())
-    for chunk in api.chat.completions.create(model="m", messages=[{"role": "user", "content": text}], stream=True,
-                                             max_tokens=max_tokens, temperature=0,
-                                             stream_options={"include_usage": True}):
+    for chunk in api.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": text}],
+        stream=True,
+        max_tokens=max_tokens,
+        temperature=0,
+        stream_options={"include_usage": True},
+    ):
         now = time.perf_counter()
         result.request_id = chunk.id
         if chunk.usage is not None:

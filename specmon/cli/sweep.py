@@ -58,24 +58,31 @@ def cmd_sweep(args) -> int:
 
     profile = load_profile(args.profile)
     ks = parse_ks(args.ks)
-    samplings = [Sampling(t, p, 0, args.seed) for t in _floats(args.temperatures, "--temperatures")
-                 for p in _floats(args.top_ps, "--top-ps")]
+    samplings = [
+        Sampling(t, p, 0, args.seed)
+        for t in _floats(args.temperatures, "--temperatures")
+        for p in _floats(args.top_ps, "--top-ps")
+    ]
     if any(s.temperature < 0 or not 0 < s.top_p <= 1 for s in samplings):
         raise SpecmonError("sampling needs temperatures >= 0 and 0 < top-p <= 1")
     prompts = prompt_set(prompts_path(args.prompts), args.classes)
     names = [d.strip() for d in args.drafters.split(",") if d.strip()]
     unknown = [n for n in names if n not in ("ngram", "layerskip", "model")]
     if not names or unknown or ("model" in names and profile.drafter.target is None):
-        raise SpecmonError(f"--drafters {args.drafters}: choose from ngram, layerskip, model "
-                           "(model needs a [drafter.target] in the profile)")
+        raise SpecmonError(
+            f"--drafters {args.drafters}: choose from ngram, layerskip, model "
+            "(model needs a [drafter.target] in the profile)"
+        )
     check_new_log(args.log)
     from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
 
     with err.status("loading the model"):
         pair = load_pair(profile, DrafterSpec(kind="none"))
     layers = profile.drafter.layers if args.layers is None else args.layers
-    specs = [DrafterSpec(kind=name, layers=layers,
-                         ngram_sizes=profile.drafter.ngram_sizes, target=profile.drafter.target) for name in names]
+    specs = [
+        DrafterSpec(kind=name, layers=layers, ngram_sizes=profile.drafter.ngram_sizes, target=profile.drafter.target)
+        for name in names
+    ]
     drafters = {d.name: d for d in map(pair.make_drafter, specs)}  # keyed by the drafter's own name, e.g. "layerskip-4"
     cells = grid(list(drafters), ks, samplings)
     with live_session(pair, profile, pair.drafter, args.log, serve=False, announce=False) as session:
@@ -94,7 +101,9 @@ def cmd_sweep(args) -> int:
     if host:
         err.print(f"[yellow]{escape(host)}[/]")
     if args.suggest_policy:
-        base = _read_policy(args.suggest_policy) if args.suggest_policy.exists() else read_shipped("policies", "default")
+        base = (
+            _read_policy(args.suggest_policy) if args.suggest_policy.exists() else read_shipped("policies", "default")
+        )
         for name, what in suggest_policy(rows, base, args.suggest_policy, session.log_path.name).items():
             out.print(f"suggested for {name}: {what}", highlight=False, markup=False)
     return 0
@@ -112,33 +121,65 @@ def _read_policy(path: Path) -> str:
 def results_table(rows: list[CellRow], log_name: str) -> Group:
     """Per cell, in 80 columns: acceptance, then speed against the prediction, then the cells
     whose prediction is not to be taken at its word."""
-    acceptance = _table(escape(f"sweep {log_name}: acceptance per cell"),
-                        ("class", "drafter", "sampling", "k", "rounds", "empty", "rate", "mean", "α̂", "output"))
-    speed = _table("measured speedup against predicted (gap = measured/predicted - 1)",
-                   ("class", "drafter", "sampling", "k", "draft", "verify", "tok/s", "speedup", "pred", "gap"))
+    acceptance = _table(
+        escape(f"sweep {log_name}: acceptance per cell"),
+        ("class", "drafter", "sampling", "k", "rounds", "empty", "rate", "mean", "α̂", "output"),
+    )
+    speed = _table(
+        "measured speedup against predicted (gap = measured/predicted - 1)",
+        ("class", "drafter", "sampling", "k", "draft", "verify", "tok/s", "speedup", "pred", "gap"),
+    )
     flagged = []
     for r in rows:
         run, key = r.run, r.key
         cell = (escape(key.prompt_class), escape(key.drafter), sampling_label(key.sampling), str(key.draft_len))
         verdicts = ", ".join(f"{n} {v}" for v, n in sorted(run.verdicts.items())) or "-"
-        acceptance.add_row(*cell, str(run.rounds), str(run.empty_rounds), fmt(run.acceptance_rate),
-                           fmt(run.mean_accepted_len), fmt(run.alpha_hat), verdicts)
+        acceptance.add_row(
+            *cell,
+            str(run.rounds),
+            str(run.empty_rounds),
+            fmt(run.acceptance_rate),
+            fmt(run.mean_accepted_len),
+            fmt(run.alpha_hat),
+            verdicts,
+        )
         gap = fmt(r.gap * 100 if r.gap is not None else None, "{:+.0f}%")
-        speed.add_row(*cell, fmt(run.mean_ms(run.draft_ms)), fmt(run.mean_ms(run.verify_ms), "{:.1f}"),
-                      fmt(run.tok_per_s, "{:.1f}"), fmt(r.speedup, "{:.2f}×"), fmt(r.predicted, "{:.2f}×"),
-                      f"[yellow]{gap}[/]" if r.flag.startswith("off") else gap)
+        speed.add_row(
+            *cell,
+            fmt(run.mean_ms(run.draft_ms)),
+            fmt(run.mean_ms(run.verify_ms), "{:.1f}"),
+            fmt(run.tok_per_s, "{:.1f}"),
+            fmt(r.speedup, "{:.2f}×"),
+            fmt(r.predicted, "{:.2f}×"),
+            f"[yellow]{gap}[/]" if r.flag.startswith("off") else gap,
+        )
         if r.flag:
-            flagged.append(Text(f"{key.prompt_class} {key.drafter} {sampling_label(key.sampling)} k={key.draft_len}: "
-                                f"{r.flag} ({run.rounds} rounds)", style="yellow" if r.flag.startswith("off") else "dim"))
-    legend = Text(f"empty: rounds that proposed nothing; draft, verify: ms per round; pred: the speedup the cell's "
-                  f"proposal mix, per-position acceptance and the sweep's verify cost per proposal length predict; "
-                  f"flagged below: cells under {MIN_ROUNDS} rounds, or more than {TOLERANCE:.0%} off", style="dim")
+            flagged.append(
+                Text(
+                    f"{key.prompt_class} {key.drafter} {sampling_label(key.sampling)} k={key.draft_len}: "
+                    f"{r.flag} ({run.rounds} rounds)",
+                    style="yellow" if r.flag.startswith("off") else "dim",
+                )
+            )
+    legend = Text(
+        f"empty: rounds that proposed nothing; draft, verify: ms per round; pred: the speedup the cell's "
+        f"proposal mix, per-position acceptance and the sweep's verify cost per proposal length predict; "
+        f"flagged below: cells under {MIN_ROUNDS} rounds, or more than {TOLERANCE:.0%} off",
+        style="dim",
+    )
     return Group(acceptance, speed, legend, *flagged)
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
-                  show_edge=False, padding=(0, 1, 0, 0))
+    table = Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1, 0, 0),
+    )
     for col in columns:
         table.add_column(col, justify="left" if col in ("class", "drafter", "sampling", "output") else "right")
     return table
@@ -147,18 +188,30 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
 def break_even_table(rows: list[CellRow]) -> Group:
     """Per class, drafter and k (greedy cells): the smallest acceptance at which a drafting round
     pays, from the costs of the rounds that drafted, beside the acceptance they measured."""
-    table = _table("break-even acceptance per k, on the rounds that drafted",
-                   ("class", "drafter", "k", "drafted", "break-even α", "measured", "pays"))
+    table = _table(
+        "break-even acceptance per k, on the rounds that drafted",
+        ("class", "drafter", "k", "drafted", "break-even α", "measured", "pays"),
+    )
     for r in rows:
         if not r.key.draft_len or not r.key.sampling.greedy:
             continue
         run = r.run
         rate, need = run.acceptance_rate, r.break_even
         pays = "-" if rate is None or r.c is None else "never" if need is None else "yes" if rate >= need else "no"
-        table.add_row(escape(r.key.prompt_class), escape(r.key.drafter), str(r.key.draft_len),
-                      f"{run.drafted_rounds}/{run.rounds}", fmt(need), fmt(rate), pays)
-    legend = Text("break-even: eq. 1 with every round proposing k, at the draft and verify cost the drafting rounds "
-                  "measured; measured: their acceptance (accepted/proposed); rounds that drafted nothing cost about "
-                  "a plain step and gain nothing, so a cell with few drafting rounds stays near plain whatever its "
-                  "rate; never: even full acceptance does not pay", style="dim")
+        table.add_row(
+            escape(r.key.prompt_class),
+            escape(r.key.drafter),
+            str(r.key.draft_len),
+            f"{run.drafted_rounds}/{run.rounds}",
+            fmt(need),
+            fmt(rate),
+            pays,
+        )
+    legend = Text(
+        "break-even: eq. 1 with every round proposing k, at the draft and verify cost the drafting rounds "
+        "measured; measured: their acceptance (accepted/proposed); rounds that drafted nothing cost about "
+        "a plain step and gain nothing, so a cell with few drafting rounds stays near plain whatever its "
+        "rate; never: even full acceptance does not pay",
+        style="dim",
+    )
     return Group(table, legend)

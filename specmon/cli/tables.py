@@ -19,7 +19,13 @@ from rich.text import Text
 from specmon.metrics.format import fmt as _num
 
 CLASS_WIDTH = 16
-VERDICT_COLOURS = {"faster": "green", "slower": "red", "not yet known": "yellow", "noise": "magenta", "busy host": "cyan"}
+VERDICT_COLOURS = {
+    "faster": "green",
+    "slower": "red",
+    "not yet known": "yellow",
+    "noise": "magenta",
+    "busy host": "cyan",
+}
 
 
 def _verdict(row: dict) -> str:
@@ -36,11 +42,21 @@ def _verdict(row: dict) -> str:
 
 
 def _table(title: str, columns: tuple[str, ...], class_width: int) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
-                  show_edge=False, padding=(0, 1, 0, 0))
+    table = Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1, 0, 0),
+    )
     for name in columns:
-        table.add_column(name, justify="left" if name in ("class", "output") else "right",
-                         min_width=class_width if name == "class" else None)
+        table.add_column(
+            name,
+            justify="left" if name in ("class", "output") else "right",
+            min_width=class_width if name == "class" else None,
+        )
     return table
 
 
@@ -48,25 +64,42 @@ def class_table(summary: dict, title: str) -> Group:
     """The per-class summary, a row per (class, k) that ran rounds: acceptance, then speed, then a_i
     per (class, k > 0); each line <= 80 columns."""
     width = min(CLASS_WIDTH, max(map(len, summary["classes"]), default=5))  # whole names, up to a point
-    acceptance = _table("", ("class", "k", "prompts", "rounds", "empty", "proposed", "accepted", "rate", "mean"),
-                        width)
+    acceptance = _table("", ("class", "k", "prompts", "rounds", "empty", "proposed", "accepted", "rate", "mean"), width)
     speed = _table("", ("class", "k", "draft", "verify", "tok/s", "plain", "speedup", "95% CI", "output"), width)
     positions = []
     for name, row in ((name, row) for name, c in summary["classes"].items() for row in c["by_draft_len"].values()):
-        acceptance.add_row(escape(name), str(row["draft_len"]), str(row["prompts"]), str(row["rounds"]),
-                           str(row["empty_rounds"]), str(row["proposed"]), str(row["accepted"]),
-                           _num(row["acceptance_rate"]), _num(row["mean_accepted_len"]))
-        speed.add_row(escape(name), str(row["draft_len"]), _num(row["draft_ms"]), _num(row["verify_ms"], "{:.1f}"),
-                      _num(row["tok_per_s"], "{:.1f}"), _num(row["baseline_tok_per_s"], "{:.1f}"), _speedup(row),
-                      _interval(row), _verdict(row))
+        acceptance.add_row(
+            escape(name),
+            str(row["draft_len"]),
+            str(row["prompts"]),
+            str(row["rounds"]),
+            str(row["empty_rounds"]),
+            str(row["proposed"]),
+            str(row["accepted"]),
+            _num(row["acceptance_rate"]),
+            _num(row["mean_accepted_len"]),
+        )
+        speed.add_row(
+            escape(name),
+            str(row["draft_len"]),
+            _num(row["draft_ms"]),
+            _num(row["verify_ms"], "{:.1f}"),
+            _num(row["tok_per_s"], "{:.1f}"),
+            _num(row["baseline_tok_per_s"], "{:.1f}"),
+            _speedup(row),
+            _interval(row),
+            _verdict(row),
+        )
         if row["per_position_acceptance"]:
             a_i = " ".join(f"{a:.2f}" for a in row["per_position_acceptance"])
             positions.append(Text(f"a_i {name} k={row['draft_len']}: {a_i}"))
-    legend = Text("prompts: decoded at that k; a row per k a class ran rounds at, k = 0 (plain decoding) its own "
-                  "row, whose tok/s is the plain column; empty: rounds that proposed nothing; rate = accepted/proposed; "
-                  "mean = accepted/round; draft, verify: ms per round; tok/s: goodput; speedup = goodput over plain decoding's, same class, same "
-                  "run, with its 95% interval over prompts (? not yet known, ! noise, ~ busy host: 10%+ of its rounds disturbed); a_i = per-position acceptance",
-                  style="dim")
+    legend = Text(
+        "prompts: decoded at that k; a row per k a class ran rounds at, k = 0 (plain decoding) its own "
+        "row, whose tok/s is the plain column; empty: rounds that proposed nothing; rate = accepted/proposed; "
+        "mean = accepted/round; draft, verify: ms per round; tok/s: goodput; speedup = goodput over plain decoding's, same class, same "
+        "run, with its 95% interval over prompts (? not yet known, ! noise, ~ busy host: 10%+ of its rounds disturbed); a_i = per-position acceptance",
+        style="dim",
+    )
     heading = Text(title, style="bold")  # its own line: a table title would wrap a log path at the table's width
     return Group(heading, acceptance, speed, *positions, legend)
 
@@ -92,8 +125,13 @@ def divergence_lines(events) -> list[str]:
         eq = getattr(ev, "equivalence", None)
         if eq is None or eq.verdict not in ("near-tie", "diverged"):
             continue
-        why = f"below the near-tie margin {eq.near_tie_margin:g}" if eq.verdict == "near-tie" \
+        why = (
+            f"below the near-tie margin {eq.near_tie_margin:g}"
+            if eq.verdict == "near-tie"
             else f"not a near-tie (margin >= {eq.near_tie_margin:g}): a real mismatch"
-        lines.append(f"{ev.prompt_id} (k={ev.draft_len}): {eq.verdict} at generated token {eq.first_divergence}, "
-                     f"plain top-1 minus top-2 logit {_num(eq.margin, '{:.4g}')}, {why}")
+        )
+        lines.append(
+            f"{ev.prompt_id} (k={ev.draft_len}): {eq.verdict} at generated token {eq.first_divergence}, "
+            f"plain top-1 minus top-2 logit {_num(eq.margin, '{:.4g}')}, {why}"
+        )
     return lines

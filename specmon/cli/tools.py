@@ -13,8 +13,10 @@ class Teaching(argparse.HelpFormatter):
     """Descriptions wrap to the terminal; the epilog's indented example lines stay as written."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return "\n".join(line if not line.strip() or line.startswith(" ") else super(Teaching, self)._fill_text(
-            line, width, indent) for line in text.splitlines())
+        return "\n".join(
+            line if not line.strip() or line.startswith(" ") else super(Teaching, self)._fill_text(line, width, indent)
+            for line in text.splitlines()
+        )
 
 
 def add_bench_tools(bench) -> None:
@@ -22,102 +24,149 @@ def add_bench_tools(bench) -> None:
     for add in (_add_verify, _add_engines, _add_serve):
         add(bench)
     bench.choices["policy"].add_argument(
-        "--confident", metavar="SETTINGS", help="policy off: instead, compare n-gram confidence settings "
+        "--confident",
+        metavar="SETTINGS",
+        help="policy off: instead, compare n-gram confidence settings "
         "(min_match/min_seen, e.g. 2/1,3/1,2/1c; a trailing c caps each draft at its match's length) at the largest "
-        "k of --ks, against plain and the plain lookup, per class (no log)")
+        "k of --ks, against plain and the plain lookup, per class (no log)",
+    )
 
 
 def add_policy_tune(policy) -> None:
     tune = policy.add_parser(
-        "tune", help="replay a bench log's greedy texts under the policy and every fixed k, with modelled costs",
+        "tune",
+        help="replay a bench log's greedy texts under the policy and every fixed k, with modelled costs",
         formatter_class=Teaching,
         description="Tune a policy without timing noise. Greedy decoding emits the same tokens at every k, so what each "
-                    "round of the policy and of every fixed k proposes and accepts is replayed exactly from the plain "
-                    "texts of a `specmon bench policy` log; only its time is modelled: a round proposing L tokens "
-                    "costs cost(L) plain steps, from --costs (measure them with `specmon bench verify`), else as the log "
-                    "measured them at load (an older log: fitted on its own rounds). Prints goodput over plain per "
-                    "class for each k and for the policy, which "
-                    "cuts drafts and decides on these rounds as it would live. Choose defaults on the tuning half; "
-                    "quote measured figures (`specmon bench policy`) on the test half.",
+        "round of the policy and of every fixed k proposes and accepts is replayed exactly from the plain "
+        "texts of a `specmon bench policy` log; only its time is modelled: a round proposing L tokens "
+        "costs cost(L) plain steps, from --costs (measure them with `specmon bench verify`), else as the log "
+        "measured them at load (an older log: fitted on its own rounds). Prints goodput over plain per "
+        "class for each k and for the policy, which "
+        "cuts drafts and decides on these rounds as it would live. Choose defaults on the tuning half; "
+        "quote measured figures (`specmon bench policy`) on the test half.",
         epilog="example:\n  specmon bench policy --prompts bench --half tune --log bench.specmon\n"
-               "  specmon policy tune bench.specmon --prompts bench --half tune --policy my.toml \\\n"
-               "      --costs 1.17,1.23,1.55,1.55,1.58,1.60,1.50,1.58 --json tune.json")
+        "  specmon policy tune bench.specmon --prompts bench --half tune --policy my.toml \\\n"
+        "      --costs 1.17,1.23,1.55,1.55,1.58,1.60,1.50,1.58 --json tune.json",
+    )
     tune.add_argument("log", type=Path, help="a `specmon bench policy` log (its plain runs give the texts)")
     tune.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
-    tune.add_argument("--profile", default=DEFAULT_PROFILE, help="the profile whose tokenizer the log used "
-                      f"(default: {DEFAULT_PROFILE})")
-    tune.add_argument("--prompts", type=Path, help="the prompt set the log ran, as given to bench policy (a file or "
-                      "a shipped set's name; default: the built-in suite)")
+    tune.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"the profile whose tokenizer the log used (default: {DEFAULT_PROFILE})",
+    )
+    tune.add_argument(
+        "--prompts",
+        type=Path,
+        help="the prompt set the log ran, as given to bench policy (a file or "
+        "a shipped set's name; default: the built-in suite)",
+    )
     tune.add_argument("--classes", help="comma-separated classes to replay (default: all)")
     tune.add_argument("--half", choices=["tune", "test"], help="only the prompts of one half of the set")
     tune.add_argument("--ks", default="0,2,4,7,8", help="fixed draft lengths (plain, k=0, always; default 0,2,4,7,8)")
     tune.add_argument("--repeat", type=_positive, default=1, help="passes over the prompts (default 1)")
-    tune.add_argument("--costs", help="cost of a round proposing L = 1, 2, ... tokens, in plain steps "
-                      "(default: as the log measured them at load; an older log: fitted on its rounds)")
-    tune.add_argument("--pad-from", type=int, choices=(0, 2, 3, 4), help="verify passes of this many positions or "
-                      "more run as 9 padded rows (0: none; default: as the log's session header says)")
+    tune.add_argument(
+        "--costs",
+        help="cost of a round proposing L = 1, 2, ... tokens, in plain steps "
+        "(default: as the log measured them at load; an older log: fitted on its rounds)",
+    )
+    tune.add_argument(
+        "--pad-from",
+        type=int,
+        choices=(0, 2, 3, 4),
+        help="verify passes of this many positions or "
+        "more run as 9 padded rows (0: none; default: as the log's session header says)",
+    )
     tune.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
     tune.set_defaults(handler=_run("specmon.cli.tune", "cmd_tune"))
 
 
 def _add_verify(bench) -> None:
     verify = bench.add_parser(
-        "verify", help="cost of one target pass over T = 1..9 positions, in plain steps", formatter_class=Teaching,
+        "verify",
+        help="cost of one target pass over T = 1..9 positions, in plain steps",
+        formatter_class=Teaching,
         description="Measure what a verify pass costs: one target pass over T positions (a round at k = T-1 verifies "
-                    "T) relative to a one-position plain step, the v(k) of the predicted speedup, timed as a session "
-                    "times it at load (a T pass and the plain step after it, less a plain step). With a torch "
-                    "profile, the plain fp32 kernels and weights packed for --packed-rows rows are timed interleaved, "
-                    "rep by rep, on one machine state; other backends time their own kernels.",
+        "T) relative to a one-position plain step, the v(k) of the predicted speedup, timed as a session "
+        "times it at load (a T pass and the plain step after it, less a plain step). With a torch "
+        "profile, the plain fp32 kernels and weights packed for --packed-rows rows are timed interleaved, "
+        "rep by rep, on one machine state; other backends time their own kernels.",
         epilog="example:\n  specmon bench verify --context 300 --reps 5 --json verify.json\n"
-               "  specmon bench verify --profile smollm2-llamacpp      llama.cpp's kernels alone")
-    verify.add_argument("--profile", default=DEFAULT_PROFILE, help=f"a profile name or file (default: {DEFAULT_PROFILE})")
+        "  specmon bench verify --profile smollm2-llamacpp      llama.cpp's kernels alone",
+    )
+    verify.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help=f"a profile name or file (default: {DEFAULT_PROFILE})"
+    )
     verify.add_argument("--context", type=_positive, default=300, help="tokens already in the cache (default 300)")
-    verify.add_argument("--reps", type=_positive, default=5, help="timed rounds of every T; the least is kept (default 5)")
+    verify.add_argument(
+        "--reps", type=_positive, default=5, help="timed rounds of every T; the least is kept (default 5)"
+    )
     verify.add_argument("--max-positions", type=_positive, default=9, help="largest T (default 9)")
-    verify.add_argument("--packed-rows", type=_positive, default=9, help="rows the packed weights are laid out for "
-                        "(the profile key packed_rows; default 9)")
+    verify.add_argument(
+        "--packed-rows",
+        type=_positive,
+        default=9,
+        help="rows the packed weights are laid out for (the profile key packed_rows; default 9)",
+    )
     verify.add_argument("--json", type=Path, help="also write the costs as JSON here")
     verify.set_defaults(handler=_run("specmon.cli.bench_verify", "cmd_bench_verify"))
 
 
 def _add_engines(bench) -> None:
     engines = bench.add_parser(
-        "engines", help="engines side by side: plain tok/s and n-gram speedup over each engine's own plain",
+        "engines",
+        help="engines side by side: plain tok/s and n-gram speedup over each engine's own plain",
         formatter_class=Teaching,
         description="Decode the built-in suite greedily on every engine (torch fp32, with and without packed verify "
-                    "weights, packed without padding 2-3 position passes; llama.cpp where llama-cpp-python is "
-                    "installed), plainly and with the n-gram drafter at --draft-len, interleaved per prompt so machine "
-                    "load drifts cancel. Per engine: plain tok/s, the n-gram speedup over its own plain (goodput ratio "
-                    "with a 95% interval over prompts), and the prompts whose speculative output equals its own plain.",
+        "weights, packed without padding 2-3 position passes; llama.cpp where llama-cpp-python is "
+        "installed), plainly and with the n-gram drafter at --draft-len, interleaved per prompt so machine "
+        "load drifts cancel. Per engine: plain tok/s, the n-gram speedup over its own plain (goodput ratio "
+        "with a 95% interval over prompts), and the prompts whose speculative output equals its own plain.",
         epilog="example:\n  specmon bench engines --tokens 64 --draft-len 4 --threads 2 --json engines.json\n"
-               "--reference BIN adds llama.cpp's own plain greedy loop, no Python in it: BIN is "
-               "scripts/llamacpp_reference.cpp built against the library llama-cpp-python installed (see that file).")
-    engines.add_argument("--engines", default="torch-fp32,torch-nopack,torch-nopad,llamacpp",
-                         help="comma-separated, of torch-fp32, torch-nopack, torch-nopad, llamacpp (default: all)")
-    engines.add_argument("--profile", default=DEFAULT_PROFILE, help=f"the torch engines' profile (default: {DEFAULT_PROFILE})")
-    engines.add_argument("--llamacpp-profile", default="smollm2-llamacpp", help="the llamacpp engine's profile "
-                         "(default: smollm2-llamacpp)")
+        "--reference BIN adds llama.cpp's own plain greedy loop, no Python in it: BIN is "
+        "scripts/llamacpp_reference.cpp built against the library llama-cpp-python installed (see that file).",
+    )
+    engines.add_argument(
+        "--engines",
+        default="torch-fp32,torch-nopack,torch-nopad,llamacpp",
+        help="comma-separated, of torch-fp32, torch-nopack, torch-nopad, llamacpp (default: all)",
+    )
+    engines.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help=f"the torch engines' profile (default: {DEFAULT_PROFILE})"
+    )
+    engines.add_argument(
+        "--llamacpp-profile",
+        default="smollm2-llamacpp",
+        help="the llamacpp engine's profile (default: smollm2-llamacpp)",
+    )
     engines.add_argument("--classes", help="comma-separated built-in classes (default: all)")
     engines.add_argument("--tokens", type=_positive, default=64, help="new tokens per prompt (default 64)")
     engines.add_argument("--draft-len", type=_positive, default=4, help="the n-gram drafter's k (default 4)")
     engines.add_argument("--threads", type=int, default=0, help="CPU threads for every engine (0: torch's default)")
     engines.add_argument("--reps", type=_positive, default=1, help="passes over the prompts (default 1)")
-    engines.add_argument("--reference", metavar="BIN", help="llama.cpp's own loop, built from scripts/llamacpp_reference.cpp")
+    engines.add_argument(
+        "--reference", metavar="BIN", help="llama.cpp's own loop, built from scripts/llamacpp_reference.cpp"
+    )
     engines.add_argument("--json", type=Path, help="also write the per-engine figures as JSON here")
     engines.set_defaults(handler=_run("specmon.cli.bench_engines", "cmd_bench_engines"))
 
 
 def _add_serve(bench) -> None:
     serve = bench.add_parser(
-        "serve", help="tokens/s streamed through `specmon serve` against direct decoding of the same prompts",
+        "serve",
+        help="tokens/s streamed through `specmon serve` against direct decoding of the same prompts",
         formatter_class=Teaching,
         description="Measure what serving costs: tokens/s of prompts streamed through the OpenAI-compatible server "
-                    "(the official openai client, in a child process, on loopback) against direct decoding of the "
-                    "same prompts by the session driver, interleaved prompt by prompt; then --clients concurrent "
-                    "clients. Both decode at one fixed k in one session and log. Time to first token and per-token "
-                    "latency are measured at the client. Needs the openai package.",
-        epilog="example:\n  specmon bench serve --count 10 --max-tokens 64 --repeat 2 --json serve.json")
-    serve.add_argument("--profile", default=DEFAULT_PROFILE, help=f"a profile name or file (default: {DEFAULT_PROFILE})")
+        "(the official openai client, in a child process, on loopback) against direct decoding of the "
+        "same prompts by the session driver, interleaved prompt by prompt; then --clients concurrent "
+        "clients. Both decode at one fixed k in one session and log. Time to first token and per-token "
+        "latency are measured at the client. Needs the openai package.",
+        epilog="example:\n  specmon bench serve --count 10 --max-tokens 64 --repeat 2 --json serve.json",
+    )
+    serve.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help=f"a profile name or file (default: {DEFAULT_PROFILE})"
+    )
     serve.add_argument("-k", "--draft-len", type=int, help="fixed k for both paths (default: the profile's)")
     serve.add_argument("--prompts", type=Path, help="JSON lines prompt file (default: the built-in suite)")
     serve.add_argument("--count", type=_positive, default=10, help="prompts taken, spread over the set (default 10)")
@@ -141,8 +190,10 @@ def _positive(text: str) -> int:
 
 def _run(module: str, name: str):
     """A handler that imports its command's module only when it runs."""
+
     def handler(args) -> int:
         import importlib
 
         return getattr(importlib.import_module(module), name)(args)
+
     return handler

@@ -28,28 +28,55 @@ def cmd_tune(args) -> int:
     bench = read_bench_log(args.log)
     costs = parse_costs(args.costs) if args.costs else bench.costs
     if not costs:
-        raise SpecmonError(f"{args.log}: too few speculative rounds to fit round costs on (5 of one proposal "
-                           "length); give --costs")
+        raise SpecmonError(
+            f"{args.log}: too few speculative rounds to fit round costs on (5 of one proposal length); give --costs"
+        )
     pad_from = bench.pad_from if args.pad_from is None else args.pad_from
     tokenizer = _tokenizer(args.profile)
-    prompts = [p for p in prompt_set(prompts_path(args.prompts), args.classes)
-               if p.id in bench.texts and (not args.half or prompt_half(p.id) == args.half)]
+    prompts = [
+        p
+        for p in prompt_set(prompts_path(args.prompts), args.classes)
+        if p.id in bench.texts and (not args.half or prompt_half(p.id) == args.half)
+    ]
     check_prompts(prompts, bench, tokenizer, args.log)
-    out.print(f"pad_from {pad_from}: a confident draft fills a padded verify pass" if pad_from
-              else "no padded verify passes: a confident draft stops at its match", highlight=False)
-    out.print("cost of L proposed tokens, plain steps: " + " ".join(f"{n}:{c:.2f}" for n, c in sorted(costs.items())),
-              highlight=False)
+    out.print(
+        f"pad_from {pad_from}: a confident draft fills a padded verify pass"
+        if pad_from
+        else "no padded verify passes: a confident draft stops at its match",
+        highlight=False,
+    )
+    out.print(
+        "cost of L proposed tokens, plain steps: " + " ".join(f"{n}:{c:.2f}" for n, c in sorted(costs.items())),
+        highlight=False,
+    )
     with progress("replaying", len(prompts) * args.repeat) as done:
         tuned = replay(policy, prompts, bench, tokenizer, cost_of(costs), pad_from, ks, args.repeat, done)
     result = figures(tuned, ks)
-    out.print(tune_table(result, ks, f"goodput over plain, modelled costs: {Path(policy.source).name}, "
-                                     f"{len(prompts)} prompts x {args.repeat}"))
+    out.print(
+        tune_table(
+            result,
+            ks,
+            f"goodput over plain, modelled costs: {Path(policy.source).name}, {len(prompts)} prompts x {args.repeat}",
+        )
+    )
     overall = result["overall"]
-    out.print(f"auto against the best single k (k={overall['best_k']}) over all classes: "
-              f"{fmt(overall['auto_over_best'], '{:.3f}')}; {result['decisions']} decisions", highlight=False)
+    out.print(
+        f"auto against the best single k (k={overall['best_k']}) over all classes: "
+        f"{fmt(overall['auto_over_best'], '{:.3f}')}; {result['decisions']} decisions",
+        highlight=False,
+    )
     if args.json:
-        write_json(args.json, {**result, "costs": {str(n): c for n, c in sorted(costs.items())}, "pad_from": pad_from,
-                               "ks": ks, "prompts": len(prompts), "repeat": args.repeat})
+        write_json(
+            args.json,
+            {
+                **result,
+                "costs": {str(n): c for n, c in sorted(costs.items())},
+                "pad_from": pad_from,
+                "ks": ks,
+                "prompts": len(prompts),
+                "repeat": args.repeat,
+            },
+        )
     return 0
 
 
@@ -60,8 +87,10 @@ def parse_costs(text: str) -> dict[int, float]:
     except ValueError:
         costs = {}
     if not costs or not all(0 < c < float("inf") for c in costs.values()):
-        raise SpecmonError(f"--costs {text!r}: expected comma-separated positive numbers, the cost in plain steps "
-                           "of a round proposing 1, 2, ... tokens")
+        raise SpecmonError(
+            f"--costs {text!r}: expected comma-separated positive numbers, the cost in plain steps "
+            "of a round proposing 1, 2, ... tokens"
+        )
     return costs
 
 
@@ -80,6 +109,10 @@ def tune_table(result: dict, ks: list[int], title: str) -> Table:
     for col in ["class", *(f"k={k}" for k in ks), "auto", "auto/best"]:
         table.add_column(col, justify="left" if col == "class" else "right")
     for name, c in result["classes"].items():
-        table.add_row(escape(name), *(fmt(c["over_plain"][str(k)], "{:.3f}") for k in ks),
-                      fmt(c["auto_over_plain"], "{:.3f}"), f"{fmt(c['auto_over_best'], '{:.3f}')} (k={c['best_k']})")
+        table.add_row(
+            escape(name),
+            *(fmt(c["over_plain"][str(k)], "{:.3f}") for k in ks),
+            fmt(c["auto_over_plain"], "{:.3f}"),
+            f"{fmt(c['auto_over_best'], '{:.3f}')} (k={c['best_k']})",
+        )
     return table

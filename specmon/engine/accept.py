@@ -31,8 +31,7 @@ def accept_greedy(proposed: list[int], target_argmax: np.ndarray) -> Verdict:
     return Verdict(accepted, int(target_argmax[accepted]))
 
 
-def accept_sampled(proposed: list[int], p: np.ndarray, q: np.ndarray | None,
-                   rng: np.random.Generator) -> Verdict:
+def accept_sampled(proposed: list[int], p: np.ndarray, q: np.ndarray | None, rng: np.random.Generator) -> Verdict:
     """Speculative sampling over target rows p [k+1, V] and draft rows q [k, V].
 
     `q=None` means a drafter with no distribution (n-gram lookup): q is one-hot on its token.

@@ -40,8 +40,14 @@ class Costs:
         return (verify + proposed * self.draft_ms) / ms[0]
 
 
-def measure_costs(target, drafter=None, max_positions: int = 9, reps: int = REPS, context_len: int = CONTEXT,
-                  stall: Callable[[], float | None] | None = None) -> Costs:
+def measure_costs(
+    target,
+    drafter=None,
+    max_positions: int = 9,
+    reps: int = REPS,
+    context_len: int = CONTEXT,
+    stall: Callable[[], float | None] | None = None,
+) -> Costs:
     """Time the target (and a model drafter) on the spot, as decoding runs it: a plain step right
     after another, and a pass over T positions together with the plain step after it, less a plain
     step. An engine that reuses its last pass's graph (llama.cpp) rebuilds it on both sides of a

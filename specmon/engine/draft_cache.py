@@ -40,8 +40,9 @@ class CacheLedger:
         self.fed.extend(tokens)
 
 
-def choose_draft_token(logits: np.ndarray, sampling: Sampling,
-                       rng: np.random.Generator) -> tuple[int, np.ndarray | None]:
+def choose_draft_token(
+    logits: np.ndarray, sampling: Sampling, rng: np.random.Generator
+) -> tuple[int, np.ndarray | None]:
     """Greedy drafts the argmax (q one-hot, so None); sampling draws from the transformed q."""
     if sampling.greedy:
         return int(logits[0].argmax()), None

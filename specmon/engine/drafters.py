@@ -27,8 +27,7 @@ class Drafter(Protocol):
     def begin(self, prompt: Sequence[int]) -> None:
         """Forget any previous prompt's state."""
 
-    def propose(self, context: Sequence[int], k: int, sampling: Sampling,
-                rng: np.random.Generator) -> Proposal:
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
         """Up to k draft tokens that continue `context` (prompt plus tokens emitted so far)."""
 
 
@@ -90,14 +89,20 @@ class NgramDrafter:
             return Proposal([], None)
         positions = self.index.update(context)
         if self.min_match:
-            tokens, matched = confident_draft(context, k, self.min_match, self.min_seen, positions,
-                                              (lambda n, start: k + 1) if self.whole else self.verify_rows)
+            tokens, matched = confident_draft(
+                context,
+                k,
+                self.min_match,
+                self.min_seen,
+                positions,
+                (lambda n, start: k + 1) if self.whole else self.verify_rows,
+            )
             return Proposal(tokens, None, matched)
         matches = _match_lengths(context, positions, longest=self.ngram_sizes[0])
         for n in self.ngram_sizes:  # the latest occurrence of the last n tokens, longest n first
             start = max((i for i, length in matches if length >= n), default=None)
             if start is not None:
-                return Proposal([int(token) for token in context[start: start + k]], None)
+                return Proposal([int(token) for token in context[start : start + k]], None)
         return Proposal([], None)
 
 
@@ -143,9 +148,14 @@ class ContextIndex:
         return [i + 1 for i in where[self.last][:-1]]  # its own position is the last
 
 
-def confident_draft(ctx: Sequence[int], k: int, min_match: int, min_seen: int,
-                    positions: Sequence[int] | None = None,
-                    verify_rows: VerifyRows | None = None) -> tuple[list[int], int]:
+def confident_draft(
+    ctx: Sequence[int],
+    k: int,
+    min_match: int,
+    min_seen: int,
+    positions: Sequence[int] | None = None,
+    verify_rows: VerifyRows | None = None,
+) -> tuple[list[int], int]:
     """Up to k tokens copied after the longest (then latest) earlier match of the context's end,
     if it is at least min_match long and its next token was seen after >= min_seen such matches,
     and the match's length (0: no draft). `positions`: the candidates _match_lengths would find (a
@@ -167,11 +177,12 @@ def confident_draft(ctx: Sequence[int], k: int, min_match: int, min_seen: int,
             if sum(1 for i in agree if i + step < n and ctx[i + step] == ctx[chosen + step]) < min_seen:
                 room = step
                 break
-    return [int(token) for token in ctx[chosen: chosen + room]], length
+    return [int(token) for token in ctx[chosen : chosen + room]], length
 
 
-def _match_lengths(ctx: Sequence[int], positions: Sequence[int] | None = None,
-                   longest: int = MAX_MATCH) -> list[tuple[int, int]]:
+def _match_lengths(
+    ctx: Sequence[int], positions: Sequence[int] | None = None, longest: int = MAX_MATCH
+) -> list[tuple[int, int]]:
     """For each earlier position i whose preceding tokens match the context's last tokens (at
     least one), (i, how many match, up to `longest`): ctx[i] is then a candidate next token."""
     n = len(ctx)

@@ -24,7 +24,14 @@ from specmon.engine.prompts import Prompt
 from specmon.engine.rounds import PromptRun, RoundContext, check_room, drain, prompt_rounds
 from specmon.engine.target import Target
 from specmon.events.schema import (
-    AnyEvent, Equivalence, PromptFinished, PromptStarted, ResourceSample, RoundVerified, Sampling, SessionStarted,
+    AnyEvent,
+    Equivalence,
+    PromptFinished,
+    PromptStarted,
+    ResourceSample,
+    RoundVerified,
+    Sampling,
+    SessionStarted,
 )
 from specmon.telemetry.host import StallClock
 from specmon.telemetry.memory import gpu_other_processes, rss_bytes, vram_bytes
@@ -61,13 +68,16 @@ def new_session_id() -> str:
 
 
 def host_facts() -> dict[str, str]:
-    return {"hostname": platform.node(), "platform": platform.platform(),
-            "python": platform.python_version(), "cpus": str(os.cpu_count())}
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": str(os.cpu_count()),
+    }
 
 
 class SessionDriver:
-    def __init__(self, session_id: str, target: Target, tokenizer: Tokenizer, emit: Emit,
-                 near_tie_margin: float):
+    def __init__(self, session_id: str, target: Target, tokenizer: Tokenizer, emit: Emit, near_tie_margin: float):
         self.session_id = session_id
         self.target = target
         self.tokenizer = tokenizer
@@ -90,10 +100,21 @@ class SessionDriver:
     def started_event(self, profile, drafter: Drafter) -> SessionStarted:
         """The session header: specmon version, profile text, models, host, cache sizes."""
         return SessionStarted(
-            session_id=self.session_id, t=time.time(), specmon_version=__version__, profile_name=profile.name,
-            profile_text=profile.text, backend=profile.backend, target=self.target.name, drafter=drafter.name,
-            dtype=profile.dtype, device=profile.device, host={**host_facts(), "cpu_stall": self.stall.source or "none",
-                                                        **getattr(self.target, "host_facts", dict)()},
+            session_id=self.session_id,
+            t=time.time(),
+            specmon_version=__version__,
+            profile_name=profile.name,
+            profile_text=profile.text,
+            backend=profile.backend,
+            target=self.target.name,
+            drafter=drafter.name,
+            dtype=profile.dtype,
+            device=profile.device,
+            host={
+                **host_facts(),
+                "cpu_stall": self.stall.source or "none",
+                **getattr(self.target, "host_facts", dict)(),
+            },
             cache_bytes={**self.target.cache_bytes(), **getattr(drafter, "cache_bytes", dict)()},
         )
 
@@ -111,8 +132,9 @@ class SessionDriver:
     def check_room(self, prompts: Sequence[Prompt], max_new_tokens: int, max_draft_len: int) -> None:
         """Every prompt fits the KV cache, checked before the first round, not when its turn comes."""
         for prompt in prompts:
-            check_room(self.target, prompt.id, len(self.tokens(prompt)), prompt.max_new_tokens or max_new_tokens,
-                       max_draft_len)
+            check_room(
+                self.target, prompt.id, len(self.tokens(prompt)), prompt.max_new_tokens or max_new_tokens, max_draft_len
+            )
 
     def fork(self, emit: Emit) -> SessionDriver | None:
         """A driver on a copy of the target with its own KV cache (weights shared), emitting to
@@ -122,21 +144,43 @@ class SessionDriver:
         if fork_target is None:
             return None
         twin = SessionDriver(self.session_id, fork_target(), self.tokenizer, emit, self.near_tie_margin)
-        twin.round_ids, twin._tokens, twin._stopped, twin.stall = self.round_ids, self._tokens, self._stopped, self.stall
+        twin.round_ids, twin._tokens, twin._stopped, twin.stall = (
+            self.round_ids,
+            self._tokens,
+            self._stopped,
+            self.stall,
+        )
         return twin
 
-    def decode(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
-               max_new_tokens: int, **options) -> Decoded:
+    def decode(
+        self,
+        prompt: Prompt,
+        drafter: Drafter,
+        draft_len: DraftLenSource,
+        sampling: Sampling,
+        max_new_tokens: int,
+        **options,
+    ) -> Decoded:
         """Decode one prompt: PromptStarted, then its rounds (each handed to `on_round` after it is
         emitted, so a policy can observe it and decide before the next; then `stop` is asked whether
         to end here, e.g. a server's client left). Call finish() after."""
         return drain(self.decode_steps(prompt, drafter, draft_len, sampling, max_new_tokens, **options))
 
-    def decode_steps(self, prompt: Prompt, drafter: Drafter, draft_len: DraftLenSource, sampling: Sampling,
-                     max_new_tokens: int, *, prompt_class: str | None = None, class_rule: str = "prompt set",
-                     start_draft_len: int | None = None, bench_k: int | None = None,
-                     on_round: Callable[[RoundVerified], None] | None = None,
-                     stop: Callable[[], str | None] | None = None) -> Generator[int, None, Decoded]:
+    def decode_steps(
+        self,
+        prompt: Prompt,
+        drafter: Drafter,
+        draft_len: DraftLenSource,
+        sampling: Sampling,
+        max_new_tokens: int,
+        *,
+        prompt_class: str | None = None,
+        class_rule: str = "prompt set",
+        start_draft_len: int | None = None,
+        bench_k: int | None = None,
+        on_round: Callable[[RoundVerified], None] | None = None,
+        stop: Callable[[], str | None] | None = None,
+    ) -> Generator[int, None, Decoded]:
         """decode() one round at a time: it yields after each round."""
         if self.stopped:
             raise Cancelled
@@ -144,48 +188,86 @@ class SessionDriver:
         limit = prompt.max_new_tokens or max_new_tokens
         name = prompt_class or prompt.prompt_class
         started = PromptStarted(
-            session_id=self.session_id, t=time.time(), prompt_id=prompt.id, prompt_class=name,
+            session_id=self.session_id,
+            t=time.time(),
+            prompt_id=prompt.id,
+            prompt_class=name,
             draft_len=draft_len.max_draft_len if start_draft_len is None else start_draft_len,
-            drafter=drafter.name, sampling=sampling, prompt_tokens=len(tokens), max_new_tokens=limit,
-            class_rule=class_rule, bench_k=bench_k)
+            drafter=drafter.name,
+            sampling=sampling,
+            prompt_tokens=len(tokens),
+            max_new_tokens=limit,
+            class_rule=class_rule,
+            bench_k=bench_k,
+        )
         self.emit(started)
-        ctx = RoundContext(self.session_id, prompt.id, name, self.round_ids, self.tokenizer.decode,
-                           end_ids=prompt.end_ids, min_tokens=prompt.min_tokens, stall=self.stall.stall)
+        ctx = RoundContext(
+            self.session_id,
+            prompt.id,
+            name,
+            self.round_ids,
+            self.tokenizer.decode,
+            end_ids=prompt.end_ids,
+            min_tokens=prompt.min_tokens,
+            stall=self.stall.stall,
+        )
         emit = self.emit if on_round is None else _then(self.emit, on_round)
-        run = yield from prompt_rounds(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit,
-                                       self._stop_check(stop))
+        run = yield from prompt_rounds(
+            self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit, self._stop_check(stop)
+        )
         return Decoded(started, run)
 
     def _stop_check(self, stop: Callable[[], str | None] | None) -> Callable[[], str | None]:
         """After each round: the session's stop first, then the caller's (a server's client left)."""
+
         def check() -> str | None:
             if self._stopped.is_set():
                 return "cancelled"
             return stop() if stop is not None else None
+
         return check
 
     def equivalence(self, plain: Decoded, done: Decoded) -> Equivalence:
         """Did `done` give plain decoding's tokens (greedy), with the logit margin where it left them?"""
         if done is plain:
             return BASELINE
-        return compare(plain.run.generated, plain.run.margins, done.run.generated, done.greedy,
-                       self.near_tie_margin)
+        return compare(plain.run.generated, plain.run.margins, done.run.generated, done.greedy, self.near_tie_margin)
 
     def finish(self, done: Decoded, equivalence: Equivalence) -> None:
         """PromptFinished for one decode."""
         s, run = done.started, done.run
-        self.emit(PromptFinished(
-            session_id=self.session_id, t=time.time(), prompt_id=s.prompt_id, prompt_class=s.prompt_class,
-            draft_len=s.draft_len, rounds=run.rounds, generated=run.generated,
-            text=self.tokenizer.decode(run.generated), stop_reason=run.stop_reason, prefill_ms=run.prefill_ms,
-            decode_ms=run.decode_ms, equivalence=equivalence, drafter=s.drafter, sampling=s.sampling))
+        self.emit(
+            PromptFinished(
+                session_id=self.session_id,
+                t=time.time(),
+                prompt_id=s.prompt_id,
+                prompt_class=s.prompt_class,
+                draft_len=s.draft_len,
+                rounds=run.rounds,
+                generated=run.generated,
+                text=self.tokenizer.decode(run.generated),
+                stop_reason=run.stop_reason,
+                prefill_ms=run.prefill_ms,
+                decode_ms=run.decode_ms,
+                equivalence=equivalence,
+                drafter=s.drafter,
+                sampling=s.sampling,
+            )
+        )
 
     def sample_resources(self) -> None:
         """A memory sample (RSS, VRAM or N/A): schedulers take one per prompt."""
         used, total = vram_bytes()
-        self.emit(ResourceSample(session_id=self.session_id, t=time.time(), rss_bytes=rss_bytes(),
-                                 vram_used_bytes=used, vram_total_bytes=total,
-                                 gpu_others=gpu_other_processes() if used is not None else None))
+        self.emit(
+            ResourceSample(
+                session_id=self.session_id,
+                t=time.time(),
+                rss_bytes=rss_bytes(),
+                vram_used_bytes=used,
+                vram_total_bytes=total,
+                gpu_others=gpu_other_processes() if used is not None else None,
+            )
+        )
 
 
 def _then(emit: Emit, on_round: Callable[[RoundVerified], None]) -> Emit:
@@ -193,4 +275,5 @@ def _then(emit: Emit, on_round: Callable[[RoundVerified], None]) -> Emit:
         emit(event)
         if isinstance(event, RoundVerified):
             on_round(event)
+
     return emit_round

@@ -5,8 +5,9 @@ from __future__ import annotations
 from specmon.events.schema import Equivalence
 
 
-def compare(plain: list[int], plain_margins: list[float], speculative: list[int],
-            greedy: bool, near_tie_margin: float) -> Equivalence:
+def compare(
+    plain: list[int], plain_margins: list[float], speculative: list[int], greedy: bool, near_tie_margin: float
+) -> Equivalence:
     """Under greedy decoding the two must match token for token.
 
     A divergence where plain decoding's top-1 and top-2 logits were closer than

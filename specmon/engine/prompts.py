@@ -17,8 +17,10 @@ from specmon.textfile import read_user_text
 
 MAX_NEW_TOKENS = 2**31 - 1  # fits every reader; the KV cache check refuses far less
 # a \uD800-\uDBFF escape with no \uDC00-\uDFFF after it, or the reverse: valid JSON, but not text
-_LONE_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
-                             r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 
 
 @dataclass(frozen=True)
@@ -32,17 +34,19 @@ class Prompt:
     min_tokens: int = 0  # the end tokens are masked out of the target's choice until this many are generated
 
 
-_CODE = '''def moving_average(values, window):
+_CODE = """def moving_average(values, window):
     result = []
     for i in range(len(values)):
         chunk = values[max(0, i - window + 1): i + 1]
         result.append(sum(chunk) / len(chunk))
-    return result'''
+    return result"""
 
-_PASSAGE = ("The city council met on Tuesday to discuss the new bicycle lanes. Several residents said the "
-            "lanes made the street safer for children walking to school. Shop owners worried that the loss "
-            "of parking spaces would reduce the number of customers. The council agreed to review traffic "
-            "and sales figures after six months before making the lanes permanent.")
+_PASSAGE = (
+    "The city council met on Tuesday to discuss the new bicycle lanes. Several residents said the "
+    "lanes made the street safer for children walking to school. Shop owners worried that the loss "
+    "of parking spaces would reduce the number of customers. The council agreed to review traffic "
+    "and sales figures after six months before making the lanes permanent."
+)
 
 SUITE: dict[str, list[str]] = {
     "chat": [
@@ -68,8 +72,8 @@ SUITE: dict[str, list[str]] = {
         f"Summarize this passage in two sentences:\n\n{_PASSAGE}",
         f"Rewrite this passage in simpler words:\n\n{_PASSAGE}",
         f"Rewrite this passage in the past tense, keeping every detail:\n\n{_PASSAGE}",
-        "Fix the grammar in this text and return it: \"Me and my friend goes to the market every "
-        "saturdays, we buys apples and bread and then we walks home together.\"",
+        'Fix the grammar in this text and return it: "Me and my friend goes to the market every '
+        'saturdays, we buys apples and bread and then we walks home together."',
     ],
     "non-english": [
         "Quelle est la capitale de la France et pourquoi est-elle célèbre ?",
@@ -84,9 +88,12 @@ def builtin_suite(classes: list[str] | None = None) -> list[Prompt]:
     unknown = set(classes or []) - set(SUITE)
     if unknown:
         raise SpecmonError(f"unknown built-in class {sorted(unknown)[0]!r}; built-in classes: {', '.join(SUITE)}")
-    return [Prompt(f"{name}-{i}", text, name)
-            for name, texts in SUITE.items() if not classes or name in classes
-            for i, text in enumerate(texts)]
+    return [
+        Prompt(f"{name}-{i}", text, name)
+        for name, texts in SUITE.items()
+        if not classes or name in classes
+        for i, text in enumerate(texts)
+    ]
 
 
 def prompt_set(path: Path | None, classes: str | None) -> list[Prompt]:
@@ -99,7 +106,9 @@ def prompt_set(path: Path | None, classes: str | None) -> list[Prompt]:
     have = list(dict.fromkeys(p.prompt_class for p in prompts))
     missing = [name for name in wanted or [] if name not in have]
     if missing:
-        raise SpecmonError(f"--classes: prompts file {path} has no class {missing[0]!r}; its classes: {', '.join(have)}")
+        raise SpecmonError(
+            f"--classes: prompts file {path} has no class {missing[0]!r}; its classes: {', '.join(have)}"
+        )
     return [p for p in prompts if not wanted or p.prompt_class in wanted]
 
 

@@ -59,7 +59,7 @@ def _text_after(detokenize, context: list[int], new: list[int]) -> str:
     if detokenize is None or not new:
         return ""
     left = context[-4:]
-    return detokenize(left + new)[len(detokenize(left)):]
+    return detokenize(left + new)[len(detokenize(left)) :]
 
 
 def drain(steps: Generator[int, None, T]) -> T:
@@ -71,10 +71,17 @@ def drain(steps: Generator[int, None, T]) -> T:
             return done.value
 
 
-def prompt_rounds(target: Target, drafter: Drafter, prompt: Sequence[int], draft_len: DraftLenSource,
-                  sampling: Sampling, max_new_tokens: int, ctx: RoundContext,
-                  emit: Callable[[RoundVerified], None],
-                  stop: Callable[[], str | None] | None = None) -> Generator[int, None, PromptRun]:
+def prompt_rounds(
+    target: Target,
+    drafter: Drafter,
+    prompt: Sequence[int],
+    draft_len: DraftLenSource,
+    sampling: Sampling,
+    max_new_tokens: int,
+    ctx: RoundContext,
+    emit: Callable[[RoundVerified], None],
+    stop: Callable[[], str | None] | None = None,
+) -> Generator[int, None, PromptRun]:
     """Decode one prompt round by round, emitting one RoundVerified per round; after each round's
     event it yields the tokens generated so far, so several decodes (each with its own KV cache)
     can take turns, keeping level. Only SessionDriver.decode_steps calls it.
@@ -92,8 +99,9 @@ def prompt_rounds(target: Target, drafter: Drafter, prompt: Sequence[int], draft
     carried_ms = 0.0  # time spent emitting the previous event, charged to this round's overhead
     ends = ctx.ends(target.eos_id)
     while len(run.generated) < max_new_tokens:
-        event = _one_round(target, drafter, context, draft_len.next_draft_len(), sampling, rng, max_new_tokens,
-                           run, ctx)
+        event = _one_round(
+            target, drafter, context, draft_len.next_draft_len(), sampling, rng, max_new_tokens, run, ctx
+        )
         event.overhead_ms += carried_ms
         run.decode_ms += round_ms(event)
         start = time.perf_counter()
@@ -145,23 +153,37 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
     run.margins.extend(margins)
     index, run.rounds = run.rounds, run.rounds + 1
     event = RoundVerified(
-        session_id=ctx.session_id, t=time.time(), round_id=next(ctx.round_ids),
-        prompt_id=ctx.prompt_id, prompt_class=ctx.prompt_class, round_index=index,
-        draft_len=draft_len, proposed=proposal.tokens, accepted=verdict.accepted,
-        rejection_pos=verdict.rejection_pos(len(proposal.tokens)), emitted=new_tokens,
-        draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3, overhead_ms=0.0,
+        session_id=ctx.session_id,
+        t=time.time(),
+        round_id=next(ctx.round_ids),
+        prompt_id=ctx.prompt_id,
+        prompt_class=ctx.prompt_class,
+        round_index=index,
+        draft_len=draft_len,
+        proposed=proposal.tokens,
+        accepted=verdict.accepted,
+        rejection_pos=verdict.rejection_pos(len(proposal.tokens)),
+        emitted=new_tokens,
+        draft_ms=(t1 - t0) * 1e3,
+        verify_ms=(t2 - t1) * 1e3,
+        overhead_ms=0.0,
         target_probs=_target_probs(logits, top, p, proposal.tokens),
         alpha_hat=alpha_hat(p, proposal.q, proposal.tokens) if p is not None else _greedy_alpha(top, proposal),
-        margins=margins, sampling=sampling, mem_bytes=target.memory_bytes(),
-        accepted_text=accepted_text, final_text=final_text, matched=proposal.matched,
+        margins=margins,
+        sampling=sampling,
+        mem_bytes=target.memory_bytes(),
+        accepted_text=accepted_text,
+        final_text=final_text,
+        matched=proposal.matched,
     )
     event.overhead_ms = (time.perf_counter() - t2) * 1e3
     event.host_stall_ms = stall_ms(stalled, ctx.stall()) if ctx.stall else None
     return event
 
 
-def _accept(logits: np.ndarray, top: np.ndarray, proposal: Proposal, sampling: Sampling,
-            rng: np.random.Generator) -> tuple[Verdict, np.ndarray | None]:
+def _accept(
+    logits: np.ndarray, top: np.ndarray, proposal: Proposal, sampling: Sampling, rng: np.random.Generator
+) -> tuple[Verdict, np.ndarray | None]:
     """Greedy needs only the argmaxes (`top`); sampling needs the transformed target rows p as well."""
     if sampling.greedy:
         return accept_greedy(proposal.tokens, top), None
@@ -192,7 +214,7 @@ def _logit_margins(rows: np.ndarray, top: np.ndarray) -> list[float]:
     49k vocabulary cost ~50 us a row."""
     margins = []
     for row, best in zip(rows, top.tolist()):
-        second = max(row[:best].max(initial=-np.inf), row[best + 1:].max(initial=-np.inf))
+        second = max(row[:best].max(initial=-np.inf), row[best + 1 :].max(initial=-np.inf))
         margins.append(float(row[best] - second))
     return margins
 

@@ -94,7 +94,7 @@ class FrameDecoder:
         return self._offset
 
     def feed(self, data: bytes) -> Iterator[AnyEvent]:
-        del self._buf[:self._pos]
+        del self._buf[: self._pos]
         self._pos = 0
         self._buf += data
         if self._version is None and not self._read_preamble():
@@ -116,12 +116,14 @@ class FrameDecoder:
         if magic != MAGIC or version == 0:  # no specmon ever wrote format 0
             raise SpecmonError(f"{self.source}: not a specmon session log")
         if version > FORMAT_VERSION:
-            raise SpecmonError(f"{self.source}: log format {version} is newer than this specmon reads "
-                               f"({FORMAT_VERSION}); upgrade specmon")
+            raise SpecmonError(
+                f"{self.source}: log format {version} is newer than this specmon reads "
+                f"({FORMAT_VERSION}); upgrade specmon"
+            )
         size = PREAMBLE.size + (LOG_ID_SIZE if version >= 2 else 0)
         if len(self._buf) < size:
             return False
-        self._seed = zlib.crc32(self._buf[PREAMBLE.size:size])
+        self._seed = zlib.crc32(self._buf[PREAMBLE.size : size])
         self._pos = self._offset = size
         self._version = version
         return True
@@ -137,7 +139,7 @@ class FrameDecoder:
                 raise LogDamaged(self.source, self._offset, f"implausible frame length {length}")
             if len(buf) < end:
                 return
-            payload = bytes(buf[self._pos + header.size:end])
+            payload = bytes(buf[self._pos + header.size : end])
             check(fields, payload)
             yield self._take(payload, end)
 
@@ -148,11 +150,14 @@ class FrameDecoder:
     def _check_v2(self, fields: tuple, payload: bytes) -> None:
         """The CRC covers length, number and payload, seeded by the log id; numbers count up from 0."""
         _, seq, crc = fields
-        if zlib.crc32(payload, zlib.crc32(self._buf[self._pos:self._pos + 8], self._seed)) != crc:
+        if zlib.crc32(payload, zlib.crc32(self._buf[self._pos : self._pos + 8], self._seed)) != crc:
             raise LogDamaged(self.source, self._offset, "checksum mismatch (corrupt, or a frame of another log)")
         if seq != self._seq & SEQ_MASK:
-            raise LogDamaged(self.source, self._offset, f"frame {seq} where frame {self._seq & SEQ_MASK} "
-                             "belongs (a duplicated, reordered or missing frame)")
+            raise LogDamaged(
+                self.source,
+                self._offset,
+                f"frame {seq} where frame {self._seq & SEQ_MASK} belongs (a duplicated, reordered or missing frame)",
+            )
         self._seq += 1
 
     def _take(self, payload: bytes, end: int) -> AnyEvent:

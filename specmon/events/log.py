@@ -55,7 +55,7 @@ class LogWriter:
         view = memoryview(data)
         try:
             while view:
-                view = view[self._fh.write(view):]
+                view = view[self._fh.write(view) :]
         except OSError:
             os.ftruncate(self._fh.fileno(), self._good)  # readers then see only whole frames
             raise
@@ -131,8 +131,12 @@ def read_log(path: Path) -> Iterator[AnyEvent]:
     decoder.finish()
 
 
-def follow_log(path: Path, poll_s: float = 0.05, idle_timeout_s: float | None = FOLLOW_IDLE_S,
-               stop: Callable[[], bool] = lambda: False) -> Iterator[AnyEvent]:
+def follow_log(
+    path: Path,
+    poll_s: float = 0.05,
+    idle_timeout_s: float | None = FOLLOW_IDLE_S,
+    stop: Callable[[], bool] = lambda: False,
+) -> Iterator[AnyEvent]:
     """Like `tail -f`: yield events as they are appended, until SessionFinished or `stop()`.
 
     A partial frame at the end is waited for, not an error. A session that is alive but slow is
@@ -157,8 +161,10 @@ def follow_log(path: Path, poll_s: float = 0.05, idle_timeout_s: float | None = 
                 return
             if writer_gone:
                 decoder.finish()
-                raise SpecmonError(f"{path} has not grown for {idle_timeout_s:g} s and has no SessionFinished: its "
-                                   f"session was killed or hung; `specmon log info {path}` shows what it holds")
+                raise SpecmonError(
+                    f"{path} has not grown for {idle_timeout_s:g} s and has no SessionFinished: its "
+                    f"session was killed or hung; `specmon log info {path}` shows what it holds"
+                )
             if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
                 if not _writer_alive(fh):
                     writer_gone = True

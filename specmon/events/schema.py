@@ -74,7 +74,7 @@ def bench_fixed_k(started: PromptStarted) -> int | None:
     if started.bench_k is not None:
         return started.bench_k
     rule = started.class_rule
-    return int(rule[len(BENCH_FIXED_RULE):]) if rule.startswith(BENCH_FIXED_RULE) else None
+    return int(rule[len(BENCH_FIXED_RULE) :]) if rule.startswith(BENCH_FIXED_RULE) else None
 
 
 class RoundVerified(Event, tag="round", kw_only=True):
@@ -199,8 +199,17 @@ class QueueSample(Event, tag="queue", kw_only=True):
 
 
 # New event types are added at the end; old logs never contain them and still decode.
-AnyEvent = Union[SessionStarted, PromptStarted, RoundVerified, PromptFinished, ResourceSample, SessionFinished,
-                 PolicyLoaded, Decision, QueueSample]
+AnyEvent = Union[
+    SessionStarted,
+    PromptStarted,
+    RoundVerified,
+    PromptFinished,
+    ResourceSample,
+    SessionFinished,
+    PolicyLoaded,
+    Decision,
+    QueueSample,
+]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(AnyEvent)

@@ -41,8 +41,13 @@ class HostTally:
         """Two sets of rounds as one (a speedup's spec and plain sides)."""
         firsts = [t for t in (self.first_t, other.first_t) if t is not None]
         lasts = [t for t in (self.last_t, other.last_t) if t is not None]
-        return HostTally(self.measured + other.measured, self.disturbed + other.disturbed,
-                         max(self.peak, other.peak), min(firsts, default=None), max(lasts, default=None))
+        return HostTally(
+            self.measured + other.measured,
+            self.disturbed + other.disturbed,
+            max(self.peak, other.peak),
+            min(firsts, default=None),
+            max(lasts, default=None),
+        )
 
     def add(self, ev) -> None:
         share = stall_share(ev)
@@ -74,8 +79,10 @@ class HostTally:
             return "quiet"
         state = "busy" if self.busy else "mostly quiet"
         rounds = "round" if self.measured == 1 else "rounds"
-        return (f"{state}: {self.disturbed:,} of {self.measured:,} {rounds} disturbed "
-                f"({self.share:.1%}), peak {self.peak:.0%} of a round")
+        return (
+            f"{state}: {self.disturbed:,} of {self.measured:,} {rounds} disturbed "
+            f"({self.share:.1%}), peak {self.peak:.0%} of a round"
+        )
 
     def said(self) -> str:
         """describe(), with when the disturbed rounds ran, as log info and reports print it."""
@@ -85,8 +92,10 @@ class HostTally:
         """A warning beside a run's figures, with when; None where no round was disturbed."""
         if not self.disturbed:
             return None
-        return (f"host {self.said()}: other work held a CPU (stall {CONTENTION:.0%}+ of a round); "
-                "paired ratios hold better than absolute tok/s")
+        return (
+            f"host {self.said()}: other work held a CPU (stall {CONTENTION:.0%}+ of a round); "
+            "paired ratios hold better than absolute tok/s"
+        )
 
 
 def clock(t: float | None) -> str:

@@ -60,8 +60,9 @@ class SpeedupEstimate:
         return "faster" if self.low > 1.0 else "slower"
 
 
-def speedup_estimate(spec: PromptTotals, plain: PromptTotals, bound: float | None = None,
-                     seed: int = 0, busy: bool = False) -> SpeedupEstimate:
+def speedup_estimate(
+    spec: PromptTotals, plain: PromptTotals, bound: float | None = None, seed: int = 0, busy: bool = False
+) -> SpeedupEstimate:
     """The goodput ratio spec/plain and its bootstrap interval over prompts."""
     ratio = point_ratio(spec, plain)
     low = high = None
@@ -72,8 +73,9 @@ def speedup_estimate(spec: PromptTotals, plain: PromptTotals, bound: float | Non
 
 def point_ratio(spec: PromptTotals, plain: PromptTotals) -> float | None:
     """speedup_estimate's ratio alone, without drawing the interval."""
-    return rates.speedup(_goodput(spec.emitted.values(), spec.ms.values()),
-                         _goodput(plain.emitted.values(), plain.ms.values()))
+    return rates.speedup(
+        _goodput(spec.emitted.values(), spec.ms.values()), _goodput(plain.emitted.values(), plain.ms.values())
+    )
 
 
 def goodput_interval(totals: PromptTotals, seed: int = 0) -> tuple[float, float] | None:
@@ -143,5 +145,7 @@ def _span(resampled: np.ndarray) -> tuple[float, float] | None:
 
 
 def _arrays(totals: PromptTotals, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    return (np.array([totals.emitted[n] for n in names], dtype=float),
-            np.array([totals.ms[n] for n in names], dtype=float))
+    return (
+        np.array([totals.emitted[n] for n in names], dtype=float),
+        np.array([totals.ms[n] for n in names], dtype=float),
+    )

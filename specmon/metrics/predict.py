@@ -67,8 +67,9 @@ def verify_cost_by_len(rounds) -> dict[int, float]:
     return {length: (ms / n) / one for length, (ms, n) in sorted(sums.items())} if one else {}
 
 
-def mix_round_ms(length_share: dict[int, float], v: dict[int, float], step_ms: float,
-                 draft_ms: float, overhead_ms: float) -> float | None:
+def mix_round_ms(
+    length_share: dict[int, float], v: dict[int, float], step_ms: float, draft_ms: float, overhead_ms: float
+) -> float | None:
     """draft + overhead + Σ_l P(L = l)·v(l)·step; None if some proposal length has no measured v."""
     if any(length not in v for length in length_share):
         return None

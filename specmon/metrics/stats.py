@@ -207,14 +207,24 @@ def _run_summary(c: ClassStats, spec: RunStats) -> dict:
     if spec.verdicts and "sampled" not in spec.verdicts and spec.draft_len > 0:
         identical = set(spec.verdicts) == {"identical"}
     return {
-        "draft_len": spec.draft_len, "prompts": spec.prompts, "rounds": spec.rounds, "empty_rounds": spec.empty_rounds,
-        "proposed": spec.proposed, "accepted": spec.accepted, "emitted": spec.emitted,
-        "acceptance_rate": spec.acceptance_rate, "mean_accepted_len": spec.mean_accepted_len,
-        "per_position_acceptance": spec.per_position, "alpha_hat": spec.alpha_hat,
-        "rejection_positions": spec.rejections, "all_accepted_rounds": spec.all_accepted,
-        "draft_ms": spec.mean_ms(spec.draft_ms), "verify_ms": spec.mean_ms(spec.verify_ms),
+        "draft_len": spec.draft_len,
+        "prompts": spec.prompts,
+        "rounds": spec.rounds,
+        "empty_rounds": spec.empty_rounds,
+        "proposed": spec.proposed,
+        "accepted": spec.accepted,
+        "emitted": spec.emitted,
+        "acceptance_rate": spec.acceptance_rate,
+        "mean_accepted_len": spec.mean_accepted_len,
+        "per_position_acceptance": spec.per_position,
+        "alpha_hat": spec.alpha_hat,
+        "rejection_positions": spec.rejections,
+        "all_accepted_rounds": spec.all_accepted,
+        "draft_ms": spec.mean_ms(spec.draft_ms),
+        "verify_ms": spec.mean_ms(spec.verify_ms),
         "overhead_ms": spec.mean_ms(spec.overhead_ms),
-        "tok_per_s": spec.tok_per_s, "baseline_tok_per_s": base.tok_per_s if base else None,
+        "tok_per_s": spec.tok_per_s,
+        "baseline_tok_per_s": base.tok_per_s if base else None,
         "speedup": c.speedup(spec.draft_len) if spec.draft_len else None,  # plain over itself is no finding
         **_interval(c.speedup_estimate(spec.draft_len) if spec.draft_len else None),
         "greedy_identical": identical,
@@ -225,17 +235,31 @@ def _run_summary(c: ClassStats, spec: RunStats) -> dict:
 
 def _host(host: HostTally) -> dict:
     """The class's rounds the host disturbed: counts, and the share its figures are judged by."""
-    return {"host_measured_rounds": host.measured, "host_disturbed_rounds": host.disturbed,
-            "host_disturbed_share": host.share, "host_peak_stall": host.peak if host.measured else None}
+    return {
+        "host_measured_rounds": host.measured,
+        "host_disturbed_rounds": host.disturbed,
+        "host_disturbed_share": host.share,
+        "host_peak_stall": host.peak if host.measured else None,
+    }
 
 
 def _interval(estimate: SpeedupEstimate | None) -> dict:
     """The speedup's 95% interval over prompts, its sample sizes and what it allows one to say."""
     if estimate is None:
-        return {"speedup_low": None, "speedup_high": None, "speedup_verdict": "not yet known",
-                "speedup_prompts": [0, 0], "speedup_bound": None}
-    return {"speedup_low": estimate.low, "speedup_high": estimate.high, "speedup_verdict": estimate.verdict,
-            "speedup_prompts": [estimate.prompts_spec, estimate.prompts_plain], "speedup_bound": estimate.bound}
+        return {
+            "speedup_low": None,
+            "speedup_high": None,
+            "speedup_verdict": "not yet known",
+            "speedup_prompts": [0, 0],
+            "speedup_bound": None,
+        }
+    return {
+        "speedup_low": estimate.low,
+        "speedup_high": estimate.high,
+        "speedup_verdict": estimate.verdict,
+        "speedup_prompts": [estimate.prompts_spec, estimate.prompts_plain],
+        "speedup_bound": estimate.bound,
+    }
 
 
 @dataclass(frozen=True)

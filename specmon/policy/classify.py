@@ -34,8 +34,10 @@ def named_class(policy: Policy, named: str) -> tuple[str, str]:
         if cls.name == named:
             return named, f"named by the request (classes[{i}].name)"
     shown = repr(named) if len(named) <= 60 else repr(named[:57]) + "..."  # a refusal need not echo a megabyte
-    raise UnknownClass(f"specmon_class {shown}: the policy has no class or match.tag of that name "
-                       f"(classes: {', '.join(c.name for c in policy.classes)})")
+    raise UnknownClass(
+        f"specmon_class {shown}: the policy has no class or match.tag of that name "
+        f"(classes: {', '.join(c.name for c in policy.classes)})"
+    )
 
 
 def _matching_key(cls: PromptClass, text: str, tag: str | None) -> str | None:
@@ -71,8 +73,16 @@ def dominant_script(text: str) -> str:
     return max(counts, key=counts.get) if counts else "latin"
 
 
-_SCRIPTS = [("cjk", "CJK"), ("cjk", "HIRAGANA"), ("cjk", "KATAKANA"), ("cjk", "HANGUL"),
-            ("cyrillic", "CYRILLIC"), ("arabic", "ARABIC"), ("greek", "GREEK"), ("latin", "LATIN")]
+_SCRIPTS = [
+    ("cjk", "CJK"),
+    ("cjk", "HIRAGANA"),
+    ("cjk", "KATAKANA"),
+    ("cjk", "HANGUL"),
+    ("cyrillic", "CYRILLIC"),
+    ("arabic", "ARABIC"),
+    ("greek", "GREEK"),
+    ("latin", "LATIN"),
+]
 
 
 def _non_ascii_share(text: str) -> float:

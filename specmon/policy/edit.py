@@ -62,19 +62,21 @@ def _walk(doc, key: str, path: Path):
     node, i = doc, 0
     while i < len(steps) - 1:
         match = _STEP.fullmatch(steps[i])
-        where = ".".join(steps[:i + 1])
+        where = ".".join(steps[: i + 1])
         if not match or not _is_table(node) or match.group(1) not in node:
             raise SpecmonError(f"policy {path}: no {where!r} in the file")
         node = node[match.group(1)]
         if match.group(2) is not None:
             node = _entry(node, int(match.group(2)), where, path)
         elif isinstance(node, (list, AoT)):
-            node, used = _class_by_name(node, steps[i + 1:-1], key, path)
+            node, used = _class_by_name(node, steps[i + 1 : -1], key, path)
             i += used
         i += 1
     if not _is_table(node) or not steps[-1]:
-        raise SpecmonError(f"policy {path}: {key!r} does not name a key in a table "
-                           f"({'.'.join(steps[:-1]) or 'the file'} is not a table)")
+        raise SpecmonError(
+            f"policy {path}: {key!r} does not name a key in a table "
+            f"({'.'.join(steps[:-1]) or 'the file'} is not a table)"
+        )
     return node, steps[-1]
 
 
@@ -112,8 +114,10 @@ def _parse_value(value: str, path: Path):
         if _BARE_WORD.fullmatch(value):
             return tomlkit.string(value)  # a bare word such as off or enforce
         reason = str(exc).split(" at line")[0] if isinstance(exc, TOMLKitError) else type(exc).__name__
-    raise SpecmonError(f"policy {path}: VALUE {value[:60]!r} is not one TOML value ({reason}); "
-                       "a string with spaces or symbols needs quotes: '\"text\"'")
+    raise SpecmonError(
+        f"policy {path}: VALUE {value[:60]!r} is not one TOML value ({reason}); "
+        "a string with spaces or symbols needs quotes: '\"text\"'"
+    )
 
 
 def replace_atomically(path: Path, text: str) -> None:

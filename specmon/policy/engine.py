@@ -50,8 +50,9 @@ class PolicyEngine:
         st = self.states.get(name)
         if st is None:
             cls = self._class(name)
-            table = gate.cut_table(gate.rates(gate.Counts(), self.shared, self.prior), self.steps(cls),
-                                   self.policy.settings.min_gain)
+            table = gate.cut_table(
+                gate.rates(gate.Counts(), self.shared, self.prior), self.steps(cls), self.policy.settings.min_gain
+            )
             st = self.states[name] = ClassState(collections.deque(), table)
         return st
 
@@ -112,25 +113,45 @@ class PolicyEngine:
         before, after = gate.summary(st.table, self.positional), gate.summary(table, self.positional)
         reason = gate.changes(st.table, table)
         st.table = table
-        inputs = {f"rate_b{b}": r for b, r in enumerate(rate)} | {f"tried_b{b}": float(n)
-                                                                  for b, n in enumerate(st.counts.tried)}
+        inputs = {f"rate_b{b}": r for b, r in enumerate(rate)} | {
+            f"tried_b{b}": float(n) for b, n in enumerate(st.counts.tried)
+        }
         event = Decision(
-            session_id=self.session_id, t=time.time(), decision_id=self.decisions, prompt_class=name,
-            speculate_from=before[0], speculate_to=after[0], k_from=before[1], k_to=after[1],
-            rule_key="policy.min_gain", rule_line=self.policy.line_of("policy", "min_gain"), inputs=inputs,
-            thresholds=self._thresholds(steps), round_ids=sorted(d.round_id for s in self.states.values() for d in s.window),
-            applied=self.policy.settings.mode == "enforce", policy_sha256=self.policy.sha256, reason=reason,
-            match_from=before[2], match_to=after[2])
+            session_id=self.session_id,
+            t=time.time(),
+            decision_id=self.decisions,
+            prompt_class=name,
+            speculate_from=before[0],
+            speculate_to=after[0],
+            k_from=before[1],
+            k_to=after[1],
+            rule_key="policy.min_gain",
+            rule_line=self.policy.line_of("policy", "min_gain"),
+            inputs=inputs,
+            thresholds=self._thresholds(steps),
+            round_ids=sorted(d.round_id for s in self.states.values() for d in s.window),
+            applied=self.policy.settings.mode == "enforce",
+            policy_sha256=self.policy.sha256,
+            reason=reason,
+            match_from=before[2],
+            match_to=after[2],
+        )
         self.decisions += 1
         return event
 
     def _thresholds(self, steps: list[float]) -> dict[str, float]:
         """Everything a decision was computed with besides its rounds, for `policy explain`."""
-        return {"gate": 1.0, "positional": float(self.positional), "min_match": float(gate.MIN_MATCH),
-                "curve_disturbed": float(self.costs.disturbed),  # the host's state while the steps below were timed
-                "min_gain": self.policy.settings.min_gain,
-                "prior_weight": gate.PRIOR_WEIGHT, "shared_weight": gate.SHARED_WEIGHT,
-                **{f"prior_b{b}": p for b, p in enumerate(self.prior)}, **{f"steps_{j}": v for j, v in enumerate(steps)}}
+        return {
+            "gate": 1.0,
+            "positional": float(self.positional),
+            "min_match": float(gate.MIN_MATCH),
+            "curve_disturbed": float(self.costs.disturbed),  # the host's state while the steps below were timed
+            "min_gain": self.policy.settings.min_gain,
+            "prior_weight": gate.PRIOR_WEIGHT,
+            "shared_weight": gate.SHARED_WEIGHT,
+            **{f"prior_b{b}": p for b, p in enumerate(self.prior)},
+            **{f"steps_{j}": v for j, v in enumerate(steps)},
+        }
 
     # -- the policy in force and hot reload ----------------------------------------------------
     def in_force(self) -> list[ClassInForce]:

@@ -22,8 +22,9 @@ class Explanation:
     detail: str
 
 
-def explain_log(path: Path, decision_id: int | None = None,
-                on_damage: Callable[[LogDamaged], None] | None = None) -> list[Explanation]:
+def explain_log(
+    path: Path, decision_id: int | None = None, on_damage: Callable[[LogDamaged], None] | None = None
+) -> list[Explanation]:
     """Every decision in the log, or the one asked for: a SpecmonError says which ids there are.
     With `on_damage`, a damaged log (cut short, a bad frame) is explained up to the damage, which
     is handed to it; without, the damage is raised."""
@@ -60,13 +61,24 @@ def explain(d: Decision, rows: dict[int, tuple[Row, gate.Draft]]) -> Explanation
     if outcome is None:
         return Explanation(d, False, "the cited rounds call for no change")
     if (outcome.speculate, outcome.k, outcome.match) != (d.speculate_to, d.k_to, d.match_to):
-        return Explanation(d, False, f"recomputed: speculate={outcome.speculate} k={outcome.k}"
-                                     + (f" min_match={outcome.match}" if outcome.match else ""))
-    off = [key for key, value in d.inputs.items()
-           if not math.isclose(outcome.inputs.get(key, math.nan), value, rel_tol=1e-9)]
+        return Explanation(
+            d,
+            False,
+            f"recomputed: speculate={outcome.speculate} k={outcome.k}"
+            + (f" min_match={outcome.match}" if outcome.match else ""),
+        )
+    off = [
+        key
+        for key, value in d.inputs.items()
+        if not math.isclose(outcome.inputs.get(key, math.nan), value, rel_tol=1e-9)
+    ]
     if off:
-        return Explanation(d, False, f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, "
-                                     f"recomputed {outcome.inputs.get(off[0], math.nan):.6g}")
+        return Explanation(
+            d,
+            False,
+            f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, "
+            f"recomputed {outcome.inputs.get(off[0], math.nan):.6g}",
+        )
     return Explanation(d, True, f"ratio {outcome.inputs['ratio']:.3f} from {count(len(d.round_ids), 'round')}")
 
 
@@ -86,8 +98,11 @@ def explain_gate(d: Decision, drafts: list[gate.Draft]) -> Explanation:
     logged = {f"rate_b{b}": r for b, r in enumerate(rate)} | {f"tried_b{b}": float(n) for b, n in enumerate(own.tried)}
     off = [key for key, value in d.inputs.items() if not math.isclose(logged.get(key, math.nan), value, rel_tol=1e-9)]
     if off:
-        return Explanation(d, False, f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, "
-                                     f"recomputed {logged.get(off[0], math.nan):.6g}")
+        return Explanation(
+            d,
+            False,
+            f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, recomputed {logged.get(off[0], math.nan):.6g}",
+        )
     return Explanation(d, True, f"k={k}, drafts from a {match}-token match, from {count(len(drafts), 'round')}")
 
 

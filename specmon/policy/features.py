@@ -55,7 +55,7 @@ def _one_block_material(block: str) -> list[str]:
     lines = block.splitlines()
     for i, line in enumerate(lines[:-1]):
         if line.rstrip().endswith(":"):
-            return ["\n".join(lines[i + 1:])]
+            return ["\n".join(lines[i + 1 :])]
     return _QUOTED.findall(block) + _BRACKETED.findall(block)
 
 

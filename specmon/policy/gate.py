@@ -95,8 +95,13 @@ def counts_of(drafts: Sequence[Draft]) -> Counts:
     return counts
 
 
-def rates(own: Counts, session: Counts, prior: Sequence[float] | None = None, prior_weight: float | None = None,
-          shared_weight: float | None = None) -> list[float]:
+def rates(
+    own: Counts,
+    session: Counts,
+    prior: Sequence[float] | None = None,
+    prior_weight: float | None = None,
+    shared_weight: float | None = None,
+) -> list[float]:
     """a(b) per bucket: the class's own, shrunk toward the session's, shrunk toward the prior
     (a log's decision brings the constants it was decided with)."""
     prior = PRIOR if prior is None else prior

@@ -44,8 +44,16 @@ class Row(NamedTuple):  # a tuple: built once a round inside the decode loop, wh
     @classmethod
     def of(cls, ev) -> "Row":
         """The evidence a RoundVerified event contributes: live (PolicyEngine) and in explain alike."""
-        return cls(ev.round_id, ev.draft_len, len(ev.emitted), rates.round_ms(ev), ev.prompt_id, len(ev.proposed),
-                   ev.round_index, ev.matched)
+        return cls(
+            ev.round_id,
+            ev.draft_len,
+            len(ev.emitted),
+            rates.round_ms(ev),
+            ev.prompt_id,
+            len(ev.proposed),
+            ev.round_index,
+            ev.matched,
+        )
 
 
 # a Row's fields as C-speed keys: a decision check sorts and sums thousands of rows
@@ -136,8 +144,9 @@ def _paired_move(k: int, enough: dict[int, list[Row]], thresholds: dict[str, flo
         return None
     rate = {kk: goodput(rr) for kk, rr in enough.items() if kk in (0, k, best)}
     outcome = _outcome(True, best, "draft_len", rate, enough, [0, k, best], best)
-    outcome.inputs.update({f"paired_goodput_k{best}": gains[best][1], f"paired_goodput_k{k}": gains[best][2],
-                           "ratio": gains[best][0]})
+    outcome.inputs.update(
+        {f"paired_goodput_k{best}": gains[best][1], f"paired_goodput_k{k}": gains[best][2], "ratio": gains[best][0]}
+    )
     return outcome
 
 
@@ -205,14 +214,22 @@ def _early_off(k: int, plain: list[Row], spec: list[Row], thresholds: dict[str, 
     return None
 
 
-def _outcome(speculate: bool, k: int, rule: str, rate: dict[int, float], enough: dict[int, list[Row]],
-             used: list[int], ratio_k: int) -> Outcome:
+def _outcome(
+    speculate: bool,
+    k: int,
+    rule: str,
+    rate: dict[int, float],
+    enough: dict[int, list[Row]],
+    used: list[int],
+    ratio_k: int,
+) -> Outcome:
     inputs = {f"goodput_k{kk}": rate[kk] for kk in used}
     inputs["ratio"] = rate[ratio_k] / rate[0] if rate[0] else 0.0
     return Outcome(speculate, k, rule, inputs, sorted({r.round_id for kk in used for r in enough[kk]}))
 
 
 # -- intervals (policy.interval) and one prompt's own evidence (policy.prompt_rounds) ----------
+
 
 def totals(rows: Sequence[Row]) -> PromptTotals:
     """Σ emitted and Σ round ms per prompt: the unit the interval resamples."""
@@ -225,8 +242,9 @@ def totals(rows: Sequence[Row]) -> PromptTotals:
     return PromptTotals(emitted, ms)
 
 
-def estimate(spec: Sequence[Row], base: Sequence[Row], need: float = 0.0,
-             below: float = math.inf) -> SpeedupEstimate | None:
+def estimate(
+    spec: Sequence[Row], base: Sequence[Row], need: float = 0.0, below: float = math.inf
+) -> SpeedupEstimate | None:
     """goodput(spec) / goodput(base) with its seeded 95% interval over prompts, as the TUI shows it;
     None, without drawing the interval, when the ratio itself is below `need` or not below `below`:
     a switch on or a move needs the ratio past its line, an off a ratio short of the switch-on line
@@ -240,10 +258,17 @@ def estimate(spec: Sequence[Row], base: Sequence[Row], need: float = 0.0,
 
 def _sides(est: SpeedupEstimate, spec: Sequence[Row], base: Sequence[Row], spec_k: int, base_k: int) -> dict:
     """What a decision shows of its figure: the ratio, its interval and the counts on each side."""
-    return {"ratio": est.ratio or 0.0, "low": est.low if est.low is not None else 0.0,
-            "high": est.high if est.high is not None else 0.0, "rounds_spec": float(len(spec)),
-            "rounds_base": float(len(base)), "prompts_spec": float(est.prompts_spec),
-            "prompts_base": float(est.prompts_plain), "spec_k": float(spec_k), "base_k": float(base_k)}
+    return {
+        "ratio": est.ratio or 0.0,
+        "low": est.low if est.low is not None else 0.0,
+        "high": est.high if est.high is not None else 0.0,
+        "rounds_spec": float(len(spec)),
+        "rounds_base": float(len(base)),
+        "prompts_spec": float(est.prompts_spec),
+        "prompts_base": float(est.prompts_plain),
+        "spec_k": float(spec_k),
+        "base_k": float(base_k),
+    }
 
 
 def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[str, float]) -> Outcome | None:
@@ -253,8 +278,11 @@ def _decide_interval(speculate: bool, k: int, rows: list[Row], thresholds: dict[
 def decide_grouped(speculate: bool, k: int, by_k: dict[int, list[Row]], thresholds: dict[str, float]) -> Outcome | None:
     """decide() under policy.interval, on rows already grouped as by_draft_len groups them in round
     order (the same sums, live or from a log): the engine keeps them so, sparing a sort each check."""
-    enough = {kk: rr for kk, rr in by_k.items()
-              if len(rr) >= (thresholds["plain_rounds"] if kk == 0 else thresholds["min_rounds"])}
+    enough = {
+        kk: rr
+        for kk, rr in by_k.items()
+        if len(rr) >= (thresholds["plain_rounds"] if kk == 0 else thresholds["min_rounds"])
+    }
     if 0 not in enough:
         return None
     plain, gain, margin = enough[0], 1 + thresholds["min_gain"], 1 + thresholds["min_gain"] + thresholds["hysteresis"]
@@ -269,7 +297,9 @@ def decide_grouped(speculate: bool, k: int, by_k: dict[int, list[Row]], threshol
         best = max(wins, key=lambda kk: wins[kk].ratio, default=None)
         if best is None:
             return None
-        return _interval_outcome(True, best, "policy.hysteresis", wins[best], {0: plain, best: switching[best]}, best, 0)
+        return _interval_outcome(
+            True, best, "policy.hysteresis", wins[best], {0: plain, best: switching[best]}, best, 0
+        )
     if k in switching:
         est = estimate(switching[k], plain, below=margin)
         if est is not None and est.high is not None and est.high < gain:
@@ -285,7 +315,12 @@ def decide_grouped(speculate: bool, k: int, by_k: dict[int, list[Row]], threshol
         if len(theirs) < thresholds["min_rounds"] or len(mine) < thresholds["min_rounds"]:
             continue
         paired = estimate(theirs, mine, need=1 + thresholds["k_gain"])
-        if paired is not None and paired.low is not None and paired.low > 1.0 and paired.ratio >= 1 + thresholds["k_gain"]:
+        if (
+            paired is not None
+            and paired.low is not None
+            and paired.low > 1.0
+            and paired.ratio >= 1 + thresholds["k_gain"]
+        ):
             moves[kk] = (paired, theirs, mine)
     best = max(moves, key=lambda kk: moves[kk][0].ratio, default=None)
     if best is None:
@@ -314,8 +349,9 @@ def _switch_evidence(by_k: dict[int, list[Row]], thresholds: dict[str, float]) -
     return {kk: rr for kk, rr in switching.items() if len(rr) >= thresholds["min_rounds"]}
 
 
-def _interval_outcome(speculate: bool, k: int, rule: str, est: SpeedupEstimate, enough: dict[int, list[Row]],
-                      spec_k: int, base_k: int) -> Outcome:
+def _interval_outcome(
+    speculate: bool, k: int, rule: str, est: SpeedupEstimate, enough: dict[int, list[Row]], spec_k: int, base_k: int
+) -> Outcome:
     spec, base = enough[spec_k], enough[base_k]
     inputs = {f"goodput_k{base_k}": goodput(base), f"goodput_k{spec_k}": goodput(spec)}
     inputs.update(_sides(est, spec, base, spec_k, base_k))
@@ -343,6 +379,7 @@ def decide_prompt(speculate: bool, k: int, rows: list[Row], thresholds: dict[str
 
 
 # -- the n-gram drafter's min_match (classes[i].ngram.max_match) ---------------------------
+
 
 def match_rows(rows: Sequence[Row], k: int, match: int) -> list[Row]:
     """Rounds at k whose match was exactly `match` tokens: the ones a min_match one higher would

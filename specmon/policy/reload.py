@@ -10,10 +10,19 @@ from specmon.events.schema import ClassInForce, PolicyLoaded
 from specmon.policy.schema import MAX_POLICY_BYTES, Policy
 
 
-def loaded_event(policy: Policy, session_id: str, classes: list[ClassInForce] | None = None,
-                 changed: list[str] | None = None) -> PolicyLoaded:
-    return PolicyLoaded(session_id=session_id, t=time.time(), source=policy.source, sha256=policy.sha256,
-                        text=policy.text, accepted=True, classes=classes or [], changed=changed or [])
+def loaded_event(
+    policy: Policy, session_id: str, classes: list[ClassInForce] | None = None, changed: list[str] | None = None
+) -> PolicyLoaded:
+    return PolicyLoaded(
+        session_id=session_id,
+        t=time.time(),
+        source=policy.source,
+        sha256=policy.sha256,
+        text=policy.text,
+        accepted=True,
+        classes=classes or [],
+        changed=changed or [],
+    )
 
 
 def refused_event(source: str, session_id: str, error: str) -> PolicyLoaded:
@@ -23,16 +32,19 @@ def refused_event(source: str, session_id: str, error: str) -> PolicyLoaded:
             text = fh.read(MAX_POLICY_BYTES).decode("utf-8", "replace")
     except OSError:
         text = ""
-    return PolicyLoaded(session_id=session_id, t=time.time(), source=source, sha256="", text=text,
-                        accepted=False, error=error)
+    return PolicyLoaded(
+        session_id=session_id, t=time.time(), source=source, sha256="", text=text, accepted=False, error=error
+    )
 
 
 def reload_line(event: PolicyLoaded) -> str:
     """One line for a reload, for a run without the TUI (which shows it in its decisions pane)."""
     if event.accepted:
         changed = ", ".join(event.changed) or "nothing the classes run by"
-        return (f"specmon: policy reloaded from {event.source} (sha256 {event.sha256[:12]}); changed: {changed}; "
-                "each class runs by it from its next prompt")
+        return (
+            f"specmon: policy reloaded from {event.source} (sha256 {event.sha256[:12]}); changed: {changed}; "
+            "each class runs by it from its next prompt"
+        )
     error = " ".join(event.error.splitlines())
     return f"specmon: policy edit refused, the previous policy stays in force: {error}"
 
@@ -40,4 +52,3 @@ def reload_line(event: PolicyLoaded) -> str:
 def print_reload(event: PolicyLoaded) -> None:
     """reload_line on stderr, looked up at each call: under the TUI, Textual redirects it off the screen."""
     print(reload_line(event), file=sys.stderr, flush=True)
-

@@ -24,8 +24,21 @@ from specmon.policy.regex import RegexError, compile_regex
 MAX_POLICY_BYTES = 1 << 20  # read once a round while a run watches the file: a policy is a page, not a dump
 MAX_WINDOW = 10_000  # window's bound: a deque of this many rounds per class is still small
 # keys of older files that no longer decide anything: read with a warning, so such a file still loads
-RETIRED = {"policy": ("evidence_window", "min_rounds", "plain_rounds", "hysteresis", "remeasure_every", "probe_every",
-                      "interval", "prompt_rounds", "silent_plain", "prompt_off"), "class": ("ngram",)}
+RETIRED = {
+    "policy": (
+        "evidence_window",
+        "min_rounds",
+        "plain_rounds",
+        "hysteresis",
+        "remeasure_every",
+        "probe_every",
+        "interval",
+        "prompt_rounds",
+        "silent_plain",
+        "prompt_off",
+    ),
+    "class": ("ngram",),
+}
 MAX_CHARS = 100_000_000  # match.min_chars / max_chars
 CLASS_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,40}")  # shown in tables and TUI markup, used as a key in events
 TOO_DEEP = 32  # arrays / inline tables nested deeper than this are reported where they get there
@@ -122,7 +135,7 @@ def read_policy_text(path: Path | str, keep_newlines: bool = False) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         start = data.rfind(b"\n", 0, exc.start) + 1
-        line, col = data.count(b"\n", 0, exc.start) + 1, len(data[start:exc.start].decode("utf-8")) + 1
+        line, col = data.count(b"\n", 0, exc.start) + 1, len(data[start : exc.start].decode("utf-8")) + 1
         reason = f"not UTF-8 (byte 0x{data[exc.start]:02x}): save the file as UTF-8"
         raise PolicyError(str(path), line, col, reason) from None
     return text if keep_newlines else text.replace("\r\n", "\n").replace("\r", "\n")
@@ -165,8 +178,10 @@ def _retire(raw: dict, text: str, source: str) -> list[str]:
         if isinstance(span, dict) and "max" in span:
             cls["draft_len"] = span["max"]
             line, col = locate(text, ("classes", i, "draft_len"))
-            warnings.append(f"{source}:{line}:{col}: a draft_len range is read as draft_len = {span['max']!r}, "
-                            "its max: each round verifies what pays of it")
+            warnings.append(
+                f"{source}:{line}:{col}: a draft_len range is read as draft_len = {span['max']!r}, "
+                "its max: each round verifies what pays of it"
+            )
     return warnings
 
 
@@ -202,41 +217,60 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
         names.add(cls.name)
     defaults = [i for i, c in enumerate(parsed.classes) if c.default]
     if not defaults:
-        raise PolicyError(source, *locate(text, ("classes", len(parsed.classes) - 1)),
-                          "no class has default = true: some prompts would have no class")
+        raise PolicyError(
+            source,
+            *locate(text, ("classes", len(parsed.classes) - 1)),
+            "no class has default = true: some prompts would have no class",
+        )
     for i in range(defaults[0] + 1, len(parsed.classes)):
         line, col = locate(text, ("classes", i))
-        warnings.append(f"{source}:{line}:{col}: class {parsed.classes[i].name!r} is unreachable: "
-                        f"the default class {parsed.classes[defaults[0]].name!r} comes first")
+        warnings.append(
+            f"{source}:{line}:{col}: class {parsed.classes[i].name!r} is unreachable: "
+            f"the default class {parsed.classes[defaults[0]].name!r} comes first"
+        )
     warnings.extend(_overlaps(parsed.classes, text, source))
     return warnings
 
 
 def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str) -> None:
     if not CLASS_NAME.fullmatch(cls.name):
-        raise PolicyError(source, *locate(text, ("classes", i, "name")), f"class name {_shown(cls.name)} must be "
-                          "1 to 40 of: letters, digits, '-', '_', '.'")
+        raise PolicyError(
+            source,
+            *locate(text, ("classes", i, "name")),
+            f"class name {_shown(cls.name)} must be 1 to 40 of: letters, digits, '-', '_', '.'",
+        )
     if cls.name in names:
         raise PolicyError(source, *locate(text, ("classes", i, "name")), f"class name {cls.name!r} is used twice")
     for pattern in cls.match.regex:
         try:
             compile_regex(pattern)
         except RegexError as exc:
-            raise PolicyError(source, *locate(text, ("classes", i, "match", "regex")),
-                              f"bad regular expression {_shown(pattern)}: {exc}") from None
+            raise PolicyError(
+                source,
+                *locate(text, ("classes", i, "match", "regex")),
+                f"bad regular expression {_shown(pattern)}: {exc}",
+            ) from None
     for key in ("min_chars", "max_chars"):
         if not 0 <= getattr(cls.match, key) <= MAX_CHARS:
-            raise PolicyError(source, *locate(text, ("classes", i, "match", key)),
-                              f"match.{key} = {_shown(getattr(cls.match, key))} must be 0..{MAX_CHARS}")
+            raise PolicyError(
+                source,
+                *locate(text, ("classes", i, "match", key)),
+                f"match.{key} = {_shown(getattr(cls.match, key))} must be 0..{MAX_CHARS}",
+            )
     if not 0 <= cls.draft_len <= MAX_DRAFT_LEN:
-        raise PolicyError(source, *locate(text, ("classes", i, "draft_len")),
-                          f"draft_len = {cls.draft_len} must be 0..{MAX_DRAFT_LEN}")
+        raise PolicyError(
+            source,
+            *locate(text, ("classes", i, "draft_len")),
+            f"draft_len = {cls.draft_len} must be 0..{MAX_DRAFT_LEN}",
+        )
     if not 0.0 <= cls.match.min_given <= 1.0:
-        raise PolicyError(source, *locate(text, ("classes", i, "match", "min_given")),
-                          f"match.min_given = {_shown(cls.match.min_given)} must be 0..1 (a share of the prompt)")
+        raise PolicyError(
+            source,
+            *locate(text, ("classes", i, "match", "min_given")),
+            f"match.min_given = {_shown(cls.match.min_given)} must be 0..1 (a share of the prompt)",
+        )
     if cls.match.max_chars and cls.match.max_chars < cls.match.min_chars:
         raise PolicyError(source, *locate(text, ("classes", i, "match", "max_chars")), "max_chars < min_chars")
-
 
 
 def _overlaps(classes: list[PromptClass], text: str, source: str) -> list[str]:
@@ -244,11 +278,15 @@ def _overlaps(classes: list[PromptClass], text: str, source: str) -> list[str]:
     seen: dict[str, str] = {}
     warnings = []
     for i, cls in enumerate(classes):
-        for key in [*(f"keyword {k.lower()!r}" for k in cls.match.keywords), *(f"regex {r!r}" for r in cls.match.regex)]:
+        for key in [
+            *(f"keyword {k.lower()!r}" for k in cls.match.keywords),
+            *(f"regex {r!r}" for r in cls.match.regex),
+        ]:
             if key in seen and seen[key] != cls.name:
                 line, col = locate(text, ("classes", i, "match"))
-                warnings.append(f"{source}:{line}:{col}: class {cls.name!r} overlaps {seen[key]!r} on {key}; "
-                                f"first match wins")
+                warnings.append(
+                    f"{source}:{line}:{col}: class {cls.name!r} overlaps {seen[key]!r} on {key}; first match wins"
+                )
             seen.setdefault(key, cls.name)
     return warnings
 
@@ -260,6 +298,7 @@ def _shown(value) -> str:
 
 
 # -- locations -----------------------------------------------------------------------------
+
 
 def _line_col(text: str, offset: int) -> tuple[int, int]:
     line_start = text.rfind("\n", 0, offset) + 1
@@ -301,7 +340,7 @@ def locate(text: str, path: tuple) -> tuple[int, int]:
             continue
         if in_scope and keys:
             want = keys[-1]
-            prefix = ".".join(keys[len(current.split(".")) - 1:-1])
+            prefix = ".".join(keys[len(current.split(".")) - 1 : -1])
             name = f"{prefix}.{want}" if prefix else want
             if re.match(rf"^\s*{re.escape(name)}\s*=", line) or re.match(rf"^\s*{re.escape(keys[0])}\s*=", line):
                 return number, line.index(line.strip()[0]) + 1

@@ -114,8 +114,9 @@ class ReplayFeed:
                 self.done.set()
         return self._peeked
 
-    def _take(self, due: Callable[[AnyEvent], bool], limit: int,
-              stop_after: Callable[[AnyEvent], bool] | None = None) -> list[AnyEvent]:
+    def _take(
+        self, due: Callable[[AnyEvent], bool], limit: int, stop_after: Callable[[AnyEvent], bool] | None = None
+    ) -> list[AnyEvent]:
         batch: list[AnyEvent] = []
         while len(batch) < limit:
             ev = self._peek()

@@ -34,31 +34,50 @@ def build_report(log: Path, out: Path) -> Path:
     data = {
         "log": str(log),
         "summary": summary(stats),
-        "acceptance_by_position": {c: {str(k): r.per_position for k, r in s.runs.items() if k}
-                                   for c, s in stats.items()},
-        "timing_ms": {c: {str(k): [r.mean_ms(r.draft_ms), r.mean_ms(r.verify_ms), r.mean_ms(r.overhead_ms)]
-                          for k, r in s.runs.items()} for c, s in stats.items()},
+        "acceptance_by_position": {
+            c: {str(k): r.per_position for k, r in s.runs.items() if k} for c, s in stats.items()
+        },
+        "timing_ms": {
+            c: {
+                str(k): [r.mean_ms(r.draft_ms), r.mean_ms(r.verify_ms), r.mean_ms(r.overhead_ms)]
+                for k, r in s.runs.items()
+            }
+            for c, s in stats.items()
+        },
         "goodput_tok_per_s": {c: {str(k): r.tok_per_s for k, r in sorted(s.runs.items())} for c, s in stats.items()},
-        "goodput_interval_tok_per_s": {c: {str(k): _tok_per_s_interval(r) for k, r in sorted(s.runs.items())}
-                                       for c, s in stats.items()},
+        "goodput_interval_tok_per_s": {
+            c: {str(k): _tok_per_s_interval(r) for k, r in sorted(s.runs.items())} for c, s in stats.items()
+        },
         "acceptance_over_time": _over_time(rounds),
         "acceptance_over_time_empty": _why_no_blocks(rounds),
-        "decisions": [{"id": d.decision_id, "class": d.prompt_class, "rule": d.rule_key, "k_to": d.k_to,
-                       "speculate_to": d.speculate_to, "min_match_to": d.match_to} for d in decisions],
+        "decisions": [
+            {
+                "id": d.decision_id,
+                "class": d.prompt_class,
+                "rule": d.rule_key,
+                "k_to": d.k_to,
+                "speculate_to": d.speculate_to,
+                "min_match_to": d.match_to,
+            }
+            for d in decisions
+        ],
         "host": _host(tally(rounds)),
     }
     try:
         return _write(data, out)
     except OSError as exc:  # a read-only folder, a full disk, a path through a file
-        raise SpecmonError(f"report: cannot write {exc.filename or out} ({exc.strerror or exc}); "
-                           "pick another folder with --out") from None
+        raise SpecmonError(
+            f"report: cannot write {exc.filename or out} ({exc.strerror or exc}); pick another folder with --out"
+        ) from None
 
 
 def _write(data: dict, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plots = {
-        "acceptance_by_position.png": _plot_positions, "timing.png": _plot_timing,
-        "goodput_by_k.png": _plot_goodput, "acceptance_over_time.png": _plot_over_time,
+        "acceptance_by_position.png": _plot_positions,
+        "timing.png": _plot_timing,
+        "goodput_by_k.png": _plot_goodput,
+        "acceptance_over_time.png": _plot_over_time,
     }
     for name, plot in plots.items():
         plot(data, out / name)
@@ -104,8 +123,7 @@ def _why_no_blocks(rounds: list[RoundVerified]) -> str | None:
     if not proposing:
         return "no round proposed a draft token: nothing to measure acceptance on"
     name, most = max(proposing.items(), key=lambda kv: kv[1])
-    return (f"no class has {WINDOW} rounds that proposed drafts (one point per {WINDOW}); "
-            f"the most is {most}, in {name}")
+    return f"no class has {WINDOW} rounds that proposed drafts (one point per {WINDOW}); the most is {most}, in {name}"
 
 
 def _tok_per_s_interval(run: RunStats) -> list[float] | None:
@@ -217,33 +235,51 @@ def _span(row: dict) -> str:
 
 def _host(host: HostTally) -> dict:
     """The rounds the host disturbed (metrics.contention): counts, and the phrase the tables print."""
-    return {"measured_rounds": host.measured, "disturbed_rounds": host.disturbed, "disturbed_share": host.share,
-            "peak_stall": host.peak if host.measured else None, "first": host.first_t, "last": host.last_t,
-            "said": host.said()}
+    return {
+        "measured_rounds": host.measured,
+        "disturbed_rounds": host.disturbed,
+        "disturbed_share": host.share,
+        "peak_stall": host.peak if host.measured else None,
+        "first": host.first_t,
+        "last": host.last_t,
+        "said": host.said(),
+    }
 
 
 def _summary_line(cls: str, row: dict) -> str:
     """One (class, k) row of the summary table; at k = 0 no speedup (plain over itself is no finding)."""
-    speedup = f"{fmt(row['speedup'], '{:.2f}×')} | {_span(row)} ({row['speedup_verdict']})" if row["draft_len"] \
-        else "- | -"
-    return (f"| {_cell(cls)} | {row['draft_len']} | {row['rounds']} | {fmt(row['acceptance_rate'])} | "
-            f"{fmt(row['mean_accepted_len'])} | {fmt(row['tok_per_s'], '{:.1f}')} | "
-            f"{fmt(row['baseline_tok_per_s'], '{:.1f}')} | {speedup} |")
+    speedup = (
+        f"{fmt(row['speedup'], '{:.2f}×')} | {_span(row)} ({row['speedup_verdict']})" if row["draft_len"] else "- | -"
+    )
+    return (
+        f"| {_cell(cls)} | {row['draft_len']} | {row['rounds']} | {fmt(row['acceptance_rate'])} | "
+        f"{fmt(row['mean_accepted_len'])} | {fmt(row['tok_per_s'], '{:.1f}')} | "
+        f"{fmt(row['baseline_tok_per_s'], '{:.1f}')} | {speedup} |"
+    )
 
 
 def _markdown(data: dict, plots: list[str]) -> str:
     host = data["host"]["said"]
-    lines = [f"# specmon report: {Path(data['log']).name}", "", *([f"Host: {host}.", ""] if host else []),
-             "A row per class and k it ran rounds at; k = 0 is plain decoding, each speedup's plain side.", "",
-             "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup | 95% interval |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [_summary_line(cls, row) for cls, c in data["summary"]["classes"].items()
-              for row in c["by_draft_len"].values()]
+    lines = [
+        f"# specmon report: {Path(data['log']).name}",
+        "",
+        *([f"Host: {host}.", ""] if host else []),
+        "A row per class and k it ran rounds at; k = 0 is plain decoding, each speedup's plain side.",
+        "",
+        "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup | 95% interval |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [
+        _summary_line(cls, row) for cls, c in data["summary"]["classes"].items() for row in c["by_draft_len"].values()
+    ]
     if data["decisions"]:
         lines += ["", "## Decisions", ""]
-        lines += [f"- {d['id']}: {_cell(d['class'])} → {'on' if d['speculate_to'] else 'off'}, k={d['k_to']}"
-                  + (f", n-gram min_match {d['min_match_to']}" if d["min_match_to"] else "") + f" ({d['rule']})"
-                  for d in data["decisions"]]
+        lines += [
+            f"- {d['id']}: {_cell(d['class'])} → {'on' if d['speculate_to'] else 'off'}, k={d['k_to']}"
+            + (f", n-gram min_match {d['min_match_to']}" if d["min_match_to"] else "")
+            + f" ({d['rule']})"
+            for d in data["decisions"]
+        ]
     lines.append("")
     lines += [f"![{name}]({name})" for name in plots]
     return "\n".join(lines) + "\n"

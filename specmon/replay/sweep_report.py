@@ -12,8 +12,14 @@ import tomlkit
 from specmon.events.schema import RoundVerified
 from specmon.metrics import rates
 from specmon.metrics.interval import goodput_interval
-from specmon.metrics.predict import (MIN_ROUNDS, TOLERANCE, break_even_alpha, mix_round_ms, mix_tokens_per_round,
-                                     verify_cost_by_len)
+from specmon.metrics.predict import (
+    MIN_ROUNDS,
+    TOLERANCE,
+    break_even_alpha,
+    mix_round_ms,
+    mix_tokens_per_round,
+    verify_cost_by_len,
+)
 from specmon.metrics.stats import CellKey, RunStats, cell_stats
 from specmon.policy.edit import replace_atomically
 from specmon.policy.schema import parse_policy
@@ -78,8 +84,13 @@ def _predicted(run: RunStats, base: RunStats, step: float, v_by_len: dict[int, f
     length_share = {0: (run.rounds - (over[0] if run.proposed_gt else 0)) / run.rounds}
     length_share.update({i + 1: (over[i] - over[i + 1]) / run.rounds for i in range(len(run.proposed_gt))})
     tokens = mix_tokens_per_round([n / run.rounds for n in run.proposed_gt], run.per_position)
-    round_ms = mix_round_ms({n: share for n, share in length_share.items() if share}, v_by_len, step,
-                            run.draft_ms / run.rounds, run.overhead_ms / run.rounds)
+    round_ms = mix_round_ms(
+        {n: share for n, share in length_share.items() if share},
+        v_by_len,
+        step,
+        run.draft_ms / run.rounds,
+        run.overhead_ms / run.rounds,
+    )
     return rates.speedup(rates.goodput(tokens, round_ms), base.goodput) if round_ms else None
 
 
@@ -168,14 +179,25 @@ def goodput_figure(rows: list[CellRow]):
         dodge = (place - (len(classes) - 1) / 2) * 0.06  # classes side by side at one k
         label = f"{cls} · {'plain (k=0)' if drafter == 'none' else drafter} · {sampling_label(sampling)}"
         colour = colours[place % len(colours)]  # a class keeps its colour; plain is the square
-        ax.errorbar([k + dodge for k in ks], values, yerr=yerr, fmt="s" if drafter == "none" else "o", capsize=3,
-                    ms=5, color=colour, label=label.replace("$", r"\$"))
+        ax.errorbar(
+            [k + dodge for k in ks],
+            values,
+            yerr=yerr,
+            fmt="s" if drafter == "none" else "o",
+            capsize=3,
+            ms=5,
+            color=colour,
+            label=label.replace("$", r"\$"),
+        )
         for i in range(len(ks) - 1):
             if ks[i + 1] == ks[i] + 1:  # a line only where no k between went unmeasured
-                ax.plot([k + dodge for k in ks[i:i + 2]], values[i:i + 2], color=colour, linewidth=1)
+                ax.plot([k + dodge for k in ks[i : i + 2]], values[i : i + 2], color=colour, linewidth=1)
     ax.set_xticks(sorted({r.key.draft_len for r in rows}))
-    ax.set(title="goodput by draft length, 95% interval over prompts", xlabel="draft length k (only those measured)",
-           ylabel="emitted tokens / s of round time")
+    ax.set(
+        title="goodput by draft length, 95% interval over prompts",
+        xlabel="draft length k (only those measured)",
+        ylabel="emitted tokens / s of round time",
+    )
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
@@ -193,13 +215,20 @@ def predicted_figure(rows: list[CellRow]):
             series.setdefault((r.key.prompt_class, r.key.drafter), []).append(r)
     top = 1.5
     for (cls, drafter), cells in series.items():
-        ax.scatter([r.predicted for r in cells], [r.speedup for r in cells], s=16,
-                   label=f"{cls} · {drafter}".replace("$", r"\$"))
+        ax.scatter(
+            [r.predicted for r in cells],
+            [r.speedup for r in cells],
+            s=16,
+            label=f"{cls} · {drafter}".replace("$", r"\$"),
+        )
         top = max([top] + [max(r.predicted, r.speedup) for r in cells])
     ax.plot([0, top * 1.05], [0, top * 1.05], color="grey", linewidth=0.8, label="measured = predicted")
     ax.axhline(1.0, color="grey", linewidth=0.6, linestyle=":", label="1× = plain decoding")
-    ax.set(title="measured vs predicted speedup, one point per k and sampling",
-           xlabel="predicted speedup (× plain)", ylabel="measured speedup (× plain)")
+    ax.set(
+        title="measured vs predicted speedup, one point per k and sampling",
+        xlabel="predicted speedup (× plain)",
+        ylabel="measured speedup (× plain)",
+    )
     ax.set_xlim(0, top * 1.05)
     ax.set_ylim(0, top * 1.05)
     ax.grid(alpha=0.3)

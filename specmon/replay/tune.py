@@ -25,8 +25,15 @@ from specmon.engine.driver import UNCHECKED, SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
-from specmon.events.schema import (AnyEvent, PromptFinished, PromptStarted, RoundVerified, Sampling, SessionStarted,
-                                   bench_fixed_k)
+from specmon.events.schema import (
+    AnyEvent,
+    PromptFinished,
+    PromptStarted,
+    RoundVerified,
+    Sampling,
+    SessionStarted,
+    bench_fixed_k,
+)
 from specmon.metrics.rates import goodput, round_ms, speedup
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import Policy
@@ -65,15 +72,19 @@ def read_bench_log(log: Path) -> BenchLog:
             opened = ev
         elif isinstance(ev, PromptFinished) and opened is not None and bench_fixed_k(opened) == 0:
             if not opened.sampling.greedy:
-                raise SpecmonError(f"{log}: its plain runs were sampled (temperature {opened.sampling.temperature:g}); "
-                                   "the tuning replay needs a greedy `specmon bench policy` log")
+                raise SpecmonError(
+                    f"{log}: its plain runs were sampled (temperature {opened.sampling.temperature:g}); "
+                    "the tuning replay needs a greedy `specmon bench policy` log"
+                )
             found.texts[ev.prompt_id] = ev.generated
             found.prompt_tokens[ev.prompt_id] = opened.prompt_tokens
         elif isinstance(ev, RoundVerified):
             rounds.append(ev)
     if not found.texts:
-        raise SpecmonError(f"{log}: not a `specmon bench policy` log (no plain bench decodes to replay); "
-                           "make one with `specmon bench policy --log FILE`")
+        raise SpecmonError(
+            f"{log}: not a `specmon bench policy` log (no plain bench decodes to replay); "
+            "make one with `specmon bench policy --log FILE`"
+        )
     found.costs = measured or fitted_costs(rounds)  # an older log: fitted on its rounds
     return found
 
@@ -127,13 +138,15 @@ class ReplayTarget:
         self.sequence = sequence
 
     def prefill(self, tokens: Sequence[int]) -> None:
-        if list(tokens) != self.sequence[:len(tokens)]:
+        if list(tokens) != self.sequence[: len(tokens)]:
             raise SpecmonError("replay: the prompt decoded is not the one played")  # a caller's bug, said plainly
 
     def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
         rows = np.zeros((len(tokens), self.vocab_size), dtype=np.float32)
-        ahead = [self.sequence[p + 1] if p + 1 < len(self.sequence) else self.eos_id
-                 for p in range(start, start + len(tokens))]
+        ahead = [
+            self.sequence[p + 1] if p + 1 < len(self.sequence) else self.eos_id
+            for p in range(start, start + len(tokens))
+        ]
         rows[np.arange(len(tokens)), ahead] = PEAK
         return rows
 
@@ -180,8 +193,17 @@ class Tuned:
     decisions: int
 
 
-def replay(policy: Policy, prompts: Sequence[Prompt], bench: BenchLog, tokenizer, cost: Callable[[int], float],
-           pad_from: int, ks: Sequence[int], repeat: int, on_prompt: Callable[[int], None] | None = None) -> Tuned:
+def replay(
+    policy: Policy,
+    prompts: Sequence[Prompt],
+    bench: BenchLog,
+    tokenizer,
+    cost: Callable[[int], float],
+    pad_from: int,
+    ks: Sequence[int],
+    repeat: int,
+    on_prompt: Callable[[int], None] | None = None,
+) -> Tuned:
     """Each prompt under the policy, then at every fixed k (the class's drafter settings as the file
     sets them), `repeat` passes over the set, in order."""
     encoded = {p.id: tuple(tokenizer.encode_chat(p.text)) for p in prompts}
@@ -202,8 +224,9 @@ def replay(policy: Policy, prompts: Sequence[Prompt], bench: BenchLog, tokenizer
         for k in ks:
             modelled.key = k
             drafter.confident(0)  # fixed k: the plain lookup, as `specmon run -k K` drafts
-            done = driver.decode(played, drafter if k else NoDrafter(), FixedDraftLen(k), GREEDY, len(text),
-                                 prompt_class=name, bench_k=k)
+            done = driver.decode(
+                played, drafter if k else NoDrafter(), FixedDraftLen(k), GREEDY, len(text), prompt_class=name, bench_k=k
+            )
             driver.finish(done, UNCHECKED)
         if on_prompt:
             on_prompt(index + 1)
@@ -213,13 +236,17 @@ def replay(policy: Policy, prompts: Sequence[Prompt], bench: BenchLog, tokenizer
 def check_prompts(prompts: Sequence[Prompt], bench: BenchLog, tokenizer, log: Path) -> None:
     """The prompt set and tokenizer are the log's: each prompt has as many tokens as it had there."""
     if not prompts:
-        raise SpecmonError(f"{log}: no prompt of the set has a plain run in the log; give --prompts as given "
-                           "to `specmon bench policy` (and the same --half)")
+        raise SpecmonError(
+            f"{log}: no prompt of the set has a plain run in the log; give --prompts as given "
+            "to `specmon bench policy` (and the same --half)"
+        )
     for p in prompts:
         have, logged = len(tokenizer.encode_chat(p.text)), bench.prompt_tokens[p.id]
         if have != logged:
-            raise SpecmonError(f"prompt {p.id!r}: {have} tokens here but {logged} in {log}: --prompts or "
-                               "--profile is not what the log ran")
+            raise SpecmonError(
+                f"prompt {p.id!r}: {have} tokens here but {logged} in {log}: --prompts or "
+                "--profile is not what the log ran"
+            )
 
 
 def figures(tuned: Tuned, ks: Sequence[int]) -> dict:
@@ -232,10 +259,16 @@ def figures(tuned: Tuned, ks: Sequence[int]) -> dict:
             pooled[key][0] += emitted
             pooled[key][1] += ms
         best = max(ks, key=rate.get)
-        classes[name] = {"over_plain": {str(k): speedup(rate[k], rate[0]) for k in ks},
-                         "auto_over_plain": speedup(rate["auto"], rate[0]), "best_k": best,
-                         "auto_over_best": speedup(rate["auto"], rate[best])}
+        classes[name] = {
+            "over_plain": {str(k): speedup(rate[k], rate[0]) for k in ks},
+            "auto_over_plain": speedup(rate["auto"], rate[0]),
+            "best_k": best,
+            "auto_over_best": speedup(rate["auto"], rate[best]),
+        }
     rate = {key: goodput(emitted, ms) for key, (emitted, ms) in pooled.items()}
     best = max(ks, key=rate.get)
-    return {"classes": classes, "overall": {"best_k": best, "auto_over_best": speedup(rate.get("auto"), rate.get(best))},
-            "decisions": tuned.decisions}
+    return {
+        "classes": classes,
+        "overall": {"best_k": best, "auto_over_best": speedup(rate.get("auto"), rate.get(best))},
+        "decisions": tuned.decisions,
+    }

@@ -33,7 +33,11 @@ class ClassDiff:
 
 def describe(d: Decision) -> str:
     if d.thresholds.get("gate"):
-        return (f"k={d.k_to} from a {d.match_to}-token match" if d.match_to else f"k={d.k_to}") if d.speculate_to else "off"
+        return (
+            (f"k={d.k_to} from a {d.match_to}-token match" if d.match_to else f"k={d.k_to}")
+            if d.speculate_to
+            else "off"
+        )
     if d.speculate_from != d.speculate_to:
         return ("on" if d.speculate_to else "off") + f" (k={d.k_to})"
     if d.match_to:

@@ -69,9 +69,16 @@ def prompts_path(given: Path | None) -> Path | None:
     return shipped_prompts(str(given)) or given
 
 
-def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[int], repeat: int,
-              sampling: Sampling, max_new_tokens: int, fixed_passes: int = 0,
-              on_prompt: Callable[[int], None] | None = None) -> None:
+def run_bench(
+    policy: PolicyScheduler,
+    prompts: Sequence[Prompt],
+    ks: Sequence[int],
+    repeat: int,
+    sampling: Sampling,
+    max_new_tokens: int,
+    fixed_passes: int = 0,
+    on_prompt: Callable[[int], None] | None = None,
+) -> None:
     """`fixed_passes` > 0 keeps the fixed k > 0 to the first passes (slow drafters); plain still
     runs beside every policy prompt, so auto/plain stays paired."""
     driver = policy.driver
@@ -82,14 +89,19 @@ def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[i
         name = policy.engine.classify(prompt.text, _tag(prompt))[0]
         runs: list[int | None] = [None, *ks]  # None: the policy's own decode of the prompt
         shift = index % len(runs)
-        order = [k for k in runs[shift:] + runs[:shift]  # the policy takes each place in turn, as every k does
-                 if not (k and fixed_passes and index // len(prompts) >= fixed_passes)]
+        order = [
+            k
+            for k in runs[shift:] + runs[:shift]  # the policy takes each place in turn, as every k does
+            if not (k and fixed_passes and index // len(prompts) >= fixed_passes)
+        ]
         if lanes is None:
             for k in order:
                 drain(_arm(policy, driver, policy.drafter, prompt, name, k, sampling, max_new_tokens))
         else:
-            decodes = [_arm(policy, lane.driver, lane.drafter, prompt, name, k, sampling, max_new_tokens)
-                       for lane, k in zip(lanes, order)]
+            decodes = [
+                _arm(policy, lane.driver, lane.drafter, prompt, name, k, sampling, max_new_tokens)
+                for lane, k in zip(lanes, order)
+            ]
             take_turns(decodes)
             for lane in lanes:
                 lane.flush(driver.emit)
@@ -97,8 +109,16 @@ def run_bench(policy: PolicyScheduler, prompts: Sequence[Prompt], ks: Sequence[i
             on_prompt(index + 1)
 
 
-def _arm(policy: PolicyScheduler, driver: SessionDriver, drafter: Drafter, prompt: Prompt, name: str,
-         k: int | None, sampling: Sampling, max_new_tokens: int) -> Generator[int, None, object]:
+def _arm(
+    policy: PolicyScheduler,
+    driver: SessionDriver,
+    drafter: Drafter,
+    prompt: Prompt,
+    name: str,
+    k: int | None,
+    sampling: Sampling,
+    max_new_tokens: int,
+) -> Generator[int, None, object]:
     """One decode of the prompt: the policy's (k None) or at fixed k with the profile's drafter, as `run -k` has it."""
     if k is None:
         return policy.decode_steps(prompt, sampling, max_new_tokens, driver, drafter)
@@ -107,9 +127,16 @@ def _arm(policy: PolicyScheduler, driver: SessionDriver, drafter: Drafter, promp
 
 def _fixed(policy, driver, drafter, prompt, name, k, sampling, max_new_tokens) -> Generator[int, None, object]:
     getattr(drafter, "confident", lambda *a: None)(0)  # fixed k: the plain lookup, as `specmon run -k K` drafts
-    done = yield from driver.decode_steps(prompt, drafter if k else NoDrafter(), FixedDraftLen(k), sampling,
-                                          max_new_tokens, prompt_class=name, class_rule=f"{BENCH_FIXED_RULE}{k}",
-                                          bench_k=k)
+    done = yield from driver.decode_steps(
+        prompt,
+        drafter if k else NoDrafter(),
+        FixedDraftLen(k),
+        sampling,
+        max_new_tokens,
+        prompt_class=name,
+        class_rule=f"{BENCH_FIXED_RULE}{k}",
+        bench_k=k,
+    )
     driver.finish(done, UNCHECKED)
     return done
 
@@ -149,14 +176,19 @@ class BenchClass:
         best = self.best_k
         best_rate = self.fixed[best].tok_per_s if best is not None else None
         paired, host = self.auto_over_best(), self.host
-        return {"plain": self.plain, "fixed": {str(k): r.tok_per_s for k, r in sorted(self.fixed.items())},
-                "best_k": best, "auto": self.auto.tok_per_s,
-                "auto_over_best": speedup(self.auto.tok_per_s, best_rate),
-                "auto_over_plain": speedup(self.auto.tok_per_s, self.plain),
-                "best_over_plain": speedup(best_rate, self.plain),
-                "auto_over_best_interval": None if paired is None or paired.low is None else [paired.low, paired.high],
-                "auto_rounds_by_k": {str(k): n for k, n in sorted(self.auto_rounds_by_k.items())},
-                "disturbed_rounds": host.disturbed, "measured_rounds": host.measured}
+        return {
+            "plain": self.plain,
+            "fixed": {str(k): r.tok_per_s for k, r in sorted(self.fixed.items())},
+            "best_k": best,
+            "auto": self.auto.tok_per_s,
+            "auto_over_best": speedup(self.auto.tok_per_s, best_rate),
+            "auto_over_plain": speedup(self.auto.tok_per_s, self.plain),
+            "best_over_plain": speedup(best_rate, self.plain),
+            "auto_over_best_interval": None if paired is None or paired.low is None else [paired.low, paired.high],
+            "auto_rounds_by_k": {str(k): n for k, n in sorted(self.auto_rounds_by_k.items())},
+            "disturbed_rounds": host.disturbed,
+            "measured_rounds": host.measured,
+        }
 
 
 def bench_results(events: Iterable[AnyEvent]) -> dict[str, BenchClass]:
@@ -188,12 +220,22 @@ def overall_figures(results: dict[str, BenchClass], ks: Sequence[int]) -> dict:
             fixed[k] = rate * 1e3
     best = max(fixed, key=fixed.get, default=None)
     auto = auto * 1e3 if auto else None
-    paired = None if best is None else speedup_estimate(
-        _pooled(c.auto.prompt_totals for c in results.values()),
-        _pooled(c.fixed[best].prompt_totals for c in results.values() if best in c.fixed))
-    return {"auto": auto, "fixed": {str(k): v for k, v in fixed.items()}, "best_k": best,
-            "best": fixed.get(best), "auto_over_best": speedup(auto, fixed.get(best)),
-            "auto_over_best_interval": None if paired is None or paired.low is None else [paired.low, paired.high]}
+    paired = (
+        None
+        if best is None
+        else speedup_estimate(
+            _pooled(c.auto.prompt_totals for c in results.values()),
+            _pooled(c.fixed[best].prompt_totals for c in results.values() if best in c.fixed),
+        )
+    )
+    return {
+        "auto": auto,
+        "fixed": {str(k): v for k, v in fixed.items()},
+        "best_k": best,
+        "best": fixed.get(best),
+        "auto_over_best": speedup(auto, fixed.get(best)),
+        "auto_over_best_interval": None if paired is None or paired.low is None else [paired.low, paired.high],
+    }
 
 
 def _pooled(totals: Iterable[PromptTotals]) -> PromptTotals:

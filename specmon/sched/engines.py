@@ -32,8 +32,12 @@ from specmon.metrics.rates import goodput, speedup
 
 # name -> (which profile, keys replaced in it): torch with and without packed verify weights, packed
 # with 2-3 position passes never padded; llama.cpp
-ENGINES = {"torch-fp32": ("torch", {}), "torch-nopack": ("torch", {"packed_rows": 0}),
-           "torch-nopad": ("torch", {"pad_from": 4}), "llamacpp": ("llamacpp", {})}
+ENGINES = {
+    "torch-fp32": ("torch", {}),
+    "torch-nopack": ("torch", {"packed_rows": 0}),
+    "torch-nopad": ("torch", {"pad_from": 4}),
+    "llamacpp": ("llamacpp", {}),
+}
 MODES = ("plain", "ngram")
 GREEDY = Sampling()
 WARM_UP = Prompt("warm-up", "Hello", "warm-up")
@@ -57,7 +61,9 @@ def load_engines(names: Sequence[str], profiles: dict[str, str], skipped: Callab
     for name in names:
         which, changes = ENGINES[name]
         try:
-            pair = load_pair(msgspec.structs.replace(load_profile(profiles[which]), **changes), DrafterSpec(kind="none"))
+            pair = load_pair(
+                msgspec.structs.replace(load_profile(profiles[which]), **changes), DrafterSpec(kind="none")
+            )
         except SpecmonError as exc:
             skipped(name, str(exc))
             continue
@@ -95,8 +101,15 @@ class Bench:
         cell[1] += ms
 
 
-def run(drivers: dict, prompts: Sequence[Prompt], reps: int, n_new: int, k: int,
-        reference: tuple[str, str, int] | None = None, on_prompt: Callable[[int], None] | None = None) -> Bench:
+def run(
+    drivers: dict,
+    prompts: Sequence[Prompt],
+    reps: int,
+    n_new: int,
+    k: int,
+    reference: tuple[str, str, int] | None = None,
+    on_prompt: Callable[[int], None] | None = None,
+) -> Bench:
     bench, names = Bench(list(drivers)), list(drivers)
     tokenizer = next(iter(drivers.values())).tokenizer  # renders the reference's prompt
     for step, (rep, (i, prompt)) in enumerate(itertools.product(range(reps), enumerate(prompts))):
@@ -109,15 +122,16 @@ def run(drivers: dict, prompts: Sequence[Prompt], reps: int, n_new: int, k: int,
             own = reference_turn(bench, tokenizer, prompt, n_new, reference)
         if own is not None and "llamacpp" in plain_outs:  # its greedy text against specmon's through llama.cpp
             matched = bench.same.setdefault("C loop", [0, 0])
-            matched[0] += plain_outs["llamacpp"][:len(own)] == own  # it stops at any end-of-generation token
+            matched[0] += plain_outs["llamacpp"][: len(own)] == own  # it stops at any end-of-generation token
             matched[1] += 1
         if on_prompt:
             on_prompt(step + 1)
     return bench
 
 
-def _engine_turn(bench: Bench, name: str, driver: SessionDriver, prompt: Prompt, n_new: int, k: int,
-                 plain_first: bool) -> list[int]:
+def _engine_turn(
+    bench: Bench, name: str, driver: SessionDriver, prompt: Prompt, n_new: int, k: int, plain_first: bool
+) -> list[int]:
     """One prompt on one engine, plain and n-gram; returns the plain output."""
     outs = {}
     for mode in MODES if plain_first else MODES[::-1]:
@@ -136,8 +150,9 @@ def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int
 
     extra = "1" if use_extra_bufts(import_llama_cpp()) else "0"
     try:
-        done = subprocess.run([binary, gguf, str(n_new), str(threads), extra, text], capture_output=True, text=True,
-                              timeout=600)
+        done = subprocess.run(
+            [binary, gguf, str(n_new), str(threads), extra, text], capture_output=True, text=True, timeout=600
+        )
     except OSError as exc:
         raise SpecmonError(f"--reference {binary}: cannot run it ({exc.strerror})") from None
     found = REFERENCE_LINE.search(done.stdout)
@@ -180,8 +195,9 @@ def figures(bench: Bench, prompts: Sequence[Prompt]) -> dict:
             entry["identical"], entry["compared"] = bench.same[name]
         if "ngram" in modes:
             est = speedup_estimate(_totals(modes["ngram"], ids), _totals(modes["plain"], ids))
-            entry.update(ngram_speedup=est.ratio, interval=None if est.low is None else [est.low, est.high],
-                         verdict=est.verdict)
+            entry.update(
+                ngram_speedup=est.ratio, interval=None if est.low is None else [est.low, est.high], verdict=est.verdict
+            )
         engines[name] = entry
     classes = {}
     for cls in dict.fromkeys(p.prompt_class for p in prompts):

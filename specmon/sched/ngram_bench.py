@@ -38,16 +38,25 @@ def parse_settings(text: str, k: int) -> list[Setting]:
     for part in (p.strip() for p in text.split(",")):
         found = SETTING.fullmatch(part)
         if not found or int(found.group(1)) < 1 or int(found.group(2)) < 1:
-            raise SpecmonError(f"--confident {text!r}: expected settings like 2/1,3/1,2/1c (min_match/min_seen, "
-                               "each >= 1; a trailing c caps each draft at its match's length)")
+            raise SpecmonError(
+                f"--confident {text!r}: expected settings like 2/1,3/1,2/1c (min_match/min_seen, "
+                "each >= 1; a trailing c caps each draft at its match's length)"
+            )
         confidence = (int(found.group(1)), int(found.group(2)))
         settings.append(Setting(f"conf {part} k={k}", k, confidence, bool(found.group(3))))
     return settings
 
 
-def run_ngram_bench(driver: SessionDriver, ngram_sizes: Sequence[int], verify_rows, prompts: Sequence[Prompt],
-                    settings: Sequence[Setting], sampling: Sampling, max_new_tokens: int,
-                    on_prompt: Callable[[int], None] | None = None) -> dict[str, dict[str, RunStats]]:
+def run_ngram_bench(
+    driver: SessionDriver,
+    ngram_sizes: Sequence[int],
+    verify_rows,
+    prompts: Sequence[Prompt],
+    settings: Sequence[Setting],
+    sampling: Sampling,
+    max_new_tokens: int,
+    on_prompt: Callable[[int], None] | None = None,
+) -> dict[str, dict[str, RunStats]]:
     """stats[class or ALL][setting name]: every prompt decoded under every setting, in a rotating order."""
     capped, padded = NgramDrafter(ngram_sizes), NgramDrafter(ngram_sizes, verify_rows)
     stats: dict[str, dict[str, RunStats]] = {}
@@ -56,9 +65,17 @@ def run_ngram_bench(driver: SessionDriver, ngram_sizes: Sequence[int], verify_ro
         for s in [*settings[shift:], *settings[:shift]]:
             drafter = capped if s.capped else padded
             drafter.confident(*s.confidence) if s.confidence else drafter.confident(0)
-            into = [stats.setdefault(group, {}).setdefault(s.name, RunStats(s.k)) for group in (prompt.prompt_class, ALL)]
-            done = driver.decode(prompt, drafter if s.k else NoDrafter(), FixedDraftLen(s.k), sampling, max_new_tokens,
-                                 on_round=_adder(into))
+            into = [
+                stats.setdefault(group, {}).setdefault(s.name, RunStats(s.k)) for group in (prompt.prompt_class, ALL)
+            ]
+            done = driver.decode(
+                prompt,
+                drafter if s.k else NoDrafter(),
+                FixedDraftLen(s.k),
+                sampling,
+                max_new_tokens,
+                on_round=_adder(into),
+            )
             driver.finish(done, UNCHECKED)
         if on_prompt:
             on_prompt(index + 1)
@@ -69,4 +86,5 @@ def _adder(into: list[RunStats]) -> Callable[[RoundVerified], None]:
     def add(event: RoundVerified) -> None:
         for stats in into:
             stats.add_round(event)
+
     return add

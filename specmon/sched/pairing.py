@@ -12,8 +12,15 @@ from specmon.engine.prompts import Prompt
 from specmon.events.schema import Sampling
 
 
-def run_paired(driver: SessionDriver, prompts: Sequence[Prompt], drafter: Drafter, draft_len: int,
-               sampling: Sampling, max_new_tokens: int, on_prompt: Callable[[int], None] | None = None) -> None:
+def run_paired(
+    driver: SessionDriver,
+    prompts: Sequence[Prompt],
+    drafter: Drafter,
+    draft_len: int,
+    sampling: Sampling,
+    max_new_tokens: int,
+    on_prompt: Callable[[int], None] | None = None,
+) -> None:
     driver.check_room(prompts, max_new_tokens, draft_len)
     plain = NoDrafter()
     for index, prompt in enumerate(prompts):

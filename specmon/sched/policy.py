@@ -68,8 +68,14 @@ class GatedDrafter:
 
 
 class PolicyScheduler:
-    def __init__(self, driver: SessionDriver, engine: PolicyEngine, drafter: Drafter,
-                 on_reload: Callable[[PolicyLoaded], None] | None = print_reload, poll_s: float | None = None):
+    def __init__(
+        self,
+        driver: SessionDriver,
+        engine: PolicyEngine,
+        drafter: Drafter,
+        on_reload: Callable[[PolicyLoaded], None] | None = print_reload,
+        poll_s: float | None = None,
+    ):
         """`on_reload` hears of every hot reload, taken or refused (by default, one line on stderr)."""
         self.driver, self.engine, self.drafter = driver, engine, drafter
         self.on_reload = on_reload
@@ -82,10 +88,18 @@ class PolicyScheduler:
         """Classify, plan, decode and finish one prompt under the policy."""
         return drain(self.decode_steps(prompt, sampling, max_new_tokens, **options))
 
-    def decode_steps(self, prompt: Prompt, sampling: Sampling, max_new_tokens: int,
-                     driver: SessionDriver | None = None, drafter: Drafter | None = None, *,
-                     named: str | None = None, on_round: Callable[[RoundVerified], None] | None = None,
-                     stop: Callable[[], str | None] | None = None) -> Generator[int, None, Decoded]:
+    def decode_steps(
+        self,
+        prompt: Prompt,
+        sampling: Sampling,
+        max_new_tokens: int,
+        driver: SessionDriver | None = None,
+        drafter: Drafter | None = None,
+        *,
+        named: str | None = None,
+        on_round: Callable[[RoundVerified], None] | None = None,
+        stop: Callable[[], str | None] | None = None,
+    ) -> Generator[int, None, Decoded]:
         """decode() one round at a time (it yields after each round), on `driver` and `drafter`
         (a fork's, so decodes can take turns) or the scheduler's own: pick up a policy edit,
         classify (the class a request `named`, else by the policy's rules), set the class's
@@ -103,9 +117,17 @@ class PolicyScheduler:
         observe = self._after_round(driver)
         gated = GatedDrafter(drafter, self.engine, name)
         done = yield from driver.decode_steps(
-            prompt, gated, draft_len, sampling, max_new_tokens,
-            prompt_class=name, class_rule=rule, start_draft_len=k,
-            on_round=observe if on_round is None else _both(observe, on_round), stop=stop)
+            prompt,
+            gated,
+            draft_len,
+            sampling,
+            max_new_tokens,
+            prompt_class=name,
+            class_rule=rule,
+            start_draft_len=k,
+            on_round=observe if on_round is None else _both(observe, on_round),
+            stop=stop,
+        )
         self.policy_ms += gated.spent_ms
         driver.finish(done, UNCHECKED)
         driver.sample_resources()
@@ -118,8 +140,13 @@ class PolicyScheduler:
             confidence = self.engine.confidence(name)
             confident(*confidence) if confidence else confident(0)
 
-    def run(self, prompts: Sequence[Prompt], sampling: Sampling, max_new_tokens: int,
-            on_prompt: Callable[[int], None] | None = None) -> None:
+    def run(
+        self,
+        prompts: Sequence[Prompt],
+        sampling: Sampling,
+        max_new_tokens: int,
+        on_prompt: Callable[[int], None] | None = None,
+    ) -> None:
         self.driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
         for index, prompt in enumerate(prompts):
             self.decode(prompt, sampling, max_new_tokens)
@@ -155,8 +182,11 @@ class PolicyScheduler:
                 self.on_reload(reloaded)
 
 
-def _both(first: Callable[[RoundVerified], None], then: Callable[[RoundVerified], None]) -> Callable[[RoundVerified], None]:
+def _both(
+    first: Callable[[RoundVerified], None], then: Callable[[RoundVerified], None]
+) -> Callable[[RoundVerified], None]:
     def each(event: RoundVerified) -> None:
         first(event)
         then(event)
+
     return each

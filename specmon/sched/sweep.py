@@ -33,8 +33,14 @@ def grid(drafters: Sequence[str], ks: Sequence[int], samplings: Sequence[Samplin
 LANE_BYTES = 4 << 30  # KV-cache copies a prompt's cells may take to decode in turn; above it, one by one
 
 
-def run_sweep(driver: SessionDriver, drafters: dict[str, Drafter], prompts: Sequence[Prompt], cells: list[Cell],
-              max_new_tokens: int, on_run: Callable[[int], None] | None = None) -> None:
+def run_sweep(
+    driver: SessionDriver,
+    drafters: dict[str, Drafter],
+    prompts: Sequence[Prompt],
+    cells: list[Cell],
+    max_new_tokens: int,
+    on_run: Callable[[int], None] | None = None,
+) -> None:
     """Each prompt runs every cell, in an order rotated from prompt to prompt. Where the backend
     and drafters can be copied (and the copies fit LANE_BYTES), a prompt's cells take turns round
     by round on their own KV caches, their events are written when all are done (each decode's
@@ -51,16 +57,30 @@ def run_sweep(driver: SessionDriver, drafters: dict[str, Drafter], prompts: Sequ
         if lanes is None:
             runs = {}
             for cell in order:
-                runs[cell] = driver.decode(prompt, drafters[cell.drafter], FixedDraftLen(cell.draft_len),
-                                           cell.sampling, max_new_tokens, class_rule="sweep")
+                runs[cell] = driver.decode(
+                    prompt,
+                    drafters[cell.drafter],
+                    FixedDraftLen(cell.draft_len),
+                    cell.sampling,
+                    max_new_tokens,
+                    class_rule="sweep",
+                )
                 finished += 1
                 if on_run:
                     on_run(finished)
             finishers = {cell: driver for cell in order}
         else:
-            decodes = [lanes[cell].driver.decode_steps(prompt, lanes[cell].drafter, FixedDraftLen(cell.draft_len),
-                                                       cell.sampling, max_new_tokens, class_rule="sweep")
-                       for cell in order]
+            decodes = [
+                lanes[cell].driver.decode_steps(
+                    prompt,
+                    lanes[cell].drafter,
+                    FixedDraftLen(cell.draft_len),
+                    cell.sampling,
+                    max_new_tokens,
+                    class_rule="sweep",
+                )
+                for cell in order
+            ]
             runs = dict(zip(order, take_turns(decodes)))
             finishers = {cell: lanes[cell].driver for cell in order}
         for cell in order:  # finishes after all cells, so plain can run in any position

@@ -53,8 +53,12 @@ class Admission:
     def _check_ids(self, ids: list[int], param: str) -> None:
         bad = next((t for t in ids if not 0 <= t < self.tokenizer.vocab_size), None)
         if bad is not None:
-            raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{self.tokenizer.vocab_size - 1})",
-                           param=param, code="invalid_value")
+            raise ApiError(
+                400,
+                f"token id {bad} is outside the vocabulary (0..{self.tokenizer.vocab_size - 1})",
+                param=param,
+                code="invalid_value",
+            )
 
     def end_ids(self, request) -> tuple[int, ...]:
         """The tokens that end the reply: the model's eos (unless ignore_eos) and stop_token_ids."""
@@ -63,27 +67,49 @@ class Admission:
         eos = () if request.ignore_eos else (self.tokenizer.eos_id,)
         return tuple(dict.fromkeys([*eos, *extra]))
 
-    def _admit(self, endpoint: str, prefix: str, text: str, ids: list[int], request, max_tokens: int | None,
-               named_class: str | None) -> Admitted:
+    def _admit(
+        self,
+        endpoint: str,
+        prefix: str,
+        text: str,
+        ids: list[int],
+        request,
+        max_tokens: int | None,
+        named_class: str | None,
+    ) -> Admitted:
         stops = _stops(request.stop)
         room = self.context_len - len(ids)
         if max_tokens is None and room >= 1:
             max_tokens = room  # as OpenAI: up to the end of the context
         if max_tokens is None or len(ids) + max_tokens > self.context_len:
             asked = max_tokens or 1
-            raise ApiError(400, f"This model's maximum context length is {self.context_len} tokens. However, you "
-                           f"requested {len(ids) + asked} tokens ({len(ids)} in the prompt, {asked} for the "
-                           "completion). Please reduce the prompt or the completion length.",
-                           param="messages" if endpoint == "chat" else "prompt", code="context_length_exceeded")
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {self.context_len} tokens. However, you "
+                f"requested {len(ids) + asked} tokens ({len(ids)} in the prompt, {asked} for the "
+                "completion). Please reduce the prompt or the completion length.",
+                param="messages" if endpoint == "chat" else "prompt",
+                code="context_length_exceeded",
+            )
         if request.min_tokens > max_tokens:
-            raise ApiError(400, f"min_tokens ({request.min_tokens}) is more than the reply may hold ({max_tokens})",
-                           param="min_tokens", code="invalid_value")
+            raise ApiError(
+                400,
+                f"min_tokens ({request.min_tokens}) is more than the reply may hold ({max_tokens})",
+                param="min_tokens",
+                code="invalid_value",
+            )
         named = request.specmon_class or named_class or None  # "": none named
         name, rule = self.classify(text, named)
         request_id = prefix + uuid.uuid4().hex[:24]
         ends = self.end_ids(request)
-        prompt = Prompt(id=request_id, text=text, prompt_class="default", token_ids=tuple(ids),  # named: not a tag
-                        end_ids=ends, min_tokens=request.min_tokens)
+        prompt = Prompt(
+            id=request_id,
+            text=text,
+            prompt_class="default",
+            token_ids=tuple(ids),  # named: not a tag
+            end_ids=ends,
+            min_tokens=request.min_tokens,
+        )
         return Admitted(request_id, endpoint, prompt, name, rule, self._sampling(request), max_tokens, stops, named)
 
     def _sampling(self, request) -> Sampling:
@@ -93,7 +119,8 @@ class Admission:
         if top_p == 0.0:  # a nucleus of mass 0 keeps the top token alone: greedy, and logged as greedy
             temperature, top_p = 0.0, 1.0
         return Sampling(
-            temperature=temperature, top_p=top_p,
+            temperature=temperature,
+            top_p=top_p,
             top_k=max(d.top_k if request.top_k is None else request.top_k, 0),  # vLLM's -1 is our 0: no cut
             seed=secrets.randbelow(2**31) if request.seed is None else request.seed,  # logged: reproducible
         )
@@ -107,6 +134,7 @@ def _limit(request) -> int | None:
 def _stops(stop: str | list[str] | None) -> list[str]:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if len(stops) > MAX_STOPS:
-        raise ApiError(400, f"`stop` holds {len(stops)} strings; at most {MAX_STOPS}", param="stop",
-                       code="invalid_value")
+        raise ApiError(
+            400, f"`stop` holds {len(stops)} strings; at most {MAX_STOPS}", param="stop", code="invalid_value"
+        )
     return [s for s in stops if s]

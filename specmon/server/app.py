@@ -25,7 +25,12 @@ from specmon.server.errors import ApiError, from_decode_error, status_error, too
 from specmon.server.jobs import Failed, Finished, Job, Piece, Worker
 from specmon.server.metrics import CONTENT_TYPE, ServerMetrics
 from specmon.server.protocol import (
-    ChatCompletionRequest, CompletionRequest, Health, Model, ModelList, encoder,
+    ChatCompletionRequest,
+    CompletionRequest,
+    Health,
+    Model,
+    ModelList,
+    encoder,
 )
 from specmon.server.reply import ChatReply, CompletionReply, Reply
 from specmon.server.text import ReplyText
@@ -63,15 +68,23 @@ def build_app(state: ServeState) -> Starlette:
         """One model by id, as `client.models.retrieve(id)` asks for it."""
         _authorize(request, state)
         if request.path_params["model_id"] != state.admission.model_id:
-            raise ApiError(404, f"the model {request.path_params['model_id'][:80]!r} does not exist; this server "
-                           f"serves {state.admission.model_id!r}", param="model", code="model_not_found",
-                           type="not_found_error")
+            raise ApiError(
+                404,
+                f"the model {request.path_params['model_id'][:80]!r} does not exist; this server "
+                f"serves {state.admission.model_id!r}",
+                param="model",
+                code="model_not_found",
+                type="not_found_error",
+            )
         return _json(Model(state.admission.model_id, state.created, max_model_len=state.admission.context_len))
 
     async def health(request: Request) -> Response:
         worker = state.worker
-        return _json(Health("ok", state.session_id, state.admission.model_id, len(worker.waiting),
-                            int(worker.in_flight is not None)))
+        return _json(
+            Health(
+                "ok", state.session_id, state.admission.model_id, len(worker.waiting), int(worker.in_flight is not None)
+            )
+        )
 
     async def metrics(request: Request) -> Response:
         _authorize(request, state)
@@ -86,8 +99,9 @@ def build_app(state: ServeState) -> Starlette:
         return await api_error(request, ApiError(500, f"internal error: {exc!r}", type="server_error"))
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        return await api_error(request, status_error(exc.status_code, f"{request.method} {request.url.path}: "
-                                                     f"{exc.detail}"))
+        return await api_error(
+            request, status_error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
+        )
 
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
@@ -97,8 +111,9 @@ def build_app(state: ServeState) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error,
-                                                           Exception: server_error})
+    return Starlette(
+        routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: server_error}
+    )
 
 
 def _json(body) -> Response:
@@ -129,8 +144,9 @@ def _class_header(request: Request) -> str | None:
     try:
         return None if raw is None else raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ApiError(400, "the X-Specmon-Class header is not UTF-8", param="X-Specmon-Class",
-                       code="invalid_value") from None
+        raise ApiError(
+            400, "the X-Specmon-Class header is not UTF-8", param="X-Specmon-Class", code="invalid_value"
+        ) from None
 
 
 def _authorize(request: Request, state: ServeState) -> None:
@@ -139,8 +155,12 @@ def _authorize(request: Request, state: ServeState) -> None:
         return
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), state.api_key):
-        raise ApiError(401, "missing or incorrect API key: send it as `Authorization: Bearer KEY`",
-                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(
+            401,
+            "missing or incorrect API key: send it as `Authorization: Bearer KEY`",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
 
 async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
@@ -159,10 +179,16 @@ async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
                     raise too_large
                 chunks.append(chunk)
     except TimeoutError:
-        raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s", code="request_timeout",
-                       headers={"Connection": "close"}) from None
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {timeout_s:g} s",
+            code="request_timeout",
+            headers={"Connection": "close"},
+        ) from None
     except ClientDisconnect:
-        raise ApiError(499, "the client closed the connection during its upload", code="client_closed_request") from None
+        raise ApiError(
+            499, "the client closed the connection during its upload", code="client_closed_request"
+        ) from None
     return b"".join(chunks)
 
 
@@ -182,8 +208,11 @@ async def _complete(request: Request, state: ServeState, kind, admit, reply_type
     reply = reply_type(admitted.id, state.created, state.admission.model_id)
     if parsed.stream:
         usage = parsed.stream_options is not None and parsed.stream_options.include_usage
-        return StreamingResponse(_events(job, reply, state, request.url.path, usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _events(job, reply, state, request.url.path, usage),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     item = await _outcome(job, request, state)
     if item is None:  # no one is left to read a reply
         return Response(status_code=499)
@@ -230,8 +259,11 @@ async def _events(job: Job, reply: Reply, state: ServeState, path: str, include_
                 continue
             finished = True
             if isinstance(item, Failed) or item.finish_reason == "cancelled":
-                error = item.error if isinstance(item, Failed) else ApiError(
-                    503, "the server shut down during this request", type="server_error")
+                error = (
+                    item.error
+                    if isinstance(item, Failed)
+                    else ApiError(503, "the server shut down during this request", type="server_error")
+                )
                 yield b"data: " + error.body() + b"\n\n"
             else:
                 yield _sse(reply.closing(item))

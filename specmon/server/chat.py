@@ -24,11 +24,19 @@ def messages_for_template(messages: list[ChatMessage]) -> list[dict[str, str]]:
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if message.role not in ROLES:
-            raise ApiError(400, f"{where}.role {message.role!r} is not supported (use system, user or assistant)",
-                           param=f"{where}.role", code="unsupported_value")
+            raise ApiError(
+                400,
+                f"{where}.role {message.role!r} is not supported (use system, user or assistant)",
+                param=f"{where}.role",
+                code="unsupported_value",
+            )
         if message.tool_calls is not None:
-            raise ApiError(400, f"{where}.tool_calls: tools are not supported by specmon serve",
-                           param=f"{where}.tool_calls", code="unsupported_parameter")
+            raise ApiError(
+                400,
+                f"{where}.tool_calls: tools are not supported by specmon serve",
+                param=f"{where}.tool_calls",
+                code="unsupported_parameter",
+            )
         role = "system" if message.role == "developer" else message.role
         out.append({"role": role, "content": _text(message, where)})
     return out
@@ -42,8 +50,12 @@ def _text(message: ChatMessage, where: str) -> str:
         return content
     for j, part in enumerate(content):
         if part.type != "text" or part.text is None:
-            raise ApiError(400, f"{where}.content[{j}]: only text parts are supported, not {part.type!r}",
-                           param=f"{where}.content[{j}].type", code="unsupported_value")
+            raise ApiError(
+                400,
+                f"{where}.content[{j}]: only text parts are supported, not {part.type!r}",
+                param=f"{where}.content[{j}].type",
+                code="unsupported_value",
+            )
     return "".join(part.text for part in content)
 
 
@@ -54,8 +66,7 @@ def last_user_text(messages: list[dict[str, str]]) -> str:
 
 @functools.lru_cache(maxsize=4)
 def _compiled(template: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise
     return env.from_string(template)
 
@@ -67,23 +78,33 @@ def _raise(message: str):
 def render_chat(template: str, messages: list[dict[str, str]], eos_token: str, bos_token: str = "") -> str:
     """The conversation as the model was trained to see it, ending where the assistant's reply starts."""
     try:
-        return _compiled(template).render(messages=messages, add_generation_prompt=True, eos_token=eos_token,
-                                          bos_token=bos_token)
+        return _compiled(template).render(
+            messages=messages, add_generation_prompt=True, eos_token=eos_token, bos_token=bos_token
+        )
     except jinja2.TemplateError as exc:  # the template refused the conversation, e.g. roles that do not alternate
-        raise ApiError(400, f"the model's chat template refused these messages: {exc}", param="messages",
-                       code="invalid_value") from None
+        raise ApiError(
+            400, f"the model's chat template refused these messages: {exc}", param="messages", code="invalid_value"
+        ) from None
 
 
 def completion_prompt(request: CompletionRequest, encode) -> tuple[str, list[int]]:
     """(text to classify, token ids) of /v1/completions' prompt: a string, one string in a list, or token ids."""
     prompt = request.prompt
     if isinstance(prompt, list) and any(isinstance(p, str) for p in prompt) and any(isinstance(p, int) for p in prompt):
-        raise ApiError(400, "`prompt` must be a string, a list of strings or a list of token ids, not a mix",
-                       param="prompt", code="invalid_type")
+        raise ApiError(
+            400,
+            "`prompt` must be a string, a list of strings or a list of token ids, not a mix",
+            param="prompt",
+            code="invalid_type",
+        )
     if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
         if len(prompt) > 1:
-            raise ApiError(400, f"`prompt` holds {len(prompt)} prompts; specmon serve takes one per request",
-                           param="prompt", code="unsupported_value")
+            raise ApiError(
+                400,
+                f"`prompt` holds {len(prompt)} prompts; specmon serve takes one per request",
+                param="prompt",
+                code="unsupported_value",
+            )
         prompt = prompt[0]
     if isinstance(prompt, str):
         ids = encode(prompt)

@@ -18,11 +18,13 @@ CLASS_NAME = re.compile(r"[A-Za-z0-9_.-]{1,40}\Z")  # as the policy's class name
 
 def policy_class(policy: PolicyScheduler):
     """Admission's check of a request's class under the policy in force: 400 for a name it lacks."""
+
     def classify(text: str, named: str | None) -> tuple[str, str]:
         try:
             return policy.engine.classify(text, None, named)
         except UnknownClass as exc:
             raise unknown_class(exc) from None
+
     return classify
 
 
@@ -35,8 +37,12 @@ def fixed_class(named: str | None, k: int) -> tuple[str, str]:
     if named is None:
         return "default", f"no policy; fixed k={k}"
     if not CLASS_NAME.match(named):
-        raise ApiError(400, f"specmon_class {_quoted(named)}: a class name is 1 to 40 letters, digits, '-', '_' or '.'",
-                       param="specmon_class", code="invalid_value")
+        raise ApiError(
+            400,
+            f"specmon_class {_quoted(named)}: a class name is 1 to 40 letters, digits, '-', '_' or '.'",
+            param="specmon_class",
+            code="invalid_value",
+        )
     return named, f"named by the request; no policy, fixed k={k}"
 
 

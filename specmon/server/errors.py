@@ -18,8 +18,16 @@ _UNKNOWN = re.compile(r"Object contains unknown field `([^`]+)`")
 class ApiError(Exception):
     """A request refused with an OpenAI-style body; `headers` go with it (e.g. Retry-After)."""
 
-    def __init__(self, status: int, message: str, *, type: str = INVALID, param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = INVALID,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers or {}
@@ -41,8 +49,12 @@ def from_decode_error(exc: msgspec.DecodeError) -> ApiError:
         return ApiError(400, f"missing required field `{field}`", param=field, code="missing_required_parameter")
     if unknown:
         field = f"{where}.{unknown.group(1)}" if where else unknown.group(1)
-        return ApiError(400, f"`{field}` is not a parameter specmon serve knows, so it cannot honour it; leave it "
-                        "out", param=field, code="unsupported_parameter")
+        return ApiError(
+            400,
+            f"`{field}` is not a parameter specmon serve knows, so it cannot honour it; leave it out",
+            param=field,
+            code="unsupported_parameter",
+        )
     message = _PATH.sub("", text)
     if not where:
         return ApiError(400, f"the request body must be a JSON object ({message})", code="invalid_type")

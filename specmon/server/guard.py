@@ -18,8 +18,7 @@ MAX_CONNECTIONS = 256  # far above batch-1 serving's needs, far below a process'
 
 
 class GuardedH11(H11Protocol):
-    def __init__(self, *args, head_timeout_s: float = HEAD_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
-                 **kwargs):
+    def __init__(self, *args, head_timeout_s: float = HEAD_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS, **kwargs):
         super().__init__(*args, **kwargs)
         self.head_timeout_s, self.max_connections = head_timeout_s, max_connections
         self._head_deadline: asyncio.TimerHandle | None = None

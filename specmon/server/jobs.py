@@ -96,19 +96,29 @@ class Decoder:
     def __init__(self, driver: SessionDriver, drafter, policy=None, fixed_k: int = 0):
         self.driver, self.drafter, self.policy, self.fixed_k = driver, drafter, policy, fixed_k
 
-    def decode(self, req: Admitted, on_round: Callable[[RoundVerified], None],
-               stop: Callable[[], str | None]) -> Decoded:
+    def decode(
+        self, req: Admitted, on_round: Callable[[RoundVerified], None], stop: Callable[[], str | None]
+    ) -> Decoded:
         if self.policy is not None:
             try:
-                return self.policy.decode(req.prompt, req.sampling, req.max_tokens, named=req.named,
-                                          on_round=on_round, stop=stop)
+                return self.policy.decode(
+                    req.prompt, req.sampling, req.max_tokens, named=req.named, on_round=on_round, stop=stop
+                )
             except UnknownClass as exc:  # a reload since admission removed the class it names
                 raise unknown_class(exc) from None
         from specmon.engine.draft_len import FixedDraftLen
 
-        done = self.driver.decode(req.prompt, self.drafter, FixedDraftLen(self.fixed_k), req.sampling,
-                                  req.max_tokens, prompt_class=req.prompt_class, class_rule=req.class_rule,
-                                  on_round=on_round, stop=stop)
+        done = self.driver.decode(
+            req.prompt,
+            self.drafter,
+            FixedDraftLen(self.fixed_k),
+            req.sampling,
+            req.max_tokens,
+            prompt_class=req.prompt_class,
+            class_rule=req.class_rule,
+            on_round=on_round,
+            stop=stop,
+        )
         self.driver.finish(done, UNCHECKED)
         self.driver.sample_resources()
         return done
@@ -123,9 +133,14 @@ class Worker:
     """One decode at a time from a bounded FIFO queue. `max_queue` counts every request the server
     holds, the one decoding included: one more is answered 429 with Retry-After."""
 
-    def __init__(self, decoder: Decoder, metrics: ServerMetrics, max_queue: int,
-                 on_done: Callable[[Job, Finished], None] | None = None,
-                 on_fatal: Callable[[BaseException], None] | None = None):
+    def __init__(
+        self,
+        decoder: Decoder,
+        metrics: ServerMetrics,
+        max_queue: int,
+        on_done: Callable[[Job, Finished], None] | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ):
         self.decoder, self.metrics, self.max_queue = decoder, metrics, max_queue
         self.on_done, self.on_fatal = on_done, on_fatal
         self.waiting: collections.deque[Job] = collections.deque()
@@ -151,9 +166,14 @@ class Worker:
                 raise ApiError(503, "the server is shutting down", type="server_error", code="shutting_down")
             if self.held >= self.max_queue:
                 wait = max(1, math.ceil(self._mean_s * self.held))
-                raise ApiError(429, f"the queue is full ({self.held} requests held, --max-queue {self.max_queue}); "
-                               f"retry in about {wait} s", type="rate_limit_error", code="rate_limit_exceeded",
-                               headers={"Retry-After": str(wait)})
+                raise ApiError(
+                    429,
+                    f"the queue is full ({self.held} requests held, --max-queue {self.max_queue}); "
+                    f"retry in about {wait} s",
+                    type="rate_limit_error",
+                    code="rate_limit_exceeded",
+                    headers={"Retry-After": str(wait)},
+                )
             self.waiting.append(job)
             self.metrics.queue_depth.set(len(self.waiting))
             self._moved = True
@@ -180,8 +200,16 @@ class Worker:
         with self._cond:
             self._closing = True
             for job in self.waiting:
-                job.post(Failed(ApiError(503, "the server shut down before this request's turn",
-                                         type="server_error", code="shutting_down")))
+                job.post(
+                    Failed(
+                        ApiError(
+                            503,
+                            "the server shut down before this request's turn",
+                            type="server_error",
+                            code="shutting_down",
+                        )
+                    )
+                )
             self.waiting.clear()
             if self.in_flight is not None:
                 self.in_flight.cancelled.set()
@@ -212,9 +240,16 @@ class Worker:
     def _sample(self, job: Job | None, waiting: int) -> None:
         """The queue as the log and the TUI see it, published from this thread (the session's one publisher)."""
         driver, req = self.decoder.driver, job.request if job else None
-        driver.emit(QueueSample(session_id=driver.session_id, t=time.time(), waiting=waiting,
-                                request_id=req.id if req else "", endpoint=req.endpoint if req else "",
-                                arrived=job.queued_at if job else 0.0))
+        driver.emit(
+            QueueSample(
+                session_id=driver.session_id,
+                t=time.time(),
+                waiting=waiting,
+                request_id=req.id if req else "",
+                endpoint=req.endpoint if req else "",
+                arrived=job.queued_at if job else 0.0,
+            )
+        )
 
     def _sample_queue(self, job: Job, taken: bool = False) -> None:
         """QueueSample for the job decoding: when it is taken, and after a round only if requests arrived
@@ -290,10 +325,16 @@ class Worker:
         rest = job.text.finish()
         sent = job.text.billed if job.text.stopped else len(run.generated)  # a stop string's cut is not billed
         usage = Usage(done.started.prompt_tokens, sent, done.started.prompt_tokens + sent)
-        info = SpecmonInfo(session_id=self.decoder.driver.session_id, prompt_id=req.id,
-                           prompt_class=done.started.prompt_class, class_rule=done.started.class_rule,
-                           draft_len=done.started.draft_len, round_ids=job.round_ids, draft_lens=job.draft_lens,
-                           stop_reason=run.stop_reason)
+        info = SpecmonInfo(
+            session_id=self.decoder.driver.session_id,
+            prompt_id=req.id,
+            prompt_class=done.started.prompt_class,
+            class_rule=done.started.class_rule,
+            draft_len=done.started.draft_len,
+            round_ids=job.round_ids,
+            draft_lens=job.draft_lens,
+            stop_reason=run.stop_reason,
+        )
         reason = FINISH_REASONS.get(run.stop_reason, run.stop_reason)
         self.metrics.requests.labels(req.endpoint, reason).inc()
         self.metrics.prompt_tokens.inc(usage.prompt_tokens)

@@ -42,47 +42,92 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class ServerMetrics:
     def __init__(self):
         self.registry = r = CollectorRegistry()
-        self.rounds = Counter("specmon_rounds", "Rounds decoded (k = 0: plain decoding steps); log info's rounds",
-                              CLASS_K, registry=r)
-        self.drafts = Counter("specmon_spec_decode_num_drafts", "Rounds that proposed at least one draft token; "
-                              "log info's rounds less its empty ones", CLASS_K, registry=r)
-        self.draft_tokens = Counter("specmon_spec_decode_num_draft_tokens", "Draft tokens proposed; log info's "
-                                    "proposed", CLASS_K, registry=r)
-        self.accepted = Counter("specmon_spec_decode_num_accepted_tokens", "Draft tokens accepted and sent (log "
-                                "info's accepted counts those a stop string or max_tokens cut too: "
-                                "specmon_spec_decode_num_verified_accepted_tokens)", CLASS_K, registry=r)
+        self.rounds = Counter(
+            "specmon_rounds", "Rounds decoded (k = 0: plain decoding steps); log info's rounds", CLASS_K, registry=r
+        )
+        self.drafts = Counter(
+            "specmon_spec_decode_num_drafts",
+            "Rounds that proposed at least one draft token; log info's rounds less its empty ones",
+            CLASS_K,
+            registry=r,
+        )
+        self.draft_tokens = Counter(
+            "specmon_spec_decode_num_draft_tokens", "Draft tokens proposed; log info's proposed", CLASS_K, registry=r
+        )
+        self.accepted = Counter(
+            "specmon_spec_decode_num_accepted_tokens",
+            "Draft tokens accepted and sent (log "
+            "info's accepted counts those a stop string or max_tokens cut too: "
+            "specmon_spec_decode_num_verified_accepted_tokens)",
+            CLASS_K,
+            registry=r,
+        )
         self.verified_accepted = Counter(
-            "specmon_spec_decode_num_verified_accepted_tokens", "Draft tokens the target accepted, including those "
-            "a stop string or max_tokens then cut; log info's accepted", CLASS_K, registry=r)
-        self.per_pos = Counter("specmon_spec_decode_num_accepted_tokens_per_pos",
-                               "Rounds whose sent accepted prefix reached past this 0-based position",
-                               CLASS_K + ["position"], registry=r)
-        self.emitted = Counter("specmon_emitted_tokens", "Tokens sent from rounds (accepted + 1 each, less what a "
-                               "stop string or max_tokens cut; the log keeps a stop string's cut)", CLASS_K,
-                               registry=r)
-        self.round_seconds = Counter("specmon_round_seconds", "Round wall time: draft + verify + overhead", CLASS_K,
-                                     registry=r)
-        self.goodput = Gauge("specmon_goodput_tokens_per_second", "Tokens the rounds emitted (a stop string's cut "
-                             "included) / round seconds over the session; log info's tok/s", CLASS_K, registry=r)
+            "specmon_spec_decode_num_verified_accepted_tokens",
+            "Draft tokens the target accepted, including those "
+            "a stop string or max_tokens then cut; log info's accepted",
+            CLASS_K,
+            registry=r,
+        )
+        self.per_pos = Counter(
+            "specmon_spec_decode_num_accepted_tokens_per_pos",
+            "Rounds whose sent accepted prefix reached past this 0-based position",
+            CLASS_K + ["position"],
+            registry=r,
+        )
+        self.emitted = Counter(
+            "specmon_emitted_tokens",
+            "Tokens sent from rounds (accepted + 1 each, less what a "
+            "stop string or max_tokens cut; the log keeps a stop string's cut)",
+            CLASS_K,
+            registry=r,
+        )
+        self.round_seconds = Counter(
+            "specmon_round_seconds", "Round wall time: draft + verify + overhead", CLASS_K, registry=r
+        )
+        self.goodput = Gauge(
+            "specmon_goodput_tokens_per_second",
+            "Tokens the rounds emitted (a stop string's cut "
+            "included) / round seconds over the session; log info's tok/s",
+            CLASS_K,
+            registry=r,
+        )
         self.policy_k = Gauge("specmon_policy_draft_len", "The policy's k for the class now", ["class"], registry=r)
-        self.policy_on = Gauge("specmon_policy_speculate", "1 while the policy has speculation on for the class",
-                               ["class"], registry=r)
-        self.decisions = Counter("specmon_policy_decisions", "Policy decisions (applied = false: advise mode)",
-                                 ["class", "applied"], registry=r)
+        self.policy_on = Gauge(
+            "specmon_policy_speculate", "1 while the policy has speculation on for the class", ["class"], registry=r
+        )
+        self.decisions = Counter(
+            "specmon_policy_decisions",
+            "Policy decisions (applied = false: advise mode)",
+            ["class", "applied"],
+            registry=r,
+        )
         self.queue_depth = Gauge("specmon_queue_depth", "Requests waiting for the decoder", registry=r)
         self.running = Gauge("specmon_requests_running", "Requests being decoded (batch 1: 0 or 1)", registry=r)
-        self.requests = Counter("specmon_requests", "Requests decoded, by how they ended", ["endpoint", "finish_reason"],
-                                registry=r)
-        self.refused = Counter("specmon_requests_refused", "Requests refused before decoding, by HTTP status",
-                               ["status"], registry=r)
+        self.requests = Counter(
+            "specmon_requests", "Requests decoded, by how they ended", ["endpoint", "finish_reason"], registry=r
+        )
+        self.refused = Counter(
+            "specmon_requests_refused", "Requests refused before decoding, by HTTP status", ["status"], registry=r
+        )
         self.prompt_tokens = Counter("specmon_prompt_tokens", "Prompt tokens of decoded requests", registry=r)
-        self.generation_tokens = Counter("specmon_generation_tokens", "Tokens sent to clients (usage's "
-                                         "completion_tokens)", registry=r)
-        self.ttft = Histogram("specmon_time_to_first_token_seconds", "Arrival to the first round's tokens (queue "
-                              "wait included)", ["class"], buckets=TTFT_BUCKETS, registry=r)
-        self.per_token = Histogram("specmon_time_per_output_token_seconds", "Round gap / tokens it emitted, one "
-                                   "observation per token after the first round", ["class"], buckets=TOKEN_BUCKETS,
-                                   registry=r)
+        self.generation_tokens = Counter(
+            "specmon_generation_tokens", "Tokens sent to clients (usage's completion_tokens)", registry=r
+        )
+        self.ttft = Histogram(
+            "specmon_time_to_first_token_seconds",
+            "Arrival to the first round's tokens (queue wait included)",
+            ["class"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.per_token = Histogram(
+            "specmon_time_per_output_token_seconds",
+            "Round gap / tokens it emitted, one observation per token after the first round",
+            ["class"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
         self.rss = Gauge("specmon_process_resident_memory_bytes", "Resident memory of the server process", registry=r)
         self.vram_used = Gauge("specmon_vram_used_bytes", "GPU memory in use (NaN: no GPU)", registry=r)
         self.vram_total = Gauge("specmon_vram_total_bytes", "GPU memory in all (NaN: no GPU)", registry=r)
@@ -102,8 +147,11 @@ class ServerMetrics:
         elif isinstance(event, PolicyLoaded) and event.classes:
             self.policy_in_force(event.classes)
         elif isinstance(event, ResourceSample):
-            for gauge, value in ((self.rss, event.rss_bytes), (self.vram_used, event.vram_used_bytes),
-                                 (self.vram_total, event.vram_total_bytes)):
+            for gauge, value in (
+                (self.rss, event.rss_bytes),
+                (self.vram_used, event.vram_used_bytes),
+                (self.vram_total, event.vram_total_bytes),
+            ):
                 gauge.set(math.nan if value is None else value)
 
     def count_rounds(self, rounds: list[RoundVerified], sent: int) -> None:

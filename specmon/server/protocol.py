@@ -27,20 +27,35 @@ Metadata = Annotated[dict[str, Annotated[str, msgspec.Meta(max_length=512)]], ms
 
 # Parameters a request may carry only at the value that means "not used" (None: absent or null).
 UNSUPPORTED: dict[str, tuple[Any, ...]] = {
-    "n": (None, 1), "best_of": (None, 1), "logprobs": (None, False), "top_logprobs": (None, 0),
-    "echo": (None, False), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {}), "tools": (None, []),
-    "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}), "audio": (None,), "prediction": (None,),
-    "modalities": (None, ["text"]), "parallel_tool_calls": (None, False, True),
-    "min_p": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0), "reasoning_effort": (None,),
-    "verbosity": (None,), "web_search_options": (None,),
+    "n": (None, 1),
+    "best_of": (None, 1),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "suffix": (None, ""),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "logit_bias": (None, {}),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}),
+    "audio": (None,),
+    "prediction": (None,),
+    "modalities": (None, ["text"]),
+    "parallel_tool_calls": (None, False, True),
+    "min_p": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "reasoning_effort": (None,),
+    "verbosity": (None,),
+    "web_search_options": (None,),
 }
 # Why a parameter is refused, where "not supported" alone would not say.
 UNSUPPORTED_WHY: dict[str, str] = {
     "min_p": "the round loop's sampling transforms p and q by temperature, top_p and top_k only",
     "repetition_penalty": "a verify pass would need each position penalised by the draft tokens before it, "
-                          "which the round loop's sampling does not do",
+    "which the round loop's sampling does not do",
     "reasoning_effort": "the served model is not a reasoning model",
 }
 # Accepted on purpose and not used: they change nothing a client gets back.
@@ -123,6 +138,7 @@ class CompletionRequest(_Sampled, kw_only=True):
 
 
 # -- responses ------------------------------------------------------------------------------
+
 
 class Usage(msgspec.Struct):
     prompt_tokens: int

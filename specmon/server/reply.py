@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from specmon.server.jobs import Finished
 from specmon.server.protocol import (
-    AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChunkChoice, Completion, CompletionChoice,
-    Delta, SpecmonRound, Usage,
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChunkChoice,
+    Completion,
+    CompletionChoice,
+    Delta,
+    SpecmonRound,
+    Usage,
 )
 
 

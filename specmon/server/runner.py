@@ -66,23 +66,43 @@ class Serving:
         self.session, self.options = session, options
         self.metrics = ServerMetrics()
         session.channel.on_event(self.metrics.observe)
-        self.policy = PolicyScheduler(driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter) if policy else None
+        self.policy = (
+            PolicyScheduler(driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter)
+            if policy
+            else None
+        )
         k = options.draft_len if options.draft_len is not None else profile.drafter.draft_len
         self.decoder = Decoder(driver, pair.drafter, self.policy, k)
         self.worker = Worker(self.decoder, self.metrics, options.max_queue, self._done, self._fatal)
         self.admission = Admission(
-            model_id=Path(pair.target.name).name, tokenizer=pair.tokenizer, max_len=pair.target.max_len,
+            model_id=Path(pair.target.name).name,
+            tokenizer=pair.tokenizer,
+            max_len=pair.target.max_len,
             max_draft_len=PolicyDraftLen.max_draft_len if self.policy else k,
             defaults=profile.sampling.to_event(),
-            classify=policy_class(self.policy) if self.policy else (lambda text, named: fixed_class(named, k)))
-        self.state = ServeState(self.admission, self.worker, self.metrics, session.session_id, int(time.time()),
-                                options.api_key, options.max_body_bytes, self._refused if options.line else None,
-                                options.body_timeout_s)
+            classify=policy_class(self.policy) if self.policy else (lambda text, named: fixed_class(named, k)),
+        )
+        self.state = ServeState(
+            self.admission,
+            self.worker,
+            self.metrics,
+            session.session_id,
+            int(time.time()),
+            options.api_key,
+            options.max_body_bytes,
+            self._refused if options.line else None,
+            options.body_timeout_s,
+        )
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
-        config = uvicorn.Config(build_app(self.state), log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=GRACE_S,
-                                http=guarded_h11(options.head_timeout_s, options.max_connections))
+        config = uvicorn.Config(
+            build_app(self.state),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=GRACE_S,
+            http=guarded_h11(options.head_timeout_s, options.max_connections),
+        )
         self.server = _Uvicorn(config, self.worker.close)
         self._thread: threading.Thread | None = None
 
@@ -141,9 +161,11 @@ def request_line(job: Job, done: Finished, status: int = 200) -> str:
     ttft = f"{job.ttft_s * 1e3:.0f} ms" if job.ttft_s is not None else "-"
     ks = sorted(set(info.draft_lens))
     k = ",".join(map(str, ks)) if ks else str(info.draft_len)
-    return (f"{status} {job.request.endpoint} {info.prompt_id} class={info.prompt_class} k={k} rounds={len(info.round_ids)} "
-            f"tokens={usage.prompt_tokens}+{usage.completion_tokens} ttft={ttft} "
-            f"{usage.completion_tokens / took:.1f} tok/s finish={done.finish_reason}")
+    return (
+        f"{status} {job.request.endpoint} {info.prompt_id} class={info.prompt_class} k={k} rounds={len(info.round_ids)} "
+        f"tokens={usage.prompt_tokens}+{usage.completion_tokens} ttft={ttft} "
+        f"{usage.completion_tokens / took:.1f} tok/s finish={done.finish_reason}"
+    )
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -13,8 +13,9 @@ class ReplyText:
     holds back what a later token could still change: a trailing incomplete character, and a tail
     that could be the start of a stop string. End tokens (eos, stop_token_ids) are not text."""
 
-    def __init__(self, detokenize: Callable[[list[int]], str], end_ids: int | Collection[int],
-                 stops: Sequence[str] = ()):
+    def __init__(
+        self, detokenize: Callable[[list[int]], str], end_ids: int | Collection[int], stops: Sequence[str] = ()
+    ):
         self.detokenize = detokenize
         self.end_ids = frozenset([end_ids] if isinstance(end_ids, int) else end_ids)
         self.stops = [s for s in stops if s]
@@ -75,6 +76,6 @@ class ReplyText:
     def _advance(self, text: str) -> str:
         if len(text) <= len(self.sent):
             return ""
-        piece = text[len(self.sent):]
+        piece = text[len(self.sent) :]
         self.sent = text
         return piece

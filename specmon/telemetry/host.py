@@ -25,6 +25,8 @@ FIRST_WINDOW_S = 0.25  # the first look comes sooner (the cost curve is timed in
 
 _PSI = "/proc/pressure/cpu"
 _STAT = "/proc/stat"
+
+
 def psi_stall_us(read=kept_pread) -> int | None:
     """Microseconds since boot in which some task waited for a CPU, or None without PSI."""
     data = read(_PSI, 256)
@@ -64,8 +66,7 @@ class StallClock:
     wait it was: a niced background job that waits while we run still reads as contention.
     Called from one thread (the decode loop's)."""
 
-    def __init__(self, psi=psi_stall_us, stat=stat_us, own=own_cpu_us, cores: int | None = None,
-                 clock=time.monotonic):
+    def __init__(self, psi=psi_stall_us, stat=stat_us, own=own_cpu_us, cores: int | None = None, clock=time.monotonic):
         self.psi, self.stat, self.own, self.clock = psi, stat, own, clock
         self.cores = cores or os.cpu_count() or 1
         self.source = "psi" if psi() is not None else "stat" if stat() is not None else None

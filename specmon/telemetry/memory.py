@@ -44,8 +44,10 @@ def gpu_other_processes(index: int = 0) -> int | None:
         return None
     nvml = _nvml_state["module"]
     try:
-        running = [*nvml.nvmlDeviceGetComputeRunningProcesses(handle),  # type: ignore[attr-defined]
-                   *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)]  # type: ignore[attr-defined]
+        running = [
+            *nvml.nvmlDeviceGetComputeRunningProcesses(handle),  # type: ignore[attr-defined]
+            *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
+        ]  # type: ignore[attr-defined]
     except Exception:  # a driver that will not list processes (containers often cannot)
         return None
     return len({p.pid for p in running} - {os.getpid()})

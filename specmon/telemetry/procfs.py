@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
-_kept: dict[str, tuple[int, int]] = {}  # path -> (pid, descriptor): /proc/self resolves at open, so a forked child opens its own
+_kept: dict[
+    str, tuple[int, int]
+] = {}  # path -> (pid, descriptor): /proc/self resolves at open, so a forked child opens its own
 
 
 def kept_pread(path: str, size: int) -> bytes | None:

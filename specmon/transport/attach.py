@@ -41,10 +41,14 @@ def attach_events(target: str | None, token: str | None = None) -> Iterator[AnyE
         try:
             host, port = split_address(target, "attach", lowest_port=1)
         except SpecmonError:
-            raise SpecmonError(f"attach {target}: no such socket or log, and not HOST:PORT with a port 1..65535") from None
+            raise SpecmonError(
+                f"attach {target}: no such socket or log, and not HOST:PORT with a port 1..65535"
+            ) from None
         if not token:
-            raise SpecmonError(f"attaching over TCP needs the session's token: --token-file FILE (the path "
-                               f"`specmon run --listen` printed) or {TOKEN_ENV}")
+            raise SpecmonError(
+                f"attaching over TCP needs the session's token: --token-file FILE (the path "
+                f"`specmon run --listen` printed) or {TOKEN_ENV}"
+            )
         sock = _connect_tcp(host, port)
         sock.sendall(token.encode() + b"\n")
     else:
@@ -58,8 +62,9 @@ def _connect_tcp(host: str, port: int) -> socket.socket:
     try:
         sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
     except (OSError, UnicodeError) as exc:
-        raise SpecmonError(f"cannot attach to {host}:{port}: {getattr(exc, 'strerror', None) or exc}; "
-                           "is the session still running?") from None
+        raise SpecmonError(
+            f"cannot attach to {host}:{port}: {getattr(exc, 'strerror', None) or exc}; is the session still running?"
+        ) from None
     sock.settimeout(None)  # a quiet session is not an error: wait for its next event
     return sock
 
@@ -70,7 +75,9 @@ def _connect(family, address) -> socket.socket:
         sock.connect(address)
     except OSError as exc:
         sock.close()
-        raise SpecmonError(f"cannot attach to {address}: {exc.strerror or exc}; is the session still running?") from None
+        raise SpecmonError(
+            f"cannot attach to {address}: {exc.strerror or exc}; is the session still running?"
+        ) from None
     return sock
 
 

@@ -107,8 +107,10 @@ class LogSink:
         if self.error is None:
             return None
         why = getattr(self.error, "strerror", None) or str(self.error)
-        return LogWriteFailed(f"{self.path}: writing the session log failed ({why}); "
-                            f"the {self.writer.events_written} events before it are intact and readable")
+        return LogWriteFailed(
+            f"{self.path}: writing the session log failed ({why}); "
+            f"the {self.writer.events_written} events before it are intact and readable"
+        )
 
     def close(self) -> None:
         self._queue.put(_CLOSE)

@@ -51,9 +51,13 @@ def parse_listen(text: str) -> tuple[str, int]:
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
-        raise SpecmonError(f"--listen {text}: cannot resolve {host!r} ({getattr(exc, 'strerror', None) or exc})") from None
-    addresses = sorted(dict.fromkeys(info[4][0] for info in found if info[0] in (socket.AF_INET, socket.AF_INET6)),
-                       key=lambda address: ":" in address)  # IPv4 first: what tunnels and clients expect
+        raise SpecmonError(
+            f"--listen {text}: cannot resolve {host!r} ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
+    addresses = sorted(
+        dict.fromkeys(info[4][0] for info in found if info[0] in (socket.AF_INET, socket.AF_INET6)),
+        key=lambda address: ":" in address,
+    )  # IPv4 first: what tunnels and clients expect
     if not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
         raise SpecmonError(f"--listen {text}: only loopback addresses are served (use SSH to reach it)")
     return addresses[0], port
@@ -173,8 +177,9 @@ def _unix_listener(path: Path) -> socket.socket:
         listener.bind(str(path))
     except OSError as exc:
         listener.close()
-        raise SpecmonError(f"cannot serve on {path}: {exc.strerror or exc}; set XDG_RUNTIME_DIR to a short "
-                           "directory of yours") from None
+        raise SpecmonError(
+            f"cannot serve on {path}: {exc.strerror or exc}; set XDG_RUNTIME_DIR to a short directory of yours"
+        ) from None
     finally:
         os.umask(old)
     os.chmod(path, 0o600)

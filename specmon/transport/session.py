@@ -60,9 +60,19 @@ class LiveSession:
 
 
 @contextmanager
-def live_session(pair, profile, drafter: Drafter, log_path: Path | None = None, *, serve: bool = True,
-                 listen: tuple[str, int] | None = None, policy=None, announce: bool = True,
-                 viewer: bool = False, keep_events: bool = True) -> Iterator[LiveSession]:
+def live_session(
+    pair,
+    profile,
+    drafter: Drafter,
+    log_path: Path | None = None,
+    *,
+    serve: bool = True,
+    listen: tuple[str, int] | None = None,
+    policy=None,
+    announce: bool = True,
+    viewer: bool = False,
+    keep_events: bool = True,
+) -> Iterator[LiveSession]:
     """Open the log (and the attach socket when `serve`), publish SessionStarted, and yield the
     session; on leaving, finish and close everything, raising a log-write failure if there was one."""
     session = _open(pair, profile, log_path, serve, listen, viewer)
@@ -76,14 +86,21 @@ def live_session(pair, profile, drafter: Drafter, log_path: Path | None = None, 
             started.policy_text, started.policy_hash = policy.text, policy.sha256
             longest = max(c.draft_len for c in policy.classes)
             pinned = getattr(profile, "verify_costs", None)  # a profile may pin them: reproducible decisions
-            session.costs = Costs(tuple(pinned)) if pinned else measure_costs(session.driver.target, drafter,
-                                                                              max(2, longest + 1))
+            session.costs = (
+                Costs(tuple(pinned)) if pinned else measure_costs(session.driver.target, drafter, max(2, longest + 1))
+            )
             started.verify_ms, started.draft_ms = list(session.costs.verify_ms), session.costs.draft_ms
             started.verify_disturbed = session.costs.disturbed
             if session.costs.disturbed and announce:
-                print(textwrap.fill(f"specmon: the host was busy while the engine's costs were timed "
-                                    f"({session.costs.disturbed} of {len(session.costs.verify_ms)} points timed under "
-                                    "contention): the policy may misjudge what a draft costs", 80), file=sys.stderr)
+                print(
+                    textwrap.fill(
+                        f"specmon: the host was busy while the engine's costs were timed "
+                        f"({session.costs.disturbed} of {len(session.costs.verify_ms)} points timed under "
+                        "contention): the policy may misjudge what a draft costs",
+                        80,
+                    ),
+                    file=sys.stderr,
+                )
         session.channel.publish(started)
         yield session
         session.finish("done")
@@ -140,5 +157,8 @@ def _announce(session: LiveSession) -> None:
     print(f"specmon: logging to {session.log_path}{where}", file=sys.stderr)
     if server and server.tcp_address:
         host, port = server.tcp_address
-        print(f"specmon: serving on {host}:{port}; attach with: specmon attach {host}:{port} --token-file "
-              f"{server.token_path} (from another machine: copy that file, or set SPECMON_TOKEN)", file=sys.stderr)
+        print(
+            f"specmon: serving on {host}:{port}; attach with: specmon attach {host}:{port} --token-file "
+            f"{server.token_path} (from another machine: copy that file, or set SPECMON_TOKEN)",
+            file=sys.stderr,
+        )

@@ -54,8 +54,9 @@ def describe(log: Path | None, sock: Path | None = None) -> SessionInfo:
     try:
         for ev in read_log(log) if log is not None else ():
             if isinstance(ev, SessionStarted):
-                fields.update(session_id=ev.session_id, profile=ev.profile_name, started=ev.t,
-                              host=ev.host.get("hostname", "?"))
+                fields.update(
+                    session_id=ev.session_id, profile=ev.profile_name, started=ev.t, host=ev.host.get("hostname", "?")
+                )
             elif isinstance(ev, RoundVerified):
                 fields["rounds"] += 1
             elif isinstance(ev, SessionFinished):

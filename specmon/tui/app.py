@@ -54,24 +54,42 @@ class SpecmonApp(App):
     def compose(self) -> ComposeResult:
         yield panes.TitleBar(self._title, id="title")
         with Grid(id="main"):
-            yield self._run_pane("acceptance", "acceptance", lambda w: panes.render_acceptance(self.state, self.metric, w))
-            yield self._run_pane("speed", "speed", lambda w: panes.render_speed(self.state, w),
-                                 lambda w: rows.policy_figure(self.state, w))  # what the policy decided on
+            yield self._run_pane(
+                "acceptance", "acceptance", lambda w: panes.render_acceptance(self.state, self.metric, w)
+            )
+            yield self._run_pane(
+                "speed",
+                "speed",
+                lambda w: panes.render_speed(self.state, w),
+                lambda w: rows.policy_figure(self.state, w),
+            )  # what the policy decided on
             yield self._run_pane("rejections", "rejections", lambda w: panes.render_rejections(self.state, w))
-            yield self._run_pane("timing", "ms", lambda w: panes.render_timing(self.state, w),
-                                 lambda w: panes.rounds_caption(self.state))
+            yield self._run_pane(
+                "timing", "ms", lambda w: panes.render_timing(self.state, w), lambda w: panes.rounds_caption(self.state)
+            )
             yield panes.Pane("memory", lambda w: panes.render_memory(self.state), id="memory", classes="stat")
-            table = DataTable(id="classes", classes="stat", cursor_type="row", zebra_stripes=True, cell_padding=0,
-                              cursor_foreground_priority="renderable")  # the cursor keeps the verdict's colour
+            table = DataTable(
+                id="classes",
+                classes="stat",
+                cursor_type="row",
+                zebra_stripes=True,
+                cell_padding=0,
+                cursor_foreground_priority="renderable",
+            )  # the cursor keeps the verdict's colour
             table.border_title = "classes"
             yield table
             decisions = DataTable(id="decisions", classes="stat", cursor_type="row", cell_padding=0)
             decisions.border_title = "decisions"
             decisions.border_subtitle = "no policy"
             yield decisions
-            yield panes.Pane("requests", lambda w: render_requests(self.state.requests),
-                             lambda w: requests_title(self.state.requests, w, getattr(self.feed, "url", "")),
-                             lambda w: requests_subtitle(self.state.requests), id="requests", classes="stat")
+            yield panes.Pane(
+                "requests",
+                lambda w: render_requests(self.state.requests),
+                lambda w: requests_title(self.state.requests, w, getattr(self.feed, "url", "")),
+                lambda w: requests_subtitle(self.state.requests),
+                id="requests",
+                classes="stat",
+            )
             with VerticalScroll(id="text-box"):
                 yield Static(id="text")
         yield Static(id="policy-notice")  # under the grid, full width: a refused edit's reason wraps whole
@@ -105,7 +123,8 @@ class SpecmonApp(App):
         screen.set_class(small, "too-small")
         if small:
             screen.query_one("#too-small", Static).update(
-                f"terminal too small: {width}×{height}, need {need[0]}×{need[1]}")
+                f"terminal too small: {width}×{height}, need {need[0]}×{need[1]}"
+            )
 
     def _fit_serving(self, main) -> None:
         """From a server's first QueueSample on, its requests pane has a row of the grid; a replay that
@@ -144,8 +163,9 @@ class SpecmonApp(App):
 
     def _run_pane(self, pane_id: str, what: str, render_to, subtitle_to=None) -> panes.Pane:
         """A pane over the current class's run, titled with that round set."""
-        return panes.Pane(what, render_to, lambda w: panes.run_title(self.state, what, w), subtitle_to,
-                          id=pane_id, classes="stat")
+        return panes.Pane(
+            what, render_to, lambda w: panes.run_title(self.state, what, w), subtitle_to, id=pane_id, classes="stat"
+        )
 
     def _update_decisions(self, table: DataTable) -> None:
         """Add new decisions and follow the newest, unless the user moved the cursor up."""
@@ -190,8 +210,9 @@ class SpecmonApp(App):
         if message.data_table.id != "decisions":
             return
         decision = self.state.decisions[int(message.row_key.value)]
-        self.notify(rows.render_decision(decision, self.state.cited(decision)), title="decision", timeout=15,
-                    markup=False)
+        self.notify(
+            rows.render_decision(decision, self.state.cited(decision)), title="decision", timeout=15, markup=False
+        )
 
     def _update_classes(self, table: DataTable) -> None:
         """Change cells in place (rebuilding the table every tick costs more than the rest); the
@@ -258,8 +279,7 @@ class SpecmonApp(App):
     def action_toggle_text(self) -> None:
         main = self.screen_stack[0].query_one("#main", Grid)
         main.toggle_class("text-only")
-        self.call_after_refresh(self.screen_stack[0].query_one("#text-box", VerticalScroll).scroll_end,
-                                animate=False)
+        self.call_after_refresh(self.screen_stack[0].query_one("#text-box", VerticalScroll).scroll_end, animate=False)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -12,10 +12,14 @@ from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.interval import SpeedupEstimate
 from specmon.tui.state import ViewState
 
-TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cyan", "plain": "default",
-               "prompt": "dim"}
-VERDICT_STYLES = {"faster": "bold green", "slower": "bold red", "not yet known": "bold yellow", "noise": "bold magenta",
-                  "busy host": "bold cyan"}
+TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cyan", "plain": "default", "prompt": "dim"}
+VERDICT_STYLES = {
+    "faster": "bold green",
+    "slower": "bold red",
+    "not yet known": "bold yellow",
+    "noise": "bold magenta",
+    "busy host": "bold cyan",
+}
 BARS = "_▁▂▃▄▅▆▇█"  # a zero shows as _, so it is not taken for a gap
 EMPTY_MARK = "·"  # a round that proposed nothing, in a sparkline
 ALL_ACCEPTED = "all accepted"  # the rejections pane's count of rounds that had no rejection
@@ -61,8 +65,11 @@ def run_title(state: ViewState, what: str, width: int = 80) -> str:
         return f"{what} · {name}"
     on = state.is_on(name)
     off, short_off = ("", "") if on else (" (off)", " off")
-    fits = [t for t in (f"{what} · {name} k={k}{off}", f"{what} · k={k}{off}", f"{what} k={k}{short_off}")
-            if len(t) <= width]
+    fits = [
+        t
+        for t in (f"{what} · {name} k={k}{off}", f"{what} · k={k}{off}", f"{what} k={k}{short_off}")
+        if len(t) <= width
+    ]
     return fits[0] if fits else f"{what} k={k}"  # narrower still: the classes table says on or off
 
 
@@ -72,8 +79,11 @@ def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
     if run is None:
         return "no speculative round yet"
     drafted = run.rounds - run.empty_rounds
-    return _fit(f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} proposed nothing",
-                f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} empty", width)
+    return _fit(
+        f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} proposed nothing",
+        f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} empty",
+        width,
+    )
 
 
 def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH) -> Text:
@@ -81,9 +91,11 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
     of those same rounds, a round that proposed nothing drawn as ·."""
     run = state.current_run()
     name, definition = DEFINITIONS[metric]
-    overall = {"acceptance rate": run.acceptance_rate if run else None,
-               "mean accepted length": run.mean_accepted_len if run else None,
-               "alpha-hat": run.alpha_hat if run else None}[metric]
+    overall = {
+        "acceptance rate": run.acceptance_rate if run else None,
+        "mean accepted length": run.mean_accepted_len if run else None,
+        "alpha-hat": run.alpha_hat if run else None,
+    }[metric]
     text = Text(f"{name} {fmt(overall)} ", style="bold")
     text.append(f"({definition})\n", style="dim")
     text.append(round_set(state, width) + "\n", style="dim")
@@ -95,8 +107,15 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
     text.append_text(_spark(series, width, top, "green"))
     if series:
         shown = min(len(series), width)
-        text.append("\n" + _fit(f"last {count(shown, 'round')}; {EMPTY_MARK} proposed nothing", f"last {shown}; {EMPTY_MARK} empty",
-                                width), style="dim")
+        text.append(
+            "\n"
+            + _fit(
+                f"last {count(shown, 'round')}; {EMPTY_MARK} proposed nothing",
+                f"last {shown}; {EMPTY_MARK} empty",
+                width,
+            ),
+            style="dim",
+        )
     return text
 
 
@@ -113,8 +132,15 @@ def render_rejections(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
     if run is None or not run.proposed_gt:
         return Text("no draft proposed yet", style="dim")
     drafted = run.rounds - run.empty_rounds
-    text = Text(_fit(f"{count(drafted, 'round')} proposed; {run.empty_rounds} empty, apart",
-                     f"{drafted} proposed, {run.empty_rounds} empty", width) + "\n", style="dim")
+    text = Text(
+        _fit(
+            f"{count(drafted, 'round')} proposed; {run.empty_rounds} empty, apart",
+            f"{drafted} proposed, {run.empty_rounds} empty",
+            width,
+        )
+        + "\n",
+        style="dim",
+    )
     positions = max(k, len(run.proposed_gt))
     counts = [run.rejections[i] if i < len(run.rejections) else 0 for i in range(positions)]
     a_i = [run.per_position[i] if i < len(run.per_position) else None for i in range(positions)]

@@ -20,8 +20,13 @@ class ReplayApp(SpecmonApp):
         Binding("n", "step", "step", tooltip="Advance to the next round"),
         Binding("s", "speed", "speed", tooltip="1×, 10×, as fast as possible"),
         Binding("g", "jump", "jump", tooltip="Jump to a round, a prompt or a decision"),
-        Binding("p", "toggle_pause", "pause view", show=False,
-                tooltip="Stop refreshing panes (the replay goes on: space pauses it)"),
+        Binding(
+            "p",
+            "toggle_pause",
+            "pause view",
+            show=False,
+            tooltip="Stop refreshing panes (the replay goes on: space pauses it)",
+        ),
     ]
 
     feed: ReplayFeed
@@ -60,6 +65,7 @@ class ReplayApp(SpecmonApp):
                 self.notify(str(exc), severity="error")
                 return
             self.apply_now(batch)
+
         self.push_screen(JumpScreen(), jump)
 
     def _lead(self) -> str:

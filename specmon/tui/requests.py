@@ -112,8 +112,7 @@ def requests_subtitle(requests: Requests | None) -> str:
         return ""
     if not requests.ttfts:
         return f"ttft {MISSING}"
-    return (f"ttft last {seconds(requests.ttfts[-1])} · median {seconds(requests.median_ttft)} "
-            f"of {len(requests.ttfts)}")
+    return f"ttft last {seconds(requests.ttfts[-1])} · median {seconds(requests.median_ttft)} of {len(requests.ttfts)}"
 
 
 def render_requests(requests: Requests | None) -> Text:
@@ -126,8 +125,13 @@ def render_requests(requests: Requests | None) -> Text:
         done = f"idle, {count(requests.served, 'request')} served"
         return Text(done + (f", {requests.cancelled} cancelled" if requests.cancelled else ""), style="dim")
     k = "k=?" if job.k is None else "plain" if job.k == 0 else f"k={job.k}"
-    progress = (f"{job.tokens}/{job.max_tokens} tok" if job.first_round_t is not None
-                else f"prefill {job.prompt_tokens} tok")
-    text = Text().append("▶ ", style="bold green").append(f"{job.endpoint} ").append(short_id(job.request_id),
-                                                                                     style="bold")
+    progress = (
+        f"{job.tokens}/{job.max_tokens} tok" if job.first_round_t is not None else f"prefill {job.prompt_tokens} tok"
+    )
+    text = (
+        Text()
+        .append("▶ ", style="bold green")
+        .append(f"{job.endpoint} ")
+        .append(short_id(job.request_id), style="bold")
+    )
     return text.append(f" [{job.prompt_class}] {k} · {progress} · {seconds(requests.now - job.arrived)}")

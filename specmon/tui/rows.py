@@ -13,9 +13,16 @@ from specmon.tui.panes import verdict_style
 from specmon.tui.state import ViewState
 
 # (key, header, width, justify): widths fit 80 columns with no cell padding.
-CLASS_COLUMNS = [("class", "class", 11, "left"), ("k", "k", 2, "right"), ("rounds", "rounds", 7, "right"),
-                 ("empty", "empty", 6, "right"), ("accept", "acc", 5, "right"), ("mean len", "len", 5, "right"),
-                 ("speedup", "speedup", 8, "right"), ("spec", " spec", 13, "left")]
+CLASS_COLUMNS = [
+    ("class", "class", 11, "left"),
+    ("k", "k", 2, "right"),
+    ("rounds", "rounds", 7, "right"),
+    ("empty", "empty", 6, "right"),
+    ("accept", "acc", 5, "right"),
+    ("mean len", "len", 5, "right"),
+    ("speedup", "speedup", 8, "right"),
+    ("spec", " spec", 13, "left"),
+]
 DECISION_COLUMNS = [("id", 3), ("to", 6), ("class", 12)]  # cut at the pane's edge when narrower
 VERDICT_MARKS = {"faster": "", "slower": "", "not yet known": "?", "noise": "!", "busy host": "~"}
 
@@ -31,9 +38,18 @@ def class_rows(state: ViewState) -> list[tuple[str, ...]]:
         estimate = state.speedup_estimate(name, k)
         ratio = estimate.ratio if estimate else None
         speedup = fmt(ratio, "{:.2f}×") + (VERDICT_MARKS.get(estimate.verdict, "") if ratio is not None else "")
-        rows.append((name, str(k) if k else "-", str(run.rounds if run else 0), str(run.empty_rounds if run else 0),
-                     fmt(run.acceptance_rate if run else None), fmt(run.mean_accepted_len if run else None),
-                     speedup, " " + on_off(state, name)))
+        rows.append(
+            (
+                name,
+                str(k) if k else "-",
+                str(run.rounds if run else 0),
+                str(run.empty_rounds if run else 0),
+                fmt(run.acceptance_rate if run else None),
+                fmt(run.mean_accepted_len if run else None),
+                speedup,
+                " " + on_off(state, name),
+            )
+        )
     return rows
 
 
@@ -71,9 +87,14 @@ def policy_figure(state: ViewState, width: int = 80) -> str:
     goodput ratio, its 95% interval over prompts and the rounds on each side (k / base). Where its
     plain side held rounds that drafted nothing (policy.silent_plain), it says so: the speed pane's
     plain is k = 0 rounds only. Parts are dropped from the end to fit `width`."""
-    decision = next((d for d in reversed(state.decisions)
-                     if d.prompt_class == state.current_class and not d.thresholds.get("prompt")
-                     and not d.match_to), None)  # a min_match decision's ratio is its short matches', not the class's
+    decision = next(
+        (
+            d
+            for d in reversed(state.decisions)
+            if d.prompt_class == state.current_class and not d.thresholds.get("prompt") and not d.match_to
+        ),
+        None,
+    )  # a min_match decision's ratio is its short matches', not the class's
     if decision is None or "ratio" not in decision.inputs:
         return ""
     i = decision.inputs
@@ -109,7 +130,7 @@ def decision_inputs(d: Decision) -> str:
     plain = "plain (k=0 and rounds that drafted nothing)" if d.thresholds.get("silent_plain") else "plain"
     for key, value in i.items():
         if key.startswith("goodput_k"):
-            k = key[len("goodput_k"):]
+            k = key[len("goodput_k") :]
             words.append(f"{plain if k == '0' else 'k=' + k} {value * 1e3:.1f} tok/s")
             done.add(key)
     if "ratio" in i:
@@ -142,9 +163,11 @@ def render_decision(d: Decision, cited: list) -> str:
         rule = f"{d.reason}\nthresholds: min_gain {t['min_gain']}; a round's cost, plain steps, by draft: {steps}"
     else:
         rule = f"thresholds: min_gain {t['min_gain']}, hysteresis {t.get('hysteresis', 0.0)}"
-    return (f"decision {d.decision_id} [{d.prompt_class}] {decision_row(d)[1]}{applied} by {d.rule_key} "
-            f"(policy line {d.rule_line})\ninputs: {inputs}\n{rule}\ncited {count(len(d.round_ids), 'round')}, "
-            f"{len(cited)} held: {spans}")
+    return (
+        f"decision {d.decision_id} [{d.prompt_class}] {decision_row(d)[1]}{applied} by {d.rule_key} "
+        f"(policy line {d.rule_line})\ninputs: {inputs}\n{rule}\ncited {count(len(d.round_ids), 'round')}, "
+        f"{len(cited)} held: {spans}"
+    )
 
 
 def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | None:
@@ -171,8 +194,9 @@ def host_label(state: ViewState) -> str:
     return ""
 
 
-def status_line(state: ViewState, source: str, alerts: list[str], lead: str = "", tail: str = "",
-                width: int = 0) -> Text:
+def status_line(
+    state: ViewState, source: str, alerts: list[str], lead: str = "", tail: str = "", width: int = 0
+) -> Text:
     """The title bar, most important first so a narrow terminal cuts the least: the replay's
     position, alerts, the session (short id, profile, host), its drafter and mode ("policy" or
     the k in force), when and how it ended, rounds; then `tail` where the width leaves room."""

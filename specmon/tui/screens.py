@@ -75,8 +75,11 @@ class JumpScreen(ModalScreen[str]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("jump to [b]r[/]<round id>, [b]p:[/]<prompt id> or [b]d[/]<decision id>\n"
-                         "[dim]Enter jumps, Escape cancels[/]", id="jump-hint")
+            yield Static(
+                "jump to [b]r[/]<round id>, [b]p:[/]<prompt id> or [b]d[/]<decision id>\n"
+                "[dim]Enter jumps, Escape cancels[/]",
+                id="jump-hint",
+            )
             yield Input(placeholder="r120, p:chat-2, d3", id="jump")
 
     def on_input_submitted(self, message: Input.Submitted) -> None:

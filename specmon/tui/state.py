@@ -8,8 +8,17 @@ import re
 from dataclasses import dataclass, field
 
 from specmon.events.schema import (
-    AnyEvent, ClassInForce, Decision, PolicyLoaded, PromptFinished, PromptStarted, QueueSample, ResourceSample,
-    RoundVerified, SessionFinished, SessionStarted,
+    AnyEvent,
+    ClassInForce,
+    Decision,
+    PolicyLoaded,
+    PromptFinished,
+    PromptStarted,
+    QueueSample,
+    ResourceSample,
+    RoundVerified,
+    SessionFinished,
+    SessionStarted,
 )
 from specmon.metrics.contention import MIN_DISTURBED, MARK_SHARE, disturbed
 from specmon.metrics.interval import SpeedupEstimate
@@ -223,7 +232,9 @@ class ViewState:
         if metric == "mean accepted length":
             return [float(ev.accepted) if ev.proposed else None for ev in rounds]
         if metric == "alpha-hat":  # rounds whose drafter gave no distribution have no α̂: left out
-            return [ev.alpha_hat if ev.proposed else None for ev in rounds if ev.alpha_hat is not None or not ev.proposed]
+            return [
+                ev.alpha_hat if ev.proposed else None for ev in rounds if ev.alpha_hat is not None or not ev.proposed
+            ]
         return [acceptance_rate(ev.accepted, len(ev.proposed)) for ev in rounds]
 
     def speedup_estimate(self, name: str, k: int) -> SpeedupEstimate | None:
@@ -250,7 +261,7 @@ class ViewState:
         return self.policy is not None or bool(self.session and self.session.policy_hash)
 
     def mode_label(self) -> str:
-        """"policy" when a policy chooses k; else the k in force ("k=3", or per class)."""
+        """ "policy" when a policy chooses k; else the k in force ("k=3", or per class)."""
         if self.policy_session:
             advised = self.decisions and not self.decisions[-1].applied
             return "policy (advise)" if advised else "policy"
@@ -277,7 +288,12 @@ class ViewState:
 
 
 _HANDLERS = {
-    SessionStarted: ViewState._session, PromptStarted: ViewState._prompt, RoundVerified: ViewState._round,
-    PromptFinished: ViewState._finished, ResourceSample: ViewState._resource, SessionFinished: ViewState._session_done,
-    Decision: ViewState._decision, PolicyLoaded: ViewState._policy,
+    SessionStarted: ViewState._session,
+    PromptStarted: ViewState._prompt,
+    RoundVerified: ViewState._round,
+    PromptFinished: ViewState._finished,
+    ResourceSample: ViewState._resource,
+    SessionFinished: ViewState._session_done,
+    Decision: ViewState._decision,
+    PolicyLoaded: ViewState._policy,
 }
