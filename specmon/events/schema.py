@@ -198,6 +198,44 @@ class QueueSample(Event, tag="queue", kw_only=True):
     arrived: float = 0.0  # wall clock when it joined the queue: its time to first token counts from here
 
 
+class ServerScraped(Event, tag="scrape", kw_only=True):
+    """`specmon watch` (and `proxy`): one read of a server's /metrics. The counters are cumulative, as the
+    server reported them; windows and rates come from consecutive scrapes (specmon.metrics.served), and a
+    counter that went down means the server restarted. None: the server does not report that figure."""
+
+    url: str
+    kind: str  # "llama-server" | "vllm" | "specmon": whose names the figures were read under
+    drafts: int | None = None  # spec_decode_num_drafts: verification steps that checked a draft
+    draft_tokens: int | None = None  # spec_decode_num_draft_tokens: draft tokens proposed
+    accepted: int | None = None  # spec_decode_num_accepted_tokens
+    accepted_per_pos: list[int] = []  # spec_decode_num_accepted_tokens_per_pos, position 0, 1, ...
+    generation_tokens: int | None = None  # tokens generated (llama-server: tokens_predicted)
+    running: int | None = None  # requests decoding now (gauge)
+    waiting: int | None = None  # requests queued (gauge)
+    error: str = ""  # the read failed (down, not a /metrics page, no counters): the one line the watch said
+
+
+class RequestTimed(Event, tag="request", kw_only=True):
+    """`specmon proxy`: one request passed to an upstream server, classified by the policy, with the
+    upstream's own `timings` (llama-server; None where the upstream gave none) and the proxy's clock."""
+
+    request_id: str
+    prompt_class: str
+    class_rule: str
+    upstream: str  # "spec": the server under watch; "plain": the --plain-upstream baseline
+    endpoint: str  # "chat" | "completion"
+    status: int  # the upstream's HTTP status (0: unreachable)
+    stream: bool
+    prompt_n: int | None = None
+    prompt_ms: float | None = None
+    predicted_n: int | None = None
+    predicted_ms: float | None = None
+    draft_n: int | None = None  # draft tokens proposed for this request
+    draft_n_accepted: int | None = None
+    first_byte_ms: float | None = None  # the proxy's arrival to the upstream's first body byte
+    total_ms: float | None = None  # the proxy's arrival to the reply's last byte
+
+
 # New event types are added at the end; old logs never contain them and still decode.
 AnyEvent = Union[
     SessionStarted,
@@ -209,6 +247,8 @@ AnyEvent = Union[
     PolicyLoaded,
     Decision,
     QueueSample,
+    ServerScraped,
+    RequestTimed,
 ]
 
 _encoder = msgspec.msgpack.Encoder()

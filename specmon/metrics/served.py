@@ -1,0 +1,171 @@
+"""Figures of traffic specmon did not decode itself: a watched server's counters (ServerScraped) and
+the responses a proxy passed on (RequestTimed). Counts are what the events hold; every ratio here is
+rates' over sums, so a watch says "acceptance" in exactly the sense a specmon session does.
+
+A window is the difference of two scrapes of one server: counters are cumulative, so a counter that
+went down means the server restarted, and no window spans a restart (the watch starts again from the
+first scrape after it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from specmon.events.schema import RequestTimed, ServerScraped
+from specmon.metrics import rates
+
+COUNTERS = ("drafts", "draft_tokens", "accepted", "generation_tokens")
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a server did between two of its scrapes: counter deltas, over `seconds`."""
+
+    start: float  # wall clock of the earlier scrape
+    seconds: float
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    accepted_per_pos: tuple[int, ...]
+    generation_tokens: int | None
+
+    @property
+    def acceptance(self) -> float | None:
+        """Σ accepted / Σ drafted (draft tokens), as RoundVerified's rate."""
+        return rates.acceptance_rate(self.accepted, self.draft_tokens)
+
+    @property
+    def accepted_per_draft(self) -> float | None:
+        """Mean accepted length of a draft (accepted tokens / drafts)."""
+        return rates.ratio(self.accepted, self.drafts)
+
+    def position_rates(self) -> list[float | None]:
+        """Acceptance at draft position i: drafts whose accepted prefix reached past i / drafts."""
+        return [rates.ratio(n, self.drafts) for n in self.accepted_per_pos]
+
+    @property
+    def drafts_per_s(self) -> float | None:
+        return rates.ratio(self.drafts, self.seconds)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return None if self.generation_tokens is None else rates.ratio(self.generation_tokens, self.seconds)
+
+
+def restarted(before: ServerScraped, after: ServerScraped) -> bool:
+    """A cumulative counter went down between the two scrapes: the server started again."""
+    pairs = [(getattr(before, name), getattr(after, name)) for name in COUNTERS]
+    pairs += list(zip(before.accepted_per_pos, after.accepted_per_pos))
+    return any(b is not None and a is not None and a < b for b, a in pairs) or (
+        len(after.accepted_per_pos) < len(before.accepted_per_pos)
+    )
+
+
+def window(before: ServerScraped, after: ServerScraped) -> Window | None:
+    """The counters' deltas from one good scrape to a later one; None across a restart, or where the
+    server reports no speculative counters."""
+    if before.error or after.error or after.drafts is None or before.drafts is None or restarted(before, after):
+        return None
+    n = len(after.accepted_per_pos)
+    earlier = list(before.accepted_per_pos) + [0] * (n - len(before.accepted_per_pos))
+    generated = None
+    if after.generation_tokens is not None and before.generation_tokens is not None:
+        generated = after.generation_tokens - before.generation_tokens
+    return Window(
+        start=before.t,
+        seconds=after.t - before.t,
+        drafts=after.drafts - before.drafts,
+        draft_tokens=(after.draft_tokens or 0) - (before.draft_tokens or 0),
+        accepted=(after.accepted or 0) - (before.accepted or 0),
+        accepted_per_pos=tuple(a - b for a, b in zip(after.accepted_per_pos, earlier)),
+        generation_tokens=generated,
+    )
+
+
+def runs(scrapes: Sequence[ServerScraped]) -> list[list[ServerScraped]]:
+    """The good scrapes split where the server restarted: each run's counters only grow."""
+    out: list[list[ServerScraped]] = []
+    for scrape in (s for s in scrapes if not s.error and s.drafts is not None):
+        if out and not restarted(out[-1][-1], scrape):
+            out[-1].append(scrape)
+        else:
+            out.append([scrape])
+    return out
+
+
+def total(scrapes: Sequence[ServerScraped]) -> Window | None:
+    """Everything the watch saw the server do: the sum of each run's first-to-last window (what a
+    restart's lost counts between the last scrape before it and the restart never reach)."""
+    spans = [window(run[0], run[-1]) for run in runs(scrapes) if len(run) > 1]
+    spans = [w for w in spans if w is not None]
+    if not spans:
+        return None
+    n = max(len(w.accepted_per_pos) for w in spans)
+    gens = [w.generation_tokens for w in spans]
+    return Window(
+        start=spans[0].start,
+        seconds=sum(w.seconds for w in spans),
+        drafts=sum(w.drafts for w in spans),
+        draft_tokens=sum(w.draft_tokens for w in spans),
+        accepted=sum(w.accepted for w in spans),
+        accepted_per_pos=tuple(
+            sum(w.accepted_per_pos[i] for w in spans if i < len(w.accepted_per_pos)) for i in range(n)
+        ),
+        generation_tokens=None if None in gens else sum(gens),
+    )
+
+
+@dataclass(frozen=True)
+class RequestTotals:
+    """Σ of the upstream's timings over one class's requests to one upstream."""
+
+    requests: int = 0
+    timed: int = 0  # requests whose reply carried timings
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+
+    def __add__(self, ev: RequestTimed) -> RequestTotals:
+        if ev.predicted_n is None or ev.predicted_ms is None:
+            return RequestTotals(self.requests + 1, self.timed, *self._sums())
+        return RequestTotals(
+            self.requests + 1,
+            self.timed + 1,
+            self.predicted_n + ev.predicted_n,
+            self.predicted_ms + ev.predicted_ms,
+            self.draft_n + (ev.draft_n or 0),
+            self.draft_n_accepted + (ev.draft_n_accepted or 0),
+        )
+
+    def _sums(self) -> tuple[int, float, int, int]:
+        return self.predicted_n, self.predicted_ms, self.draft_n, self.draft_n_accepted
+
+    @property
+    def acceptance(self) -> float | None:
+        return rates.acceptance_rate(self.draft_n_accepted, self.draft_n)
+
+    @property
+    def steps(self) -> int:
+        """The target's decode steps: each emits one token of its own beside the drafts it accepted."""
+        return self.predicted_n - self.draft_n_accepted
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """Tokens a target step emitted (1.0: speculation added nothing)."""
+        return rates.ratio(self.predicted_n, self.steps)
+
+    @property
+    def goodput(self) -> float | None:
+        """Generated tokens per ms of the upstream's own decode time (rates.goodput)."""
+        return rates.goodput(self.predicted_n, self.predicted_ms)
+
+
+def by_class(events: Iterable[RequestTimed]) -> dict[tuple[str, str], RequestTotals]:
+    """(class, upstream) -> the sums of its successful requests' timings."""
+    out: dict[tuple[str, str], RequestTotals] = {}
+    for ev in events:
+        if 200 <= ev.status < 300:
+            key = (ev.prompt_class, ev.upstream)
+            out[key] = out.get(key, RequestTotals()) + ev
+    return out
