@@ -11,8 +11,10 @@ from specmon import __version__
 from specmon.backends.profiles import DEFAULT_PROFILE, MAX_INT, MAX_SEED
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
+from specmon.cli.proxy import add_proxy
 from specmon.cli.signals import Terminated, ending_signals
 from specmon.cli.tools import add_bench_tools, add_policy_tune
+from specmon.cli.watch import add_watch
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
 
@@ -25,6 +27,8 @@ EPILOG = """examples:
   specmon run --policy default                  let the shipped policy pick k (or plain) per prompt class
   specmon serve --headless --port 8000          OpenAI-compatible server: point a chat UI or the openai SDK at it
   specmon attach                                 watch a running session (TUI), e.g. over SSH
+  specmon watch http://127.0.0.1:8080            a running llama-server or vLLM: acceptance live, from /metrics
+  specmon proxy --upstream http://127.0.0.1:8080 per-class acceptance and tok/s of real traffic to it
   specmon sweep --ks 0-8 --suggest-policy p.toml measure every k against plain, write the best per class
   specmon bench policy --prompts my.jsonl --json b.json   the policy against every fixed k, per class
   specmon bench verify                           what a verify pass over T positions costs, in plain steps
@@ -93,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_run, _add_serve, add_models, _add_attach, _add_policy, _add_bench, _add_sweep, _add_logs):
         add(sub)
+    add_watch(sub, finite(0.0, above_low=True))
+    add_proxy(sub, whole, finite(0.0, 1.0))
     return parser
 
 

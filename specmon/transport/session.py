@@ -12,13 +12,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from specmon.engine.driver import Cancelled, SessionDriver, new_session_id
 from specmon.engine.costs import Costs, measure_costs
 from specmon.engine.drafters import Drafter
 from specmon.events.log import default_log_path
-from specmon.events.schema import AnyEvent, SessionFinished
+from specmon.events.schema import AnyEvent, SessionFinished, SessionStarted
 from specmon.transport.channel import Channel, LogSink, LogWriteFailed, Subscription
 from specmon.transport.serve import EventServer, runtime_dir
 
@@ -27,7 +27,7 @@ VIEW_BUFFER = 100_000  # events a slow viewer may fall behind before it skips (a
 
 @dataclass
 class LiveSession:
-    driver: SessionDriver
+    driver: SessionDriver | None  # None: a session that decodes nothing (watch, proxy) and only publishes
     channel: Channel
     sink: LogSink
     server: EventServer | None
@@ -36,6 +36,7 @@ class LiveSession:
     finished: SessionFinished | None = None
     keep_events: bool = True  # False for a long-lived session (a server): only the log keeps them
     costs: Costs | None = None  # the engine's costs, measured at load under a policy
+    observed_id: str = ""  # the session id where there is no driver
 
     def _observe(self, event: AnyEvent) -> None:
         if self.keep_events:
@@ -43,7 +44,7 @@ class LiveSession:
 
     @property
     def session_id(self) -> str:
-        return self.driver.session_id
+        return self.driver.session_id if self.driver is not None else self.observed_id
 
     @property
     def log_path(self) -> Path:
@@ -109,20 +110,55 @@ def live_session(
         _finish_quietly(session, "interrupted" if isinstance(exc, (KeyboardInterrupt, Cancelled)) else "error")
         raise
     finally:
-        _close(session)
-        failure = session.sink.failure()
-        if failure is not None and (in_flight is None or isinstance(in_flight, LogWriteFailed)):
-            raise failure
-        if failure is not None:  # the error in flight says what went wrong first; this says what it cost
-            print(f"specmon: {failure}", file=sys.stderr)
+        _end(session, in_flight)
+
+
+@contextmanager
+def observer_session(
+    started: Callable[[str], SessionStarted],
+    log_path: Path | None = None,
+    *,
+    serve: bool = True,
+    listen: tuple[str, int] | None = None,
+    announce: bool = True,
+    viewer: bool = False,
+) -> Iterator[LiveSession]:
+    """A session that decodes nothing (`watch`, `proxy`): the same log, channel and attach socket as a
+    decoding one, its header built by `started(session_id)`; events are published on session.channel."""
+    session = _open(None, None, log_path, serve, listen, viewer)
+    session.keep_events = False  # a watch runs for days: only the log keeps them
+    in_flight: BaseException | None = None
+    try:
+        if announce:
+            _announce(session)
+        session.channel.publish(started(session.session_id))
+        yield session
+        session.finish("done")
+    except BaseException as exc:
+        in_flight = exc
+        _finish_quietly(session, "interrupted" if isinstance(exc, KeyboardInterrupt) else "error")
+        raise
+    finally:
+        _end(session, in_flight)
+
+
+def _end(session: LiveSession, in_flight: BaseException | None) -> None:
+    _close(session)
+    failure = session.sink.failure()
+    if failure is not None and (in_flight is None or isinstance(in_flight, LogWriteFailed)):
+        raise failure
+    if failure is not None:  # the error in flight says what went wrong first; this says what it cost
+        print(f"specmon: {failure}", file=sys.stderr)
 
 
 def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: bool) -> LiveSession:
     session_id = new_session_id()
     sink = LogSink(log_path or default_log_path(session_id))
     channel = Channel(sink)
-    driver = SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin)
-    session = LiveSession(driver, channel, sink, None)
+    driver = None
+    if pair is not None:
+        driver = SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin)
+    session = LiveSession(driver, channel, sink, None, observed_id=session_id)
     channel.on_event(session._observe)
     session.view = channel.subscribe(maxlen=VIEW_BUFFER) if viewer else None
     try:

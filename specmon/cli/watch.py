@@ -1,0 +1,39 @@
+"""`specmon watch URL`: the live view of a server specmon does not run (llama-server, vLLM, or another
+specmon serve), read from its /metrics every interval and logged as ServerScraped events."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+KINDS = ("auto", "llama-server", "vllm", "specmon")
+
+
+def add_watch(sub, positive_seconds) -> None:
+    watch = sub.add_parser(
+        "watch",
+        help="watch a running llama-server, vLLM or specmon serve through its /metrics",
+        description="Read URL/metrics every --interval and show acceptance (accepted / drafted tokens), "
+        "accepted tokens per draft, acceptance by draft position, drafts and tokens per second and the "
+        "requests running and waiting, each over the window it covers. What was read is logged, so attach, "
+        "replay, log info and report work on a watch as on any session. A server that is down, restarts or "
+        "answers something else is one line, and the watch goes on.",
+        epilog="llama-server publishes its speculative counters only with --metrics; vLLM always does.",
+    )
+    watch.add_argument("url", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8080")
+    watch.add_argument("--kind", choices=KINDS, default="auto", help="whose metric names to read (default: detect)")
+    watch.add_argument(
+        "--interval", type=positive_seconds, default=1.0, metavar="SECONDS", help="between reads (default 1)"
+    )
+    watch.add_argument("--duration", type=positive_seconds, metavar="SECONDS", help="stop after (default: Ctrl-C)")
+    watch.add_argument("--api-key-file", type=Path, metavar="FILE", help="a file holding the server's API key")
+    watch.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
+    watch.add_argument("--listen", metavar="127.0.0.1:PORT", help="also serve events over TCP (as run --listen)")
+    watch.add_argument("--headless", action="store_true", help="print one line per window instead of the TUI")
+    watch.set_defaults(handler=cmd_watch)
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from specmon.watch.command import run_watch  # the HTTP client and the app load only when watching
+
+    return run_watch(args)

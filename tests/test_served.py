@@ -1,0 +1,120 @@
+"""Figures of traffic specmon did not decode (metrics.served) and the driverless session that logs them."""
+
+import msgspec
+import pytest
+
+from specmon.events.log import read_log
+from specmon.events.schema import RequestTimed, ServerScraped, SessionFinished, SessionStarted
+from specmon.metrics import served
+from specmon.transport.session import observer_session
+
+
+def scrape(t, drafts, tokens, accepted, per_pos, generated=None, **kw):
+    return ServerScraped(
+        session_id="w",
+        t=t,
+        url="http://127.0.0.1:8080",
+        kind="llama-server",
+        drafts=drafts,
+        draft_tokens=tokens,
+        accepted=accepted,
+        accepted_per_pos=per_pos,
+        generation_tokens=generated,
+        **kw,
+    )
+
+
+def test_a_window_is_the_counters_deltas_and_its_rates_are_sums_over_it():
+    w = served.window(scrape(10.0, 4, 16, 6, [4, 2, 0, 0], 30), scrape(12.0, 14, 56, 26, [12, 8, 4, 2], 110))
+    assert (w.drafts, w.draft_tokens, w.accepted, w.accepted_per_pos) == (10, 40, 20, (8, 6, 4, 2))
+    assert w.seconds == 2.0 and w.start == 10.0
+    assert w.acceptance == 0.5 and w.accepted_per_draft == 2.0
+    assert w.position_rates() == [0.8, 0.6, 0.4, 0.2]
+    assert w.drafts_per_s == 5.0 and w.tokens_per_s == 40.0
+
+
+def test_positions_a_server_added_later_count_from_zero():
+    w = served.window(scrape(0.0, 2, 8, 2, [2]), scrape(1.0, 6, 24, 7, [5, 2]))
+    assert w.accepted_per_pos == (3, 2)
+
+
+def test_no_window_spans_a_restart_or_a_failed_read():
+    up = scrape(0.0, 50, 200, 90, [40, 30, 20])
+    assert served.window(up, scrape(5.0, 3, 12, 4, [3, 1, 0])) is None  # counters went down
+    assert served.window(up, scrape(5.0, 50, 200, 90, [40, 30])) is None  # a position vanished
+    down = ServerScraped(session_id="w", t=3.0, url="u", kind="llama-server", error="connection refused")
+    assert served.window(up, down) is None and served.window(down, up) is None
+    assert served.window(up, scrape(5.0, None, None, None, [])) is None  # no speculative counters
+
+
+def test_the_total_sums_each_run_between_restarts():
+    scrapes = [
+        scrape(0.0, 10, 40, 20, [8, 6, 4, 2], 100),
+        scrape(1.0, 20, 80, 30, [15, 9, 4, 2], 150),
+        ServerScraped(session_id="w", t=2.0, url="u", kind="llama-server", error="connection refused"),
+        scrape(3.0, 1, 4, 1, [1, 0, 0, 0], 5),  # restarted
+        scrape(4.0, 5, 20, 9, [4, 3, 1, 1], 40),
+    ]
+    assert [len(r) for r in served.runs(scrapes)] == [2, 2]
+    t = served.total(scrapes)
+    assert (t.drafts, t.draft_tokens, t.accepted, t.generation_tokens) == (10 + 4, 40 + 16, 10 + 8, 50 + 35)
+    assert t.accepted_per_pos == (7 + 3, 3 + 3, 0 + 1, 0 + 1) and t.seconds == 2.0
+    assert served.total(scrapes[:1]) is None  # one scrape is no window
+
+
+def request(cls, upstream, predicted, ms, drafted, accepted, status=200):
+    return RequestTimed(
+        session_id="p",
+        t=0.0,
+        request_id=f"r{predicted}",
+        prompt_class=cls,
+        class_rule="",
+        upstream=upstream,
+        endpoint="chat",
+        status=status,
+        stream=False,
+        predicted_n=predicted,
+        predicted_ms=ms,
+        draft_n=drafted,
+        draft_n_accepted=accepted,
+    )
+
+
+def test_per_class_sums_of_timings_give_acceptance_tokens_per_step_and_goodput():
+    events = [
+        request("code", "spec", 40, 400.0, 48, 24),
+        request("code", "spec", 20, 100.0, 16, 6),
+        request("code", "spec", 9, 9.0, 9, 9, status=500),  # failed: not counted
+        request("chat", "plain", 30, 300.0, None, None),
+    ]
+    sums = served.by_class(events)
+    code = sums[("code", "spec")]
+    assert (code.requests, code.predicted_n, code.draft_n, code.draft_n_accepted) == (2, 60, 64, 30)
+    assert code.acceptance == pytest.approx(30 / 64)
+    assert code.steps == 30 and code.tokens_per_step == 2.0
+    assert code.goodput == pytest.approx(60 / 500.0)
+    chat = sums[("chat", "plain")]
+    assert chat.acceptance is None and chat.tokens_per_step == 1.0
+
+
+def test_an_observer_session_logs_its_header_what_it_publishes_and_how_it_ended(tmp_path):
+    def header(session_id):
+        return SessionStarted(
+            session_id=session_id,
+            t=0.0,
+            specmon_version="t",
+            profile_name="watch",
+            profile_text="",
+            backend="watch",
+            target="http://127.0.0.1:8080",
+            drafter="",
+            dtype="",
+            device="",
+        )
+
+    with observer_session(header, tmp_path / "w.specmon", serve=False, announce=False) as session:
+        session.channel.publish(msgspec.structs.replace(scrape(1.0, 1, 4, 2, [1, 1]), session_id=session.session_id))
+    events = list(read_log(tmp_path / "w.specmon"))
+    assert [type(e) for e in events] == [SessionStarted, ServerScraped, SessionFinished]
+    assert events[0].session_id == events[1].session_id == session.session_id != ""
+    assert events[2].reason == "done" and events[2].rounds == 0
