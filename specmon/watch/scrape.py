@@ -1,0 +1,92 @@
+"""One read of a server's /metrics, as a ServerScraped event: its counters, or the one line that says
+why there are none (down, refused, not a /metrics page, no speculative counters)."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import urlsplit
+
+import httpx
+
+from specmon.errors import SpecmonError
+from specmon.events.schema import ServerScraped
+from specmon.watch.exposition import KINDS, NotMetrics, kind_of, read, samples
+
+TIMEOUT_S = 5.0  # a server that takes longer to list its counters is as good as down for a watch
+
+
+def metrics_url(url: str) -> str:
+    """The /metrics address of a server's base URL (a URL that already ends in /metrics is kept)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SpecmonError(f"{url!r} is not a server's address; give one like http://127.0.0.1:8080")
+    try:
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError:
+        raise SpecmonError(f"{url!r}: the port is not a number") from None
+    path = parts.path.rstrip("/")
+    return url if path.endswith("/metrics") else f"{parts.scheme}://{parts.netloc}{path}/metrics"
+
+
+def client(api_key: str | None = None, timeout_s: float = TIMEOUT_S) -> httpx.Client:
+    """The HTTP client a watch reads with; the key goes as `Authorization: Bearer`."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.Client(headers=headers, timeout=timeout_s, follow_redirects=True)
+
+
+def scrape(http: httpx.Client, url: str, kind: str = "auto", session_id: str = "") -> ServerScraped:
+    """Read url's /metrics once. `kind`: "auto" detects it from the names on the page. A failed read
+    is an event too, with `error` set (its one line) and no counters."""
+    address = metrics_url(url)
+    t = time.time()
+    try:
+        reply = http.get(address)
+    except httpx.HTTPError as exc:
+        return _failed(session_id, t, url, kind, f"down: {_why(exc)}")
+    if reply.status_code != 200:
+        return _failed(session_id, t, url, kind, _status_line(reply.status_code, address))
+    try:
+        names = samples(reply.text)
+    except NotMetrics as exc:
+        return _failed(session_id, t, url, kind, f"{address} is not a Prometheus /metrics page ({exc})")
+    found = kind_of(names) if kind == "auto" else kind
+    if found is None:
+        return _failed(session_id, t, url, kind, f"{address} has no llama-server, vLLM or specmon metrics")
+    figures = read(names, found)
+    error = "" if figures.drafts is not None else f"{address} has no speculative-decoding counters: is speculation on?"
+    return ServerScraped(
+        session_id=session_id,
+        t=t,
+        url=url,
+        kind=found,
+        drafts=figures.drafts,
+        draft_tokens=figures.draft_tokens,
+        accepted=figures.accepted,
+        accepted_per_pos=figures.accepted_per_pos,
+        generation_tokens=figures.generation_tokens,
+        running=figures.running,
+        waiting=figures.waiting,
+        error=error,
+    )
+
+
+def _failed(session_id: str, t: float, url: str, kind: str, error: str) -> ServerScraped:
+    return ServerScraped(session_id=session_id, t=t, url=url, kind=kind if kind in KINDS else "", error=error)
+
+
+def _why(exc: httpx.HTTPError) -> str:
+    """A transport failure in a few words (httpx's text can be empty or nest the OS error)."""
+    if isinstance(exc, httpx.ConnectError):
+        text = str(exc)
+        return "connection refused" if "refused" in text.lower() else (text or "cannot connect")
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer within {TIMEOUT_S:g} s"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _status_line(status: int, address: str) -> str:
+    if status in (401, 403):
+        return f"HTTP {status} from {address}: the server wants an API key (--api-key-file FILE)"
+    if status in (404, 501):
+        return f"HTTP {status} from {address}: no /metrics there (llama-server publishes it only with --metrics)"
+    return f"HTTP {status} from {address}"
