@@ -1,12 +1,18 @@
 """specmon watch: reading /metrics pages (recorded from a real llama-server, written from vLLM's docs,
 produced by specmon serve's own registry), the poll loop against a stand-in server, and the command."""
 
+import http.server
+import threading
 from pathlib import Path
 
 import pytest
 
-from specmon.watch import detect_kind, read, samples
+from specmon.events.schema import ServerScraped
+from specmon.metrics import served
+from specmon.watch import client, detect_kind, read, samples, scrape
 from specmon.watch.exposition import NotMetrics
+from specmon.watch.lines import clock
+from specmon.watch.poll import Watcher
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 
@@ -70,3 +76,122 @@ def test_pages_that_are_not_metrics_are_said_so():
     assert detect_kind("# HELP up whether\n# TYPE up gauge\nup 1\n") is None  # Prometheus text, but no known names
     with pytest.raises(NotMetrics):
         samples("<html>\n<body>x</body>\n</html>\n")
+
+
+# -- a stand-in server: a page we set, served over real HTTP -----------------------------------------------
+
+
+class Standin:
+    """An HTTP server on 127.0.0.1 whose /metrics answers `page` with `status`; stop() and start() again on
+    the same port play a server going down and coming back."""
+
+    def __init__(self, key: str | None = None):
+        self.page, self.status, self.key, self.port = "", 200, key, 0
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        standin = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                wanted = standin.key is None or self.headers.get("Authorization") == f"Bearer {standin.key}"
+                status = standin.status if wanted else 401
+                body = standin.page.encode() if status == 200 else b"no"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def llama_page(drafts, tokens, accepted, per_pos, generated, running=0, waiting=0) -> str:
+    """A llama-server page with these counters (names and layout as in llama-server-after.txt)."""
+    text = "".join(
+        f"# HELP llamacpp:{name} x\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}\n"
+        for name, kind, value in (
+            ("tokens_predicted_total", "counter", generated),
+            ("spec_decode_num_draft_tokens_total", "counter", tokens),
+            ("spec_decode_num_accepted_tokens_total", "counter", accepted),
+            ("spec_decode_num_drafts_total", "counter", drafts),
+            ("requests_processing", "gauge", running),
+            ("requests_deferred", "gauge", waiting),
+        )
+    )
+    return text + "".join(
+        f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {n}\n' for i, n in enumerate(per_pos)
+    )
+
+
+@pytest.fixture
+def standin():
+    server = Standin()
+    yield server
+    server.stop()
+
+
+def test_the_watcher_says_down_back_and_restarted_once_each_and_no_total_spans_the_restart(standin):
+    published: list[ServerScraped] = []
+    with client() as http_client:
+        watcher = Watcher(http_client, standin.url, "auto", published.append)
+        standin.page = llama_page(0, 0, 0, [], 0)
+        said = watcher.step()
+        assert said == [f"{clock(published[0].t)}  watching {standin.url} (llama-server)"]
+        standin.page = llama_page(10, 40, 30, [9, 8, 7, 6], 50, running=1)
+        [line] = watcher.step()
+        assert "drafts 10  draft tokens 40  accepted 30  acceptance 0.75  accepted/draft 3.00" in line
+        assert "pos 0.90 0.80 0.70 0.60" in line and line.endswith("running 1 waiting 0")
+        standin.stop()
+        assert watcher.step()[0].endswith(f"{standin.url}: down: connection refused")
+        assert watcher.step() == []  # still down: said once
+        standin.start()  # the same port, counters from zero: a restart
+        standin.page = llama_page(2, 8, 4, [2, 1, 1, 0], 10)
+        [back] = watcher.step()
+        assert "is back, restarted" in back
+        standin.page = llama_page(6, 24, 12, [5, 4, 2, 1], 30)
+        assert "drafts 4  draft tokens 16  accepted 8" in watcher.step()[0]
+    assert [bool(s.error) for s in published] == [False, False, True, True, False, False]
+    total = served.total(published)
+    assert (total.drafts, total.draft_tokens, total.accepted, total.accepted_per_pos) == (14, 56, 38, (12, 11, 8, 7))
+    assert watcher.totals().startswith(f"total {clock(published[0].t)}")
+    assert "(1 restart, 2 failed reads): drafts 14  draft tokens 56  accepted 38" in watcher.totals()
+    assert served.total(watcher.ends) == total  # the kept first-and-last reads sum as every read does
+
+
+def test_a_page_that_is_not_metrics_and_a_missing_key_are_one_line_each(standin):
+    with client() as http_client:
+        watcher = Watcher(http_client, standin.url, "auto", lambda ev: None)
+        standin.page = "<!doctype html>\n<html><body>llama.cpp</body></html>\n"
+        [line] = watcher.step()
+        assert line.endswith(
+            f"  {standin.url}/metrics is not a Prometheus /metrics page (invalid metric name:<!doctype html>)"
+        )
+        standin.status = 501
+        assert "HTTP 501 from" in watcher.step()[0] and "only with --metrics" in watcher.last.error
+        standin.status, standin.page = 200, llama_page(0, 0, 0, [], 0)
+        assert "is back (llama-server)" in watcher.step()[0]
+    standin.key = "sekret"
+    with client() as http_client:
+        assert "--api-key-file" in Watcher(http_client, standin.url, "auto", lambda ev: None).step()[0]
+    with client("sekret") as http_client:
+        assert "watching" in Watcher(http_client, standin.url, "auto", lambda ev: None).step()[0]
+
+
+def test_a_forced_kind_without_spec_counters_says_so(standin):
+    standin.page = page("vllm.txt")
+    with client() as http_client:
+        ev = scrape(http_client, standin.url, "llama-server")
+    assert ev.drafts is None and ev.error.endswith("has no speculative-decoding counters: is speculation on?")

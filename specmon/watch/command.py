@@ -1,0 +1,110 @@
+"""`specmon watch URL`: open a driverless session (log, socket, attach), then read the server every
+interval under the TUI or printing one line per window, and end with the totals."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+from specmon import __version__
+from specmon.engine.driver import host_facts
+from specmon.errors import SpecmonError
+from specmon.events.schema import ServerScraped, SessionStarted
+from specmon.transport.serve import parse_listen
+from specmon.transport.session import LiveSession, observer_session
+from specmon.watch.poll import Watcher, poll
+from specmon.watch.scrape import client, metrics_url
+
+UNKNOWN_KIND = "unknown"  # the header's drafter where the server could not be read at the start
+
+
+def run_watch(args) -> int:
+    metrics_url(args.url)  # a bad address is one line now, before a log is opened
+    api_key = read_api_key(args.api_key_file) if args.api_key_file else None
+    if args.log is not None and Path(args.log).exists():
+        raise SpecmonError(f"{args.log} exists; pick a new file or remove it")
+    listen = parse_listen(args.listen) if args.listen else None
+    tui = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
+    with client(api_key) as http:
+        watcher = Watcher(http, args.url, args.kind, publish=lambda ev: None)
+        first = watcher.read()  # the header names the server's kind
+        kind = first.kind or (args.kind if args.kind != "auto" else UNKNOWN_KIND)
+        with observer_session(lambda sid: header(sid, args.url, kind), args.log, listen=listen, viewer=tui) as session:
+            watcher.session_id, watcher.publish = session.session_id, session.channel.publish
+            if tui:
+                watch_under_tui(session, watcher, args, first)
+            else:
+                watch_headless(session, watcher, args, first)
+    return 0
+
+
+def header(session_id: str, url: str, kind: str) -> SessionStarted:
+    """A watch's SessionStarted: backend "watch", the URL as its target, the server's kind as its drafter."""
+    return SessionStarted(
+        session_id=session_id,
+        t=time.time(),
+        specmon_version=__version__,
+        profile_name="watch",
+        profile_text="",
+        backend="watch",
+        target=url,
+        drafter=kind,
+        dtype="",
+        device="",
+        host=host_facts(),
+    )
+
+
+def read_api_key(path: Path) -> str:
+    try:
+        key = Path(path).read_text().strip()
+    except OSError as exc:
+        raise SpecmonError(f"--api-key-file {path}: cannot read it ({exc.strerror or exc})") from None
+    if not key or "\n" in key:
+        raise SpecmonError(f"--api-key-file {path}: it should hold the key alone, on one line")
+    return key
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def watch_headless(session: LiveSession, watcher: Watcher, args, first: ServerScraped) -> None:
+    """One line per window in this thread; Ctrl-C or SIGTERM end it with the totals and a finished log."""
+    stop = threading.Event()
+    try:
+        poll(watcher, say, args.interval, args.duration, stop, first)
+    except KeyboardInterrupt:
+        say(watcher.totals())
+        session.finish("interrupted")
+        raise
+    say(watcher.totals())
+
+
+def watch_under_tui(session: LiveSession, watcher: Watcher, args, first: ServerScraped) -> None:
+    """Read on a thread; the app (main thread) drains the session's view. Quitting the app stops the watch."""
+    from specmon.tui.factory import make_app
+    from specmon.tui.feed import Feed
+
+    feed = Feed(session.view, f"watch {args.url}")
+    stop = threading.Event()
+    said: list[str] = []  # the app shows the server's state from the events; the lines are kept for after
+
+    def read() -> None:
+        try:
+            poll(watcher, said.append, args.interval, args.duration, stop, first)
+        except BaseException as exc:  # shown in the title; the watch has stopped
+            feed.error = f"watch failed: {exc!r}"
+        finally:
+            feed.done.set()
+
+    worker = threading.Thread(target=read, name="specmon-watch")
+    worker.start()
+    try:
+        make_app(feed).run()
+    finally:
+        stop.set()
+        worker.join()
+    say(watcher.totals())

@@ -1,0 +1,75 @@
+"""What a watch says, one line each: a window's figures, a change in the server's state, the totals.
+The figures come from specmon.metrics.served; here they are only written."""
+
+from __future__ import annotations
+
+import time
+
+from specmon.events.schema import ServerScraped
+from specmon.metrics import served
+from specmon.metrics.format import count, fmt
+
+
+def clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def positions(w: served.Window) -> str:
+    """Acceptance at each draft position: drafts that got past it / drafts."""
+    return " ".join(fmt(r, "{:.2f}") for r in w.position_rates()) or "-"
+
+
+def figures(w: served.Window) -> str:
+    """A window's figures, each over the window's drafts and seconds."""
+    tok_s = "" if w.tokens_per_s is None else f"  {w.tokens_per_s:.1f} tok/s"
+    return (
+        f"drafts {w.drafts}  draft tokens {w.draft_tokens}  accepted {w.accepted}  acceptance {fmt(w.acceptance)}  "
+        f"accepted/draft {fmt(w.accepted_per_draft)}  pos {positions(w)}  {fmt(w.drafts_per_s, '{:.1f}')} drafts/s"
+        f"{tok_s}"
+    )
+
+
+def window_line(w: served.Window, after: ServerScraped) -> str:
+    """`12:03:04-12:03:05  drafts 14 ...  running 1 waiting 0`: the window, then the gauges as read at its end."""
+    return f"{clock(w.start)}-{clock(w.start + w.seconds)}  {figures(w)}{gauges(after)}"
+
+
+def gauges(s: ServerScraped) -> str:
+    running = "" if s.running is None else f"  running {s.running}"
+    waiting = "" if s.waiting is None else f" waiting {s.waiting}"
+    return running + waiting
+
+
+def idle_line(w: served.Window) -> str:
+    return f"{clock(w.start)}-  idle: no drafts and no tokens (one line until something happens)"
+
+
+def state_line(before: ServerScraped | None, last_good: ServerScraped | None, now: ServerScraped) -> str | None:
+    """One line when the server's state changed: down (or answering something else), back, restarted."""
+    at = clock(now.t)
+    if now.error:
+        if before is not None and before.error == now.error:
+            return None  # still the same failure: said once
+        return f"{at}  {now.error}" if now.error.startswith(now.url) else f"{at}  {now.url}: {now.error}"
+    came_back = before is not None and bool(before.error)
+    reset = last_good is not None and served.restarted(last_good, now)
+    if came_back and reset:
+        return f"{at}  {now.url} is back, restarted: its counters started again (no window spans the restart)"
+    if came_back:
+        return f"{at}  {now.url} is back ({now.kind})"
+    if reset:
+        return f"{at}  {now.url} restarted: its counters went back (no window spans the restart)"
+    if before is None or last_good is None:
+        return f"{at}  watching {now.url} ({now.kind})"
+    return None
+
+
+def totals_line(scrapes: list[ServerScraped], failed_reads: int) -> str:
+    """Everything the watch saw, summed run by run (served.total), with its restarts and failed reads."""
+    runs = served.runs(scrapes)
+    restarts = max(len(runs) - 1, 0)
+    span = f"{count(restarts, 'restart')}, {count(failed_reads, 'failed read')}"
+    w = served.total(scrapes)
+    if w is None:
+        return f"total: no two good reads of the server, nothing to sum ({span})"
+    return f"total {clock(w.start)}, {w.seconds:.0f} s watched ({span}): {figures(w)}"

@@ -1,0 +1,106 @@
+"""The watch's loop: scrape every interval, publish each read as a ServerScraped event, and say (one
+line) what changed: a window's figures, the server down, back or restarted."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import httpx
+import msgspec
+
+from specmon.events.schema import ServerScraped
+from specmon.metrics import served
+from specmon.watch import lines
+from specmon.watch.scrape import scrape
+
+
+class Watcher:
+    """Reads one server; `step()` scrapes once, publishes the event and returns the lines to say.
+    It keeps each run's first and last good read (all that served.total needs), not every read."""
+
+    def __init__(self, http: httpx.Client, url: str, kind: str, publish: Callable[[ServerScraped], None]):
+        self.http, self.url, self.kind, self.publish = http, url, kind, publish
+        self.session_id = ""
+        self.last: ServerScraped | None = None  # the latest read, good or failed
+        self.last_good: ServerScraped | None = None
+        self.runs: list[list[ServerScraped]] = []  # each run's first and latest good read
+        self.failed_reads = 0
+        self.idle = False  # the last window had nothing in it (said once)
+
+    def read(self) -> ServerScraped:
+        return scrape(self.http, self.url, self.kind, self.session_id)
+
+    def step(self, now: ServerScraped | None = None) -> list[str]:
+        """Take one read (or `now`, a read already taken), publish it, and say what it shows."""
+        now = now if now is not None else self.read()
+        if now.session_id != self.session_id:
+            now = msgspec.structs.replace(now, session_id=self.session_id)
+        self.publish(now)
+        said = [line for line in (lines.state_line(self.last, self.last_good, now),) if line]
+        if now.error or now.drafts is None:
+            self.failed_reads += 1
+        else:
+            said += self._window(now)
+            self._keep(now)
+            self.last_good = now
+        self.last = now
+        return said
+
+    def _window(self, now: ServerScraped) -> list[str]:
+        w = served.window(self.last_good, now) if self.last_good is not None else None  # across a blip too
+        if w is None:
+            return []
+        if w.drafts or w.generation_tokens or _gauges_changed(self.last_good, now):
+            self.idle = False
+            return [lines.window_line(w, now)]
+        if not self.idle:
+            self.idle = True
+            return [lines.idle_line(w)]
+        return []
+
+    def _keep(self, now: ServerScraped) -> None:
+        if self.runs and not served.restarted(self.runs[-1][-1], now):
+            run = self.runs[-1]
+            run[1:] = [now]  # the run's latest read replaces the one before it
+        else:
+            self.runs.append([now])  # a run begins: the first read, or the first after a restart
+
+    @property
+    def ends(self) -> list[ServerScraped]:
+        """Each run's first and latest good read, in order: what served.total sums."""
+        return [s for run in self.runs for s in run]
+
+    def totals(self) -> str:
+        return lines.totals_line(self.ends, self.failed_reads)
+
+
+def _gauges_changed(before: ServerScraped, after: ServerScraped) -> bool:
+    return (before.running, before.waiting) != (after.running, after.waiting)
+
+
+def poll(
+    watcher: Watcher,
+    say: Callable[[str], None],
+    interval_s: float,
+    duration_s: float | None,
+    stop: threading.Event,
+    first: ServerScraped | None = None,
+) -> None:
+    """Step every `interval_s` (on a fixed schedule: a slow read does not push the next ones back) until
+    `stop` is set or `duration_s` has passed; the last read is taken at the duration's end."""
+    start = time.monotonic()
+    taken = 0
+    while True:
+        for line in watcher.step(first if taken == 0 else None):
+            say(line)
+        taken += 1
+        elapsed = time.monotonic() - start
+        if stop.is_set() or (duration_s is not None and elapsed >= duration_s):
+            return
+        due = start + taken * interval_s
+        if duration_s is not None:
+            due = min(due, start + duration_s)
+        if stop.wait(max(0.0, due - time.monotonic())):
+            return
