@@ -165,7 +165,20 @@ def by_class(events: Iterable[RequestTimed]) -> dict[tuple[str, str], RequestTot
     """(class, upstream) -> the sums of its successful requests' timings."""
     out: dict[tuple[str, str], RequestTotals] = {}
     for ev in events:
-        if 200 <= ev.status < 300:
-            key = (ev.prompt_class, ev.upstream)
-            out[key] = out.get(key, RequestTotals()) + ev
+        add_request(out, ev)
     return out
+
+
+def add_request(totals: dict[tuple[str, str], RequestTotals], ev: RequestTimed) -> None:
+    """Count one request into by_class's sums (a live view adds them as they come)."""
+    if 200 <= ev.status < 300:
+        key = (ev.prompt_class, ev.upstream)
+        totals[key] = totals.get(key, RequestTotals()) + ev
+
+
+def recent(scrapes: Sequence[ServerScraped], seconds: float) -> Window | None:
+    """The total over the reads of the last `seconds` before the latest one (restarts split as in total)."""
+    if not scrapes:
+        return None
+    since = scrapes[-1].t - seconds
+    return total([s for s in scrapes if s.t >= since])

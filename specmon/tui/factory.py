@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from textual.app import App
+
 from specmon.replay.player import ReplayFeed
 from specmon.tui.app import SpecmonApp
-from specmon.tui.feed import Feed
+from specmon.tui.feed import Feed, first_event
 from specmon.tui.replay_app import ReplayApp
+from specmon.tui.served_app import ServedApp
+from specmon.tui.served_state import is_served
 
 
-def make_app(feed: Feed | ReplayFeed) -> SpecmonApp:
-    """A replay app (play, step, jump) for a log being replayed; the live monitor otherwise."""
+def make_app(feed: Feed | ReplayFeed) -> App:
+    """The served-traffic view for a watch or proxy session (its header says which); otherwise a replay
+    app (play, step, jump) for a log being replayed, the live monitor for the rest."""
+    if is_served(first_event(feed)):
+        return ServedApp(feed)
     return ReplayApp(feed) if isinstance(feed, ReplayFeed) else SpecmonApp(feed)

@@ -6,10 +6,14 @@ timer. Nothing here touches a widget."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable, Iterable
 
 from specmon.errors import SpecmonError
+from specmon.events.log import read_log
 from specmon.transport.channel import Subscription
+
+HEADER_WAIT_S = 10.0  # how long an attach may take to bring its session's header before the app starts anyway
 
 
 class Feed:
@@ -19,9 +23,12 @@ class Feed:
         self.url = ""  # a server's address for clients, shown on its requests pane
         self.error: str | None = None
         self.done = threading.Event()
+        self.held: list = []  # events drained early to read the header (first_event): handed out first
+        self.header_wait_s = 0.0  # a live session's header is published before its app starts: no wait
 
     def drain(self):
-        return self.subscription.drain()
+        held, self.held = self.held, []
+        return held + self.subscription.drain() if held else self.subscription.drain()
 
     @property
     def skipped(self) -> int:
@@ -31,6 +38,7 @@ class Feed:
 def thread_feed(events: Callable[[], Iterable], title: str, maxlen: int = 100_000) -> Feed:
     """Run `events()` on a thread and buffer what it yields (attach, replay)."""
     feed = Feed(Subscription(maxlen), title)
+    feed.header_wait_s = HEADER_WAIT_S  # an attach brings the header over the socket: wait for it
 
     def pump() -> None:
         try:
@@ -43,3 +51,20 @@ def thread_feed(events: Callable[[], Iterable], title: str, maxlen: int = 100_00
 
     threading.Thread(target=pump, name="specmon-feed", daemon=True).start()
     return feed
+
+
+def first_event(feed):
+    """The feed's first event (its session's header), or None: read from the start of a replayed log, or
+    awaited on a live feed (kept to be drained again), so the factory can pick the app for the session."""
+    if not isinstance(feed, Feed):
+        try:
+            return next(iter(read_log(feed.path)), None)
+        except (SpecmonError, OSError):
+            return None  # the replay says what is wrong with the log
+    deadline = time.monotonic() + feed.header_wait_s
+    while not feed.held and not feed.done.is_set() and time.monotonic() < deadline:
+        feed.held = feed.subscription.drain()
+        if not feed.held:
+            feed.done.wait(0.02)
+    feed.held = feed.held or feed.subscription.drain()  # what came just before the end
+    return feed.held[0] if feed.held else None

@@ -89,4 +89,6 @@ def _status_line(status: int, address: str) -> str:
         return f"HTTP {status} from {address}: the server wants an API key (--api-key-file FILE)"
     if status in (404, 501):
         return f"HTTP {status} from {address}: no /metrics there (llama-server publishes it only with --metrics)"
+    if status == 503:
+        return f"HTTP 503 from {address}: not ready (still loading the model?)"
     return f"HTTP {status} from {address}"

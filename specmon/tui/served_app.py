@@ -1,0 +1,96 @@
+"""The live view of a server's traffic (a watch, a proxy), live, attached or replayed: acceptance over
+recent windows, by position, rates and queue, the server's state, totals, and requests by class."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.widgets import Footer
+
+from specmon.tui import served_panes as sp
+from specmon.tui.panes import Pane, TitleBar
+from specmon.tui.served_state import ServedState
+
+DRAIN_INTERVAL_S = 1 / 10  # a watch reads once a second: ten redraws a second at most is plenty
+
+
+class ServedApp(App):
+    TITLE = "specmon"
+    AUTO_FOCUS = None
+    CSS = """
+    #served { grid-size: 2 3; grid-rows: 7 6 1fr; grid-columns: 1fr 1fr; height: 1fr; }
+    #served Pane { border: round $primary-darken-1; border-title-color: $text; padding: 0 1; height: 100%; }
+    #served Pane { border-subtitle-color: $text-muted; }
+    TitleBar { height: 1; background: $panel; }
+    """
+    BINDINGS = [
+        Binding("p", "toggle_pause", "pause", tooltip="Stop refreshing panes; reading and logging go on"),
+        Binding("space", "play_pause", "play", key_display="␣", show=False, tooltip="Pause or resume a replay"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(self, feed, state: ServedState | None = None):
+        super().__init__()
+        self.feed = feed
+        self.state = state or ServedState()
+        self.paused = False
+        self._drawn_end = False
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar(self._title, id="title")
+        with Grid(id="served"):
+            yield Pane(f"acceptance · {sp.RECENT}", self._draw(sp.render_acceptance), id="acceptance")
+            yield Pane(f"by position · {sp.RECENT}", self._draw(sp.render_positions), id="positions")
+            yield Pane("rates · last read's window", self._draw(sp.render_rates), id="rates")
+            yield Pane("server", self._draw(sp.render_server), id="server")
+            yield Pane("totals · whole session", self._draw(sp.render_totals), id="totals")
+            yield Pane("requests by class · whole session", self._draw(sp.render_classes), id="classes")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def _draw(self, render):
+        return lambda width: render(self.state, width)
+
+    def on_mount(self) -> None:
+        self.set_interval(DRAIN_INTERVAL_S, self.drain)
+        self.refresh_panes()
+
+    def drain(self) -> None:
+        """Apply everything buffered since the last tick as one batch, then redraw once."""
+        batch = self.feed.drain()
+        if batch:
+            self.state.apply(batch)
+        ended_unseen = self.feed.done.is_set() and not self._drawn_end
+        if not self.paused and (batch or ended_unseen):
+            self._drawn_end = self.feed.done.is_set() and not batch
+            self.refresh_panes()
+
+    def refresh_panes(self) -> None:
+        for pane in self.query(Pane):
+            pane.redraw()
+        self.query_one("#title", TitleBar).redraw()
+        self.sub_title = self._title().plain
+
+    def _alerts(self) -> list[str]:
+        alerts = ["VIEW PAUSED"] if self.paused else []
+        if getattr(self.feed, "skipped", 0):
+            alerts.append(f"view skipped {self.feed.skipped} events")
+        if self.feed.error:
+            alerts.append(self.feed.error)
+        if hasattr(self.feed, "toggle"):  # a replay: where it is
+            alerts.append(
+                f"{'▶' if self.feed.playing and not self.feed.done.is_set() else '⏸'} ev {self.feed.position}"
+            )
+        return alerts
+
+    def _title(self, width: int = 0):
+        return sp.title(self.state, self.feed.title, self._alerts(), width or 200)
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.refresh_panes()
+
+    def action_play_pause(self) -> None:
+        if hasattr(self.feed, "toggle"):
+            self.feed.toggle()
+            self.refresh_panes()

@@ -1,0 +1,157 @@
+"""The served-traffic view's panes (a watch, a proxy): pure renderers from ServedState, tested without an
+app. Every figure says the span it covers: the last read's window, the last RECENT_S, or the whole session."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+
+from specmon.metrics import served
+from specmon.metrics.format import MISSING, count, fmt
+from specmon.tui.panes import bar_line
+from specmon.tui.served_state import RECENT_S, ServedState
+
+RECENT = f"last {RECENT_S:.0f} s"
+FULL, EMPTY = "█", "░"
+
+
+def clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def server_state(state: ServedState) -> tuple[str, str]:
+    """(word, style) for the title: up since, down since, or not read yet."""
+    last = state.last
+    if state.finished is not None:
+        return f"finished ({state.finished.reason})", "dim"
+    if last is None:
+        return "not read yet", "yellow"
+    if last.error:
+        since = next((t for t, what, _ in reversed(state.changes) if what in ("down", "no counters")), last.t)
+        return f"{'DOWN' if last.error.startswith('down') else 'NO COUNTERS'} since {clock(since)}", "bold red"
+    return f"up since {clock(state.up_since or last.t)}", "green"
+
+
+def title(state: ServedState, feed_title: str, alerts: list[str], width: int) -> Text:
+    """`specmon watch http://… · llama-server · up since 12:03:04`, cut to the width."""
+    started = state.started
+    kind = (state.last_good.kind if state.last_good else "") or (started.drafter if started else "")
+    word, style = server_state(state)
+    text = Text(feed_title or (f"{state.backend} {started.target}" if started else "specmon"), style="bold")
+    if kind:
+        text.append(f" · {kind}")
+    text.append(" · ")
+    text.append(word, style=style)
+    for alert in alerts:
+        text.append(f" · {alert}", style="bold yellow")
+    text.truncate(max(width, 1), overflow="ellipsis")
+    return text
+
+
+def render_acceptance(state: ServedState, width: int) -> Text:
+    w = state.recent()
+    text = Text()
+    if w is None or not w.drafts:
+        text.append(f"no drafts in the {RECENT}\n", style="dim")
+    else:
+        text.append(f"acceptance {fmt(w.acceptance)}", style="bold")
+        text.append(f"  accepted/draft {fmt(w.accepted_per_draft)}\n")
+        text.append(f"{count(w.drafts, 'draft')}, {w.draft_tokens} drafted, {w.accepted} accepted\n")
+    rates = [None if x is None or not x.drafts else x.acceptance for x in state.windows]
+    text.append(bar_line(rates, width, top=1.0) + "\n", style="cyan")
+    text.append("a mark per read's window; · no drafts", style="dim")
+    return text
+
+
+def render_positions(state: ServedState, width: int) -> Text:
+    """Acceptance at each draft position over the recent span: drafts that got past it / drafts."""
+    w = state.recent()
+    if w is None or not w.drafts:
+        return Text(f"no drafts in the {RECENT}", style="dim")
+    text = Text()
+    bar_width = max(width - 9, 4)
+    for i, rate in enumerate(w.position_rates()):
+        filled = round((rate or 0.0) * bar_width)
+        text.append(f"{i:>2} ")
+        text.append(FULL * filled, style="green")
+        text.append(EMPTY * (bar_width - filled), style="dim")
+        text.append(f" {fmt(rate)}\n")
+    text.rstrip()
+    return text
+
+
+def render_rates(state: ServedState, width: int) -> Text:
+    text = Text()
+    last, w = state.last_good, state.last_window()
+    if w is None or last is None:
+        return Text("one more read and the first window is known", style="dim")
+    text.append(f"{fmt(w.drafts_per_s, '{:.1f}')} drafts/s  {fmt(w.tokens_per_s, '{:.1f}')} tok/s\n", style="bold")
+    text.append(f"window {clock(w.start)}-{clock(w.start + w.seconds)} ({w.seconds:.1f} s)\n", style="dim")
+    recent = state.recent()
+    if recent is not None:
+        text.append(
+            f"{RECENT}: {fmt(recent.drafts_per_s, '{:.1f}')} drafts/s {fmt(recent.tokens_per_s, '{:.1f}')} tok/s\n"
+        )
+    running = MISSING if last.running is None else str(last.running)
+    waiting = MISSING if last.waiting is None else str(last.waiting)
+    text.append(f"running {running}  waiting {waiting}", style="bold")
+    text.append(f" at {clock(last.t)}", style="dim")
+    return text
+
+
+def render_server(state: ServedState, width: int) -> Text:
+    """The server's state, then its changes, newest first (each one line, cut to the width)."""
+    word, style = server_state(state)
+    text = Text(word, style=style)
+    if state.last is not None and state.last.error:
+        text.append("\n" + state.last.error[: max(width, 1)], style="red")
+    for t, what, detail in reversed(state.changes):
+        line = f"{clock(t)} {what}" + (f": {detail}" if detail and what == "restarted" else "")
+        text.append("\n" + line[: max(width, 1)], style="dim")
+    return text
+
+
+def render_totals(state: ServedState, width: int) -> Text:
+    w = state.total()
+    span = f"{count(state.restarts, 'restart')}, {count(state.failed_reads, 'failed read')}"
+    if w is None:
+        return Text(f"no two good reads yet ({span})", style="dim")
+    text = Text(f"since {clock(w.start)}, {w.seconds:.0f} s read ({span})\n", style="dim")
+    text.append(f"drafts {w.drafts}  drafted {w.draft_tokens}  accepted {w.accepted}\n")
+    text.append(f"acceptance {fmt(w.acceptance)}  accepted/draft {fmt(w.accepted_per_draft)}\n", style="bold")
+    positions = " ".join(fmt(r) for r in w.position_rates()) or "-"
+    text.append(f"by position {positions}"[: max(width, 1)])
+    return text
+
+
+CLASS_HEADER = ("class", "upstream", "req", "acc", "tok/step", "tok/s")
+
+
+def render_classes(state: ServedState, width: int) -> Text:
+    """Requests by (class, upstream), with the upstream's own timings (served.by_class's sums)."""
+    if not state.requests:
+        seen = f" ({count(state.requests_seen, 'request')}, none answered 2xx)" if state.requests_seen else ""
+        return Text(f"no proxied requests{seen}", style="dim")
+    name_width = max(width - 33, 6)
+    text = Text(f"{'class':<{name_width}} {'upstream':<8} {'req':>4} {'acc':>5} {'tok/st':>6} {'tok/s':>6}\n", "bold")
+    for (cls, upstream), totals in sorted(state.requests.items()):
+        tok_s = None if totals.goodput is None else totals.goodput * 1000.0
+        text.append(
+            f"{cls[:name_width]:<{name_width}} {upstream[:8]:<8} {totals.requests:>4} {fmt(totals.acceptance):>5} "
+            f"{fmt(totals.tokens_per_step):>6} {fmt(tok_s, '{:.1f}'):>6}\n"
+        )
+    text.rstrip()
+    return text
+
+
+def classes_rows(state: ServedState) -> list[tuple[str, str, int, float | None, float | None, float | None]]:
+    """The table's figures, for tests and log info: (class, upstream, requests, acceptance, tokens/step, tok/s)."""
+    out = []
+    for (cls, upstream), t in sorted(state.requests.items()):
+        out.append((cls, upstream, t.requests, t.acceptance, t.tokens_per_step, served_tok_s(t)))
+    return out
+
+
+def served_tok_s(totals: served.RequestTotals) -> float | None:
+    return None if totals.goodput is None else totals.goodput * 1000.0

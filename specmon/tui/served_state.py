@@ -1,0 +1,92 @@
+"""What the served-traffic view (a watch, a proxy) knows: a fold over its events, no widgets. Windows,
+totals and per-class sums are specmon.metrics.served's; this only keeps the reads they need."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from specmon.events.schema import RequestTimed, ServerScraped, SessionFinished, SessionStarted
+from specmon.metrics import served
+
+SERVED_BACKENDS = ("watch", "proxy")  # sessions that decode nothing and show a server's traffic
+RECENT_S = 60.0  # the "recent" figures' span: long enough to hold a few whole requests
+KEPT_WINDOWS = 240  # windows the sparkline can draw
+KEPT_READS = 600  # good reads kept for the recent figures (10 minutes at 1 s)
+KEPT_CHANGES = 20  # down / back / restarted lines kept for the server pane
+
+
+def is_served(started: SessionStarted | None) -> bool:
+    return started is not None and started.backend in SERVED_BACKENDS
+
+
+@dataclass
+class ServedState:
+    started: SessionStarted | None = None
+    finished: SessionFinished | None = None
+    last: ServerScraped | None = None  # the latest read, good or failed
+    last_good: ServerScraped | None = None
+    up_since: float | None = None  # the first good read since the last failure or restart
+    reads: deque = field(default_factory=lambda: deque(maxlen=KEPT_READS))  # good reads, newest last
+    windows: deque = field(default_factory=lambda: deque(maxlen=KEPT_WINDOWS))  # served.Window or None (restart)
+    runs: list = field(default_factory=list)  # each run's first and latest good read (served.total's input)
+    changes: deque = field(default_factory=lambda: deque(maxlen=KEPT_CHANGES))  # (t, what) of state changes
+    failed_reads: int = 0
+    requests: dict = field(default_factory=dict)  # (class, upstream) -> served.RequestTotals
+    requests_seen: int = 0  # RequestTimed events, failed ones included
+    version: int = 0  # bumped by each batch that changed something
+
+    def apply(self, batch) -> None:
+        for ev in batch:
+            if isinstance(ev, ServerScraped):
+                self._read(ev)
+            elif isinstance(ev, RequestTimed):
+                self.requests_seen += 1
+                served.add_request(self.requests, ev)
+            elif isinstance(ev, SessionStarted):
+                self.started = ev
+            elif isinstance(ev, SessionFinished):
+                self.finished = ev
+        self.version += bool(batch)
+
+    def _read(self, now: ServerScraped) -> None:
+        before, good = self.last, self.last_good
+        self.last = now
+        if now.error or now.drafts is None:
+            self.failed_reads += 1
+            if before is None or before.error != now.error:
+                self.changes.append((now.t, "down" if now.error.startswith("down") else "no counters", now.error))
+            self.up_since = None
+            return
+        reset = good is not None and served.restarted(good, now)
+        if reset:
+            self.changes.append((now.t, "restarted", "counters went back: windows start again"))
+        elif before is not None and before.error:
+            self.changes.append((now.t, "back", ""))
+        if self.up_since is None or reset:
+            self.up_since = now.t
+        self.windows.append(served.window(good, now) if good is not None else None)
+        if self.runs and not reset:
+            self.runs[-1][1:] = [now]
+        else:
+            self.runs.append([now])
+        self.reads.append(now)
+        self.last_good = now
+
+    # -- figures (each a served.Window over a stated span) --------------------------------------
+    def recent(self) -> served.Window | None:
+        return served.recent(list(self.reads), RECENT_S)
+
+    def last_window(self) -> served.Window | None:
+        return self.windows[-1] if self.windows else None
+
+    def total(self) -> served.Window | None:
+        return served.total([s for run in self.runs for s in run])
+
+    @property
+    def restarts(self) -> int:
+        return max(len(self.runs) - 1, 0)
+
+    @property
+    def backend(self) -> str:
+        return self.started.backend if self.started is not None else ""

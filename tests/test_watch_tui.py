@@ -1,0 +1,180 @@
+"""The served-traffic view (watch, proxy): its panes from synthesized reads and requests, the app the
+factory picks from the session header (live, attached, replayed), legible at 80x24."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmon.events.log import LogWriter
+from specmon.events.schema import RequestTimed, ServerScraped, SessionFinished, SessionStarted
+from specmon.replay.player import ReplayFeed
+from specmon.transport.channel import Subscription
+from specmon.tui import served_panes as sp
+from specmon.tui.app import SpecmonApp
+from specmon.tui.factory import make_app
+from specmon.tui.feed import Feed
+from specmon.tui.served_app import ServedApp
+from specmon.tui.served_state import ServedState
+
+URL = "http://127.0.0.1:8080"
+T0 = 1_800_000_000.0
+
+
+def header(backend: str = "watch") -> SessionStarted:
+    return SessionStarted(
+        session_id="w",
+        t=T0,
+        specmon_version="test",
+        profile_name=backend,
+        profile_text="",
+        backend=backend,
+        target=URL,
+        drafter="llama-server",
+        dtype="",
+        device="",
+    )
+
+
+def read(t, drafts, tokens, accepted, per_pos, generated, running=0, waiting=0, error="") -> ServerScraped:
+    if error:
+        return ServerScraped(session_id="w", t=T0 + t, url=URL, kind="llama-server", error=error)
+    return ServerScraped(
+        session_id="w",
+        t=T0 + t,
+        url=URL,
+        kind="llama-server",
+        drafts=drafts,
+        draft_tokens=tokens,
+        accepted=accepted,
+        accepted_per_pos=per_pos,
+        generation_tokens=generated,
+        running=running,
+        waiting=waiting,
+    )
+
+
+def request(i, cls, upstream, predicted_n, predicted_ms, draft_n, accepted, status=200) -> RequestTimed:
+    return RequestTimed(
+        session_id="w",
+        t=T0 + 10 + i,
+        request_id=f"r{i}",
+        prompt_class=cls,
+        class_rule="test",
+        upstream=upstream,
+        endpoint="completion",
+        status=status,
+        stream=False,
+        predicted_n=predicted_n,
+        predicted_ms=predicted_ms,
+        draft_n=draft_n,
+        draft_n_accepted=accepted,
+    )
+
+
+# a run (2 reads with 10 drafts between them), the server down, back restarted, a second run
+WATCH = [
+    header(),
+    read(0, 0, 0, 0, [], 0),
+    read(1, 10, 40, 30, [9, 8, 7, 6], 50, running=1, waiting=2),
+    read(2, None, None, None, [], None, error="down: connection refused"),
+    read(3, None, None, None, [], None, error="down: connection refused"),
+    read(4, 2, 8, 4, [2, 1, 1, 0], 10),
+    read(5, 6, 24, 12, [5, 4, 2, 1], 30, running=1),
+]
+REQUESTS = [
+    request(0, "code", "spec", 40, 400.0, 32, 24),
+    request(1, "code", "spec", 60, 500.0, 48, 36),
+    request(2, "chat", "plain", 30, 600.0, 0, 0),
+    request(3, "chat", "spec", 0, 0.0, 0, 0, status=502),
+]
+
+
+def state_of(events) -> ServedState:
+    state = ServedState()
+    state.apply(events)
+    return state
+
+
+def test_the_state_folds_reads_into_windows_runs_and_changes():
+    state = state_of(WATCH)
+    assert state.failed_reads == 2 and state.restarts == 1
+    assert [what for _, what, _ in state.changes] == ["down", "restarted"]
+    total = state.total()
+    assert (total.drafts, total.draft_tokens, total.accepted) == (
+        10 + 4,
+        40 + 16,
+        30 + 8,
+    )  # each run from its first read
+    last = state.last_window()
+    assert (last.drafts, last.draft_tokens, last.accepted, last.accepted_per_pos) == (4, 16, 8, (3, 3, 1, 1))
+    recent = state.recent()  # the last 60 s hold both runs: summed run by run, never across the restart
+    assert recent == total
+
+
+def test_the_panes_say_each_figures_span():
+    state = state_of(WATCH + REQUESTS)
+    assert "acceptance 0.68  accepted/draft 2.71" in sp.render_acceptance(state, 38).plain  # 38/56, 38/14
+    positions = sp.render_positions(state, 38).plain.splitlines()
+    assert [line.split()[-1] for line in positions] == ["0.86", "0.79", "0.57", "0.50"]  # (9+3)/14 ...
+    rates = sp.render_rates(state, 38).plain
+    assert "4.0 drafts/s  20.0 tok/s" in rates and "running 1  waiting 0" in rates
+    server = sp.render_server(state, 38).plain
+    assert server.startswith("up since") and "restarted" in server and "down" in server
+    assert "(1 restart, 2 failed reads)" in sp.render_totals(state, 38).plain
+    assert sp.classes_rows(state) == [
+        ("chat", "plain", 1, None, 1.0, 50.0),
+        ("code", "spec", 2, 0.75, 100 / 40, pytest.approx(100 / 0.9)),
+    ]
+
+
+def test_a_down_server_is_said_in_the_title():
+    state = state_of(WATCH[:4])
+    title = sp.title(state, f"watch {URL}", [], 80).plain
+    assert "DOWN since" in title and "llama-server" in title
+
+
+def prefilled(events) -> Feed:
+    sub = Subscription(maxlen=len(events) + 1)
+    for ev in events:
+        sub.offer(ev)
+    feed = Feed(sub, f"watch {URL}")
+    feed.done.set()
+    return feed
+
+
+async def wait_until(pilot, condition, what: str, ticks: int = 100):
+    for _ in range(ticks):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_a_watch_session_gets_the_served_view_legible_at_80x24():
+    app = make_app(prefilled(WATCH + REQUESTS))
+    assert isinstance(app, ServedApp)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.state.requests_seen == 4, "every event applied")
+        await pilot.pause(0.1)
+        shown = {pid: str(app.query_one(f"#{pid}").render()) for pid in ("acceptance", "positions", "classes")}
+        assert "acceptance 0.68" in shown["acceptance"]
+        assert " 0 " in shown["positions"] and "0.86" in shown["positions"]
+        assert "code" in shown["classes"] and "0.75" in shown["classes"]
+        assert "up since" in app.sub_title
+
+
+async def test_a_proxy_session_gets_the_same_view_and_a_decoding_one_does_not():
+    assert isinstance(make_app(prefilled([header("proxy"), *REQUESTS])), ServedApp)
+    assert isinstance(make_app(prefilled([header("torch")])), SpecmonApp)
+
+
+async def test_a_replayed_watch_log_opens_in_the_served_view(tmp_path):
+    log = tmp_path / "watch.specmon"
+    with LogWriter(log) as writer:
+        for ev in WATCH + [SessionFinished(session_id="w", t=T0 + 6, rounds=0, reason="done")]:
+            writer.write(ev)
+    app = make_app(ReplayFeed(log, speed=0.0))
+    assert isinstance(app, ServedApp)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.state.finished is not None, "the replay reached the end")
+        assert app.state.total().drafts == 14
