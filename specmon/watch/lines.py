@@ -41,7 +41,7 @@ def gauges(s: ServerScraped) -> str:
 
 
 def idle_line(w: served.Window) -> str:
-    return f"{clock(w.start)}-  idle: no drafts and no tokens (one line until something happens)"
+    return f"{clock(w.start + w.seconds)}  idle: no drafts and no tokens (said once, until something happens)"
 
 
 def state_line(before: ServerScraped | None, last_good: ServerScraped | None, now: ServerScraped) -> str | None:
