@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from specmon.events.log import follow_log, read_log
 from specmon.events.schema import RoundVerified, Sampling, SessionFinished
 from specmon.transport.serve import EventServer, parse_listen
 from tinymodel import tiny_profile
+from waiting import wait_until
 
 SPECMON = [sys.executable, "-m", "specmon.cli"]
 
@@ -133,13 +133,18 @@ def test_follow_reads_a_log_while_it_is_written(tmp_path):
     sink = LogSink(tmp_path / "s.specmon")
     channel = Channel(sink)
     got = []
-    reader = threading.Thread(target=lambda: got.extend(follow_log(sink.path, poll_s=0.01, idle_timeout_s=10)))
+
+    def read() -> None:
+        for event in follow_log(sink.path, poll_s=0.01, idle_timeout_s=10):
+            got.append(event)  # one at a time, as they come
+
+    reader = threading.Thread(target=read)
     channel.publish(WRITTEN[0])
-    time.sleep(0.05)
+    sink.sync()  # on disk before the reader opens the log
     reader.start()
-    for event in WRITTEN[1:]:
+    for i, event in enumerate(WRITTEN[1:], start=1):
+        wait_until(lambda: len(got) == i, f"the reader has the {i} events written so far")  # then write one more
         channel.publish(event)
-        time.sleep(0.002)
     channel.publish(SessionFinished(session_id="s", t=0.0, rounds=40, reason="done"))
     channel.close()
     reader.join(timeout=10)
@@ -157,23 +162,25 @@ def test_two_unix_clients_and_a_tcp_client_see_exactly_the_log(tmp_path):
     assert oct(os.stat(server.unix_path).st_mode & 0o777) == "0o600"
     for event in WRITTEN[:15]:  # history before anyone attaches
         channel.publish(event)
-    results: dict[str, list] = {}
+    results: dict[str, list] = {name: [] for name in ("unix-1", "unix-2", "tcp")}
     clients = {
         "unix-1": (str(server.unix_path), None),
         "unix-2": (str(server.unix_path), None),
         "tcp": (f"{host}:{port}", server.token),
     }
-    threads = [
-        threading.Thread(target=lambda n=n, t=t: results.__setitem__(n, list(attach_events(*t))))
-        for n, t in clients.items()
-    ]
+
+    def attach(name: str, target: str, token: str | None) -> None:
+        for event in attach_events(target, token):
+            results[name].append(event)  # one at a time, as they come
+
+    threads = [threading.Thread(target=attach, args=(name, *target)) for name, target in clients.items()]
     for thread in threads:
         thread.start()
     wrong = socket.create_connection((host, port))
     wrong.sendall(b"not-the-token\n")
-    for event in WRITTEN[15:]:  # live
+    wait_until(lambda: all(len(got) == 15 for got in results.values()), "every client attached, the history sent")
+    for event in WRITTEN[15:]:  # live: to clients already attached
         channel.publish(event)
-        time.sleep(0.001)
     channel.publish(SessionFinished(session_id="s", t=0.0, rounds=40, reason="done"))
     channel.close()
     for thread in threads:
@@ -218,8 +225,8 @@ def test_sigkill_at_random_moments_loses_at_most_the_frame_being_written(tmp_pat
             stderr=subprocess.DEVNULL,
             env=_env(),
         )
-        _wait_for_rounds(log, min_bytes=rng.randint(200, 60_000))
-        time.sleep(rng.uniform(0, 0.05))
+        min_bytes = rng.randint(200, 60_000)  # the random moment: the log's size when the kill comes
+        wait_until(lambda: log.exists() and log.stat().st_size >= min_bytes, f"{log} reaches {min_bytes} bytes")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         events, error = [], None
@@ -234,15 +241,6 @@ def test_sigkill_at_random_moments_loses_at_most_the_frame_being_written(tmp_pat
             assert "truncated" in error.reason and log.stat().st_size - error.offset < len(frame(rounds[-1])) + 4096
             lost_partial += 1
     print(f"20 kills, {lost_partial} left a partial final frame")
-
-
-def _wait_for_rounds(log: Path, min_bytes: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.exists() and log.stat().st_size >= min_bytes:
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"{log} never reached {min_bytes} bytes")
 
 
 def _env():

@@ -14,18 +14,19 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from specmon.errors import SpecmonError
+from specmon.events import log as events_log
 from specmon.events.frames import FrameDecoder, LogDamaged
 from specmon.events.log import LogWriter, follow_log, read_log
 from specmon.events.schema import SessionFinished
 from specmon.transport.channel import Channel, LogSink
 from tinymodel import tiny_profile
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -237,40 +238,46 @@ def test_a_live_channel_writes_numbered_frames_that_every_reader_reads(tmp_path)
 # -- #8: following a killed session's log ends -----------------------------------------------------
 
 WRITER = """
-import sys, time
+import sys
 from specmon.events.log import LogWriter, read_log
 events = list(read_log(sys.argv[2]))
-first, pause, rest = int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+first, rest = int(sys.argv[3]), int(sys.argv[4])
 with LogWriter(sys.argv[1]) as log:
     for event in events[:first]:
         log.write(event)
     print("written", flush=True)
-    time.sleep(pause)  # a slow round: the session is alive, its log does not grow
+    sys.stdin.readline()  # a slow round, until the test ends it: the session is alive, its log does not grow
     for event in events[first:first + rest]:
         log.write(event)
     print("written", flush=True)
-    time.sleep(600)  # until killed, unless the last event was SessionFinished
+    sys.stdin.read()  # until killed, unless the last event was SessionFinished
 """
 
 
-def _writer(log: Path, first: int, pause: float, rest: int) -> subprocess.Popen:
+def _writer(log: Path, first: int, rest: int) -> subprocess.Popen:
+    """A session that writes `first` events, then is in a round until a line comes on its stdin."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            WRITER,
-            str(log),
-            str(FIXTURES / "session-tui.specmon"),
-            str(first),
-            str(pause),
-            str(rest),
-        ],
+        [sys.executable, "-c", WRITER, str(log), str(FIXTURES / "session-tui.specmon"), str(first), str(rest)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         cwd=REPO,
     )
     assert proc.stdout.readline() == "written\n"
     return proc
+
+
+def _liveness_looks(monkeypatch) -> list[bool]:
+    """follow_log's looks, as they come, at whether its log's writer lives (one per idle timeout without growth)."""
+    looks: list[bool] = []
+    look = events_log._writer_alive
+
+    def spy(fh) -> bool:
+        looks.append(look(fh))
+        return looks[-1]
+
+    monkeypatch.setattr(events_log, "_writer_alive", spy)
+    return looks
 
 
 def _follow(log: Path, idle_timeout_s: float) -> tuple[list, list, threading.Thread]:
@@ -287,18 +294,18 @@ def _follow(log: Path, idle_timeout_s: float) -> tuple[list, list, threading.Thr
     return got, errors, thread
 
 
-def test_following_a_killed_sessions_log_ends_with_one_clear_error(tmp_path):
+def test_following_a_killed_sessions_log_ends_with_one_clear_error(tmp_path, monkeypatch):
     log = tmp_path / "killed.specmon"
-    proc = _writer(log, first=50, pause=600, rest=0)
+    looks = _liveness_looks(monkeypatch)
+    proc = _writer(log, first=50, rest=0)
     got, errors, follower = _follow(log, idle_timeout_s=0.3)
-    time.sleep(1.0)  # more than the idle timeout: the session is alive, so the follower waits
-    assert follower.is_alive() and got == TUI_EVENTS[:50]
-    killed_at = time.monotonic()
+    wait_until(lambda: looks.count(True) >= 2, "the follower, idle past its timeout twice, finding the session alive")
+    assert follower.is_alive() and got == TUI_EVENTS[:50]  # the session is alive, so the follower waits
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     follower.join(timeout=10)
     assert not follower.is_alive(), "follow_log still waits on a killed session's log"
-    assert time.monotonic() - killed_at < 3.0
+    assert looks[-1] is False and looks.count(False) == 1  # it ended at its first look that found the writer gone
     assert got == TUI_EVENTS[:50] and len(errors) == 1 and type(errors[0]) is SpecmonError
     assert str(errors[0]) == (
         f"{log} has not grown for 0.3 s and has no SessionFinished: its session was killed or "
@@ -306,15 +313,20 @@ def test_following_a_killed_sessions_log_ends_with_one_clear_error(tmp_path):
     )
 
 
-def test_following_a_slow_live_session_waits_for_it_however_long(tmp_path):
+def test_following_a_slow_live_session_waits_for_it_however_long(tmp_path, monkeypatch):
     """Rounds slower than the idle timeout (a big model on a policy decode): nothing is cut short."""
     log = tmp_path / "slow.specmon"
-    proc = _writer(log, first=20, pause=1.5, rest=len(TUI_EVENTS) - 20)
+    looks = _liveness_looks(monkeypatch)
+    proc = _writer(log, first=20, rest=len(TUI_EVENTS) - 20)
     try:
         got, errors, follower = _follow(log, idle_timeout_s=0.2)
+        wait_until(lambda: len(looks) >= 2, "the follower idle past its timeout twice: a round slower than that")
+        proc.stdin.write("\n")  # the slow round ends: the rest of the session
+        proc.stdin.flush()
         follower.join(timeout=30)
         assert not follower.is_alive() and errors == []
         assert got == TUI_EVENTS and isinstance(got[-1], SessionFinished)
+        assert len(looks) >= 2 and all(looks)  # each look found the session alive, so nothing was cut short
     finally:
         proc.kill()
         proc.wait()
@@ -345,27 +357,27 @@ def test_attach_to_a_killed_sessions_log_ends_with_one_line(tmp_path):
         cwd=REPO,
         env=env,
     )
-    deadline = time.monotonic() + 120
-    while not (log.exists() and log.stat().st_size > 20_000):
-        assert time.monotonic() < deadline and run.poll() is None
-        time.sleep(0.01)
+
+    def decoding() -> bool:
+        assert run.poll() is None, f"the run ended ({run.returncode}) before it was killed"
+        return log.exists() and log.stat().st_size > 20_000
+
+    wait_until(decoding, "the run well into its decode", timeout=120)
     run.send_signal(signal.SIGKILL)
     run.wait()
-    start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "specmon.cli", "attach", "--headless", str(log)],
         capture_output=True,
         text=True,
         cwd=REPO,
         env=env,
-        timeout=60,
+        timeout=60,  # only stops a hang: the line below names the idle timeout it ended by
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"specmon: {log} has not grown for 10 s and has no SessionFinished: its session was killed or hung; "
         f"`specmon log info {log}` shows what it holds"
     ]
-    assert 10 <= time.monotonic() - start < 30
     assert done.stdout.count("\n") > 10  # the rounds it did log were shown first
 
 

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from specmon.events.log import read_log
 from specmon.events.schema import RoundVerified, SessionFinished
 from tinymodel import tiny_profile
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,9 +62,7 @@ def test_sigterm_and_sighup_end_the_session_like_ctrl_c(tmp_path, signum):
         cwd=REPO,
         env=env,
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not log.exists() or log.stat().st_size < 20_000):
-        time.sleep(0.05)  # well into the decode
+    wait_until(lambda: log.exists() and log.stat().st_size >= 20_000, "the run well into its decode", timeout=120)
     assert list((runtime / "specmon").glob("*.sock")), "a running session serves a socket"
     proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=60)
