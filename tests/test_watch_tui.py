@@ -178,3 +178,43 @@ async def test_a_replayed_watch_log_opens_in_the_served_view(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: app.state.finished is not None, "the replay reached the end")
         assert app.state.total().drafts == 14
+
+
+def write_log(path, events):
+    with LogWriter(path) as writer:
+        for ev in events:
+            writer.write(ev)
+    return path
+
+
+def test_log_info_and_the_report_of_a_proxy_log_have_a_served_section(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    events = [header("proxy"), *WATCH[1:], *REQUESTS]
+    log = write_log(
+        tmp_path / "proxy.specmon", [*events, SessionFinished(session_id="w", t=T0 + 20, rounds=0, reason="done")]
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "log", "info", str(log)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert f"  served traffic   {URL} (llama-server), 6 reads: 1 restart, 2 failed reads" in lines
+    [totals] = [line for line in lines if line.startswith("  totals")]
+    assert "drafts 14  draft tokens 56  accepted 38  acceptance 0.68" in totals
+    [code] = [line for line in lines if "code" in line and "spec" in line]
+    assert code.replace("│", " ").split()[-4:] == [
+        "2",
+        "0.75",
+        "2.50",
+        "111.1",
+    ]  # requests, acceptance, tok/step, tok/s
+    from specmon.replay.report import build_report
+
+    page = build_report(log, tmp_path / "report")
+    data = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert data["served"]["total"]["drafts"] == 14 and data["served"]["restarts"] == 1
+    assert [r["class"] for r in data["served"]["classes"]] == ["chat", "code"]
+    assert "## Served traffic" in page.read_text() and "| code | spec | 2 | 0.75 | 2.50 | 111.1 |" in page.read_text()

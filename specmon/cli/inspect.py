@@ -26,6 +26,7 @@ from specmon.events.schema import (
     SessionStarted,
 )
 from specmon.metrics.format import count
+from specmon.metrics.served import SERVED_BACKENDS
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
 from specmon.policy.explain import explain_log
@@ -238,6 +239,10 @@ def cmd_log(args) -> int:
         out.print(
             "  ended            [yellow]no end written: the run is still going, or was killed[/]", highlight=False
         )
+    if started is not None and started.backend in SERVED_BACKENDS:  # a server's traffic: no rounds of its own
+        from specmon.cli.served_info import print_served
+
+        print_served(out, args.log)
     if any(isinstance(e, PromptStarted) and bench_fixed_k(e) is not None for e in kept):
         from specmon.cli.bench import bench_table  # a bench log: the policy and each fixed k apart
 

@@ -15,6 +15,7 @@ from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics import rates
 
 COUNTERS = ("drafts", "draft_tokens", "accepted", "generation_tokens")
+SERVED_BACKENDS = ("watch", "proxy")  # SessionStarted.backend of sessions that decode nothing and read a server
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from specmon.events.schema import RequestTimed, ServerScraped, SessionFinished, SessionStarted
 from specmon.metrics import served
 
-SERVED_BACKENDS = ("watch", "proxy")  # sessions that decode nothing and show a server's traffic
 RECENT_S = 60.0  # the "recent" figures' span: long enough to hold a few whole requests
 KEPT_WINDOWS = 240  # windows the sparkline can draw
 KEPT_READS = 600  # good reads kept for the recent figures (10 minutes at 1 s)
@@ -17,7 +16,7 @@ KEPT_CHANGES = 20  # down / back / restarted lines kept for the server pane
 
 
 def is_served(started: SessionStarted | None) -> bool:
-    return started is not None and started.backend in SERVED_BACKENDS
+    return started is not None and started.backend in served.SERVED_BACKENDS
 
 
 @dataclass

@@ -1,0 +1,131 @@
+"""`log info` and `report` on a watch or proxy log: what the watched server did over the session (totals
+summed run by run, restarts and failed reads counted) and the proxied requests by class. The figures are
+specmon.metrics.served's, the same the live view and the watch's totals line show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+from rich.markup import escape
+
+from specmon.events.log import LogDamaged, read_log
+from specmon.events.schema import RequestTimed, ServerScraped
+from specmon.metrics import served
+from specmon.metrics.format import count, fmt
+from specmon.watch.lines import clock, figures
+
+
+def served_summary(log: Path) -> dict:
+    """The served-traffic figures of a log (up to any damage: log info says where that is)."""
+    scrapes: list[ServerScraped] = []
+    requests: dict[tuple[str, str], served.RequestTotals] = {}
+    try:
+        for ev in read_log(log):
+            if isinstance(ev, ServerScraped):
+                scrapes.append(ev)
+            elif isinstance(ev, RequestTimed):
+                served.add_request(requests, ev)
+    except LogDamaged:
+        pass
+    runs = served.runs(scrapes)
+    failed = [s for s in scrapes if s.error or s.drafts is None]
+    total = served.total(scrapes)
+    return {
+        "url": scrapes[0].url if scrapes else "",
+        "kind": next((s.kind for s in scrapes if s.kind), ""),
+        "reads": len(scrapes),
+        "failed_reads": len(failed),
+        "first_failure": f"{clock(failed[0].t)} {failed[0].error}" if failed else "",
+        "restarts": max(len(runs) - 1, 0),
+        "total": None if total is None else _window(total),
+        "total_line": "" if total is None else f"{clock(total.start)}, {total.seconds:.0f} s: {figures(total)}",
+        "classes": [
+            {
+                "class": cls,
+                "upstream": upstream,
+                "requests": t.requests,
+                "timed": t.timed,
+                "acceptance": t.acceptance,
+                "tokens_per_step": t.tokens_per_step,
+                "tok_per_s": None if t.goodput is None else t.goodput * 1000.0,
+            }
+            for (cls, upstream), t in sorted(requests.items())
+        ],
+    }
+
+
+def _window(w: served.Window) -> dict:
+    return {
+        "seconds": w.seconds,
+        "drafts": w.drafts,
+        "draft_tokens": w.draft_tokens,
+        "accepted": w.accepted,
+        "accepted_per_pos": list(w.accepted_per_pos),
+        "generation_tokens": w.generation_tokens,
+        "acceptance": w.acceptance,
+        "accepted_per_draft": w.accepted_per_draft,
+        "position_rates": w.position_rates(),
+    }
+
+
+def print_served(out, log: Path) -> None:
+    """log info's served-traffic section."""
+    s = served_summary(log)
+    if s["reads"]:
+        what = f"{s['url']} ({s['kind'] or 'unknown'}), {count(s['reads'], 'read')}"
+        span = f"{count(s['restarts'], 'restart')}, {count(s['failed_reads'], 'failed read')}"
+        out.print(f"  served traffic   {what}: {span}", highlight=False, markup=False)
+        out.print(
+            f"  totals           {s['total_line'] or 'no two good reads: nothing to sum'}",
+            highlight=False,
+            markup=False,
+        )
+        if s["first_failure"]:
+            out.print(f"  first failure    {s['first_failure']}", highlight=False, markup=False)
+    if s["classes"]:
+        out.print(class_table(s["classes"]))
+
+
+def class_table(rows: list[dict]) -> Table:
+    table = Table(title="requests by class (the upstream's own timings)", title_justify="left")
+    for name in ("class", "upstream", "requests", "acceptance", "tokens/step", "tok/s"):
+        table.add_column(name, justify="left" if name in ("class", "upstream") else "right")
+    for r in rows:
+        table.add_row(
+            escape(r["class"]),
+            escape(r["upstream"]),
+            str(r["requests"]),
+            fmt(r["acceptance"]),
+            fmt(r["tokens_per_step"]),
+            fmt(r["tok_per_s"], "{:.1f}"),
+        )
+    return table
+
+
+def markdown(s: dict) -> list[str]:
+    """report.md's served-traffic section."""
+    lines = ["", "## Served traffic", ""]
+    if s["reads"]:
+        lines.append(
+            f"{s['url']} ({s['kind'] or 'unknown'}): {count(s['reads'], 'read')}, "
+            f"{count(s['restarts'], 'restart')}, {count(s['failed_reads'], 'failed read')}."
+        )
+        lines += ["", f"Totals (summed run by run, no window spans a restart): {s['total_line'] or 'none'}."]
+    if s["classes"]:
+        lines += [
+            "",
+            "| class | upstream | requests | acceptance | tokens/step | tok/s |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {r['requests']} | {fmt(r['acceptance'])} | "
+            f"{fmt(r['tokens_per_step'])} | {fmt(r['tok_per_s'], '{:.1f}')} |"
+            for r in s["classes"]
+        ]
+    return lines
+
+
+def _cell(text: str) -> str:
+    """A name inside a Markdown table: `|` would end the cell."""
+    return text.replace("|", r"\|")
