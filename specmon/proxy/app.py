@@ -1,0 +1,133 @@
+"""The proxy's ASGI app (Starlette): chat and completion requests are classified, routed (spec or
+plain upstream) and relayed with their timings logged; every other path (/v1/models, /health,
+/metrics, llama-server's own endpoints) is relayed to the speculating upstream as it is.
+
+The API key, the body limit and the one error shape are `specmon serve`'s (specmon.server.app)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from specmon.policy.schema import Policy
+from specmon.proxy.classes import read_body, request_class
+from specmon.proxy.relay import CLIENT_LEFT, Exchange, Relay, open_reply, sent_on
+from specmon.proxy.routing import SPEC, Interleave
+from specmon.server.app import _authorize, _class_header, _disconnected, _error_response, _read_body
+from specmon.server.errors import ApiError, status_error
+
+MAX_BODY_BYTES = 32 << 20  # llama-server takes long contexts and inline images; a runaway upload still stops
+BODY_TIMEOUT_S = 30.0
+ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/completions": "completion",
+}
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+@dataclass
+class ProxyState:
+    upstreams: dict[str, str]  # "spec" (and "plain") -> base URL, no trailing slash
+    client: httpx.AsyncClient
+    policy: Policy
+    interleave: Interleave
+    on_request: Callable[[Exchange], None]  # each classified request, once its reply is over: publishes it
+    api_key: bytes | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
+    body_timeout_s: float = BODY_TIMEOUT_S
+    on_refused: Callable[[str, ApiError], None] | None = None  # the headless line of a refused request
+
+
+def build_app(state: ProxyState) -> Starlette:
+    async def classified(request: Request) -> Response:
+        return await _classified(request, state, ENDPOINTS[request.url.path])
+
+    async def passed(request: Request) -> Response:
+        _authorize(request, state)
+        body = await _read_body(request, state.max_body_bytes, state.body_timeout_s)
+        reply = await open_reply(
+            state.client, request.method, _url(state, SPEC, request), _headers(request, state), body
+        )
+        return Relay(reply, None, state.on_request)
+
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        if state.on_refused is not None:
+            state.on_refused(request.url.path, exc)
+        return _error_response(exc)
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        return await api_error(
+            request, status_error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
+        )
+
+    routes = [Route(path, classified, methods=["POST"]) for path in ENDPOINTS]
+    routes.append(Route("/{path:path}", passed, methods=METHODS))
+    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
+
+
+async def _classified(request: Request, state: ProxyState, endpoint: str) -> Response:
+    arrived = time.perf_counter()  # the relay's clock: first and last byte are read on it
+    _authorize(request, state)
+    body = await _read_body(request, state.max_body_bytes, state.body_timeout_s)
+    fields = read_body(body)
+    name, rule = request_class(state.policy, endpoint, fields, _class_header(request))
+    upstream = state.interleave.upstream(name)
+    exchange = Exchange(
+        request_id=uuid.uuid4().hex[:16],
+        prompt_class=name,
+        class_rule=rule,
+        upstream=upstream,
+        endpoint=endpoint,
+        stream=fields.get("stream") is True,
+        arrived=arrived,
+    )
+    sending = asyncio.ensure_future(
+        open_reply(state.client, "POST", _url(state, upstream, request), _headers(request, state), body)
+    )
+    reply = await _unless_client_leaves(request, sending)
+    if reply is None:  # a reply not begun (llama-server sends a JSON reply's head at its end): the client left first
+        exchange.status = CLIENT_LEFT
+        state.on_request(exchange)
+        return Response(status_code=CLIENT_LEFT)
+    if isinstance(reply, ApiError):
+        state.on_request(exchange)  # status 0: unreachable, logged as such
+        raise reply
+    return Relay(reply, exchange, state.on_request)
+
+
+async def _unless_client_leaves(request: Request, sending: asyncio.Future) -> httpx.Response | ApiError | None:
+    """The upstream's reply head, or None if the client disconnected first (the upstream request is
+    then cancelled, so the upstream stops decoding); an unreachable upstream as its ApiError."""
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({sending, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not sending.done():
+            sending.cancel()
+            return None
+        try:
+            return sending.result()
+        except ApiError as exc:
+            return exc
+    finally:
+        gone.cancel()
+
+
+def _url(state: ProxyState, upstream: str, request: Request) -> str:
+    query = request.url.query
+    return state.upstreams[upstream] + request.url.path + (f"?{query}" if query else "")
+
+
+def _headers(request: Request, state: ProxyState) -> list[tuple[bytes, bytes]]:
+    return sent_on(request, keep_auth=state.api_key is None)

@@ -1,0 +1,139 @@
+"""`specmon proxy`: check every input (the upstream URLs and that they answer, the policy, the key
+file, the port), open an observer session whose header names the upstream, and relay requests until
+Ctrl-C; headless, a line per request and, at the end, the per-class table and the advice."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import httpx
+from rich.markup import escape
+
+from specmon import __version__
+from specmon.cli.console import err, out
+from specmon.cli.serve import check_host, read_api_key
+from specmon.errors import SpecmonError
+from specmon.events.schema import SessionStarted
+from specmon.policy.schema import Policy, load_policy
+from specmon.proxy.relay import reason
+from specmon.proxy.server import ProxyOptions, Proxying
+from specmon.proxy.tables import proxy_summary
+from specmon.server.runner import bind
+from specmon.transport.session import observer_session
+
+PROBE_TIMEOUT_S = 5.0
+
+
+def run_proxy(args) -> int:
+    upstream = base_url(args.upstream, "--upstream")
+    plain = base_url(args.plain_upstream, "--plain-upstream") if args.plain_upstream else None
+    policy = load_policy(args.policy or "default")
+    api_key = read_api_key(args.api_key_file) if args.api_key_file else None
+    check_host(args.host, api_key is not None)
+    kind = probe(upstream, "--upstream")
+    if plain is not None:
+        probe(plain, "--plain-upstream")
+    tui = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
+    listening = bind(args.host, args.port)  # before the session: a port in use opens no log
+    try:
+        options = ProxyOptions(upstream, plain, args.plain_share, args.host, args.port, api_key, listening)
+        options.line = None if tui else _print_line
+        with observer_session(lambda sid: started(sid, upstream, kind, policy), args.log, viewer=tui) as session:
+            proxying = Proxying(session.session_id, session.channel.publish, policy, options)
+            _say_where(proxying, upstream, plain, args.plain_share, api_key is not None)
+            if tui:
+                proxy_under_tui(session, proxying, f"proxy: {proxying.url}/v1 -> {upstream}")
+            else:
+                try:
+                    proxying.run()
+                finally:  # Ctrl-C is how a proxy ends: the table is still worth printing
+                    out.print(
+                        proxy_summary(proxying.requests, policy, f"requests per class  (log: {session.log_path})")
+                    )
+    finally:
+        listening.close()
+    return 0
+
+
+def base_url(text: str, flag: str) -> str:
+    """http(s)://HOST[:PORT][/PREFIX] without a trailing slash or /v1 (clients' paths carry /v1)."""
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise SpecmonError(f"{flag} {text}: not a URL ({exc}); expected http://HOST:PORT") from None
+    if url.scheme not in ("http", "https") or not url.host or url.query or url.fragment:
+        raise SpecmonError(f"{flag} {text}: expected http://HOST:PORT (the server's base URL)")
+    path = url.path.rstrip("/")
+    path = path[: -len("/v1")] if path.endswith("/v1") else path
+    return str(url.copy_with(path=path or "/")).rstrip("/")
+
+
+def probe(url: str, flag: str) -> str:
+    """The upstream answers (GET /health): its kind as the watch names it, "" where it does not say."""
+    try:
+        with httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=False) as client:
+            reply = client.get(f"{url}/health")
+    except httpx.TransportError as exc:
+        raise SpecmonError(f"{flag} {url}: cannot reach it ({reason(exc)}); is the server running?") from None
+    if reply.status_code == 503:
+        err.print(f"specmon: {escape(url)} is still loading its model (/health 503); requests wait for it")
+    return "llama-server" if reply.headers.get("server", "").startswith("llama.cpp") else ""
+
+
+def started(session_id: str, upstream: str, kind: str, policy: Policy):
+    return SessionStarted(
+        session_id=session_id,
+        t=time.time(),
+        specmon_version=__version__,
+        profile_name="proxy",
+        profile_text="",
+        backend="proxy",
+        target=upstream,
+        drafter=kind,
+        dtype="",
+        device="",
+        policy_text=policy.text,
+        policy_hash=policy.sha256,
+    )
+
+
+def proxy_under_tui(session, proxying: Proxying, title: str) -> None:
+    """Relay on a thread while the live view (main thread) drains the session's events; quitting the
+    view shuts the proxy down (replies in flight get GRACE_S to finish)."""
+    from specmon.tui.factory import make_app
+    from specmon.tui.feed import Feed
+
+    feed = Feed(session.view, title)
+    feed.url = f"{proxying.url}/v1"
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            proxying.run()
+        except BaseException as exc:
+            failed.append(exc)
+            feed.error = str(exc) if isinstance(exc, SpecmonError) else f"proxy failed: {exc!r}"
+        finally:
+            feed.done.set()
+
+    thread = threading.Thread(target=serve, name="specmon-proxy-http")
+    thread.start()
+    try:
+        make_app(feed).run()
+    finally:
+        proxying.server.should_exit = True
+        thread.join()
+    if failed:
+        raise failed[0]
+
+
+def _say_where(proxying: Proxying, upstream: str, plain: str | None, share: float, keyed: bool) -> None:
+    baseline = f"; {share:.0%} of each class to {plain}" if plain else ""
+    key = "; clients must send the API key" if keyed else ""
+    print(f"specmon: proxying {proxying.url}/v1 to {upstream}{baseline}{key}", file=sys.stderr, flush=True)
+
+
+def _print_line(line: str) -> None:
+    print(f"specmon: {line}", flush=True)

@@ -1,0 +1,127 @@
+"""One proxy session's serving: the HTTP client to the upstreams, the app, and uvicorn on a socket
+bound before the session opens (a port in use is one line, and port 0 works). Each classified
+request's RequestTimed is published on the session's channel from the event loop's thread."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import httpx
+import uvicorn
+
+from specmon.events.schema import RequestTimed
+from specmon.policy.schema import Policy
+from specmon.proxy.app import ProxyState, build_app
+from specmon.proxy.relay import Exchange
+from specmon.proxy.routing import PLAIN, SPEC, Interleave
+from specmon.proxy.tables import request_line
+from specmon.server.errors import ApiError, for_terminal
+from specmon.server.guard import HEAD_TIMEOUT_S, MAX_CONNECTIONS, guarded_h11
+from specmon.server.runner import bind
+
+GRACE_S = 5.0  # how long replies in flight may take to finish after a shutdown
+# no read deadline: a reply that is not streamed arrives whole at its end, minutes later on a CPU
+UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
+
+
+@dataclass
+class ProxyOptions:
+    upstream: str
+    plain_upstream: str | None = None
+    plain_share: float = 0.25
+    host: str = "127.0.0.1"
+    port: int = 8001
+    api_key: bytes | None = None
+    socket: socket.socket | None = None  # already bound (the command binds before opening the session)
+    line: Callable[[str], None] | None = None  # the headless line of each request
+
+
+def upstream_client() -> httpx.AsyncClient:
+    """A fresh connection per request: llama-server drops a kept-alive connection after a streamed reply
+    without saying so, and the next request on it would fail (seen with build 287)."""
+    return httpx.AsyncClient(
+        timeout=UPSTREAM_TIMEOUT, limits=httpx.Limits(max_keepalive_connections=0), trust_env=False
+    )
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, closing the upstream client once the replies in flight are done."""
+
+    def __init__(self, config: uvicorn.Config, client: httpx.AsyncClient):
+        super().__init__(config)
+        self.client = client
+
+    async def shutdown(self, sockets=None) -> None:
+        await super().shutdown(sockets)
+        await self.client.aclose()
+
+
+class Proxying:
+    def __init__(self, session_id: str, publish: Callable, policy: Policy, options: ProxyOptions):
+        self.session_id, self.publish, self.options = session_id, publish, options
+        self.requests: list[RequestTimed] = []  # for the end-of-run table: one small event per request
+        upstreams = {SPEC: options.upstream}
+        if options.plain_upstream:
+            upstreams[PLAIN] = options.plain_upstream
+        self.client = upstream_client()
+        self.state = ProxyState(
+            upstreams,
+            self.client,
+            policy,
+            Interleave(options.plain_share, PLAIN in upstreams),
+            self._done,
+            options.api_key,
+            on_refused=self._refused if options.line else None,
+        )
+        self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
+        self.address = self.socket.getsockname()[:2]
+        config = uvicorn.Config(
+            build_app(self.state),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=GRACE_S,
+            http=guarded_h11(HEAD_TIMEOUT_S, MAX_CONNECTIONS),
+        )
+        self.server = _Uvicorn(config, self.client)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+    def run(self) -> None:
+        """Serve until a signal (or stop())."""
+        try:
+            self.server.run(sockets=[self.socket])
+        finally:
+            self.socket.close()
+
+    def start(self) -> None:
+        """Serve from a thread (tests, the TUI): returns once requests are taken."""
+        self._thread = threading.Thread(target=self.run, name="specmon-proxy-http", daemon=True)
+        self._thread.start()
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the proxy's server thread ended before it started")
+            time.sleep(0.01)  # uvicorn says it has started only by this flag
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+
+    def _done(self, exchange: Exchange) -> None:
+        event = exchange.event(self.session_id)
+        self.requests.append(event)
+        self.publish(event)
+        if self.options.line is not None:
+            self.options.line(for_terminal(request_line(event)))
+
+    def _refused(self, path: str, error: ApiError) -> None:
+        self.options.line(for_terminal(f"{error.status} {path}: {error.message}"))

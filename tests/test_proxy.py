@@ -1,0 +1,231 @@
+"""specmon proxy against a stand-in upstream that replays replies recorded from a real llama-server
+(test_proxy_upstream.FakeUpstream): the relay is byte for byte, each request is classified, routed and
+logged with the timings its reply carried, and what breaks (an upstream down, a client gone) is said."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from rich.console import Console
+from test_proxy_upstream import FakeUpstream, recorded, reply_timings, request_body
+from waiting import wait_until
+
+from specmon.events.log import read_log
+from specmon.events.schema import RequestTimed, SessionStarted
+from specmon.metrics.served import by_class
+from specmon.policy.schema import load_policy
+from specmon.proxy.command import started
+from specmon.proxy.routing import PLAIN, SPEC, Interleave
+from specmon.proxy.server import ProxyOptions, Proxying
+from specmon.proxy.tables import proxy_summary
+from specmon.transport.session import observer_session
+
+POLICY = load_policy("default")
+PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+
+
+@contextmanager
+def proxy(log: Path, upstream: str, plain: str | None = None, share: float = 0.25, api_key: bytes | None = None):
+    """A proxy session on a free port, logging to `log`; yields the Proxying (its .url)."""
+    header = lambda sid: started(sid, upstream, "llama-server", POLICY)  # noqa: E731
+    with observer_session(header, log, serve=False, announce=False) as session:
+        options = ProxyOptions(upstream, plain, share, port=0, api_key=api_key)
+        proxying = Proxying(session.session_id, session.channel.publish, POLICY, options)
+        proxying.start()
+        try:
+            yield proxying
+        finally:
+            proxying.stop()
+
+
+def timed(log: Path) -> list[RequestTimed]:
+    return [e for e in read_log(log) if isinstance(e, RequestTimed)]
+
+
+def streamed(url: str, endpoint: str, **changes) -> bytes:
+    with httpx.stream("POST", url + PATHS[endpoint], json=request_body(endpoint, stream=True, **changes)) as r:
+        assert r.status_code == 200
+        return b"".join(r.iter_raw())
+
+
+@pytest.fixture
+def fake():
+    with FakeUpstream() as upstream:
+        yield upstream
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completion"])
+def test_a_streamed_reply_is_byte_identical_through_the_proxy_and_direct(tmp_path, fake, endpoint):
+    with proxy(tmp_path / "p.specmon", fake.url) as p:
+        through = streamed(p.url, endpoint)
+    assert through == streamed(fake.url, endpoint) == recorded(f"{endpoint}-stream.sse")
+    (ev,) = timed(tmp_path / "p.specmon")
+    sent = reply_timings(through)
+    assert (ev.stream, ev.status, ev.endpoint) == (True, 200, endpoint)
+    assert (ev.draft_n, ev.draft_n_accepted, ev.predicted_n, ev.predicted_ms) == (
+        sent["draft_n"],
+        sent["draft_n_accepted"],
+        sent["predicted_n"],
+        sent["predicted_ms"],
+    )
+    assert 0 < ev.first_byte_ms <= ev.total_ms
+
+
+def test_a_json_reply_keeps_its_status_headers_and_bytes(tmp_path, fake):
+    with proxy(tmp_path / "p.specmon", fake.url) as p:
+        reply = httpx.post(p.url + PATHS["chat"], json=request_body("chat"))
+    assert reply.status_code == 200 and reply.content == recorded("chat.json")
+    assert reply.headers["content-type"] == "application/json; charset=utf-8"
+    assert reply.headers["content-length"] == str(len(recorded("chat.json")))
+
+
+def test_per_class_totals_in_the_log_equal_the_sums_of_the_timings_the_client_received(tmp_path, fake):
+    log = tmp_path / "p.specmon"
+    received: dict[str, list[dict]] = {}
+    asks = [("chat", False, None), ("completion", True, None), ("chat", True, "code-edit"), ("completion", False, None)]
+    with proxy(log, fake.url) as p:
+        for endpoint, stream, named in asks * 3:
+            headers = {"X-Specmon-Class": named} if named else {}
+            body = request_body(endpoint, stream=stream)
+            with httpx.stream("POST", p.url + PATHS[endpoint], json=body, headers=headers) as r:
+                content = b"".join(r.iter_raw())
+            expected_class = named or {"chat": "chat", "completion": "rewrite"}[endpoint]
+            received.setdefault(expected_class, []).append(reply_timings(content))
+    totals = by_class(timed(log))
+    assert set(totals) == {(name, SPEC) for name in received}
+    for name, replies in received.items():
+        t = totals[(name, SPEC)]
+        assert t.requests == t.timed == len(replies)
+        assert t.draft_n == sum(r["draft_n"] for r in replies)
+        assert t.draft_n_accepted == sum(r["draft_n_accepted"] for r in replies)
+        assert t.predicted_n == sum(r["predicted_n"] for r in replies)
+        assert t.predicted_ms == pytest.approx(sum(r["predicted_ms"] for r in replies))
+    rows = {tuple(line.split()[:5]) for line in _rendered(proxy_summary(read_log(log), POLICY)).splitlines()}
+    for (name, upstream), t in totals.items():  # log info's table shows the same sums
+        assert (name, upstream, str(t.requests), str(t.draft_n), str(t.draft_n_accepted)) in rows
+
+
+def test_the_log_names_the_proxy_and_its_upstream(tmp_path, fake):
+    with proxy(tmp_path / "p.specmon", fake.url):
+        pass
+    header = next(iter(read_log(tmp_path / "p.specmon")))
+    assert isinstance(header, SessionStarted)
+    assert (header.backend, header.profile_name, header.target, header.drafter) == (
+        "proxy",
+        "proxy",
+        fake.url,
+        "llama-server",
+    )
+    assert header.policy_hash == POLICY.sha256
+
+
+@pytest.mark.parametrize("share", [0.25, 1 / 3, 0.5, 0.1, 0.0, 1.0])
+def test_request_n_of_a_class_goes_plain_so_that_n_requests_sent_floor_n_share_plain(share):
+    route = Interleave(share, has_plain=True)
+    sent = [route.upstream("a") for _ in range(60)]
+    for n in range(61):
+        assert sent[:n].count(PLAIN) == int(n * share + 1e-9)
+    assert Interleave(0.5, has_plain=False).upstream("a") == SPEC
+
+
+def test_each_class_is_interleaved_on_its_own_count(tmp_path):
+    log = tmp_path / "p.specmon"
+    with FakeUpstream() as spec, FakeUpstream("-plain") as plain:
+        with proxy(log, spec.url, plain.url, share=0.5) as p:
+            for endpoint in ["chat", "chat", "completion", "chat", "completion", "chat"]:
+                reply = httpx.post(p.url + PATHS[endpoint], json=request_body(endpoint))
+                assert reply.status_code == 200
+    routed = [(ev.prompt_class, ev.upstream) for ev in timed(log)]
+    assert routed == [
+        ("chat", SPEC),
+        ("chat", PLAIN),
+        ("rewrite", SPEC),
+        ("chat", SPEC),
+        ("rewrite", PLAIN),
+        ("chat", PLAIN),
+    ]
+    assert len(plain.requests) == 3 and len(spec.requests) == 3
+    plain_sums = by_class(timed(log))[("chat", PLAIN)]
+    assert (
+        plain_sums.draft_n == 0
+        and plain_sums.predicted_n == 2 * reply_timings(recorded("chat-plain.json"))["predicted_n"]
+    )
+
+
+def test_an_upstream_that_is_down_is_one_openai_shaped_502_and_is_logged_unreachable(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, never listening: refused
+        with proxy(tmp_path / "p.specmon", down) as p:
+            reply = httpx.post(p.url + PATHS["chat"], json=request_body("chat", stream=True))
+            models = httpx.get(p.url + "/v1/models")
+    assert reply.status_code == 502 and models.status_code == 502
+    error = reply.json()["error"]
+    assert error["type"] == "server_error" and error["code"] == "upstream_unreachable"
+    assert "connection refused" in error["message"] and down in error["message"]
+    (ev,) = timed(tmp_path / "p.specmon")
+    assert (ev.status, ev.predicted_n, ev.first_byte_ms) == (0, None, None)
+
+
+def test_a_client_that_leaves_mid_stream_ends_the_upstream_request_and_is_logged_as_left(tmp_path, fake):
+    log = tmp_path / "p.specmon"
+    fake.hold = threading.Event()
+    with proxy(log, fake.url) as p:
+        with httpx.stream("POST", p.url + PATHS["chat"], json=request_body("chat", stream=True)) as r:
+            first = next(r.iter_raw())
+            assert first.startswith(b"data: ")
+            assert fake.reached_hold.wait(30)
+        # the client closed its connection; the proxy hangs up on the upstream, which stops decoding
+        assert fake.hung_up.wait(30)
+        wait_until(lambda: timed(log), "the request's event")
+        fake.hold.set()
+        assert streamed(p.url, "chat") == recorded("chat-stream.sse")  # the proxy carries on
+    left, whole = timed(log)
+    assert (left.status, left.draft_n, left.predicted_n) == (499, None, None)
+    assert left.first_byte_ms is not None and whole.status == 200
+    assert by_class([left, whole])[("chat", SPEC)].requests == 1
+
+
+def test_other_paths_pass_through_unclassified(tmp_path, fake):
+    with proxy(tmp_path / "p.specmon", fake.url) as p:
+        models = httpx.get(p.url + "/v1/models")
+        health = httpx.get(p.url + "/health")
+        missing = httpx.get(p.url + "/nowhere")
+    assert models.json()["data"][0]["id"] == "smollm2" and health.json() == {"status": "ok"}
+    assert missing.status_code == 404  # the upstream's own answer
+    assert timed(tmp_path / "p.specmon") == []
+
+
+def test_a_class_the_policy_lacks_is_refused_as_serve_refuses_it(tmp_path, fake):
+    with proxy(tmp_path / "p.specmon", fake.url) as p:
+        reply = httpx.post(p.url + PATHS["chat"], json=request_body("chat", specmon_class="nosuch"))
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "specmon_class"
+    assert fake.requests == []
+
+
+def test_the_proxys_api_key_is_checked_and_not_sent_on(tmp_path, fake):
+    with proxy(tmp_path / "p.specmon", fake.url, api_key=b"s3cret") as p:
+        refused = httpx.post(p.url + PATHS["chat"], json=request_body("chat"))
+        taken = httpx.post(p.url + PATHS["chat"], json=request_body("chat"), headers={"Authorization": "Bearer s3cret"})
+    assert refused.status_code == 401 and taken.status_code == 200
+    assert len(fake.requests) == 1 and "authorization" not in fake.requests[0][2]
+
+
+def _rendered(renderable) -> str:
+    console = Console(file=io.StringIO(), width=100, color_system=None)
+    console.print(renderable)
+    return console.file.getvalue()
+
+
+def test_the_request_bodies_are_sent_on_unchanged(tmp_path, fake):
+    body = request_body("completion", specmon_class="chat")
+    with proxy(tmp_path / "p.specmon", fake.url) as p:
+        httpx.post(p.url + PATHS["completion"], content=json.dumps(body).encode())
+    assert fake.requests[0][1] == body

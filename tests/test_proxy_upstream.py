@@ -1,0 +1,131 @@
+"""A stand-in for llama-server in the proxy tests: a Starlette app under uvicorn on a free port that
+replays the replies recorded from a real llama-server (tests/fixtures/proxy/) byte for byte, a stream
+one server-sent event per chunk. It can hold a stream before its last events (to let a client leave
+mid-stream) and says whether the proxy hung up on it. Its own tests check that the replay is exact."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "proxy"
+JSON = "application/json; charset=utf-8"
+ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+
+
+def recorded(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+def request_body(endpoint: str, **changes) -> dict:
+    """The request that was sent when the reply was recorded, with `changes`."""
+    return {**json.loads(recorded(f"{endpoint}-request.json")), **changes}
+
+
+def sse_events(raw: bytes) -> list[bytes]:
+    """A recorded stream cut after each event's blank line: the chunks the upstream sends."""
+    parts = raw.split(b"\n\n")
+    return [p + b"\n\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def reply_timings(body: bytes) -> dict:
+    """The timings a client finds in a reply: a JSON body's, or a stream's last event carrying them."""
+    if body.startswith(b"data:"):
+        found = [json.loads(e[5:]) for e in sse_events(body) if e.startswith(b"data: {")]
+        return [f["timings"] for f in found if "timings" in f][-1]
+    return json.loads(body)["timings"]
+
+
+class FakeUpstream:
+    """Serves the recorded replies; `hold` (an Event) pauses streams before their last two events."""
+
+    def __init__(self, suffix: str = ""):
+        self.suffix = suffix  # "-plain": the replies recorded from a server without speculation
+        self.hold: threading.Event | None = None
+        self.hung_up = threading.Event()  # the proxy closed a stream before its end
+        self.requests: list[tuple[str, dict, dict]] = []  # (path, body, headers) as received
+        self.reached_hold = threading.Event()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.url = ""
+
+    def app(self) -> Starlette:
+        async def complete(request: Request) -> Response:
+            body = json.loads(await request.body())
+            self.requests.append((request.url.path, body, dict(request.headers)))
+            endpoint = ENDPOINTS[request.url.path]
+            if body.get("stream"):
+                events = sse_events(recorded(f"{endpoint}{self.suffix}-stream.sse"))
+                return StreamingResponse(self._stream(events), media_type="text/event-stream")
+            return Response(recorded(f"{endpoint}{self.suffix}.json"), headers={"content-type": JSON})
+
+        async def health(request: Request) -> Response:
+            return JSONResponse({"status": "ok"}, headers={"server": "llama.cpp"})
+
+        async def models(request: Request) -> Response:
+            return JSONResponse({"object": "list", "data": [{"id": "smollm2", "object": "model"}]})
+
+        return Starlette(
+            routes=[
+                *(Route(path, complete, methods=["POST"]) for path in ENDPOINTS),
+                Route("/health", health),
+                Route("/v1/models", models),
+            ]
+        )
+
+    async def _stream(self, events: list[bytes]):
+        finished = False
+        try:
+            for i, event in enumerate(events):
+                if self.hold is not None and i == len(events) - 2:
+                    self.reached_hold.set()
+                    while not self.hold.is_set():
+                        await asyncio.sleep(0.005)  # a thread's Event, looked at from the loop
+                yield event
+                await asyncio.sleep(0)  # one event per chunk on the wire, as llama-server sends them
+            finished = True
+        finally:
+            if not finished:
+                self.hung_up.set()
+
+    def __enter__(self) -> FakeUpstream:
+        sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        config = uvicorn.Config(self.app(), log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            assert time.monotonic() < deadline, "the fake upstream never started"
+            time.sleep(0.01)  # uvicorn says it has started only by this flag
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.should_exit = True
+        self._thread.join()
+
+
+def test_the_fake_replays_the_recorded_stream_byte_for_byte():
+    with FakeUpstream() as fake:
+        with httpx.stream("POST", f"{fake.url}/v1/chat/completions", json=request_body("chat", stream=True)) as r:
+            chunks = list(r.iter_raw())
+    assert b"".join(chunks) == recorded("chat-stream.sse")
+    assert reply_timings(b"".join(chunks))["draft_n"] == 24
+
+
+def test_the_recorded_replies_carry_llama_servers_timings():
+    for name in ("chat.json", "completion.json", "chat-stream.sse", "completion-stream.sse"):
+        timings = reply_timings(recorded(name))
+        assert timings["draft_n"] >= timings["draft_n_accepted"] > 0 and timings["predicted_n"] > 0, name
