@@ -60,7 +60,7 @@ def render_acceptance(state: ServedState, width: int) -> Text:
         text.append(f"{count(w.drafts, 'draft')}, {w.draft_tokens} drafted, {w.accepted} accepted\n")
     rates = [None if x is None or not x.drafts else x.acceptance for x in state.windows]
     text.append(bar_line(rates, width, top=1.0) + "\n", style="cyan")
-    text.append("a mark per read's window; · no drafts", style="dim")
+    text.append("a mark per read; · no drafts", style="dim")
     return text
 
 
@@ -117,7 +117,7 @@ def render_totals(state: ServedState, width: int) -> Text:
     span = f"{count(state.restarts, 'restart')}, {count(state.failed_reads, 'failed read')}"
     if w is None:
         return Text(f"no two good reads yet ({span})", style="dim")
-    text = Text(f"since {clock(w.start)}, {w.seconds:.0f} s read ({span})\n", style="dim")
+    text = Text(f"since {clock(w.start)}, {w.seconds:.0f} s read\n{span}\n", style="dim")
     text.append(f"drafts {w.drafts}  drafted {w.draft_tokens}  accepted {w.accepted}\n")
     text.append(f"acceptance {fmt(w.acceptance)}  accepted/draft {fmt(w.accepted_per_draft)}\n", style="bold")
     positions = " ".join(fmt(r) for r in w.position_rates()) or "-"
