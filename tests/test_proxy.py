@@ -18,13 +18,13 @@ from test_proxy_upstream import FakeUpstream, recorded, reply_timings, request_b
 from waiting import wait_until
 
 from specmon.events.log import read_log
-from specmon.events.schema import RequestTimed, SessionStarted
+from specmon.events.schema import RequestTimed, ServerScraped, SessionStarted
 from specmon.metrics.served import by_class
 from specmon.policy.schema import load_policy
 from specmon.proxy.command import started
 from specmon.proxy.routing import PLAIN, SPEC, Interleave
 from specmon.proxy.server import ProxyOptions, Proxying
-from specmon.proxy.tables import proxy_summary
+from specmon.proxy.tables import log_summary, proxy_summary
 from specmon.transport.session import observer_session
 
 POLICY = load_policy("default")
@@ -32,11 +32,12 @@ PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 
 
 @contextmanager
-def proxy(log: Path, upstream: str, plain: str | None = None, share: float = 0.25, api_key: bytes | None = None):
-    """A proxy session on a free port, logging to `log`; yields the Proxying (its .url)."""
+def proxy(log: Path, upstream: str, plain: str | None = None, share: float = 0.25, api_key=None, scrape_s=None):
+    """A proxy session on a free port, logging to `log`; yields the Proxying (its .url). It reads the
+    upstream's /metrics only when `scrape_s` is given."""
     header = lambda sid: started(sid, upstream, "llama-server", POLICY)  # noqa: E731
     with observer_session(header, log, serve=False, announce=False) as session:
-        options = ProxyOptions(upstream, plain, share, port=0, api_key=api_key)
+        options = ProxyOptions(upstream, plain, share, port=0, api_key=api_key, scrape_s=scrape_s)
         proxying = Proxying(session.session_id, session.channel.publish, POLICY, options)
         proxying.start()
         try:
@@ -124,6 +125,15 @@ def test_the_log_names_the_proxy_and_its_upstream(tmp_path, fake):
         "llama-server",
     )
     assert header.policy_hash == POLICY.sha256
+
+
+def test_the_upstreams_counters_are_read_into_the_log_while_it_proxies(tmp_path, fake):
+    log = tmp_path / "p.specmon"
+    with proxy(log, fake.url, scrape_s=0.05):
+        wait_until(lambda: sum(isinstance(e, ServerScraped) for e in read_log(log)) >= 2, "two reads of /metrics")
+    reads = [e for e in read_log(log) if isinstance(e, ServerScraped)]
+    assert reads[0].kind == "llama-server" and reads[0].error == "" and reads[0].url == fake.url
+    assert reads[0].drafts is not None and reads[0].session_id == next(iter(read_log(log))).session_id
 
 
 @pytest.mark.parametrize("share", [0.25, 1 / 3, 0.5, 0.1, 0.0, 1.0])
@@ -229,3 +239,11 @@ def test_the_request_bodies_are_sent_on_unchanged(tmp_path, fake):
     with proxy(tmp_path / "p.specmon", fake.url) as p:
         httpx.post(p.url + PATHS["completion"], content=json.dumps(body).encode())
     assert fake.requests[0][1] == body
+
+
+def test_log_summary_reads_the_policy_from_the_logs_header(tmp_path, fake):
+    log = tmp_path / "p.specmon"
+    with proxy(log, fake.url) as p:
+        httpx.post(p.url + PATHS["completion"], json=request_body("completion"))
+    shown = _rendered(log_summary(read_log(log)))
+    assert "rewrite  spec" in shown and "not yet known" in shown and "nothing is applied upstream" in shown

@@ -73,6 +73,10 @@ class FakeUpstream:
         async def health(request: Request) -> Response:
             return JSONResponse({"status": "ok"}, headers={"server": "llama.cpp"})
 
+        async def metrics(request: Request) -> Response:
+            page = FIXTURES.parent / "metrics" / "llama-server-before.txt"  # recorded by the watch's tests
+            return Response(page.read_bytes(), media_type="text/plain; version=0.0.4")
+
         async def models(request: Request) -> Response:
             return JSONResponse({"object": "list", "data": [{"id": "smollm2", "object": "model"}]})
 
@@ -81,6 +85,7 @@ class FakeUpstream:
                 *(Route(path, complete, methods=["POST"]) for path in ENDPOINTS),
                 Route("/health", health),
                 Route("/v1/models", models),
+                Route("/metrics", metrics),
             ]
         )
 

@@ -4,6 +4,7 @@ request's RequestTimed is published on the session's channel from the event loop
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -22,7 +23,10 @@ from specmon.proxy.tables import request_line
 from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import HEAD_TIMEOUT_S, MAX_CONNECTIONS, guarded_h11
 from specmon.server.runner import bind
+from specmon.watch.scrape import client as scrape_client
+from specmon.watch.scrape import scrape
 
+SCRAPE_S = 1.0  # the view's counters move once a second, as `specmon watch`'s do by default
 GRACE_S = 5.0  # how long replies in flight may take to finish after a shutdown
 # no read deadline: a reply that is not streamed arrives whole at its end, minutes later on a CPU
 UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
@@ -38,6 +42,7 @@ class ProxyOptions:
     api_key: bytes | None = None
     socket: socket.socket | None = None  # already bound (the command binds before opening the session)
     line: Callable[[str], None] | None = None  # the headless line of each request
+    scrape_s: float | None = SCRAPE_S  # how often the upstream's /metrics is read (None: never)
 
 
 def upstream_client() -> httpx.AsyncClient:
@@ -49,13 +54,22 @@ def upstream_client() -> httpx.AsyncClient:
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn's server, closing the upstream client once the replies in flight are done."""
+    """uvicorn's server, reading the upstream's /metrics on its loop while it serves, and closing the
+    upstream client once the replies in flight are done."""
 
-    def __init__(self, config: uvicorn.Config, client: httpx.AsyncClient):
+    def __init__(self, config: uvicorn.Config, client: httpx.AsyncClient, scraping):
         super().__init__(config)
-        self.client = client
+        self.client, self.scraping = client, scraping
+        self._scraper: asyncio.Task | None = None
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.scraping is not None:
+            self._scraper = asyncio.create_task(self.scraping())
 
     async def shutdown(self, sockets=None) -> None:
+        if self._scraper is not None:
+            self._scraper.cancel()
         await super().shutdown(sockets)
         await self.client.aclose()
 
@@ -87,7 +101,7 @@ class Proxying:
             timeout_graceful_shutdown=GRACE_S,
             http=guarded_h11(HEAD_TIMEOUT_S, MAX_CONNECTIONS),
         )
-        self.server = _Uvicorn(config, self.client)
+        self.server = _Uvicorn(config, self.client, self._scrape_upstream if options.scrape_s else None)
         self._thread: threading.Thread | None = None
 
     @property
@@ -115,6 +129,14 @@ class Proxying:
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join()
+
+    async def _scrape_upstream(self) -> None:
+        """The upstream's counters as ServerScraped events, published from this loop like the requests."""
+        with scrape_client() as http:
+            while True:
+                read = await asyncio.to_thread(scrape, http, self.options.upstream, "auto", self.session_id)
+                self.publish(read)
+                await asyncio.sleep(self.options.scrape_s)
 
     def _done(self, exchange: Exchange) -> None:
         event = exchange.event(self.session_id)

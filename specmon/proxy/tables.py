@@ -13,10 +13,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specmon.events.schema import RequestTimed
+from specmon.errors import SpecmonError
+from specmon.events.schema import RequestTimed, SessionStarted
 from specmon.metrics.format import count, fmt
 from specmon.metrics.served import RequestTotals, by_class
-from specmon.policy.schema import Policy
+from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import NOT_APPLIED, ClassAdvice, advise
 
 COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "tok/s")
@@ -98,3 +99,16 @@ def proxy_summary(events: Iterable, policy: Policy | None, title: str = "request
         parts += [Text("  " + line) for a in advice for line in advice_lines(a, policy)]
         parts.append(Text(NOT_APPLIED))
     return Group(*parts)
+
+
+def log_summary(events: Iterable) -> Group:
+    """proxy_summary for a proxy log, under the policy its header recorded: what `log info` prints."""
+    events = list(events)
+    header = next((ev for ev in events if isinstance(ev, SessionStarted)), None)
+    policy = None
+    if header is not None and header.policy_text:
+        try:
+            policy = parse_policy(header.policy_text, "the log's policy")
+        except SpecmonError:
+            policy = None  # a policy this specmon no longer reads: the advice is still given, in general terms
+    return proxy_summary(events, policy)
