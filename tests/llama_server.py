@@ -39,8 +39,10 @@ def needs_llama_server() -> Path:
 
 
 def self_draft() -> tuple[str, ...]:
-    """The embedded GGUF as its own draft model: every draft is accepted when greedy."""
-    return ("-md", str(modelstore.resolve(modelstore.SMOLLM2.name)), "--spec-draft-n-max", "4")
+    """The embedded GGUF as its own draft model: every draft is accepted when greedy. (-md alone drafts
+    nothing: this build's --spec-type defaults to none.)"""
+    model = str(modelstore.resolve(modelstore.SMOLLM2.name))
+    return ("--spec-type", "draft-simple", "-md", model, "--spec-draft-n-max", "4")
 
 
 def free_port() -> int:

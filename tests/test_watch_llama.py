@@ -20,14 +20,7 @@ from specmon.events.schema import ServerScraped, SessionFinished
 from specmon.metrics import served
 from specmon.watch import read, samples
 
-# main.py's dispatch looks a command up in COMMANDS before its parser's handler (a KeyError for watch): until
-# that is fixed there, the watch runs through main() with the handler registered
-SHIM = (
-    "import sys, importlib; m = importlib.import_module('specmon.cli.main'); "
-    "from specmon.cli.watch import cmd_watch; m.COMMANDS.setdefault('watch', cmd_watch); sys.exit(m.main(sys.argv[1:]))"
-)
-WATCH = [sys.executable, "-c", SHIM, "watch"]
-SELF_DRAFT = ("--spec-type", "draft-simple")  # tests/llama_server.self_draft() names the model, not the type
+WATCH = [sys.executable, "-m", "specmon.cli", "watch"]
 DEADLINE_S = 120.0
 
 
@@ -80,7 +73,7 @@ def stop_watch(watch: subprocess.Popen) -> tuple[str, str]:
 def test_watch_totals_equal_the_servers_counter_deltas_over_20_requests(tmp_path):
     ls.needs_llama_server()
     log = tmp_path / "watch.specmon"
-    with ls.llama_server(tmp_path, spec=(*SELF_DRAFT, *ls.self_draft())) as url:
+    with ls.llama_server(tmp_path, spec=ls.self_draft()) as url:
         watch = start_watch(url, log)
         try:
             wait_for(lambda: [s for s in scrapes(log) if not s.error], "the watch's first good read")
@@ -112,7 +105,7 @@ def test_a_server_killed_and_started_again_is_one_line_and_splits_the_totals(tmp
     log = tmp_path / "watch.specmon"
     port = ls.free_port()
     monkeypatch.setattr(ls, "free_port", lambda: port)  # the second server comes back on the first's port
-    spec = (*SELF_DRAFT, *ls.self_draft())
+    spec = ls.self_draft()
     with ls.llama_server(tmp_path, spec=spec) as url:
         watch = start_watch(url, log)
         wait_for(lambda: [s for s in scrapes(log) if not s.error], "the watch's first good read")

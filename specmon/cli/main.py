@@ -349,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with ending_signals():
-            return getattr(args, "handler", COMMANDS[args.command])(args)  # a tool's own, else the command's
+            handler = getattr(args, "handler", None) or COMMANDS[args.command]  # a tool's own, else the command's
+            return handler(args)
     except SpecmonError as exc:
         print(f"specmon: {exc}", file=sys.stderr)  # one line, never wrapped, no traceback
         return 2
