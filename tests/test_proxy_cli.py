@@ -1,0 +1,98 @@
+"""`specmon proxy` on the command line: a mistake a user can make is one line and exit 2, before any
+log is opened; headless, a line per request and, at Ctrl-C, the per-class table and the advice."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+import pytest
+from test_proxy_upstream import FakeUpstream, request_body
+from waiting import wait_until
+
+from specmon.cli.proxy import cmd_proxy
+
+cli = importlib.import_module("specmon.cli.main")
+# main() looks the command up in COMMANDS even where the parser set a handler (getattr's default is
+# evaluated first): registered here until main.py reads the handler first
+RUN = (
+    "import importlib, sys; m = importlib.import_module('specmon.cli.main'); "
+    "from specmon.cli.proxy import cmd_proxy; m.COMMANDS.setdefault('proxy', cmd_proxy); "
+    "sys.exit(m.main(['proxy', *sys.argv[1:]]))"
+)
+
+
+@pytest.fixture
+def specmon(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(cli.COMMANDS, "proxy", cmd_proxy)
+    monkeypatch.chdir(tmp_path)
+
+    def run(*argv: str) -> tuple[int, str]:
+        code = cli.main(["proxy", *argv])
+        return code, capsys.readouterr().err
+
+    return run
+
+
+def refused_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_mistakes_are_one_line_and_open_no_log(specmon, tmp_path):
+    with FakeUpstream() as fake, socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        cases = {
+            ("--upstream", "127.0.0.1:8080"): "--upstream 127.0.0.1:8080: expected http://HOST:PORT",
+            ("--upstream", "ftp://h:1"): "expected http://HOST:PORT",
+            ("--upstream", refused_port()): "cannot reach it (connection refused); is the server running?",
+            ("--upstream", fake.url, "--plain-upstream", refused_port()): "--plain-upstream",
+            ("--upstream", fake.url, "--port", port): f"cannot listen on 127.0.0.1:{port} (address already in use)",
+            ("--upstream", fake.url, "--api-key-file", "absent"): "--api-key-file absent: cannot read it",
+            ("--upstream", fake.url, "--policy", "absent.toml"): "absent.toml",
+        }
+        for argv, said in cases.items():
+            code, err = specmon(*argv, "--headless", "--log", str(tmp_path / "p.specmon"))
+            lines = err.strip().splitlines()
+            assert code == 2 and len(lines) == 1 and lines[0].startswith("specmon: "), (argv, err)
+            assert said.lower() in lines[0].lower(), (argv, err)
+            assert not (tmp_path / "p.specmon").exists()
+
+
+def test_headless_a_line_per_request_and_the_table_and_advice_at_ctrl_c(tmp_path):
+    log = tmp_path / "p.specmon"
+    with FakeUpstream() as spec, FakeUpstream("-plain") as plain:
+        argv = ["--upstream", spec.url, "--plain-upstream", plain.url, "--plain-share", "0.5"]
+        argv += ["--port", "0", "--headless", "--log", str(log)]
+        env = {**os.environ, "COLUMNS": "100"}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUN, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        try:
+            said = ""
+            while "proxying" not in said:
+                said += proc.stderr.readline()
+                assert proc.poll() is None, said
+            url = re.search(r"proxying (http://[\d.]+:\d+)/v1", said).group(1)
+            for _ in range(4):
+                assert httpx.post(url + "/v1/chat/completions", json=request_body("chat")).status_code == 200
+            wait_until(lambda: log.stat().st_size > 0 and len(plain.requests) == 2, "four requests logged")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+    lines = [line for line in out.splitlines() if line.startswith("specmon: 200 chat")]
+    assert len(lines) == 4 and "upstream=spec accepted/drafted=24/24 tokens=32" in lines[0]
+    assert "upstream=plain accepted/drafted=- tokens=32" in lines[1]
+    assert re.search(r"chat\s+spec\s+2\s+48\s+48\s+1\.00", out) and re.search(r"chat\s+plain\s+2\s+0\s+0", out)
+    # the recorded spec reply decoded slower than the plain one (a busy host): every pair says so alike
+    assert "speculation costs; change: would set speculate" in out and "nothing is applied upstream" in out
+    assert proc.returncode == 130 and "interrupted" in err
