@@ -19,6 +19,7 @@ from specmon.events.schema import (
     RoundVerified,
     SessionFinished,
     SessionStarted,
+    bench_fixed_k,
 )
 from specmon.metrics.contention import MIN_DISTURBED, MARK_SHARE, disturbed
 from specmon.metrics.interval import SpeedupEstimate
@@ -62,6 +63,9 @@ class ViewState:
     decided: set[str] = field(default_factory=set)  # classes whose k in force a decision set (since a reload)
     removed: set[str] = field(default_factory=set)  # classes a reload took out of the policy (their rounds stay shown)
     last_spec_k: dict[str, int] = field(default_factory=dict)  # the last k > 0 a round of the class ran at
+    # the k the class's latest prompt asked the drafter for, which its rounds carry; under the gate the k in
+    # force is the longest draft it verifies, often shorter, so the figures key on this one
+    asked_k: dict[str, int] = field(default_factory=dict)
     windows: dict[tuple[str, int], collections.deque] = field(default_factory=dict)  # (class, k) -> recent rounds
     text: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TEXT_SPANS))
     rss_bytes: int | None = None
@@ -103,6 +107,8 @@ class ViewState:
         self.current_class, self.current_prompt, self.current_k = ev.prompt_class, ev.prompt_id, ev.draft_len
         if ev.draft_len:
             self.prompt_drafters[ev.drafter] = None
+            if bench_fixed_k(ev) is None:  # bench policy's fixed-k comparisons are not the class's own k
+                self.asked_k[ev.prompt_class] = ev.draft_len
         # A policy's decision stands until the next one.
         if ev.draft_len and ev.prompt_class not in self.decided:
             self.draft_len_by_class[ev.prompt_class] = ev.draft_len
@@ -147,6 +153,8 @@ class ViewState:
             return  # advise mode, one prompt's, or an older log's min_match: shown, not a switch of the class's
         self.decided.add(ev.prompt_class)
         self.draft_len_by_class[ev.prompt_class] = ev.k_to if ev.speculate_to else 0
+        if not ev.thresholds.get("gate"):  # a k set outright is asked from the next prompt: shown from now
+            self.asked_k.pop(ev.prompt_class, None)
         if ev.speculate_to:
             self.off_by.pop(ev.prompt_class, None)
         else:
@@ -173,6 +181,8 @@ class ViewState:
         for c in classes:
             self.decided.add(c.name)
             self.draft_len_by_class[c.name] = c.draft_len if c.speculate else 0
+            if not c.min_match:  # gated n-gram classes (min_match) keep asking their file's k, cut per round
+                self.asked_k.pop(c.name, None)
             if c.speculate or c.name in changed:  # an unchanged class that is still off keeps its decision
                 self.off_by.pop(c.name, None)
 
@@ -199,10 +209,10 @@ class ViewState:
         return name not in self.removed and self.draft_len_by_class.get(name, 0) > 0
 
     def shown_k(self, name: str) -> int:
-        """The k whose figures a class shows: the k in force; once switched off, the k it ran at
+        """The k whose figures a class shows: the k its prompts ask for while on; once switched off, the k it ran at
         (so its last speculative figures stay in view); 0 if it never speculated."""
         if self.is_on(name):
-            return self.draft_len_by_class[name]
+            return self.asked_k.get(name) or self.draft_len_by_class[name]
         if name in self.off_by:
             return self.off_by[name].k_from
         return self.last_spec_k.get(name, 0)

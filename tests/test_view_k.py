@@ -1,0 +1,90 @@
+"""The k a class's figures show is the k its rounds ran at. Under the gate a class's k in force is the
+longest draft it verifies (ClassInForce.draft_len, 5 here), while its n-gram drafter is asked the
+file's k (8) and every round carries 8: a live run under `--policy` once showed "no speculative round
+yet" all session, with 92 rounds in the log (a new user's trial, 2026-12-04)."""
+
+from specmon.events.schema import ClassInForce, Decision, PolicyLoaded, PromptStarted, RoundVerified, Sampling
+from specmon.tui.state import ViewState
+
+
+def loaded(*classes: ClassInForce) -> PolicyLoaded:
+    return PolicyLoaded(
+        session_id="s", t=0.0, source="p.toml", sha256="a" * 64, text="", accepted=True, classes=list(classes)
+    )
+
+
+def prompt(name: str, k: int, n: int = 0) -> PromptStarted:
+    return PromptStarted(
+        session_id="s",
+        t=0.0,
+        prompt_id=f"{name}-{n}",
+        prompt_class=name,
+        draft_len=k,
+        drafter="ngram",
+        sampling=Sampling(),
+        prompt_tokens=5,
+        max_new_tokens=8,
+    )
+
+
+def round_(name: str, k: int, i: int, proposed: int, accepted: int) -> RoundVerified:
+    return RoundVerified(
+        session_id="s",
+        t=0.0,
+        round_id=i,
+        prompt_id=f"{name}-0",
+        prompt_class=name,
+        round_index=i,
+        draft_len=k,
+        proposed=list(range(proposed)),
+        accepted=accepted,
+        rejection_pos=None if accepted == proposed else accepted,
+        emitted=list(range(accepted + 1)),
+        draft_ms=0.1,
+        verify_ms=10.0,
+        overhead_ms=0.1,
+        target_probs=[0.5] * proposed,
+        alpha_hat=None,
+        margins=[1.0] * (accepted + 1),
+        sampling=Sampling(),
+        mem_bytes=1,
+    )
+
+
+def gate_decision(name: str, k_from: int, k_to: int) -> Decision:
+    return Decision(
+        session_id="s",
+        t=0.0,
+        decision_id=0,
+        prompt_class=name,
+        speculate_from=True,
+        speculate_to=True,
+        k_from=k_from,
+        k_to=k_to,
+        rule_key="policy.min_gain",
+        rule_line=3,
+        inputs={},
+        thresholds={"gate": 1.0},
+        round_ids=[0],
+        applied=True,
+        policy_sha256="a" * 64,
+    )
+
+
+def test_a_gated_class_shows_the_rounds_at_the_k_its_prompts_ask_for():
+    state = ViewState()
+    state.apply([loaded(ClassInForce("chat", True, 5, 2)), prompt("chat", 8)])
+    state.apply([round_("chat", 8, i, proposed=4, accepted=2) for i in range(6)])
+    assert state.current_class == "chat" and state.class_k == 8
+    assert state.run_for("chat").rounds == 6 and len(state.window()) == 6
+    state.apply([gate_decision("chat", 5, 3), round_("chat", 8, 6, proposed=3, accepted=3)])
+    assert state.class_k == 8 and state.run_for("chat").rounds == 7  # the gate cuts drafts; k asked stays
+    assert state.draft_len_by_class["chat"] == 3  # the longest draft verified, as the classes pane says
+
+
+def test_a_k_set_outright_is_shown_from_the_reload_on():
+    state = ViewState()
+    state.apply([loaded(ClassInForce("rewrite", True, 4)), prompt("rewrite", 4)])
+    state.apply([round_("rewrite", 4, i, proposed=4, accepted=4) for i in range(3)])
+    state.apply([loaded(ClassInForce("rewrite", True, 2))])  # an edit: k = 2 from its next prompt
+    assert state.class_k == 2 and state.run_for("rewrite") is None
