@@ -29,6 +29,7 @@ from specmon.engine.costs import Costs
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import PolicyError, load_policy, parse_policy
 from tinymodel import tiny_profile
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = (
@@ -135,16 +136,16 @@ def test_a_catastrophic_regex_matches_and_fails_at_once():
     """Python's re takes about 2**40 steps on the failing text; RE2 is linear. In a child process,
     so the old engine fails by timeout instead of hanging the suite."""
     script = (
-        "import sys, time; from specmon.policy.schema import parse_policy; "
-        "from specmon.policy.classify import classify; p = parse_policy(sys.argv[1]); t = time.perf_counter(); "
-        "print(classify(p, 'a' * 40 + '!')[0], classify(p, 'a' * 40)[0], "
-        "classify(p, 'a' * 100_000 + '!')[0], f'{time.perf_counter() - t:.3f}')"
+        "import sys; from specmon.policy.schema import parse_policy; "
+        "from specmon.policy.classify import classify; p = parse_policy(sys.argv[1]); "
+        "print(classify(p, 'a' * 40 + '!')[0], classify(p, 'a' * 40)[0], classify(p, 'a' * 100_000 + '!')[0])"
     )
-    done = subprocess.run([sys.executable, "-c", script, CATASTROPHIC], capture_output=True, text=True, timeout=60)
+    try:  # 2**40 backtracking steps take hours: a backtracking engine cannot finish within this limit
+        done = subprocess.run([sys.executable, "-c", script, CATASTROPHIC], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("classify never finished on (a+)+$: the regex engine backtracks")
     assert done.returncode == 0, done.stderr
-    failing, matching, long_failing, seconds = done.stdout.split()
-    assert (failing, matching, long_failing) == ("all", "aaa", "all")
-    assert float(seconds) < 1.0
+    assert done.stdout.split() == ["all", "aaa", "all"]
 
 
 def test_policy_regexes_keep_their_meaning_under_re2():
@@ -509,10 +510,10 @@ def _awaited_writes(lines: Lines, path: Path, rng: random.Random, scratch: Path)
 
 @pytest.mark.slow
 def test_hot_reload_fuzz_never_ends_the_run(tmp_path):
-    """First half a second of in-place writes as editors make them (truncate, write: the run may
-    read a half-written file), then atomic writes, each awaited: every one must be read once and
-    judged as `policy check` judges it. The run must end as if nothing had happened. A run looks
-    at its policy between prompts, so it decodes many short ones."""
+    """First in-place writes as editors make them (truncate, write: the run may read a half-written
+    file), back to back until the run has read ten of them, then atomic writes, each awaited: every
+    one must be read once and judged as `policy check` judges it. The run must end as if nothing had
+    happened. A run looks at its policy between prompts, so it decodes many short ones."""
     rng = random.Random(16)
     path, log, scratch = tmp_path / "watched.toml", tmp_path / "fuzz.specmon", tmp_path / "scratch" / "p.toml"
     scratch.parent.mkdir()
@@ -556,11 +557,10 @@ def test_hot_reload_fuzz_never_ends_the_run(tmp_path):
             env={**os.environ, "SPECMON_POLICY_POLL_S": "0"},
         )
     )  # a look every prompt, as many writes as can land
-    proc, deadline = lines.proc, time.monotonic() + 120
-    while proc.poll() is None and (not log.exists() or log.stat().st_size < 4000) and time.monotonic() < deadline:
-        time.sleep(0.01)  # decoding has begun
-    in_place, until = 0, time.monotonic() + 0.5
-    while proc.poll() is None and time.monotonic() < until:
+    proc = lines.proc
+    wait_until(lambda: proc.poll() is not None or (log.exists() and log.stat().st_size >= 4000), "decoding has begun")
+    in_place, read_before = 0, len(lines.reloads)
+    while proc.poll() is None and len(lines.reloads) < read_before + 10:  # each read logs one reload line
         path.write_bytes(_mutate(rng, _random_policy(rng)))
         in_place += 1
     marker = QUICK.encode() + f"# fuzz marker {rng.random()}\n".encode()

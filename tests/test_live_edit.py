@@ -24,6 +24,7 @@ from specmon.sched.policy import PolicyScheduler
 from specmon.transport.session import live_session
 from specmon.tui.state import ViewState
 from test_one_path import MAX_NEW, ask, serving
+from waiting import wait_for_screen, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = """\
@@ -165,10 +166,6 @@ def _last_event(log: Path):
     return last
 
 
-def _screen(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_a_refused_edits_whole_reason_is_on_a_real_80x24_terminal(tmp_path):
@@ -184,27 +181,24 @@ def test_a_refused_edits_whole_reason_is_on_a_real_80x24_terminal(tmp_path):
     )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd], check=True)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not (log.exists() and log.stat().st_size > 20_000):
-            time.sleep(0.5)  # decoding has begun
+        wait_until(lambda: log.exists() and log.stat().st_size > 20_000, "decoding has begun", timeout=240)
         bad = path.read_text().replace("draft_len = 8", 'draft_len = "eight, as many as the last class has"')
         path.write_text(bad)
         with pytest.raises(SpecmonError) as refused:
             load_policy(str(path))
         reason = str(refused.value)
         assert reason.startswith(f"{path}:") and len(reason) > 80  # longer than a line: it has to wrap
-        screen = ""
-        while time.monotonic() < deadline and "policy edit refused" not in screen:
-            time.sleep(0.5)
-            screen = _screen(session)
+        screen = wait_for_screen(session, lambda shown: "policy edit refused" in shown, "the refusal on screen")
         lines = screen.splitlines()
         assert len(lines) <= 24 and max(map(len, lines)) <= 80
         boxed = "".join(line.strip("│╭╮╰╯─ ") for line in lines)
         assert "".join(reason.split()) in "".join(boxed.split()), screen  # whole, across its wrapped lines
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
-        while time.monotonic() < deadline and not isinstance(_last_event(log), SessionFinished):
-            time.sleep(0.5)  # quitting stops the decode after its round (the driver's stop), then the log ends
-        assert _last_event(log).reason == "interrupted"
+        # quitting stops the decode after its round (the driver's stop), then the log ends
+        finished = wait_until(
+            lambda: isinstance(last := _last_event(log), SessionFinished) and last, "the log ended", 240, poll_s=0.2
+        )
+        assert finished.reason == "interrupted"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 

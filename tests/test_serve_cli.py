@@ -6,7 +6,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ import pytest
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, SessionFinished
 from tinymodel import tiny_profile
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -180,11 +180,12 @@ def test_sigterm_while_the_model_loads_says_no_log_was_written(tmp_path, profile
 
 
 def wait_for_listener(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
+    def listening() -> bool:
+        assert proc.poll() is None, f"serve exited ({proc.returncode}) before it listened on {port}"
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
         except OSError:
-            time.sleep(0.005)
-    raise AssertionError(f"serve never listened on {port}")
+            return False
+        return True
+
+    wait_until(listening, f"serve listening on {port}", timeout)

@@ -17,6 +17,7 @@ from specmon.metrics.stats import class_stats
 from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed, thread_feed
 from specmon.tui.panes import render_text
+from waiting import wait_for_screen
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "session-tui.specmon"
 EVENTS = list(read_log(FIXTURE))
@@ -191,23 +192,17 @@ def test_real_tui_in_tmux_over_a_pseudo_terminal(tmp_path):
     )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "36", cmd], check=True)
     try:
-        screen = ""
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and "ended at" not in screen:
-            time.sleep(1)
-            screen = subprocess.run(
-                ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
-            ).stdout
-        assert "ended at" in screen, screen
+        screen = wait_for_screen(session, lambda shown: "ended at" in shown, "the run ended, on screen")
         stats = class_stats(read_log(log))["rewrite"]
         assert f"{stats.speedup_estimate(3).ratio:.2f}×" in screen
         assert "acceptance · rewrite k=3" in screen and "acceptance rate" in screen
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
-        time.sleep(2)
-        after = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-        # the app quit and the per-class table was printed: its header, the rewrite row at k=3, the legend
-        assert re.search(r"^class\s+k\s+prompts\s+rounds", after, re.M) and re.search(r"^rewrite\s+3\s", after, re.M)
-        assert "prompts: decoded at that k" in after
+
+        def table_printed(shown: str) -> bool:  # its header, the rewrite row at k=3, the legend
+            header = re.search(r"^class\s+k\s+prompts\s+rounds", shown, re.M)
+            return bool(header and re.search(r"^rewrite\s+3\s", shown, re.M) and "prompts: decoded at that k" in shown)
+
+        wait_for_screen(session, table_printed, "the app quit and the per-class table printed", timeout=60)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
