@@ -69,7 +69,7 @@ def error_line(stderr: str) -> str | None:
         for line in stderr.splitlines()
         if line.strip()
         and not PROGRESS_FRAME.search(line)
-        and not line.startswith(("specmon: logging to ", "specmon: serving on "))
+        and not line.startswith(("specmon: logging to ", "specmon: serving on ", "specmon: timing the engine"))
     ]
     return lines[0] if len(lines) == 1 and lines[0].startswith("specmon: ") else None
 

@@ -87,6 +87,11 @@ def live_session(
             started.policy_text, started.policy_hash = policy.text, policy.sha256
             longest = max(c.draft_len for c in policy.classes)
             pinned = getattr(profile, "verify_costs", None)  # a profile may pin them: reproducible decisions
+            if announce and not pinned:  # seconds on a quiet host, minutes on a busy one: say what the wait is
+                print(
+                    f"specmon: timing the engine for the policy (a verify pass over 1..{max(2, longest + 1)} positions)",
+                    file=sys.stderr,
+                )
             session.costs = (
                 Costs(tuple(pinned)) if pinned else measure_costs(session.driver.target, drafter, max(2, longest + 1))
             )
