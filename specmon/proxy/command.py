@@ -43,15 +43,14 @@ def run_proxy(args) -> int:
         with observer_session(lambda sid: started(sid, upstream, kind, policy), args.log, viewer=tui) as session:
             proxying = Proxying(session.session_id, session.channel.publish, policy, options)
             _say_where(proxying, upstream, plain, args.plain_share, api_key is not None)
-            if tui:
-                proxy_under_tui(session, proxying, f"proxy: {proxying.url}/v1 -> {upstream}")
-            else:
-                try:
+            try:
+                if tui:
+                    proxy_under_tui(session, proxying, f"proxy: {proxying.url}/v1 -> {upstream}")
+                else:
                     proxying.run()
-                finally:  # Ctrl-C is how a proxy ends: the table is still worth printing
-                    out.print(
-                        proxy_summary(proxying.requests, policy, f"requests per class  (log: {session.log_path})")
-                    )
+            finally:  # Ctrl-C (or q in the view) is how a proxy ends: the table is still worth printing
+                title = f"requests per class  (log: {session.log_path})"
+                out.print(proxy_summary(proxying.requests, policy, title))
     finally:
         listening.close()
     return 0
