@@ -203,6 +203,29 @@ def test_a_client_that_leaves_mid_stream_ends_the_upstream_request_and_is_logged
     assert by_class([left, whole])[("chat", SPEC)].requests == 1
 
 
+def test_a_client_that_leaves_before_a_json_reply_begins_is_logged_as_left(tmp_path, fake):
+    log = tmp_path / "p.specmon"
+    fake.hold = threading.Event()
+    with proxy(log, fake.url) as p:
+        _gives_up(p.url, fake.reached_hold)
+        wait_until(lambda: timed(log), "the request's event")
+        fake.hold.set()
+        assert httpx.post(p.url + PATHS["chat"], json=request_body("chat")).content == recorded("chat.json")
+    left, whole = timed(log)
+    assert (left.status, left.first_byte_ms, left.predicted_n) == (499, None, None) and left.total_ms > 0
+    assert whole.status == 200
+
+
+def _gives_up(url: str, upstream_has_it: threading.Event) -> None:
+    """A client that sends a request and, once the upstream holds it, closes its connection."""
+    body = json.dumps(request_body("chat")).encode()
+    host, port = httpx.URL(url).host, httpx.URL(url).port
+    with socket.create_connection((host, port)) as sock:
+        head = f"POST {PATHS['chat']} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        sock.sendall(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert upstream_has_it.wait(30)
+
+
 def test_other_paths_pass_through_unclassified(tmp_path, fake):
     with proxy(tmp_path / "p.specmon", fake.url) as p:
         models = httpx.get(p.url + "/v1/models")

@@ -48,7 +48,8 @@ def reply_timings(body: bytes) -> dict:
 
 
 class FakeUpstream:
-    """Serves the recorded replies; `hold` (an Event) pauses streams before their last two events."""
+    """Serves the recorded replies; `hold` (an Event) pauses streams before their last two events, and
+    JSON replies before they start."""
 
     def __init__(self, suffix: str = ""):
         self.suffix = suffix  # "-plain": the replies recorded from a server without speculation
@@ -68,6 +69,7 @@ class FakeUpstream:
             if body.get("stream"):
                 events = sse_events(recorded(f"{endpoint}{self.suffix}-stream.sse"))
                 return StreamingResponse(self._stream(events), media_type="text/event-stream")
+            await self._held()  # llama-server's JSON reply: its head comes only with the whole reply
             return Response(recorded(f"{endpoint}{self.suffix}.json"), headers={"content-type": JSON})
 
         async def health(request: Request) -> Response:
@@ -89,14 +91,18 @@ class FakeUpstream:
             ]
         )
 
+    async def _held(self) -> None:
+        if self.hold is not None:
+            self.reached_hold.set()
+            while not self.hold.is_set():
+                await asyncio.sleep(0.005)  # a thread's Event, looked at from the loop
+
     async def _stream(self, events: list[bytes]):
         finished = False
         try:
             for i, event in enumerate(events):
-                if self.hold is not None and i == len(events) - 2:
-                    self.reached_hold.set()
-                    while not self.hold.is_set():
-                        await asyncio.sleep(0.005)  # a thread's Event, looked at from the loop
+                if i == len(events) - 2:
+                    await self._held()
                 yield event
                 await asyncio.sleep(0)  # one event per chunk on the wire, as llama-server sends them
             finished = True

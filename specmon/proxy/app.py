@@ -98,7 +98,7 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
     )
     reply = await _unless_client_leaves(request, sending)
     if reply is None:  # a reply not begun (llama-server sends a JSON reply's head at its end): the client left first
-        exchange.status = CLIENT_LEFT
+        exchange.status, exchange.ended = CLIENT_LEFT, time.perf_counter()
         state.on_request(exchange)
         return Response(status_code=CLIENT_LEFT)
     if isinstance(reply, ApiError):

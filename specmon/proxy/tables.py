@@ -32,9 +32,13 @@ def request_line(ev: RequestTimed) -> str:
     return (
         f"{ev.status} {ev.endpoint} {ev.request_id} class={ev.prompt_class} upstream={ev.upstream} "
         f"accepted/drafted={drafted} tokens={ev.predicted_n if ev.predicted_n is not None else '-'} "
-        f"{speed} tok/s first byte {fmt(ev.first_byte_ms, '{:.0f}')} ms, total {fmt(ev.total_ms, '{:.0f}')} ms"
+        f"{speed} tok/s first byte {_ms(ev.first_byte_ms)}, total {_ms(ev.total_ms)}"
         + (" (stream)" if ev.stream else "")
     )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
 
 
 def class_table(events: Iterable[RequestTimed], title: str = "requests per class") -> Table:
