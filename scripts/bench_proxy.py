@@ -29,11 +29,6 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-PROXY = (
-    "import sys, argparse; from pathlib import Path; from specmon.proxy.command import run_proxy; "
-    "sys.exit(run_proxy(argparse.Namespace(upstream=sys.argv[1], plain_upstream=None, plain_share=0.0, "
-    "policy=None, host='127.0.0.1', port=0, api_key_file=None, log=Path(sys.argv[2]), headless=True)))"
-)
 BODY = {
     "messages": [{"role": "user", "content": "Write the numbers from one to twelve in words."}],
     "max_tokens": 8,
@@ -95,7 +90,8 @@ def proxy(upstream: str, log_dir: Path):
     """`specmon proxy --headless --port 0` in its own process; yields its base URL."""
     err = open(log_dir / "proxy.err", "w+")
     process = subprocess.Popen(
-        [sys.executable, "-c", PROXY, upstream, str(log_dir / "proxy.specmon")],
+        [sys.executable, "-m", "specmon.cli", "proxy", "--upstream", upstream, "--port", "0", "--headless"]
+        + ["--log", str(log_dir / "proxy.specmon")],
         stdout=subprocess.DEVNULL,
         stderr=err,
         cwd=ROOT,

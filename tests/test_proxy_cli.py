@@ -16,21 +16,12 @@ import pytest
 from test_proxy_upstream import FakeUpstream, request_body
 from waiting import wait_until
 
-from specmon.cli.proxy import cmd_proxy
 
 cli = importlib.import_module("specmon.cli.main")
-# main() looks the command up in COMMANDS even where the parser set a handler (getattr's default is
-# evaluated first): registered here until main.py reads the handler first
-RUN = (
-    "import importlib, sys; m = importlib.import_module('specmon.cli.main'); "
-    "from specmon.cli.proxy import cmd_proxy; m.COMMANDS.setdefault('proxy', cmd_proxy); "
-    "sys.exit(m.main(['proxy', *sys.argv[1:]]))"
-)
 
 
 @pytest.fixture
 def specmon(monkeypatch, capsys, tmp_path):
-    monkeypatch.setitem(cli.COMMANDS, "proxy", cmd_proxy)
     monkeypatch.chdir(tmp_path)
 
     def run(*argv: str) -> tuple[int, str]:
@@ -75,7 +66,11 @@ def test_headless_a_line_per_request_and_the_table_and_advice_at_ctrl_c(tmp_path
         argv += ["--port", "0", "--headless", "--log", str(log)]
         env = {**os.environ, "COLUMNS": "100"}
         proc = subprocess.Popen(
-            [sys.executable, "-c", RUN, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            [sys.executable, "-m", "specmon.cli", "proxy", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         try:
             said = ""

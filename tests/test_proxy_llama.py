@@ -18,7 +18,6 @@ from specmon.proxy.routing import SPEC
 from specmon.proxy.tables import log_summary
 
 pytestmark = pytest.mark.slow
-DRAFTING = ("--spec-type", "draft-simple", *self_draft())  # build 287 drafts with -md only under this type
 PROMPTS = {
     "chat": {"messages": [{"role": "user", "content": "Write the numbers from one to twelve in words."}]},
     "completion": {"prompt": "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"},
@@ -33,7 +32,7 @@ PER_CALL = [
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory):
-    with llama_server(tmp_path_factory.mktemp("llama"), spec=DRAFTING) as url:
+    with llama_server(tmp_path_factory.mktemp("llama"), spec=self_draft()) as url:
         yield url
 
 
