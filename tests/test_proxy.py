@@ -247,7 +247,9 @@ def test_the_proxys_api_key_is_checked_and_not_sent_on(tmp_path, fake):
     with proxy(tmp_path / "p.specmon", fake.url, api_key=b"s3cret") as p:
         refused = httpx.post(p.url + PATHS["chat"], json=request_body("chat"))
         taken = httpx.post(p.url + PATHS["chat"], json=request_body("chat"), headers={"Authorization": "Bearer s3cret"})
+        models, health = httpx.get(p.url + "/v1/models"), httpx.get(p.url + "/health")
     assert refused.status_code == 401 and taken.status_code == 200
+    assert models.status_code == 401 and health.status_code == 200
     assert len(fake.requests) == 1 and "authorization" not in fake.requests[0][2]
 
 

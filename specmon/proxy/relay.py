@@ -95,7 +95,7 @@ class Relay(StreamingResponse):
         super().__init__(self._relay(), status_code=reply.status_code)
         self.raw_headers = [(k, v) for k, v in reply.headers.raw if k.lower() not in NOT_RELAYED]
         self.reply, self.exchange, self.on_end = reply, exchange, on_end
-        self.reader = ReplyReader(reply.headers.get("content-type", ""))
+        self.reader = ReplyReader(reply.headers.get("content-type", "application/json") if exchange else "")
         self.outcome = CLIENT_LEFT  # until the last byte is sent on
 
     async def _relay(self):

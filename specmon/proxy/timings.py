@@ -41,10 +41,11 @@ class ReplyReader:
     server-sent event of a stream (the last event with timings wins: llama-server's final chunk)."""
 
     def __init__(self, content_type: str):
+        """ "" for a reply nobody needs the timings of (a pass-through path): it is not read at all."""
         self.stream = content_type.split(";")[0].strip().lower() == "text/event-stream"
         self.timings: Timings | None = None
         self._pending = bytearray()
-        self._given_up = False
+        self._given_up = not content_type
 
     def feed(self, chunk: bytes) -> None:
         if self._given_up:
