@@ -17,6 +17,7 @@ from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, 
 from specmon.policy.schema import load_policy
 from specmon.server.runner import ServeOptions, Serving
 from specmon.transport.session import live_session
+from waiting import wait_until  # the shared wait; test_serve_* import it from here too
 
 REPO = Path(__file__).resolve().parent.parent
 HELLO = [{"role": "user", "content": "Say hello to the world."}]
@@ -45,15 +46,6 @@ def client(server, **kw) -> openai.OpenAI:
 
 def events(log: Path, kind=None) -> list:
     return [e for e in read_log(log) if kind is None or isinstance(e, kind)]
-
-
-def wait_until(condition, what: str, timeout: float = 60.0) -> None:
-    """Wait for a state the test brought about (never a timing assertion: the limit only stops a hang)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.005)
 
 
 def stream_text(chunks) -> tuple[str, list]:
