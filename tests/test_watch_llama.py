@@ -12,6 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 
 import llama_server as ls
 from specmon.errors import SpecmonError
@@ -22,6 +24,7 @@ from specmon.watch import read, samples
 
 WATCH = [sys.executable, "-m", "specmon.cli", "watch"]
 DEADLINE_S = 120.0
+pytestmark = pytest.mark.slow  # a real server decoding 20 requests: minutes on 2 cores
 
 
 def counters(url: str):
