@@ -16,6 +16,7 @@ import pytest
 
 
 import llama_server as ls
+from waiting import wait_until
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import ServerScraped, SessionFinished
@@ -51,14 +52,8 @@ def scrapes(log: Path) -> list[ServerScraped]:
     return found
 
 
-def wait_for(condition, what: str, deadline_s: float = DEADLINE_S):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"not within {deadline_s:.0f} s: {what}")
+def wait_for(condition, what: str):
+    return wait_until(condition, what, timeout=DEADLINE_S, poll_s=0.1)  # a read every 0.5 s: no need to look faster
 
 
 def start_watch(url: str, log: Path) -> subprocess.Popen:
