@@ -269,13 +269,11 @@ def _print_header(ev: SessionStarted, drafters: str) -> None:
         highlight=False,
         markup=False,
     )
-    out.print(
-        f"  target {ev.target}  drafter {drafters}  {ev.dtype} on {ev.device}  backend {ev.backend}",
-        highlight=False,
-        markup=False,
-    )
-    host = ", ".join(f"{k} {v}" for k, v in ev.host.items())
-    out.print(f"  host: {host}", highlight=False, markup=False)
+    model = f"  {ev.dtype} on {ev.device}" if ev.dtype or ev.device else ""  # a watch or proxy decodes nothing
+    out.print(f"  target {ev.target}  drafter {drafters}{model}  backend {ev.backend}", highlight=False, markup=False)
+    if ev.host:
+        host = ", ".join(f"{k} {v}" for k, v in ev.host.items())
+        out.print(f"  host: {host}", highlight=False, markup=False)
     if ev.policy_hash:
         out.print(f"  policy sha256 {ev.policy_hash[:16]}…", highlight=False)
     if ev.verify_ms:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-from rich.markup import escape
 
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import RequestTimed, ServerScraped
@@ -46,6 +44,8 @@ def served_summary(log: Path) -> dict:
                 "upstream": upstream,
                 "requests": t.requests,
                 "timed": t.timed,
+                "drafted": t.draft_n,
+                "accepted": t.draft_n_accepted,
                 "acceptance": t.acceptance,
                 "tokens_per_step": t.tokens_per_step,
                 "tok_per_s": None if t.goodput is None else t.goodput * 1000.0,
@@ -83,24 +83,19 @@ def print_served(out, log: Path) -> None:
         )
         if s["first_failure"]:
             out.print(f"  first failure    {s['first_failure']}", highlight=False, markup=False)
-    if s["classes"]:
-        out.print(class_table(s["classes"]))
+    if s["classes"]:  # the proxy's own table and advice: drafted and accepted sums, spec against plain
+        from specmon.proxy.tables import log_summary
+
+        out.print(log_summary(_events(log)))
 
 
-def class_table(rows: list[dict]) -> Table:
-    table = Table(title="requests by class (the upstream's own timings)", title_justify="left")
-    for name in ("class", "upstream", "requests", "acceptance", "tokens/step", "tok/s"):
-        table.add_column(name, justify="left" if name in ("class", "upstream") else "right")
-    for r in rows:
-        table.add_row(
-            escape(r["class"]),
-            escape(r["upstream"]),
-            str(r["requests"]),
-            fmt(r["acceptance"]),
-            fmt(r["tokens_per_step"]),
-            fmt(r["tok_per_s"], "{:.1f}"),
-        )
-    return table
+def _events(log: Path) -> list:
+    events = []
+    try:
+        events.extend(read_log(log))
+    except LogDamaged:
+        pass  # up to the damage, as the rest of log info
+    return events
 
 
 def markdown(s: dict) -> list[str]:
@@ -115,11 +110,12 @@ def markdown(s: dict) -> list[str]:
     if s["classes"]:
         lines += [
             "",
-            "| class | upstream | requests | acceptance | tokens/step | tok/s |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| class | upstream | requests | drafted | accepted | acceptance | tokens/step | tok/s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         lines += [
-            f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {r['requests']} | {fmt(r['acceptance'])} | "
+            f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {r['requests']} | {r['drafted']} | {r['accepted']} | "
+            f"{fmt(r['acceptance'])} | "
             f"{fmt(r['tokens_per_step'])} | {fmt(r['tok_per_s'], '{:.1f}')} |"
             for r in s["classes"]
         ]
