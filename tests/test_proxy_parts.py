@@ -11,7 +11,7 @@ from test_proxy_upstream import recorded, reply_timings
 from specmon.events.schema import RequestTimed
 from specmon.policy.schema import load_policy
 from specmon.proxy.advice import COSTS, PAYS, UNKNOWN, advise, draft_maximum
-from specmon.proxy.classes import chat_text, completion_text, read_body, request_class
+from specmon.proxy.classes import body_fields, chat_text, completion_text, request_class
 from specmon.proxy.timings import ReplyReader
 from specmon.server.errors import ApiError
 
@@ -61,7 +61,7 @@ def test_the_text_classified_is_the_last_user_message_or_the_prompt():
     assert chat_text(chat) == "a"
     assert chat_text({"messages": "nope"}) == chat_text({}) == ""
     assert completion_text({"prompt": ["p", "q"]}) == "p" and completion_text({"prompt": [1, 2]}) == ""
-    assert read_body(b"[1]") == read_body(b"{not json") == {}
+    assert body_fields(b"[1]") == body_fields(b"{not json") == {}
 
 
 def test_a_named_class_wins_over_the_text_and_an_unknown_one_is_a_400():

@@ -9,7 +9,6 @@ import asyncio
 import json
 import socket
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -18,6 +17,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from waiting import wait_until
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "proxy"
 JSON = "application/json; charset=utf-8"
@@ -94,8 +94,7 @@ class FakeUpstream:
     async def _held(self) -> None:
         if self.hold is not None:
             self.reached_hold.set()
-            while not self.hold.is_set():
-                await asyncio.sleep(0.005)  # a thread's Event, looked at from the loop
+            await asyncio.to_thread(self.hold.wait, 60)  # a thread's Event; the deadline only stops a hang
 
     async def _stream(self, events: list[bytes]):
         finished = False
@@ -104,7 +103,6 @@ class FakeUpstream:
                 if i == len(events) - 2:
                     await self._held()
                 yield event
-                await asyncio.sleep(0)  # one event per chunk on the wire, as llama-server sends them
             finished = True
         finally:
             if not finished:
@@ -117,10 +115,7 @@ class FakeUpstream:
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            assert time.monotonic() < deadline, "the fake upstream never started"
-            time.sleep(0.01)  # uvicorn says it has started only by this flag
+        wait_until(lambda: self._server.started, "the fake upstream started", timeout=30)  # uvicorn's only sign
         return self
 
     def __exit__(self, *exc) -> None:

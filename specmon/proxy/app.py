@@ -20,10 +20,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from specmon.policy.schema import Policy
-from specmon.proxy.classes import read_body, request_class
+from specmon.proxy.classes import body_fields, request_class
 from specmon.proxy.relay import CLIENT_LEFT, Exchange, Relay, open_reply, sent_on
 from specmon.proxy.routing import SPEC, Interleave
-from specmon.server.app import _authorize, _class_header, _disconnected, _error_response, _read_body
+from specmon.server.app import authorize, class_header, disconnected, error_response, read_body
 from specmon.server.errors import ApiError, status_error
 
 MAX_BODY_BYTES = 32 << 20  # llama-server takes long contexts and inline images; a runaway upload still stops
@@ -56,8 +56,8 @@ def build_app(state: ProxyState) -> Starlette:
 
     async def passed(request: Request) -> Response:
         if request.url.path != "/health":  # as `specmon serve`: a load balancer's health check carries no key
-            _authorize(request, state)
-        body = await _read_body(request, state.max_body_bytes, state.body_timeout_s)
+            authorize(request, state)
+        body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
         reply = await open_reply(
             state.client, request.method, _url(state, SPEC, request), _headers(request, state), body
         )
@@ -66,7 +66,7 @@ def build_app(state: ProxyState) -> Starlette:
     async def api_error(request: Request, exc: ApiError) -> Response:
         if state.on_refused is not None:
             state.on_refused(request.url.path, exc)
-        return _error_response(exc)
+        return error_response(exc)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         return await api_error(
@@ -80,10 +80,10 @@ def build_app(state: ProxyState) -> Starlette:
 
 async def _classified(request: Request, state: ProxyState, endpoint: str) -> Response:
     arrived = time.perf_counter()  # the relay's clock: first and last byte are read on it
-    _authorize(request, state)
-    body = await _read_body(request, state.max_body_bytes, state.body_timeout_s)
-    fields = read_body(body)
-    name, rule = request_class(state.policy, endpoint, fields, _class_header(request))
+    authorize(request, state)
+    body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
+    fields = body_fields(body)
+    name, rule = request_class(state.policy, endpoint, fields, class_header(request))
     upstream = state.interleave.upstream(name)
     exchange = Exchange(
         request_id=uuid.uuid4().hex[:16],
@@ -111,7 +111,7 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
 async def _unless_client_leaves(request: Request, sending: asyncio.Future) -> httpx.Response | ApiError | None:
     """The upstream's reply head, or None if the client disconnected first (the upstream request is
     then cancelled, so the upstream stops decoding); an unreachable upstream as its ApiError."""
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(disconnected(request))
     try:
         await asyncio.wait({sending, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not sending.done():

@@ -15,7 +15,7 @@ from specmon.server.chat import last_user_text
 from specmon.server.classes import unknown_class
 
 
-def read_body(body: bytes) -> dict[str, Any]:
+def body_fields(body: bytes) -> dict[str, Any]:
     """The JSON object, or {} for anything else (the upstream says what is wrong with it)."""
     try:
         parsed = msgspec.json.decode(body)

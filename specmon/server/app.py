@@ -60,13 +60,13 @@ def build_app(state: ServeState) -> Starlette:
         return await _complete(request, state, CompletionRequest, state.admission.completion, CompletionReply)
 
     async def models(request: Request) -> Response:
-        _authorize(request, state)
+        authorize(request, state)
         model = Model(state.admission.model_id, state.created, max_model_len=state.admission.context_len)
         return _json(ModelList([model]))
 
     async def model(request: Request) -> Response:
         """One model by id, as `client.models.retrieve(id)` asks for it."""
-        _authorize(request, state)
+        authorize(request, state)
         if request.path_params["model_id"] != state.admission.model_id:
             raise ApiError(
                 404,
@@ -87,12 +87,12 @@ def build_app(state: ServeState) -> Starlette:
         )
 
     async def metrics(request: Request) -> Response:
-        _authorize(request, state)
+        authorize(request, state)
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def api_error(request: Request, exc: ApiError) -> Response:
         _note_refused(state, request.url.path, exc)
-        return _error_response(exc)
+        return error_response(exc)
 
     async def server_error(request: Request, exc: Exception) -> Response:
         """A bug: one line on stderr and a 500 in the one shape (uvicorn prints the traceback)."""
@@ -120,7 +120,7 @@ def _json(body) -> Response:
     return Response(encoder.encode(body), media_type=JSON)
 
 
-def _error_response(exc: ApiError) -> Response:
+def error_response(exc: ApiError) -> Response:
     return Response(exc.body(), status_code=exc.status, headers=exc.headers, media_type=JSON)
 
 
@@ -138,7 +138,7 @@ def _client_left(state: ServeState, path: str, job: Job) -> None:
         _note_refused(state, path, ApiError(499, "the client closed the connection", code="client_closed_request"))
 
 
-def _class_header(request: Request) -> str | None:
+def class_header(request: Request) -> str | None:
     """X-Specmon-Class as UTF-8 (HTTP hands headers over as bytes; Latin-1 would garble any other script)."""
     raw = next((value for key, value in request.headers.raw if key.lower() == CLASS_HEADER.encode()), None)
     try:
@@ -149,7 +149,7 @@ def _class_header(request: Request) -> str | None:
         ) from None
 
 
-def _authorize(request: Request, state: ServeState) -> None:
+def authorize(request: Request, state: ServeState) -> None:
     """`Authorization: Bearer KEY`, compared in constant time; the key is never echoed or logged."""
     if state.api_key is None:
         return
@@ -163,7 +163,7 @@ def _authorize(request: Request, state: ServeState) -> None:
         )
 
 
-async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     """The body, refused with 413 as soon as it passes the limit (announced or as it arrives), with
     408 when it is not all in within the timeout, and 499 when the client leaves before the end."""
     length = request.headers.get("content-length", "")
@@ -193,15 +193,15 @@ async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
 
 
 async def _complete(request: Request, state: ServeState, kind, admit, reply_type: type[Reply]) -> Response:
-    _authorize(request, state)
-    body = await _read_body(request, state.max_body_bytes, state.body_timeout_s)
+    authorize(request, state)
+    body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
     try:
         parsed = msgspec.json.decode(body, type=kind)
     except msgspec.DecodeError as exc:
         raise from_decode_error(exc) from None
     except RecursionError:  # nesting inside a free-form field (metadata, tools): the decoder's stack ran out
         raise too_deep() from None
-    admitted = await anyio.to_thread.run_sync(admit, parsed, _class_header(request))
+    admitted = await anyio.to_thread.run_sync(admit, parsed, class_header(request))
     tok = state.admission.tokenizer
     job = Job(admitted, asyncio.get_running_loop(), ReplyText(tok.decode, admitted.prompt.end_ids, admitted.stops))
     state.worker.submit(job)
@@ -219,13 +219,13 @@ async def _complete(request: Request, state: ServeState, kind, admit, reply_type
     if isinstance(item, Failed):
         raise item.error
     if item.finish_reason == "cancelled":  # decoded in part, so reported by the worker: not a refusal too
-        return _error_response(ApiError(503, "the server shut down during this request", type="server_error"))
+        return error_response(ApiError(503, "the server shut down during this request", type="server_error"))
     return _json(reply.whole(item))
 
 
 async def _outcome(job: Job, request: Request, state: ServeState) -> Finished | Failed | None:
     """Wait for the decode's end, or for the client to leave (None: its request is cancelled)."""
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(disconnected(request))
     try:
         while True:
             item = asyncio.ensure_future(job.out.get())
@@ -241,7 +241,7 @@ async def _outcome(job: Job, request: Request, state: ServeState) -> Finished | 
         gone.cancel()
 
 
-async def _disconnected(request: Request) -> None:
+async def disconnected(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
 
