@@ -125,7 +125,6 @@ def render_totals(state: ServedState, width: int) -> Text:
     return text
 
 
-CLASS_HEADER = ("class", "upstream", "req", "acc", "tok/step", "tok/s")
 
 
 def render_classes(state: ServedState, width: int) -> Text:
@@ -133,13 +132,13 @@ def render_classes(state: ServedState, width: int) -> Text:
     if not state.requests:
         seen = f" ({count(state.requests_seen, 'request')}, none answered 2xx)" if state.requests_seen else ""
         return Text(f"no proxied requests{seen}", style="dim")
-    name_width = max(width - 33, 6)
-    text = Text(f"{'class':<{name_width}} {'upstream':<8} {'req':>4} {'acc':>5} {'tok/st':>6} {'tok/s':>6}\n", "bold")
+    name_width = max(width - 26, 6)  # the figures take 26 columns: at 80x24 a class name keeps 10
+    text = Text(f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4} {'t/st':>4} {'tok/s':>5}\n", "bold")
     for (cls, upstream), totals in sorted(state.requests.items()):
         tok_s = None if totals.goodput is None else totals.goodput * 1000.0
         text.append(
-            f"{cls[:name_width]:<{name_width}} {upstream[:8]:<8} {totals.requests:>4} {fmt(totals.acceptance):>5} "
-            f"{fmt(totals.tokens_per_step):>6} {fmt(tok_s, '{:.1f}'):>6}\n"
+            f"{cls[:name_width]:<{name_width}} {upstream[:5]:<5} {totals.requests:>3} {fmt(totals.acceptance):>4} "
+            f"{fmt(totals.tokens_per_step):>4} {fmt(tok_s, '{:.1f}'):>5}\n"
         )
     text.rstrip()
     return text
