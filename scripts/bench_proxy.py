@@ -14,6 +14,7 @@ a kept-alive connection after a stream). Without a llama-server (--upstream, $LL
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -165,14 +166,27 @@ def measure(direct: str, proxied: str, pairs: int) -> dict[str, list[float]]:
     return out
 
 
-def report(found: dict[str, list[float]]) -> None:
+def summary(found: dict[str, list[float]]) -> dict:
+    """Each side's median and the paired added time (median, p99), for the time to first byte and the total."""
+    out: dict = {"pairs": len(found["ttfb_direct"])}
     for what in ("ttfb", "total"):
         added = [p - d for p, d in zip(found[f"{what}_proxy"], found[f"{what}_direct"])]
-        name = "time to first byte" if what == "ttfb" else "total time"
+        out[what] = {
+            "direct_median_ms": statistics.median(found[f"{what}_direct"]),
+            "proxy_median_ms": statistics.median(found[f"{what}_proxy"]),
+            "added_median_ms": statistics.median(added),
+            "added_p99_ms": percentile(added, 0.99),
+        }
+    return out
+
+
+def report(figures: dict) -> None:
+    for what, name in (("ttfb", "time to first byte"), ("total", "total time")):
+        f = figures[what]
         print(
-            f"{name}: direct median {statistics.median(found[f'{what}_direct']):.1f} ms, through the proxy "
-            f"{statistics.median(found[f'{what}_proxy']):.1f} ms; added (paired) median {statistics.median(added):.2f} ms, "
-            f"p99 {percentile(added, 0.99):.2f} ms over {len(added)} pairs"
+            f"{name}: direct median {f['direct_median_ms']:.1f} ms, through the proxy {f['proxy_median_ms']:.1f} ms; "
+            f"added (paired) median {f['added_median_ms']:.2f} ms, p99 {f['added_p99_ms']:.2f} ms "
+            f"over {figures['pairs']} pairs"
         )
 
 
@@ -180,6 +194,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--upstream", help="a running llama-server (default: start one on the embedded GGUF)")
     parser.add_argument("--requests", type=int, default=100, help="pairs of requests (default 100)")
+    parser.add_argument("--json", type=Path, help="also write the figures here (scripts/bench-docs reads them)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         print(f"host CPU pressure before: {cpu_pressure()}")
@@ -194,7 +209,10 @@ def main() -> int:
             with llama_server(binary, Path(tmp)) as direct, proxy(direct, Path(tmp)) as proxied:
                 found = measure(direct, proxied, args.requests)
         print(f"host CPU pressure after:  {cpu_pressure()}")
-    report(found)
+    figures = summary(found)
+    report(figures)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
     return 0
 
 
