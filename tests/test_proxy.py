@@ -203,6 +203,18 @@ def test_a_client_that_leaves_mid_stream_ends_the_upstream_request_and_is_logged
     assert by_class([left, whole])[("chat", SPEC)].requests == 1
 
 
+def test_an_upstream_that_breaks_off_mid_stream_is_cut_for_the_client_too_and_logged_502(tmp_path, fake, caplog):
+    """A cut reply must not reach the client as a whole one (a chunked body's end), and is said once, as a 502."""
+    fake.break_off = True
+    with proxy(tmp_path / "p.specmon", fake.url) as p:
+        with pytest.raises(httpx.RemoteProtocolError):
+            streamed(p.url, "chat")
+        wait_until(lambda: timed(tmp_path / "p.specmon"), "the request's event")
+    [broke] = timed(tmp_path / "p.specmon")
+    assert (broke.status, broke.draft_n) == (502, None) and broke.first_byte_ms is not None
+    assert not [r for r in caplog.records if r.exc_info and "UpstreamBroke" in repr(r.exc_info[1])]
+
+
 def test_a_client_that_leaves_before_a_json_reply_begins_is_logged_as_left(tmp_path, fake):
     log = tmp_path / "p.specmon"
     fake.hold = threading.Event()

@@ -55,6 +55,7 @@ class FakeUpstream:
         self.suffix = suffix  # "-plain": the replies recorded from a server without speculation
         self.hold: threading.Event | None = None
         self.hung_up = threading.Event()  # the proxy closed a stream before its end
+        self.break_off = False  # streams end without their last two events, the connection dropped
         self.requests: list[tuple[str, dict, dict]] = []  # (path, body, headers) as received
         self.reached_hold = threading.Event()
         self._server: uvicorn.Server | None = None
@@ -102,6 +103,8 @@ class FakeUpstream:
             for i, event in enumerate(events):
                 if i == len(events) - 2:
                     await self._held()
+                    if self.break_off:
+                        raise RuntimeError("the fake upstream breaks off mid-reply")  # uvicorn drops the connection
                 yield event
             finished = True
         finally:

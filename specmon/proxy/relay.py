@@ -4,6 +4,7 @@ first and last byte and its timings read from copies of the bytes already sent o
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -26,6 +27,24 @@ HOP_BY_HOP = frozenset(
 NOT_SENT_ON = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
 NOT_RELAYED = HOP_BY_HOP | {b"server", b"date"}  # uvicorn writes its own
 CLIENT_LEFT, UPSTREAM_BROKE, UNREACHABLE = 499, 502, 0
+
+
+class UpstreamBroke(Exception):
+    """The upstream's reply broke off: raised out of the app so the client's connection is dropped."""
+
+
+class QuietUpstreamBroke(logging.Filter):
+    """uvicorn logs an app's exception with its traceback; this one is logged as a 502 instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and _broke(record.exc_info[1]))
+
+
+def _broke(exc: BaseException | None) -> bool:
+    """UpstreamBroke, or a group holding one (Starlette streams inside a task group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_broke(e) for e in exc.exceptions)
+    return isinstance(exc, UpstreamBroke)
 
 
 @dataclass
@@ -106,9 +125,9 @@ class Relay(StreamingResponse):
                     self.exchange.first_byte, first = time.perf_counter(), False
                 yield chunk
                 self.reader.feed(chunk)  # after the yield: reading never delays a byte
-        except httpx.TransportError:
+        except httpx.TransportError as exc:
             self.outcome = UPSTREAM_BROKE
-            return
+            raise UpstreamBroke(reason(exc)) from exc  # uvicorn drops the client: a cut reply must not end as whole
         self.reader.close()
         self.outcome = self.reply.status_code
 

@@ -5,6 +5,7 @@ request's RequestTimed is published on the session's channel from the event loop
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -17,7 +18,7 @@ import uvicorn
 from specmon.events.schema import RequestTimed
 from specmon.policy.schema import Policy
 from specmon.proxy.app import ProxyState, build_app
-from specmon.proxy.relay import Exchange
+from specmon.proxy.relay import Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Interleave
 from specmon.proxy.tables import request_line
 from specmon.server.errors import ApiError, for_terminal
@@ -45,12 +46,20 @@ class ProxyOptions:
     scrape_s: float | None = SCRAPE_S  # how often the upstream's /metrics is read (None: never)
 
 
+QUIET = QuietUpstreamBroke()  # one filter, added once however many proxies a process starts
+
+
 def upstream_client() -> httpx.AsyncClient:
     """A fresh connection per request: llama-server drops a kept-alive connection after a streamed reply
     without saying so, and the next request on it would fail (seen with build 287); and against a uvicorn
     upstream a kept-alive connection added ~45 ms a request (a delayed-ACK stall), a fresh one ~4 ms."""
     return httpx.AsyncClient(
-        timeout=UPSTREAM_TIMEOUT, limits=httpx.Limits(max_keepalive_connections=0), trust_env=False
+        timeout=UPSTREAM_TIMEOUT,
+        limits=httpx.Limits(max_keepalive_connections=0),
+        trust_env=False,
+        headers={
+            "accept-encoding": "identity"
+        },  # else httpx asks for gzip itself, and a gzip reply's timings are unread
     )
 
 
@@ -94,6 +103,7 @@ class Proxying:
         )
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
+        logging.getLogger("uvicorn.error").addFilter(QUIET)
         config = uvicorn.Config(
             build_app(self.state),
             log_level="warning",
