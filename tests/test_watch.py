@@ -76,6 +76,8 @@ def test_pages_that_are_not_metrics_are_said_so():
     assert detect_kind("# HELP up whether\n# TYPE up gauge\nup 1\n") is None  # Prometheus text, but no known names
     with pytest.raises(NotMetrics):
         samples("<html>\n<body>x</body>\n</html>\n")
+    with pytest.raises(NotMetrics, match="is nan"):  # a count that is not a number is a failed read, not a crash
+        samples("llamacpp:spec_decode_num_drafts_total NaN\n")
 
 
 # -- a stand-in server: a page we set, served over real HTTP -----------------------------------------------

@@ -15,7 +15,7 @@ from typing import Callable
 import httpx
 import uvicorn
 
-from specmon.events.schema import RequestTimed
+from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.policy.schema import Policy
 from specmon.proxy.app import ProxyState, build_app
 from specmon.proxy.relay import Exchange, QuietUpstreamBroke
@@ -145,7 +145,12 @@ class Proxying:
         """The upstream's counters as ServerScraped events, published from this loop like the requests."""
         with scrape_client() as http:
             while True:
-                read = await asyncio.to_thread(scrape, http, self.options.upstream, "auto", self.session_id)
+                try:
+                    read = await asyncio.to_thread(scrape, http, self.options.upstream, "auto", self.session_id)
+                except Exception as exc:  # an unforeseen page must not end the reads for the rest of the session
+                    read = ServerScraped(
+                        session_id=self.session_id, t=time.time(), url=self.options.upstream, kind="", error=repr(exc)
+                    )
                 self.publish(read)
                 await asyncio.sleep(self.options.scrape_s)
 

@@ -4,6 +4,8 @@ specmon serve by class and k: the server's totals are their sums)."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -56,6 +58,8 @@ def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
+                if not math.isfinite(sample.value):  # a counter is a count: NaN or Inf is not one we can sum
+                    raise ValueError(f"{sample.name} is {sample.value}")
                 out.setdefault(sample.name, []).append((sample.labels, sample.value))
     except (ValueError, IndexError, KeyError) as exc:  # the parser's ways of saying "not exposition text"
         raise NotMetrics(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
