@@ -77,7 +77,7 @@ def test_pages_that_are_not_metrics_are_said_so():
     with pytest.raises(NotMetrics):
         samples("<html>\n<body>x</body>\n</html>\n")
     with pytest.raises(NotMetrics, match="is nan"):  # a count that is not a number is a failed read, not a crash
-        samples("llamacpp:spec_decode_num_drafts_total NaN\n")
+        read(samples("llamacpp:spec_decode_num_drafts_total NaN\n"), "llama-server")
 
 
 # -- a stand-in server: a page we set, served over real HTTP -----------------------------------------------

@@ -58,8 +58,6 @@ def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if not math.isfinite(sample.value):  # a counter is a count: NaN or Inf is not one we can sum
-                    raise ValueError(f"{sample.name} is {sample.value}")
                 out.setdefault(sample.name, []).append((sample.labels, sample.value))
     except (ValueError, IndexError, KeyError) as exc:  # the parser's ways of saying "not exposition text"
         raise NotMetrics(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
@@ -92,7 +90,7 @@ def read(names: dict[str, list[tuple[dict[str, str], float]]], kind: str) -> Rea
 
     def summed(name: str) -> int | None:
         found = names.get(n.prefix + name)
-        return None if found is None else round(sum(value for _, value in found))
+        return None if found is None else round(finite(n.prefix + name, sum(value for _, value in found)))
 
     return Reading(
         kind=kind,
@@ -113,4 +111,11 @@ def per_position(found: list[tuple[dict[str, str], float]]) -> list[int]:
         position = labels.get("position")
         if position is not None and position.isdigit():
             by_pos[int(position)] = by_pos.get(int(position), 0.0) + value
-    return [round(by_pos.get(i, 0.0)) for i in range(max(by_pos) + 1)] if by_pos else []
+    return [round(finite("per position", by_pos.get(i, 0.0))) for i in range(max(by_pos) + 1)] if by_pos else []
+
+
+def finite(name: str, value: float) -> float:
+    """A figure we count with: NaN or Inf there is a failed read (a gauge we do not read may be NaN)."""
+    if not math.isfinite(value):
+        raise NotMetrics(f"{name} is {value}")
+    return value

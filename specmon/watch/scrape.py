@@ -52,7 +52,10 @@ def scrape(http: httpx.Client, url: str, kind: str = "auto", session_id: str = "
     found = kind_of(names) if kind == "auto" else kind
     if found is None:
         return _failed(session_id, t, url, kind, f"{address} has no llama-server, vLLM or specmon metrics")
-    figures = read(names, found)
+    try:
+        figures = read(names, found)
+    except NotMetrics as exc:
+        return _failed(session_id, t, url, found, f"{address}: {exc}, not a count")
     error = "" if figures.drafts is not None else f"{address} has no speculative-decoding counters: is speculation on?"
     return ServerScraped(
         session_id=session_id,
