@@ -52,7 +52,8 @@ def test_specmon_serves_own_registry_is_read_summed_over_class_and_k():
     ):
         m.drafts.labels(cls, k).inc(drafts)
         m.draft_tokens.labels(cls, k).inc(tokens)
-        m.accepted.labels(cls, k).inc(accepted)
+        m.verified_accepted.labels(cls, k).inc(accepted)  # what the target accepted: the figure a watch reads
+        m.accepted.labels(cls, k).inc(accepted - 1)  # what was sent, less a stop string's cut: not read
         for pos, n in enumerate(per_pos):
             m.per_pos.labels(cls, k, str(pos)).inc(n)
     m.generation_tokens.inc(77)
@@ -197,3 +198,32 @@ def test_a_forced_kind_without_spec_counters_says_so(standin):
     with client() as http_client:
         ev = scrape(http_client, standin.url, "llama-server")
     assert ev.drafts is None and ev.error.endswith("has no speculative-decoding counters: is speculation on?")
+
+
+@pytest.mark.parametrize(
+    "content, mode, said",
+    [
+        ("secret\n", 0o644, "others can read it; run `chmod 600"),
+        ("clé\n", 0o600, "expected one line of printable ASCII"),  # httpx cannot send it in a header
+        (b"\xff\xfe", 0o600, "expected one line of printable ASCII"),  # not text at all
+    ],
+)
+def test_a_key_file_mistake_is_one_line(tmp_path, content, mode, said):
+    import subprocess
+    import sys
+
+    key = tmp_path / "key"
+    key.write_bytes(content if isinstance(content, bytes) else content.encode())
+    key.chmod(mode)
+    args = [
+        "watch",
+        "--headless",
+        "--api-key-file",
+        str(key),
+        "--log",
+        str(tmp_path / "w.specmon"),
+        "http://127.0.0.1:9",
+    ]
+    done = subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+    assert not (tmp_path / "w.specmon").exists()  # refused before a log was opened

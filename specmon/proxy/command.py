@@ -22,6 +22,7 @@ from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import proxy_summary
 from specmon.server.runner import bind
 from specmon.transport.session import observer_session
+from specmon.watch.scrape import base_url
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -54,19 +55,6 @@ def run_proxy(args) -> int:
     finally:
         listening.close()
     return 0
-
-
-def base_url(text: str, flag: str) -> str:
-    """http(s)://HOST[:PORT][/PREFIX] without a trailing slash or /v1 (clients' paths carry /v1)."""
-    try:
-        url = httpx.URL(text)
-    except (httpx.InvalidURL, TypeError) as exc:
-        raise SpecmonError(f"{flag} {text}: not a URL ({exc}); expected http://HOST:PORT") from None
-    if url.scheme not in ("http", "https") or not url.host or url.query or url.fragment:
-        raise SpecmonError(f"{flag} {text}: expected http://HOST:PORT (the server's base URL)")
-    path = url.path.rstrip("/")
-    path = path[: -len("/v1")] if path.endswith("/v1") else path
-    return str(url.copy_with(path=path or "/")).rstrip("/")
 
 
 def probe(url: str, flag: str) -> str:

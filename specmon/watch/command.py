@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specmon import __version__
 from specmon.engine.driver import host_facts
+from specmon.cli.serve import read_api_key
 from specmon.errors import SpecmonError
 from specmon.events.schema import ServerScraped, SessionStarted
 from specmon.transport.serve import parse_listen
@@ -22,7 +23,8 @@ UNKNOWN_KIND = "unknown"  # the header's drafter where the server could not be r
 
 def run_watch(args) -> int:
     metrics_url(args.url)  # a bad address is one line now, before a log is opened
-    api_key = read_api_key(args.api_key_file) if args.api_key_file else None
+    # serve's reader: a 0600 file of printable ASCII (httpx cannot send other bytes in a header)
+    api_key = read_api_key(args.api_key_file).decode() if args.api_key_file else None
     if args.log is not None and Path(args.log).exists():
         raise SpecmonError(f"{args.log} exists; pick a new file or remove it")
     listen = parse_listen(args.listen) if args.listen else None
@@ -55,16 +57,6 @@ def header(session_id: str, url: str, kind: str) -> SessionStarted:
         device="",
         host=host_facts(),
     )
-
-
-def read_api_key(path: Path) -> str:
-    try:
-        key = Path(path).read_text().strip()
-    except OSError as exc:
-        raise SpecmonError(f"--api-key-file {path}: cannot read it ({exc.strerror or exc})") from None
-    if not key or "\n" in key:
-        raise SpecmonError(f"--api-key-file {path}: it should hold the key alone, on one line")
-    return key
 
 
 def say(line: str) -> None:

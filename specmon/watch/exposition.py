@@ -30,7 +30,14 @@ class Names:
 NAMES = {
     "llama-server": Names("llamacpp:", "tokens_predicted_total", "requests_processing", "requests_deferred"),
     "vllm": Names("vllm:", "generation_tokens_total", "num_requests_running", "num_requests_waiting"),
-    "specmon": Names("specmon_", "generation_tokens_total", "requests_running", "queue_depth"),
+    # the target's verdicts (log info's accepted), not what a stop string left sent: the session's own acceptance
+    "specmon": Names(
+        "specmon_",
+        "generation_tokens_total",
+        "requests_running",
+        "queue_depth",
+        accepted="spec_decode_num_verified_accepted_tokens_total",
+    ),
 }
 
 

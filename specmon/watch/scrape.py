@@ -4,7 +4,6 @@ why there are none (down, refused, not a /metrics page, no speculative counters)
 from __future__ import annotations
 
 import time
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -15,23 +14,32 @@ from specmon.watch.exposition import KINDS, NotMetrics, kind_of, read, samples
 TIMEOUT_S = 5.0  # a server that takes longer to list its counters is as good as down for a watch
 
 
+def base_url(text: str, flag: str = "URL") -> str:
+    """http(s)://HOST[:PORT][/PREFIX] without a trailing slash or /v1 (the URL clients are given works too)."""
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise SpecmonError(f"{flag} {text}: not a URL ({exc}); expected http://HOST:PORT") from None
+    if url.port is not None and not 0 < url.port < 65536:
+        raise SpecmonError(f"{flag} {text}: port {url.port} is not one (1 to 65535)")
+    if url.scheme not in ("http", "https") or not url.host or url.query or url.fragment:
+        raise SpecmonError(f"{flag} {text}: expected http://HOST:PORT (the server's base URL)")
+    path = url.path.rstrip("/")
+    path = path[: -len("/v1")] if path.endswith("/v1") else path
+    return str(url.copy_with(path=path or "/")).rstrip("/")
+
+
 def metrics_url(url: str) -> str:
     """The /metrics address of a server's base URL (a URL that already ends in /metrics is kept)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecmonError(f"{url!r} is not a server's address; give one like http://127.0.0.1:8080")
-    try:
-        parts.port  # noqa: B018 (a port that is not a number raises here)
-    except ValueError:
-        raise SpecmonError(f"{url!r}: the port is not a number") from None
-    path = parts.path.rstrip("/")
-    return url if path.endswith("/metrics") else f"{parts.scheme}://{parts.netloc}{path}/metrics"
+    base = base_url(url)
+    return base if base.endswith("/metrics") else f"{base}/metrics"
 
 
 def client(api_key: str | None = None, timeout_s: float = TIMEOUT_S) -> httpx.Client:
     """The HTTP client a watch reads with; the key goes as `Authorization: Bearer`."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.Client(headers=headers, timeout=timeout_s, follow_redirects=True)
+    # trust_env off: a watch of 127.0.0.1 must not go through $HTTP_PROXY (the proxy's relay does the same)
+    return httpx.Client(headers=headers, timeout=timeout_s, follow_redirects=True, trust_env=False)
 
 
 def scrape(http: httpx.Client, url: str, kind: str = "auto", session_id: str = "") -> ServerScraped:
