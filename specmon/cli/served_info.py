@@ -48,7 +48,7 @@ def served_summary(log: Path) -> dict:
                 "accepted": t.draft_n_accepted,
                 "acceptance": t.acceptance,
                 "tokens_per_step": t.tokens_per_step,
-                "tok_per_s": None if t.goodput is None else t.goodput * 1000.0,
+                "tok_per_s": t.tok_per_s,
             }
             for (cls, upstream), t in sorted(requests.items())
         ],

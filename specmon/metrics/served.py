@@ -161,6 +161,11 @@ class RequestTotals:
         """Generated tokens per ms of the upstream's own decode time (rates.goodput)."""
         return rates.goodput(self.predicted_n, self.predicted_ms)
 
+    @property
+    def tok_per_s(self) -> float | None:
+        """Decode tok/s: each request's own decode speed, not the server's throughput over its slots."""
+        return None if self.goodput is None else self.goodput * 1e3
+
 
 def by_class(events: Iterable[RequestTimed]) -> dict[tuple[str, str], RequestTotals]:
     """(class, upstream) -> the sums of its successful requests' timings."""

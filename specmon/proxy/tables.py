@@ -20,7 +20,8 @@ from specmon.metrics.served import RequestTotals, by_class
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import NOT_APPLIED, ClassAdvice, advise
 
-COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "tok/s")
+# decode tok/s: each request's own speed (its timings), not the server's throughput (a watch's tok/s)
+COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "decode tok/s")
 OUTCOMES = {499: "client left", 502: "upstream broke off", 0: "upstream unreachable"}
 
 
@@ -28,7 +29,7 @@ def request_line(ev: RequestTimed) -> str:
     """One request, as the headless proxy prints it."""
     totals = RequestTotals() + ev
     drafted = "-" if ev.draft_n is None else f"{ev.draft_n_accepted or 0}/{ev.draft_n}"
-    speed = "-" if totals.goodput is None else f"{totals.goodput * 1e3:.1f}"
+    speed = "-" if totals.tok_per_s is None else f"{totals.tok_per_s:.1f}"
     return (
         f"{ev.status} {ev.endpoint} {ev.request_id} class={ev.prompt_class} upstream={ev.upstream} "
         f"accepted/drafted={drafted} tokens={ev.predicted_n if ev.predicted_n is not None else '-'} "
@@ -63,7 +64,7 @@ def class_table(events: Iterable[RequestTimed], title: str = "requests per class
             str(t.draft_n_accepted),
             fmt(t.acceptance),
             fmt(t.tokens_per_step),
-            fmt(None if t.goodput is None else t.goodput * 1e3, "{:.1f}"),
+            fmt(t.tok_per_s, "{:.1f}"),
         )
     return table
 

@@ -7,7 +7,6 @@ import time
 
 from rich.text import Text
 
-from specmon.metrics import served
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.tui.panes import bar_line
 from specmon.tui.served_state import RECENT_S, ServedState
@@ -86,7 +85,8 @@ def render_rates(state: ServedState, width: int) -> Text:
     last, w = state.last_good, state.last_window()
     if w is None or last is None:
         return Text("one more read and the first window is known", style="dim")
-    text.append(f"{fmt(w.drafts_per_s, '{:.1f}')} drafts/s  {fmt(w.tokens_per_s, '{:.1f}')} tok/s\n", style="bold")
+    tok_s = fmt(w.tokens_per_s, "{:.1f}")  # the server's throughput, over all its slots
+    text.append(f"{fmt(w.drafts_per_s, '{:.1f}')} drafts/s  {tok_s} tok/s, all slots\n", style="bold")
     text.append(f"window {clock(w.start)}-{clock(w.start + w.seconds)} ({w.seconds:.1f} s)\n", style="dim")
     recent = state.recent()
     if recent is not None:
@@ -125,8 +125,6 @@ def render_totals(state: ServedState, width: int) -> Text:
     return text
 
 
-
-
 def render_classes(state: ServedState, width: int) -> Text:
     """Requests by (class, upstream), with the upstream's own timings (served.by_class's sums)."""
     if not state.requests:
@@ -135,7 +133,7 @@ def render_classes(state: ServedState, width: int) -> Text:
     name_width = max(width - 26, 6)  # the figures take 26 columns: at 80x24 a class name keeps 10
     text = Text(f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4} {'t/st':>4} {'tok/s':>5}\n", "bold")
     for (cls, upstream), totals in sorted(state.requests.items()):
-        tok_s = None if totals.goodput is None else totals.goodput * 1000.0
+        tok_s = totals.tok_per_s
         text.append(
             f"{cls[:name_width]:<{name_width}} {upstream[:5]:<5} {totals.requests:>3} {fmt(totals.acceptance):>4} "
             f"{fmt(totals.tokens_per_step):>4} {fmt(tok_s, '{:.1f}'):>5}\n"
@@ -148,9 +146,5 @@ def classes_rows(state: ServedState) -> list[tuple[str, str, int, float | None, 
     """The table's figures, for tests and log info: (class, upstream, requests, acceptance, tokens/step, tok/s)."""
     out = []
     for (cls, upstream), t in sorted(state.requests.items()):
-        out.append((cls, upstream, t.requests, t.acceptance, t.tokens_per_step, served_tok_s(t)))
+        out.append((cls, upstream, t.requests, t.acceptance, t.tokens_per_step, t.tok_per_s))
     return out
-
-
-def served_tok_s(totals: served.RequestTotals) -> float | None:
-    return None if totals.goodput is None else totals.goodput * 1000.0
