@@ -3,9 +3,9 @@ TUI, `log info`, reports, sweeps and benches share (thresholds from telemetry.ho
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
+from specmon.metrics.format import clock
 from specmon.metrics.rates import ratio, round_ms
 from specmon.telemetry.host import CONTENTION
 
@@ -96,11 +96,6 @@ class HostTally:
             f"host {self.said()}: other work held a CPU (stall {CONTENTION:.0%}+ of a round); "
             "paired ratios hold better than absolute tok/s"
         )
-
-
-def clock(t: float | None) -> str:
-    """Wall-clock time of day, as the title and tables show it."""
-    return "?" if t is None else time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def tally(events) -> HostTally:

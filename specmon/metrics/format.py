@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 MISSING = "N/A"
 
 
@@ -13,3 +15,8 @@ def fmt(value: float | None, spec: str = "{:.2f}") -> str:
 def count(n: int, noun: str) -> str:
     """`1 round`, `2 rounds`: a count with its noun in the number it takes."""
     return f"{n} {noun if n == 1 else noun + 's'}"
+
+
+def clock(t: float | None) -> str:
+    """Wall-clock time of day, as titles, tables and the watch's lines show it."""
+    return "?" if t is None else time.strftime("%H:%M:%S", time.localtime(t))

@@ -3,20 +3,15 @@ app. Every figure says the span it covers: the last read's window, the last RECE
 
 from __future__ import annotations
 
-import time
 
 from rich.text import Text
 
-from specmon.metrics.format import MISSING, count, fmt
+from specmon.metrics.format import MISSING, clock, count, fmt
 from specmon.tui.panes import bar_line
 from specmon.tui.served_state import RECENT_S, ServedState
 
 RECENT = f"last {RECENT_S:.0f} s"
 FULL, EMPTY = "█", "░"
-
-
-def clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def server_state(state: ServedState) -> tuple[str, str]:

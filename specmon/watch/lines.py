@@ -3,15 +3,10 @@ The figures come from specmon.metrics.served; here they are only written."""
 
 from __future__ import annotations
 
-import time
 
 from specmon.events.schema import ServerScraped
 from specmon.metrics import served
-from specmon.metrics.format import count, fmt
-
-
-def clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))
+from specmon.metrics.format import clock, count, fmt
 
 
 def positions(w: served.Window) -> str:
