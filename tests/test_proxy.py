@@ -32,12 +32,22 @@ PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 
 
 @contextmanager
-def proxy(log: Path, upstream: str, plain: str | None = None, share: float = 0.25, api_key=None, scrape_s=None):
+def proxy(
+    log: Path,
+    upstream: str,
+    plain: str | None = None,
+    share: float = 0.25,
+    api_key=None,
+    scrape_s=None,
+    upstream_key=None,
+):
     """A proxy session on a free port, logging to `log`; yields the Proxying (its .url). It reads the
     upstream's /metrics only when `scrape_s` is given."""
     header = lambda sid: started(sid, upstream, "llama-server", POLICY)  # noqa: E731
     with observer_session(header, log, serve=False, announce=False) as session:
-        options = ProxyOptions(upstream, plain, share, port=0, api_key=api_key, scrape_s=scrape_s)
+        options = ProxyOptions(
+            upstream, plain, share, port=0, api_key=api_key, scrape_s=scrape_s, upstream_key=upstream_key
+        )
         proxying = Proxying(session.session_id, session.channel.publish, POLICY, options)
         proxying.start()
         try:
@@ -263,6 +273,13 @@ def test_the_proxys_api_key_is_checked_and_not_sent_on(tmp_path, fake):
     assert refused.status_code == 401 and taken.status_code == 200
     assert models.status_code == 401 and health.status_code == 200
     assert len(fake.requests) == 1 and "authorization" not in fake.requests[0][2]
+
+
+def test_the_upstreams_key_is_sent_in_place_of_the_clients(tmp_path, fake):
+    """A keyed llama-server: the proxy's own key is the clients', --upstream-api-key-file's is the upstream's."""
+    with proxy(tmp_path / "p.specmon", fake.url, api_key=b"s3cret", upstream_key=b"upstr3am") as p:
+        taken = httpx.post(p.url + PATHS["chat"], json=request_body("chat"), headers={"Authorization": "Bearer s3cret"})
+    assert taken.status_code == 200 and fake.requests[0][2]["authorization"] == "Bearer upstr3am"
 
 
 def _rendered(renderable) -> str:

@@ -109,17 +109,17 @@ def serve_under_tui(session, serving, title: str) -> None:
         raise failed[0]
 
 
-def read_api_key(path: Path) -> bytes:
+def read_api_key(path: Path, flag: str = "--api-key-file") -> bytes:
     """The key from a file only its owner can read (as ssh insists for private keys); never printed."""
     try:
         mode = path.stat().st_mode
         key = path.read_bytes().strip()
     except OSError as exc:
-        raise SpecmonError(f"--api-key-file {path}: cannot read it ({exc.strerror})") from None
+        raise SpecmonError(f"{flag} {path}: cannot read it ({exc.strerror})") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise SpecmonError(f"--api-key-file {path}: others can read it; run `chmod 600 {path}`")
+        raise SpecmonError(f"{flag} {path}: others can read it; run `chmod 600 {path}`")
     if not key or b"\n" in key or any(b < 0x21 or b > 0x7E for b in key):
-        raise SpecmonError(f"--api-key-file {path}: expected one line of printable ASCII, no spaces")
+        raise SpecmonError(f"{flag} {path}: expected one line of printable ASCII, no spaces")
     return key
 
 

@@ -18,7 +18,8 @@ def add_watch(sub, positive_seconds) -> None:
         "requests running and waiting, each over the window it covers. What was read is logged, so attach, "
         "replay, log info and report work on a watch as on any session. A server that is down, restarts or "
         "answers something else is one line, and the watch goes on.",
-        epilog="llama-server publishes its speculative counters only with --metrics; vLLM always does.",
+        epilog="llama-server publishes its counters only with --metrics (and drafts only with a --spec-type); "
+        "vLLM publishes the speculative ones when it runs with a speculative config.",
     )
     watch.add_argument("url", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8080")
     watch.add_argument("--kind", choices=KINDS, default="auto", help="whose metric names to read (default: detect)")

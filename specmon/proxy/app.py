@@ -45,6 +45,7 @@ class ProxyState:
     interleave: Interleave
     on_request: Callable[[Exchange], None]  # each classified request, once its reply is over: publishes it
     api_key: bytes | None = None
+    upstream_key: bytes | None = None  # sent to the upstreams in place of any client's Authorization
     max_body_bytes: int = MAX_BODY_BYTES
     body_timeout_s: float = BODY_TIMEOUT_S
     on_refused: Callable[[str, ApiError], None] | None = None  # the headless line of a refused request
@@ -131,4 +132,6 @@ def _url(state: ProxyState, upstream: str, request: Request) -> str:
 
 
 def _headers(request: Request, state: ProxyState) -> list[tuple[bytes, bytes]]:
-    return sent_on(request, keep_auth=state.api_key is None)
+    if state.upstream_key is None:
+        return sent_on(request, keep_auth=state.api_key is None)
+    return [*sent_on(request, keep_auth=False), (b"authorization", b"Bearer " + state.upstream_key)]

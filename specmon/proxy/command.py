@@ -14,6 +14,7 @@ from rich.markup import escape
 from specmon import __version__
 from specmon.cli.console import err, out
 from specmon.cli.serve import check_host, read_api_key
+from specmon.engine.driver import host_facts
 from specmon.errors import SpecmonError
 from specmon.events.schema import SessionStarted
 from specmon.policy.schema import Policy, load_policy
@@ -32,6 +33,9 @@ def run_proxy(args) -> int:
     plain = base_url(args.plain_upstream, "--plain-upstream") if args.plain_upstream else None
     policy = load_policy(args.policy or "default")
     api_key = read_api_key(args.api_key_file) if args.api_key_file else None
+    upstream_key = (
+        read_api_key(args.upstream_api_key_file, "--upstream-api-key-file") if args.upstream_api_key_file else None
+    )
     check_host(args.host, api_key is not None)
     kind = probe(upstream, "--upstream")
     if plain is not None:
@@ -39,7 +43,9 @@ def run_proxy(args) -> int:
     tui = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
     listening = bind(args.host, args.port)  # before the session: a port in use opens no log
     try:
-        options = ProxyOptions(upstream, plain, args.plain_share, args.host, args.port, api_key, listening)
+        options = ProxyOptions(
+            upstream, plain, args.plain_share, args.host, args.port, api_key, upstream_key, listening
+        )
         options.line = None if tui else _print_line
         with observer_session(lambda sid: started(sid, upstream, kind, policy), args.log, viewer=tui) as session:
             proxying = Proxying(session.session_id, session.channel.publish, policy, options)
@@ -81,6 +87,7 @@ def started(session_id: str, upstream: str, kind: str, policy: Policy):
         drafter=kind,
         dtype="",
         device="",
+        host=host_facts(),  # log info says how busy the host was, as for any session
         policy_text=policy.text,
         policy_hash=policy.sha256,
     )

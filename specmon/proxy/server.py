@@ -41,6 +41,7 @@ class ProxyOptions:
     host: str = "127.0.0.1"
     port: int = 8001
     api_key: bytes | None = None
+    upstream_key: bytes | None = None
     socket: socket.socket | None = None  # already bound (the command binds before opening the session)
     line: Callable[[str], None] | None = None  # the headless line of each request
     scrape_s: float | None = SCRAPE_S  # how often the upstream's /metrics is read (None: never)
@@ -99,6 +100,7 @@ class Proxying:
             Interleave(options.plain_share, PLAIN in upstreams),
             self._done,
             options.api_key,
+            options.upstream_key,
             on_refused=self._refused if options.line else None,
         )
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
@@ -143,7 +145,7 @@ class Proxying:
 
     async def _scrape_upstream(self) -> None:
         """The upstream's counters as ServerScraped events, published from this loop like the requests."""
-        with scrape_client() as http:
+        with scrape_client(self.options.upstream_key.decode() if self.options.upstream_key else None) as http:
             while True:
                 try:
                     read = await asyncio.to_thread(scrape, http, self.options.upstream, "auto", self.session_id)

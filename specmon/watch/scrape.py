@@ -97,7 +97,7 @@ def _why(exc: httpx.HTTPError) -> str:
 
 def _status_line(status: int, address: str) -> str:
     if status in (401, 403):
-        return f"HTTP {status} from {address}: the server wants an API key (--api-key-file FILE)"
+        return f"HTTP {status} from {address}: the server wants an API key (watch: --api-key-file; proxy: --upstream-api-key-file)"
     if status in (404, 501):
         return f"HTTP {status} from {address}: no /metrics there (llama-server publishes it only with --metrics)"
     if status == 503:
