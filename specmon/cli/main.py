@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import sys
 from pathlib import Path
@@ -362,36 +363,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-# The heavy commands are imported when run, so `specmon --help` and `specmon log info` start fast.
-def cmd_run(args) -> int:
-    from specmon.cli.run import cmd_run as run
-
-    return run(args)
-
-
-def cmd_sweep(args) -> int:
-    from specmon.cli.sweep import cmd_sweep as sweep
-
-    return sweep(args)
-
-
-def cmd_bench(args) -> int:
-    from specmon.cli.bench import cmd_bench as bench
-
-    return bench(args)
-
-
-def cmd_serve(args) -> int:
-    from specmon.cli.serve import cmd_serve as serve
-
-    return serve(args)
+def _lazy(module: str, name: str):
+    """A command whose module is imported when it runs, so `specmon --help` and `specmon log info` start fast."""
+    return lambda args: getattr(importlib.import_module(module), name)(args)
 
 
 COMMANDS = {
-    "run": cmd_run,
-    "serve": cmd_serve,
-    "sweep": cmd_sweep,
-    "bench": cmd_bench,
+    "run": _lazy("specmon.cli.run", "cmd_run"),
+    "serve": _lazy("specmon.cli.serve", "cmd_serve"),
+    "sweep": _lazy("specmon.cli.sweep", "cmd_sweep"),
+    "bench": _lazy("specmon.cli.bench", "cmd_bench"),
     "replay": cmd_replay,
     "report": cmd_report,
     "models": cmd_models,
