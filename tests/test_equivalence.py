@@ -1,6 +1,8 @@
 """Greedy speculative decoding in fp32 is token-identical to plain greedy decoding.
 
-Every built-in prompt, every drafter, k = 2, 4, 8. A mismatch is tolerated only at a near-tie:
+Every built-in prompt, every drafter, k = 2 and 8: a short draft and one longer than most accepted
+prefixes (k = 4 between them takes the same paths, and cost 2.5 minutes of the suite). A mismatch
+is tolerated only at a near-tie:
 where plain decoding's top-1 and top-2 logits differ by less than 1e-4.
 """
 
@@ -53,7 +55,7 @@ def drafters(pair, model_path):
     }
 
 
-@pytest.mark.parametrize("k", [2, 4, 8])
+@pytest.mark.parametrize("k", [2, 8])
 @pytest.mark.parametrize("name", ["ngram", "layerskip", "model"])
 def test_greedy_speculation_equals_plain_decoding(pair, plain_runs, drafters, name, k):
     verdicts = {}

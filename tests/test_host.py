@@ -91,11 +91,12 @@ def test_a_run_beside_a_hog_on_every_core_says_it_was_disturbed(tmp_path):
     from specmon.metrics.contention import tally
     from tinymodel import tiny_profile
 
-    profile, log = tiny_profile(tmp_path, max_new_tokens=160), tmp_path / "busy.specmon"  # seconds of rounds
+    profile, log = tiny_profile(tmp_path, max_new_tokens=64), tmp_path / "busy.specmon"  # seconds of rounds
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile), "--log", str(log)],
+            [sys.executable, "-m", "specmon.cli", "run", "--headless", "--profile", str(profile), "--log", str(log)]
+            + ["--classes", "chat,rewrite"],  # a few prompts: dozens of rounds, enough to call the host busy
             capture_output=True,
             text=True,
             timeout=600,
