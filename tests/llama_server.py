@@ -19,7 +19,8 @@ import pytest
 from specmon.backends import modelstore
 
 ROOT = Path(__file__).resolve().parent.parent
-NGRAM = ("--spec-type", "ngram-simple")
+# ngram-simple looks up 12 tokens by default: on short replies it never drafts; 3 finds repeats in a prompt
+NGRAM = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8")
 
 
 def binary() -> Path | None:

@@ -56,9 +56,9 @@ def test_the_total_sums_each_run_between_restarts():
         scrape(4.0, 5, 20, 9, [4, 3, 1, 1], 40),
     ]
     assert [len(r) for r in served.runs(scrapes)] == [2, 2]
-    t = served.total(scrapes)
-    assert (t.drafts, t.draft_tokens, t.accepted, t.generation_tokens) == (10 + 4, 40 + 16, 10 + 8, 50 + 35)
-    assert t.accepted_per_pos == (7 + 3, 3 + 3, 0 + 1, 0 + 1) and t.seconds == 2.0
+    t = served.total(scrapes)  # the first run from its first read; the restarted one from zero
+    assert (t.drafts, t.draft_tokens, t.accepted, t.generation_tokens) == (10 + 5, 40 + 20, 10 + 9, 50 + 40)
+    assert t.accepted_per_pos == (7 + 4, 3 + 3, 0 + 1, 0 + 1) and t.seconds == 2.0
     assert served.total(scrapes[:1]) is None  # one scrape is no window
 
 
@@ -118,3 +118,24 @@ def test_an_observer_session_logs_its_header_what_it_publishes_and_how_it_ended(
     assert [type(e) for e in events] == [SessionStarted, ServerScraped, SessionFinished]
     assert events[0].session_id == events[1].session_id == session.session_id != ""
     assert events[2].reason == "done" and events[2].rounds == 0
+
+
+def test_a_server_that_was_gone_started_again_though_its_counters_passed_the_old_ones():
+    """Refused, then loading, then counters higher than before the outage: a restart, not a window of
+    new minus old (a request the new server finished before the first good read once hid it)."""
+    gone = ServerScraped(session_id="w", t=2.0, url="u", kind="llama-server", error="down: connection refused")
+    loading = ServerScraped(
+        session_id="w", t=3.0, url="u", kind="llama-server", error="HTTP 503 from u/metrics: not ready (still loading)"
+    )
+    scrapes = [
+        scrape(0.0, 2, 8, 8, [2, 2]),
+        scrape(1.0, 4, 16, 16, [4, 4]),
+        gone,
+        loading,
+        scrape(4.0, 5, 20, 20, [5, 5]),
+    ]
+    scrapes.append(scrape(5.0, 7, 28, 28, [7, 7]))
+    assert [len(r) for r in served.runs(scrapes)] == [2, 2]
+    assert served.total(scrapes).drafts == 2 + 7  # the new server's drafts from its start, not 7 - 4
+    slow = ServerScraped(session_id="w", t=2.0, url="u", kind="llama-server", error="down: timed out")
+    assert [len(r) for r in served.runs([scrapes[0], scrapes[1], slow, scrapes[4]])] == [3]  # a blip: no restart

@@ -168,10 +168,11 @@ def test_the_watcher_says_down_back_and_restarted_once_each_and_no_total_spans_t
         assert "drafts 4  draft tokens 16  accepted 8" in watcher.step()[0]
     assert [bool(s.error) for s in published] == [False, False, True, True, False, False]
     total = served.total(published)
-    assert (total.drafts, total.draft_tokens, total.accepted, total.accepted_per_pos) == (14, 56, 38, (12, 11, 8, 7))
+    # the first run from its first read (10), the restarted one from zero (6): 2 before its first read count
+    assert (total.drafts, total.draft_tokens, total.accepted, total.accepted_per_pos) == (16, 64, 42, (14, 12, 9, 7))
     assert watcher.totals().startswith(f"total {clock(published[0].t)}")
-    assert "(1 restart, 2 failed reads): drafts 14  draft tokens 56  accepted 38" in watcher.totals()
-    assert served.total(watcher.ends) == total  # the kept first-and-last reads sum as every read does
+    assert "(1 restart, 2 failed reads): drafts 16  draft tokens 64  accepted 42" in watcher.totals()
+    assert served.total_of_runs(watcher.runs) == total  # the kept first-and-last reads sum as every read does
 
 
 def test_a_page_that_is_not_metrics_and_a_missing_key_are_one_line_each(standin):

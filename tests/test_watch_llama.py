@@ -68,16 +68,19 @@ def stop_watch(watch: subprocess.Popen) -> tuple[str, str]:
     return out, err
 
 
-def test_watch_totals_equal_the_servers_counter_deltas_over_20_requests(tmp_path):
+@pytest.mark.parametrize("spec", ["self-draft", "ngram"])
+def test_watch_totals_equal_the_servers_counter_deltas_over_20_requests(tmp_path, spec):
+    """Self-draft accepts every draft; the n-gram drafter's are partly rejected, so the rates are not all 1."""
     ls.needs_llama_server()
     log = tmp_path / "watch.specmon"
-    with ls.llama_server(tmp_path, spec=ls.self_draft()) as url:
+    with ls.llama_server(tmp_path, spec=ls.self_draft() if spec == "self-draft" else ls.NGRAM) as url:
         watch = start_watch(url, log)
         try:
             wait_for(lambda: [s for s in scrapes(log) if not s.error], "the watch's first good read")
             before = counters(url)
-            for i in range(20):
-                complete(url, f"List the numbers from {i} to {i + 30}, separated by commas:")
+            for i in range(20):  # repeats the n-gram drafter finds in the prompt, some of them broken
+                pattern = "a b c d e f g " * 3 if i % 2 else f"red green blue red green {i} red green blue red green "
+                complete(url, pattern + "a b c" if i % 2 else pattern, max_tokens=24)
             after = counters(url)
             read_at = time.time()
             wait_for(lambda: [s for s in scrapes(log) if s.t > read_at and not s.error], "a read after the requests")

@@ -101,10 +101,10 @@ def test_the_state_folds_reads_into_windows_runs_and_changes():
     assert [what for _, what, _ in state.changes] == ["down", "restarted"]
     total = state.total()
     assert (total.drafts, total.draft_tokens, total.accepted) == (
-        10 + 4,
-        40 + 16,
-        30 + 8,
-    )  # each run from its first read
+        10 + 6,
+        40 + 24,
+        30 + 12,
+    )  # the first run from its first read, the restarted one from zero
     last = state.last_window()
     assert (last.drafts, last.draft_tokens, last.accepted, last.accepted_per_pos) == (4, 16, 8, (3, 3, 1, 1))
     recent = state.recent()  # the last 60 s hold both runs: summed run by run, never across the restart
@@ -113,9 +113,9 @@ def test_the_state_folds_reads_into_windows_runs_and_changes():
 
 def test_the_panes_say_each_figures_span():
     state = state_of(WATCH + REQUESTS)
-    assert "acceptance 0.68  accepted/draft 2.71" in sp.render_acceptance(state, 38).plain  # 38/56, 38/14
+    assert "acceptance 0.66  accepted/draft 2.62" in sp.render_acceptance(state, 38).plain  # 42/64, 42/16
     positions = sp.render_positions(state, 38).plain.splitlines()
-    assert [line.split()[-1] for line in positions] == ["0.86", "0.79", "0.57", "0.50"]  # (9+3)/14 ...
+    assert [line.split()[-1] for line in positions] == ["0.88", "0.75", "0.56", "0.44"]  # (9+5)/16 ...
     rates = sp.render_rates(state, 38).plain
     assert "4.0 drafts/s  20.0 tok/s" in rates and "running 1  waiting 0" in rates
     server = sp.render_server(state, 38).plain
@@ -157,8 +157,8 @@ async def test_a_watch_session_gets_the_served_view_legible_at_80x24():
         await wait_until(pilot, lambda: app.state.requests_seen == 4, "every event applied")
         await pilot.pause(0.1)
         shown = {pid: str(app.query_one(f"#{pid}").render()) for pid in ("acceptance", "positions", "classes")}
-        assert "acceptance 0.68" in shown["acceptance"]
-        assert " 0 " in shown["positions"] and "0.86" in shown["positions"]
+        assert "acceptance 0.66" in shown["acceptance"]
+        assert " 0 " in shown["positions"] and "0.88" in shown["positions"]
         assert "code" in shown["classes"] and "0.75" in shown["classes"]
         assert "up since" in app.sub_title
 
@@ -177,7 +177,7 @@ async def test_a_replayed_watch_log_opens_in_the_served_view(tmp_path):
     assert isinstance(app, ServedApp)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: app.state.finished is not None, "the replay reached the end")
-        assert app.state.total().drafts == 14
+        assert app.state.total().drafts == 16
 
 
 def write_log(path, events):
@@ -203,7 +203,7 @@ def test_log_info_and_the_report_of_a_proxy_log_have_a_served_section(tmp_path):
     lines = done.stdout.splitlines()
     assert f"  served traffic   {URL} (llama-server), 6 reads: 1 restart, 2 failed reads" in lines
     [totals] = [line for line in lines if line.startswith("  totals")]
-    assert "drafts 14  draft tokens 56  accepted 38  acceptance 0.68" in totals
+    assert "drafts 16  draft tokens 64  accepted 42  acceptance 0.66" in totals
     [code] = [line for line in lines if line.split()[:2] == ["code", "spec"]]
     # requests, drafted, accepted (the sums of the replies' timings), acceptance, tok/step, tok/s
     assert code.split()[-6:] == ["2", "80", "60", "0.75", "2.50", "111.1"]
@@ -212,7 +212,7 @@ def test_log_info_and_the_report_of_a_proxy_log_have_a_served_section(tmp_path):
 
     page = build_report(log, tmp_path / "report")
     data = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert data["served"]["total"]["drafts"] == 14 and data["served"]["restarts"] == 1
+    assert data["served"]["total"]["drafts"] == 16 and data["served"]["restarts"] == 1
     assert [r["class"] for r in data["served"]["classes"]] == ["chat", "code"]
     assert (
         "## Served traffic" in page.read_text()

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics import rates
 
@@ -53,8 +55,17 @@ class Window:
         return None if self.generation_tokens is None else rates.ratio(self.generation_tokens, self.seconds)
 
 
-def restarted(before: ServerScraped, after: ServerScraped) -> bool:
-    """A cumulative counter went down between the two scrapes: the server started again."""
+def absent(scrape: ServerScraped) -> bool:
+    """A failed read that found no server there (nothing listening, or a model still loading): whatever
+    answers next started again, even where its counters have already passed the old ones."""
+    return scrape.error.startswith("down: connection refused") or "not ready" in scrape.error
+
+
+def restarted(before: ServerScraped, after: ServerScraped, gone: bool = False) -> bool:
+    """The server started again between two good reads: it was `gone` between them (absent), or a
+    cumulative counter went down."""
+    if gone:
+        return True
     pairs = [(getattr(before, name), getattr(after, name)) for name in COUNTERS]
     pairs += list(zip(before.accepted_per_pos, after.accepted_per_pos))
     return any(b is not None and a is not None and a < b for b, a in pairs) or (
@@ -86,19 +97,29 @@ def window(before: ServerScraped, after: ServerScraped) -> Window | None:
 def runs(scrapes: Sequence[ServerScraped]) -> list[list[ServerScraped]]:
     """The good scrapes split where the server restarted: each run's counters only grow."""
     out: list[list[ServerScraped]] = []
-    for scrape in (s for s in scrapes if not s.error and s.drafts is not None):
-        if out and not restarted(out[-1][-1], scrape):
+    gone = False
+    for scrape in scrapes:
+        if scrape.error or scrape.drafts is None:
+            gone = gone or absent(scrape)
+            continue
+        if out and not restarted(out[-1][-1], scrape, gone):
             out[-1].append(scrape)
         else:
             out.append([scrape])
+        gone = False
     return out
 
 
 def total(scrapes: Sequence[ServerScraped]) -> Window | None:
-    """Everything the watch saw the server do: the sum of each run's first-to-last window (what a
-    restart's lost counts between the last scrape before it and the restart never reach)."""
-    spans = [window(run[0], run[-1]) for run in runs(scrapes) if len(run) > 1]
-    spans = [w for w in spans if w is not None]
+    """Everything the watch saw the server do, summed run by run (total_of_runs)."""
+    return total_of_runs(runs(scrapes))
+
+
+def total_of_runs(found: Sequence[Sequence[ServerScraped]]) -> Window | None:
+    """The first run from its first read to its last (what came before the watch is not its to count);
+    each later run from zero, as the server started again, to its last read."""
+    spans = [window(run[0] if i == 0 else _zero(run[0]), run[-1]) for i, run in enumerate(found)]
+    spans = [w for w in spans if w is not None and (w.seconds > 0 or w.drafts)]
     if not spans:
         return None
     n = max(len(w.accepted_per_pos) for w in spans)
@@ -114,6 +135,12 @@ def total(scrapes: Sequence[ServerScraped]) -> Window | None:
         ),
         generation_tokens=None if None in gens else sum(gens),
     )
+
+
+def _zero(first: ServerScraped) -> ServerScraped:
+    """A restarted server's counters before anything it did: zero, at its first read's time."""
+    none_or_zero = {name: None if getattr(first, name) is None else 0 for name in COUNTERS}
+    return msgspec.structs.replace(first, accepted_per_pos=[], **none_or_zero)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class ServedState:
     runs: list = field(default_factory=list)  # each run's first and latest good read (served.total's input)
     changes: deque = field(default_factory=lambda: deque(maxlen=KEPT_CHANGES))  # (t, what) of state changes
     failed_reads: int = 0
+    gone: bool = False  # a read since the last good one found no server: the next good one is a restart
     requests: dict = field(default_factory=dict)  # (class, upstream) -> served.RequestTotals
     requests_seen: int = 0  # RequestTimed events, failed ones included
     version: int = 0  # bumped by each batch that changed something
@@ -53,18 +54,20 @@ class ServedState:
         self.last = now
         if now.error or now.drafts is None:
             self.failed_reads += 1
+            self.gone = self.gone or served.absent(now)
             if before is None or before.error != now.error:
                 self.changes.append((now.t, "down" if now.error.startswith("down") else "no counters", now.error))
             self.up_since = None
             return
-        reset = good is not None and served.restarted(good, now)
+        reset = good is not None and served.restarted(good, now, self.gone)
+        gone, self.gone = self.gone, False
         if reset:
-            self.changes.append((now.t, "restarted", "counters went back: windows start again"))
+            self.changes.append((now.t, "restarted", "started again: windows start again"))
         elif before is not None and before.error:
             self.changes.append((now.t, "back", ""))
         if self.up_since is None or reset:
             self.up_since = now.t
-        self.windows.append(served.window(good, now) if good is not None else None)
+        self.windows.append(served.window(good, now) if good is not None and not gone else None)
         if self.runs and not reset:
             self.runs[-1][1:] = [now]
         else:
@@ -80,7 +83,7 @@ class ServedState:
         return self.windows[-1] if self.windows else None
 
     def total(self) -> served.Window | None:
-        return served.total([s for run in self.runs for s in run])
+        return served.total_of_runs(self.runs)
 
     @property
     def restarts(self) -> int:

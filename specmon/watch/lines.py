@@ -39,7 +39,9 @@ def idle_line(w: served.Window) -> str:
     return f"{clock(w.start + w.seconds)}  idle: no drafts and no tokens (said once, until something happens)"
 
 
-def state_line(before: ServerScraped | None, last_good: ServerScraped | None, now: ServerScraped) -> str | None:
+def state_line(
+    before: ServerScraped | None, last_good: ServerScraped | None, now: ServerScraped, gone: bool = False
+) -> str | None:
     """One line when the server's state changed: down (or answering something else), back, restarted."""
     at = clock(now.t)
     if now.error:
@@ -47,7 +49,7 @@ def state_line(before: ServerScraped | None, last_good: ServerScraped | None, no
             return None  # still the same failure: said once
         return f"{at}  {now.error}" if now.error.startswith(now.url) else f"{at}  {now.url}: {now.error}"
     came_back = before is not None and bool(before.error)
-    reset = last_good is not None and served.restarted(last_good, now)
+    reset = last_good is not None and served.restarted(last_good, now, gone)
     if came_back and reset:
         return f"{at}  {now.url} is back, restarted: its counters started again (no window spans the restart)"
     if came_back:
@@ -59,12 +61,11 @@ def state_line(before: ServerScraped | None, last_good: ServerScraped | None, no
     return None
 
 
-def totals_line(scrapes: list[ServerScraped], failed_reads: int) -> str:
-    """Everything the watch saw, summed run by run (served.total), with its restarts and failed reads."""
-    runs = served.runs(scrapes)
+def totals_line(runs: list[list[ServerScraped]], failed_reads: int) -> str:
+    """Everything the watch saw, summed run by run (served.total_of_runs), with its restarts and failed reads."""
     restarts = max(len(runs) - 1, 0)
     span = f"{count(restarts, 'restart')}, {count(failed_reads, 'failed read')}"
-    w = served.total(scrapes)
+    w = served.total_of_runs(runs)
     if w is None:
         return f"total: no two good reads of the server, nothing to sum ({span})"
     return f"total {clock(w.start)}, {w.seconds:.0f} s watched ({span}): {figures(w)}"

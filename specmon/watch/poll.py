@@ -28,6 +28,7 @@ class Watcher:
         self.runs: list[list[ServerScraped]] = []  # each run's first and latest good read
         self.failed_reads = 0
         self.idle = False  # the last window had nothing in it (said once)
+        self.gone = False  # a read since the last good one found no server: the next good one is a restart
 
     def read(self) -> ServerScraped:
         return scrape(self.http, self.url, self.kind, self.session_id)
@@ -38,18 +39,20 @@ class Watcher:
         if now.session_id != self.session_id:
             now = msgspec.structs.replace(now, session_id=self.session_id)
         self.publish(now)
-        said = [line for line in (lines.state_line(self.last, self.last_good, now),) if line]
+        said = [line for line in (lines.state_line(self.last, self.last_good, now, self.gone),) if line]
         if now.error or now.drafts is None:
             self.failed_reads += 1
+            self.gone = self.gone or served.absent(now)
         else:
             said += self._window(now)
             self._keep(now)
-            self.last_good = now
+            self.last_good, self.gone = now, False
         self.last = now
         return said
 
     def _window(self, now: ServerScraped) -> list[str]:
-        w = served.window(self.last_good, now) if self.last_good is not None else None  # across a blip too
+        # across a blip too, but not across a server that was gone (it started again)
+        w = served.window(self.last_good, now) if self.last_good is not None and not self.gone else None
         if w is None:
             return []
         if w.drafts or w.generation_tokens or _gauges_changed(self.last_good, now):
@@ -61,7 +64,7 @@ class Watcher:
         return []
 
     def _keep(self, now: ServerScraped) -> None:
-        if self.runs and not served.restarted(self.runs[-1][-1], now):
+        if self.runs and not served.restarted(self.runs[-1][-1], now, self.gone):
             run = self.runs[-1]
             run[1:] = [now]  # the run's latest read replaces the one before it
         else:
@@ -73,7 +76,7 @@ class Watcher:
         return [s for run in self.runs for s in run]
 
     def totals(self) -> str:
-        return lines.totals_line(self.ends, self.failed_reads)
+        return lines.totals_line(self.runs, self.failed_reads)
 
 
 def _gauges_changed(before: ServerScraped, after: ServerScraped) -> bool:
