@@ -10,7 +10,7 @@ its `timings.predicted_ms`), pooled per class. Both decode greedily from the sam
     bash scripts/setup-llama-server     # builds llama-server from the llama.cpp specmon binds (minutes)
     .venv/bin/python scripts/bench_llama_server.py --prompts bench --half test
 
-Without a llama-server (--server, $LLAMA_SERVER, .llama-server/bin or PATH) it prints why and
+Without a llama-server (--server, $LLAMA_SERVER, .venv/bin or PATH) it prints why and
 exits 0: the comparison is skipped, not failed.
 """
 
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def find_server() -> Path | None:
     for candidate in (
         os.environ.get("LLAMA_SERVER"),
-        ROOT / ".llama-server/bin/llama-server",
+        ROOT / ".venv/bin/llama-server",
         shutil.which("llama-server"),
     ):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
@@ -127,7 +127,7 @@ class Server:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--server", help="llama-server binary (default: $LLAMA_SERVER, .llama-server/bin, PATH)")
+    parser.add_argument("--server", help="llama-server binary (default: $LLAMA_SERVER, .venv/bin, PATH)")
     parser.add_argument("--profile", default="smollm2-llamacpp")
     parser.add_argument("--policy", default="default")
     parser.add_argument("--prompts", type=Path, default=Path("bench"))

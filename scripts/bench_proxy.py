@@ -9,7 +9,7 @@ see the same server and the same host at the same moments.
 The proxy runs as `specmon proxy --headless` does (its own process, logging, reading /metrics each
 second). Each request opens a fresh connection on both sides (the proxy does too: llama-server drops
 a kept-alive connection after a stream). Without a llama-server (--upstream, $LLAMA_SERVER,
-.llama-server/bin or PATH) it prints why and exits 0. Figures are printed, never asserted."""
+.venv/bin or PATH) it prints why and exits 0. Figures are printed, never asserted."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ BODY = {
 def find_server() -> Path | None:
     for candidate in (
         os.environ.get("LLAMA_SERVER"),
-        ROOT / ".llama-server/bin/llama-server",
+        ROOT / ".venv/bin/llama-server",
         shutil.which("llama-server"),
     ):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):

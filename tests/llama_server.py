@@ -24,7 +24,7 @@ NGRAM = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--sp
 
 
 def binary() -> Path | None:
-    for candidate in (os.environ.get("LLAMA_SERVER"), ROOT / ".llama-server/bin/llama-server"):
+    for candidate in (os.environ.get("LLAMA_SERVER"), ROOT / ".venv/bin/llama-server"):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
     found = shutil.which("llama-server")

@@ -15,7 +15,7 @@ import bench_llama_server  # noqa: E402
 
 
 def test_without_a_llama_server_it_says_why_and_skips(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(bench_llama_server, "ROOT", tmp_path)  # no .llama-server/bin here
+    monkeypatch.setattr(bench_llama_server, "ROOT", tmp_path)  # no .venv/bin/llama-server here
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("LLAMA_SERVER", raising=False)
     monkeypatch.setattr(sys, "argv", ["bench_llama_server.py"])
@@ -32,7 +32,7 @@ def test_without_a_llama_server_it_says_why_and_skips(tmp_path, monkeypatch, cap
 
 @pytest.mark.slow
 def test_against_a_built_llama_server_every_mode_is_measured_against_its_own_plain(tmp_path):
-    binary = ROOT / ".llama-server/bin/llama-server"
+    binary = ROOT / ".venv/bin/llama-server"
     if not binary.exists():
         pytest.skip("no llama-server built here (bash scripts/setup-llama-server)")
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (bash scripts/setup-llamacpp)")
