@@ -218,3 +218,17 @@ def test_log_info_and_the_report_of_a_proxy_log_have_a_served_section(tmp_path):
         "## Served traffic" in page.read_text()
         and "| code | spec | 2 | 80 | 60 | 0.75 | 2.50 | 111.1 |" in page.read_text()
     )
+
+
+def test_the_recent_span_is_its_seconds_at_any_interval_and_sees_a_restart_behind_a_refusal():
+    """Reads every 0.05 s: 'last 60 s' still covers 60 s (it once kept 600 reads, 30 s here); and a server
+    that was refused, then answered with counters past the old ones, started again within the span."""
+    reads = [read(i * 0.05, 10 + i, 40 + 4 * i, 20 + 2 * i, [10 + i], 100 + 5 * i) for i in range(2000)]
+    state = state_of([header("watch"), *reads])
+    w = state.recent()
+    assert w.seconds == pytest.approx(60.0, abs=0.06) and w.drafts == 1200
+    state.apply(
+        [read(101.0, 0, 0, 0, [], 0, error="down: connection refused"), read(102.0, 5000, 20000, 9000, [5000], 9)]
+    )
+    # the span is now 42-102 s: the old run's reads from 42 s (1999 - 840 drafts), then the new run from zero
+    assert state.recent().drafts == (1999 - 840) + 5000

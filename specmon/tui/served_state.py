@@ -11,7 +11,7 @@ from specmon.metrics import served
 
 RECENT_S = 60.0  # the "recent" figures' span: long enough to hold a few whole requests
 KEPT_WINDOWS = 240  # windows the sparkline can draw
-KEPT_READS = 600  # good reads kept for the recent figures (10 minutes at 1 s)
+KEPT_READS = 100_000  # a bound only: reads are kept for RECENT_S, whatever the interval
 KEPT_CHANGES = 20  # down / back / restarted lines kept for the server pane
 
 
@@ -26,7 +26,7 @@ class ServedState:
     last: ServerScraped | None = None  # the latest read, good or failed
     last_good: ServerScraped | None = None
     up_since: float | None = None  # the first good read since the last failure or restart
-    reads: deque = field(default_factory=lambda: deque(maxlen=KEPT_READS))  # good reads, newest last
+    reads: deque = field(default_factory=lambda: deque(maxlen=KEPT_READS))  # the last RECENT_S of reads, failed too
     windows: deque = field(default_factory=lambda: deque(maxlen=KEPT_WINDOWS))  # served.Window or None (restart)
     runs: list = field(default_factory=list)  # each run's first and latest good read (served.total's input)
     changes: deque = field(default_factory=lambda: deque(maxlen=KEPT_CHANGES))  # (t, what) of state changes
@@ -52,6 +52,9 @@ class ServedState:
     def _read(self, now: ServerScraped) -> None:
         before, good = self.last, self.last_good
         self.last = now
+        self.reads.append(now)  # failed ones too: a read that found no server splits the recent runs
+        while self.reads[0].t < now.t - RECENT_S:  # served.recent reads no older one
+            self.reads.popleft()
         if now.error or now.drafts is None:
             self.failed_reads += 1
             self.gone = self.gone or served.absent(now)
@@ -72,7 +75,6 @@ class ServedState:
             self.runs[-1][1:] = [now]
         else:
             self.runs.append([now])
-        self.reads.append(now)
         self.last_good = now
 
     # -- figures (each a served.Window over a stated span) --------------------------------------
