@@ -79,9 +79,10 @@ def _ended_while_loading(exc: KeyboardInterrupt) -> int:
     return 128 + signum
 
 
-def serve_under_tui(session, serving, title: str) -> None:
-    """Serve on a thread while the live monitor (main thread) drains the session's view; quitting
-    the monitor shuts the server down (the decode in flight stops after its round)."""
+def serve_under_tui(session, serving, title: str, what: str = "serving") -> None:
+    """Serve on a thread while the live view (main thread) drains the session's view; quitting the view
+    shuts the server down (`serve`: the decode in flight stops after its round; `proxy`: replies in
+    flight get the grace to finish). `what` names a failure in the title."""
     from specmon.tui.factory import make_app
     from specmon.tui.feed import Feed
 
@@ -94,11 +95,11 @@ def serve_under_tui(session, serving, title: str) -> None:
             serving.run()
         except BaseException as exc:
             failed.append(exc)
-            feed.error = str(exc) if isinstance(exc, SpecmonError) else f"serving failed: {exc!r}"
+            feed.error = str(exc) if isinstance(exc, SpecmonError) else f"{what} failed: {exc!r}"
         finally:
             feed.done.set()
 
-    thread = threading.Thread(target=serve, name="specmon-serve-http")
+    thread = threading.Thread(target=serve, name=serving.thread_name)
     thread.start()
     try:
         make_app(feed).run()

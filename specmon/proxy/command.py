@@ -5,7 +5,6 @@ Ctrl-C; headless, a line per request and, at the end, the per-class table and th
 from __future__ import annotations
 
 import sys
-import threading
 import time
 
 import httpx
@@ -13,7 +12,7 @@ from rich.markup import escape
 
 from specmon import __version__
 from specmon.cli.console import err, out
-from specmon.cli.serve import check_host, read_api_key
+from specmon.cli.serve import check_host, read_api_key, serve_under_tui
 from specmon.engine.driver import host_facts
 from specmon.errors import SpecmonError
 from specmon.events.schema import SessionStarted
@@ -52,7 +51,7 @@ def run_proxy(args) -> int:
             _say_where(proxying, upstream, plain, args.plain_share, api_key is not None)
             try:
                 if tui:
-                    proxy_under_tui(session, proxying, f"proxy: {proxying.url}/v1 -> {upstream}")
+                    serve_under_tui(session, proxying, f"proxy: {proxying.url}/v1 -> {upstream}", "proxy")
                 else:
                     proxying.run()
             finally:  # Ctrl-C (or q in the view) is how a proxy ends: the table is still worth printing
@@ -91,36 +90,6 @@ def started(session_id: str, upstream: str, kind: str, policy: Policy):
         policy_text=policy.text,
         policy_hash=policy.sha256,
     )
-
-
-def proxy_under_tui(session, proxying: Proxying, title: str) -> None:
-    """Relay on a thread while the live view (main thread) drains the session's events; quitting the
-    view shuts the proxy down (replies in flight get GRACE_S to finish)."""
-    from specmon.tui.factory import make_app
-    from specmon.tui.feed import Feed
-
-    feed = Feed(session.view, title)
-    feed.url = f"{proxying.url}/v1"
-    failed: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            proxying.run()
-        except BaseException as exc:
-            failed.append(exc)
-            feed.error = str(exc) if isinstance(exc, SpecmonError) else f"proxy failed: {exc!r}"
-        finally:
-            feed.done.set()
-
-    thread = threading.Thread(target=serve, name="specmon-proxy-http")
-    thread.start()
-    try:
-        make_app(feed).run()
-    finally:
-        proxying.server.should_exit = True
-        thread.join()
-    if failed:
-        raise failed[0]
 
 
 def _say_where(proxying: Proxying, upstream: str, plain: str | None, share: float, keyed: bool) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -23,7 +22,7 @@ from specmon.proxy.routing import PLAIN, SPEC, Interleave
 from specmon.proxy.tables import request_line
 from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import HEAD_TIMEOUT_S, MAX_CONNECTIONS, guarded_h11
-from specmon.server.runner import bind
+from specmon.server.runner import OnThread, bind
 from specmon.watch.scrape import client as scrape_client
 from specmon.watch.scrape import scrape
 
@@ -85,7 +84,9 @@ class _Uvicorn(uvicorn.Server):
         await self.client.aclose()
 
 
-class Proxying:
+class Proxying(OnThread):
+    thread_name = "specmon-proxy-http"
+
     def __init__(self, session_id: str, publish: Callable, policy: Policy, options: ProxyOptions):
         self.session_id, self.publish, self.options = session_id, publish, options
         self.requests: list[RequestTimed] = []  # for the end-of-run table: one small event per request
@@ -115,12 +116,6 @@ class Proxying:
             http=guarded_h11(HEAD_TIMEOUT_S, MAX_CONNECTIONS),
         )
         self.server = _Uvicorn(config, self.client, self._scrape_upstream if options.scrape_s else None)
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        host, port = self.address
-        return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
     def run(self) -> None:
         """Serve until a signal (or stop())."""
@@ -128,20 +123,6 @@ class Proxying:
             self.server.run(sockets=[self.socket])
         finally:
             self.socket.close()
-
-    def start(self) -> None:
-        """Serve from a thread (tests, the TUI): returns once requests are taken."""
-        self._thread = threading.Thread(target=self.run, name="specmon-proxy-http", daemon=True)
-        self._thread.start()
-        while not self.server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("the proxy's server thread ended before it started")
-            time.sleep(0.01)  # uvicorn says it has started only by this flag
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        if self._thread is not None:
-            self._thread.join()
 
     async def _scrape_upstream(self) -> None:
         """The upstream's counters as ServerScraped events, published from this loop like the requests."""

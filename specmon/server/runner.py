@@ -58,7 +58,36 @@ class _Uvicorn(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-class Serving:
+class OnThread:
+    """A uvicorn server on a socket bound already, run from a thread of its own (tests, the TUI): its URL,
+    start and stop. The class sets self.server, self.address and run(), and names its thread."""
+
+    thread_name = "specmon-http"
+    _thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+    def start(self) -> None:
+        """Serve from a thread: returns once requests are taken."""
+        self._thread = threading.Thread(target=self.run, name=self.thread_name, daemon=True)
+        self._thread.start()
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"{self.thread_name} ended before it started")
+            time.sleep(0.01)  # uvicorn says it has started only by this flag
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+
+
+class Serving(OnThread):
+    thread_name = "specmon-serve-http"
+
     def __init__(self, session: LiveSession, pair, profile, options: ServeOptions, policy=None):
         from specmon.policy.engine import PolicyEngine
 
@@ -104,12 +133,6 @@ class Serving:
             http=guarded_h11(options.head_timeout_s, options.max_connections),
         )
         self.server = _Uvicorn(config, self.worker.close)
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        host, port = self.address
-        return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
     def run(self) -> None:
         """Serve until a signal (or stop()); raise what ended the worker, if anything did."""
@@ -121,20 +144,6 @@ class Serving:
             self.socket.close()
         if self.worker.failure is not None:
             raise self.worker.failure
-
-    def start(self) -> None:
-        """Serve from a thread (tests, benchmarks): returns once requests are taken."""
-        self._thread = threading.Thread(target=self.run, name="specmon-serve-http", daemon=True)
-        self._thread.start()
-        while not self.server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("the server thread ended before it started")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        if self._thread is not None:
-            self._thread.join()
 
     def _fatal(self, exc: BaseException) -> None:
         """Stop serving; run() raises `exc` once the server is down, and the CLI prints it, once."""
