@@ -21,11 +21,10 @@ from specmon.events.log import read_log
 from specmon.events.schema import RequestTimed, ServerScraped, SessionStarted
 from specmon.metrics.served import by_class
 from specmon.policy.schema import load_policy
-from specmon.proxy.command import started
 from specmon.proxy.routing import PLAIN, SPEC, Interleave
 from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import log_summary, proxy_summary
-from specmon.transport.session import observer_session
+from specmon.transport.session import observed_header, observer_session
 
 POLICY = load_policy("default")
 PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
@@ -43,7 +42,7 @@ def proxy(
 ):
     """A proxy session on a free port, logging to `log`; yields the Proxying (its .url). It reads the
     upstream's /metrics only when `scrape_s` is given."""
-    header = lambda sid: started(sid, upstream, "llama-server", POLICY)  # noqa: E731
+    header = lambda sid: observed_header(sid, "proxy", upstream, "llama-server", POLICY)  # noqa: E731
     with observer_session(header, log, serve=False, announce=False) as session:
         options = ProxyOptions(
             upstream, plain, share, port=0, api_key=api_key, scrape_s=scrape_s, upstream_key=upstream_key

@@ -5,23 +5,19 @@ Ctrl-C; headless, a line per request and, at the end, the per-class table and th
 from __future__ import annotations
 
 import sys
-import time
 
 import httpx
 from rich.markup import escape
 
-from specmon import __version__
 from specmon.cli.console import err, out
 from specmon.cli.serve import check_host, read_api_key, serve_under_tui
-from specmon.engine.driver import host_facts
 from specmon.errors import SpecmonError
-from specmon.events.schema import SessionStarted
-from specmon.policy.schema import Policy, load_policy
+from specmon.policy.schema import load_policy
 from specmon.proxy.relay import reason
 from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import proxy_summary
 from specmon.server.runner import bind
-from specmon.transport.session import observer_session
+from specmon.transport.session import observed_header, observer_session
 from specmon.watch.scrape import base_url
 
 PROBE_TIMEOUT_S = 5.0
@@ -46,7 +42,9 @@ def run_proxy(args) -> int:
             upstream, plain, args.plain_share, args.host, args.port, api_key, upstream_key, listening
         )
         options.line = None if tui else _print_line
-        with observer_session(lambda sid: started(sid, upstream, kind, policy), args.log, viewer=tui) as session:
+        with observer_session(
+            lambda sid: observed_header(sid, "proxy", upstream, kind, policy), args.log, viewer=tui
+        ) as session:
             proxying = Proxying(session.session_id, session.channel.publish, policy, options)
             _say_where(proxying, upstream, plain, args.plain_share, api_key is not None)
             try:
@@ -72,24 +70,6 @@ def probe(url: str, flag: str) -> str:
     if reply.status_code == 503:
         err.print(f"specmon: {escape(url)} is still loading its model (/health 503); requests wait for it")
     return "llama-server" if reply.headers.get("server", "").startswith("llama.cpp") else ""
-
-
-def started(session_id: str, upstream: str, kind: str, policy: Policy):
-    return SessionStarted(
-        session_id=session_id,
-        t=time.time(),
-        specmon_version=__version__,
-        profile_name="proxy",
-        profile_text="",
-        backend="proxy",
-        target=upstream,
-        drafter=kind,
-        dtype="",
-        device="",
-        host=host_facts(),  # log info says how busy the host was, as for any session
-        policy_text=policy.text,
-        policy_hash=policy.sha256,
-    )
 
 
 def _say_where(proxying: Proxying, upstream: str, plain: str | None, share: float, keyed: bool) -> None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from specmon.engine.driver import Cancelled, SessionDriver, new_session_id
+from specmon import __version__
+from specmon.engine.driver import Cancelled, SessionDriver, host_facts, new_session_id
 from specmon.engine.costs import Costs, measure_costs
 from specmon.engine.drafters import Drafter
 from specmon.events.log import default_log_path
@@ -145,6 +146,26 @@ def observer_session(
         raise
     finally:
         _end(session, in_flight)
+
+
+def observed_header(session_id: str, backend: str, target: str, kind: str, policy=None) -> SessionStarted:
+    """The header of a session that decodes nothing: `backend` "watch" or "proxy", the server's URL as its
+    target and its kind (e.g. "llama-server") as its drafter; the host, so log info says how busy it was."""
+    return SessionStarted(
+        session_id=session_id,
+        t=time.time(),
+        specmon_version=__version__,
+        profile_name=backend,
+        profile_text="",
+        backend=backend,
+        target=target,
+        drafter=kind,
+        dtype="",
+        device="",
+        host=host_facts(),
+        policy_text=policy.text if policy is not None else "",
+        policy_hash=policy.sha256 if policy is not None else "",
+    )
 
 
 def _end(session: LiveSession, in_flight: BaseException | None) -> None:

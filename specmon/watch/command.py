@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from pathlib import Path
 
-from specmon import __version__
-from specmon.engine.driver import host_facts
 from specmon.cli.serve import read_api_key
 from specmon.errors import SpecmonError
-from specmon.events.schema import ServerScraped, SessionStarted
+from specmon.events.schema import ServerScraped
 from specmon.transport.serve import parse_listen
-from specmon.transport.session import LiveSession, observer_session
+from specmon.transport.session import LiveSession, observed_header, observer_session
 from specmon.watch.poll import Watcher, poll
 from specmon.watch.scrape import client, metrics_url
 
@@ -33,30 +30,15 @@ def run_watch(args) -> int:
         watcher = Watcher(http, args.url, args.kind, publish=lambda ev: None)
         first = watcher.read()  # the header names the server's kind
         kind = first.kind or (args.kind if args.kind != "auto" else UNKNOWN_KIND)
-        with observer_session(lambda sid: header(sid, args.url, kind), args.log, listen=listen, viewer=tui) as session:
+        with observer_session(
+            lambda sid: observed_header(sid, "watch", args.url, kind), args.log, listen=listen, viewer=tui
+        ) as session:
             watcher.session_id, watcher.publish = session.session_id, session.channel.publish
             if tui:
                 watch_under_tui(session, watcher, args, first)
             else:
                 watch_headless(session, watcher, args, first)
     return 0
-
-
-def header(session_id: str, url: str, kind: str) -> SessionStarted:
-    """A watch's SessionStarted: backend "watch", the URL as its target, the server's kind as its drafter."""
-    return SessionStarted(
-        session_id=session_id,
-        t=time.time(),
-        specmon_version=__version__,
-        profile_name="watch",
-        profile_text="",
-        backend="watch",
-        target=url,
-        drafter=kind,
-        dtype="",
-        device="",
-        host=host_facts(),
-    )
 
 
 def say(line: str) -> None:
