@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from rich import box
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
@@ -14,6 +13,7 @@ from rich.text import Text
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.cli.console import err, out, progress
 from specmon.cli.run import check_new_log
+from specmon.cli.tables import compact_table
 from specmon.data import read_shipped
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.prompts import prompt_set
@@ -171,18 +171,7 @@ def results_table(rows: list[CellRow], log_name: str) -> Group:
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
-    table = Table(
-        title=title,
-        title_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        show_edge=False,
-        padding=(0, 1, 0, 0),
-    )
-    for col in columns:
-        table.add_column(col, justify="left" if col in ("class", "drafter", "sampling", "output") else "right")
-    return table
+    return compact_table(title, columns, left=("class", "drafter", "sampling", "output"))
 
 
 def break_even_table(rows: list[CellRow]) -> Group:

@@ -41,7 +41,11 @@ def _verdict(row: dict) -> str:
     return f"[{colour}]{', '.join(parts)}[/]"
 
 
-def _table(title: str, columns: tuple[str, ...], class_width: int) -> Table:
+def compact_table(
+    title: str, columns: tuple[str, ...], left: tuple[str, ...] = ("class", "output"), class_width: int | None = None
+) -> Table:
+    """specmon's plain-terminal table: a rule under the header and no frame, so a row fits 80 columns;
+    the `left` columns are text, the rest figures."""
     table = Table(
         title=title,
         title_justify="left",
@@ -54,7 +58,7 @@ def _table(title: str, columns: tuple[str, ...], class_width: int) -> Table:
     for name in columns:
         table.add_column(
             name,
-            justify="left" if name in ("class", "output") else "right",
+            justify="left" if name in left else "right",
             min_width=class_width if name == "class" else None,
         )
     return table
@@ -64,8 +68,12 @@ def class_table(summary: dict, title: str) -> Group:
     """The per-class summary, a row per (class, k) that ran rounds: acceptance, then speed, then a_i
     per (class, k > 0); each line <= 80 columns."""
     width = min(CLASS_WIDTH, max(map(len, summary["classes"]), default=5))  # whole names, up to a point
-    acceptance = _table("", ("class", "k", "prompts", "rounds", "empty", "proposed", "accepted", "rate", "mean"), width)
-    speed = _table("", ("class", "k", "draft", "verify", "tok/s", "plain", "speedup", "95% CI", "output"), width)
+    acceptance = compact_table(
+        "", ("class", "k", "prompts", "rounds", "empty", "proposed", "accepted", "rate", "mean"), class_width=width
+    )
+    speed = compact_table(
+        "", ("class", "k", "draft", "verify", "tok/s", "plain", "speedup", "95% CI", "output"), class_width=width
+    )
     positions = []
     for name, row in ((name, row) for name, c in summary["classes"].items() for row in c["by_draft_len"].values()):
         acceptance.add_row(

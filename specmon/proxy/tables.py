@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from rich import box
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from specmon.cli.tables import compact_table
 from specmon.errors import SpecmonError
 from specmon.events.schema import RequestTimed, SessionStarted
 from specmon.metrics.format import count, fmt
@@ -44,17 +44,7 @@ def _ms(value: float | None) -> str:
 
 def class_table(events: Iterable[RequestTimed], title: str = "requests per class") -> Table:
     """A row per (class, upstream): the sums of its successful replies' timings and their ratios."""
-    table = Table(
-        title=escape(title),
-        title_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        show_edge=False,
-        padding=(0, 1, 0, 0),
-    )
-    for name in COLUMNS:
-        table.add_column(name, justify="left" if name in ("class", "upstream") else "right")
+    table = compact_table(escape(title), COLUMNS, left=("class", "upstream"))
     for (name, upstream), t in sorted(by_class(events).items()):
         table.add_row(
             escape(name),
