@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +26,8 @@ from pathlib import Path
 
 import httpx
 
+from bench_llama_server import find_server, free_port  # scripts/ is on sys.path when run
+
 ROOT = Path(__file__).resolve().parent.parent
 BODY = {
     "messages": [{"role": "user", "content": "Write the numbers from one to twelve in words."}],
@@ -36,23 +35,6 @@ BODY = {
     "temperature": 0,
     "stream": True,
 }
-
-
-def find_server() -> Path | None:
-    for candidate in (
-        os.environ.get("LLAMA_SERVER"),
-        ROOT / ".venv/bin/llama-server",
-        shutil.which("llama-server"),
-    ):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager
