@@ -45,9 +45,11 @@ async def drawn(app, pilot, events=None):
         if total is None and app.feed.done.is_set():
             break
         await pilot.pause(0.05)
-    await pilot.pause(0.3)
     await pilot.wait_for_scheduled_animations()
-    await pilot.pause(0.1)
+    shown = None
+    while (now := screen_lines(app)) != shown:  # until a turn of the event loop changes nothing on screen
+        shown = now
+        await pilot.pause()
 
 
 def screen_lines(app) -> list[str]:
