@@ -64,11 +64,28 @@ def test_bad_prompt_file(tmp_path):
     assert_one_line_error(specmon("run", "--headless", "--prompts", str(prompts)), "line 2", "prompt")
 
 
+DIFFERENT_DRAFT = (
+    'name = "t"\n[target]\npath = "t.gguf"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "o.gguf"\n'
+)
+
+
 def test_draft_and_target_vocabularies_that_differ(tmp_path):
-    write_tiny_gguf(tmp_path / "other.gguf", vocab=["a", "b", "c", "d"])
-    body = BASE + '[drafter]\nkind = "model"\n[drafter.target]\npath = "other.gguf"\n'
-    done = specmon("run", "--headless", "--profile", str(write_profile(tmp_path, body)))
-    assert_one_line_error(done, "draft vocabulary (4 tokens", "49152 tokens")
+    write_tiny_gguf(tmp_path / "t.gguf")
+    write_tiny_gguf(tmp_path / "o.gguf", vocab=["a", "b", "c", "d"])
+    done = specmon("run", "--headless", "--profile", str(write_profile(tmp_path, DIFFERENT_DRAFT)))
+    assert_one_line_error(done, "draft vocabulary (4 tokens, o.gguf)", "259 tokens")
+
+
+def test_a_draft_vocabulary_that_differs_is_refused_before_the_target_loads(tmp_path, monkeypatch):
+    from specmon.backends import loader
+    from specmon.backends.profiles import load_profile
+    from specmon.errors import SpecmonError
+
+    write_tiny_gguf(tmp_path / "t.gguf")
+    write_tiny_gguf(tmp_path / "o.gguf", vocab=["a", "b", "c", "d"])
+    monkeypatch.setattr(loader, "_model", lambda *a, **k: pytest.fail("weights loaded before the vocabulary check"))
+    with pytest.raises(SpecmonError, match=r"draft vocabulary \(4 tokens"):
+        loader.load_pair(load_profile(str(write_profile(tmp_path, DIFFERENT_DRAFT))))
 
 
 def test_help_teaches():

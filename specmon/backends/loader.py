@@ -51,12 +51,16 @@ def _load_pair(profile: Profile, drafter_spec: DrafterSpec | None) -> Pair:
 
         return load_llamacpp_pair(profile, drafter_spec or profile.drafter, torch.get_num_threads())
     _check_device(profile.device)
+    spec = drafter_spec or profile.drafter
     target_path = resolve_model_path(profile.target, profile)
     tokenizer = cached_tokenizer(target_path)
+    if spec.kind == "model":  # a draft vocabulary that differs is said before the target's weights load
+        draft_path = resolve_model_path(spec.target, profile)
+        check_same_vocab(tokenizer, cached_tokenizer(draft_path), draft_path, profile)
     model = _model(profile, profile.target, target_path, profile.packed_rows)  # only the target verifies many rows
     target = TorchTarget(model, profile.target.describe(), tokenizer.eos_id)
     make = functools.partial(build_drafter, profile=profile, target=target, tokenizer=tokenizer)
-    return Pair(target, make(drafter_spec or profile.drafter), tokenizer, make)
+    return Pair(target, make(spec), tokenizer, make)
 
 
 def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget, tokenizer: ChatTokenizer) -> Drafter:
