@@ -15,6 +15,7 @@ from specmon.replay.whatif import what_if
 from specmon.tui.factory import make_app
 from specmon.tui.state import ViewState
 from tinymodel import tiny_profile
+from waiting import drawn, settled, shown_until
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY_LOG = REPO / "tests" / "fixtures" / "session-policy.specmon"
@@ -203,9 +204,7 @@ async def test_replay_app_plays_a_whole_log_to_the_end():
     feed = ReplayFeed(POLICY_LOG, speed=0.0)
     app = make_app(feed)
     async with app.run_test(size=(120, 40)) as pilot:
-        while not feed.done.is_set():
-            await pilot.pause(0.05)
-        await pilot.pause(0.3)
+        await drawn(app, pilot)
         assert app.state.rounds_seen == sum(isinstance(e, RoundVerified) for e in read_log(POLICY_LOG))
         assert "ended at 01:45:29" in app.sub_title  # the SessionFinished time, in UTC (conftest)
 
@@ -229,7 +228,7 @@ async def test_a_failed_jump_leaves_the_view_and_the_position_as_they_were():
         await pilot.press("space")  # pause
         for _ in range(3):
             await pilot.press("n")
-        await pilot.pause(0.2)
+        await settled(pilot)
         before = (
             app.state.rounds_seen,
             feed.position,
@@ -239,7 +238,9 @@ async def test_a_failed_jump_leaves_the_view_and_the_position_as_they_were():
         assert before[0] > 0
         for target in ("r99999", "nonsense", "p:no-such-prompt"):
             await pilot.press("g", *target, "enter")
-            await pilot.pause(0.2)
+            await shown_until(
+                pilot, lambda: any(repr(target) in n.message for n in app._notifications), f"{target} refused"
+            )
             assert (
                 app.state.rounds_seen,
                 feed.position,
@@ -254,9 +255,7 @@ async def test_a_failed_jump_leaves_the_view_and_the_position_as_they_were():
         assert app.state.rounds_seen == before[0] + 1
         await pilot.press("s", "s")  # as fast as possible
         await pilot.press("space")  # and play goes on to the end
-        while not feed.done.is_set():
-            await pilot.pause(0.05)
-        await pilot.pause(0.3)
+        await drawn(app, pilot)
         assert app.state.rounds_seen == sum(isinstance(e, RoundVerified) for e in read_log(POLICY_LOG))
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from contextlib import contextmanager
 
 from specmon.events.schema import PromptStarted, QueueSample, RoundVerified
@@ -20,6 +19,7 @@ from test_serve import client, events, wait_until
 from test_serve_queue import stepped_rounds
 from test_tui_requests import inside, ttft_foot, ttft_from_log
 from test_tui_view import region_lines
+from waiting import shown_until
 
 MAX_TOKENS = 12
 
@@ -40,15 +40,6 @@ def watched_server(tmp_path, tiny, lines: list[str]):
             server.stop()
 
 
-async def until(pilot, condition, what: str) -> None:
-    """Let the app drain until the state the test brought about is shown (the limit only stops a hang)."""
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert time.monotonic() < deadline, f"never shown: {what}"
-        await pilot.pause(0.05)
-    await pilot.pause(0.2)  # the redraw after the batch that brought it
-
-
 def ask(server, answers: dict, name: str) -> threading.Thread:
     def send() -> None:
         question = [{"role": "user", "content": f"Question {name}: why is the sky blue?"}]
@@ -65,7 +56,9 @@ async def test_the_live_pane_shows_the_queue_the_request_and_ttft_as_the_log_rec
     with watched_server(tmp_path, tiny, lines) as (server, app, log), stepped_rounds(pair) as steps:
         worker = server.worker
         async with app.run_test(size=(80, 24)) as pilot:
-            await until(pilot, lambda: app.state.requests is not None, "the server's first QueueSample")
+            await shown_until(
+                pilot, lambda: app.state.requests is not None, "the server's first QueueSample", timeout=60
+            )
             assert inside(region_lines(app, "requests")[1]) == "idle, 0 requests served"
             threads = [ask(server, answers, "a")]
             wait_until(lambda: worker.in_flight is not None, "a decoding, held at its first round")
@@ -74,15 +67,16 @@ async def test_the_live_pane_shows_the_queue_the_request_and_ttft_as_the_log_rec
                 threads.append(ask(server, answers, name))
                 wait_until(lambda: len(worker.waiting) == len(threads) - 1, f"{name} queued")
             steps.release()  # a's first round: the queue's growth is written at its end
-            await until(pilot, lambda: app.state.requests.waiting == 2, "two requests waiting")
+            await shown_until(pilot, lambda: app.state.requests.waiting == 2, "two requests waiting", timeout=60)
             busy = region_lines(app, "requests")
             steps.release(10_000)
             for thread in threads:
                 thread.join()
-            await until(
+            await shown_until(
                 pilot,
                 lambda: app.state.requests.served == 3 and app.state.requests.in_flight is None,
                 "every request served",
+                timeout=60,
             )
             idle = region_lines(app, "requests")
     logged = events(log)

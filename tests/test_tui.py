@@ -4,7 +4,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,8 @@ from specmon.metrics.stats import class_stats
 from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed, thread_feed
 from specmon.tui.panes import render_text
-from waiting import wait_for_screen
+from specmon.tui.screens import HelpScreen
+from waiting import drawn, settled, shown_until, wait_for_screen
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "session-tui.specmon"
 EVENTS = list(read_log(FIXTURE))
@@ -30,12 +30,11 @@ def replay_app():
 
 async def settle(app, pilot):
     """Until the feed has ended and the app has applied and drawn every event."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (not app.feed.done.is_set() or app.state.events_seen < len(EVENTS)):
-        await pilot.pause(0.05)
-    await pilot.pause(0.3)  # let the redraw and the text pane's scroll after the last batch land
-    await pilot.wait_for_scheduled_animations()
-    await pilot.pause(0.2)
+    await shown_until(
+        pilot,
+        lambda: app.feed.done.is_set() and app.state.events_seen == len(EVENTS),
+        "the feed ended and every event applied",
+    )
 
 
 def pane_text(app, pane_id: str) -> str:
@@ -134,17 +133,17 @@ async def test_pause_stops_redrawing_but_not_ingesting():
     async with app.run_test(size=(120, 40)) as pilot:
         for event in EVENTS[:3]:
             sub.offer(event)
-        await pilot.pause(0.3)
+        await drawn(app, pilot, EVENTS[:3])
         await pilot.press("p")
-        before = pane_text(app, "timing")
+        before, redraws = pane_text(app, "timing"), app.redraws
         for event in EVENTS[3:]:
             sub.offer(event)
-        await pilot.pause(0.4)
+        await drawn(app, pilot, EVENTS)  # the batches that would have redrawn it are applied
         assert app.state.rounds_seen == len(rounds)  # ingested while paused
-        assert pane_text(app, "timing") == before  # but not redrawn
+        assert pane_text(app, "timing") == before and app.redraws == redraws  # but not redrawn
         assert "VIEW PAUSED" in app.sub_title
         await pilot.press("p")
-        await pilot.pause(0.2)
+        await settled(pilot)
         assert pane_text(app, "timing") != before
 
 
@@ -154,7 +153,7 @@ async def test_skipped_events_are_shown():
     async with app.run_test(size=(120, 40)) as pilot:
         for event in EVENTS[:20]:
             sub.offer(event)
-        await pilot.pause(0.3)
+        await shown_until(pilot, lambda: app.state.events_seen == 5, "the 5 events the buffer kept applied")
         assert "view skipped 15 events" in app.sub_title
 
 
@@ -218,7 +217,7 @@ async def test_decisions_pane_lists_decisions_and_shows_the_rounds_they_cite():
     feed.done.set()
     app = make_app(feed)
     async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause(0.5)
+        await drawn(app, pilot, events)
         table = app.query_one("#decisions")
         assert table.row_count == len(decisions)
         first = decisions[0]
@@ -232,7 +231,7 @@ async def test_decisions_pane_lists_decisions_and_shows_the_rounds_they_cite():
         table.focus()
         table.move_cursor(row=0)
         await pilot.press("enter")
-        await pilot.pause(0.2)
+        await shown_until(pilot, lambda: len(app._notifications), "a notification shown")
         shown = [n.message for n in app._notifications]
         assert any(f"cited {len(first.round_ids)} rounds, {len(first.round_ids)} held" in m for m in shown)
 
@@ -255,12 +254,7 @@ def prefilled_events(events):
 
 def _until_drawn(events):
     async def run_before(pilot):
-        app = pilot.app
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and app.state.events_seen < len(events):
-            await pilot.pause(0.05)
-        await pilot.pause(0.3)
-        await pilot.wait_for_scheduled_animations()
+        await drawn(pilot.app, pilot, events)
 
     return run_before
 
@@ -273,11 +267,9 @@ def test_snapshot_help_80x24(snap_compare):
     """The whole help text, replay keys included, over the dimmed replay view."""
 
     async def run_before(pilot):
-        while not pilot.app.feed.done.is_set():
-            await pilot.pause(0.05)
-        await pilot.pause(0.3)
+        await drawn(pilot.app, pilot)
         await pilot.press("question_mark")
-        await pilot.pause(0.2)
+        await shown_until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen), "the help screen open")
 
     assert snap_compare(make_app(ReplayFeed(POLICY_LOG, speed=0.0)), terminal_size=(80, 24), run_before=run_before)
 
@@ -286,7 +278,7 @@ def test_snapshot_text_only_80x24(snap_compare):
     async def run_before(pilot):
         await _until_drawn(POLICY_EVENTS)(pilot)
         await pilot.press("t")
-        await pilot.pause(0.3)
+        await shown_until(pilot, lambda: pilot.app.screen.query_one("#main").has_class("text-only"), "text only")
 
     assert snap_compare(prefilled_events(POLICY_EVENTS), terminal_size=(80, 24), run_before=run_before)
 
@@ -305,7 +297,7 @@ def test_snapshot_replay_after_a_jump_80x24(snap_compare):
     async def run_before(pilot):
         await pilot.press("space")
         await pilot.press("g", "r", "2", "0", "0", "enter")
-        await pilot.pause(0.3)
+        await shown_until(pilot, lambda: pilot.app.state.rounds_seen == 201, "the jump to round 200 taken")
 
     assert snap_compare(make_app(ReplayFeed(POLICY_LOG, speed=1.0)), terminal_size=(80, 24), run_before=run_before)
 

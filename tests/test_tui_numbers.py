@@ -10,7 +10,8 @@ from specmon.metrics.rates import acceptance_rate
 from specmon.metrics.stats import class_stats
 from specmon.tui.panes import bar_line, render_acceptance, render_speed
 from specmon.tui.state import ViewState
-from test_tui_view import POLICY_EVENTS, TUI_EVENTS, drawn, prefilled, region_lines
+from test_tui_view import POLICY_EVENTS, TUI_EVENTS, chat_in_view, prefilled, region_lines
+from waiting import drawn
 
 LAST_CHAT = max(i for i, e in enumerate(POLICY_EVENTS) if isinstance(e, PromptFinished) and e.prompt_class == "chat")
 
@@ -203,8 +204,7 @@ async def test_a_switched_off_class_keeps_its_figures_and_the_decision_that_swit
     app = prefilled(POLICY_EVENTS)
     async with app.run_test(size=(80, 24)) as pilot:
         await drawn(app, pilot, POLICY_EVENTS)
-        app.screen.query_one("#classes").move_cursor(row=0)  # 4 of 5 rows fit: bring chat into view
-        await pilot.pause(0.1)
+        await chat_in_view(app, pilot)
         decisions = {d.prompt_class: d for d in POLICY_EVENTS if isinstance(d, Decision)}
         run = class_stats(POLICY_EVENTS)["chat"].runs[2]
         chat = next(line for line in region_lines(app, "classes") if line.startswith("│chat"))

@@ -3,7 +3,6 @@ reason is on an 80×24 screen until a reload is taken, and a taken reload says w
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from specmon.events.log import LogWriter, read_log
@@ -15,7 +14,8 @@ from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
 from specmon.tui.state import ViewState
 from test_tui import prefilled_events
-from test_tui_view import region_lines, screen_lines
+from test_tui_view import chat_in_view, region_lines
+from waiting import drawn, screen_lines, shown_until
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 POLICY_EVENTS = list(read_log(FIXTURES / "session-policy.specmon"))  # chat and code-new switched off by d0, d1
@@ -101,10 +101,7 @@ async def offered(app, pilot, sub, events) -> None:
     target = app.state.events_seen + len(events)
     for event in events:
         sub.offer(event)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and app.state.events_seen < target:
-        await pilot.pause(0.05)
-    await pilot.pause(0.3)
+    await shown_until(pilot, lambda: app.state.events_seen >= target, f"{target} events applied")
 
 
 def notice_text(app) -> str:
@@ -136,8 +133,7 @@ async def test_a_reload_sets_each_classes_k_and_on_off_as_the_policy_in_force_ru
         assert (rewrite["k"], rewrite["spec"]) == ("4", "off")  # off; its figures stay those at the k it ran at
         assert (code_edit["k"], code_edit["spec"]) == ("3", "on")
         assert chat["spec"] == "off d0 ×0.55"  # the edit left chat alone: the decision that switched it off stands
-        app.screen.query_one("#classes").move_cursor(row=0)
-        await pilot.pause(0.2)
+        await chat_in_view(app, pilot)
         shown = {line.split()[0].strip("│"): line for line in region_lines(app, "classes")[1:-1]}
         spec = {name: line.rstrip("│▁▂▃▄▅▆▇█ ").rsplit(" ", 1)[-1] for name, line in shown.items()}
         assert spec["rewrite"] == "off" and spec["code-edit"] == "on" and shown["code-edit"].split()[1] == "3"
@@ -193,8 +189,9 @@ async def test_a_refused_edits_whole_reason_is_on_an_80x24_screen_until_a_reload
         assert "refused" not in screen and "stays in force" not in screen
         assert "policy reloaded" in screen and squash(CHANGED_TEXT) in squash(notice_text(app))
         assert app.screen.query_one("#decisions").border_subtitle == "policy bbbbbbbb"
-        await pilot.pause(2.3)  # a taken reload is news only for a while
-        assert notice_text(app) == "" and "policy reloaded" not in "\n".join(screen_lines(app))
+        # a taken reload is news only for a while
+        await shown_until(pilot, lambda: notice_text(app) == "", "the reload's notice gone")
+        assert "policy reloaded" not in "\n".join(screen_lines(app))
 
 
 async def test_a_second_refusal_shows_its_own_reason_and_no_notice_without_an_edit():
@@ -215,13 +212,11 @@ async def test_a_replay_jump_back_before_the_refusal_takes_its_notice_away(tmp_p
     feed = ReplayFeed(log, speed=0.0)
     app = make_app(feed)
     async with app.run_test(size=(80, 24)) as pilot:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not feed.done.is_set():
-            await pilot.pause(0.05)
-        await pilot.pause(0.3)
+        await drawn(app, pilot)
         assert squash(ERROR) in squash(notice_text(app))
+        position = feed.position
         await pilot.press("g", "r", "1", "0", "enter")
-        await pilot.pause(0.3)
+        await shown_until(pilot, lambda: feed.position != position, "the jump back taken")
         assert app.state.rounds_seen == 11 and notice_text(app) == ""
         assert "refused" not in "\n".join(screen_lines(app))
 
@@ -230,11 +225,7 @@ def test_snapshot_policy_edit_refused_80x24(snap_compare):
     events = with_events(RELOAD, refused())
 
     async def run_before(pilot):
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and pilot.app.state.events_seen < len(events):
-            await pilot.pause(0.05)
-        await pilot.pause(0.3)
-        await pilot.wait_for_scheduled_animations()
+        await drawn(pilot.app, pilot, events)
 
     assert snap_compare(prefilled_events(events), terminal_size=(80, 24), run_before=run_before)
 

@@ -13,7 +13,8 @@ from specmon.replay.player import ReplayFeed
 from specmon.tui.factory import make_app
 from specmon.tui.requests import seconds, short_id
 from specmon.tui.state import ViewState
-from test_tui_view import POLICY_EVENTS, drawn, prefilled, region_lines, screen_lines
+from test_tui_view import POLICY_EVENTS, prefilled, region_lines
+from waiting import drawn, resized, screen_lines
 
 SERVE_LOG = Path(__file__).resolve().parent / "fixtures" / "session-serve.specmon"
 SERVE_EVENTS = list(read_log(SERVE_LOG))
@@ -115,15 +116,13 @@ async def test_serving_takes_the_text_row_at_80x24_and_needs_24_rows():
     async with app.run_test(size=(80, 23)) as pilot:
         await drawn(app, pilot, events)
         assert "terminal too small: 80×23, need 70×24" in "\n".join(screen_lines(app))
-        await pilot.resize_terminal(70, 24)
-        await pilot.pause(0.3)
+        await resized(pilot, 70, 24)
         lines = screen_lines(app)
         assert "too small" not in "\n".join(lines)
         assert lines[-2].startswith("╰") and lines[-2].endswith("╯")  # the pane's foot, above the footer
         assert lines[-3].startswith(f"│ ▶ chat {short_id(SECOND)} [code-edit]")
         assert app.screen.query_one("#text-box").region.height == 0
-        await pilot.resize_terminal(120, 40)
-        await pilot.pause(0.3)
+        await resized(pilot, 120, 40)
         assert app.screen.query_one("#requests").region.height == 3
         assert app.screen.query_one("#text-box").region.height == 40 - 2 - 22  # the rest of the screen
 

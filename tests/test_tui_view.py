@@ -3,7 +3,6 @@ the footer, the title and the too-small screen. Each test reads the screen as a 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from specmon.events.log import read_log
@@ -20,6 +19,8 @@ from specmon.replay.player import ReplayFeed
 from specmon.transport.channel import Subscription
 from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
+from specmon.tui.screens import HelpScreen, JumpScreen
+from waiting import drawn, resized, screen_lines, shown_until
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 POLICY_LOG = FIXTURES / "session-policy.specmon"
@@ -37,26 +38,6 @@ def prefilled(events, title: str = "fixture"):
     return make_app(feed)
 
 
-async def drawn(app, pilot, events=None):
-    """Until every event has been applied and drawn."""
-    total = len(events) if events is not None else None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (total is None or app.state.events_seen < total):
-        if total is None and app.feed.done.is_set():
-            break
-        await pilot.pause(0.05)
-    await pilot.wait_for_scheduled_animations()
-    shown = None
-    while (now := screen_lines(app)) != shown:  # until a turn of the event loop changes nothing on screen
-        shown = now
-        await pilot.pause()
-
-
-def screen_lines(app) -> list[str]:
-    """The terminal as a user sees it, line by line."""
-    return [strip.text for strip in app.screen._compositor.render_strips()]
-
-
 def region_lines(app, widget_id: str) -> list[str]:
     """The lines of the screen a widget covers, its border included."""
     region = app.screen.query_one(f"#{widget_id}").region
@@ -71,7 +52,7 @@ async def test_help_shows_its_whole_text_at_80x24():
     async with app.run_test(size=(80, 24)) as pilot:
         await drawn(app, pilot, POLICY_EVENTS)
         await pilot.press("question_mark")
-        await pilot.pause(0.2)
+        await shown_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen open")
         screen = "\n".join(screen_lines(app))
         for phrase in (
             "speculative decoding, round by round",
@@ -87,7 +68,7 @@ async def test_help_shows_its_whole_text_at_80x24():
         ):
             assert phrase in screen, phrase
         await pilot.press("x")  # any key closes it
-        await pilot.pause(0.1)
+        await shown_until(pilot, lambda: not isinstance(app.screen, HelpScreen), "the help screen closed")
         assert "Press any key to close." not in "\n".join(screen_lines(app))
 
 
@@ -97,11 +78,14 @@ async def test_jump_box_takes_typing_at_once_and_shows_its_whole_hint():
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("space")  # pause the replay
         await pilot.press("g")
-        await pilot.pause(0.2)
+        await shown_until(pilot, lambda: isinstance(app.screen, JumpScreen), "the jump box open")
         screen = "\n".join(screen_lines(app))
         assert "jump to r<round id>, p:<prompt id> or d<decision id>" in screen
+        position = feed.position
         await pilot.press("r", "5", "enter")  # no Tab, no click: the box has the focus
-        await pilot.pause(0.2)
+        await shown_until(
+            pilot, lambda: not isinstance(app.screen, JumpScreen) and feed.position != position, "the jump taken"
+        )
         rounds = [e for e in POLICY_EVENTS if isinstance(e, RoundVerified)]
         assert rounds[5].round_id == 5
         assert app.state.rounds_seen == 6
@@ -111,20 +95,26 @@ async def test_jump_box_takes_typing_at_once_and_shows_its_whole_hint():
 # -- text only and the end of a run -------------------------------------------------------------
 
 
+async def text_only(app, pilot, on: bool) -> None:
+    """Press t and wait until the text-only layout is `on` (or off) and drawn."""
+    await pilot.press("t")
+    await shown_until(
+        pilot, lambda: app.screen.query_one("#main").has_class("text-only") == on, f"text only {'on' if on else 'off'}"
+    )
+
+
 async def test_text_only_gives_the_text_the_whole_screen():
     app = prefilled(POLICY_EVENTS)
     async with app.run_test(size=(80, 24)) as pilot:
         await drawn(app, pilot, POLICY_EVENTS)
-        await pilot.press("t")
-        await pilot.pause(0.3)
+        await text_only(app, pilot, True)
         box = app.screen.query_one("#text-box")
         assert box.region.height == 24 - 2  # all but the title line and the footer
         text = [line for line in region_lines(app, "text-box")[1:-1] if line.strip("│ ")]
         assert len(text) >= 18
         assert "Apreter! Apreter!" in text[-1]  # the newest text, at the bottom
         assert not app.screen.query_one("#speed").display or app.screen.query_one("#speed").region.height == 0
-        await pilot.press("t")
-        await pilot.pause(0.3)
+        await text_only(app, pilot, False)
         assert app.screen.query_one("#speed").region.height > 0
 
 
@@ -183,13 +173,13 @@ async def test_decisions_pane_stops_following_once_the_user_moves_up():
     async with app.run_test(size=(80, 24)) as pilot:
         for event in events[:cut]:
             sub.offer(event)
-        await pilot.pause(0.4)
+        await drawn(app, pilot, events[:cut])
         table = app.screen.query_one("#decisions")
         assert table.cursor_row == table.row_count - 1
         table.move_cursor(row=0)
         for event in events[cut:]:
             sub.offer(event)
-        await pilot.pause(0.4)
+        await drawn(app, pilot, events)
         assert table.row_count == 6 and table.cursor_row == 0
 
 
@@ -199,11 +189,8 @@ async def test_decisions_pane_stops_following_once_the_user_moves_up():
 async def test_replay_footer_shows_every_replay_key_at_80_columns():
     app = make_app(ReplayFeed(POLICY_LOG, speed=0.0))
     async with app.run_test(size=(80, 24)) as pilot:
-        for _ in range(50):  # a slow host may take more than one pause to draw the footer
-            await pilot.pause(0.1)
-            footer = screen_lines(app)[-1]
-            if footer.strip():
-                break
+        await shown_until(pilot, lambda: screen_lines(app)[-1].strip(), "the footer drawn")
+        footer = screen_lines(app)[-1]
         for key in ("␣ play", "n step", "s speed", "g jump", "? help", "q quit"):
             assert key in footer, footer
 
@@ -284,6 +271,14 @@ async def test_rejections_pane_shows_all_seven_positions_at_80_columns():
         assert a_i == [f"{a:.2f}"[1:] if a < 0.995 else "1.0" for a in run.per_position]
 
 
+async def chat_in_view(app, pilot) -> None:
+    """Move the classes table's cursor to its first row, chat: 4 of 5 rows fit at 80×24."""
+    app.screen.query_one("#classes").move_cursor(row=0)
+    await shown_until(
+        pilot, lambda: any(line.startswith("│chat") for line in region_lines(app, "classes")), "chat's row in view"
+    )
+
+
 async def test_class_table_shows_on_and_off_whole_at_80_columns():
     app = prefilled(POLICY_EVENTS)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -291,8 +286,7 @@ async def test_class_table_shows_on_and_off_whole_at_80_columns():
         table = app.screen.query_one("#classes")
         assert str(table.get_row_at(table.cursor_row)[0]) == "non-english"  # the class the panes show, in view
         assert any(line.startswith("│non-english") for line in region_lines(app, "classes"))
-        table.move_cursor(row=0)  # 4 of 5 rows fit: bring chat into view
-        await pilot.pause(0.1)
+        await chat_in_view(app, pilot)
         shown = region_lines(app, "classes")
         chat = next(line for line in shown if line.startswith("│chat"))
         assert "off d0 ×0.55" in chat
@@ -330,11 +324,9 @@ async def test_too_small_terminal_says_so_and_recovers():
         screen = "\n".join(screen_lines(app))
         assert "terminal too small: 60×20, need 70×20" in screen
         assert "acceptance" not in screen
-        await pilot.resize_terminal(69, 30)
-        await pilot.pause(0.3)
+        await resized(pilot, 69, 30)
         assert "terminal too small: 69×30, need 70×20" in "\n".join(screen_lines(app))
-        await pilot.resize_terminal(80, 24)
-        await pilot.pause(0.3)
+        await resized(pilot, 80, 24)
         screen = "\n".join(screen_lines(app))
         assert "too small" not in screen
         assert "acceptance · non-english k=4" in screen and "c10aa0" in screen
@@ -349,7 +341,7 @@ async def test_a_click_selects_a_decision_and_shows_its_rounds():
         assert table.cursor_row == 1  # following the newest
         await pilot.click("#decisions", offset=(2, 2))  # row 0: the cursor moves there
         await pilot.click("#decisions", offset=(2, 2))  # and a second click selects it
-        await pilot.pause(0.2)
+        await shown_until(pilot, lambda: len(app._notifications), "a notification shown")
         assert table.cursor_row == 0
         shown = [n.message for n in app._notifications]
         assert any(

@@ -15,6 +15,7 @@ from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
 from specmon.tui.served_app import ServedApp
 from specmon.tui.served_state import ServedState
+from waiting import shown_until
 
 URL = "http://127.0.0.1:8080"
 T0 = 1_800_000_000.0
@@ -142,20 +143,11 @@ def prefilled(events) -> Feed:
     return feed
 
 
-async def wait_until(pilot, condition, what: str, ticks: int = 100):
-    for _ in range(ticks):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"never: {what}")
-
-
 async def test_a_watch_session_gets_the_served_view_legible_at_80x24():
     app = make_app(prefilled(WATCH + REQUESTS))
     assert isinstance(app, ServedApp)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.state.requests_seen == 4, "every event applied")
-        await pilot.pause(0.1)
+        await shown_until(pilot, lambda: app.state.requests_seen == 4, "every event applied")
         shown = {pid: str(app.query_one(f"#{pid}").render()) for pid in ("acceptance", "positions", "classes")}
         assert "acceptance 0.66" in shown["acceptance"]
         assert " 0 " in shown["positions"] and "0.88" in shown["positions"]
@@ -176,7 +168,7 @@ async def test_a_replayed_watch_log_opens_in_the_served_view(tmp_path):
     app = make_app(ReplayFeed(log, speed=0.0))
     assert isinstance(app, ServedApp)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.state.finished is not None, "the replay reached the end")
+        await shown_until(pilot, lambda: app.state.finished is not None, "the replay reached the end")
         assert app.state.total().drafts == 16
 
 
