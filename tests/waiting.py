@@ -78,8 +78,8 @@ async def shown_until(pilot, condition: Callable[[], T], what: str, timeout: flo
 
 async def drawn(app, pilot, events=None) -> None:
     """Until a specmon app has applied every one of `events` (without them: until its feed ended) and drawn it."""
-    if events is None:
-        await shown_until(pilot, app.feed.done.is_set, "the feed ended")
+    if events is None:  # _drawn_end: the app's last tick found the feed ended and nothing left to apply
+        await shown_until(pilot, lambda: app.feed.done.is_set() and app._drawn_end, "the feed ended and drawn")
     else:
         await shown_until(pilot, lambda: app.state.events_seen >= len(events), f"{len(events)} events applied")
 
