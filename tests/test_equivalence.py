@@ -26,7 +26,7 @@ NEW_TOKENS = 16
 DRAFT_LAYERS = 29  # of SmolLM2-135M's 30: close enough to the target that some drafts are accepted whole
 GREEDY = Sampling()
 PROMPTS = builtin_suite()
-ONE_OF_EACH_CLASS = list({p.prompt_class: p for p in reversed(PROMPTS)}.values())[::-1]  # each class's first
+ONE_OF_EACH_CLASS = [p for p in PROMPTS if p.id == f"{p.prompt_class}-0"]  # each class's first
 
 
 def _decode(target, drafter, tokens, k, prompt_id="p", emit=None):
