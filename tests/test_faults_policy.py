@@ -293,7 +293,7 @@ def test_explain_of_a_log_cut_mid_frame_explains_the_decisions_before_the_cut(tm
     assert out[0].startswith(f"{cut}: damaged at byte ") and out[0].endswith("; explaining what precedes it")
     assert [line.split()[1] for line in out[1:-1]] == [str(i) for i in whole]
     assert all(": reproduces: " in line for line in out[1:-1])
-    assert out[-1] == f"{len(whole)} of {len(whole)} decisions reproduce from their cited rounds"
+    assert out[-1] == f"{len(whole)} of {len(whole)} decisions reproduce from what they cite"
 
 
 def _plain_log(tmp_path: Path) -> Path:

@@ -77,7 +77,9 @@ def cmd_policy(args) -> int:
     for e in explanations:
         d = e.decision
         change = f"speculation {_on_off(d.speculate_from)}->{_on_off(d.speculate_to)}, k {d.k_from}->{d.k_to}"
-        if d.thresholds.get("gate"):
+        if d.route is not None:
+            change = f"routed {d.route.side_from}->{d.route.side_to}"
+        elif d.thresholds.get("gate"):
             change += f", from a match of {d.match_from}->{d.match_to}"
         elif d.match_to:
             change += f", min_match {d.match_from}->{d.match_to}"
@@ -88,7 +90,7 @@ def cmd_policy(args) -> int:
             highlight=False,
         )
     good = sum(e.reproduces for e in explanations)
-    out.print(f"{good} of {len(explanations)} decisions reproduce from their cited rounds", highlight=False)
+    out.print(f"{good} of {len(explanations)} decisions reproduce from what they cite", highlight=False)
     return 0 if good == len(explanations) and not damage else 1
 
 

@@ -286,13 +286,13 @@ def _add_policy(sub) -> None:
     check.add_argument("file", type=Path)
     explain = policy.add_parser(
         "explain",
-        help="recompute each logged decision from the rounds it cites",
-        description="Every policy decision in a log names the rounds it judged and the rule (file key and line) "
-        "that decided. explain reruns that rule on exactly those rounds and says, per decision, whether "
-        "it reproduces (same switch or k, same ratio and interval). Exit 0 when all do; 1 when one does "
-        "not, or the log is damaged (the decisions before the damage are still explained).",
+        help="recompute each logged decision from the rounds (or requests) it cites",
+        description="Every policy decision in a log names the rounds it judged (a proxy's routing decision: the "
+        "requests) and the rule (file key and line) that decided. explain reruns that rule on exactly those and "
+        "says, per decision, whether it reproduces (the same switch, k or side, from the same inputs). Exit 0 when "
+        "all do; 1 when one does not, or the log is damaged (the decisions before the damage are still explained).",
     )
-    explain.add_argument("log", type=Path, help="a session log (.specmon) from run, bench policy or serve")
+    explain.add_argument("log", type=Path, help="a session log (.specmon) from run, bench policy, serve or proxy")
     explain.add_argument("decision", nargs="?", type=int, help="one decision id, counted from 0 (default: all)")
     edit = policy.add_parser(
         "set",

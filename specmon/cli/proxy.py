@@ -1,6 +1,6 @@
 """`specmon proxy --upstream URL`: an OpenAI-compatible pass-through that classifies each request by a
-policy's classes and logs the upstream's own timings per request (RequestTimed), optionally routing a
-share of each class to a plain upstream to measure what speculation buys there."""
+policy's classes, logs the upstream's own figures per request (RequestTimed) and, with a plain
+upstream, routes each class where its measured goodput is higher."""
 
 from __future__ import annotations
 
@@ -11,25 +11,37 @@ from pathlib import Path
 def add_proxy(sub, whole, share) -> None:
     proxy = sub.add_parser(
         "proxy",
-        help="pass OpenAI requests to a llama-server and measure speculation per class of real traffic",
+        help="pass OpenAI requests to llama-server, vLLM or TabbyAPI, measure speculation per class, route by it",
         description="Listen as an OpenAI-compatible server and pass each request, streaming included, to "
         "--upstream, its reply relayed byte for byte as it arrives. Chat and completion requests are classified "
         "by the policy's classes (or name one: `specmon_class` in the body, or the X-Specmon-Class header) and "
-        "each reply's timings (drafted, accepted, generated tokens and decode ms) are logged, so the view and "
-        "log info show acceptance, tokens per step and tok/s per class; the upstream's /metrics is read every "
-        "second. With --plain-upstream (the same model without speculation) a share of each class goes there, "
-        "interleaved, and the advice says per class what speculation buys (with its 95% interval) and what it "
-        "would change. Nothing is applied upstream: llama-server takes no per-request switch for speculation. "
-        "vLLM's replies carry no timings: through the proxy its requests are counted, not measured (watch it).",
+        "each reply's own figures are logged (llama-server's timings; vLLM's metrics.speculative_decoding, with "
+        "--per-request-spec-decode-metrics summary; TabbyAPI's usage.completion_tokens_details), so the view and "
+        "log info show acceptance, tokens per step and tok/s per class; an upstream that reports none is said "
+        "once. With --plain-upstream (the same model without speculation) the policy routes: each class goes "
+        "to the side whose measured goodput is higher, a small share (routing.explore_share) still tries the "
+        'other, and every move is a Decision that `specmon policy explain` recomputes; in mode = "advise" a '
+        "fixed --plain-share goes plain and nothing is routed. Each side may be a pool: repeat the flag.",
     )
-    proxy.add_argument("--upstream", required=True, metavar="URL", help="the server with speculation on")
-    proxy.add_argument("--plain-upstream", metavar="URL", help="the same model without speculation (a baseline)")
+    proxy.add_argument(
+        "--upstream",
+        required=True,
+        action="append",
+        metavar="URL",
+        help="the server with speculation on; repeat for a pool of them (least outstanding requests first)",
+    )
+    proxy.add_argument(
+        "--plain-upstream",
+        action="append",
+        metavar="URL",
+        help="the same model without speculation; repeat for a pool. The policy then routes each class",
+    )
     proxy.add_argument(
         "--plain-share",
         type=share,
         default=0.25,
         metavar="FRACTION",
-        help="of each class's requests sent to --plain-upstream, interleaved (default 0.25)",
+        help='in mode = "advise" only: of each class\'s requests sent plain, interleaved (default 0.25)',
     )
     proxy.add_argument("--policy", type=Path, help="TOML policy whose classes sort requests (default: default)")
     proxy.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

@@ -165,6 +165,22 @@ class PolicyLoaded(Event, tag="policy", kw_only=True):
     changed: list[str] = []  # a reload: the classes it changed (they start again from the file), "policy" for [policy]
 
 
+class RouteChoice(msgspec.Struct, array_like=True, frozen=True):
+    """A proxy's routing decision (policy.route): the class's side before and after, and the
+    estimate over the cited requests that moved it."""
+
+    side_from: str  # "both" (alternating, not yet measured) | "spec" | "plain"
+    side_to: str
+    explore_share: float  # of the class's requests still sent to the other side
+    ratio: float  # spec/plain goodput over the cited requests
+    low: float | None  # its 95% interval (None: too few requests for one)
+    high: float | None
+    spec_requests: int
+    plain_requests: int
+    min_requests: int  # the thresholds it was decided with (routing.*)
+    window: int
+
+
 class Decision(Event, tag="decision", kw_only=True):
     """The policy changed (or, in advise mode, would change) a class's speculation or k."""
 
@@ -185,6 +201,8 @@ class Decision(Event, tag="decision", kw_only=True):
     # the n-gram drafter's min_match before and after (classes[i].ngram.max_match); 0: left alone
     match_from: int = 0
     match_to: int = 0
+    request_ids: list[str] = []  # a proxy's routing decision cites requests (RequestTimed), not rounds
+    route: RouteChoice | None = None  # set on a routing decision, which leaves k alone
 
 
 class QueueSample(Event, tag="queue", kw_only=True):
@@ -216,8 +234,9 @@ class ServerScraped(Event, tag="scrape", kw_only=True):
 
 
 class RequestTimed(Event, tag="request", kw_only=True):
-    """`specmon proxy`: one request passed to an upstream server, classified by the policy, with the
-    upstream's own `timings` (llama-server; None where the upstream gave none) and the proxy's clock."""
+    """`specmon proxy`: one request passed to an upstream server, classified by the policy, with what the
+    upstream's reply said of it (proxy.evidence: llama-server's `timings`, vLLM's `metrics`, TabbyAPI's
+    `usage`, in llama-server's names; None where the reply gave none) and the proxy's own clock."""
 
     request_id: str
     prompt_class: str
@@ -234,6 +253,11 @@ class RequestTimed(Event, tag="request", kw_only=True):
     draft_n_accepted: int | None = None
     first_byte_ms: float | None = None  # the proxy's arrival to the upstream's first body byte
     total_ms: float | None = None  # the proxy's arrival to the reply's last byte
+    # predicted_n / predicted_ms hold any family's generated tokens and its own decode ms (never the proxy's)
+    family: str = ""  # whose reply shape was read: "llama-server" | "vllm" | "tabbyapi"; "" none (older logs)
+    spec_steps: int | None = None  # verification steps (vLLM's num_spec_steps); None where not given
+    accepted_per_pos: list[int] = []  # steps whose accepted prefix reached past position i (vLLM's histogram)
+    upstream_url: str = ""  # which upstream of the side's pool answered ("" if none did)
 
 
 # New event types are added at the end; old logs never contain them and still decode.

@@ -1,4 +1,5 @@
-"""Recompute every decision of a logged session from the very rounds it cites."""
+"""Recompute every decision of a logged session from the very rounds (or, a proxy's routing
+decisions, the very requests) it cites."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Callable
 
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
-from specmon.events.schema import Decision, RoundVerified
+from specmon.events.schema import Decision, RequestTimed, RoundVerified
 from specmon.metrics.format import count
-from specmon.policy import gate
+from specmon.policy import gate, route
 from specmon.policy.legacy import Row, decide, decide_match
 
 
@@ -29,11 +30,14 @@ def explain_log(
     With `on_damage`, a damaged log (cut short, a bad frame) is explained up to the damage, which
     is handed to it; without, the damage is raised."""
     rows: dict[int, tuple[Row, gate.Draft]] = {}
+    requests: dict[str, RequestTimed] = {}
     decisions: list[Decision] = []
     try:
         for ev in read_log(path):
             if isinstance(ev, RoundVerified):
                 rows[ev.round_id] = (Row.of(ev), gate.Draft.of(ev))
+            elif isinstance(ev, RequestTimed):
+                requests[ev.request_id] = ev
             elif isinstance(ev, Decision):
                 decisions.append(ev)
     except LogDamaged as exc:
@@ -47,7 +51,41 @@ def explain_log(
         decisions = [d for d in decisions if d.decision_id == decision_id]
         if not decisions:
             raise SpecmonError(f"no decision {decision_id} in {path} (it has {min(ids)}..{max(ids)})")
-    return [explain(d, rows) for d in decisions]
+    return [explain_route(d, requests) if d.route is not None else explain(d, rows) for d in decisions]
+
+
+def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation:
+    """A proxy's routing decision: the estimate over the requests it cites, drawn again, and the
+    side the rule takes from it."""
+    c = d.route
+    missing = [rid for rid in d.request_ids if rid not in requests]
+    if missing:
+        return Explanation(d, False, f"{count(len(missing), 'cited request')} not in the log (first: {missing[0]})")
+    cited = [requests[rid] for rid in d.request_ids]
+    est = route.estimate(
+        [r for r in cited if r.upstream == route.SPEC], [r for r in cited if r.upstream == route.PLAIN]
+    )
+    side = route.choose(c.side_from, est, c.min_requests)
+    if side != c.side_to:
+        return Explanation(d, False, f"recomputed: {c.side_from} -> {side} (logged {c.side_to})")
+    figures = {"ratio": (c.ratio, est.ratio), "low": (c.low, est.low), "high": (c.high, est.high)}
+    off = [name for name, (logged, again) in figures.items() if not _same(logged, again)]
+    if off:
+        logged, again = figures[off[0]]
+        return Explanation(d, False, f"inputs differ: {off[0]} logged {logged}, recomputed {again}")
+    interval = "" if est.low is None else f" [{est.low:.2f}, {est.high:.2f}]"
+    return Explanation(
+        d,
+        True,
+        f"{c.side_from} -> {side}: spec/plain {est.ratio:.3f}x{interval} from "
+        f"{count(est.prompts_spec, 'spec request')} and {count(est.prompts_plain, 'plain request')}",
+    )
+
+
+def _same(logged: float | None, again: float | None) -> bool:
+    if logged is None or again is None:
+        return logged is again
+    return math.isclose(logged, again, rel_tol=1e-9)
 
 
 def explain(d: Decision, rows: dict[int, tuple[Row, gate.Draft]]) -> Explanation:

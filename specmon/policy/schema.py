@@ -58,6 +58,14 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     window: int = 256  # drafting rounds per class its acceptance is learned from
 
 
+class Routing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`specmon proxy` with a plain upstream beside the speculating one (policy.route)."""
+
+    explore_share: float = 0.05  # of a class's requests sent to the side it is not on, to notice a change
+    window: int = 8  # each side's last requests a class's estimate is drawn from
+    min_requests: int = 8  # timed requests on each side before a class's first choice
+
+
 class Match(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     regex: list[str] = []
     keywords: list[str] = []
@@ -79,6 +87,7 @@ class PromptClass(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     policy: Settings = Settings()
+    routing: Routing = Routing()
     classes: list[PromptClass] = []
 
 
@@ -91,6 +100,7 @@ class Policy:
     sha256: str
     warnings: list[str]
     stamp: tuple[int, int, int] | None = None  # the file as it was read (file_stamp): an edit after it is a reload
+    routing: Routing = Routing()
 
     def line_of(self, *path) -> int:
         return locate(self.text, path)[0]
@@ -154,7 +164,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         raise PolicyError(source, line, col, _readable(str(exc))) from None
     warnings = retired + _check(parsed, text, source)
     digest = hashlib.sha256(text.encode()).hexdigest()
-    return Policy(parsed.policy, parsed.classes, source, text, digest, warnings)
+    return Policy(parsed.policy, parsed.classes, source, text, digest, warnings, routing=parsed.routing)
 
 
 def _retire(raw: dict, text: str, source: str) -> list[str]:
@@ -209,6 +219,17 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
         if not ok:
             line, col = locate(text, ("policy", key))
             raise PolicyError(source, line, col, f"policy.{key} = {_shown(getattr(s, key))} is out of range: {allowed}")
+    r = parsed.routing
+    for key, ok, allowed in [
+        ("explore_share", 0.0 <= r.explore_share <= 0.5, "0..0.5 (a share of each class's requests)"),
+        ("window", 2 <= r.window <= MAX_WINDOW, f"2..{MAX_WINDOW} requests"),
+        ("min_requests", 2 <= r.min_requests <= r.window, "2..routing.window"),
+    ]:
+        if not ok:
+            line, col = locate(text, ("routing", key))
+            raise PolicyError(
+                source, line, col, f"routing.{key} = {_shown(getattr(r, key))} is out of range: {allowed}"
+            )
     if not parsed.classes:
         raise PolicyError(source, 1, 1, "no [[classes]]: add at least a default class")
     names, warnings = set(), []

@@ -1,6 +1,7 @@
-"""The proxy's ASGI app (Starlette): chat and completion requests are classified, routed (spec or
-plain upstream) and relayed with their timings logged; every other path (/v1/models, /health,
-/metrics, llama-server's own endpoints) is relayed to the speculating upstream as it is.
+"""The proxy's ASGI app (Starlette): chat and completion requests are classified, routed by the
+policy (proxy.routing: the spec or the plain side, each a pool of upstreams) and relayed with their
+figures logged; every other path (/v1/models, /health, /metrics, llama-server's own endpoints) is
+relayed to the speculating side as it is.
 
 The API key, the body limit and the one error shape are `specmon serve`'s (specmon.server.app)."""
 
@@ -19,10 +20,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from specmon.policy.schema import Policy
+from specmon.events.schema import PolicyLoaded
 from specmon.proxy.classes import body_fields, request_class
-from specmon.proxy.relay import CLIENT_LEFT, Exchange, Relay, open_reply, sent_on
-from specmon.proxy.routing import SPEC, Interleave
+from specmon.proxy.pool import Pool, Upstream, send
+from specmon.proxy.relay import CLIENT_LEFT, Exchange, Relay, sent_on
+from specmon.proxy.routing import SPEC, Router
 from specmon.server.app import authorize, class_header, disconnected, error_response, read_body
 from specmon.server.errors import ApiError, status_error
 
@@ -39,16 +41,16 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 @dataclass
 class ProxyState:
-    upstreams: dict[str, str]  # "spec" (and "plain") -> base URL, no trailing slash
+    pools: dict[str, Pool]  # "spec" (and "plain") -> its upstreams
     client: httpx.AsyncClient
-    policy: Policy
-    interleave: Interleave
-    on_request: Callable[[Exchange], None]  # each classified request, once its reply is over: publishes it
+    router: Router  # the policy: classes, where each goes, hot reload
+    on_request: Callable[[Exchange, Upstream | None], None]  # each classified request once its reply is over
     api_key: bytes | None = None
     upstream_key: bytes | None = None  # sent to the upstreams in place of any client's Authorization
     max_body_bytes: int = MAX_BODY_BYTES
     body_timeout_s: float = BODY_TIMEOUT_S
     on_refused: Callable[[str, ApiError], None] | None = None  # the headless line of a refused request
+    on_policy: Callable[[PolicyLoaded], None] = lambda event: None  # a reload taken or refused
 
 
 def build_app(state: ProxyState) -> Starlette:
@@ -59,10 +61,11 @@ def build_app(state: ProxyState) -> Starlette:
         if request.url.path != "/health":  # as `specmon serve`: a load balancer's health check carries no key
             authorize(request, state)
         body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
-        reply = await open_reply(
-            state.client, request.method, _url(state, SPEC, request), _headers(request, state), body
+        member, reply = await send(
+            state.client, state.pools[SPEC], request.method, _path(request), _headers(request, state), body
         )
-        return Relay(reply, None, state.on_request)
+        member.outstanding -= 1  # only classified requests are counted as outstanding: these are short
+        return Relay(reply, None, lambda exchange: None)
 
     async def api_error(request: Request, exc: ApiError) -> Response:
         if state.on_refused is not None:
@@ -83,33 +86,39 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
     arrived = time.perf_counter()  # the relay's clock: first and last byte are read on it
     authorize(request, state)
     body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
+    reloaded = state.router.maybe_reload()
+    if reloaded is not None:
+        state.on_policy(reloaded)
     fields = body_fields(body)
-    name, rule = request_class(state.policy, endpoint, fields, class_header(request))
-    upstream = state.interleave.upstream(name)
+    name, rule = request_class(state.router.policy, endpoint, fields, class_header(request))
+    side = state.router.side(name)
     exchange = Exchange(
         request_id=uuid.uuid4().hex[:16],
         prompt_class=name,
         class_rule=rule,
-        upstream=upstream,
+        upstream=side,
         endpoint=endpoint,
         stream=fields.get("stream") is True,
         arrived=arrived,
     )
     sending = asyncio.ensure_future(
-        open_reply(state.client, "POST", _url(state, upstream, request), _headers(request, state), body)
+        send(state.client, state.pools[side], "POST", _path(request), _headers(request, state), body)
     )
-    reply = await _unless_client_leaves(request, sending)
-    if reply is None:  # a reply not begun (llama-server sends a JSON reply's head at its end): the client left first
+    sent = await _unless_client_leaves(request, sending)
+    if sent is None:  # a reply not begun (llama-server sends a JSON reply's head at its end): the client left first
         exchange.status, exchange.ended = CLIENT_LEFT, time.perf_counter()
-        state.on_request(exchange)
+        state.on_request(exchange, None)
         return Response(status_code=CLIENT_LEFT)
-    if isinstance(reply, ApiError):
-        state.on_request(exchange)  # status 0: unreachable, logged as such
-        raise reply
-    return Relay(reply, exchange, state.on_request)
+    if isinstance(sent, ApiError):
+        state.on_request(exchange, None)  # status 0: unreachable, logged as such
+        raise sent
+    member, reply = sent
+    return Relay(reply, exchange, lambda ended: state.on_request(ended, member))
 
 
-async def _unless_client_leaves(request: Request, sending: asyncio.Future) -> httpx.Response | ApiError | None:
+async def _unless_client_leaves(
+    request: Request, sending: asyncio.Future
+) -> tuple[Upstream, httpx.Response] | ApiError | None:
     """The upstream's reply head, or None if the client disconnected first (the upstream request is
     then cancelled, so the upstream stops decoding); an unreachable upstream as its ApiError."""
     gone = asyncio.ensure_future(disconnected(request))
@@ -126,9 +135,9 @@ async def _unless_client_leaves(request: Request, sending: asyncio.Future) -> ht
         gone.cancel()
 
 
-def _url(state: ProxyState, upstream: str, request: Request) -> str:
+def _path(request: Request) -> str:
     query = request.url.query
-    return state.upstreams[upstream] + request.url.path + (f"?{query}" if query else "")
+    return request.url.path + (f"?{query}" if query else "")
 
 
 def _headers(request: Request, state: ProxyState) -> list[tuple[bytes, bytes]]:

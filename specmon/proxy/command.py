@@ -12,7 +12,7 @@ from rich.markup import escape
 from specmon.cli.console import err, out
 from specmon.cli.serve import check_host, read_api_key, serve_under_tui
 from specmon.errors import SpecmonError
-from specmon.policy.schema import load_policy
+from specmon.policy.schema import Policy, load_policy
 from specmon.proxy.relay import reason
 from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import proxy_summary
@@ -24,40 +24,58 @@ PROBE_TIMEOUT_S = 5.0
 
 
 def run_proxy(args) -> int:
-    upstream = base_url(args.upstream, "--upstream")
-    plain = base_url(args.plain_upstream, "--plain-upstream") if args.plain_upstream else None
+    upstreams = [base_url(url, "--upstream") for url in args.upstream]
+    plain = [base_url(url, "--plain-upstream") for url in args.plain_upstream or []]
     policy = load_policy(args.policy or "default")
     api_key = read_api_key(args.api_key_file) if args.api_key_file else None
     upstream_key = (
         read_api_key(args.upstream_api_key_file, "--upstream-api-key-file") if args.upstream_api_key_file else None
     )
     check_host(args.host, api_key is not None)
-    kind = probe(upstream, "--upstream")
-    if plain is not None:
-        probe(plain, "--plain-upstream")
+    kind = probe_pool(upstreams, "--upstream")
+    if plain:
+        probe_pool(plain, "--plain-upstream")
     tui = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
     listening = bind(args.host, args.port)  # before the session: a port in use opens no log
     try:
         options = ProxyOptions(
-            upstream, plain, args.plain_share, args.host, args.port, api_key, upstream_key, listening
+            upstreams, plain, args.plain_share, args.host, args.port, api_key, upstream_key, listening
         )
         options.line = None if tui else _print_line
         with observer_session(
-            lambda sid: observed_header(sid, "proxy", upstream, kind, policy), args.log, viewer=tui
+            lambda sid: observed_header(sid, "proxy", upstreams[0], kind, policy), args.log, viewer=tui
         ) as session:
             proxying = Proxying(session.session_id, session.channel.publish, policy, options)
-            _say_where(proxying, upstream, plain, args.plain_share, api_key is not None)
+            _say_where(proxying, upstreams, plain, policy, args.plain_share, api_key is not None)
             try:
                 if tui:
-                    serve_under_tui(session, proxying, f"proxy: {proxying.url}/v1 -> {upstream}", "proxy")
+                    serve_under_tui(session, proxying, f"proxy: {proxying.url}/v1 -> {upstreams[0]}", "proxy")
                 else:
                     proxying.run()
             finally:  # Ctrl-C (or q in the view) is how a proxy ends: the table is still worth printing
                 title = f"requests per class  (log: {session.log_path})"
-                out.print(proxy_summary(proxying.requests, policy, title))
+                out.print(proxy_summary(proxying.requests, proxying.router.policy, title))
     finally:
         listening.close()
     return 0
+
+
+def probe_pool(urls: list[str], flag: str) -> str:
+    """Every upstream of a side answers, or the side still has one that does (the others are said and
+    left to the pool's retries); the first answer's kind."""
+    kinds, down = [], []
+    for url in urls:
+        try:
+            kinds.append(probe(url, flag))
+        except SpecmonError as exc:
+            if len(urls) == 1:
+                raise
+            down.append(str(exc))
+    if not kinds:
+        raise SpecmonError(f"{flag}: none of the {len(urls)} upstreams answers ({down[0]})")
+    for line in down:
+        err.print(f"specmon: {escape(line)}: left out until it answers")
+    return kinds[0]
 
 
 def probe(url: str, flag: str) -> str:
@@ -72,10 +90,21 @@ def probe(url: str, flag: str) -> str:
     return "llama-server" if reply.headers.get("server", "").startswith("llama.cpp") else ""
 
 
-def _say_where(proxying: Proxying, upstream: str, plain: str | None, share: float, keyed: bool) -> None:
-    baseline = f"; {share:.0%} of each class to {plain}" if plain else ""
+def _say_where(
+    proxying: Proxying, spec: list[str], plain: list[str], policy: Policy, share: float, keyed: bool
+) -> None:
+    where = spec[0] if len(spec) == 1 else f"{len(spec)} upstreams ({', '.join(spec)})"
+    if not plain:
+        routed = ""
+    elif policy.settings.mode == "advise":
+        routed = f"; advise mode: {share:.0%} of each class to {', '.join(plain)}, routing nothing"
+    else:
+        routed = (
+            f"; the policy routes each class to {', '.join(plain)} or not, by measured goodput "
+            f"({policy.routing.explore_share:.0%} explores the other side)"
+        )
     key = "; clients must send the API key" if keyed else ""
-    print(f"specmon: proxying {proxying.url}/v1 to {upstream}{baseline}{key}", file=sys.stderr, flush=True)
+    print(f"specmon: proxying {proxying.url}/v1 to {where}{routed}{key}", file=sys.stderr, flush=True)
 
 
 def _print_line(line: str) -> None:

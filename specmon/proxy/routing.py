@@ -1,24 +1,179 @@
-"""Which upstream a request goes to: with a plain upstream, a share of each class's requests goes
-there, spread evenly through the class's traffic (interleaved), so both sides see the same mix of
-prompts over the same stretch of time."""
+"""Which side each proxied request goes to, decided per class by the policy (policy.route): with a
+plain upstream beside the speculating one, a class goes where its measured goodput is higher and
+the other side keeps `routing.explore_share` of it, interleaved, so a change in its traffic is seen.
+Every move is a Decision citing the requests it came from. In advise mode the decisions are logged
+and nothing moves: a fixed share (--plain-share) goes plain, as a baseline to compare with.
+
+The policy file is the one `run` and `serve` read: its classes sort requests, `speculate = "on"` or
+`"off"` pins a class to a side, and an edit is taken at the next request (hot reload)."""
 
 from __future__ import annotations
 
-import math
-from fractions import Fraction
+import collections
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
-SPEC, PLAIN = "spec", "plain"
+from specmon.errors import SpecmonError
+from specmon.events.schema import Decision, PolicyLoaded, RequestTimed, RouteChoice
+from specmon.policy import route
+from specmon.policy.reload import loaded_event, refused_event
+from specmon.policy.route import BOTH, PLAIN, SPEC
+from specmon.policy.schema import Policy, PromptClass, file_stamp, load_policy
+
+__all__ = ["BOTH", "PLAIN", "SPEC", "Router"]
 
 
-class Interleave:
-    """Request n (0-based) of a class goes plain when floor((n+1)·share) > floor(n·share): after any
-    n requests the class has sent floor(n·share) plain, the nearest a whole count can be."""
+@dataclass
+class ClassRoute:
+    side: str = BOTH  # where the class goes (advised, in advise mode)
+    sent: int = 0  # requests routed since the last decision: the interleave's count
+    recent: dict[str, collections.deque] = field(default_factory=dict)  # side -> its last timed requests
 
-    def __init__(self, share: float, has_plain: bool):
-        self.share = Fraction(share).limit_denominator(10_000) if has_plain else Fraction(0)  # exact: no float drift
-        self.seen: dict[str, int] = {}
 
-    def upstream(self, prompt_class: str) -> str:
-        n = self.seen.get(prompt_class, 0)
-        self.seen[prompt_class] = n + 1
-        return PLAIN if math.floor((n + 1) * self.share) > math.floor(n * self.share) else SPEC
+class Router:
+    def __init__(self, policy: Policy, session_id: str, has_plain: bool, advise_share: float = 0.25):
+        self.policy, self.session_id, self.has_plain = policy, session_id, has_plain
+        self.advise_share = advise_share  # advise mode's fixed plain share, as before the policy routed
+        self.classes: dict[str, ClassRoute] = {}
+        self.decisions = 0
+        self._stamp = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
+
+    @property
+    def enforced(self) -> bool:
+        return self.policy.settings.mode == "enforce"
+
+    def side(self, name: str) -> str:
+        """The side this request of class `name` goes to."""
+        cls = self._class(name)
+        if not self.has_plain or cls.speculate == "on":
+            return SPEC
+        if cls.speculate == "off":
+            return PLAIN
+        st = self._state(name)
+        n, st.sent = st.sent, st.sent + 1
+        if not self.enforced:
+            return PLAIN if route.explore_to(SPEC, n, self.advise_share) else SPEC
+        home = PLAIN if st.side == PLAIN else SPEC
+        away = SPEC if home == PLAIN else PLAIN
+        return away if route.explore_to(st.side, n, self.policy.routing.explore_share) else home
+
+    def share(self, name: str) -> float:
+        """The share of the class's requests that go plain now."""
+        cls = self._class(name)
+        if not self.has_plain or cls.speculate != "auto":
+            return float(self.has_plain and cls.speculate == "off")
+        if not self.enforced:
+            return self.advise_share
+        side, explore = self._state(name).side, self.policy.routing.explore_share
+        return {BOTH: 0.5, SPEC: explore, PLAIN: 1.0 - explore}[side]
+
+    def observe(self, ev: RequestTimed) -> Decision | None:
+        """Take a request's reply as evidence; a Decision when its class moves (or, advised, would)."""
+        if not self.has_plain or ev.upstream not in (SPEC, PLAIN) or not route.timed(ev):
+            return None
+        if self._class(ev.prompt_class).speculate != "auto" or ev.prompt_class not in self._names():
+            return None
+        st = self._state(ev.prompt_class)
+        st.recent[ev.upstream].append(ev)
+        return self._decide(ev.prompt_class, st)
+
+    def _decide(self, name: str, st: ClassRoute) -> Decision | None:
+        r = self.policy.routing
+        spec, plain = list(st.recent[SPEC]), list(st.recent[PLAIN])
+        est = route.estimate(spec, plain)
+        side_to = route.choose(st.side, est, r.min_requests)
+        if side_to == st.side:
+            return None
+        key = "min_requests" if st.side == BOTH else "window"
+        choice = RouteChoice(
+            st.side,
+            side_to,
+            r.explore_share,
+            est.ratio,
+            est.low,
+            est.high,
+            len(spec),
+            len(plain),
+            r.min_requests,
+            r.window,
+        )
+        st.side, st.sent = side_to, 0
+        self.decisions += 1
+        return Decision(
+            session_id=self.session_id,
+            t=time.time(),
+            decision_id=self.decisions - 1,
+            prompt_class=name,
+            speculate_from=choice.side_from != PLAIN,
+            speculate_to=side_to != PLAIN,
+            k_from=0,
+            k_to=0,
+            rule_key=f"routing.{key}",
+            rule_line=self.policy.line_of("routing", key),
+            inputs={},
+            thresholds={},
+            round_ids=[],
+            applied=self.enforced,
+            policy_sha256=self.policy.sha256,
+            reason=_reason(choice),
+            request_ids=[ev.request_id for ev in spec + plain],
+            route=choice,
+        )
+
+    def maybe_reload(self) -> PolicyLoaded | None:
+        """If the file changed: a valid edit takes over from the next request, an invalid one is
+        refused and reported. A class whose entry changed, or all of them when [policy] or [routing]
+        did, starts again from BOTH (what was measured belonged to the old classes)."""
+        stamp = file_stamp(self.policy.source)
+        if stamp == self._stamp:
+            return None
+        self._stamp = stamp
+        try:
+            new = load_policy(Path(self.policy.source))
+        except SpecmonError as exc:
+            return refused_event(self.policy.source, self.session_id, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the proxy
+            return refused_event(self.policy.source, self.session_id, f"{self.policy.source}: cannot load it ({exc!r})")
+        old, self.policy = self.policy, new
+        before = {c.name: c for c in old.classes}
+        kept = {c.name for c in new.classes}
+        changed = [c.name for c in new.classes if before.get(c.name) != c] + [n for n in before if n not in kept]
+        whole = old.settings != new.settings or old.routing != new.routing
+        if whole:
+            changed += ["policy"] if old.settings != new.settings else []
+            changed += ["routing"] if old.routing != new.routing else []
+        for name in list(self.classes) if whole else changed:
+            self.classes.pop(name, None)
+        return loaded_event(new, self.session_id, changed=changed)
+
+    def _state(self, name: str) -> ClassRoute:
+        st = self.classes.get(name)
+        if st is None:
+            window = self.policy.routing.window
+            recent = {SPEC: collections.deque(maxlen=window), PLAIN: collections.deque(maxlen=window)}
+            st = self.classes[name] = ClassRoute(recent=recent)
+        return st
+
+    def _names(self) -> set[str]:
+        return {c.name for c in self.policy.classes}
+
+    def _class(self, name: str) -> PromptClass:
+        for c in self.policy.classes:
+            if c.name == name:
+                return c
+        return next(c for c in self.policy.classes if c.default)
+
+
+def _reason(c: RouteChoice) -> str:
+    """The decision in words: where the class goes, and why."""
+    interval = "" if c.low is None else f" [{c.low:.2f}, {c.high:.2f}]"
+    sides = f"{c.spec_requests} spec vs {c.plain_requests} plain requests"
+    if c.side_from == BOTH:
+        why = f"higher measured goodput after {c.min_requests} requests on each side"
+    else:
+        why = "the 95% interval excludes 1.0"
+    return (
+        f"{c.side_from} -> {c.side_to} ({c.explore_share:.0%} to the other side): "
+        f"spec/plain {c.ratio:.2f}x{interval} over {sides}; {why}"
+    )

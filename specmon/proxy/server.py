@@ -7,18 +7,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import httpx
+import msgspec
 import uvicorn
 
-from specmon.events.schema import RequestTimed, ServerScraped
+from specmon.events.schema import PolicyLoaded, RequestTimed, ServerScraped
+from specmon.policy.reload import print_reload
 from specmon.policy.schema import Policy
 from specmon.proxy.app import ProxyState, build_app
+from specmon.proxy.pool import Pool, Upstream
 from specmon.proxy.relay import Exchange, QuietUpstreamBroke
-from specmon.proxy.routing import PLAIN, SPEC, Interleave
+from specmon.proxy.routing import PLAIN, SPEC, Router
 from specmon.proxy.tables import request_line
 from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import HEAD_TIMEOUT_S, MAX_CONNECTIONS, guarded_h11
@@ -34,9 +38,9 @@ UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
 
 @dataclass
 class ProxyOptions:
-    upstream: str
-    plain_upstream: str | None = None
-    plain_share: float = 0.25
+    upstreams: list[str]  # the side that speculates: one server, or a pool of the same model
+    plain_upstreams: list[str] = field(default_factory=list)  # the same model without speculation
+    plain_share: float = 0.25  # advise mode's fixed baseline share (enforce: the policy routes)
     host: str = "127.0.0.1"
     port: int = 8001
     api_key: bytes | None = None
@@ -44,6 +48,11 @@ class ProxyOptions:
     socket: socket.socket | None = None  # already bound (the command binds before opening the session)
     line: Callable[[str], None] | None = None  # the headless line of each request
     scrape_s: float | None = SCRAPE_S  # how often the upstream's /metrics is read (None: never)
+
+
+def print_notice(line: str) -> None:
+    """A pool's notice on stderr, looked up at each call (under the TUI, Textual takes stderr)."""
+    print(f"specmon: {line}", file=sys.stderr, flush=True)
 
 
 QUIET = QuietUpstreamBroke()  # one filter, added once however many proxies a process starts
@@ -90,19 +99,21 @@ class Proxying(OnThread):
     def __init__(self, session_id: str, publish: Callable, policy: Policy, options: ProxyOptions):
         self.session_id, self.publish, self.options = session_id, publish, options
         self.requests: list[RequestTimed] = []  # for the end-of-run table: one small event per request
-        upstreams = {SPEC: options.upstream}
-        if options.plain_upstream:
-            upstreams[PLAIN] = options.plain_upstream
+        say = self._say if options.line else print_notice
+        pools = {SPEC: Pool(SPEC, options.upstreams, say)}
+        if options.plain_upstreams:
+            pools[PLAIN] = Pool(PLAIN, options.plain_upstreams, say)
+        self.router = Router(policy, session_id, PLAIN in pools, options.plain_share)
         self.client = upstream_client()
         self.state = ProxyState(
-            upstreams,
+            pools,
             self.client,
-            policy,
-            Interleave(options.plain_share, PLAIN in upstreams),
+            self.router,
             self._done,
             options.api_key,
             options.upstream_key,
             on_refused=self._refused if options.line else None,
+            on_policy=self._policy,
         )
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
@@ -129,20 +140,40 @@ class Proxying(OnThread):
         with scrape_client(self.options.upstream_key.decode() if self.options.upstream_key else None) as http:
             while True:
                 try:
-                    read = await asyncio.to_thread(scrape, http, self.options.upstream, "auto", self.session_id)
+                    read = await asyncio.to_thread(scrape, http, self.options.upstreams[0], "auto", self.session_id)
                 except Exception as exc:  # an unforeseen page must not end the reads for the rest of the session
                     read = ServerScraped(
-                        session_id=self.session_id, t=time.time(), url=self.options.upstream, kind="", error=repr(exc)
+                        session_id=self.session_id,
+                        t=time.time(),
+                        url=self.options.upstreams[0],
+                        kind="",
+                        error=repr(exc),
                     )
                 self.publish(read)
                 await asyncio.sleep(self.options.scrape_s)
 
-    def _done(self, exchange: Exchange) -> None:
+    def _done(self, exchange: Exchange, member: Upstream | None) -> None:
         event = exchange.event(self.session_id)
+        if member is not None:
+            member.outstanding -= 1
+            event = msgspec.structs.replace(event, upstream_url=member.url)
         self.requests.append(event)
         self.publish(event)
         if self.options.line is not None:
             self.options.line(for_terminal(request_line(event)))
+        decision = self.router.observe(event)
+        if decision is not None:
+            self.publish(decision)
+            if self.options.line is not None:
+                self.options.line(for_terminal(f"class {decision.prompt_class}: {decision.reason}"))
+
+    def _policy(self, event: PolicyLoaded) -> None:
+        self.publish(event)
+        if self.options.line is not None:
+            print_reload(event)
+
+    def _say(self, line: str) -> None:
+        self.options.line(for_terminal(line))
 
     def _refused(self, path: str, error: ApiError) -> None:
         self.options.line(for_terminal(f"{error.status} {path}: {error.message}"))

@@ -111,7 +111,9 @@ def policy_figure(state: ViewState, width: int = 80) -> str:
 
 
 def decision_row(d: Decision) -> tuple[str, str, str]:
-    if d.speculate_from != d.speculate_to:
+    if d.route is not None:  # a proxy's: where the class's requests go
+        change = f"→{d.route.side_to}"
+    elif d.speculate_from != d.speculate_to:
         change = f"on k{d.k_to}" if d.speculate_to else "off"
     elif d.k_from != d.k_to:
         change = f"k{d.k_from}→{d.k_to}"

@@ -1,0 +1,61 @@
+"""Where a proxied class's requests go: the side (an upstream that speculates, or one that does not)
+whose measured goodput is higher, the other side keeping a small exploration share.
+
+Goodput here is a request's generated tokens over its decode ms, as the upstream reported them; a
+request is the unit the interval resamples (metrics.interval), as a prompt is in a session. The rule,
+the same live (proxy.routing) and in `specmon policy explain`:
+- a class starts on BOTH sides (its requests alternate) until each has `min_requests` timed ones;
+  then it goes where the point estimate is higher;
+- later it moves only when the 95% interval of spec/plain over each side's last `window` requests
+  excludes 1.0 in the other side's favour (the interval is the hysteresis)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from fractions import Fraction
+
+from specmon.events.schema import RequestTimed
+from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
+
+SPEC, PLAIN, BOTH = "spec", "plain", "both"
+
+
+def timed(ev: RequestTimed) -> bool:
+    """A successful reply that says how many tokens it generated in how many ms of decoding."""
+    return 200 <= ev.status < 300 and bool(ev.predicted_n) and bool(ev.predicted_ms)
+
+
+def request_totals(events: Iterable[RequestTimed]) -> PromptTotals:
+    """Generated tokens and decode ms per request: each timed request one unit of the bootstrap."""
+    emitted: dict[str, int] = {}
+    ms: dict[str, float] = {}
+    for ev in events:
+        if timed(ev):
+            emitted[ev.request_id], ms[ev.request_id] = ev.predicted_n, ev.predicted_ms
+    return PromptTotals(emitted, ms)
+
+
+def estimate(spec: Iterable[RequestTimed], plain: Iterable[RequestTimed]) -> SpeedupEstimate:
+    """spec/plain goodput with its 95% interval over requests (seeded: explain draws the same)."""
+    return speedup_estimate(request_totals(spec), request_totals(plain))
+
+
+def choose(side: str, est: SpeedupEstimate, min_requests: int) -> str:
+    """The side a class goes to next, from the side it is on and the estimate over both windows."""
+    if min(est.prompts_spec, est.prompts_plain) < min_requests or est.ratio is None:
+        return side
+    if est.verdict == "faster":
+        return SPEC
+    if est.verdict == "slower":
+        return PLAIN
+    if side == BOTH:
+        return SPEC if est.ratio >= 1.0 else PLAIN
+    return side
+
+
+def explore_to(side: str, n: int, share: float) -> bool:
+    """Whether a class's request n (0-based, counted since its last decision) goes to the side it
+    is not on: spread evenly, so after n requests floor(n·share) went there (BOTH: every other one)."""
+    exact = Fraction(1, 2) if side == BOTH else Fraction(share).limit_denominator(10_000)  # no float drift
+    return math.floor((n + 1) * exact) > math.floor(n * exact)

@@ -1,0 +1,206 @@
+"""The proxy's routing rule (policy.route, proxy.routing) and its pools (proxy.pool), on requests
+whose figures are given: where a class goes, when it moves, what each move cites, and that
+`policy explain`'s recomputation agrees with every move."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import httpx
+
+import pytest
+
+from specmon.events.schema import RequestTimed
+from specmon.policy.explain import explain_route
+from specmon.policy.schema import load_policy, parse_policy
+from specmon.proxy import pool as pools
+from specmon.proxy.routing import BOTH, PLAIN, SPEC, Router
+
+DEFAULT = load_policy("default")
+TOKENS = 128
+
+
+def policy(routing: str = "", mode: str = "enforce", chat: str = ""):
+    text = DEFAULT.text.replace('mode = "enforce"', f'mode = "{mode}"')
+    text = text.replace('name = "chat"', f'name = "chat"\n{chat}') + f"\n[routing]\n{routing}\n"
+    return parse_policy(text, "t.toml")
+
+
+def reply(i: int, side: str, tok_per_s: float, name: str = "chat", status: int = 200) -> RequestTimed:
+    return RequestTimed(
+        session_id="s",
+        t=float(i),
+        request_id=f"r{i}",
+        prompt_class=name,
+        class_rule="",
+        upstream=side,
+        endpoint="chat",
+        status=status,
+        stream=False,
+        predicted_n=TOKENS,
+        predicted_ms=TOKENS / tok_per_s * 1e3,
+    )
+
+
+def drive(router: Router, n: int, speed, start: int = 0, rng=None, seen=None) -> tuple[list[str], list, list[str]]:
+    """n requests of class chat, each routed and answered at speed(i, side) tok/s (times a prompt's
+    own spread, drawn from rng): the sides taken, the decisions made (each with the requests so far,
+    for explain) and the class's side after each request."""
+    sides, decisions, after = [], [], []
+    seen = {} if seen is None else seen  # every request so far, as the log holds them
+    for i in range(start, start + n):
+        side = router.side("chat")
+        spread = rng.uniform(0.85, 1.15) if rng else 1.0
+        ev = seen[f"r{i}"] = reply(i, side, speed(i, side) * spread)
+        sides.append(side)
+        d = router.observe(ev)
+        if d is not None:
+            decisions.append((d, dict(seen)))
+        after.append(router.classes["chat"].side if "chat" in router.classes else None)
+    return sides, decisions, after
+
+
+def loses(i, side):
+    return 25.0 * (0.92 if side == SPEC else 1.0)
+
+
+def pays(i, side):
+    return 25.0 * (1.35 if side == SPEC else 1.0)
+
+
+def test_a_class_alternates_until_measured_then_goes_where_goodput_is_higher():
+    router = Router(policy(), "s", has_plain=True)
+    sides, decisions, _ = drive(router, 16, pays)
+    assert sides == [SPEC, PLAIN] * 8  # min_requests = 8 on each side
+    ((d, cited),) = decisions
+    assert (d.route.side_from, d.route.side_to, d.speculate_to, d.applied) == (BOTH, SPEC, True, True)
+    assert d.rule_key == "routing.min_requests" and d.rule_line == router.policy.line_of("routing", "min_requests")
+    assert d.request_ids == [f"r{i}" for i in [*range(0, 16, 2), *range(1, 16, 2)]]
+    assert d.route.ratio == pytest.approx(1.35)
+    assert explain_route(d, cited).reproduces
+    sides, _, _ = drive(router, 100, pays, start=8)
+    assert sides.count(PLAIN) == 5  # explore_share 0.05 of them, evenly spread
+    assert [i for i, s in enumerate(sides) if s == PLAIN] == [19, 39, 59, 79, 99]
+
+
+FOLLOWS_WITHIN = 160  # requests after a class's traffic turns; docs/watching.md states it
+
+
+def test_routing_follows_a_class_whose_traffic_turns_from_losing_to_paying_and_back():
+    """With the default routing (explore 5%, window 8, 4 requests a side), a class whose traffic
+    turns moves within FOLLOWS_WITHIN requests, over 20 seeds of prompt-to-prompt spread; every move
+    reproduces in explain."""
+    follows = []
+    for seed in range(20):
+        rng = random.Random(seed)
+        router, seen = Router(policy(), "s", has_plain=True), {}
+        _, first, after = drive(router, 100, loses, rng=rng, seen=seen)
+        assert after[-1] == PLAIN, seed
+        _, turned, after = drive(router, 200, pays, start=100, rng=rng, seen=seen)
+        follows.append(after.index(SPEC))
+        assert set(after[follows[-1] :]) == {SPEC}, seed
+        _, back, after = drive(router, 100, loses, start=300, rng=rng, seen=seen)
+        assert after[-1] == PLAIN, seed
+        for d, cited in first + turned + back:
+            e = explain_route(d, cited)
+            assert e.reproduces, (seed, e.detail)
+    print("requests to follow:", sorted(follows))
+    assert max(follows) <= FOLLOWS_WITHIN, follows
+
+
+def test_advise_mode_sends_a_fixed_share_plain_and_logs_what_it_would_do_unapplied():
+    router = Router(policy(mode="advise"), "s", has_plain=True, advise_share=0.25)
+    sides, decisions, after = drive(router, 40, pays)
+    assert sides.count(PLAIN) == 10 and sides[:4] == [SPEC, SPEC, SPEC, PLAIN]  # as before the policy routed
+    assert [(d.route.side_to, d.applied) for d, _ in decisions] == [(SPEC, False)]
+    assert router.share("chat") == 0.25
+
+
+@pytest.mark.parametrize(("speculate", "side"), [("on", SPEC), ("off", PLAIN)])
+def test_a_class_the_file_pins_goes_to_its_side_and_decides_nothing(speculate, side):
+    router = Router(policy(chat=f'speculate = "{speculate}"'), "s", has_plain=True)
+    sides, decisions, _ = drive(router, 30, loses if side == SPEC else pays)
+    assert set(sides) == {side} and decisions == []
+
+
+def test_without_a_plain_side_everything_goes_to_spec_and_nothing_is_decided():
+    router = Router(policy(), "s", has_plain=False)
+    assert set(drive(router, 30, loses)[0]) == {SPEC} and not drive(router, 30, loses)[1]
+
+
+def test_an_edit_to_routing_is_taken_at_the_next_request_and_restarts_every_class(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(policy().text)
+    router = Router(load_policy(path), "s", has_plain=True)
+    drive(router, 16, pays)
+    assert router.maybe_reload() is None and router.classes["chat"].side == SPEC
+    path.write_text(path.read_text().replace("[routing]\n", "[routing]\nexplore_share = 0.5\n"))
+    taken = router.maybe_reload()
+    assert taken.accepted and taken.changed == ["routing"] and router.policy.routing.explore_share == 0.5
+    assert "chat" not in router.classes  # measured under the old routing: starts again from both sides
+    path.write_text(path.read_text().replace("explore_share = 0.5", "explore_share = 0.9"))
+    refused = router.maybe_reload()
+    assert not refused.accepted and "routing.explore_share = 0.9 is out of range" in refused.error
+    assert router.policy.routing.explore_share == 0.5  # the previous policy stays in force
+
+
+def test_a_pool_takes_the_member_with_fewest_outstanding_and_spreads_ties():
+    said: list[str] = []
+    pool = pools.Pool(SPEC, ["http://a", "http://b", "http://c"], said.append)
+    a, b, c = pool.members
+    assert pool.pick() is a
+    a.outstanding, a.sent = 1, 1
+    assert pool.pick() is b
+    b.sent = 1
+    assert pool.pick() is c  # b and c both idle: c has been sent fewer
+    pool.failed(c, "connection refused")
+    pool.failed(c, "connection refused")
+    assert said == ["upstream http://c (spec) is down (connection refused): left out, retried every 5 s"]
+    assert pool.pick() is b and pool.live() == 2
+    assert pool.pick(now=c.down_until + 0.1) is c  # due a retry: tried by the next request that can use it
+    pool.answered(c)
+    assert said[-1].startswith("upstream http://c (spec) answers again after") and len(said) == 2
+    pool.failed(a, "refused"), pool.failed(b, "refused"), pool.failed(c, "refused")
+    assert pool.pick() is a  # every member down: the one due soonest, never a request refused unsent
+
+
+def test_through_the_proxy_a_dead_member_is_left_out_said_once_and_the_busy_one_passed_over(tmp_path):
+    """Real sockets: a pool of two stand-ins and a port nothing listens on."""
+    from test_proxy import PATHS, timed
+    from test_proxy_cli import refused_port
+    from test_proxy_upstream import FakeUpstream, request_body
+
+    from specmon.proxy.server import ProxyOptions, Proxying
+    from specmon.transport.session import observed_header, observer_session
+
+    lines: list[str] = []
+    log = tmp_path / "p.specmon"
+    with FakeUpstream() as a, FakeUpstream() as b:
+        dead = refused_port()
+        header = lambda sid: observed_header(sid, "proxy", a.url, "llama-server", DEFAULT)  # noqa: E731
+        with observer_session(header, log, serve=False, announce=False) as session:
+            options = ProxyOptions([a.url, dead, b.url], port=0, scrape_s=None, line=lines.append)
+            proxying = Proxying(session.session_id, session.channel.publish, DEFAULT, options)
+            proxying.start()
+            try:
+                for _ in range(6):
+                    assert httpx.post(proxying.url + PATHS["chat"], json=request_body("chat")).status_code == 200
+                a.hold = threading.Event()  # a's next reply waits: one request outstanding there
+                held = threading.Thread(
+                    target=httpx.post, args=(proxying.url + PATHS["chat"],), kwargs={"json": request_body("chat")}
+                )
+                held.start()
+                assert a.reached_hold.wait(10)
+                before = len(b.requests)
+                assert httpx.post(proxying.url + PATHS["chat"], json=request_body("chat")).status_code == 200
+                assert len(b.requests) == before + 1  # passed a over: it had one outstanding
+                a.hold.set()
+                held.join(10)
+            finally:
+                proxying.stop()
+    down = [line for line in lines if "is down" in line]
+    assert down == [f"upstream {dead} (spec) is down (connection refused): left out, retried every 5 s"]
+    events = timed(log)
+    assert len(events) == 8 and {e.status for e in events} == {200}
+    assert {e.upstream_url for e in events} == {a.url, b.url} and len(a.requests) + len(b.requests) == 8
