@@ -69,12 +69,13 @@ def llama_server(binary: Path, log_dir: Path):
 
 
 @contextmanager
-def proxy(upstream: str, log_dir: Path):
-    """`specmon proxy --headless --port 0` in its own process; yields its base URL."""
+def proxy(upstream: str, log_dir: Path, extra: tuple[str, ...] = ()):
+    """`specmon proxy --headless --port 0` (and `extra` flags) in its own process, logging to
+    log_dir/proxy.specmon; yields its base URL."""
     err = open(log_dir / "proxy.err", "w+")
     process = subprocess.Popen(
         [sys.executable, "-m", "specmon.cli", "proxy", "--upstream", upstream, "--port", "0", "--headless"]
-        + ["--log", str(log_dir / "proxy.specmon")],
+        + ["--log", str(log_dir / "proxy.specmon"), *extra],
         stdout=subprocess.DEVNULL,
         stderr=err,
         cwd=ROOT,

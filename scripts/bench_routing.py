@@ -1,0 +1,158 @@
+#!/usr/bin/env python
+"""The policy applied by routing: two llama-servers on the embedded GGUF, one drafting by n-gram and
+one plain, behind `specmon proxy --plain-upstream` (its own process, routing on), against the same
+held-out prompts sent directly to each server. Per prompt the three requests are interleaved and
+their order rotates. Per class (as the proxy classified it): each path's decode goodput (Σ tokens /
+Σ the server's own predicted_ms), the proxy's over the better server's, how many of its requests
+went to the worse side (learning and exploring), and the time to first byte the proxy adds (each
+proxied request against the direct request of the same prompt to the server it was routed to).
+
+    bash scripts/setup-llama-server
+    .venv/bin/python scripts/bench_routing.py --cycles 3
+
+Without a llama-server ($LLAMA_SERVER, .venv/bin or PATH) it prints why and exits 0. Figures are
+printed, never asserted."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from bench_llama_server import Server, find_server
+from bench_proxy import cpu_pressure, percentile, proxy
+
+from specmon.backends import modelstore
+from specmon.engine.prompts import prompt_set
+from specmon.sched.bench import shipped_prompts
+from specmon.events.log import read_log
+from specmon.events.schema import Decision, RequestTimed
+
+# the holdout set's labels by what the shipped policy makes of them: prompts that give text to copy, and not
+PAYS = ("rewrite", "summarize", "reformat", "code-edit", "extraction", "context-qa")
+LOSES = ("chat", "qa", "math", "code-new")
+
+
+def request(client: httpx.Client, base: str, prompt: str, max_tokens: int) -> dict:
+    """One streamed chat request: ms to the first body byte and the server's own timings."""
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "cache_prompt": False,  # each path prefills the prompt itself: no side finds it cached
+    }
+    start, first, timings = time.perf_counter(), None, None
+    with client.stream("POST", f"{base}/v1/chat/completions", json=body) as reply:
+        reply.raise_for_status()
+        for line in reply.iter_lines():
+            first = first or time.perf_counter()
+            if line.startswith("data: {") and '"timings"' in line:
+                timings = json.loads(line[6:])["timings"]
+    return {"ttfb_ms": (first - start) * 1e3, "n": timings["predicted_n"], "ms": timings["predicted_ms"]}
+
+
+def measure(spec: str, plain: str, proxied: str, prompts: list, cycles: int, max_tokens: int) -> list[dict]:
+    """Every prompt, `cycles` times, to each of the three paths in rotating order."""
+    out = []
+    limits = httpx.Limits(max_keepalive_connections=0)
+    with httpx.Client(timeout=600, limits=limits, trust_env=False) as client:
+        paths = [("spec", spec), ("plain", plain), ("proxy", proxied)]
+        total = cycles * len(prompts)
+        for i in range(total):
+            p = prompts[i % len(prompts)]
+            turn = paths[i % 3 :] + paths[: i % 3]
+            got = {name: request(client, base, p.text, max_tokens) for name, base in turn}
+            out.append({"prompt": p.id, "label": p.prompt_class, **got})
+            print(f"\r{i + 1}/{total} prompts", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return out
+
+
+def figures(rows: list[dict], log: Path) -> dict:
+    """Per class, from the rows and the proxy's log (its RequestTimed in request order)."""
+    events = list(read_log(log))
+    routed = [e for e in events if isinstance(e, RequestTimed)]
+    decisions = [e for e in events if isinstance(e, Decision)]
+    classes: dict[str, dict] = {}
+    for row, ev in zip(rows, routed):
+        c = classes.setdefault(ev.prompt_class, {"rows": [], "sides": []})
+        c["rows"].append(row)
+        c["sides"].append(ev.upstream)
+    out = {"classes": {}, "decisions": [d.reason for d in decisions]}
+    for name, c in classes.items():
+        good = {
+            path: sum(r[path]["n"] for r in c["rows"]) / sum(r[path]["ms"] for r in c["rows"]) * 1e3
+            for path in ("spec", "plain", "proxy")
+        }
+        better = max(("spec", "plain"), key=good.get)
+        added = [r["proxy"]["ttfb_ms"] - r[side]["ttfb_ms"] for r, side in zip(c["rows"], c["sides"])]
+        out["classes"][name] = {
+            "requests": len(c["rows"]),
+            "tok_s": good,
+            "better": better,
+            "proxy_over_better": good["proxy"] / good[better],
+            "to_worse_side": sum(side != better for side in c["sides"]),
+            "added_ttfb_p50_ms": statistics.median(added),
+            "added_ttfb_p99_ms": percentile(added, 0.99),
+        }
+    return out
+
+
+def report(found: dict) -> None:
+    for name, c in found["classes"].items():
+        t = c["tok_s"]
+        print(
+            f"{name}: {c['requests']} requests; tok/s spec {t['spec']:.1f}, plain {t['plain']:.1f}, through the "
+            f"proxy {t['proxy']:.1f} = {c['proxy_over_better']:.3f}x the better ({c['better']}); "
+            f"{c['to_worse_side']} sent to the other side; proxy adds {c['added_ttfb_p50_ms']:.1f} ms "
+            f"to first byte (p50), {c['added_ttfb_p99_ms']:.1f} ms (p99)"
+        )
+    for line in found["decisions"]:
+        print(f"decision: {line}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=3, help="times each prompt is sent to each path (default 3)")
+    parser.add_argument("--max-tokens", type=int, default=64, help="tokens a request (default 64)")
+    parser.add_argument("--spec-type", default="ngram-simple", help="the drafting server's --spec-type")
+    parser.add_argument("--json", type=Path, help="also write the figures here (scripts/bench-docs reads them)")
+    args = parser.parse_args()
+    binary = find_server()
+    if binary is None:
+        print("no llama-server: bash scripts/setup-llama-server; nothing measured")
+        return 0
+    prompts = [p for p in prompt_set(shipped_prompts("holdout"), None) if p.prompt_class in PAYS + LOSES]
+    model = modelstore.resolve(modelstore.SMOLLM2.name)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"host CPU pressure before: {cpu_pressure()}")
+        servers = [Server(binary, model, mode, 2, 2048, Path(tmp)) for mode in (args.spec_type, "none")]
+        try:
+            for s in servers:
+                s.wait_ready()
+            spec, plain = (f"http://127.0.0.1:{s.port}" for s in servers)
+            with proxy(spec, Path(tmp), ["--plain-upstream", plain]) as proxied:
+                rows = measure(spec, plain, proxied, prompts, args.cycles, args.max_tokens)
+        finally:
+            for s in servers:
+                s.stop()
+        found = figures(rows, Path(tmp) / "proxy.specmon") | {
+            "cycles": args.cycles,
+            "max_tokens": args.max_tokens,
+            "spec_type": args.spec_type,
+        }
+        print(f"host CPU pressure after:  {cpu_pressure()}")
+    report(found)
+    if args.json:
+        args.json.write_text(json.dumps(found, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
