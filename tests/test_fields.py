@@ -159,6 +159,10 @@ FIELDS = {
         "draft_n_accepted",
         "first_byte_ms",
         "total_ms",
+        "family",
+        "spec_steps",
+        "accepted_per_pos",
+        "upstream_url",
     ],
     Sampling: ["temperature", "top_p", "top_k", "seed"],
     Equivalence: ["verdict", "first_divergence", "margin", "near_tie_margin"],
@@ -326,6 +330,10 @@ SAMPLES = [
         draft_n_accepted=30,
         first_byte_ms=131.0,
         total_ms=960.75,
+        family="vllm",
+        spec_steps=22,
+        accepted_per_pos=[18, 9, 3],
+        upstream_url="http://127.0.0.1:8081",
     ),
 ]
 

@@ -87,7 +87,8 @@ def test_headless_a_line_per_request_and_the_table_and_advice_at_ctrl_c(tmp_path
     lines = [line for line in out.splitlines() if line.startswith("specmon: 200 chat")]
     assert len(lines) == 4 and "upstream=spec accepted/drafted=24/24 tokens=32" in lines[0]
     assert "upstream=plain accepted/drafted=- tokens=32" in lines[1]
-    assert re.search(r"chat\s+spec\s+2\s+48\s+48\s+1\.00", out) and re.search(r"chat\s+plain\s+2\s+0\s+0", out)
+    assert re.search(r"chat\s+spec\s+2\s+48\s+48\s+1\.00", out)
+    assert re.search(r"chat\s+plain\s+2\s+-\s+-\s+not reported", out)  # the plain side gave no draft counts
     # the recorded spec reply decoded slower than the plain one (a busy host): every pair says so alike
     assert "speculation costs; change: would set speculate" in out and "nothing is applied upstream" in out
     assert proc.returncode == 130 and "interrupted" in err

@@ -56,6 +56,7 @@ def test_twenty_requests_per_class_sums_in_the_log_equal_the_timings_received(up
             received.setdefault(name, []).append(reply_timings(content))
     totals = by_class(timed(log))
     assert sum(len(r) for r in received.values()) == 20
+    assert {ev.family for ev in timed(log)} == {"llama-server"}  # its shape, read by proxy.evidence
     for name, replies in received.items():
         t = totals[(name, SPEC)]
         assert t.requests == t.timed == len(replies)

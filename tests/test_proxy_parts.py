@@ -1,4 +1,4 @@
-"""The proxy's parts without a server: timings read from replies cut anywhere, requests classified as
+"""The proxy's parts without a server: llama-server's timings read from replies cut anywhere, requests classified as
 `specmon serve` classifies them, and the advice per class with its interval."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from specmon.events.schema import RequestTimed
 from specmon.policy.schema import load_policy
 from specmon.proxy.advice import COSTS, PAYS, UNKNOWN, advise, draft_maximum
 from specmon.proxy.classes import body_fields, chat_text, completion_text, request_class
-from specmon.proxy.timings import ReplyReader
+from specmon.proxy.evidence import ReplyReader
 from specmon.server.errors import ApiError
 
 POLICY = load_policy("default")
@@ -26,12 +26,11 @@ def read(content: bytes, content_type: str, sizes: list[int]) -> dict | None:
         at += size
     reader.feed(content[at:])
     reader.close()
-    t = reader.timings
-    return (
-        None
-        if t is None
-        else {f: getattr(t, f) for f in ("predicted_n", "predicted_ms", "draft_n", "draft_n_accepted")}
-    )
+    e = reader.evidence
+    return None if e is None else dict(zip(TIMINGS, (e.generated, e.decode_ms, e.drafted, e.accepted)))
+
+
+TIMINGS = ("predicted_n", "predicted_ms", "draft_n", "draft_n_accepted")  # llama-server's names for them
 
 
 @pytest.mark.parametrize("name", ["chat-stream.sse", "completion-stream.sse", "chat.json", "completion.json"])

@@ -11,6 +11,7 @@ from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics import served
 from specmon.metrics.format import count, fmt
+from specmon.proxy.unreported import notices
 from specmon.watch.lines import clock, figures
 
 
@@ -18,12 +19,14 @@ def served_summary(log: Path) -> dict:
     """The served-traffic figures of a log (up to any damage: log info says where that is)."""
     scrapes: list[ServerScraped] = []
     requests: dict[tuple[str, str], served.RequestTotals] = {}
+    timed: list[RequestTimed] = []
     try:
         for ev in read_log(log):
             if isinstance(ev, ServerScraped):
                 scrapes.append(ev)
             elif isinstance(ev, RequestTimed):
                 served.add_request(requests, ev)
+                timed.append(ev)
     except LogDamaged:
         pass
     runs = served.runs(scrapes)
@@ -38,20 +41,28 @@ def served_summary(log: Path) -> dict:
         "restarts": max(len(runs) - 1, 0),
         "total": None if total is None else _window(total),
         "total_line": "" if total is None else f"{clock(total.start)}, {total.seconds:.0f} s: {figures(total)}",
-        "classes": [
-            {
-                "class": cls,
-                "upstream": upstream,
-                "requests": t.requests,
-                "timed": t.timed,
-                "drafted": t.draft_n,
-                "accepted": t.draft_n_accepted,
-                "acceptance": t.acceptance,
-                "tokens_per_step": t.tokens_per_step,
-                "tok_per_s": t.tok_per_s,
-            }
-            for (cls, upstream), t in sorted(requests.items())
-        ],
+        "classes": [_class_row(cls, upstream, t) for (cls, upstream), t in sorted(requests.items())],
+        "unreported": notices(timed),
+    }
+
+
+def _class_row(cls: str, upstream: str, t: served.RequestTotals) -> dict:
+    """One (class, upstream)'s sums and ratios; drafted and accepted are None where no reply reported them."""
+    return {
+        "class": cls,
+        "upstream": upstream,
+        "family": t.family,
+        "requests": t.requests,
+        "timed": t.timed,
+        "reported": t.reported,
+        "drafted": t.draft_n if t.reported else None,
+        "accepted": t.draft_n_accepted if t.reported else None,
+        "steps": t.spec_steps if t.counted_steps else None,
+        "acceptance": t.acceptance,
+        "tokens_per_step": t.tokens_per_step,
+        "position_rates": t.position_rates(),
+        "tok_per_s": t.tok_per_s,
+        "clocked_tok_per_s": t.clocked_tok_per_s,  # the proxy's clock, where the server gave no decode time
     }
 
 
@@ -110,16 +121,26 @@ def markdown(s: dict) -> list[str]:
     if s["classes"]:
         lines += [
             "",
-            "| class | upstream | requests | drafted | accepted | acceptance | tokens/step | tok/s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| class | upstream | requests | drafted | accepted | acceptance | tokens/step | by position | tok/s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
-        lines += [
-            f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {r['requests']} | {r['drafted']} | {r['accepted']} | "
-            f"{fmt(r['acceptance'])} | "
-            f"{fmt(r['tokens_per_step'])} | {fmt(r['tok_per_s'], '{:.1f}')} |"
-            for r in s["classes"]
-        ]
+        lines += [_markdown_row(r) for r in s["classes"]]
+        if any(r["tok_per_s"] is None and r["clocked_tok_per_s"] is not None for r in s["classes"]):
+            lines += ["", "tok/s marked * is the proxy's clock (first to last byte of streams): no decode time given."]
+        lines += ["", *s["unreported"]] if s["unreported"] else []
     return lines
+
+
+def _markdown_row(r: dict) -> str:
+    told = r["reported"] > 0
+    speed = fmt(r["tok_per_s"], "{:.1f}")
+    if r["tok_per_s"] is None and r["clocked_tok_per_s"] is not None:
+        speed = f"{r['clocked_tok_per_s']:.1f}*"
+    return (
+        f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {r['requests']} | {r['drafted'] if told else '-'} | "
+        f"{r['accepted'] if told else '-'} | {fmt(r['acceptance']) if told else 'not reported'} | "
+        f"{fmt(r['tokens_per_step'])} | {' '.join(fmt(x) for x in r['position_rates']) or '-'} | {speed} |"
+    )
 
 
 def _cell(text: str) -> str:

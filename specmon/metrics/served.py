@@ -9,7 +9,7 @@ first scrape after it)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgspec
 
@@ -145,43 +145,82 @@ def _zero(first: ServerScraped) -> ServerScraped:
 
 @dataclass(frozen=True)
 class RequestTotals:
-    """Σ of the upstream's timings over one class's requests to one upstream."""
+    """Σ over one class's successful requests to one upstream of what their replies said (RequestTimed,
+    any family). Each sum is over the replies that gave its figure: one not given is never taken as 0."""
 
     requests: int = 0
-    timed: int = 0  # requests whose reply carried timings
-    predicted_n: int = 0
-    predicted_ms: float = 0.0
-    draft_n: int = 0
+    timed: int = 0  # replies that gave generated tokens and the server's own decode ms
+    predicted_n: int = 0  # Σ generated tokens over the timed replies
+    predicted_ms: float = 0.0  # Σ the server's decode ms over them
+    draft_n: int = 0  # Σ draft tokens proposed, over the reported replies
     draft_n_accepted: int = 0
+    reported: int = 0  # replies that gave their drafted and accepted counts
+    reported_generated: int = 0  # Σ generated tokens over the reported replies
+    stepped: int = 0  # reported replies that also counted their verification steps (vLLM)
+    spec_steps: int = 0  # Σ those steps
+    accepted_per_pos: tuple[int, ...] = ()  # Σ steps past position i, over replies with a histogram (vLLM)
+    pos_steps: int = 0  # Σ the steps of those replies: the positions' denominator
+    clocked_n: int = 0  # streams without the server's decode ms: Σ tokens after the first
+    clocked_ms: float = 0.0  # Σ their first-to-last byte ms on the proxy's clock
+    family: str = ""  # the reply shape last seen ("llama-server", "vllm", "tabbyapi")
 
     def __add__(self, ev: RequestTimed) -> RequestTotals:
-        if ev.predicted_n is None or ev.predicted_ms is None:
-            return RequestTotals(self.requests + 1, self.timed, *self._sums())
-        return RequestTotals(
-            self.requests + 1,
-            self.timed + 1,
-            self.predicted_n + ev.predicted_n,
-            self.predicted_ms + ev.predicted_ms,
-            self.draft_n + (ev.draft_n or 0),
-            self.draft_n_accepted + (ev.draft_n_accepted or 0),
-        )
+        sums = dict(requests=self.requests + 1, family=ev.family or self.family)
+        if ev.predicted_n is not None and ev.predicted_ms is not None:
+            sums.update(timed=self.timed + 1, predicted_n=self.predicted_n + ev.predicted_n)
+            sums.update(predicted_ms=self.predicted_ms + ev.predicted_ms)
+        elif ev.stream and ev.predicted_n and ev.first_byte_ms is not None and ev.total_ms is not None:
+            sums.update(clocked_n=self.clocked_n + ev.predicted_n - 1)  # the first byte brought the first token
+            sums.update(clocked_ms=self.clocked_ms + ev.total_ms - ev.first_byte_ms)
+        if ev.draft_n is not None and ev.draft_n_accepted is not None:
+            sums.update(self._reported(ev))
+        return replace(self, **sums)
 
-    def _sums(self) -> tuple[int, float, int, int]:
-        return self.predicted_n, self.predicted_ms, self.draft_n, self.draft_n_accepted
+    def _reported(self, ev: RequestTimed) -> dict:
+        sums = dict(
+            reported=self.reported + 1,
+            draft_n=self.draft_n + ev.draft_n,
+            draft_n_accepted=self.draft_n_accepted + ev.draft_n_accepted,
+            reported_generated=self.reported_generated + (ev.predicted_n or 0),
+        )
+        if ev.spec_steps is not None:
+            sums.update(stepped=self.stepped + 1, spec_steps=self.spec_steps + ev.spec_steps)
+        if ev.accepted_per_pos and ev.spec_steps is not None:
+            sums.update(accepted_per_pos=_added(self.accepted_per_pos, ev.accepted_per_pos))
+            sums.update(pos_steps=self.pos_steps + ev.spec_steps)
+        return sums
 
     @property
     def acceptance(self) -> float | None:
+        """Σ accepted / Σ drafted over the reported replies; None where none reported (never 0)."""
         return rates.acceptance_rate(self.draft_n_accepted, self.draft_n)
 
     @property
+    def counted_steps(self) -> bool:
+        """Every reported reply counted its steps (vLLM), so `steps` is the server's count."""
+        return self.reported > 0 and self.stepped == self.reported
+
+    @property
     def steps(self) -> int:
-        """The target's decode steps: each emits one token of its own beside the drafts it accepted."""
-        return self.predicted_n - self.draft_n_accepted
+        """The target's steps over the reported replies: the server's count where every one gave it;
+        else each emitted one token of its own beside the drafts it accepted (generated - accepted)."""
+        return self.spec_steps if self.counted_steps else self.reported_generated - self.draft_n_accepted
 
     @property
     def tokens_per_step(self) -> float | None:
-        """Tokens a target step emitted (1.0: speculation added nothing)."""
-        return rates.ratio(self.predicted_n, self.steps)
+        """Tokens a step emitted (1.0: speculation added nothing): accepted / steps + 1 (DESIGN's tokens per
+        round; vLLM's mean acceptance length) where steps were counted, else generated / (generated -
+        accepted); None where no reply reported its drafts."""
+        if self.counted_steps:
+            return rates.ratio(self.draft_n_accepted + self.spec_steps, self.spec_steps)
+        if not self.reported or not self.reported_generated:
+            return None
+        return rates.ratio(self.reported_generated, self.steps)
+
+    def position_rates(self) -> list[float | None]:
+        """Acceptance at draft position i: steps whose accepted prefix reached past i / steps (vLLM's
+        histograms; empty where no reply gave one)."""
+        return [rates.ratio(n, self.pos_steps) for n in self.accepted_per_pos]
 
     @property
     def goodput(self) -> float | None:
@@ -192,6 +231,19 @@ class RequestTotals:
     def tok_per_s(self) -> float | None:
         """Decode tok/s: each request's own decode speed, not the server's throughput over its slots."""
         return None if self.goodput is None else self.goodput * 1e3
+
+    @property
+    def clocked_tok_per_s(self) -> float | None:
+        """Tok/s on the proxy's clock (tokens after the first / first-to-last byte) of the streams whose
+        server gave no decode time: queueing and the network are in it, so it is never the server's."""
+        speed = rates.ratio(self.clocked_n, self.clocked_ms)
+        return None if speed is None else speed * 1e3
+
+
+def _added(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """Two per-position sums, the shorter padded with zeros (drafts of different lengths)."""
+    n = max(len(a), len(b))
+    return tuple((a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n))
 
 
 def by_class(events: Iterable[RequestTimed]) -> dict[tuple[str, str], RequestTotals]:

@@ -1,6 +1,7 @@
 """One request's trip to an upstream: the request sent as the client sent it, and the reply relayed
 as it arrives (status, headers and body bytes unchanged), with the proxy's clock read at the reply's
-first and last byte and its timings read from copies of the bytes already sent on."""
+first and last byte and what it says of the request (proxy.evidence) read from copies of the bytes
+already sent on."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from specmon.events.schema import RequestTimed
-from specmon.proxy.timings import ReplyReader, Timings
+from specmon.proxy.evidence import Evidence, ReplyReader
 from specmon.server.errors import ApiError
 
 HOP_BY_HOP = frozenset(
     b"connection keep-alive proxy-authenticate proxy-authorization te trailer trailers transfer-encoding upgrade".split()
 )
-# host and length are the new connection's; accept-encoding: a compressed reply's timings could not be read
+# host and length are the new connection's; accept-encoding: a compressed reply could not be read
 NOT_SENT_ON = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
 NOT_RELAYED = HOP_BY_HOP | {b"server", b"date"}  # uvicorn writes its own
 CLIENT_LEFT, UPSTREAM_BROKE, UNREACHABLE = 499, 502, 0
@@ -61,10 +62,10 @@ class Exchange:
     status: int = UNREACHABLE
     first_byte: float | None = None
     ended: float | None = None
-    timings: Timings | None = None
+    evidence: Evidence | None = None
 
     def event(self, session_id: str) -> RequestTimed:
-        t = self.timings or Timings()
+        e = self.evidence if self.evidence is not None else Evidence()
         return RequestTimed(
             session_id=session_id,
             t=time.time(),
@@ -75,14 +76,17 @@ class Exchange:
             endpoint=self.endpoint,
             status=self.status,
             stream=self.stream,
-            prompt_n=t.prompt_n,
-            prompt_ms=t.prompt_ms,
-            predicted_n=t.predicted_n,
-            predicted_ms=t.predicted_ms,
-            draft_n=t.draft_n,
-            draft_n_accepted=t.draft_n_accepted,
+            prompt_n=e.prompt_n,
+            prompt_ms=e.prompt_ms,
+            predicted_n=e.generated,
+            predicted_ms=e.decode_ms,  # the server's own, or None: the proxy's clock is first_byte_ms/total_ms
+            draft_n=e.drafted,
+            draft_n_accepted=e.accepted,
             first_byte_ms=_ms(self.arrived, self.first_byte),
             total_ms=_ms(self.arrived, self.ended),
+            family=e.family,
+            spec_steps=e.steps,
+            accepted_per_pos=list(e.accepted_per_pos),
         )
 
 
@@ -141,7 +145,7 @@ class Relay(StreamingResponse):
                 await self.reply.aclose()
             if self.exchange is not None:
                 self.exchange.status, self.exchange.ended = self.outcome, ended
-                self.exchange.timings = self.reader.timings if self.outcome == self.reply.status_code else None
+                self.exchange.evidence = self.reader.evidence if self.outcome == self.reply.status_code else None
                 self.on_end(self.exchange)
 
 

@@ -1,6 +1,7 @@
 """The proxy's plain-terminal output (rich, not Textual): the line per request, the per-class table
 and the advice, for `specmon proxy`'s end and for `log info` on a proxy log. Every figure is a
-RequestTotals property (specmon.metrics.served) or the advice's estimate: one definition each."""
+RequestTotals property (specmon.metrics.served) or the advice's estimate: one definition each. A
+figure no reply gave is said as such ("not reported", N/A), never as 0."""
 
 from __future__ import annotations
 
@@ -15,27 +16,42 @@ from rich.text import Text
 from specmon.cli.tables import compact_table
 from specmon.errors import SpecmonError
 from specmon.events.schema import RequestTimed, SessionStarted
-from specmon.metrics.format import count, fmt
+from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.served import RequestTotals, by_class
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import NOT_APPLIED, ClassAdvice, advise
+from specmon.proxy.unreported import SessionLines, notices, silent
 
-# decode tok/s: each request's own speed (its timings), not the server's throughput (a watch's tok/s)
+# decode tok/s: each request's own speed (the server's decode time), not the server's throughput (a watch's)
 COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "decode tok/s")
 OUTCOMES = {499: "client left", 502: "upstream broke off", 0: "upstream unreachable"}
+NOT_REPORTED = "not reported"
+CLOCKED = "*"  # marks a tok/s on the proxy's clock
+CLOCK_NOTE = f"{CLOCKED} tok/s on the proxy's clock (tokens after the first / first to last byte of streams): the upstream gave no decode time"
+LIVE_LINES = SessionLines()  # the headless proxy's: each silent upstream is told once per session
 
 
-def request_line(ev: RequestTimed) -> str:
-    """One request, as the headless proxy prints it."""
+def request_line(ev: RequestTimed, told: SessionLines | None = LIVE_LINES) -> str:
+    """One request, as the headless proxy prints it; the first silent reply of an upstream also says
+    (once per session, through `told`) that it reports no draft counts, and how to turn them on."""
     totals = RequestTotals() + ev
-    drafted = "-" if ev.draft_n is None else f"{ev.draft_n_accepted or 0}/{ev.draft_n}"
-    speed = "-" if totals.tok_per_s is None else f"{totals.tok_per_s:.1f}"
-    return (
+    missing = NOT_REPORTED if silent(ev) else "-"  # the plain side is not meant to draft
+    drafted = missing if ev.draft_n is None else f"{ev.draft_n_accepted or 0}/{ev.draft_n}"
+    line = (
         f"{ev.status} {ev.endpoint} {ev.request_id} class={ev.prompt_class} upstream={ev.upstream} "
         f"accepted/drafted={drafted} tokens={ev.predicted_n if ev.predicted_n is not None else '-'} "
-        f"{speed} tok/s first byte {_ms(ev.first_byte_ms)}, total {_ms(ev.total_ms)}"
+        f"{_speed(totals, '-')} tok/s first byte {_ms(ev.first_byte_ms)}, total {_ms(ev.total_ms)}"
         + (" (stream)" if ev.stream else "")
     )
+    said = told.observe(ev) if told is not None else None
+    return line if said is None else f"{line}; {said}"
+
+
+def _speed(t: RequestTotals, missing: str = MISSING) -> str:
+    """The server's decode tok/s; else the proxy's clock, marked; else missing."""
+    if t.tok_per_s is not None:
+        return f"{t.tok_per_s:.1f}"
+    return missing if t.clocked_tok_per_s is None else f"{t.clocked_tok_per_s:.1f}{CLOCKED}"
 
 
 def _ms(value: float | None) -> str:
@@ -43,20 +59,38 @@ def _ms(value: float | None) -> str:
 
 
 def class_table(events: Iterable[RequestTimed], title: str = "requests per class") -> Table:
-    """A row per (class, upstream): the sums of its successful replies' timings and their ratios."""
+    """A row per (class, upstream): the sums of what its successful replies said, and their ratios."""
     table = compact_table(escape(title), COLUMNS, left=("class", "upstream"))
     for (name, upstream), t in sorted(by_class(events).items()):
+        told = t.reported > 0
         table.add_row(
             escape(name),
             upstream,
-            str(t.requests) if t.timed == t.requests else f"{t.requests} ({t.timed} timed)",
-            str(t.draft_n),
-            str(t.draft_n_accepted),
-            fmt(t.acceptance),
+            requests_cell(t),
+            str(t.draft_n) if told else "-",
+            str(t.draft_n_accepted) if told else "-",
+            fmt(t.acceptance) if told else NOT_REPORTED,
             fmt(t.tokens_per_step),
-            fmt(t.tok_per_s, "{:.1f}"),
+            _speed(t),
         )
     return table
+
+
+def requests_cell(t: RequestTotals) -> str:
+    """The count, and how many of them gave a decode time and draft counts where not all did."""
+    partial = [f"{t.timed} timed"] if t.timed < t.requests and t.timed else []
+    partial += [f"{t.reported} reported"] if 0 < t.reported < t.requests else []
+    return f"{t.requests} ({', '.join(partial)})" if partial else str(t.requests)
+
+
+def position_lines(events: Iterable[RequestTimed]) -> list[str]:
+    """Acceptance by draft position per (class, upstream), where the replies gave histograms (vLLM)."""
+    lines = []
+    for (name, upstream), t in sorted(by_class(events).items()):
+        if t.accepted_per_pos:
+            rates = " ".join(fmt(r) for r in t.position_rates())
+            lines.append(f"  {name} {upstream}: {rates} ({count(t.pos_steps, 'step')})")
+    return ["acceptance by draft position (steps past position i / steps):", *lines] if lines else []
 
 
 def uncounted_line(events: Iterable[RequestTimed]) -> str:
@@ -85,9 +119,10 @@ def proxy_summary(events: Iterable, policy: Policy | None, title: str = "request
     """The table, what it leaves out, and the advice per class: `specmon proxy`'s end and `log info`."""
     timed = [ev for ev in events if isinstance(ev, RequestTimed)]
     parts: list = [class_table(timed, title)]
-    left_out = uncounted_line(timed)
-    if left_out:
-        parts.append(Text(left_out))
+    parts += [Text(line) for line in position_lines(timed)]
+    if any(t.timed == 0 and t.clocked_tok_per_s is not None for t in by_class(timed).values()):
+        parts.append(Text(CLOCK_NOTE))
+    parts += [Text(line) for line in [uncounted_line(timed), *notices(timed)] if line]
     advice = advise(timed)
     if advice:
         parts.append(Text("advice per class (95% intervals over requests):"))

@@ -121,20 +121,40 @@ def render_totals(state: ServedState, width: int) -> Text:
 
 
 def render_classes(state: ServedState, width: int) -> Text:
-    """Requests by (class, upstream), with the upstream's own timings (served.by_class's sums)."""
+    """Requests by (class, upstream), with what the upstream's replies said (served.by_class's sums):
+    acceptance "n/r" where none reported draft counts, tok/s marked * on the proxy's clock, acceptance
+    by draft position where the replies gave histograms, and each silent upstream named once."""
     if not state.requests:
         seen = f" ({count(state.requests_seen, 'request')}, none answered 2xx)" if state.requests_seen else ""
         return Text(f"no proxied requests{seen}", style="dim")
     name_width = max(width - 26, 6)  # the figures take 26 columns: at 80x24 a class name keeps 10
     text = Text(f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4} {'t/st':>4} {'tok/s':>5}\n", "bold")
     for (cls, upstream), totals in sorted(state.requests.items()):
-        tok_s = totals.tok_per_s
+        acc = fmt(totals.acceptance) if totals.reported else "n/r"
         text.append(
-            f"{cls[:name_width]:<{name_width}} {upstream[:5]:<5} {totals.requests:>3} {fmt(totals.acceptance):>4} "
-            f"{fmt(totals.tokens_per_step):>4} {fmt(tok_s, '{:.1f}'):>5}\n"
+            f"{cls[:name_width]:<{name_width}} {upstream[:5]:<5} {totals.requests:>3} {acc:>4} "
+            f"{fmt(totals.tokens_per_step):>4} {_speed(totals):>5}\n"
         )
+        if totals.accepted_per_pos:
+            positions = " ".join(fmt(r) for r in totals.position_rates())
+            text.append(f"  by position {positions}"[: max(width, 1)] + "\n", style="dim")
+    rows = state.requests.values()
+    keys = ["n/r: no draft counts reported"] if any(not t.reported for t in rows) else []
+    keys += ["* the proxy's clock"] if any(t.tok_per_s is None and t.clocked_tok_per_s for t in rows) else []
+    if keys:
+        text.append("; ".join(keys)[: max(width, 1)] + "\n", style="dim")
+    for line in state.silent.values():
+        text.append(line + "\n", style="yellow")
     text.rstrip()
     return text
+
+
+def _speed(totals) -> str:
+    """The server's decode tok/s, else the proxy's clock marked *, else N/A."""
+    if totals.tok_per_s is not None:
+        return fmt(totals.tok_per_s, "{:.1f}")
+    clocked = totals.clocked_tok_per_s
+    return MISSING if clocked is None else f"{clocked:.0f}*"
 
 
 def classes_rows(state: ServedState) -> list[tuple[str, str, int, float | None, float | None, float | None]]:

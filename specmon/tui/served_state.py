@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from specmon.events.schema import RequestTimed, ServerScraped, SessionFinished, SessionStarted
 from specmon.metrics import served
+from specmon.proxy import unreported
 
 RECENT_S = 60.0  # the "recent" figures' span: long enough to hold a few whole requests
 KEPT_WINDOWS = 240  # windows the sparkline can draw
@@ -34,6 +35,8 @@ class ServedState:
     gone: bool = False  # a read since the last good one found no server: the next good one is a restart
     requests: dict = field(default_factory=dict)  # (class, upstream) -> served.RequestTotals
     requests_seen: int = 0  # RequestTimed events, failed ones included
+    silent: dict = field(default_factory=dict)  # speculating upstream -> its notice, while none of its replies reported
+    reported: set = field(default_factory=set)  # upstreams a reply of which carried draft counts
     version: int = 0  # bumped by each batch that changed something
 
     def apply(self, batch) -> None:
@@ -43,11 +46,21 @@ class ServedState:
             elif isinstance(ev, RequestTimed):
                 self.requests_seen += 1
                 served.add_request(self.requests, ev)
+                self._unreported(ev)
             elif isinstance(ev, SessionStarted):
                 self.started = ev
             elif isinstance(ev, SessionFinished):
                 self.finished = ev
         self.version += bool(batch)
+
+    def _unreported(self, ev: RequestTimed) -> None:
+        """unreported.notices, folded as requests come: an upstream is named until a reply of it reports."""
+        key = unreported.where(ev)
+        if ev.draft_n is not None and 200 <= ev.status < 300:
+            self.reported.add(key)
+            self.silent.pop(key, None)
+        elif unreported.silent(ev) and key not in self.reported:
+            self.silent[key] = unreported.notice(ev)
 
     def _read(self, now: ServerScraped) -> None:
         before, good = self.last, self.last_good

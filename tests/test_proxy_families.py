@@ -1,0 +1,237 @@
+"""specmon proxy in front of vLLM and TabbyAPI (tests/standins.py: their own reply shapes, on real
+sockets), streamed and not, several classes: the log's RequestTimed events and `log info` hold exactly
+the drafted and accepted sums the replies carried, per class; vLLM's histograms give acceptance by
+position; an upstream whose replies carry no figures is said once, by name, and never shown as
+measured. llama-server's side runs against the real binary in test_proxy_llama.py."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from standins import Figures, TabbyStandin, VllmStandin, carried, from_counts, from_histogram, positions
+from test_proxy import PATHS, _rendered, proxy, timed
+from test_proxy_upstream import FakeUpstream
+
+from specmon.events.log import read_log
+from specmon.metrics.served import by_class
+from specmon.proxy.evidence import ReplyReader
+from specmon.proxy.routing import SPEC
+from specmon.proxy.tables import log_summary, request_line
+from specmon.proxy.unreported import SessionLines, notices
+from specmon.tui import served_panes
+from specmon.tui.served_state import ServedState
+
+# a class's figures follow its prompt: a vLLM histogram (steps that accepted exactly j), or TabbyAPI's counts
+HISTOGRAMS = {"alpha": [2, 1, 0, 5], "beta": [6, 3, 1, 0], "gamma": [1, 1, 2, 2, 4]}
+COUNTS = {"alpha": (30, 6), "beta": (8, 20), "gamma": (17, 17)}
+CLASSES = {"alpha": "code-edit", "beta": "chat", "gamma": "rewrite"}  # named by header: no rule decides
+ASKS = [("chat", False), ("chat", True), ("completion", False), ("completion", True)]  # (endpoint, streamed)
+# a stream asks for usage, as vLLM's usage chunk needs; TabbyAPI sends usage only when asked, streamed or not
+# (vLLM refuses stream_options on a request that does not stream)
+STREAMS, ALWAYS, NEVER = "streams", "always", "never"
+
+
+def word(body: dict) -> str:
+    text = body.get("prompt") or body["messages"][-1]["content"]
+    return text.split()[0]
+
+
+def vllm_figures(body: dict) -> Figures:
+    return from_histogram(HISTOGRAMS[word(body)], decode_ms=40.0 + len(word(body)))
+
+
+def tabby_figures(body: dict) -> Figures:
+    return from_counts(*COUNTS[word(body)], decode_ms=120.0)
+
+
+def ask(url: str, endpoint: str, stream: bool, prompt: str, usage: str = STREAMS) -> bytes:
+    """One request named into its class; the bytes the client received."""
+    body = {"max_tokens": 32, "stream": stream}
+    body.update({"messages": [{"role": "user", "content": prompt}]} if endpoint == "chat" else {"prompt": prompt})
+    if usage == ALWAYS or (usage == STREAMS and stream):
+        body["stream_options"] = {"include_usage": True}
+    headers = {"X-Specmon-Class": CLASSES[prompt.split()[0]]}
+    with httpx.Client(timeout=60, trust_env=False) as client:
+        with client.stream("POST", url + PATHS[endpoint], json=body, headers=headers) as reply:
+            assert reply.status_code == 200
+            return b"".join(reply.iter_raw())
+
+
+def drive(url: str, usage: str = STREAMS, rounds: int = 2, seed: int = 3) -> dict[str, list[dict]]:
+    """Every class asked on every (endpoint, streamed), in a shuffled order: class -> what each reply carried."""
+    asks = [(prompt, endpoint, stream) for prompt in CLASSES for endpoint, stream in ASKS] * rounds
+    random.Random(seed).shuffle(asks)
+    received: dict[str, list[dict]] = {}
+    for prompt, endpoint, stream in asks:
+        raw = ask(url, endpoint, stream, f"{prompt} please", usage)
+        received.setdefault(CLASSES[prompt], []).append(carried(raw))
+    return received
+
+
+def log_info(log: Path) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "log", "info", str(log)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def assert_sums(log: Path, received: dict[str, list[dict]], family: str) -> None:
+    """The log's events, its per-class sums, and `log info`'s rows hold what the replies carried."""
+    events = timed(log)
+    assert {ev.family for ev in events} == {family} and all(ev.status == 200 for ev in events)
+    totals = by_class(events)
+    rows = {tuple(line.split()[:5]) for line in log_info(log)}
+    for name, replies in received.items():
+        t = totals[(name, SPEC)]
+        drafted, accepted = sum(r["drafted"] for r in replies), sum(r["accepted"] for r in replies)
+        assert t.requests == t.reported == len(replies)
+        assert (t.draft_n, t.draft_n_accepted) == (drafted, accepted)
+        assert t.predicted_n == sum(r["generated"] for r in replies)
+        assert (name, SPEC, str(len(replies)), str(drafted), str(accepted)) in rows, name
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completion"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_each_vllm_reply_is_logged_with_the_figures_it_carried(tmp_path, endpoint, stream):
+    with VllmStandin(vllm_figures) as vllm, proxy(tmp_path / "p.specmon", vllm.url) as p:
+        raw = ask(p.url, endpoint, stream, "gamma please")
+    (ev,) = timed(tmp_path / "p.specmon")
+    sent = carried(raw)
+    assert (ev.family, ev.stream, ev.prompt_class) == ("vllm", stream, "rewrite")
+    assert (ev.draft_n, ev.draft_n_accepted, ev.spec_steps) == (sent["drafted"], sent["accepted"], sent["steps"])
+    assert ev.accepted_per_pos == positions(tuple(sent["histogram"])) == [9, 8, 6, 4]
+    assert (ev.predicted_n, ev.predicted_ms) == (sent["generated"], 45.0)  # vLLM's generation_time_ms
+
+
+def test_vllm_per_class_sums_in_the_log_and_log_info_are_the_replies(tmp_path):
+    log = tmp_path / "p.specmon"
+    with VllmStandin(vllm_figures) as vllm, proxy(log, vllm.url) as p:
+        received = drive(p.url)
+    assert_sums(log, received, "vllm")
+    totals = by_class(timed(log))
+    for name, replies in received.items():
+        t = totals[(name, SPEC)]
+        steps = sum(r["steps"] for r in replies)
+        histogram = [sum(col) for col in zip(*(r["histogram"] for r in replies))]
+        assert t.spec_steps == t.pos_steps == steps and t.counted_steps
+        assert list(t.accepted_per_pos) == positions(tuple(histogram))
+        assert t.position_rates() == pytest.approx([n / steps for n in positions(tuple(histogram))])
+        assert t.tokens_per_step == pytest.approx(1 + t.draft_n_accepted / steps)  # vLLM's mean acceptance length
+    shown = log_info(log)
+    [chat] = [line for line in shown if line.strip().startswith("chat spec:")]  # acceptance by position
+    assert chat.split()[2:5] == [f"{n / 10:.2f}" for n in positions((6, 3, 1, 0))]
+
+
+def test_tabbyapi_per_class_sums_in_the_log_and_log_info_are_the_replies(tmp_path):
+    log = tmp_path / "p.specmon"
+    with TabbyStandin(tabby_figures) as tabby, proxy(log, tabby.url) as p:
+        received = drive(p.url, ALWAYS)
+    assert_sums(log, received, "tabbyapi")
+    for ev in timed(log):  # TabbyAPI counts no steps and gives no histogram; its decode time is completion_time
+        assert (ev.spec_steps, ev.accepted_per_pos, ev.predicted_ms) == (None, [], 120.0)
+    code = by_class(timed(log))[("code-edit", SPEC)]
+    assert code.tokens_per_step == pytest.approx(code.predicted_n / (code.predicted_n - code.draft_n_accepted))
+
+
+@pytest.mark.parametrize(
+    "standin, usage, family, how",
+    [
+        (lambda: VllmStandin(vllm_figures, spec_metrics=False), STREAMS, "vLLM", "--per-request-spec-decode-metrics"),
+        (lambda: TabbyStandin(tabby_figures, draft=False), ALWAYS, "TabbyAPI", "load a draft model"),
+        (lambda: FakeUpstream("-plain"), STREAMS, "llama-server", "start it with a draft model"),  # no speculation
+    ],
+)
+def test_an_upstream_whose_replies_carry_no_figures_is_said_once_and_never_measured(
+    tmp_path, standin, usage, family, how
+):
+    log, lines = tmp_path / "p.specmon", []
+    with standin() as upstream, proxy(log, upstream.url) as p:
+        p.options.line = lines.append  # the headless proxy's printer
+        for endpoint, stream in ASKS * 2:
+            ask(p.url, endpoint, stream, "beta please", usage)
+    told = [line for line in lines if how in line]
+    assert len(told) == 1 and f" ({SPEC}, {family}) reports no draft counts" in told[0] and len(lines) == len(ASKS) * 2
+    events = timed(log)
+    assert all(ev.draft_n is None and ev.draft_n_accepted is None for ev in events)
+    t = by_class(events)[("chat", SPEC)]
+    assert (t.requests, t.reported, t.acceptance, t.tokens_per_step) == (8, 0, None, None)
+    [row] = [line for line in log_info(log) if line.split()[:2] == ["chat", SPEC]]
+    assert row.split()[2:6] == ["8", "-", "-", "not"] and "not reported" in row  # no 0 drafted, no 0% accepted
+    assert " ".join(" ".join(log_info(log)).split()).count(how) == 1  # log info says it once too (wrapped)
+    state = ServedState()
+    state.apply(list(read_log(log)))
+    pane = served_panes.render_classes(state, 120).plain
+    assert " n/r " in pane and pane.count(how) == 1
+
+
+def test_a_vllm_stream_without_its_usage_chunk_is_known_as_vllm_and_says_how_to_get_it(tmp_path):
+    log = tmp_path / "p.specmon"
+    with VllmStandin(vllm_figures) as vllm, proxy(log, vllm.url) as p:
+        ask(p.url, "chat", True, "alpha please", NEVER)
+    (ev,) = timed(log)
+    assert (ev.family, ev.draft_n, ev.predicted_n) == ("vllm", None, None)  # its finish chunk's stop_reason
+    (said,) = notices([ev])
+    assert "stream_options.include_usage" in said and "--enable-force-include-usage" in said
+
+
+def test_without_a_decode_time_the_proxys_clock_is_shown_as_such(tmp_path):
+    """vLLM without --enable-per-request-metrics: the server's decode time stays None; a stream's first
+    to last byte gives tok/s marked as the proxy's clock."""
+    slow = lambda body: from_histogram([1, 1, 2], decode_ms=None, delay_s=0.3)  # noqa: E731
+    log = tmp_path / "p.specmon"
+    with VllmStandin(slow, timing_metrics=False) as vllm, proxy(log, vllm.url) as p:
+        raw = ask(p.url, "chat", True, "beta please")
+    (ev,) = timed(log)
+    assert (ev.predicted_n, ev.predicted_ms) == (carried(raw)["generated"], None)
+    assert ev.total_ms - ev.first_byte_ms >= 250  # the stand-in's delay, spread over its chunks
+    t = by_class([ev])[("chat", SPEC)]
+    assert t.tok_per_s is None and t.clocked_tok_per_s == pytest.approx((ev.predicted_n - 1) / (t.clocked_ms / 1e3))
+    shown = _rendered(log_summary(read_log(log)))
+    assert f"{t.clocked_tok_per_s:.1f}*" in shown and "the proxy's clock" in shown
+    assert f" {t.clocked_tok_per_s:.1f}* tok/s " in request_line(ev, None)
+
+
+@pytest.mark.parametrize("family", ["vllm", "tabbyapi"])
+def test_the_reader_finds_the_figures_wherever_the_reply_is_cut(family):
+    standin = VllmStandin(vllm_figures) if family == "vllm" else TabbyStandin(tabby_figures)
+    rng = random.Random(11)
+    for endpoint in ("chat", "completion"):
+        body = {"stream": True, "stream_options": {"include_usage": True}, "prompt": "gamma"}
+        f = standin.figures(body)
+        stream = b"".join(standin._event(c) for c in standin.chunks(endpoint, body, f)) + standin._event("[DONE]")
+        whole = _read(stream, "text/event-stream", [len(stream)])
+        assert (whole.family, whole.drafted, whole.accepted) == (family, f.drafted, f.accepted)
+        assert whole.generated == f.generated
+        for _ in range(10):
+            assert _read(stream, "text/event-stream", [rng.randint(1, 200) for _ in range(40)]) == whole
+        json_reply = standin._event(standin.reply(endpoint, body, f))[6:]
+        assert _read(json_reply, "application/json", [7] * 300) == whole
+
+
+def _read(content: bytes, content_type: str, sizes: list[int]):
+    reader, at = ReplyReader(content_type), 0
+    for size in sizes:
+        reader.feed(content[at : at + size])
+        at += size
+    reader.feed(content[at:])
+    reader.close()
+    return reader.evidence
+
+
+def test_a_session_is_told_once_per_upstream_and_each_session_apart():
+    from specmon.events.schema import RequestTimed
+
+    def ev(session: str, draft_n: int | None, upstream: str = SPEC) -> RequestTimed:
+        kind = dict(prompt_class="chat", class_rule="", endpoint="chat", status=200, stream=False, family="vllm")
+        return RequestTimed(session_id=session, t=0.0, request_id="r", upstream=upstream, draft_n=draft_n, **kind)
+
+    told = SessionLines()
+    said = [told.observe(e) for e in [ev("a", None), ev("a", None), ev("b", None), ev("a", None, "plain")]]
+    assert [s is not None for s in said] == [True, False, True, False]  # the plain side is never told
+    assert told.observe(ev("c", 4)) is None and told.observe(ev("c", None)) is None  # it did report once
