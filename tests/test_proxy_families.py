@@ -31,8 +31,8 @@ HISTOGRAMS = {"alpha": [2, 1, 0, 5], "beta": [6, 3, 1, 0], "gamma": [1, 1, 2, 2,
 COUNTS = {"alpha": (30, 6), "beta": (8, 20), "gamma": (17, 17)}
 CLASSES = {"alpha": "code-edit", "beta": "chat", "gamma": "rewrite"}  # named by header: no rule decides
 ASKS = [("chat", False), ("chat", True), ("completion", False), ("completion", True)]  # (endpoint, streamed)
-# a stream asks for usage, as vLLM's usage chunk needs; TabbyAPI sends usage only when asked, streamed or not
-# (vLLM refuses stream_options on a request that does not stream)
+# a stream asks for usage, as vLLM's usage chunk needs (its JSON reply always has usage); TabbyAPI sends
+# usage only when asked, streamed or not
 STREAMS, ALWAYS, NEVER = "streams", "always", "never"
 
 
