@@ -11,6 +11,7 @@ from specmon.events.schema import (
     AnyEvent,
     ClassInForce,
     Decision,
+    RouteChoice,
     Equivalence,
     PolicyLoaded,
     PromptFinished,
@@ -125,6 +126,8 @@ FIELDS = {
         "reason",
         "match_from",
         "match_to",
+        "request_ids",
+        "route",
     ],
     QueueSample: ["session_id", "t", "waiting", "request_id", "endpoint", "arrived"],
     ServerScraped: [
@@ -167,6 +170,18 @@ FIELDS = {
     Sampling: ["temperature", "top_p", "top_k", "seed"],
     Equivalence: ["verdict", "first_divergence", "margin", "near_tie_margin"],
     ClassInForce: ["name", "speculate", "draft_len", "min_match"],
+    RouteChoice: [
+        "side_from",
+        "side_to",
+        "explore_share",
+        "ratio",
+        "low",
+        "high",
+        "spec_requests",
+        "plain_requests",
+        "min_requests",
+        "window",
+    ],
 }
 # The tag is the first element of an event's array: renaming one orphans it in old logs too.
 TAGS = {
@@ -184,6 +199,7 @@ TAGS = {
     Sampling: None,
     Equivalence: None,
     ClassInForce: None,
+    RouteChoice: None,
 }
 
 SAMPLING = Sampling(temperature=0.7, top_p=0.9, top_k=40, seed=1234)
@@ -292,6 +308,8 @@ SAMPLES = [
         reason="k=2 loses to plain decoding",
         match_from=2,
         match_to=3,
+        request_ids=["3f9a2b1c0d4e5f60", "0d4e5f603f9a2b1c"],
+        route=RouteChoice("both", "plain", 0.05, 0.91, 0.85, 0.97, 8, 8, 8, 8),
     ),
     QueueSample(
         **SESSION,

@@ -22,9 +22,21 @@ from specmon.proxy.routing import PLAIN, SPEC
 
 PAYS, COSTS, UNKNOWN = "speculation pays", "speculation costs", "not yet known"
 NOT_APPLIED = (
-    "advice only: nothing is applied upstream (llama-server takes no per-request switch for speculation "
-    "or its draft length; change its --spec-* flags, or run one server per class)"
+    'advice only: nothing is routed (mode = "advise", or no --plain-upstream) and nothing is changed inside '
+    "a server (none takes a per-request switch for speculation or its draft length; change its --spec-* flags)"
 )
+ROUTED = (
+    "applied by routing: each class went to the side whose goodput was higher, the other kept "
+    "routing.explore_share (the Decisions in the log; specmon policy explain LOG)"
+)
+
+
+def applied_line(policy: Policy | None, advice: list[ClassAdvice]) -> str:
+    """Whether the policy routed this traffic (enforce mode, with a plain side) or only advised."""
+    routed = policy is not None and policy.settings.mode == "enforce" and any(a.plain.requests for a in advice)
+    return ROUTED if routed else NOT_APPLIED
+
+
 UNLIKELY_NEXT = 0.1  # a draft position accepted less often than this is past the suggested draft maximum
 
 

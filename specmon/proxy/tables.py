@@ -19,7 +19,7 @@ from specmon.events.schema import RequestTimed, SessionStarted
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.served import RequestTotals, by_class
 from specmon.policy.schema import Policy, parse_policy
-from specmon.proxy.advice import NOT_APPLIED, ClassAdvice, advise
+from specmon.proxy.advice import ClassAdvice, advise, applied_line
 from specmon.proxy.unreported import SessionLines, notices, silent
 
 # decode tok/s: each request's own speed (the server's decode time), not the server's throughput (a watch's)
@@ -127,7 +127,7 @@ def proxy_summary(events: Iterable, policy: Policy | None, title: str = "request
     if advice:
         parts.append(Text("advice per class (95% intervals over requests):"))
         parts += [Text("  " + line) for a in advice for line in advice_lines(a, policy)]
-        parts.append(Text(NOT_APPLIED))
+        parts.append(Text(applied_line(policy, advice)))
     return Group(*parts)
 
 
