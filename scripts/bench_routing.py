@@ -122,6 +122,9 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=3, help="times each prompt is sent to each path (default 3)")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens a request (default 64)")
     parser.add_argument("--spec-type", default="ngram-simple", help="the drafting server's --spec-type")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="each llama-server's threads (1 leaves a core to the proxy on 2 cores)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here (scripts/bench-docs reads them)")
     args = parser.parse_args()
     binary = find_server()
@@ -132,7 +135,7 @@ def main() -> int:
     model = modelstore.resolve(modelstore.SMOLLM2.name)
     with tempfile.TemporaryDirectory() as tmp:
         print(f"host CPU pressure before: {cpu_pressure()}")
-        servers = [Server(binary, model, mode, 2, 2048, Path(tmp)) for mode in (args.spec_type, "none")]
+        servers = [Server(binary, model, mode, args.threads, 2048, Path(tmp)) for mode in (args.spec_type, "none")]
         try:
             for s in servers:
                 s.wait_ready()
@@ -146,6 +149,7 @@ def main() -> int:
             "cycles": args.cycles,
             "max_tokens": args.max_tokens,
             "spec_type": args.spec_type,
+            "threads": args.threads,
         }
         print(f"host CPU pressure after:  {cpu_pressure()}")
     report(found)
