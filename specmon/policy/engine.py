@@ -10,15 +10,13 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from specmon.engine.costs import Costs
-from specmon.errors import SpecmonError
 from specmon.events.schema import ClassInForce, Decision, PolicyLoaded, RoundVerified
 from specmon.policy import gate
 from specmon.policy.classify import classify, named_class
-from specmon.policy.reload import loaded_event, refused_event
-from specmon.policy.schema import Policy, PromptClass, file_stamp, load_policy
+from specmon.policy.reload import changed_classes, loaded_event, reread
+from specmon.policy.schema import Policy, PromptClass, file_stamp
 
 
 @dataclass
@@ -174,16 +172,11 @@ class PolicyEngine:
         if mtime == self._mtime:
             return None
         self._mtime = mtime
-        try:
-            new = load_policy(Path(self.policy.source))
-        except SpecmonError as exc:
-            return refused_event(self.policy.source, self.session_id, str(exc))
-        except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the run
-            return refused_event(self.policy.source, self.session_id, f"{self.policy.source}: cannot load it ({exc!r})")
+        new = reread(self.policy.source, self.session_id)
+        if isinstance(new, PolicyLoaded):
+            return new
         old, self.policy = self.policy, new
-        before = {c.name: c for c in old.classes}
-        kept = {c.name for c in new.classes}
-        changed = [c.name for c in new.classes if before.get(c.name) != c] + [n for n in before if n not in kept]
+        changed = changed_classes(old, new)
         if old.settings != new.settings:
             changed.append("policy")
         for name in list(self.states) if old.settings != new.settings else changed:

@@ -6,8 +6,11 @@ from __future__ import annotations
 import sys
 import time
 
+from pathlib import Path
+
+from specmon.errors import SpecmonError
 from specmon.events.schema import ClassInForce, PolicyLoaded
-from specmon.policy.schema import MAX_POLICY_BYTES, Policy
+from specmon.policy.schema import MAX_POLICY_BYTES, Policy, load_policy
 
 
 def loaded_event(
@@ -23,6 +26,23 @@ def loaded_event(
         classes=classes or [],
         changed=changed or [],
     )
+
+
+def reread(source: str, session_id: str) -> Policy | PolicyLoaded:
+    """The edited file as a Policy, or the event refusing it (a reload never ends the run)."""
+    try:
+        return load_policy(Path(source))
+    except SpecmonError as exc:
+        return refused_event(source, session_id, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the run
+        return refused_event(source, session_id, f"{source}: cannot load it ({exc!r})")
+
+
+def changed_classes(old: Policy, new: Policy) -> list[str]:
+    """The classes an edit changed or removed, by name."""
+    before = {c.name: c for c in old.classes}
+    kept = {c.name for c in new.classes}
+    return [c.name for c in new.classes if before.get(c.name) != c] + [n for n in before if n not in kept]
 
 
 def refused_event(source: str, session_id: str, error: str) -> PolicyLoaded:

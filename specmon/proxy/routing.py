@@ -12,14 +12,12 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from specmon.errors import SpecmonError
 from specmon.events.schema import Decision, PolicyLoaded, RequestTimed, RouteChoice
 from specmon.policy import route
-from specmon.policy.reload import loaded_event, refused_event
+from specmon.policy.reload import changed_classes, loaded_event, reread
 from specmon.policy.route import BOTH, PLAIN, SPEC
-from specmon.policy.schema import Policy, PromptClass, file_stamp, load_policy
+from specmon.policy.schema import Policy, PromptClass, file_stamp
 
 __all__ = ["BOTH", "PLAIN", "SPEC", "Router"]
 
@@ -129,16 +127,11 @@ class Router:
         if stamp == self._stamp:
             return None
         self._stamp = stamp
-        try:
-            new = load_policy(Path(self.policy.source))
-        except SpecmonError as exc:
-            return refused_event(self.policy.source, self.session_id, str(exc))
-        except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the proxy
-            return refused_event(self.policy.source, self.session_id, f"{self.policy.source}: cannot load it ({exc!r})")
+        new = reread(self.policy.source, self.session_id)
+        if isinstance(new, PolicyLoaded):
+            return new
         old, self.policy = self.policy, new
-        before = {c.name: c for c in old.classes}
-        kept = {c.name for c in new.classes}
-        changed = [c.name for c in new.classes if before.get(c.name) != c] + [n for n in before if n not in kept]
+        changed = changed_classes(old, new)
         whole = old.settings != new.settings or old.routing != new.routing
         if whole:
             changed += ["policy"] if old.settings != new.settings else []
