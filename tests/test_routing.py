@@ -71,12 +71,13 @@ def pays(i, side):
 
 def test_a_class_alternates_until_measured_then_goes_where_goodput_is_higher():
     router = Router(policy(), "s", has_plain=True)
-    sides, decisions, _ = drive(router, 16, pays)
-    assert sides == [SPEC, PLAIN] * 8  # min_requests = 8 on each side
+    sides, decisions, _ = drive(router, 8, pays)
+    assert sides == [SPEC, PLAIN] * 4  # half of min_requests = 8 on each side: the interval is clear
     ((d, cited),) = decisions
     assert (d.route.side_from, d.route.side_to, d.speculate_to, d.applied) == (BOTH, SPEC, True, True)
     assert d.rule_key == "routing.min_requests" and d.rule_line == router.policy.line_of("routing", "min_requests")
-    assert d.request_ids == [f"r{i}" for i in [*range(0, 16, 2), *range(1, 16, 2)]]
+    assert d.request_ids == [f"r{i}" for i in [*range(0, 8, 2), *range(1, 8, 2)]]
+    assert "interval excludes 1.0 after 4 requests on each side" in d.reason
     assert d.route.ratio == pytest.approx(1.35)
     assert explain_route(d, cited).reproduces
     sides, _, _ = drive(router, 100, pays, start=8)
@@ -84,29 +85,47 @@ def test_a_class_alternates_until_measured_then_goes_where_goodput_is_higher():
     assert [i for i, s in enumerate(sides) if s == PLAIN] == [19, 39, 59, 79, 99]
 
 
+def test_a_class_whose_sides_are_close_alternates_until_min_requests_then_takes_the_higher():
+    router = Router(policy(), "s", has_plain=True)
+    close = lambda i, side: 25.0 if side == PLAIN else (21.0, 29.0)[i // 2 % 2]  # noqa: E731  spec 0.99x, spread
+    sides, decisions, _ = drive(router, 16, close)
+    assert sides == [SPEC, PLAIN] * 8 and len(decisions) == 1
+    ((d, cited),) = decisions
+    assert (d.route.side_to, d.route.spec_requests, d.route.plain_requests) == (PLAIN, 8, 8)
+    assert d.route.low < 1.0 < d.route.high and "higher measured goodput after 8 requests" in d.reason
+    assert explain_route(d, cited).reproduces
+
+
 FOLLOWS_WITHIN = 160  # requests after a class's traffic turns; docs/watching.md states it
 
 
+def settled(after: list[str], side: str) -> int:
+    """Requests until the class went to `side` for good (len(after) if it is elsewhere at the end)."""
+    rest = [i for i, s in enumerate(after) if s != side]
+    return rest[-1] + 1 if rest else 0
+
+
 def test_routing_follows_a_class_whose_traffic_turns_from_losing_to_paying_and_back():
-    """With the default routing (explore 5%, window 8, 4 requests a side), a class whose traffic
-    turns moves within FOLLOWS_WITHIN requests, over 20 seeds of prompt-to-prompt spread; every move
-    reproduces in explain."""
-    follows = []
+    """With the default routing (explore 5%, window 8, min_requests 8), a class whose traffic turns
+    moves within FOLLOWS_WITHIN requests each way, over 20 seeds of prompt-to-prompt spread; every
+    move reproduces in explain. A first choice made on 4 requests a side can be wrong and last: at
+    0.92x, 5 of 500 seeds were still on spec after 200 requests (8 of 500 with min_requests=8 only
+    settling at 8 a side), so one such run of the 20 is allowed and counted."""
+    follows, wrong_first = [], 0
     for seed in range(20):
         rng = random.Random(seed)
         router, seen = Router(policy(), "s", has_plain=True), {}
         _, first, after = drive(router, 100, loses, rng=rng, seen=seen)
-        assert after[-1] == PLAIN, seed
+        wrong_first += after[-1] != PLAIN
         _, turned, after = drive(router, 200, pays, start=100, rng=rng, seen=seen)
-        follows.append(after.index(SPEC))
-        assert set(after[follows[-1] :]) == {SPEC}, seed
-        _, back, after = drive(router, 100, loses, start=300, rng=rng, seen=seen)
-        assert after[-1] == PLAIN, seed
+        follows.append(settled(after, SPEC))
+        _, back, after = drive(router, 200, loses, start=300, rng=rng, seen=seen)
+        follows.append(settled(after, PLAIN))
         for d, cited in first + turned + back:
             e = explain_route(d, cited)
             assert e.reproduces, (seed, e.detail)
-    print("requests to follow:", sorted(follows))
-    assert max(follows) <= FOLLOWS_WITHIN, follows
+    print("requests to follow, to spec:", sorted(follows[::2]), "back:", sorted(follows[1::2]), "wrong:", wrong_first)
+    assert wrong_first <= 1 and max(follows) <= FOLLOWS_WITHIN, (wrong_first, follows)
 
 
 def test_advise_mode_sends_a_fixed_share_plain_and_logs_what_it_would_do_unapplied():

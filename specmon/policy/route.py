@@ -6,8 +6,8 @@ request is the unit the interval resamples (metrics.interval), as a prompt is in
 the same live (proxy.routing) and in `specmon policy explain`:
 - a class starts on BOTH sides (its requests alternate) until each has `min_requests` timed ones;
   then it goes where the point estimate is higher;
-- later it moves only when the 95% interval of spec/plain over each side's last `window` requests
-  excludes 1.0 in the other side's favour (the interval is the hysteresis)."""
+- it moves (from BOTH too, once each side has half of `min_requests`) when the 95% interval of
+  spec/plain over each side's last `window` requests excludes 1.0 (the interval is the hysteresis)."""
 
 from __future__ import annotations
 
@@ -43,13 +43,14 @@ def estimate(spec: Iterable[RequestTimed], plain: Iterable[RequestTimed]) -> Spe
 
 def choose(side: str, est: SpeedupEstimate, min_requests: int) -> str:
     """The side a class goes to next, from the side it is on and the estimate over both windows."""
-    if min(est.prompts_spec, est.prompts_plain) < min_requests or est.ratio is None:
+    fewest = min(est.prompts_spec, est.prompts_plain)
+    if est.ratio is None or fewest < min_requests // 2:
         return side
-    if est.verdict == "faster":
+    if est.verdict == "faster":  # a clear interval moves a class early: where sides differ most, learning costs most
         return SPEC
     if est.verdict == "slower":
         return PLAIN
-    if side == BOTH:
+    if side == BOTH and fewest >= min_requests:
         return SPEC if est.ratio >= 1.0 else PLAIN
     return side
 

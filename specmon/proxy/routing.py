@@ -162,7 +162,10 @@ def _reason(c: RouteChoice) -> str:
     """The decision in words: where the class goes, and why."""
     interval = "" if c.low is None else f" [{c.low:.2f}, {c.high:.2f}]"
     sides = f"{c.spec_requests} spec vs {c.plain_requests} plain requests"
-    if c.side_from == BOTH:
+    fewest = min(c.spec_requests, c.plain_requests)
+    if c.side_from == BOTH and fewest < c.min_requests:
+        why = f"its 95% interval excludes 1.0 after {fewest} requests on each side"
+    elif c.side_from == BOTH:
         why = f"higher measured goodput after {c.min_requests} requests on each side"
     else:
         why = "the 95% interval excludes 1.0"
