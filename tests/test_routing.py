@@ -5,6 +5,8 @@ whose figures are given: where a class goes, when it moves, what each move cites
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 
 import httpx
@@ -223,3 +225,63 @@ def test_through_the_proxy_a_dead_member_is_left_out_said_once_and_the_busy_one_
     events = timed(log)
     assert len(events) == 8 and {e.status for e in events} == {200}
     assert {e.upstream_url for e in events} == {a.url, b.url} and len(a.requests) + len(b.requests) == 8
+
+
+def test_through_the_proxy_a_class_follows_its_traffic_and_explain_and_the_view_agree(tmp_path):
+    """Real sockets: vLLM stand-ins, one speculating and one plain, behind the proxy with a policy file
+    whose [routing] explores 20%. The class's replies turn from speculation losing (0.85x) to paying
+    (1.3x): the log's decisions move it plain, then spec; `specmon policy explain` reproduces both;
+    the served view's classes pane says where it went."""
+    from standins import VllmStandin, from_histogram
+    from test_proxy import PATHS
+
+    from specmon.events.log import read_log
+    from specmon.events.schema import Decision
+    from specmon.proxy.server import ProxyOptions, Proxying
+    from specmon.transport.session import observed_header, observer_session
+    from specmon.tui.served_panes import render_classes
+    from specmon.tui.served_state import ServedState
+
+    file = tmp_path / "p.toml"
+    file.write_text(DEFAULT.text.replace("explore_share = 0.05", "explore_share = 0.2"))
+    pol, log, speedup = load_policy(str(file)), tmp_path / "p.specmon", [0.85]
+    spread = lambda body: 1.0 + 0.1 * ((len(body["messages"][0]["content"]) % 5) - 2) / 2  # noqa: E731  ±10%
+    spec = lambda body: from_histogram([4, 4, 4, 3], decode_ms=100.0 / speedup[0] * spread(body))  # noqa: E731
+    plain = lambda body: from_histogram([33], decode_ms=100.0 * spread(body))  # noqa: E731  34 tokens too
+    with VllmStandin(spec) as s, VllmStandin(plain, spec_metrics=False) as p:
+        header = lambda sid: observed_header(sid, "proxy", s.url, "vllm", pol)  # noqa: E731
+        with observer_session(header, log, serve=False, announce=False) as session:
+            options = ProxyOptions([s.url], [p.url], port=0, scrape_s=None, line=lambda _: None)
+            proxying = Proxying(session.session_id, session.channel.publish, pol, options)
+            proxying.start()
+            try:
+                with httpx.Client(trust_env=False, timeout=30) as client:
+                    for i in range(160):
+                        speedup[0] = 0.85 if i < 60 else 1.3
+                        body = {"messages": [{"role": "user", "content": "x" * i}], "max_tokens": 34}
+                        reply = client.post(
+                            proxying.url + PATHS["chat"], json=body, headers={"X-Specmon-Class": "chat"}
+                        )
+                        assert reply.status_code == 200
+            finally:
+                proxying.stop()
+    events = list(read_log(log))
+    moves = [(e.route.side_from, e.route.side_to, e.applied) for e in events if isinstance(e, Decision)]
+    assert moves == [(BOTH, PLAIN, True), (PLAIN, SPEC, True)], moves
+    before = [
+        sum(isinstance(e, RequestTimed) for e in events[:i]) for i, e in enumerate(events) if isinstance(e, Decision)
+    ]
+    print("requests before each move:", before)
+    assert before[0] <= 16 and 60 < before[1] <= 60 + 40, before  # learning; then following the turn at 60
+    said = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "policy", "explain", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.count("reproduces") == 2 and "not reproduce" not in said.stdout, said.stdout
+    state = ServedState()
+    state.apply(events)
+    pane = render_classes(state, 78).plain
+    assert "\nchat → spec 1.1" in pane and "→ routed, by spec/plain goodput" in pane, pane

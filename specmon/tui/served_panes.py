@@ -138,15 +138,26 @@ def render_classes(state: ServedState, width: int) -> Text:
         if totals.accepted_per_pos:
             positions = " ".join(fmt(r) for r in totals.position_rates())
             text.append(f"  by position {positions}"[: max(width, 1)] + "\n", style="dim")
+    for cls, d in sorted(state.routes.items()):
+        text.append(_route_line(cls, d)[: max(width, 1)] + "\n", style="bold" if d.applied else "dim")
     rows = state.requests.values()
     keys = ["n/r: no draft counts reported"] if any(not t.reported for t in rows) else []
     keys += ["* the proxy's clock"] if any(t.tok_per_s is None and t.clocked_tok_per_s for t in rows) else []
+    keys += ["→ routed, by spec/plain goodput"] if state.routes else []
     if keys:
         text.append("; ".join(keys)[: max(width, 1)] + "\n", style="dim")
     for line in state.silent.values():
         text.append(line + "\n", style="yellow")
     text.rstrip()
     return text
+
+
+def _route_line(cls: str, d) -> str:
+    """`chat → plain 0.94x [0.91, 0.97] at 12:03:04`: where routing sent the class last, and on what."""
+    r = d.route
+    interval = "" if r.low is None else f" [{r.low:.2f}, {r.high:.2f}]"
+    advised = "" if d.applied else " (advised)"
+    return f"{cls} → {r.side_to}{advised} {r.ratio:.2f}x{interval} at {clock(d.t)}"
 
 
 def _speed(totals) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from specmon.events.schema import RequestTimed, ServerScraped, SessionFinished, SessionStarted
+from specmon.events.schema import Decision, RequestTimed, ServerScraped, SessionFinished, SessionStarted
 from specmon.metrics import served
 from specmon.proxy import unreported
 
@@ -37,6 +37,7 @@ class ServedState:
     requests_seen: int = 0  # RequestTimed events, failed ones included
     silent: dict = field(default_factory=dict)  # speculating upstream -> its notice, while none of its replies reported
     reported: set = field(default_factory=set)  # upstreams a reply of which carried draft counts
+    routes: dict = field(default_factory=dict)  # class -> the latest routing Decision (a proxy with a plain side)
     version: int = 0  # bumped by each batch that changed something
 
     def apply(self, batch) -> None:
@@ -47,6 +48,8 @@ class ServedState:
                 self.requests_seen += 1
                 served.add_request(self.requests, ev)
                 self._unreported(ev)
+            elif isinstance(ev, Decision) and ev.route is not None:
+                self.routes[ev.prompt_class] = ev
             elif isinstance(ev, SessionStarted):
                 self.started = ev
             elif isinstance(ev, SessionFinished):
