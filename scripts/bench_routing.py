@@ -8,7 +8,7 @@ went to the worse side (learning and exploring), and the time to first byte the 
 proxied request against the direct request of the same prompt to the server it was routed to).
 
     bash scripts/setup-llama-server
-    .venv/bin/python scripts/bench_routing.py --cycles 3
+    .venv/bin/python scripts/bench_routing.py --cycles 6
 
 Without a llama-server ($LLAMA_SERVER, .venv/bin or PATH) it prints why and exits 0. Figures are
 printed, never asserted."""
@@ -84,7 +84,7 @@ def figures(rows: list[dict], log: Path) -> dict:
         c = classes.setdefault(ev.prompt_class, {"rows": [], "sides": []})
         c["rows"].append(row)
         c["sides"].append(ev.upstream)
-    out = {"classes": {}, "decisions": [d.reason for d in decisions]}
+    out = {"classes": {}, "decisions": [f"{d.prompt_class}: {d.reason}" for d in decisions]}
     for name, c in classes.items():
         good = {
             path: sum(r[path]["n"] for r in c["rows"]) / sum(r[path]["ms"] for r in c["rows"]) * 1e3
@@ -119,11 +119,14 @@ def report(found: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cycles", type=int, default=3, help="times each prompt is sent to each path (default 3)")
+    parser.add_argument("--cycles", type=int, default=6, help="times each prompt is sent to each path (default 6)")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens a request (default 64)")
     parser.add_argument("--spec-type", default="ngram-simple", help="the drafting server's --spec-type")
     parser.add_argument(
-        "--threads", type=int, default=2, help="each llama-server's threads (1 leaves a core to the proxy on 2 cores)"
+        "--threads",
+        type=int,
+        default=1,
+        help="each llama-server's threads (default 1: on 2 cores, 2 each leave the proxy and client none)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures here (scripts/bench-docs reads them)")
     args = parser.parse_args()
