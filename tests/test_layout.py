@@ -1,10 +1,28 @@
-"""The layout rules of DESIGN.md, checked on the source: no import cycles (function-level imports
-included), Textual only in specmon/tui/, torch, exllamav2 and llama_cpp only in specmon/backends/."""
+"""The layout rules of docs/development.md, checked on the source (function-level imports included):
+packages import only downwards through LAYERS, no import cycles, Textual only in specmon/tui/, torch,
+exllamav2 and llama_cpp only in specmon/backends/."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "specmon"
+
+# specmon's packages and top-level modules, low to high: each imports only from layers below its own,
+# never from one beside it or above it. A new package is placed here before it can be imported.
+LAYERS = (
+    ("errors", "data"),
+    ("textfile", "console"),
+    ("events", "telemetry"),
+    ("metrics",),
+    ("engine", "tables"),
+    ("backends", "policy", "transport"),
+    ("sched",),
+    ("server", "replay"),
+    ("tui",),  # the view: replays and live sessions; the front-ends below open it
+    ("watch",),
+    ("proxy",),
+    ("cli",),  # parses arguments and calls: nothing imports it
+)
 
 
 def _module(path: Path) -> str:
@@ -55,6 +73,48 @@ def test_the_tree_of_imports_has_no_cycle():
 
 def test_a_planted_cycle_is_found():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def _package(module: str) -> str:
+    """specmon.metrics.served -> metrics; the bare `specmon` (its __version__) -> ""."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def _upward(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
+    """Every import from a package to one in its own layer or above, as `importer -> imported`."""
+    rank = {name: i for i, layer in enumerate(layers) for name in layer}
+    found = []
+    for module, names in sorted(graph.items()):
+        here = _package(module)
+        for name in sorted(n for n in names if n.startswith("specmon.") and n in graph):
+            there = _package(name)
+            if there != here and rank[there] >= rank[here]:
+                found.append(f"{module} -> {name}")
+    return found
+
+
+def test_every_package_has_a_layer():
+    placed = {name for layer in LAYERS for name in layer}
+    packages = {_package(m) for m in _imports()} - {""}
+    assert packages - placed == set(), "place these in LAYERS"
+    assert placed - packages == set(), "LAYERS names what specmon no longer has"
+
+
+def test_packages_import_only_from_lower_layers():
+    assert _upward(_imports()) == []
+
+
+def test_an_upward_or_sideways_import_is_found():
+    graph = {
+        "specmon.events.schema": {"specmon.metrics.stats"},  # up
+        "specmon.metrics.stats": {"specmon.telemetry.host"},  # down: fine
+        "specmon.telemetry.host": {"specmon.events.log"},  # beside, in one layer
+        "specmon.events.log": set(),
+    }
+    assert _upward(graph) == [
+        "specmon.events.schema -> specmon.metrics.stats",
+        "specmon.telemetry.host -> specmon.events.log",
+    ]
 
 
 def test_heavy_imports_stay_in_their_packages():

@@ -22,7 +22,7 @@ from specmon.metrics.served import by_class
 from specmon.proxy.evidence import ReplyReader
 from specmon.proxy.routing import SPEC
 from specmon.proxy.tables import log_summary, request_line
-from specmon.proxy.unreported import SessionLines, notices
+from specmon.metrics.unreported import SessionLines, notices
 from specmon.tui import served_panes
 from specmon.tui.served_state import ServedState
 

@@ -240,7 +240,7 @@ def test_the_embedded_model_served_streamed_and_whole_equal_plain_decoding(tmp_p
 def test_under_the_monitor_the_view_sees_the_rounds_and_quitting_stops_the_server(tmp_path, tiny, monkeypatch):
     """`specmon serve` in a terminal: the live monitor drains the session's view while requests are
     served; its quitting shuts the server down. The app here is a stand-in that makes a request."""
-    from specmon.cli.serve import serve_under_tui
+    from specmon.tui.beside import serve_under_tui
     from specmon.tui import factory
 
     profile, pair = tiny

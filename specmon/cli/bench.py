@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specmon.backends.profiles import load_profile
-from specmon.cli.console import err, out, progress
+from specmon.console import err, out, progress
 from specmon.cli.run import check_model_drafter, check_writable, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.errors import SpecmonError

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specmon.backends.profiles import load_profile, resolve_model_path
-from specmon.cli.console import err, out, progress
+from specmon.console import err, out, progress
 from specmon.cli.run import check_writable, write_json
 from specmon.engine.prompts import builtin_suite
 from specmon.errors import SpecmonError

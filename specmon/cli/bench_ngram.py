@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specmon.backends.profiles import DrafterSpec, load_profile
-from specmon.cli.console import err, out, progress
+from specmon.console import err, out, progress
 from specmon.cli.run import check_writable, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.engine.driver import SessionDriver

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from specmon.backends.profiles import load_profile
 from specmon.sched.bench import prompts_path
-from specmon.cli.console import err, out, progress
+from specmon.console import err, out, progress
 from specmon.cli.run import check_new_log, check_writable, write_json
 from specmon.cli.serve_clients import Streamed
 from specmon.engine.draft_len import FixedDraftLen, check_draft_len

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specmon.backends.profiles import DrafterSpec, load_profile
-from specmon.cli.console import err, out, progress
+from specmon.console import err, out, progress
 from specmon.cli.run import check_writable, write_json
 from specmon.engine.costs import measure_costs
 from specmon.errors import SpecmonError

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from specmon.cli.console import err, out
-from specmon.cli.tables import class_table
+from specmon.console import err, out
+from specmon.tables import class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, default_log_path, read_log
@@ -242,9 +242,7 @@ def cmd_log(args) -> int:
             "  ended            [yellow]no end written: the run is still going, or was killed[/]", highlight=False
         )
     if started is not None and started.backend in SERVED_BACKENDS:  # a server's traffic: no rounds of its own
-        from specmon.cli.served_info import print_served
-
-        print_served(out, args.log)
+        _print_served(args.log)
     if any(isinstance(e, PromptStarted) and bench_fixed_k(e) is not None for e in kept):
         from specmon.cli.bench import bench_table  # a bench log: the policy and each fixed k apart
 
@@ -254,6 +252,19 @@ def cmd_log(args) -> int:
     elif kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     return 1 if damage else 0
+
+
+def _print_served(log: Path) -> None:
+    """log info's served-traffic section: the watched server's totals, then the proxy's table and advice."""
+    from specmon.metrics.served_summary import info_lines, logged, served_summary
+
+    s = served_summary(log)
+    for line in info_lines(s):
+        out.print(line, highlight=False, markup=False)
+    if s["classes"]:
+        from specmon.proxy.tables import log_summary
+
+        out.print(log_summary(logged(log)))
 
 
 def drafters_of(started: SessionStarted, events) -> str:

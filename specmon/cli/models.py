@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from specmon.backends import modelstore
-from specmon.cli.console import err, out
+from specmon.console import err, out
 from specmon.errors import SpecmonError
 
 

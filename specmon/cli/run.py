@@ -15,8 +15,8 @@ import msgspec
 from rich.markup import escape
 
 from specmon.backends.profiles import DrafterSpec, load_profile
-from specmon.cli.console import err, out, progress
-from specmon.cli.tables import class_table, divergence_lines
+from specmon.console import err, out, progress
+from specmon.tables import class_table, divergence_lines
 from specmon.engine.draft_len import check_draft_len
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError

@@ -3,22 +3,20 @@ request is a prompt of the session, decided by the policy (or at a fixed k), log
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
-import socket
-import stat
 import sys
-import threading
 from pathlib import Path
 
 from rich.markup import escape
 
 from specmon.backends.profiles import load_profile
-from specmon.cli.console import err
+from specmon.console import err
 from specmon.errors import SpecmonError
 from specmon.policy.schema import load_policy
+from specmon.server.auth import check_host, read_api_key
 from specmon.transport.session import live_session
+from specmon.tui.beside import serve_under_tui
 
 
 def cmd_serve(args) -> int:
@@ -77,65 +75,6 @@ def _ended_while_loading(exc: KeyboardInterrupt) -> int:
         file=sys.stderr,
     )
     return 128 + signum
-
-
-def serve_under_tui(session, serving, title: str, what: str = "serving") -> None:
-    """Serve on a thread while the live view (main thread) drains the session's view; quitting the view
-    shuts the server down (`serve`: the decode in flight stops after its round; `proxy`: replies in
-    flight get the grace to finish). `what` names a failure in the title."""
-    from specmon.tui.factory import make_app
-    from specmon.tui.feed import Feed
-
-    feed = Feed(session.view, title)
-    feed.url = f"{serving.url}/v1"
-    failed: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            serving.run()
-        except BaseException as exc:
-            failed.append(exc)
-            feed.error = str(exc) if isinstance(exc, SpecmonError) else f"{what} failed: {exc!r}"
-        finally:
-            feed.done.set()
-
-    thread = threading.Thread(target=serve, name=serving.thread_name)
-    thread.start()
-    try:
-        make_app(feed).run()
-    finally:
-        serving.server.should_exit = True
-        thread.join()
-    if failed:
-        raise failed[0]
-
-
-def read_api_key(path: Path, flag: str = "--api-key-file") -> bytes:
-    """The key from a file only its owner can read (as ssh insists for private keys); never printed."""
-    try:
-        mode = path.stat().st_mode
-        key = path.read_bytes().strip()
-    except OSError as exc:
-        raise SpecmonError(f"{flag} {path}: cannot read it ({exc.strerror})") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise SpecmonError(f"{flag} {path}: others can read it; run `chmod 600 {path}`")
-    if not key or b"\n" in key or any(b < 0x21 or b > 0x7E for b in key):
-        raise SpecmonError(f"{flag} {path}: expected one line of printable ASCII, no spaces")
-    return key
-
-
-def check_host(host: str, has_key: bool) -> None:
-    """Loopback by default; any address others can reach needs an API key."""
-    try:
-        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        raise SpecmonError(f"--host {host}: cannot resolve it ({getattr(exc, 'strerror', None) or exc})") from None
-    addresses = {info[4][0].split("%")[0] for info in found}
-    if not has_key and not all(ipaddress.ip_address(a).is_loopback for a in addresses):
-        raise SpecmonError(
-            f"--host {host} is reachable from other machines: give --api-key-file FILE (clients send "
-            "the key as a bearer token), or serve on 127.0.0.1 and use an SSH tunnel"
-        )
 
 
 def _tty() -> bool:

@@ -11,9 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from specmon.backends.profiles import DrafterSpec, load_profile
-from specmon.cli.console import err, out, progress
+from specmon.console import err, out, progress
 from specmon.cli.run import check_new_log
-from specmon.cli.tables import compact_table
+from specmon.tables import compact_table
 from specmon.data import read_shipped
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.prompts import prompt_set

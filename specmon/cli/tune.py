@@ -10,7 +10,7 @@ from rich.table import Table
 
 from specmon.backends.profiles import load_profile, resolve_model_path
 from specmon.sched.bench import prompts_path
-from specmon.cli.console import out, progress
+from specmon.console import out, progress
 from specmon.cli.run import check_writable, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.engine.prompts import prompt_set

@@ -9,15 +9,16 @@ import sys
 import httpx
 from rich.markup import escape
 
-from specmon.cli.console import err, out
-from specmon.cli.serve import check_host, read_api_key, serve_under_tui
+from specmon.console import err, out
 from specmon.errors import SpecmonError
 from specmon.policy.schema import Policy, load_policy
 from specmon.proxy.relay import reason
 from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import proxy_summary
+from specmon.server.auth import check_host, read_api_key
 from specmon.server.runner import bind
 from specmon.transport.session import observed_header, observer_session
+from specmon.tui.beside import serve_under_tui
 from specmon.watch.scrape import base_url
 
 PROBE_TIMEOUT_S = 5.0

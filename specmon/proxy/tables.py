@@ -13,14 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specmon.cli.tables import compact_table
+from specmon.tables import compact_table
 from specmon.errors import SpecmonError
 from specmon.events.schema import RequestTimed, SessionStarted
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.served import RequestTotals, by_class
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import ClassAdvice, advise, applied_line
-from specmon.proxy.unreported import SessionLines, notices, silent
+from specmon.metrics.unreported import SessionLines, notices, silent
 
 # decode tok/s: each request's own speed (the server's decode time), not the server's throughput (a watch's)
 COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "decode tok/s")

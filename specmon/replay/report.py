@@ -15,6 +15,8 @@ from specmon.metrics.contention import HostTally, tally
 from specmon.metrics.format import fmt
 from specmon.metrics.interval import goodput_interval
 from specmon.metrics.served import SERVED_BACKENDS
+from specmon.metrics.served_summary import markdown as served_markdown
+from specmon.metrics.served_summary import served_summary
 from specmon.metrics.stats import RunStats, class_stats, summary
 
 WINDOW = 32  # rounds per point on the acceptance-over-time plot
@@ -65,8 +67,6 @@ def build_report(log: Path, out: Path) -> Path:
         "host": _host(tally(rounds)),
     }
     if events and getattr(events[0], "backend", "") in SERVED_BACKENDS:  # a server's traffic: its own section
-        from specmon.cli.served_info import served_summary
-
         data["served"] = served_summary(log)
     try:
         return _write(data, out)
@@ -286,9 +286,7 @@ def _markdown(data: dict, plots: list[str]) -> str:
             for d in data["decisions"]
         ]
     if data.get("served"):
-        from specmon.cli.served_info import markdown
-
-        lines += markdown(data["served"])
+        lines += served_markdown(data["served"])
     lines.append("")
     lines += [f"![{name}]({name})" for name in plots]
     return "\n".join(lines) + "\n"

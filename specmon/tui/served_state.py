@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from specmon.events.schema import Decision, RequestTimed, ServerScraped, SessionFinished, SessionStarted
 from specmon.metrics import served
-from specmon.proxy import unreported
+from specmon.metrics import unreported
 
 RECENT_S = 60.0  # the "recent" figures' span: long enough to hold a few whole requests
 KEPT_WINDOWS = 240  # windows the sparkline can draw

@@ -7,9 +7,9 @@ import sys
 import threading
 from pathlib import Path
 
-from specmon.cli.serve import read_api_key
 from specmon.errors import SpecmonError
 from specmon.events.schema import ServerScraped
+from specmon.server.auth import read_api_key
 from specmon.transport.serve import parse_listen
 from specmon.transport.session import LiveSession, observed_header, observer_session
 from specmon.watch.poll import Watcher, poll

@@ -3,25 +3,10 @@ The figures come from specmon.metrics.served; here they are only written."""
 
 from __future__ import annotations
 
-
 from specmon.events.schema import ServerScraped
 from specmon.metrics import served
-from specmon.metrics.format import clock, count, fmt
-
-
-def positions(w: served.Window) -> str:
-    """Acceptance at each draft position: drafts that got past it / drafts."""
-    return " ".join(fmt(r, "{:.2f}") for r in w.position_rates()) or "-"
-
-
-def figures(w: served.Window) -> str:
-    """A window's figures, each over the window's drafts and seconds."""
-    tok_s = "" if w.tokens_per_s is None else f"  {w.tokens_per_s:.1f} tok/s"
-    return (
-        f"drafts {w.drafts}  draft tokens {w.draft_tokens}  accepted {w.accepted}  acceptance {fmt(w.acceptance)}  "
-        f"accepted/draft {fmt(w.accepted_per_draft)}  pos {positions(w)}  {fmt(w.drafts_per_s, '{:.1f}')} drafts/s"
-        f"{tok_s}"
-    )
+from specmon.metrics.format import clock, count
+from specmon.metrics.served_summary import figures
 
 
 def window_line(w: served.Window, after: ServerScraped) -> str:

@@ -1,34 +1,52 @@
-"""`log info` and `report` on a watch or proxy log: what the watched server did over the session (totals
-summed run by run, restarts and failed reads counted) and the proxied requests by class. The figures are
-specmon.metrics.served's, the same the live view and the watch's totals line show."""
+"""What a watch or proxy log says about served traffic, for `log info` and `report`: what the watched
+server did over the session (totals summed run by run, restarts and failed reads counted) and the
+proxied requests by class. The figures are specmon.metrics.served's, the same the live view and the
+watch's lines show; here they are summed from a log and written in words."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics import served
-from specmon.metrics.format import count, fmt
-from specmon.proxy.unreported import notices
-from specmon.watch.lines import clock, figures
+from specmon.metrics.format import clock, count, fmt
+from specmon.metrics.unreported import notices
+
+
+def logged(log: Path) -> list:
+    """The log's events up to any damage (log info says where that is)."""
+    events: list = []
+    try:
+        events.extend(read_log(log))
+    except LogDamaged:
+        pass
+    return events
+
+
+def positions(w: served.Window) -> str:
+    """Acceptance at each draft position: drafts that got past it / drafts."""
+    return " ".join(fmt(r, "{:.2f}") for r in w.position_rates()) or "-"
+
+
+def figures(w: served.Window) -> str:
+    """A window's figures, each over the window's drafts and seconds."""
+    tok_s = "" if w.tokens_per_s is None else f"  {w.tokens_per_s:.1f} tok/s"
+    return (
+        f"drafts {w.drafts}  draft tokens {w.draft_tokens}  accepted {w.accepted}  acceptance {fmt(w.acceptance)}  "
+        f"accepted/draft {fmt(w.accepted_per_draft)}  pos {positions(w)}  {fmt(w.drafts_per_s, '{:.1f}')} drafts/s"
+        f"{tok_s}"
+    )
 
 
 def served_summary(log: Path) -> dict:
-    """The served-traffic figures of a log (up to any damage: log info says where that is)."""
-    scrapes: list[ServerScraped] = []
+    """The served-traffic figures of a log, up to any damage."""
+    events = logged(log)
+    scrapes = [ev for ev in events if isinstance(ev, ServerScraped)]
+    timed = [ev for ev in events if isinstance(ev, RequestTimed)]
     requests: dict[tuple[str, str], served.RequestTotals] = {}
-    timed: list[RequestTimed] = []
-    try:
-        for ev in read_log(log):
-            if isinstance(ev, ServerScraped):
-                scrapes.append(ev)
-            elif isinstance(ev, RequestTimed):
-                served.add_request(requests, ev)
-                timed.append(ev)
-    except LogDamaged:
-        pass
+    for ev in timed:
+        served.add_request(requests, ev)
     runs = served.runs(scrapes)
     failed = [s for s in scrapes if s.error or s.drafts is None]
     total = served.total(scrapes)
@@ -80,33 +98,17 @@ def _window(w: served.Window) -> dict:
     }
 
 
-def print_served(out, log: Path) -> None:
-    """log info's served-traffic section."""
-    s = served_summary(log)
-    if s["reads"]:
-        what = f"{s['url']} ({s['kind'] or 'unknown'}), {count(s['reads'], 'read')}"
-        span = f"{count(s['restarts'], 'restart')}, {count(s['failed_reads'], 'failed read')}"
-        out.print(f"  served traffic   {what}: {span}", highlight=False, markup=False)
-        out.print(
-            f"  totals           {s['total_line'] or 'no two good reads: nothing to sum'}",
-            highlight=False,
-            markup=False,
-        )
-        if s["first_failure"]:
-            out.print(f"  first failure    {s['first_failure']}", highlight=False, markup=False)
-    if s["classes"]:  # the proxy's own table and advice: drafted and accepted sums, spec against plain
-        from specmon.proxy.tables import log_summary
-
-        out.print(log_summary(_events(log)))
-
-
-def _events(log: Path) -> list:
-    events = []
-    try:
-        events.extend(read_log(log))
-    except LogDamaged:
-        pass  # up to the damage, as the rest of log info
-    return events
+def info_lines(s: dict) -> list[str]:
+    """log info's served-traffic lines (the proxy's table and advice follow, from proxy.tables)."""
+    if not s["reads"]:
+        return []
+    what = f"{s['url']} ({s['kind'] or 'unknown'}), {count(s['reads'], 'read')}"
+    span = f"{count(s['restarts'], 'restart')}, {count(s['failed_reads'], 'failed read')}"
+    lines = [
+        f"  served traffic   {what}: {span}",
+        f"  totals           {s['total_line'] or 'no two good reads: nothing to sum'}",
+    ]
+    return lines + ([f"  first failure    {s['first_failure']}"] if s["first_failure"] else [])
 
 
 def markdown(s: dict) -> list[str]:
