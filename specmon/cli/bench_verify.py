@@ -1,5 +1,5 @@
 """`specmon bench verify`: the cost of one target pass over T = 1..N positions (a round at k = T-1
-verifies T), relative to one position: the v(k) of DESIGN.md's predicted speedup.
+verifies T), relative to one position: the v(k) of the predicted speedup (metrics.predict).
 
 On a CPU, MKL's fp32 gemm reads the weights once per 3 rows, so without packing a 4-position verify
 costs about twice a plain step; weights packed for `packed_rows` rows are read once for all rows.

@@ -1,5 +1,5 @@
 """The one session driver: every scheduler (`run`'s plain-vs-speculative pairing, the sweep
-grid, the policy, the policy benchmark, the coming server) decodes its prompts through it.
+grid, the policy, the policy benchmark, `specmon serve`'s jobs) decodes its prompts through it.
 
 It owns the target, the tokenizer, the session's round ids and the emit path, and runs one
 prompt at a time: PromptStarted, one RoundVerified per round, then PromptFinished (with a

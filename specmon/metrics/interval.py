@@ -2,11 +2,11 @@
 
 Prompts differ far more than rounds within one, so the prompt is the unit that is resampled:
 a bootstrap over prompts (jointly when both sides ran the same prompts, as `run` pairs them;
-independently otherwise, as a policy's plain re-measures fall on some prompts only). The
+independently otherwise, as a policy's plain steps fall on some prompts only). The
 resampling is seeded, so a replay shows exactly the interval the live run showed.
 
 Until the interval excludes 1.0 the honest word is "not yet known"; a ratio above what the
-rounds' own counts allow (DESIGN.md's sanity bound) is noise, whatever its interval says; one from
+rounds' own counts allow (the sanity bound of docs/live-view.md) is noise, whatever its interval says; one from
 rounds the host disturbed (10% or more: metrics.contention) is "busy host", neither faster nor slower."""
 
 from __future__ import annotations

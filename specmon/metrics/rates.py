@@ -1,4 +1,4 @@
-"""The ratios of DESIGN.md's metric table that everything else derives from: round time,
+"""The ratios everything else derives from (docs/live-view.md's speed table): round time,
 goodput and speedup, each defined once here and used by the TUI, tables, reports, the policy
 and the benchmarks alike."""
 

@@ -208,7 +208,7 @@ class RequestTotals:
 
     @property
     def tokens_per_step(self) -> float | None:
-        """Tokens a step emitted (1.0: speculation added nothing): accepted / steps + 1 (DESIGN's tokens per
+        """Tokens a step emitted (1.0: speculation added nothing): accepted / steps + 1 (tokens per
         round; vLLM's mean acceptance length) where steps were counted, else generated / (generated -
         accepted); None where no reply reported its drafts."""
         if self.counted_steps:

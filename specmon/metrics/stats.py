@@ -1,4 +1,4 @@
-"""The metric definitions of DESIGN.md, in one place.
+"""The metric definitions, in one place (for users: the tables of docs/running.md and docs/live-view.md).
 
 Accumulators store counts and time sums only; every ratio is a property derived from them,
 with its definition beside it. Everything is computed from events, so a replayed log yields

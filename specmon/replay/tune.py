@@ -204,8 +204,8 @@ def replay(
     repeat: int,
     on_prompt: Callable[[int], None] | None = None,
 ) -> Tuned:
-    """Each prompt under the policy, then at every fixed k (the class's drafter settings as the file
-    sets them), `repeat` passes over the set, in order."""
+    """Each prompt under the policy, then at every fixed k (the plain n-gram lookup, as `specmon run -k K`
+    drafts), `repeat` passes over the set, in order."""
     encoded = {p.id: tuple(tokenizer.encode_chat(p.text)) for p in prompts}
     every = [t for ids in encoded.values() for t in ids] + [t for p in prompts for t in bench.texts[p.id]]
     target = ReplayTarget(max([tokenizer.eos_id, *every]) + 1, tokenizer.eos_id)  # drafts come from these tokens

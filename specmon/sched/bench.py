@@ -5,11 +5,11 @@ prompts, the same prompt is decoded at every fixed k (0 = plain). The decodes of
 turns round by round, each on its own KV cache (weights shared), the one with the fewest tokens
 next, so a change in the machine's speed (seconds long on a shared host) falls on the policy and
 on every fixed k alike; a backend that cannot copy its target runs them one after another, in an
-order that rotates. A fixed run drafts with the drafter settings of the prompt's class (its n-gram
-confidence), so auto and fixed k differ only in the policy's choices of k and on/off. Everything is
-logged; the fixed runs are marked by their PromptStarted's class_rule, so the figures are
-recomputed from the log alone (bench_results). A class's auto goodput counts every round the
-policy ran, its own exploring drafts included."""
+order that rotates. A fixed run drafts as `specmon run -k K` does (the plain n-gram lookup, each
+proposal verified whole), so auto against fixed k measures the whole policy, its drafting and its
+cuts. Everything is logged; the fixed runs are marked by their PromptStarted's class_rule, so the
+figures are recomputed from the log alone (bench_results). A class's auto goodput counts every
+round the policy ran, its plain steps included."""
 
 from __future__ import annotations
 
