@@ -66,3 +66,30 @@ def collect():
 
 def round_ids():
     return itertools.count()
+
+
+@pytest.fixture(scope="session")
+def live_session(tmp_path_factory):
+    """A real policy-driven session on the tiny model (the shipped policy, three passes over the
+    built-in suite): its events as the live run held them, and its log, decided by today's rule."""
+    from specmon.backends.loader import load_pair
+    from specmon.backends.profiles import DrafterSpec
+    from specmon.engine.prompts import builtin_suite
+    from specmon.policy.engine import PolicyEngine
+    from specmon.policy.schema import load_policy
+    from specmon.sched.policy import PolicyScheduler
+    from specmon.transport.session import live_session as open_session
+    from tinymodel import tiny_profile
+
+    tmp = tmp_path_factory.mktemp("live")
+    policy_file = tmp / "policy.toml"
+    policy_file.write_text((REPO / "policies" / "default.toml").read_text())
+    profile = load_profile(str(tiny_profile(tmp)))
+    policy = load_policy(policy_file)
+    pair = load_pair(profile, DrafterSpec(kind="ngram", draft_len=4))
+    with open_session(pair, profile, pair.drafter, tmp / "live.specmon", policy=policy, announce=False) as session:
+        scheduler = PolicyScheduler(
+            session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter
+        )
+        scheduler.run(builtin_suite() * 3, profile.sampling.to_event(), 24)
+    return session

@@ -283,11 +283,11 @@ def test_explain_of_a_log_without_decisions_says_so(tmp_path, capsys):
     assert capsys.readouterr().out == f"{log} holds no policy decisions\n"
 
 
-def test_explain_of_a_log_cut_mid_frame_explains_the_decisions_before_the_cut(tmp_path, capsys):
-    data = FIXTURE.read_bytes()
+def test_explain_of_a_log_cut_mid_frame_explains_the_decisions_before_the_cut(tmp_path, capsys, live_session):
+    data = live_session.log_path.read_bytes()
     cut = tmp_path / "cut.specmon"
     cut.write_bytes(data[:-7])  # a copy cut short (or a full disk): the last frame is partial
-    whole = [e.decision_id for e in read_log(FIXTURE) if isinstance(e, Decision)]
+    whole = [e.decision_id for e in read_log(live_session.log_path) if isinstance(e, Decision)]
     assert main(["policy", "explain", str(cut)]) == 1  # not a clean pass: part of the log is gone
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{cut}: damaged at byte ") and out[0].endswith("; explaining what precedes it")

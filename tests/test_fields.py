@@ -11,8 +11,9 @@ from specmon.events.schema import (
     AnyEvent,
     ClassInForce,
     Decision,
-    RouteChoice,
     Equivalence,
+    GateChoice,
+    RouteChoice,
     PolicyLoaded,
     PromptFinished,
     PromptStarted,
@@ -118,8 +119,8 @@ FIELDS = {
         "k_to",
         "rule_key",
         "rule_line",
-        "inputs",
-        "thresholds",
+        "retired_inputs",
+        "retired_thresholds",
         "round_ids",
         "applied",
         "policy_sha256",
@@ -127,7 +128,7 @@ FIELDS = {
         "match_from",
         "match_to",
         "request_ids",
-        "route",
+        "rule",
     ],
     QueueSample: ["session_id", "t", "waiting", "request_id", "endpoint", "arrived"],
     ServerScraped: [
@@ -170,6 +171,21 @@ FIELDS = {
     Sampling: ["temperature", "top_p", "top_k", "seed"],
     Equivalence: ["verdict", "first_divergence", "margin", "near_tie_margin"],
     ClassInForce: ["name", "speculate", "draft_len", "min_match"],
+    GateChoice: [
+        "rates",
+        "tried",
+        "taken",
+        "steps",
+        "prior",
+        "prior_weight",
+        "shared_weight",
+        "min_gain",
+        "min_match",
+        "positional",
+        "curve_disturbed",
+        "kept_from",
+        "kept_to",
+    ],
     RouteChoice: [
         "side_from",
         "side_to",
@@ -199,7 +215,8 @@ TAGS = {
     Sampling: None,
     Equivalence: None,
     ClassInForce: None,
-    RouteChoice: None,
+    GateChoice: "gate",
+    RouteChoice: "route",
 }
 
 SAMPLING = Sampling(temperature=0.7, top_p=0.9, top_k=40, seed=1234)
@@ -300,8 +317,8 @@ SAMPLES = [
         k_to=1,
         rule_key="policy.min_gain",
         rule_line=17,
-        inputs={"goodput_k0": 0.05, "goodput_k2": 0.0375, "ratio": 0.75},
-        thresholds={"min_gain": 0.03, "hysteresis": 0.05},
+        retired_inputs={"goodput_k0": 0.05, "goodput_k2": 0.0375, "ratio": 0.75},
+        retired_thresholds={"min_gain": 0.03, "hysteresis": 0.05},
         round_ids=[0, 1, 2, 100, 101],
         applied=True,
         policy_sha256=SHA,
@@ -309,7 +326,21 @@ SAMPLES = [
         match_from=2,
         match_to=3,
         request_ids=["3f9a2b1c0d4e5f60", "0d4e5f603f9a2b1c"],
-        route=RouteChoice("both", "plain", 0.05, 0.91, 0.85, 0.97, 8, 8, 8, 8),
+        rule=GateChoice(
+            [0.31, 0.5, 0.62],
+            [12, 8, 5],
+            [4, 4, 3],
+            [1.0, 1.25, 1.5],
+            [0.33, 0.5, 0.6],
+            4.0,
+            8.0,
+            0.03,
+            2,
+            True,
+            3,
+            [0, 4, 8],
+            [0, 2, 8],
+        ),
     ),
     QueueSample(
         **SESSION,
@@ -355,6 +386,15 @@ SAMPLES = [
     ),
 ]
 
+# a union's other members, each in an event of a type SAMPLES already holds
+VARIANTS = [
+    msgspec.structs.replace(
+        next(e for e in SAMPLES if isinstance(e, Decision)),
+        decision_id=4,
+        rule=RouteChoice("both", "plain", 0.05, 0.91, 0.85, 0.97, 8, 8, 8, 8),
+    ),
+]
+
 
 def _structs(value):
     """The struct and every struct nested in it."""
@@ -382,7 +422,7 @@ def test_the_samples_are_one_of_each_event_type_with_every_field_set():
                 assert value != default and not _blank(value), f"{type(struct).__name__}.{field.name} = {value!r}"
 
 
-@pytest.mark.parametrize("event", SAMPLES, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("event", SAMPLES + VARIANTS, ids=lambda e: type(e).__name__)
 def test_every_event_round_trips_through_the_codec(event):
     back = decode(encode(event))
     assert type(back) is type(event) and back == event
@@ -407,7 +447,7 @@ def test_field_order_and_tag_are_pinned(struct):
 
 
 def test_every_event_type_and_every_struct_in_one_is_pinned():
-    nested = {type(s) for e in SAMPLES for s in _structs(e)}
+    nested = {type(s) for e in SAMPLES + VARIANTS for s in _structs(e)}
     assert set(FIELDS) == set(typing.get_args(AnyEvent)) | nested == set(TAGS)
 
 
@@ -423,6 +463,6 @@ def _wire(value):
     return value
 
 
-@pytest.mark.parametrize("event", SAMPLES, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("event", SAMPLES + VARIANTS, ids=lambda e: type(e).__name__)
 def test_the_encoded_array_is_the_pinned_fields_in_order(event):
     assert msgspec.msgpack.decode(encode(event)) == _wire(event)

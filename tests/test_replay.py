@@ -8,41 +8,16 @@ from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
 from specmon.metrics.stats import class_stats, summary
-from specmon.policy.schema import load_policy, parse_policy
-from specmon.backends.profiles import DrafterSpec, load_profile
+from specmon.policy.schema import parse_policy
 from specmon.replay.player import ReplayFeed
 from specmon.replay.whatif import what_if
 from specmon.tui.factory import make_app
 from specmon.tui.state import ViewState
-from tinymodel import tiny_profile
 from waiting import drawn, settled, shown_until
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY_LOG = REPO / "tests" / "fixtures" / "session-policy.specmon"
 QUICK_POLICY = (REPO / "policies" / "default.toml").read_text()
-
-
-@pytest.fixture(scope="module")
-def live_session(tmp_path_factory):
-    """A real policy-driven session on the tiny model: the events as the live run held them."""
-    from specmon.backends.loader import load_pair
-    from specmon.engine.prompts import builtin_suite
-    from specmon.policy.engine import PolicyEngine
-    from specmon.sched.policy import PolicyScheduler
-    from specmon.transport.session import live_session as open_session
-
-    tmp = tmp_path_factory.mktemp("live")
-    policy_file = tmp / "policy.toml"
-    policy_file.write_text(QUICK_POLICY)
-    profile = load_profile(str(tiny_profile(tmp)))
-    policy = load_policy(policy_file)
-    pair = load_pair(profile, DrafterSpec(kind="ngram", draft_len=4))
-    with open_session(pair, profile, pair.drafter, tmp / "live.specmon", policy=policy, announce=False) as session:
-        scheduler = PolicyScheduler(
-            session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter
-        )
-        scheduler.run(builtin_suite() * 3, profile.sampling.to_event(), 24)
-    return session
 
 
 def fold(feed: ReplayFeed) -> ViewState:
@@ -86,13 +61,16 @@ def test_what_if_turning_one_class_off_leaves_it_no_decision(live_session):
     assert diffs[victim].differs and diffs[victim].logged and diffs[victim].other == []
 
 
-def test_what_if_marks_draft_lengths_the_log_never_ran(tmp_path):
-    other = parse_policy(QUICK_POLICY, "quick.toml")
-    longest = next(c for c in other.classes if c.name == "non-english").draft_len
-    assert longest > 4  # the log ran non-english at k=4 only: the shipped policy allows longer drafts
-    diffs = what_if(POLICY_LOG, other)
-    assert diffs["non-english"].missing == {longest}
-    assert any(d.logged for d in diffs.values())  # the old rules decided on other classes: shown beside
+def test_what_if_marks_draft_lengths_the_log_never_ran(live_session):
+    other = parse_policy(QUICK_POLICY.replace("draft_len = 8", "draft_len = 12"), "longer.toml")
+    diffs = what_if(live_session.log_path, other)
+    assert diffs and all(d.missing == {12} for d in diffs.values())  # the log drafted 8 at most
+    assert any(d.logged for d in diffs.values())
+
+
+def test_what_if_refuses_a_log_decided_by_a_retired_rule_in_one_line():
+    with pytest.raises(SpecmonError, match="^[^\n]*decision 0 was made by a rule specmon has retired[^\n]*$"):
+        what_if(POLICY_LOG, parse_policy(QUICK_POLICY, "quick.toml"))
 
 
 def test_damaged_log_replays_up_to_the_damage(tmp_path):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmon.events.log import LogWriter, read_log
+from decisions import gate_decision
+
 from specmon.events.schema import ClassInForce, Decision, PolicyLoaded, PromptStarted, Sampling
 from specmon.replay.player import ReplayFeed
 from specmon.transport.channel import Subscription
@@ -72,18 +74,8 @@ def prompt(name: str, k: int) -> PromptStarted:
 
 
 def decision(name: str, on: bool, k_from: int, k_to: int, decision_id: int = 2) -> Decision:
-    first = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
-    return Decision(
-        **{
-            **{f: getattr(first, f) for f in first.__struct_fields__},
-            "decision_id": decision_id,
-            "prompt_class": name,
-            "speculate_from": not on,
-            "speculate_to": on,
-            "k_from": k_from,
-            "k_to": k_to,
-        }
-    )
+    """The live rule's decision: the class's table verifies k_to of a whole draft (off: none)."""
+    return gate_decision(name, k_from, k_to if on else 0, decision_id=decision_id)
 
 
 def with_events(*extra) -> list:
@@ -132,7 +124,7 @@ async def test_a_reload_sets_each_classes_k_and_on_off_as_the_policy_in_force_ru
         rewrite, code_edit, chat = (class_cells(app, n) for n in ("rewrite", "code-edit", "chat"))
         assert (rewrite["k"], rewrite["spec"]) == ("4", "off")  # off; its figures stay those at the k it ran at
         assert (code_edit["k"], code_edit["spec"]) == ("3", "on")
-        assert chat["spec"] == "off d0 ×0.55"  # the edit left chat alone: the decision that switched it off stands
+        assert chat["spec"] == "off d0"  # the edit left chat alone: the decision that switched it off stands
         await chat_in_view(app, pilot)
         shown = {line.split()[0].strip("│"): line for line in region_lines(app, "classes")[1:-1]}
         spec = {name: line.rstrip("│▁▂▃▄▅▆▇█ ").rsplit(" ", 1)[-1] for name, line in shown.items()}
@@ -146,8 +138,8 @@ async def test_decisions_and_prompts_after_a_reload_update_the_classes_as_before
         assert class_cells(app, "rewrite")["spec"] == "off"  # a probe's prompt at k=4 does not switch it on
         await offered(app, pilot, sub, [decision("rewrite", True, 4, 2), decision("code-edit", False, 3, 3, 3)])
         rewrite, code_edit = class_cells(app, "rewrite"), class_cells(app, "code-edit")
-        assert (rewrite["k"], rewrite["spec"]) == ("2", "on")
-        assert code_edit["spec"].startswith("off d3")
+        assert (rewrite["k"], rewrite["spec"]) == ("4", "on")  # its prompts ask k=4; the gate cuts each draft
+        assert code_edit["spec"] == "off d3"
 
 
 def test_an_older_log_without_classes_folds_as_before():

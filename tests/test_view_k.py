@@ -3,7 +3,9 @@ longest draft it verifies (ClassInForce.draft_len, 5 here), while its n-gram dra
 file's k (8) and every round carries 8: a live run under `--policy` once showed "no speculative round
 yet" all session, with 92 rounds in the log (a new user's trial, 2026-12-04)."""
 
-from specmon.events.schema import ClassInForce, Decision, PolicyLoaded, PromptStarted, RoundVerified, Sampling
+from decisions import gate_decision
+
+from specmon.events.schema import ClassInForce, PolicyLoaded, PromptStarted, RoundVerified, Sampling
 from specmon.tui.state import ViewState
 
 
@@ -48,26 +50,6 @@ def round_(name: str, k: int, i: int, proposed: int, accepted: int) -> RoundVeri
         margins=[1.0] * (accepted + 1),
         sampling=Sampling(),
         mem_bytes=1,
-    )
-
-
-def gate_decision(name: str, k_from: int, k_to: int) -> Decision:
-    return Decision(
-        session_id="s",
-        t=0.0,
-        decision_id=0,
-        prompt_class=name,
-        speculate_from=True,
-        speculate_to=True,
-        k_from=k_from,
-        k_to=k_to,
-        rule_key="policy.min_gain",
-        rule_line=3,
-        inputs={},
-        thresholds={"gate": 1.0},
-        round_ids=[0],
-        applied=True,
-        policy_sha256="a" * 64,
     )
 
 

@@ -29,7 +29,7 @@ from specmon.metrics.format import count
 from specmon.metrics.served import SERVED_BACKENDS
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
-from specmon.policy.explain import explain_log
+from specmon.policy.explain import explain_log, what_changed
 from specmon.policy.schema import load_policy
 from specmon.metrics.contention import tally
 from specmon.sched.bench import bench_results
@@ -76,13 +76,7 @@ def cmd_policy(args) -> int:
         return 1 if damage else 0
     for e in explanations:
         d = e.decision
-        change = f"speculation {_on_off(d.speculate_from)}->{_on_off(d.speculate_to)}, k {d.k_from}->{d.k_to}"
-        if d.route is not None:
-            change = f"routed {d.route.side_from}->{d.route.side_to}"
-        elif d.thresholds.get("gate"):
-            change += f", from a match of {d.match_from}->{d.match_to}"
-        elif d.match_to:
-            change += f", min_match {d.match_from}->{d.match_to}"
+        change = what_changed(d)
         verdict = "[green]reproduces[/]" if e.reproduces else "[red]DOES NOT REPRODUCE[/]"
         out.print(
             f"decision {d.decision_id} \\[{escape(d.prompt_class)}] {change} by {escape(d.rule_key)} "
@@ -92,10 +86,6 @@ def cmd_policy(args) -> int:
     good = sum(e.reproduces for e in explanations)
     out.print(f"{good} of {len(explanations)} decisions reproduce from what they cite", highlight=False)
     return 0 if good == len(explanations) and not damage else 1
-
-
-def _on_off(speculate: bool) -> str:
-    return "on" if speculate else "off"
 
 
 def cmd_attach(args) -> int:
@@ -176,23 +166,10 @@ def event_line(ev) -> str | None:
             f"emitted {len(ev.emitted)}  draft {ev.draft_ms:.2f} verify {ev.verify_ms:.1f} ms"
         )
     if isinstance(ev, Decision):
-        change = (
-            f"speculation {'on' if ev.speculate_to else 'off'}"
-            if ev.speculate_from != ev.speculate_to
-            else f"k {ev.k_from}->{ev.k_to}"
-            if ev.k_from != ev.k_to
-            else ev.reason
-            if ev.thresholds.get("gate")
-            else f"n-gram min_match {ev.match_from}->{ev.match_to}"
-            if ev.match_to
-            else f"k {ev.k_from}->{ev.k_to}"
-        )
-        ratio = ev.inputs.get("ratio")
-        why = f", goodput ratio {ratio:.3f}" if ratio is not None else ""
         applied = "" if ev.applied else " (advised, not applied)"
+        cited = count(len(ev.request_ids), "request") if ev.route is not None else count(len(ev.round_ids), "round")
         return (
-            f"decision {ev.decision_id} [{ev.prompt_class}] {change}{applied} by {ev.rule_key}{why}, "
-            f"from {count(len(ev.round_ids), 'round')}"
+            f"decision {ev.decision_id} [{ev.prompt_class}] {what_changed(ev)}{applied} by {ev.rule_key}, from {cited}"
         )
     if isinstance(ev, SessionFinished):
         return f"session finished ({ev.reason}) after {count(ev.rounds, 'round')}"

@@ -165,7 +165,27 @@ class PolicyLoaded(Event, tag="policy", kw_only=True):
     changed: list[str] = []  # a reload: the classes it changed (they start again from the file), "policy" for [policy]
 
 
-class RouteChoice(msgspec.Struct, array_like=True, frozen=True):
+class GateChoice(msgspec.Struct, tag="gate", array_like=True, frozen=True):
+    """The live rule's decision (policy.gate): a class's cut table, recomputed from the cited rounds
+    with these constants. `kept_*[m]`: tokens a whole draft keeps after a match of m, before and after
+    (what the decision changed)."""
+
+    rates: list[float]  # acceptance per reach bucket, as the table was cut from
+    tried: list[int]  # the class's own positions tried per bucket (the session's: every cited round)
+    taken: list[int]
+    steps: list[float]  # a round's cost in plain steps by tokens verified (steps[0] = 1), from the curve
+    prior: list[float]  # per bucket, worth prior_weight positions; the session's worth shared_weight
+    prior_weight: float
+    shared_weight: float
+    min_gain: float
+    min_match: int  # the shortest n-gram match that drafts
+    positional: bool  # a model drafter: reach is the position, no match
+    curve_disturbed: int  # timings of the curve above that other work on the host disturbed
+    kept_from: list[int]
+    kept_to: list[int]
+
+
+class RouteChoice(msgspec.Struct, tag="route", array_like=True, frozen=True):
     """A proxy's routing decision (policy.route): the class's side before and after, and the
     estimate over the cited requests that moved it."""
 
@@ -182,7 +202,9 @@ class RouteChoice(msgspec.Struct, array_like=True, frozen=True):
 
 
 class Decision(Event, tag="decision", kw_only=True):
-    """The policy changed (or, in advise mode, would change) a class's speculation or k."""
+    """The policy changed (or, in advise mode, would change) a class's speculation or k, or, in a
+    proxy, the side its requests go to. `rule` holds what it was decided from, typed per rule; None
+    in a log decided by a rule since retired (such a log replays; explain and what-if refuse it)."""
 
     decision_id: int
     prompt_class: str
@@ -192,17 +214,25 @@ class Decision(Event, tag="decision", kw_only=True):
     k_to: int
     rule_key: str  # the TOML key whose threshold decided, e.g. "policy.min_gain"
     rule_line: int  # its line in the policy file
-    inputs: dict[str, float]  # goodput per k (tokens/ms) and the ratio to plain, as computed
-    thresholds: dict[str, float]
-    round_ids: list[int]  # the rounds the inputs were computed from
+    # a retired rule's figures, kept in place so an older log still decodes (events are arrays); unread
+    retired_inputs: dict[str, float] = {}
+    retired_thresholds: dict[str, float] = {}
+    round_ids: list[int]  # the rounds it was computed from (a gate decision)
     applied: bool  # False in advise mode
     policy_sha256: str
-    reason: str = ""
-    # the n-gram drafter's min_match before and after (classes[i].ngram.max_match); 0: left alone
-    match_from: int = 0
+    reason: str = ""  # the change in words
+    match_from: int = 0  # the shortest n-gram match that drafts, before and after (0: none)
     match_to: int = 0
     request_ids: list[str] = []  # a proxy's routing decision cites requests (RequestTimed), not rounds
-    route: RouteChoice | None = None  # set on a routing decision, which leaves k alone
+    rule: GateChoice | RouteChoice | None = None
+
+    @property
+    def gate(self) -> GateChoice | None:
+        return self.rule if isinstance(self.rule, GateChoice) else None
+
+    @property
+    def route(self) -> RouteChoice | None:
+        return self.rule if isinstance(self.rule, RouteChoice) else None
 
 
 class QueueSample(Event, tag="queue", kw_only=True):

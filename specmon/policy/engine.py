@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from specmon.engine.costs import Costs
-from specmon.events.schema import ClassInForce, Decision, PolicyLoaded, RoundVerified
+from specmon.events.schema import ClassInForce, Decision, GateChoice, PolicyLoaded, RoundVerified
 from specmon.policy import gate
 from specmon.policy.classify import classify, named_class
 from specmon.policy.reload import changed_classes, loaded_event, reread
@@ -109,11 +109,22 @@ class PolicyEngine:
         if table == st.table:
             return None
         before, after = gate.summary(st.table, self.positional), gate.summary(table, self.positional)
-        reason = gate.changes(st.table, table)
+        choice = GateChoice(
+            rates=rate,
+            tried=list(st.counts.tried),
+            taken=list(st.counts.taken),
+            steps=list(steps),
+            prior=list(self.prior),
+            prior_weight=gate.PRIOR_WEIGHT,
+            shared_weight=gate.SHARED_WEIGHT,
+            min_gain=self.policy.settings.min_gain,
+            min_match=gate.MIN_MATCH,
+            positional=self.positional,
+            curve_disturbed=self.costs.disturbed,  # the host's state while the steps were timed
+            kept_from=gate.kept(st.table),
+            kept_to=gate.kept(table),
+        )
         st.table = table
-        inputs = {f"rate_b{b}": r for b, r in enumerate(rate)} | {
-            f"tried_b{b}": float(n) for b, n in enumerate(st.counts.tried)
-        }
         event = Decision(
             session_id=self.session_id,
             t=time.time(),
@@ -125,31 +136,16 @@ class PolicyEngine:
             k_to=after[1],
             rule_key="policy.min_gain",
             rule_line=self.policy.line_of("policy", "min_gain"),
-            inputs=inputs,
-            thresholds=self._thresholds(steps),
             round_ids=sorted(d.round_id for s in self.states.values() for d in s.window),
             applied=self.policy.settings.mode == "enforce",
             policy_sha256=self.policy.sha256,
-            reason=reason,
+            reason=gate.changes(choice.kept_from, choice.kept_to),
             match_from=before[2],
             match_to=after[2],
+            rule=choice,
         )
         self.decisions += 1
         return event
-
-    def _thresholds(self, steps: list[float]) -> dict[str, float]:
-        """Everything a decision was computed with besides its rounds, for `policy explain`."""
-        return {
-            "gate": 1.0,
-            "positional": float(self.positional),
-            "min_match": float(gate.MIN_MATCH),
-            "curve_disturbed": float(self.costs.disturbed),  # the host's state while the steps below were timed
-            "min_gain": self.policy.settings.min_gain,
-            "prior_weight": gate.PRIOR_WEIGHT,
-            "shared_weight": gate.SHARED_WEIGHT,
-            **{f"prior_b{b}": p for b, p in enumerate(self.prior)},
-            **{f"steps_{j}": v for j, v in enumerate(steps)},
-        }
 
     # -- the policy in force and hot reload ----------------------------------------------------
     def in_force(self) -> list[ClassInForce]:

@@ -13,7 +13,6 @@ from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import Decision, RequestTimed, RoundVerified
 from specmon.metrics.format import count
 from specmon.policy import gate, route
-from specmon.policy.legacy import Row, decide, decide_match
 
 
 @dataclass
@@ -29,13 +28,13 @@ def explain_log(
     """Every decision in the log, or the one asked for: a SpecmonError says which ids there are.
     With `on_damage`, a damaged log (cut short, a bad frame) is explained up to the damage, which
     is handed to it; without, the damage is raised."""
-    rows: dict[int, tuple[Row, gate.Draft]] = {}
+    drafts: dict[int, gate.Draft] = {}
     requests: dict[str, RequestTimed] = {}
     decisions: list[Decision] = []
     try:
         for ev in read_log(path):
             if isinstance(ev, RoundVerified):
-                rows[ev.round_id] = (Row.of(ev), gate.Draft.of(ev))
+                drafts[ev.round_id] = gate.Draft.of(ev)
             elif isinstance(ev, RequestTimed):
                 requests[ev.request_id] = ev
             elif isinstance(ev, Decision):
@@ -51,7 +50,25 @@ def explain_log(
         decisions = [d for d in decisions if d.decision_id == decision_id]
         if not decisions:
             raise SpecmonError(f"no decision {decision_id} in {path} (it has {min(ids)}..{max(ids)})")
-    return [explain_route(d, requests) if d.route is not None else explain(d, rows) for d in decisions]
+    retired = [d.decision_id for d in decisions if d.rule is None]
+    if retired:
+        raise SpecmonError(
+            f"{path}: {count(len(retired), 'decision')} made by a rule specmon has retired (first: {retired[0]}); "
+            "the log still replays, but only a log of this version's rules can be explained"
+        )
+    return [explain_route(d, requests) if d.route is not None else explain_gate(d, drafts) for d in decisions]
+
+
+def what_changed(d: Decision) -> str:
+    """A decision's change in words: the side, or speculation, k and the shortest match that drafts
+    where they moved, then what the new table verifies of a whole draft."""
+    if d.route is not None:
+        return f"routed {d.route.side_from}->{d.route.side_to}"
+    on_off = {True: "on", False: "off"}
+    parts = [f"speculation {on_off[d.speculate_from]}->{on_off[d.speculate_to]}"] * (d.speculate_from != d.speculate_to)
+    parts += [f"k {d.k_from}->{d.k_to}"] * (d.k_from != d.k_to)
+    parts += [f"drafts from a match of {d.match_from}->{d.match_to}"] * (d.match_from != d.match_to)
+    return ", ".join([*parts, d.reason] if d.reason else parts) or "no change recorded"
 
 
 def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation:
@@ -88,66 +105,25 @@ def _same(logged: float | None, again: float | None) -> bool:
     return math.isclose(logged, again, rel_tol=1e-9)
 
 
-def explain(d: Decision, rows: dict[int, tuple[Row, gate.Draft]]) -> Explanation:
-    missing = [rid for rid in d.round_ids if rid not in rows]
-    if missing:
-        return Explanation(d, False, f"{count(len(missing), 'cited round')} not in the log (first: {missing[0]})")
-    if d.thresholds.get("gate"):
-        return explain_gate(d, [rows[rid][1] for rid in d.round_ids])
-    rule = decide_match if d.thresholds.get("match") else decide
-    outcome = rule(d.speculate_from, d.k_from, [rows[rid][0] for rid in d.round_ids], d.thresholds)
-    if outcome is None:
-        return Explanation(d, False, "the cited rounds call for no change")
-    if (outcome.speculate, outcome.k, outcome.match) != (d.speculate_to, d.k_to, d.match_to):
-        return Explanation(
-            d,
-            False,
-            f"recomputed: speculate={outcome.speculate} k={outcome.k}"
-            + (f" min_match={outcome.match}" if outcome.match else ""),
-        )
-    off = [
-        key
-        for key, value in d.inputs.items()
-        if not math.isclose(outcome.inputs.get(key, math.nan), value, rel_tol=1e-9)
-    ]
-    if off:
-        return Explanation(
-            d,
-            False,
-            f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, "
-            f"recomputed {outcome.inputs.get(off[0], math.nan):.6g}",
-        )
-    return Explanation(d, True, f"ratio {outcome.inputs['ratio']:.3f} from {count(len(d.round_ids), 'round')}")
-
-
-def explain_gate(d: Decision, drafts: list[gate.Draft]) -> Explanation:
+def explain_gate(d: Decision, drafts: dict[int, gate.Draft]) -> Explanation:
     """A decision of the live rule: the class's acceptance by reach from its cited rounds (and
     the session's from all of them), its cut table from the costs it logged, and that table's
-    summary against the decision's."""
-    t = d.thresholds
-    constants = ([t[f"prior_b{b}"] for b in range(gate.BUCKETS)], t["prior_weight"], t["shared_weight"])
-    own = gate.counts_of([x for x in drafts if x.prompt_class == d.prompt_class])
-    rate = gate.rates(own, gate.counts_of(drafts), *constants)
-    steps = _steps(t)
-    table = gate.cut_table(rate, steps, t["min_gain"])
-    speculate, k, match = gate.summary(table, bool(t.get("positional")), int(t.get("min_match", 1)))
-    if (speculate, k, match) != (d.speculate_to, d.k_to, d.match_to):
+    summary and kept tokens against the decision's."""
+    g = d.gate
+    missing = [rid for rid in d.round_ids if rid not in drafts]
+    if missing:
+        return Explanation(d, False, f"{count(len(missing), 'cited round')} not in the log (first: {missing[0]})")
+    cited = [drafts[rid] for rid in d.round_ids]
+    own = gate.counts_of([x for x in cited if x.prompt_class == d.prompt_class])
+    rate = gate.rates(own, gate.counts_of(cited), g.prior, g.prior_weight, g.shared_weight)
+    table = gate.cut_table(rate, g.steps, g.min_gain)
+    speculate, k, match = gate.summary(table, g.positional, g.min_match)
+    if (speculate, k, match, gate.kept(table)) != (d.speculate_to, d.k_to, d.match_to, g.kept_to):
         return Explanation(d, False, f"recomputed: speculate={speculate} k={k} from match {match}")
-    logged = {f"rate_b{b}": r for b, r in enumerate(rate)} | {f"tried_b{b}": float(n) for b, n in enumerate(own.tried)}
-    off = [key for key, value in d.inputs.items() if not math.isclose(logged.get(key, math.nan), value, rel_tol=1e-9)]
+    figures = {f"rate at reach bucket {b}": (r, again) for b, (r, again) in enumerate(zip(g.rates, rate))}
+    figures |= {f"positions tried at bucket {b}": (n, again) for b, (n, again) in enumerate(zip(g.tried, own.tried))}
+    off = [name for name, (logged, again) in figures.items() if not _same(logged, again)]
     if off:
-        return Explanation(
-            d,
-            False,
-            f"inputs differ: {off[0]} logged {d.inputs[off[0]]:.6g}, recomputed {logged.get(off[0], math.nan):.6g}",
-        )
-    return Explanation(d, True, f"k={k}, drafts from a {match}-token match, from {count(len(drafts), 'round')}")
-
-
-def _steps(thresholds: dict[str, float]) -> list[float]:
-    """The round costs a decision logged: steps_0, steps_1, ... in plain steps."""
-    steps, j = [], 0
-    while f"steps_{j}" in thresholds:
-        steps.append(thresholds[f"steps_{j}"])
-        j += 1
-    return steps
+        logged, again = figures[off[0]]
+        return Explanation(d, False, f"inputs differ: {off[0]} logged {logged:.6g}, recomputed {again:.6g}")
+    return Explanation(d, True, f"the same table from {count(len(cited), 'round')}")

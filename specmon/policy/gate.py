@@ -153,9 +153,14 @@ def summary(table: Table, positional: bool = False, min_match: int = MIN_MATCH) 
     return longest > 0, longest, first
 
 
-def changes(before: Table, after: Table) -> str:
-    """What a new table changes, for people: the tokens a whole draft keeps after each match length."""
-    moved = [f"{m}: {b[-1]}->{a[-1]}" for m, (b, a) in enumerate(zip(before, after)) if b[-1] != a[-1]]
+def kept(table: Table) -> list[int]:
+    """Tokens a whole draft keeps after each match length: what a decision changes, for events."""
+    return [row[-1] for row in table]
+
+
+def changes(before: Sequence[int], after: Sequence[int]) -> str:
+    """What a new table changes, for people, from kept() before and after."""
+    moved = [f"{m}: {b}->{a}" for m, (b, a) in enumerate(zip(before, after)) if b != a]
     if not moved:
         return "only where the drafter proposed fewer than k tokens"
     return "verified of a whole draft after a match of " + ", ".join(moved[:4]) + (" ..." if len(moved) > 4 else "")

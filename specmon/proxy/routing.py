@@ -109,14 +109,12 @@ class Router:
             k_to=0,
             rule_key=f"routing.{key}",
             rule_line=self.policy.line_of("routing", key),
-            inputs={},
-            thresholds={},
             round_ids=[],
             applied=self.enforced,
             policy_sha256=self.policy.sha256,
             reason=_reason(choice),
             request_ids=[ev.request_id for ev in spec + plain],
-            route=choice,
+            rule=choice,
         )
 
     def maybe_reload(self) -> PolicyLoaded | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specmon.engine.costs import Costs
+from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, PromptStarted, RoundVerified, SessionStarted, bench_fixed_k
 from specmon.policy.engine import PolicyEngine
@@ -32,17 +33,11 @@ class ClassDiff:
 
 
 def describe(d: Decision) -> str:
-    if d.thresholds.get("gate"):
-        return (
-            (f"k={d.k_to} from a {d.match_to}-token match" if d.match_to else f"k={d.k_to}")
-            if d.speculate_to
-            else "off"
-        )
-    if d.speculate_from != d.speculate_to:
-        return ("on" if d.speculate_to else "off") + f" (k={d.k_to})"
-    if d.match_to:
-        return f"min_match {d.match_from}->{d.match_to}"
-    return f"k {d.k_from}->{d.k_to}"
+    if d.route is not None:
+        return f"→{d.route.side_to}"
+    if not d.speculate_to:
+        return "off"
+    return f"k={d.k_to} from a {d.match_to}-token match" if d.match_to else f"k={d.k_to}"
 
 
 def logged_costs(events) -> Costs:
@@ -73,6 +68,11 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
             if decision is not None:
                 diffs[ev.prompt_class].other.append(describe(decision))
         elif isinstance(ev, Decision):
+            if ev.rule is None:
+                raise SpecmonError(
+                    f"{log}: decision {ev.decision_id} was made by a rule specmon has retired; the log still "
+                    "replays, but what-if compares only with this version's rules"
+                )
             diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).logged.append(describe(ev))
     for name, diff in diffs.items():
         allowed = engine.class_of(name).draft_len

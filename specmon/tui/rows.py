@@ -73,41 +73,21 @@ def on_off(state: ViewState, name: str) -> str:
     if state.is_on(name):
         return "on"
     decision = state.off_by.get(name)
-    if decision is None:
-        return "off"
-    ratio = decision.inputs.get("ratio")
-    return f"off d{decision.decision_id}" + (f" ×{ratio:.2f}" if ratio is not None else "")
-
-
-NO_DRAFT = "vs no-draft"  # an older rule's plain side: k = 0 rounds and rounds that drafted nothing
+    return "off" if decision is None else f"off d{decision.decision_id}"
 
 
 def policy_figure(state: ViewState, width: int = 80) -> str:
-    """The figure the policy last decided the current class on, as its decision recorded it: the
-    goodput ratio, its 95% interval over prompts and the rounds on each side (k / base). Where its
-    plain side held rounds that drafted nothing (policy.silent_plain), it says so: the speed pane's
-    plain is k = 0 rounds only. Parts are dropped from the end to fit `width`."""
+    """What the policy last decided for the current class (`policy d12: k=8, match ≥2`: drafts of up
+    to 8 verified after an n-gram match of 2 tokens or more), cut to `width`: the speed pane's foot."""
     decision = next(
-        (
-            d
-            for d in reversed(state.decisions)
-            if d.prompt_class == state.current_class and not d.thresholds.get("prompt") and not d.match_to
-        ),
-        None,
-    )  # a min_match decision's ratio is its short matches', not the class's
-    if decision is None or "ratio" not in decision.inputs:
+        (d for d in reversed(state.decisions) if d.prompt_class == state.current_class and d.gate is not None), None
+    )
+    if decision is None:
         return ""
-    i = decision.inputs
-    parts = [f"d{decision.decision_id} {i['ratio']:.2f}×"]
-    if decision.thresholds.get("silent_plain"):
-        parts.append(NO_DRAFT)
-    if i.get("high"):  # decided on an interval (0.0 high: too few prompts for one)
-        parts.append(f"[{i['low']:.2f}–{i['high']:.2f}]")
-    if "rounds_spec" in i:
-        parts.append(f"n{i['rounds_spec']:.0f}/{i['rounds_base']:.0f}")
-    while len(parts) > 1 and len(" ".join(parts)) > width:
-        parts.pop()
-    return " ".join(parts)
+    what = "off" if not decision.speculate_to else f"k={decision.k_to}"
+    if decision.speculate_to and decision.match_to:
+        what += f", match ≥{decision.match_to}"
+    return f"policy d{decision.decision_id}: {what}"[: max(width, 1)]
 
 
 def decision_row(d: Decision) -> tuple[str, str, str]:
@@ -117,58 +97,44 @@ def decision_row(d: Decision) -> tuple[str, str, str]:
         change = f"on k{d.k_to}" if d.speculate_to else "off"
     elif d.k_from != d.k_to:
         change = f"k{d.k_from}→{d.k_to}"
-    elif d.match_from != d.match_to:  # drafts from a longer (shorter) match; an older log: the drafter's min_match
+    elif d.match_from != d.match_to:  # drafts from a longer (shorter) match
         change = f"m{d.match_from}→{d.match_to}"
     else:
         change = "cuts"  # only how much of a shorter draft is verified
-    one_prompt = "›" if d.thresholds.get("prompt") else ""  # one prompt's own switch, not the class's
-    return str(d.decision_id), one_prompt + change + ("" if d.applied else "?"), d.prompt_class
+    return str(d.decision_id), change + ("" if d.applied else "?"), d.prompt_class
 
 
 def decision_inputs(d: Decision) -> str:
-    """A decision's inputs in words: goodput in tokens/s (logged per ms), the ratio named by its
-    sides; the rest as logged."""
-    i, words, done = d.inputs, [], set()
-    plain = "plain (k=0 and rounds that drafted nothing)" if d.thresholds.get("silent_plain") else "plain"
-    for key, value in i.items():
-        if key.startswith("goodput_k"):
-            k = key[len("goodput_k") :]
-            words.append(f"{plain if k == '0' else 'k=' + k} {value * 1e3:.1f} tok/s")
-            done.add(key)
-    if "ratio" in i:
-        interval = f" [{i['low']:.2f}–{i['high']:.2f}]" if i.get("high") else ""
-        words.append(f"ratio {i['ratio']:.2f}×{interval}")
-        done |= {"ratio", "low", "high"}
-    if "rounds_spec" in i:
-        words.append(f"rounds {i['rounds_spec']:.0f} vs {i['rounds_base']:.0f}")
-        done |= {"rounds_spec", "rounds_base"}
-    if "prompts_spec" in i:
-        words.append(f"prompts {i['prompts_spec']:.0f} vs {i['prompts_base']:.0f}")
-        done |= {"prompts_spec", "prompts_base", "spec_k", "base_k"}
-    words += [f"{key} {value:.4g}" for key, value in i.items() if key not in done]
-    return ", ".join(words)
+    """What a decision was computed from, in words."""
+    if d.route is not None:
+        r = d.route
+        interval = "" if r.low is None else f" [{r.low:.2f}–{r.high:.2f}]"
+        return f"spec/plain {r.ratio:.2f}×{interval} over {r.spec_requests} spec and {r.plain_requests} plain requests"
+    g = d.gate
+    if g is None:
+        return "a rule specmon has retired: its figures are not shown"
+    rates = " ".join(f"{r:.2f}" for r in g.rates)
+    tried = " ".join(str(n) for n in g.tried)
+    return f"acceptance by reach {rates}; the class's positions tried {tried}"
 
 
 def render_decision(d: Decision, cited: list) -> str:
-    """What a selected decision was based on: its rule, inputs, thresholds and cited rounds."""
-    inputs = decision_inputs(d)
+    """What a selected decision was based on: its rule, inputs, thresholds and cited rounds (or requests)."""
+    applied = "" if d.applied else " (advised, not applied)"
+    head = f"decision {d.decision_id} [{d.prompt_class}] {decision_row(d)[1]}{applied} by {d.rule_key} (policy line {d.rule_line})"
+    if d.route is not None:
+        return f"{head}\n{d.reason}\ncited {count(len(d.request_ids), 'request')}"
     by_k: dict[int, list] = {}
     for ev in cited:
         by_k.setdefault(ev.draft_len, []).append(ev.round_id)
     spans = "; ".join(f"k={k}: {count(len(ids), 'round')} ({ids[0]}…{ids[-1]})" for k, ids in sorted(by_k.items()))
-    applied = "" if d.applied else " (advised, not applied)"
-    if d.thresholds.get("prompt"):
-        applied += f" for one prompt only ({d.reason})"
-    t = d.thresholds
-    if t.get("gate"):
-        steps = " ".join(f"{t[f'steps_{j}']:.2f}" for j in range(len(t)) if f"steps_{j}" in t)
-        rule = f"{d.reason}\nthresholds: min_gain {t['min_gain']}; a round's cost, plain steps, by draft: {steps}"
-    else:
-        rule = f"thresholds: min_gain {t['min_gain']}, hysteresis {t.get('hysteresis', 0.0)}"
+    rule = ""
+    if d.gate is not None:
+        steps = " ".join(f"{s:.2f}" for s in d.gate.steps)
+        rule = f"\nthresholds: min_gain {d.gate.min_gain}; a round's cost, plain steps, by draft: {steps}"
     return (
-        f"decision {d.decision_id} [{d.prompt_class}] {decision_row(d)[1]}{applied} by {d.rule_key} "
-        f"(policy line {d.rule_line})\ninputs: {inputs}\n{rule}\ncited {count(len(d.round_ids), 'round')}, "
-        f"{len(cited)} held: {spans}"
+        f"{head}\n{d.reason}\ninputs: {decision_inputs(d)}{rule}\n"
+        f"cited {count(len(d.round_ids), 'round')}, {len(cited)} held: {spans}"
     )
 
 

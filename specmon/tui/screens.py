@@ -14,7 +14,7 @@ Each pane's title names its round set: the class and the k it shows.
             length, α̂. [dim]·[/] proposed nothing ("empty"): counted apart
 [b]speed[/]       speedup = goodput at k / plain (k=0 rounds), same class; its
             95% interval over prompts: [yellow]not yet known[/] while it holds 1.0,
-            [magenta]noise[/] above what counts allow; its foot: the policy's figure
+            [magenta]noise[/] above what counts allow; its foot: the policy's last k
 [b]rejections[/]  where the first rejection fell (rej), rounds with none (all
             accepted) and per-position acceptance a_i, for positions 0…k-1
 [b]ms[/]          draft, verify and overhead milliseconds per round

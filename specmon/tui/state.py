@@ -149,12 +149,10 @@ class ViewState:
 
     def _decision(self, ev: Decision) -> None:
         self.decisions.append(ev)
-        if not ev.applied or ev.thresholds.get("prompt") or (ev.match_to and not ev.thresholds.get("gate")):
-            return  # advise mode, one prompt's, or an older log's min_match: shown, not a switch of the class's
+        if not ev.applied or ev.route is not None:
+            return  # advise mode, or a proxy's side: shown, not a switch of the class's k
         self.decided.add(ev.prompt_class)
         self.draft_len_by_class[ev.prompt_class] = ev.k_to if ev.speculate_to else 0
-        if not ev.thresholds.get("gate"):  # a k set outright is asked from the next prompt: shown from now
-            self.asked_k.pop(ev.prompt_class, None)
         if ev.speculate_to:
             self.off_by.pop(ev.prompt_class, None)
         else:
