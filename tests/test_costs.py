@@ -131,3 +131,50 @@ def test_a_point_the_host_never_let_be_timed_quietly_is_counted(monkeypatch):
     assert measured.disturbed == 1  # T = 2: always busy, priced from its least busy timing
     assert measured.verify_ms[1] == pytest.approx(20.0)  # 37 timed busy; more positions never cost less: T = 3's 20
     assert measured.verify_ms[2:] == pytest.approx((20.0, 23.0, 26.0))
+
+
+def _profile(tmp_path, drafter: str, extra: str = "") -> str:
+    """The embedded default with its round costs pinned and the given [drafter] table."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "profiles" / "smollm2-cpu.toml").read_text()
+    head, _, rest = text.partition("[drafter]")
+    body = rest[rest.index("[sampling]") :]
+    path = tmp_path / "pinned.toml"
+    path.write_text(
+        head.replace("\n[target]", f"\nverify_costs = [1.0, 1.2, 1.4]\n{extra}\n[target]", 1) + drafter + body
+    )
+    return str(path)
+
+
+MODEL_DRAFTER = '[drafter]\nkind = "model"\ndraft_len = 2\n\n[drafter.target]\nmodel = "smollm2-135m-instruct"\n\n'
+
+
+def test_a_pinned_curve_with_a_model_drafter_needs_its_draft_cost_pinned_too(tmp_path):
+    from specmon.backends.profiles import load_profile
+    from specmon.errors import SpecmonError
+
+    with pytest.raises(SpecmonError) as refused:
+        load_profile(_profile(tmp_path, MODEL_DRAFTER))
+    said = str(refused.value)
+    assert "\n" not in said and ": verify_costs: " in said and "add draft_cost" in said  # one line, its key's
+    assert load_profile(_profile(tmp_path, '[drafter]\nkind = "ngram"\n\n')).draft_cost == -1.0  # n-gram: free
+    assert load_profile(_profile(tmp_path, MODEL_DRAFTER, "draft_cost = 0.25\n")).draft_cost == 0.25
+
+
+@pytest.mark.slow  # loads the target and a draft model
+def test_a_pinned_draft_cost_prices_each_drafted_token(tmp_path):
+    """The session's costs: the pinned curve and draft cost, in plain steps; a 2-token draft's round
+    is its 3-position pass plus two drafted tokens."""
+    from specmon.backends.loader import load_pair
+    from specmon.backends.profiles import load_profile
+    from specmon.policy.schema import load_policy
+    from specmon.transport.session import live_session
+
+    profile = load_profile(_profile(tmp_path, MODEL_DRAFTER, "draft_cost = 0.25\n"))
+    pair = load_pair(profile)
+    with live_session(
+        pair, profile, pair.drafter, tmp_path / "s.specmon", policy=load_policy("default"), announce=False
+    ) as s:
+        assert (s.costs.verify_ms, s.costs.draft_ms) == ((1.0, 1.2, 1.4), 0.25)
+        assert s.costs.steps(2) == pytest.approx(1.4 + 2 * 0.25)

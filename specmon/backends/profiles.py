@@ -75,6 +75,8 @@ class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     )
     # a policy's round costs: a pass over T = 1, 2, ... positions in plain steps (1.0 first); empty: timed at load
     verify_costs: list[float] = []
+    # with verify_costs and a drafter that runs a model: its cost per draft token, in the same plain steps
+    draft_cost: float = -1.0
     drafter: DrafterSpec = DrafterSpec()
     sampling: SamplingSpec = SamplingSpec()
     source: str = ""  # where it was read from (filled in by load_profile)
@@ -158,6 +160,14 @@ def _check(profile: Profile, path: Path, text: str) -> None:
             "must be plain steps for T = 1, 2, ... positions, starting at 1.0, each > 0 "
             f"(or empty: timed at load), not {costs}",
         )
+    if costs and spec.kind in ("model", "layerskip") and profile.draft_cost < 0:
+        fail(
+            "verify_costs",
+            f'pins the target\'s costs, but drafter.kind = "{spec.kind}" runs a model whose drafts cost time too: '
+            "add draft_cost (plain steps per draft token), or remove verify_costs to time both at load",
+        )
+    if not (profile.draft_cost == -1.0 or (math.isfinite(profile.draft_cost) and profile.draft_cost >= 0)):
+        fail("draft_cost", f"must be plain steps per draft token, >= 0, not {profile.draft_cost}")
     if not math.isfinite(profile.near_tie_margin):
         fail("near_tie_margin", f"must be a finite number (-1 picks by dtype), not {profile.near_tie_margin}")
 

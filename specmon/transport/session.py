@@ -94,7 +94,9 @@ def live_session(
                     file=sys.stderr,
                 )
             session.costs = (
-                Costs(tuple(pinned)) if pinned else measure_costs(session.driver.target, drafter, max(2, longest + 1))
+                Costs(tuple(pinned), max(profile.draft_cost, 0.0))  # pinned: plain steps, drafts' too
+                if pinned
+                else measure_costs(session.driver.target, drafter, max(2, longest + 1))
             )
             started.verify_ms, started.draft_ms = list(session.costs.verify_ms), session.costs.draft_ms
             started.verify_disturbed = session.costs.disturbed
