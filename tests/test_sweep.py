@@ -277,7 +277,7 @@ def test_goodput_plot_shows_measured_k_with_intervals_from_zero_and_names_plain(
 
 
 def test_piped_progress_prints_lines_as_the_runs_finish(monkeypatch):
-    from specmon.cli import console
+    from specmon import console
 
     printed = Console(file=open("/dev/null", "w"), width=80, record=True)
     monkeypatch.setattr(console, "err", printed)
