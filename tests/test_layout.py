@@ -97,7 +97,9 @@ def _upward(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
 def test_every_package_has_a_layer():
     placed = {name for layer in LAYERS for name in layer}
     packages = {_package(m) for m in _imports()} - {""}
-    assert packages - placed == set(), "new in specmon/: add each to LAYERS, in the layer of what it may import"
+    assert packages - placed == set(), (
+        "new in specmon/: put each in LAYERS, above what it imports, below what imports it"
+    )
     assert placed - packages == set(), "LAYERS names what specmon no longer has"
 
 
