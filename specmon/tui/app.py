@@ -12,6 +12,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
 from specmon.tui import panes, rows
+from specmon.tui.driver import driver_for
 from specmon.tui.feed import Feed
 from specmon.tui.requests import render_requests, requests_subtitle, requests_title
 from specmon.tui.screens import HelpScreen
@@ -50,6 +51,9 @@ class SpecmonApp(App):
         self._reloads_seen = 0  # state.policies_loaded when the notice was last drawn
         self._reload_until = 0.0  # monotonic time until which the last reload taken is shown
         self._notice = ("", "")  # the notice's title and text as drawn, so an unchanged one is not laid out again
+
+    def get_driver_class(self):
+        return driver_for(super().get_driver_class())  # a terminal that hangs up ends the app as `q` does
 
     def compose(self) -> ComposeResult:
         yield panes.TitleBar(self._title, id="title")

@@ -9,6 +9,7 @@ from textual.containers import Grid
 from textual.widgets import Footer
 
 from specmon.tui import served_panes as sp
+from specmon.tui.driver import driver_for
 from specmon.tui.panes import Pane, TitleBar
 from specmon.tui.served_state import ServedState
 
@@ -36,6 +37,9 @@ class ServedApp(App):
         self.state = state or ServedState()
         self.paused = False
         self._drawn_end = False
+
+    def get_driver_class(self):
+        return driver_for(super().get_driver_class())  # a terminal that hangs up ends the app as `q` does
 
     def compose(self) -> ComposeResult:
         yield TitleBar(self._title, id="title")

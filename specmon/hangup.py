@@ -1,0 +1,70 @@
+"""A terminal that hangs up (a closed SSH connection, a killed tmux session) ends a command the way
+SIGHUP does, even where the SIGHUP itself never reaches the process: the kernel sends it only to the
+terminal's session leader, and a shell there may not pass it on.
+
+Linux marks a hung-up terminal's open files for good: poll() says POLLHUP, read() gives EOF and
+write() fails with EIO, so a command that goes on printing there fails at its next line."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import stat
+import threading
+
+STDIO = (0, 1, 2)
+WATCH_S = 0.5  # how often the headless watcher looks; a hang-up is seen within this
+
+
+def hung_up(fd: int) -> bool:
+    """True if `fd` is a terminal (a character device) that has hung up; a pipe's closed end is not one."""
+    try:
+        if not stat.S_ISCHR(os.fstat(fd).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(fd, 0)  # no events asked for: POLLHUP and POLLERR are reported anyway
+        return any(mask & (select.POLLHUP | select.POLLERR) for _, mask in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def detach_hung_up() -> list[int]:
+    """Point each of stdin, stdout and stderr that is a hung-up terminal at /dev/null, so what the
+    command still prints on its way out (a table, how it ended) goes nowhere instead of failing
+    with EIO; returns the descriptors moved."""
+    dead = [fd for fd in STDIO if hung_up(fd)]
+    if dead:
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            for fd in dead:
+                os.dup2(null, fd)
+        finally:
+            os.close(null)
+    return dead
+
+
+def watch_terminal(stop: threading.Event | None = None) -> threading.Thread | None:
+    """For a command with no live view: a thread that, once stdin, stdout or stderr is a terminal
+    that has hung up, detaches it and sends this process SIGHUP (which ends the command as a closed
+    terminal should). None where no standard descriptor is a terminal."""
+    if not any(_is_terminal(fd) for fd in STDIO):
+        return None
+    stop = stop or threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(WATCH_S):
+            if detach_hung_up():
+                os.kill(os.getpid(), signal.SIGHUP)
+                return
+
+    thread = threading.Thread(target=watch, name="specmon-hangup", daemon=True)
+    thread.start()
+    return thread
+
+
+def _is_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False

@@ -1,0 +1,119 @@
+"""Textual's Linux driver, made to end the app when its terminal hangs up, as `q` does.
+
+Textual 8 on a hung-up terminal, as seen with gdb on a `specmon run` left behind by `tmux kill-session`:
+its input thread reads EOF, takes it for piped input and selects again at once (a core at 100%); its
+writer thread dies on EIO, so the app's next frames fill its queue and block the main thread for good;
+and the SIGCONT the kernel sends with the SIGHUP "resumes" an app that was never suspended, starting a
+second input thread (or, once the app has ended, failing with no event loop and aborting)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import selectors
+import signal
+import sys
+import threading
+from codecs import getincrementaldecoder
+
+from textual._xterm_parser import XTermParser
+from textual.drivers.linux_driver import LinuxDriver
+
+from specmon.hangup import detach_hung_up
+
+READ_BYTES = 4096
+_UNSET = object()
+
+
+def driver_for(default: type) -> type:
+    """What an app runs on: this driver where Textual would take its Linux one (not Windows, not an override)."""
+    return HangupDriver if default is LinuxDriver else default
+
+
+class HangupDriver(LinuxDriver):
+    """Ends the app on SIGHUP, on EOF or an error reading the terminal, and on EIO writing to it."""
+
+    def __init__(self, app, **kwargs) -> None:
+        super().__init__(app, **kwargs)
+        self._file = _TerminalOut(sys.__stderr__, self.hung_up)  # Textual's writer thread writes here
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._gone = False
+        self._previous_hup: object = _UNSET  # the SIGHUP handler in force before the app (restored after it)
+
+    def start_application_mode(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self._previous_hup is _UNSET and threading.current_thread() is threading.main_thread():
+            self._previous_hup = signal.signal(signal.SIGHUP, lambda signum, frame: self.hung_up())
+        super().start_application_mode()
+
+    def stop_application_mode(self) -> None:
+        super().stop_application_mode()
+        if self._previous_hup is not _UNSET:
+            signal.signal(signal.SIGHUP, self._previous_hup or signal.SIG_DFL)  # None: not set from Python
+            self._previous_hup = _UNSET
+
+    def close(self) -> None:
+        super().close()
+        for sig in (signal.SIGTSTP, signal.SIGCONT):  # Textual leaves its handlers behind the app
+            signal.signal(sig, signal.SIG_DFL)
+
+    def _sigcont_application(self, *_) -> None:
+        if self._must_signal_resume:  # only an app that Ctrl-Z stopped resumes; a hang-up's SIGCONT is not one
+            super()._sigcont_application()
+
+    def hung_up(self) -> None:
+        """The terminal is gone (or SIGHUP said so): stop reading it, send what is still printed to
+        /dev/null, and exit the app as `q` does. Safe from any thread and from a signal handler."""
+        if self._gone:
+            return
+        self._gone = True
+        detach_hung_up()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._app.exit)
+
+    def run_input_thread(self) -> None:
+        """Textual's read loop, except that EOF or an error on the terminal is a hang-up, not a reason to read again."""
+        selector = selectors.SelectSelector()
+        selector.register(self.fileno, selectors.EVENT_READ)
+        parser = XTermParser(self._debug)
+        decode = getincrementaldecoder("utf-8")().decode
+        try:
+            while not self.exit_event.is_set():
+                if selector.select(0.1):
+                    try:
+                        data = os.read(self.fileno, READ_BYTES)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        self.hung_up()
+                        return
+                    for event in parser.feed(decode(data)):
+                        self.process_message(event)
+                for event in parser.tick():
+                    self.process_message(event)
+        finally:
+            selector.close()
+
+
+class _TerminalOut:
+    """The file Textual's writer thread writes to: a write the hung-up terminal refuses ends the app,
+    where it would have killed the thread and left the app blocked on the thread's full queue."""
+
+    def __init__(self, file, gone) -> None:
+        self._file = file
+        self._gone = gone
+
+    def write(self, text: str) -> None:
+        try:
+            self._file.write(text)
+        except (OSError, ValueError):
+            self._gone()
+
+    def flush(self) -> None:
+        try:
+            self._file.flush()
+        except (OSError, ValueError):
+            self._gone()
+
+    def fileno(self) -> int:
+        return self._file.fileno()
