@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent / "specmon"
 # never from one beside it or above it. A new package is placed here before it can be imported.
 LAYERS = (
     ("errors", "data"),
-    ("textfile", "console"),
+    ("textfile", "console", "hangup"),
     ("events", "telemetry"),
     ("metrics",),
     ("engine", "tables"),
