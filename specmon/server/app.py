@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
@@ -33,7 +34,7 @@ from specmon.server.protocol import (
     encoder,
 )
 from specmon.server.reply import ChatReply, CompletionReply, Reply
-from specmon.server.text import ReplyText
+from specmon.server.text import ReplyText, reply_decoder
 
 JSON = "application/json"
 CLASS_HEADER = "x-specmon-class"
@@ -203,9 +204,11 @@ async def _complete(request: Request, state: ServeState, kind, admit, reply_type
         raise too_deep() from None
     admitted = await anyio.to_thread.run_sync(admit, parsed, class_header(request))
     tok = state.admission.tokenizer
-    job = Job(admitted, asyncio.get_running_loop(), ReplyText(tok.decode, admitted.prompt.end_ids, admitted.stops))
+    job = Job(
+        admitted, asyncio.get_running_loop(), ReplyText(reply_decoder(tok), admitted.prompt.end_ids, admitted.stops)
+    )
     state.worker.submit(job)
-    reply = reply_type(admitted.id, state.created, state.admission.model_id)
+    reply = reply_type(admitted.id, int(time.time()), state.admission.model_id)  # OpenAI's: when this completion began
     if parsed.stream:
         usage = parsed.stream_options is not None and parsed.stream_options.include_usage
         return StreamingResponse(

@@ -20,6 +20,8 @@ def policy_class(policy: PolicyScheduler):
     """Admission's check of a request's class under the policy in force: 400 for a name it lacks."""
 
     def classify(text: str, named: str | None) -> tuple[str, str]:
+        if named is not None:
+            check_name(named)  # a malformed name is told the rule, not that no class has it
         try:
             return policy.engine.classify(text, None, named)
         except UnknownClass as exc:
@@ -36,6 +38,12 @@ def fixed_class(named: str | None, k: int) -> tuple[str, str]:
     """Without a policy: the named class as a label, or "default"."""
     if named is None:
         return "default", f"no policy; fixed k={k}"
+    check_name(named)
+    return named, f"named by the request; no policy, fixed k={k}"
+
+
+def check_name(named: str) -> None:
+    """400 for a name no class could have: 1 to 40 of `A-Za-z0-9_.-`, as the policy's class names."""
     if not CLASS_NAME.match(named):
         raise ApiError(
             400,
@@ -43,7 +51,6 @@ def fixed_class(named: str | None, k: int) -> tuple[str, str]:
             param="specmon_class",
             code="invalid_value",
         )
-    return named, f"named by the request; no policy, fixed k={k}"
 
 
 def _quoted(name: str) -> str:

@@ -64,6 +64,7 @@ def from_decode_error(exc: msgspec.DecodeError) -> ApiError:
 
 def check_unsupported(request) -> None:
     """A parameter specmon cannot honour, set to anything but its "not used" value, is refused by name."""
+    check_stream_options(request)
     for name, neutral in UNSUPPORTED.items():
         value = getattr(request, name, None)
         if not any(value == ok and type(value) is type(ok) or value is ok for ok in neutral):
@@ -73,6 +74,29 @@ def check_unsupported(request) -> None:
                 why = f": {UNSUPPORTED_WHY[name]}" if name in UNSUPPORTED_WHY else ""
                 message = f"`{name}` is not supported by specmon serve{why} (got {_short(value)}); leave it out"
             raise ApiError(400, message, param=name, code="unsupported_parameter")
+
+
+def check_stream_options(request) -> None:
+    """stream_options only with stream (as OpenAI answers); continuous_usage_stats (vLLM's usage on every
+    chunk) is refused by name, since usage comes once, on its own chunk before [DONE]."""
+    options = request.stream_options
+    if options is None:
+        return
+    if not request.stream:
+        raise ApiError(
+            400,
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            param="stream_options",
+            code="invalid_value",
+        )
+    if options.continuous_usage_stats:
+        raise ApiError(
+            400,
+            "`stream_options.continuous_usage_stats` is not supported by specmon serve: usage comes once, "
+            "on its own chunk before [DONE] (include_usage); leave it out",
+            param="stream_options.continuous_usage_stats",
+            code="unsupported_parameter",
+        )
 
 
 def for_terminal(text: str) -> str:

@@ -12,6 +12,8 @@ import functools
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from specmon.server.errors import ApiError
+
 HEAD_TIMEOUT_S = 10.0  # a request line and headers take one packet from any client worth serving
 BODY_TIMEOUT_S = 30.0  # a 1 MiB body over a slow link, with room to spare
 MAX_CONNECTIONS = 256  # far above batch-1 serving's needs, far below a process's descriptors
@@ -44,6 +46,27 @@ class GuardedH11(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_deadline()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse (a bad request line, a head over h11's size limit), answered in the
+        one error shape where uvicorn answers plain text ("Invalid HTTP request received.")."""
+        body = ApiError(
+            400,
+            "malformed HTTP request: its request line or headers cannot be parsed, or they pass "
+            f"{self.conn._max_incomplete_event_size // 1024} KiB",
+            code="invalid_http_request",
+        ).body()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        try:
+            head = self.conn.send(h11.Response(status_code=400, headers=headers, reason=b"Bad Request"))
+            self.transport.write(head + self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage()))
+        except h11.LocalProtocolError:
+            pass  # a response was already under way: nothing more can be said on this connection
+        self.transport.close()
 
     def _await_head(self) -> None:
         self._cancel_head_deadline()

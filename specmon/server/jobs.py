@@ -324,7 +324,8 @@ class Worker:
         req, run = job.request, done.run
         rest = job.text.finish()
         sent = job.text.billed if job.text.stopped else len(run.generated)  # a stop string's cut is not billed
-        usage = Usage(done.started.prompt_tokens, sent, done.started.prompt_tokens + sent)
+        completion = sent - (run.stop_reason == "eos" and not job.text.stopped)  # the end token is never sent
+        usage = Usage(done.started.prompt_tokens, completion, done.started.prompt_tokens + completion)
         info = SpecmonInfo(
             session_id=self.decoder.driver.session_id,
             prompt_id=req.id,
@@ -339,7 +340,7 @@ class Worker:
         self.metrics.requests.labels(req.endpoint, reason).inc()
         self.metrics.prompt_tokens.inc(usage.prompt_tokens)
         self.metrics.generation_tokens.inc(usage.completion_tokens)
-        self.metrics.count_rounds(job.rounds, sent)
+        self.metrics.count_rounds(job.rounds, completion)
         return Finished(rest, job.text.text, reason, usage, info)
 
 

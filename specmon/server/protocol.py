@@ -62,8 +62,9 @@ UNSUPPORTED_WHY: dict[str, str] = {
 METADATA = ("user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key")
 
 
-class StreamOptions(msgspec.Struct):
+class StreamOptions(msgspec.Struct, forbid_unknown_fields=True):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: refused when true (usage comes once), never ignored
 
 
 class ContentPart(msgspec.Struct):
