@@ -439,3 +439,58 @@ def test_an_edit_made_while_the_model_loads_is_a_reload_at_the_first_prompt(tmp_
     engine = PolicyEngine(policy, "s", STEEP)  # the model has loaded meanwhile
     reloaded = engine.maybe_reload()
     assert reloaded is not None and reloaded.accepted and engine.policy.settings.min_gain == 0.01
+
+
+SIZED = """[policy]
+mode = "enforce"
+
+[[classes]]
+name = "non-english"
+match.script = ["cyrillic"]
+match.min_chars = 20
+
+[[classes]]
+name = "short"
+match.max_chars = 5
+
+[[classes]]
+name = "rest"
+default = true
+"""
+
+
+@pytest.mark.parametrize(
+    "text, tag, name, rule",
+    [
+        ("Привет", None, "rest", "default"),  # Cyrillic, but under min_chars: narrowed out
+        ("Привет, как дела у тебя сегодня?", None, "non-english", "match.script"),
+        ("hi", None, "short", "match.max_chars"),  # alone, a length bound matches by length
+        ("hello there, friend", None, "rest", "default"),
+    ],
+)
+def test_length_bounds_narrow_a_classs_other_match_keys_and_alone_match_by_length(text, tag, name, rule):
+    got, why = classify(parse_policy(SIZED, "t.toml"), text, tag)
+    assert (got, why.split(" ")[0].split("].")[-1]) == (name, rule)
+
+
+def test_policy_set_adds_the_tables_on_the_way_inside_the_class(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(SIZED.replace('name = "short"\nmatch.max_chars = 5\n', 'name = "short"  # keep me\n'))
+    set_value(path, "classes.short.match.max_chars", "5")
+    policy = load_policy(path)
+    assert next(c for c in policy.classes if c.name == "short").match.max_chars == 5
+    assert "# keep me" in path.read_text() and classify(policy, "hi")[0] == "short"
+    set_value(path, "routing.window", "10")
+    assert load_policy(path).routing.window == 10
+    before = path.read_text()
+    with pytest.raises(Exception, match="'classes.short.matc.max_chars' is not a key a policy has"):
+        set_value(path, "classes.short.matc.max_chars", "5")
+    assert path.read_text() == before
+
+
+def test_a_retired_dotted_key_is_warned_on_its_own_line_and_a_misspelt_key_gets_a_suggestion():
+    old = SIZED.replace('name = "rest"\n', 'name = "rest"\nngram.max_match = 3\n')
+    (warning,) = parse_policy(old, "t.toml").warnings
+    assert warning.startswith(f"t.toml:{old.splitlines().index('ngram.max_match = 3') + 1}:1: classes[2].ngram ")
+    with pytest.raises(PolicyError, match="unknown field `draft_lenght`; did you mean `draft_len`"):
+        parse_policy(SIZED.replace("default = true\n", "default = true\ndraft_lenght = 4\n"), "t.toml")

@@ -41,9 +41,15 @@ def named_class(policy: Policy, named: str) -> tuple[str, str]:
 
 
 def _matching_key(cls: PromptClass, text: str, tag: str | None) -> str | None:
+    """The key that puts `text` in the class: any one of regex, keywords, script, content/min_given
+    (both, where both are set); min_chars / max_chars narrow each of them and alone match by length;
+    a tag the request names always does."""
     m = cls.match
     if m.tag and tag == m.tag:
         return "tag"
+    sized = bool(m.min_chars or m.max_chars)
+    if sized and not (len(text) >= m.min_chars and (not m.max_chars or len(text) <= m.max_chars)):
+        return "default" if cls.default else None
     if m.regex and any(regex.search(p, text) for p in m.regex):
         return "regex"
     lowered = text.lower()
@@ -56,8 +62,7 @@ def _matching_key(cls: PromptClass, text: str, tag: str | None) -> str | None:
         kinds = {"code": found.code, "passage": found.passage}
         if (not m.content or any(kinds[c] for c in m.content)) and found.given_share >= m.min_given:
             return "content" if m.content else "min_given"
-        return "default" if cls.default else None
-    if (m.min_chars or m.max_chars) and len(text) >= m.min_chars and (not m.max_chars or len(text) <= m.max_chars):
+    elif sized and not (m.regex or m.keywords or m.script):
         return "min_chars" if m.min_chars else "max_chars"
     return "default" if cls.default else None
 

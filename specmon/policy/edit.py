@@ -30,8 +30,8 @@ def set_value(path: Path, key: str, value: str) -> str:
     text = read_policy_text(path, keep_newlines=True)
     bom, body = (_BOM, text[1:]) if text.startswith(_BOM) else ("", text)
     doc = _parse(body, str(path))
-    parent, last = _walk(doc, key, path)
-    added = last not in parent
+    parent, last, created = _walk(doc, key, path)
+    added = created or last not in parent
     parent[last] = _parse_value(value, path)
     new_text = tomlkit.dumps(doc)
     if "\r\n" in body:  # tomlkit writes a key it adds with "\n": keep the file's own line ending
@@ -57,12 +57,17 @@ def _parse(text: str, source: str) -> tomlkit.TOMLDocument:
 
 
 def _walk(doc, key: str, path: Path):
-    """The table that holds KEY's last part; `classes.NAME` picks a class by its name."""
+    """The table that holds KEY's last part, and whether a table on the way was added (an inline
+    one: `match = {min_chars = 200}` stays inside its class); `classes.NAME` picks a class by name."""
     steps = key.split(".")
-    node, i = doc, 0
+    node, i, created = doc, 0, False
     while i < len(steps) - 1:
         match = _STEP.fullmatch(steps[i])
         where = ".".join(steps[: i + 1])
+        if match and _is_table(node) and match.group(2) is None and match.group(1) not in node:
+            # a [header] at the top (after the classes, a bare key would join the last one); inline inside
+            node[match.group(1)] = tomlkit.table() if node is doc else tomlkit.inline_table()
+            created = True  # the schema says whether it may be there
         if not match or not _is_table(node) or match.group(1) not in node:
             raise SpecmonError(f"policy {path}: no {where!r} in the file")
         node = node[match.group(1)]
@@ -77,7 +82,7 @@ def _walk(doc, key: str, path: Path):
             f"policy {path}: {key!r} does not name a key in a table "
             f"({'.'.join(steps[:-1]) or 'the file'} is not a table)"
         )
-    return node, steps[-1]
+    return node, steps[-1], created
 
 
 def _is_table(node) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import math
 import os
@@ -161,7 +162,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     except msgspec.ValidationError as exc:
         path = _msgspec_path(str(exc))
         line, col = locate(text, path)
-        raise PolicyError(source, line, col, _readable(str(exc))) from None
+        raise PolicyError(source, line, col, _readable(str(exc)) + _did_you_mean(path)) from None
     warnings = retired + _check(parsed, text, source)
     digest = hashlib.sha256(text.encode()).hexdigest()
     return Policy(parsed.policy, parsed.classes, source, text, digest, warnings, routing=parsed.routing)
@@ -363,7 +364,8 @@ def locate(text: str, path: tuple) -> tuple[int, int]:
             want = keys[-1]
             prefix = ".".join(keys[len(current.split(".")) - 1 : -1])
             name = f"{prefix}.{want}" if prefix else want
-            if re.match(rf"^\s*{re.escape(name)}\s*=", line) or re.match(rf"^\s*{re.escape(keys[0])}\s*=", line):
+            # `name = ...`, or a dotted key under it (`ngram.max_match = 3` names the table ngram)
+            if re.match(rf"^\s*{re.escape(name)}\s*[=.]", line) or re.match(rf"^\s*{re.escape(keys[0])}\s*=", line):
                 return number, line.index(line.strip()[0]) + 1
     return best
 
@@ -384,6 +386,19 @@ def _readable(message: str) -> str:
         choices = _CHOICES.get(re.sub(r"\[\d+\]", "", where).rsplit(".", 1)[-1])
         reason += f" (one of: {', '.join(get_args(choices))})" if choices else ""
     return f"{where}: {reason}" if where and "unknown field" not in reason else reason
+
+
+def _did_you_mean(path: tuple) -> str:
+    """For an unknown key, the key of its table it is closest to (`draft_lenght`: `draft_len`)."""
+    if not path or not isinstance(path[-1], str):
+        return ""
+    names = [p for p in path[:-1] if isinstance(p, str)]
+    struct = {(): PolicyFile, ("policy",): Settings, ("routing",): Routing, ("classes",): PromptClass}.get(
+        tuple(names), Match if names == ["classes", "match"] else None
+    )
+    known = [*struct.__struct_fields__, *RETIRED["class" if struct is PromptClass else "policy"]] if struct else []
+    close = difflib.get_close_matches(path[-1], [k for k in known if k not in ("source", "text")], n=1)
+    return f"; did you mean `{close[0]}`?" if close and close[0] != path[-1] else ""
 
 
 def _msgspec_path(message: str) -> tuple:
