@@ -380,15 +380,24 @@ def test_a_headless_run_says_each_reload_in_one_line_on_stderr(reload_run):
             assert line.startswith(f"specmon: policy edit refused, the previous policy stays in force: {source}:"), line
 
 
-def test_log_info_shows_the_refused_reloads(reload_run, capsys):
+def test_log_info_lists_every_reload_taken_or_refused_and_the_policy_at_the_end(reload_run, capsys):
     events, _, edits, log, source = reload_run
     assert main(["log", "info", str(log)]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
     refused = sum(not accepted for *_, accepted in edits)
-    first = next(e for e in events if isinstance(e, PolicyLoaded) and not e.accepted)
-    assert first.error.startswith(f"{source}:2:12: not UTF-8")
-    line = f"  policy reloads   {len(edits) - refused} taken, {refused} refused; first refused: {first.error}"
-    assert line in out.splitlines(), out
+    loads = [e for e in events if isinstance(e, PolicyLoaded)]
+    assert loads[1 + [a for *_, a in edits].index(False)].error.startswith(f"{source}:2:12: not UTF-8")
+    at = out.index(f"  policy reloads   {len(edits) - refused} taken, {refused} refused")
+    listed = out[at + 1 : at + 1 + len(edits)]
+    for line, ev in zip(listed, loads[1:]):
+        said = (
+            f"taken, changed {', '.join(ev.changed) or 'nothing a class runs by'}"
+            if ev.accepted
+            else f"refused: {ev.error}"
+        )
+        assert line == f"    +{ev.t - events[0].t:.1f} s {said}", (line, ev)
+    end = [e for e in loads if e.accepted][-1]
+    assert out[at + 1 + len(edits)] == f"  policy at the end sha256 {end.sha256[:16]}…" and end is not loads[0]
 
 
 # -- hot-reload fuzzing: a real run while random bytes and policies replace its file ---------------

@@ -202,13 +202,8 @@ def cmd_log(args) -> int:
         out.print(f"  {name:<16} {n}", highlight=False)
     if first is not None:
         out.print(f"  time span        {last - first:.1f} s", highlight=False)
-    refused = [ev for ev in policies if not ev.accepted]
-    if len(policies) > 1 or refused:  # the first PolicyLoaded is the policy the run started with
-        reloads = f"  policy reloads   {sum(ev.accepted for ev in policies[1:])} taken, {len(refused)} refused"
-        why = (refused[0].error.splitlines() or ["no reason logged"])[0] if refused else ""
-        out.print(
-            reloads + (f"; first refused: {why}" if why else ""), highlight=False, markup=False, soft_wrap=True
-        )  # one line, however long the path
+    if len(policies) > 1:  # the first PolicyLoaded is the policy the run started with
+        _print_reloads(policies, first)
     out.print("  integrity        " + (f"[red]{escape(str(damage))}[/]" if damage else "[green]ok[/]"), highlight=False)
     host = tally(kept)
     if host.measured:
@@ -229,6 +224,23 @@ def cmd_log(args) -> int:
     elif kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     return 1 if damage else 0
+
+
+def _print_reloads(policies: list[PolicyLoaded], start: float) -> None:
+    """Each edit after the first policy: when, taken (what it changed) or refused (why), one line
+    each however long the path; then the policy in force at the end, where it is not the first."""
+    refused = sum(not ev.accepted for ev in policies)
+    out.print(f"  policy reloads   {len(policies) - 1 - refused} taken, {refused} refused", highlight=False)
+    for ev in policies[1:]:
+        what = (
+            f"taken, changed {', '.join(ev.changed) or 'nothing a class runs by'}"
+            if ev.accepted
+            else f"refused: {(ev.error.splitlines() or ['no reason logged'])[0]}"
+        )
+        out.print(f"    +{ev.t - start:.1f} s {what}", highlight=False, markup=False, soft_wrap=True)
+    in_force = [ev for ev in policies if ev.accepted][-1]
+    if in_force is not policies[0]:
+        out.print(f"  policy at the end sha256 {in_force.sha256[:16]}…", highlight=False)
 
 
 def _print_served(log: Path) -> None:
@@ -271,7 +283,11 @@ def _print_header(ev: SessionStarted, drafters: str) -> None:
         timed = "pinned by the profile" if ev.verify_ms[0] == 1.0 else f"timed at load, a step {ev.verify_ms[0]:.1f} ms"
         out.print(
             f"  verify cost, plain steps, T = 1..{len(ev.verify_ms)} positions: {curve} ({timed}"
-            + (f", draft {ev.draft_ms:.2f} ms/token)" if ev.draft_ms else ")"),
+            + (
+                f", draft {ev.draft_ms:.2f} {'steps' if ev.verify_ms[0] == 1.0 else 'ms'}/token)"
+                if ev.draft_ms
+                else ")"
+            ),
             highlight=False,
         )
         if ev.verify_disturbed:
