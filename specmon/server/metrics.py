@@ -92,7 +92,12 @@ class ServerMetrics:
             CLASS_K,
             registry=r,
         )
-        self.policy_k = Gauge("specmon_policy_draft_len", "The policy's k for the class now", ["class"], registry=r)
+        self.policy_k = Gauge(
+            "specmon_policy_draft_len",
+            "The longest draft the policy verifies for the class now (its cut table; up to the class's draft_len)",
+            ["class"],
+            registry=r,
+        )
         self.policy_on = Gauge(
             "specmon_policy_speculate", "1 while the policy has speculation on for the class", ["class"], registry=r
         )
