@@ -15,7 +15,6 @@ from rich.cells import cell_len
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 LOGS = sorted(FIXTURES.glob("*.specmon"))
-POLICY_LOGS = [FIXTURES / "session-policy.specmon", FIXTURES / "session-prompt-off.specmon"]
 WIDTH = 80
 
 
@@ -47,9 +46,10 @@ def test_log_infos_legend_wraps_at_words():
     assert all(cell_len(line) <= WIDTH for line in legend) and len(legend) > 1
 
 
-@pytest.mark.parametrize("log", POLICY_LOGS, ids=[p.name for p in POLICY_LOGS])
-def test_policy_explain_fits_80_columns(log):
-    assert wide_lines(at_80("policy", "explain", str(log))) == []
+def test_policy_explain_fits_80_columns(live_session):
+    done = at_80("policy", "explain", str(live_session.log_path))
+    assert done.returncode == 0 and " reproduce from what they cite" in done.stdout, done.stdout + done.stderr
+    assert wide_lines(done) == []
 
 
 def test_attach_headless_round_lines_fit_80_columns_whole():
