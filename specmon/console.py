@@ -16,6 +16,12 @@ err = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 200)
 
 
+def print_line(line: str) -> None:
+    """A headless server's line (one per request, a refusal, a reload) on stdout, flushed at once so a
+    piped log shows each request as it ends."""
+    print(f"specmon: {line}", flush=True)
+
+
 PROGRESS_LINE_S = 30.0  # piped progress: a line at least this often, besides one per tenth done
 
 

@@ -7,7 +7,6 @@ import functools
 import json
 import os
 import sys
-import threading
 from pathlib import Path
 from typing import Callable
 
@@ -26,8 +25,8 @@ from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import prompts_path
 from specmon.transport.serve import parse_listen
-from specmon.engine.driver import Cancelled
-from specmon.transport.session import LiveSession, live_session
+from specmon.transport.session import live_session
+from specmon.tui.beside import decode_under_tui
 
 Work = Callable[[Callable[[int], None] | None], None]  # decodes every prompt, reporting how many are done
 
@@ -123,49 +122,6 @@ def write_json(path, data: dict) -> None:
         path.write_text(json.dumps(data, indent=2))
     except OSError as exc:
         raise SpecmonError(f"{path}: cannot write the JSON summary ({exc.strerror})") from None
-
-
-def decode_under_tui(session: LiveSession, work: Work, title: str) -> None:
-    """Decode on a thread; the app (main thread) drains a bounded view of the channel. Quitting
-    the app stops the decode after its round (the driver's stop); an error in the decode thread is raised here."""
-    from specmon.tui.factory import make_app
-    from specmon.tui.feed import Feed
-
-    feed = Feed(session.view, title)
-    failed: list[BaseException] = []
-
-    def fail(exc: BaseException) -> None:
-        """Shown in the title now, raised once the app has closed."""
-        failed.append(exc)
-        feed.error = str(exc) if isinstance(exc, SpecmonError) else f"decode failed: {exc!r}"
-
-    def decode() -> None:
-        reason = "done"
-        try:
-            work(None)
-            reason = "interrupted" if session.driver.stopped else "done"  # the last prompt was cut short
-        except Cancelled:
-            reason = "interrupted"
-        except BaseException as exc:
-            reason = "error"
-            fail(exc)
-        finally:
-            try:
-                session.finish(reason)  # the view and attached clients see the session end now
-            except BaseException as exc:
-                if not failed:
-                    fail(exc)
-            feed.done.set()
-
-    worker = threading.Thread(target=decode, name="specmon-decode")
-    worker.start()
-    try:
-        make_app(feed).run()
-    finally:
-        session.driver.stop()
-        worker.join()
-    if failed:
-        raise failed[0]
 
 
 def overrides(args, profile) -> tuple[Sampling, DrafterSpec]:

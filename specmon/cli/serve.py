@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from specmon.backends.profiles import load_profile
-from specmon.console import err
+from specmon.console import err, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import load_policy
 from specmon.server.auth import check_host, read_api_key
@@ -38,7 +38,7 @@ def cmd_serve(args) -> int:
             api_key=api_key,
             max_queue=args.max_queue,
             draft_len=args.draft_len,
-            line=None if tui else _print_line,
+            line=None if tui else print_line,
             socket=listening,
         )
         try:
@@ -79,10 +79,6 @@ def _ended_while_loading(exc: KeyboardInterrupt) -> int:
 
 def _tty() -> bool:
     return sys.stdout.isatty() and sys.stdin.isatty()
-
-
-def _print_line(line: str) -> None:
-    print(f"specmon: {line}", flush=True)
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # requests are tokenized on threads of their own

@@ -9,7 +9,7 @@ import sys
 import httpx
 from rich.markup import escape
 
-from specmon.console import err, out
+from specmon.console import err, out, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import Policy, load_policy
 from specmon.proxy.relay import reason
@@ -42,7 +42,7 @@ def run_proxy(args) -> int:
         options = ProxyOptions(
             upstreams, plain, args.plain_share, args.host, args.port, api_key, upstream_key, listening
         )
-        options.line = None if tui else _print_line
+        options.line = None if tui else print_line
         with observer_session(
             lambda sid: observed_header(sid, "proxy", upstreams[0], kind, policy), args.log, viewer=tui
         ) as session:
@@ -106,7 +106,3 @@ def _say_where(
         )
     key = "; clients must send the API key" if keyed else ""
     print(f"specmon: proxying {proxying.url}/v1 to {where}{routed}{key}", file=sys.stderr, flush=True)
-
-
-def _print_line(line: str) -> None:
-    print(f"specmon: {line}", flush=True)

@@ -25,13 +25,12 @@ from specmon.proxy.relay import Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Router
 from specmon.proxy.tables import request_line
 from specmon.server.errors import ApiError, for_terminal
-from specmon.server.guard import HEAD_TIMEOUT_S, MAX_CONNECTIONS, guarded_h11
-from specmon.server.runner import OnThread, bind
+from specmon.server.guard import HEAD_TIMEOUT_S, MAX_CONNECTIONS
+from specmon.server.runner import OnThread, bind, uvicorn_config
 from specmon.watch.scrape import client as scrape_client
 from specmon.watch.scrape import scrape
 
 SCRAPE_S = 1.0  # the view's counters move once a second, as `specmon watch`'s do by default
-GRACE_S = 5.0  # how long replies in flight may take to finish after a shutdown
 # no read deadline: a reply that is not streamed arrives whole at its end, minutes later on a CPU
 UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
 
@@ -118,14 +117,7 @@ class Proxying(OnThread):
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
         logging.getLogger("uvicorn.error").addFilter(QUIET)
-        config = uvicorn.Config(
-            build_app(self.state),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=GRACE_S,
-            http=guarded_h11(HEAD_TIMEOUT_S, MAX_CONNECTIONS),
-        )
+        config = uvicorn_config(build_app(self.state), HEAD_TIMEOUT_S, MAX_CONNECTIONS)
         self.server = _Uvicorn(config, self.client, self._scrape_upstream if options.scrape_s else None)
 
     def run(self) -> None:

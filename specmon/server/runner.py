@@ -28,7 +28,7 @@ from specmon.server.metrics import ServerMetrics
 from specmon.transport.session import LiveSession
 
 MAX_BODY_BYTES = 1 << 20  # a chat far past any context this serves still fits; a runaway upload does not
-GRACE_S = 5.0  # how long finished responses may take to drain after a shutdown
+GRACE_S = 5.0  # how long replies in flight may take to finish after a shutdown
 
 
 @dataclass
@@ -44,6 +44,19 @@ class ServeOptions:
     head_timeout_s: float = HEAD_TIMEOUT_S  # a request line and headers not in by then: the connection is closed
     body_timeout_s: float = BODY_TIMEOUT_S  # a body not in by then: 408
     max_connections: int = MAX_CONNECTIONS  # one more is closed as soon as it opens
+
+
+def uvicorn_config(app, head_timeout_s: float, max_connections: int) -> uvicorn.Config:
+    """uvicorn's settings for `serve` and `proxy` alike: no log of its own (the session's events are the
+    log), no lifespan, GRACE_S for replies in flight after a shutdown, and h11 behind the guard's limits."""
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=GRACE_S,
+        http=guarded_h11(head_timeout_s, max_connections),
+    )
 
 
 class _Uvicorn(uvicorn.Server):
@@ -124,14 +137,7 @@ class Serving(OnThread):
         )
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
-        config = uvicorn.Config(
-            build_app(self.state),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=GRACE_S,
-            http=guarded_h11(options.head_timeout_s, options.max_connections),
-        )
+        config = uvicorn_config(build_app(self.state), options.head_timeout_s, options.max_connections)
         self.server = _Uvicorn(config, self.worker.close)
 
     def run(self) -> None:

@@ -12,6 +12,7 @@ from specmon.events.schema import ServerScraped
 from specmon.server.auth import read_api_key
 from specmon.transport.serve import parse_listen
 from specmon.transport.session import LiveSession, observed_header, observer_session
+from specmon.tui.beside import beside_view
 from specmon.watch.poll import Watcher, poll
 from specmon.watch.scrape import client, metrics_url
 
@@ -59,26 +60,12 @@ def watch_headless(session: LiveSession, watcher: Watcher, args, first: ServerSc
 
 def watch_under_tui(session: LiveSession, watcher: Watcher, args, first: ServerScraped) -> None:
     """Read on a thread; the app (main thread) drains the session's view. Quitting the app stops the watch."""
-    from specmon.tui.factory import make_app
-    from specmon.tui.feed import Feed
-
-    feed = Feed(session.view, f"watch {args.url}")
     stop = threading.Event()
     said: list[str] = []  # the app shows the server's state from the events; the lines are kept for after
 
     def read() -> None:
-        try:
-            poll(watcher, said.append, args.interval, args.duration, stop, first)
-        except BaseException as exc:  # shown in the title; the watch has stopped
-            feed.error = f"watch failed: {exc!r}"
-        finally:
-            feed.done.set()
+        poll(watcher, said.append, args.interval, args.duration, stop, first)
 
-    worker = threading.Thread(target=read, name="specmon-watch")
-    worker.start()
-    try:
-        make_app(feed).run()
-    finally:
-        stop.set()
-        worker.join()
+    # a failure is shown in the title and ends the watch; the totals still follow
+    beside_view(session.view, f"watch {args.url}", read, stop.set, "specmon-watch", "watch")
     say(watcher.totals())
