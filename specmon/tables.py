@@ -26,6 +26,7 @@ VERDICT_COLOURS = {
     "noise": "magenta",
     "busy host": "cyan",
 }
+VERDICT_MARKS = {"not yet known": "?", "noise": "!", "busy host": "~"}  # beside a speedup, for those its colour misses
 
 
 def _verdict(row: dict) -> str:
@@ -116,7 +117,7 @@ def _speedup(row: dict) -> str:
     if row["draft_len"] == 0:
         return "-"  # plain decoding over itself is no finding
     verdict = row["speedup_verdict"]
-    mark = {"not yet known": "?", "noise": "!", "busy host": "~"}.get(verdict, "") if row["speedup"] is not None else ""
+    mark = VERDICT_MARKS.get(verdict, "") if row["speedup"] is not None else ""
     return f"[{VERDICT_COLOURS.get(verdict, 'white')}]{_num(row['speedup'], '{:.2f}×')}{mark}[/]"
 
 

@@ -13,14 +13,14 @@ from rich.text import Text
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.console import err, out, progress
 from specmon.cli.run import check_new_log
-from specmon.tables import compact_table
+from specmon.tables import VERDICT_MARKS, compact_table
 from specmon.data import read_shipped
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.sched.bench import prompts_path
 from specmon.events.schema import Sampling
-from specmon.metrics.contention import tally
+from specmon.metrics.contention import MARK_SHARE, tally
 from specmon.metrics.format import fmt
 from specmon.metrics.predict import MIN_ROUNDS, TOLERANCE
 from specmon.replay.sweep_report import CellRow, cell_rows, sampling_label, suggest_policy, sweep_plots
@@ -149,7 +149,7 @@ def results_table(rows: list[CellRow], log_name: str) -> Group:
             fmt(run.mean_ms(run.draft_ms)),
             fmt(run.mean_ms(run.verify_ms), "{:.1f}"),
             fmt(run.tok_per_s, "{:.1f}"),
-            fmt(r.speedup, "{:.2f}×"),
+            fmt(r.speedup, "{:.2f}×") + _busy(r),
             fmt(r.predicted, "{:.2f}×"),
             f"[yellow]{gap}[/]" if r.flag.startswith("off") else gap,
         )
@@ -164,10 +164,18 @@ def results_table(rows: list[CellRow], log_name: str) -> Group:
     legend = Text(
         f"empty: rounds that proposed nothing; draft, verify: ms per round; pred: the speedup the cell's "
         f"proposal mix, per-position acceptance and the sweep's verify cost per proposal length predict; "
-        f"flagged below: cells under {MIN_ROUNDS} rounds, or more than {TOLERANCE:.0%} off",
+        f"flagged below: cells under {MIN_ROUNDS} rounds, or more than {TOLERANCE:.0%} off; {BUSY_LEGEND}",
         style="dim",
     )
     return Group(acceptance, speed, legend, *flagged)
+
+
+BUSY_LEGEND = f"~ busy host: {MARK_SHARE:.0%}+ of a cell's rounds and its plain cell's disturbed"
+
+
+def _busy(row: CellRow) -> str:
+    """The mark run and log info put beside a speedup measured on a busy host, or ''."""
+    return VERDICT_MARKS["busy host"] if row.busy else ""
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
@@ -181,18 +189,24 @@ def break_even_table(rows: list[CellRow]) -> Group:
         "break-even acceptance per k, on the rounds that drafted",
         ("class", "drafter", "k", "drafted", "break-even α", "measured", "pays"),
     )
+    notes = []
     for r in rows:
         if not r.key.draft_len or not r.key.sampling.greedy:
             continue
         run = r.run
         rate, need = run.acceptance_rate, r.break_even
         pays = "-" if rate is None or r.c is None else "never" if need is None else "yes" if rate >= need else "no"
+        if need is not None and r.drafting_cost <= 1.0:  # eq. 1's α = 0 already pays: 0.00 would hide why
+            shown = "any"
+            notes.append(_any_acceptance(r))
+        else:
+            shown = fmt(need)
         table.add_row(
             escape(r.key.prompt_class),
             escape(r.key.drafter),
             str(r.key.draft_len),
             f"{run.drafted_rounds}/{run.rounds}",
-            fmt(need),
+            shown + (_busy(r) if need is not None else ""),
             fmt(rate),
             pays,
         )
@@ -200,7 +214,18 @@ def break_even_table(rows: list[CellRow]) -> Group:
         "break-even: eq. 1 with every round proposing k, at the draft and verify cost the drafting rounds "
         "measured; measured: their acceptance (accepted/proposed); rounds that drafted nothing cost about "
         "a plain step and gain nothing, so a cell with few drafting rounds stays near plain whatever its "
-        "rate; never: even full acceptance does not pay",
+        f"rate; never: even full acceptance does not pay; any: even zero acceptance pays; {BUSY_LEGEND}",
         style="dim",
     )
-    return Group(table, legend)
+    return Group(table, legend, *notes)
+
+
+def _any_acceptance(r: CellRow) -> Text:
+    """Why a break-even is any acceptance, and why that is suspect."""
+    k = r.key.draft_len
+    return Text(
+        f"{r.key.prompt_class} {r.key.drafter} k={k}: break-even at any acceptance: a drafting round cost "
+        f"{r.drafting_cost:.2f} plain steps (verify {r.v:.2f}); a verify pass of {k + 1} tokens under one plain "
+        "step means the plain steps were slowed (a busy host) or timer noise",
+        style="yellow",
+    )

@@ -4,13 +4,14 @@ written through tomlkit."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomlkit
 
 from specmon.events.schema import RoundVerified
 from specmon.metrics import rates
+from specmon.metrics.contention import HostTally
 from specmon.metrics.interval import goodput_interval
 from specmon.metrics.predict import (
     MIN_ROUNDS,
@@ -34,6 +35,18 @@ class CellRow:
     v: float | None  # a drafting round's verify pass / one target step
     predicted: float | None  # from the measured proposal mix and verify cost per proposal length
     break_even: float | None
+    host: HostTally = field(default_factory=HostTally)  # the cell's rounds and its plain cell's (metrics.contention)
+
+    @property
+    def busy(self) -> bool:
+        """Enough of the cell's and its plain cell's rounds were disturbed that their times say so."""
+        return self.host.busy
+
+    @property
+    def drafting_cost(self) -> float | None:
+        """A drafting round's draft and verify time in plain steps (k·c + v); at 1 or under it pays
+        at any acceptance, which a verify pass of k+1 tokens under one plain step makes suspect."""
+        return None if self.c is None or self.v is None else self.key.draft_len * self.c + self.v
 
     @property
     def gap(self) -> float | None:
@@ -62,20 +75,21 @@ def cell_rows(events) -> list[CellRow]:
 
 
 def _row(key: CellKey, run: RunStats, base: RunStats | None, v_by_len: dict[int, float]) -> CellRow:
+    host = run.host + base.host if base is not None and base is not run else run.host  # as a class's speedup
     if base is None or not base.rounds or not run.rounds or not base.goodput:
-        return CellRow(key, run, None, None, None, None, None)
+        return CellRow(key, run, None, None, None, None, None, host)
     step = base.verify_ms / base.rounds
     speedup = rates.speedup(run.goodput, base.goodput)
     if key.draft_len == 0:
-        return CellRow(key, run, speedup, None, 1.0, 1.0, None)
+        return CellRow(key, run, speedup, None, 1.0, 1.0, None, host)
     predicted = _predicted(run, base, step, v_by_len)
     if not run.drafted_rounds:  # nothing drafted: no draft cost to break even against
-        return CellRow(key, run, speedup, None, None, predicted, None)
+        return CellRow(key, run, speedup, None, None, predicted, None, host)
     # Eq. 1 has every round propose k: its costs are those of the rounds that did draft (an empty
     # round costs a plain step and gains nothing; averaged in, it made drafting look cheap).
     c = (run.drafted_draft_ms / run.drafted_rounds / key.draft_len) / step
     v = (run.drafted_verify_ms / run.drafted_rounds) / step
-    return CellRow(key, run, speedup, c, v, predicted, break_even_alpha(key.draft_len, c, v))
+    return CellRow(key, run, speedup, c, v, predicted, break_even_alpha(key.draft_len, c, v), host)
 
 
 def _predicted(run: RunStats, base: RunStats, step: float, v_by_len: dict[int, float]) -> float | None:

@@ -1,0 +1,84 @@
+"""What the sweep's tables and plot say beside a figure: a busy host's `~` (as run and log info
+mark it), a break-even that is any acceptance, and a legend that hides no point."""
+
+import pytest
+from rich.console import Console
+
+from specmon.cli.sweep import break_even_table, results_table
+from specmon.events.schema import PromptStarted, RoundVerified, Sampling
+from specmon.metrics.contention import tally
+from specmon.replay.sweep_report import cell_rows
+
+T0 = 1_700_000_000.0
+
+
+def _cell_events(prompt_class: str, k: int, verify_ms: float, stall_ms: float | None, prompts: int = 3) -> list:
+    """`prompts` runs of one cell, 20 rounds each; a drafting round proposes k and accepts one."""
+    events = []
+    for p in range(prompts):
+        run = {"session_id": "s", "t": T0, "prompt_id": f"{prompt_class}-{p}", "prompt_class": prompt_class}
+        run |= {"draft_len": k, "sampling": Sampling()}
+        events.append(PromptStarted(**run, drafter="ngram", prompt_tokens=5, max_new_tokens=64))
+        drafted = {"proposed": [1] * k, "accepted": min(k, 1), "rejection_pos": 1 if k > 1 else None}
+        drafted |= {"emitted": [1] * (min(k, 1) + 1), "draft_ms": 0.01 * k, "target_probs": [0.5] * k}
+        timed = {"verify_ms": verify_ms * (1 + p / 20), "overhead_ms": 0.0, "host_stall_ms": stall_ms}
+        unread = {"alpha_hat": None, "margins": [], "mem_bytes": 0}
+        events += [RoundVerified(**run, **drafted, **timed, **unread, round_id=i, round_index=i) for i in range(20)]
+    return events
+
+
+def _printed(*renderables) -> str:
+    console = Console(file=open("/dev/null", "w"), width=80, record=True)
+    for r in renderables:
+        console.print(r)
+    return console.export_text()
+
+
+def _row_line(text: str, *first: str) -> str:
+    (line,) = [line for line in text.splitlines() if line.split()[: len(first)] == list(first)]
+    return line
+
+
+def test_a_busy_hosts_cells_carry_the_tilde_run_and_log_info_print():
+    """99.8% CPU pressure stalled every round: its speedups and break-evens are marked `~`, as the
+    class table marks a busy host's speedup; a quiet class's are not."""
+    events = (
+        _cell_events("chat", 0, 10.0, stall_ms=9.0)
+        + _cell_events("chat", 2, 12.0, stall_ms=9.0)
+        + _cell_events("rewrite", 0, 10.0, stall_ms=0.0)
+        + _cell_events("rewrite", 2, 12.0, stall_ms=0.0)
+    )
+    assert tally(events).busy
+    rows = cell_rows(events)
+    busy = {(r.key.prompt_class, r.key.draft_len): r.busy for r in rows}
+    assert busy == {("chat", 0): True, ("chat", 2): True, ("rewrite", 0): False, ("rewrite", 2): False}
+    speed = _printed(results_table(rows, "x.specmon"))
+    chat = next(r for r in rows if r.key.prompt_class == "chat" and r.key.draft_len == 2)
+    assert _row_line(speed, "chat", "ngram", "greedy", "2", f"{chat.run.mean_ms(chat.run.draft_ms):.2f}").endswith(
+        f"{chat.speedup:.2f}×~  {chat.predicted:.2f}×  {chat.gap * 100:+.0f}%"
+    )
+    quiet = _row_line(speed, "rewrite", "ngram", "greedy", "2", "0.02")
+    assert "~" not in quiet
+    assert "~ busy host: 10%+ of a cell's rounds and its plain cell's disturbed" in " ".join(speed.split())
+    even = _printed(break_even_table(rows))
+    assert _row_line(even, "chat", "ngram", "2").split()[4] == f"{chat.break_even:.2f}~"
+    assert "~" not in _row_line(even, "rewrite", "ngram", "2")
+
+
+def test_a_break_even_of_zero_says_any_acceptance_pays_and_why_that_is_suspect():
+    """A drafting round that cost no more than a plain step (verify of k+1 tokens at or under one
+    plain step: plain steps slowed by other work, or timer noise) breaks even at any acceptance;
+    the table says so instead of an unexplained 0.00."""
+    events = _cell_events("chat", 0, 10.0, stall_ms=None) + _cell_events("chat", 2, 9.0, stall_ms=None)
+    (row,) = [r for r in cell_rows(events) if r.key.draft_len == 2]
+    assert row.break_even == pytest.approx(0.0, abs=1e-9) and row.v < 1.0
+    assert row.drafting_cost == pytest.approx(2 * row.c + row.v)
+    text = _printed(break_even_table(cell_rows(events)))
+    assert _row_line(text, "chat", "ngram", "2").split()[3:] == ["60/60", "any", "0.50", "yes"]
+    said = " ".join(text.split())
+    assert (
+        f"chat ngram k=2: break-even at any acceptance: a drafting round cost {row.drafting_cost:.2f} plain "
+        f"steps (verify {row.v:.2f}); a verify pass of 3 tokens under one plain step means the plain steps "
+        "were slowed (a busy host) or timer noise" in said
+    )
+    assert "0.00" not in _row_line(text, "chat", "ngram", "2")
