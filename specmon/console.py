@@ -39,8 +39,9 @@ def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
 
 
 def progress_lines(description: str, total: int, clock: Callable[[], float] = time.monotonic) -> Callable[[int], None]:
-    """`done(n)` that prints `description: n of total done (s)` on stderr at each tenth of the
-    total, or when PROGRESS_LINE_S passed since the last line; Rich flushes each line."""
+    """`done(n)` that prints `description: n of total done (s, about how long is left)` on stderr
+    at each tenth of the total, or when PROGRESS_LINE_S passed since the last line; Rich flushes
+    each line. The time left is the pace so far carried over the rest."""
     started = last = clock()
     shown_tenth = 0
 
@@ -49,7 +50,16 @@ def progress_lines(description: str, total: int, clock: Callable[[], float] = ti
         now, tenth = clock(), n * 10 // max(total, 1)
         if tenth > shown_tenth or now - last >= PROGRESS_LINE_S:
             shown_tenth, last = tenth, now
-            err.print(f"{description}: {n} of {total} done ({now - started:.0f} s)", highlight=False, markup=False)
+            took = now - started
+            left = f", about {_duration(took / n * (total - n))} left" if 0 < n < total else ""
+            err.print(f"{description}: {n} of {total} done ({took:.0f} s{left})", highlight=False, markup=False)
 
     err.print(f"{description}: 0 of {total} done", highlight=False, markup=False)
     return done
+
+
+def _duration(seconds: float) -> str:
+    """98 s, 7 min, 1.5 h: as precise as an estimate from the pace so far deserves."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"

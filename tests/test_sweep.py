@@ -290,11 +290,12 @@ def test_piped_progress_prints_lines_as_the_runs_finish(monkeypatch):
             now[0] += console.PROGRESS_LINE_S  # a slow run: a line before the next tenth
     lines = printed.export_text().splitlines()
     assert lines[0] == "sweep 3 cells: 0 of 40 done"
-    assert lines[1:4] == [
-        "sweep 3 cells: 3 of 40 done (33 s)",
-        "sweep 3 cells: 4 of 40 done (34 s)",
-        "sweep 3 cells: 8 of 40 done (38 s)",
+    assert lines[1:4] == [  # the time left at the pace so far: 33 s for 3, so 37 more take 407 s
+        "sweep 3 cells: 3 of 40 done (33 s, about 7 min left)",
+        "sweep 3 cells: 4 of 40 done (34 s, about 5 min left)",
+        "sweep 3 cells: 8 of 40 done (38 s, about 3 min left)",
     ]
+    assert lines[4] == "sweep 3 cells: 12 of 40 done (42 s, about 98 s left)"
     assert lines[-1] == "sweep 3 cells: 40 of 40 done (70 s)" and len(lines) == 12
 
 
