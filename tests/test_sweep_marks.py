@@ -7,7 +7,7 @@ from rich.console import Console
 from specmon.cli.sweep import break_even_table, results_table
 from specmon.events.schema import PromptStarted, RoundVerified, Sampling
 from specmon.metrics.contention import tally
-from specmon.replay.sweep_report import cell_rows
+from specmon.replay.sweep_report import cell_rows, goodput_figure
 
 T0 = 1_700_000_000.0
 
@@ -82,3 +82,27 @@ def test_a_break_even_of_zero_says_any_acceptance_pays_and_why_that_is_suspect()
         "were slowed (a busy host) or timer noise" in said
     )
     assert "0.00" not in _row_line(text, "chat", "ngram", "2")
+
+
+def test_the_goodput_legend_covers_no_point_and_stays_in_the_figure(tmp_path):
+    """Four classes whose plain points sit low at k = 0 (where a lower-left legend once lay over
+    them): no plotted point falls inside the legend's box, and the legend is whole in the PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    events = []
+    for name in ("chat", "code-edit", "rewrite", "non-english"):
+        events += _cell_events(name, 0, 30.0, None) + _cell_events(name, 2, 12.0, None)
+    fig = goodput_figure(cell_rows(events))
+    FigureCanvasAgg(fig)
+    fig.tight_layout()  # as sweep_plots saves it
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    legend = ax.get_legend().get_window_extent()
+    points = [
+        ax.transData.transform(xy)
+        for container in ax.containers
+        for xy in container.lines[0].get_xydata()  # the markers, at k + the class's dodge
+    ]
+    assert len(points) == 8
+    assert [tuple(p) for p in points if legend.contains(*p)] == []
+    assert fig.bbox.x0 <= legend.x0 and legend.x1 <= fig.bbox.x1 and fig.bbox.y0 <= legend.y0 <= legend.y1 <= fig.bbox.y1

@@ -181,7 +181,7 @@ def goodput_figure(rows: list[CellRow]):
     neighbouring k only; plain decoding is its own series at k = 0."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)  # wider by the legend beside the axes
     series: dict[tuple, list[CellRow]] = {}
     for r in rows:
         series.setdefault((r.key.prompt_class, r.key.drafter, r.key.sampling), []).append(r)
@@ -214,8 +214,14 @@ def goodput_figure(rows: list[CellRow]):
     )
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    outside_legend(ax, len(series))
     return fig
+
+
+def outside_legend(ax, entries: int) -> None:
+    """The legend right of the axes, where it covers no point (inside, plain's low k = 0 points
+    lay under it); a column per 20 entries, so a tall one stays within the figure."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, ncols=1 + (entries - 1) // 20)
 
 
 def predicted_figure(rows: list[CellRow]):
