@@ -105,4 +105,6 @@ def test_the_goodput_legend_covers_no_point_and_stays_in_the_figure(tmp_path):
     ]
     assert len(points) == 8
     assert [tuple(p) for p in points if legend.contains(*p)] == []
-    assert fig.bbox.x0 <= legend.x0 and legend.x1 <= fig.bbox.x1 and fig.bbox.y0 <= legend.y0 <= legend.y1 <= fig.bbox.y1
+    assert (
+        fig.bbox.x0 <= legend.x0 and legend.x1 <= fig.bbox.x1 and fig.bbox.y0 <= legend.y0 <= legend.y1 <= fig.bbox.y1
+    )
