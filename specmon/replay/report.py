@@ -12,8 +12,8 @@ from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified
 from specmon.metrics.contention import HostTally, tally
-from specmon.metrics.format import fmt
-from specmon.metrics.interval import goodput_interval
+from specmon.metrics.format import count, fmt
+from specmon.metrics.interval import MIN_PROMPTS, goodput_interval
 from specmon.metrics.served import SERVED_BACKENDS
 from specmon.metrics.served_summary import markdown as served_markdown
 from specmon.metrics.served_summary import served_summary
@@ -235,7 +235,16 @@ def over_time_figure(data: dict):
 
 
 def _span(row: dict) -> str:
-    return "-" if row["speedup_low"] is None else f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f}"
+    """The 95% interval with its verdict, or what the log lacks for one: no more rounds will come."""
+    if row["baseline_tok_per_s"] is None:
+        return "- (no plain rounds of this class in the log)"
+    if row["speedup_low"] is None:
+        at_k, plain = row["speedup_prompts"]
+        return (
+            f"- ({count(at_k, 'prompt')} at k={row['draft_len']}, {plain} plain: "
+            f"an interval needs {MIN_PROMPTS} a side)"
+        )
+    return f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f} ({row['speedup_verdict']})"
 
 
 def _host(host: HostTally) -> dict:
@@ -253,9 +262,10 @@ def _host(host: HostTally) -> dict:
 
 def _summary_line(cls: str, row: dict) -> str:
     """One (class, k) row of the summary table; at k = 0 no speedup (plain over itself is no finding)."""
-    speedup = (
-        f"{fmt(row['speedup'], '{:.2f}×')} | {_span(row)} ({row['speedup_verdict']})" if row["draft_len"] else "- | -"
-    )
+    if not row["draft_len"]:
+        speedup = "- | -"
+    else:  # no plain side: no speedup, and the interval column says why
+        speedup = f"{'-' if row['speedup'] is None else format(row['speedup'], '.2f') + '×'} | {_span(row)}"
     return (
         f"| {_cell(cls)} | {row['draft_len']} | {row['rounds']} | {fmt(row['acceptance_rate'])} | "
         f"{fmt(row['mean_accepted_len'])} | {fmt(row['tok_per_s'], '{:.1f}')} | "
