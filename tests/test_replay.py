@@ -133,15 +133,16 @@ def test_report_plots_measured_k_as_points_with_intervals_from_zero_and_says_why
     report.build_report(POLICY_LOG, tmp_path)
     data = json.loads((tmp_path / "report.json").read_text())
     stats = class_stats(read_log(POLICY_LOG))
-    (goodput,) = figures["goodput_by_k.png"].axes
-    assert goodput.get_ylim()[0] == 0
-    assert sorted(goodput.get_xticks()) == sorted({k for s in stats.values() for k in s.runs})
-    assert len(goodput.containers) == len(stats)  # one errorbar series per class, no lines between k
-    assert all(
-        not line.get_linestyle() or line.get_linestyle() == "None"
-        for line in goodput.lines
-        if len(line.get_xdata()) > 2
-    )
+    # a panel per class at its own k: on one axis a policy's classes, each at its own k, stood side by side
+    panels = [ax for ax in figures["goodput_by_k.png"].axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == list(stats)  # chat, code-new, code-edit, rewrite, non-english
+    for ax, (name, s) in zip(panels, stats.items()):
+        measured = sorted(k for k, run in s.runs.items() if run.tok_per_s is not None)
+        points = sorted((float(x), float(y)) for c in ax.containers for x, y in c.lines[0].get_xydata())
+        assert points == [(k, pytest.approx(data["goodput_tok_per_s"][name][str(k)])) for k in measured]
+        assert list(ax.get_xticks()) == measured and ax.get_ylim()[0] == 0
+        assert not ax.lines or all(line.get_linestyle() in ("None", "") for line in ax.lines)  # no lines between k
+    assert len({ax.get_ylim() for ax in panels}) == 1  # one y scale: panels compare by height
     for cls, s in stats.items():
         for k, run in s.runs.items():
             span = data["goodput_interval_tok_per_s"][cls][str(k)]

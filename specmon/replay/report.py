@@ -6,6 +6,7 @@ the log (and are, in the tests)."""
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 from specmon.errors import SpecmonError
@@ -20,6 +21,7 @@ from specmon.metrics.served_summary import served_summary
 from specmon.metrics.stats import RunStats, class_stats, summary
 
 WINDOW = 32  # rounds per point on the acceptance-over-time plot
+PANELS_A_ROW = 5  # goodput_by_k: a panel per class, this many side by side
 
 
 def build_report(log: Path, out: Path) -> Path:
@@ -187,24 +189,38 @@ def _plot_timing(data: dict, path: Path) -> None:
 
 
 def _plot_goodput(data: dict, path: Path) -> None:
-    """Only the k that were measured, as points with their 95% interval over prompts; y from 0."""
-    fig, ax = _figure("goodput by draft length k (0 = plain), 95% interval over prompts")
-    classes = list(data["goodput_tok_per_s"])
-    measured_ks: set[int] = set()
-    for i, cls in enumerate(classes):
-        by_k, spans = data["goodput_tok_per_s"][cls], data["goodput_interval_tok_per_s"][cls]
+    """A panel per class at the k it measured (a policy runs each class at its own k: on one axis
+    one class's k stood beside another's), points with their 95% interval over prompts; one y
+    scale from 0, so panels compare by height."""
+    import matplotlib.pyplot as plt
+
+    classes = list(data["goodput_tok_per_s"]) or [""]
+    cols = min(len(classes), PANELS_A_ROW)
+    rows = -(-len(classes) // cols)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(max(7.0, 2.2 * cols), 1.0 + 2.8 * rows), dpi=100, sharey=True, squeeze=False
+    )
+    fig.suptitle("goodput by draft length k (0 = plain), a panel per class, 95% interval over prompts", fontsize=10)
+    for ax, cls in zip(axes.flat, classes):
+        by_k = data["goodput_tok_per_s"].get(cls, {})
+        spans = data["goodput_interval_tok_per_s"].get(cls, {})
         ks = [int(k) for k, v in by_k.items() if v is not None]
-        measured_ks.update(ks)
-        dodge = (i - (len(classes) - 1) / 2) * 0.08  # classes side by side at one k, not on top of each other
-        values = [by_k[str(k)] for k in ks]
-        below = [v - spans[str(k)][0] if spans[str(k)] else 0.0 for k, v in zip(ks, values)]
-        above = [spans[str(k)][1] - v if spans[str(k)] else 0.0 for k, v in zip(ks, values)]
-        ax.errorbar([k + dodge for k in ks], values, yerr=[below, above], fmt="o", capsize=3, label=_label(cls))
-    ax.set_xticks(sorted(measured_ks))
-    ax.set_xlabel("draft length k (only those measured)")
-    ax.set_ylabel("emitted tokens / s of round time")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7)
+        for k in ks:  # plain is the square
+            value, span = by_k[str(k)], spans[str(k)]
+            yerr = [[value - span[0]], [span[1] - value]] if span else None
+            ax.errorbar([k], [value], yerr=yerr, fmt="o" if k else "s", capsize=3, color="C0" if k else "C1")
+        if not ks:  # an empty frame would look like a broken plot
+            ax.text(0.5, 0.5, "no rounds", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(_label("\n".join(textwrap.wrap(cls, 20))), fontsize=9)  # a 40-character name, on 2 lines
+        ax.set_xticks(ks)
+        ax.set_xlim(min(ks, default=0) - 0.6, max(ks, default=0) + 0.6)
+        ax.set_xlabel("k", fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(classes) :]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("emitted tokens / s of round time", fontsize=8)
+    axes[0, 0].set_ylim(bottom=0)
     _save(fig, path)
 
 
