@@ -15,12 +15,15 @@ import contextlib
 import random
 import statistics
 import sys
+from pathlib import Path
 from unittest import mock
 
-from specmon.events.schema import RequestTimed
 from specmon.policy import route
 from specmon.policy.schema import load_policy
 from specmon.proxy.routing import PLAIN, SPEC, Router
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' event factory
+from events import request_timed  # noqa: E402
 
 TOKENS, PLAIN_TOK_S = 128, 25.0
 RATIOS = (0.86, 0.92, 0.97, 1.03, 1.08)
@@ -43,16 +46,11 @@ def run(ratio: float, n: int, seed: int, spread: float) -> tuple[float, bool]:
     for i in range(n):
         side = router.side("chat")
         speed = PLAIN_TOK_S * (ratio if side == SPEC else 1.0) * rng.uniform(1 - spread, 1 + spread)
-        ev = RequestTimed(
+        ev = request_timed(
             session_id="sim",
             t=float(i),
             request_id=f"r{i}",
-            prompt_class="chat",
-            class_rule="",
             upstream=side,
-            endpoint="chat",
-            status=200,
-            stream=False,
             predicted_n=TOKENS,
             predicted_ms=TOKENS / speed * 1e3,
         )

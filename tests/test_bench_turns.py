@@ -17,6 +17,7 @@ from specmon.sched.turns import take_turns
 from specmon.sched.policy import PolicyScheduler
 from specmon.transport.session import live_session as open_session
 from tinymodel import tiny_profile
+from events import round_verified
 
 KS = [0, 2, 5]
 
@@ -136,28 +137,7 @@ def test_forked_drafter_keeps_its_own_confidence():
 
 
 def timed_round(round_id, ms, stall_ms, t=0.0):
-    return RoundVerified(
-        session_id="s",
-        t=t,
-        round_id=round_id,
-        prompt_id="p",
-        prompt_class="chat",
-        round_index=round_id,
-        draft_len=0,
-        proposed=[],
-        accepted=0,
-        rejection_pos=None,
-        emitted=[7],
-        draft_ms=0.0,
-        verify_ms=ms,
-        overhead_ms=0.0,
-        target_probs=[],
-        alpha_hat=None,
-        margins=[],
-        sampling=Sampling(),
-        mem_bytes=0,
-        host_stall_ms=stall_ms,
-    )
+    return round_verified(t=t, round_id=round_id, round_index=round_id, verify_ms=ms, host_stall_ms=stall_ms)
 
 
 def test_host_stalls_are_rounds_the_host_made_wait_for_a_cpu():

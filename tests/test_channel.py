@@ -19,17 +19,17 @@ from specmon.transport.attach import attach_events
 from specmon.transport.channel import Channel, LogSink
 from specmon.events.frames import FrameDecoder, LogDamaged, frame, preamble
 from specmon.events.log import follow_log, read_log
-from specmon.events.schema import RoundVerified, Sampling, SessionFinished
+from specmon.events.schema import RoundVerified, SessionFinished
 from specmon.transport.serve import EventServer, parse_listen
 from tinymodel import tiny_profile
 from waiting import wait_until
+from events import round_verified
 
 SPECMON = [sys.executable, "-m", "specmon.cli"]
 
 
 def rnd(i: int) -> RoundVerified:
-    return RoundVerified(
-        session_id="s",
+    return round_verified(
         t=float(i),
         round_id=i,
         prompt_id=f"p{i // 7}",
@@ -38,15 +38,12 @@ def rnd(i: int) -> RoundVerified:
         draft_len=3,
         proposed=[i, i + 1, i + 2][: i % 4],
         accepted=min(i % 3, i % 4),
-        rejection_pos=None,
         emitted=[i] * (1 + min(i % 3, i % 4)),
         draft_ms=0.1,
         verify_ms=4.0,
         overhead_ms=0.2,
         target_probs=[0.5] * (i % 4),
-        alpha_hat=None,
         margins=[1.0],
-        sampling=Sampling(),
         mem_bytes=i,
     )
 

@@ -11,6 +11,7 @@ from specmon.events.log import LogWriter, read_log
 from specmon.events.schema import PromptStarted, RoundVerified, Sampling
 from specmon.metrics.stats import class_stats, summary
 from tables_text import printed_rows
+from events import round_verified
 
 # (class, k, prompts, rounds a prompt, accepted a round): chat plain, then at k=4, then edited to k=2
 PLAN = [("chat", 0, 2, 6, 0), ("chat", 4, 3, 8, 2), ("chat", 2, 2, 5, 1), ("code", 3, 1, 7, 3)]
@@ -37,8 +38,7 @@ def several_k_events(t0: float = 1_700_000_000.0) -> list:
             for i in range(rounds):
                 proposed = list(range(k - (i % 2))) if k else []  # odd rounds propose one short
                 events.append(
-                    RoundVerified(
-                        session_id="s",
+                    round_verified(
                         t=t0 + rid,
                         round_id=rid,
                         prompt_id=prompt_id,
@@ -47,16 +47,10 @@ def several_k_events(t0: float = 1_700_000_000.0) -> list:
                         draft_len=k,
                         proposed=proposed,
                         accepted=min(accepted, len(proposed)),
-                        rejection_pos=None,
                         emitted=[5] * (min(accepted, len(proposed)) + 1),
                         draft_ms=0.1 * k,
                         verify_ms=20.0 + k,
                         overhead_ms=0.5,
-                        target_probs=[],
-                        alpha_hat=None,
-                        margins=[],
-                        sampling=Sampling(),
-                        mem_bytes=0,
                     )
                 )
                 rid += 1

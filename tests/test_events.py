@@ -17,6 +17,7 @@ from specmon.events.schema import (
     SessionStarted,
 )
 from specmon.errors import SpecmonError
+from events import round_verified
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 ids = st.lists(st.integers(0, 2**31 - 1), max_size=9)
@@ -126,11 +127,9 @@ def test_a_log_reads_back_every_event_in_order(tmp_path_factory, batch):
 
 
 def _round(i: int) -> RoundVerified:
-    return RoundVerified(
-        session_id="s",
+    return round_verified(
         t=1.0 + i,
         round_id=i,
-        prompt_id="p",
         prompt_class="c",
         round_index=i,
         draft_len=4,
@@ -144,7 +143,6 @@ def _round(i: int) -> RoundVerified:
         target_probs=[0.5] * 4,
         alpha_hat=0.5,
         margins=[1.0],
-        sampling=Sampling(),
         mem_bytes=1 << 20,
     )
 

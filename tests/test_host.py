@@ -7,6 +7,7 @@ import pytest
 from specmon.telemetry import host
 from specmon.metrics.contention import clock
 from specmon.telemetry.host import StallClock, psi_stall_us, stall_ms, stat_us
+from events import round_verified
 
 PSI = b"some avg10=1.50 avg60=2.11 avg300=0.76 total=2827120\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
 
@@ -114,7 +115,7 @@ def test_a_run_beside_a_hog_on_every_core_says_it_was_disturbed(tmp_path):
 
 def _paired_rounds(stall_ms_of, t0=1_700_000_000.0):
     """Four prompts of chat, each plain then at k=4, 10 rounds a side; stall_ms_of(i) per round."""
-    from specmon.events.schema import PromptStarted, RoundVerified, Sampling
+    from specmon.events.schema import PromptStarted, Sampling
 
     events, rid = [], 0
     for p in range(4):
@@ -135,26 +136,17 @@ def _paired_rounds(stall_ms_of, t0=1_700_000_000.0):
             for i in range(10):
                 proposed = [1, 2, 3, 4] if k else []
                 events.append(
-                    RoundVerified(
-                        session_id="s",
+                    round_verified(
                         t=t0 + rid,
                         round_id=rid,
                         prompt_id=f"chat-{p}",
-                        prompt_class="chat",
                         round_index=i,
                         draft_len=k,
                         proposed=proposed,
                         accepted=1 if k else 0,
                         rejection_pos=1 if k else None,
                         emitted=[5, 6] if k else [5],
-                        draft_ms=0.0,
                         verify_ms=30.0 + p if k else 10.0,
-                        overhead_ms=0.0,
-                        target_probs=[],
-                        alpha_hat=None,
-                        margins=[],
-                        sampling=Sampling(),
-                        mem_bytes=0,
                         host_stall_ms=stall_ms_of(rid),
                     )
                 )

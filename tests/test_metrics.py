@@ -2,19 +2,15 @@
 
 import pytest
 
-from specmon.events.schema import Equivalence, PromptFinished, RoundVerified, Sampling
+from specmon.events.schema import Equivalence, PromptFinished
 from specmon.metrics.stats import class_stats, summary
+from events import round_verified
 
 
 def rnd(k, proposed, accepted, emitted, draft=1.0, verify=10.0, overhead=1.0, cls="c", alpha=None):
     rejection = accepted if accepted < proposed else None
-    return RoundVerified(
-        session_id="s",
-        t=0.0,
-        round_id=0,
-        prompt_id="p",
+    return round_verified(
         prompt_class=cls,
-        round_index=0,
         draft_len=k,
         proposed=list(range(proposed)),
         accepted=accepted,
@@ -23,11 +19,7 @@ def rnd(k, proposed, accepted, emitted, draft=1.0, verify=10.0, overhead=1.0, cl
         draft_ms=draft,
         verify_ms=verify,
         overhead_ms=overhead,
-        target_probs=[],
         alpha_hat=alpha,
-        margins=[],
-        sampling=Sampling(),
-        mem_bytes=0,
     )
 
 

@@ -25,6 +25,7 @@ from specmon.proxy.tables import log_summary, request_line
 from specmon.metrics.unreported import SessionLines, notices
 from specmon.tui import served_panes
 from specmon.tui.served_state import ServedState
+from events import request_timed
 
 # a class's figures follow its prompt: a vLLM histogram (steps that accepted exactly j), or TabbyAPI's counts
 HISTOGRAMS = {"alpha": [2, 1, 0, 5], "beta": [6, 3, 1, 0], "gamma": [1, 1, 2, 2, 4]}
@@ -228,8 +229,7 @@ def test_a_session_is_told_once_per_upstream_and_each_session_apart():
     from specmon.events.schema import RequestTimed
 
     def ev(session: str, draft_n: int | None, upstream: str = SPEC) -> RequestTimed:
-        kind = dict(prompt_class="chat", class_rule="", endpoint="chat", status=200, stream=False, family="vllm")
-        return RequestTimed(session_id=session, t=0.0, request_id="r", upstream=upstream, draft_n=draft_n, **kind)
+        return request_timed(session_id=session, upstream=upstream, draft_n=draft_n, family="vllm")
 
     told = SessionLines()
     said = [told.observe(e) for e in [ev("a", None), ev("a", None), ev("b", None), ev("a", None, "plain")]]

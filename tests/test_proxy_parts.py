@@ -14,6 +14,7 @@ from specmon.proxy.advice import COSTS, PAYS, UNKNOWN, advise, draft_maximum
 from specmon.proxy.classes import body_fields, chat_text, completion_text, request_class
 from specmon.proxy.evidence import ReplyReader
 from specmon.server.errors import ApiError
+from events import request_timed
 
 POLICY = load_policy("default")
 
@@ -79,16 +80,10 @@ def requests(prompt_class: str, upstream: str, tok_per_s: float, n: int, seed: i
     for i in range(n):
         tokens = rng.randint(20, 60)
         out.append(
-            RequestTimed(
-                session_id="s",
-                t=0.0,
+            request_timed(
                 request_id=f"{prompt_class}-{upstream}-{i}",
                 prompt_class=prompt_class,
-                class_rule="",
                 upstream=upstream,
-                endpoint="chat",
-                status=200,
-                stream=False,
                 predicted_n=tokens,
                 predicted_ms=tokens / tok_per_s * 1e3 * rng.uniform(0.9, 1.1),
                 draft_n=tokens if upstream == "spec" else None,

@@ -4,9 +4,10 @@ import msgspec
 import pytest
 
 from specmon.events.log import read_log
-from specmon.events.schema import RequestTimed, ServerScraped, SessionFinished, SessionStarted
+from specmon.events.schema import ServerScraped, SessionFinished, SessionStarted
 from specmon.metrics import served
 from specmon.transport.session import observer_session
+from events import request_timed
 
 
 def scrape(t, drafts, tokens, accepted, per_pos, generated=None, **kw):
@@ -63,16 +64,12 @@ def test_the_total_sums_each_run_between_restarts():
 
 
 def request(cls, upstream, predicted, ms, drafted, accepted, status=200):
-    return RequestTimed(
+    return request_timed(
         session_id="p",
-        t=0.0,
         request_id=f"r{predicted}",
         prompt_class=cls,
-        class_rule="",
         upstream=upstream,
-        endpoint="chat",
         status=status,
-        stream=False,
         predicted_n=predicted,
         predicted_ms=ms,
         draft_n=drafted,

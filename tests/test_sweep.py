@@ -22,6 +22,7 @@ from specmon.policy.schema import load_policy
 from specmon.replay.sweep_report import cell_rows
 from tinymodel import tiny_profile
 from roundloop import decode_prompt
+from events import round_verified
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -238,26 +239,15 @@ def test_goodput_plot_shows_measured_k_with_intervals_from_zero_and_names_plain(
         run = RunStats(k)
         for i, prompt in enumerate(("a", "b", "c")):  # three prompts: an interval to draw
             run.add_round(
-                RoundVerified(
-                    session_id="s",
-                    t=0.0,
+                round_verified(
                     round_id=i,
                     prompt_id=prompt,
-                    prompt_class="chat",
-                    round_index=0,
                     draft_len=k,
                     proposed=[1] * k,
                     accepted=k,
-                    rejection_pos=None,
                     emitted=[1] * (k + 1),
-                    draft_ms=0.0,
                     verify_ms=(k + 1) / tok_ms * (1 + i / 10),
-                    overhead_ms=0.0,
-                    target_probs=[],
-                    alpha_hat=None,
-                    margins=[],
                     sampling=sampling,
-                    mem_bytes=0,
                 )
             )
         return CellRow(CellKey("chat", drafter, sampling, k), run, 1.1, None, None, 1.2 if k else None, None)

@@ -12,6 +12,7 @@ from specmon.tui.panes import bar_line, render_acceptance, render_speed
 from specmon.tui.state import ViewState
 from test_tui_view import POLICY_EVENTS, TUI_EVENTS, chat_in_view, prefilled, region_lines
 from waiting import drawn
+from events import round_verified
 
 LAST_CHAT = max(i for i, e in enumerate(POLICY_EVENTS) if isinstance(e, PromptFinished) and e.prompt_class == "chat")
 
@@ -141,26 +142,17 @@ def noisy_session() -> list:
             )
             for i in range(4):
                 events.append(
-                    RoundVerified(
-                        session_id="s",
-                        t=0.0,
+                    round_verified(
                         round_id=round_id,
                         prompt_id=f"x-{prompt}",
                         prompt_class="x",
                         round_index=i,
                         draft_len=k,
                         proposed=[1, 2] if k else [],
-                        accepted=0,
                         rejection_pos=0 if k else None,
                         emitted=[7] * (3 if k else 1),
-                        draft_ms=0.0,
                         verify_ms=10.0 + prompt,
-                        overhead_ms=0.0,
-                        target_probs=[],
-                        alpha_hat=None,
-                        margins=[],
                         sampling=sampling,
-                        mem_bytes=0,
                     )
                 )
                 round_id += 1

@@ -7,6 +7,7 @@ from decisions import gate_decision
 
 from specmon.events.schema import ClassInForce, PolicyLoaded, PromptStarted, RoundVerified, Sampling
 from specmon.tui.state import ViewState
+from events import round_verified
 
 
 def loaded(*classes: ClassInForce) -> PolicyLoaded:
@@ -30,9 +31,7 @@ def prompt(name: str, k: int, n: int = 0) -> PromptStarted:
 
 
 def round_(name: str, k: int, i: int, proposed: int, accepted: int) -> RoundVerified:
-    return RoundVerified(
-        session_id="s",
-        t=0.0,
+    return round_verified(
         round_id=i,
         prompt_id=f"{name}-0",
         prompt_class=name,
@@ -43,12 +42,9 @@ def round_(name: str, k: int, i: int, proposed: int, accepted: int) -> RoundVeri
         rejection_pos=None if accepted == proposed else accepted,
         emitted=list(range(accepted + 1)),
         draft_ms=0.1,
-        verify_ms=10.0,
         overhead_ms=0.1,
         target_probs=[0.5] * proposed,
-        alpha_hat=None,
         margins=[1.0] * (accepted + 1),
-        sampling=Sampling(),
         mem_bytes=1,
     )
 

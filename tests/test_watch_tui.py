@@ -16,6 +16,7 @@ from specmon.tui.feed import Feed
 from specmon.tui.served_app import ServedApp
 from specmon.tui.served_state import ServedState
 from waiting import shown_until
+from events import request_timed
 
 URL = "http://127.0.0.1:8080"
 T0 = 1_800_000_000.0
@@ -55,7 +56,7 @@ def read(t, drafts, tokens, accepted, per_pos, generated, running=0, waiting=0, 
 
 
 def request(i, cls, upstream, predicted_n, predicted_ms, draft_n, accepted, status=200) -> RequestTimed:
-    return RequestTimed(
+    return request_timed(
         session_id="w",
         t=T0 + 10 + i,
         request_id=f"r{i}",
@@ -64,7 +65,6 @@ def request(i, cls, upstream, predicted_n, predicted_ms, draft_n, accepted, stat
         upstream=upstream,
         endpoint="completion",
         status=status,
-        stream=False,
         predicted_n=predicted_n,
         predicted_ms=predicted_ms,
         draft_n=draft_n,

@@ -1,0 +1,51 @@
+"""Events for tests, built from one set of defaults: a test names only the fields it is about.
+
+round_verified(): a plain round (no draft, one token emitted) of prompt "p", class "chat", in session "s".
+request_timed(): a streamed-off chat request the spec side answered 200, with no timings.
+The defaults are fresh objects on each call, so a test may change a list it was given."""
+
+from __future__ import annotations
+
+from specmon.events.schema import RequestTimed, RoundVerified, Sampling
+
+
+def round_verified(**fields) -> RoundVerified:
+    """A RoundVerified with `fields` over the defaults (every required field has one)."""
+    defaults = dict(
+        session_id="s",
+        t=0.0,
+        round_id=0,
+        prompt_id="p",
+        prompt_class="chat",
+        round_index=0,
+        draft_len=0,
+        proposed=[],
+        accepted=0,
+        rejection_pos=None,
+        emitted=[7],
+        draft_ms=0.0,
+        verify_ms=10.0,
+        overhead_ms=0.0,
+        target_probs=[],
+        alpha_hat=None,
+        margins=[],
+        sampling=Sampling(),
+        mem_bytes=0,
+    )
+    return RoundVerified(**(defaults | fields))
+
+
+def request_timed(**fields) -> RequestTimed:
+    """A RequestTimed with `fields` over the defaults (every required field has one)."""
+    defaults = dict(
+        session_id="s",
+        t=0.0,
+        request_id="r",
+        prompt_class="chat",
+        class_rule="",
+        upstream="spec",
+        endpoint="chat",
+        status=200,
+        stream=False,
+    )
+    return RequestTimed(**(defaults | fields))
