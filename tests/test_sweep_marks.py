@@ -5,9 +5,10 @@ import pytest
 from rich.console import Console
 
 from specmon.cli.sweep import break_even_table, results_table
-from specmon.events.schema import PromptStarted, RoundVerified, Sampling
+from specmon.events.schema import PromptStarted, Sampling
 from specmon.metrics.contention import tally
 from specmon.replay.sweep_report import cell_rows, goodput_figure
+from events import round_verified
 
 T0 = 1_700_000_000.0
 
@@ -21,9 +22,8 @@ def _cell_events(prompt_class: str, k: int, verify_ms: float, stall_ms: float | 
         events.append(PromptStarted(**run, drafter="ngram", prompt_tokens=5, max_new_tokens=64))
         drafted = {"proposed": [1] * k, "accepted": min(k, 1), "rejection_pos": 1 if k > 1 else None}
         drafted |= {"emitted": [1] * (min(k, 1) + 1), "draft_ms": 0.01 * k, "target_probs": [0.5] * k}
-        timed = {"verify_ms": verify_ms * (1 + p / 20), "overhead_ms": 0.0, "host_stall_ms": stall_ms}
-        unread = {"alpha_hat": None, "margins": [], "mem_bytes": 0}
-        events += [RoundVerified(**run, **drafted, **timed, **unread, round_id=i, round_index=i) for i in range(20)]
+        timed = {"verify_ms": verify_ms * (1 + p / 20), "host_stall_ms": stall_ms}
+        events += [round_verified(**run, **drafted, **timed, round_id=i, round_index=i) for i in range(20)]
     return events
 
 
