@@ -67,7 +67,7 @@ def test_a_shorter_pass_measured_dearer_than_a_longer_one_takes_the_longer_ones_
 def test_bench_verify_prints_the_curve_a_session_measures_at_load(monkeypatch):
     """`specmon bench verify` times passes as measure_costs does (it printed passes timed apart,
     a lower curve than decoding pays: 15/12 at T = 2 here where decoding pays 17/10)."""
-    from specmon.cli.bench_verify import time_passes
+    from specmon.engine.costs import time_passes
 
     target = GraphTarget()
     monkeypatch.setattr(costs.time, "perf_counter", target.clock)
@@ -77,7 +77,7 @@ def test_bench_verify_prints_the_curve_a_session_measures_at_load(monkeypatch):
 
 
 def test_bench_verify_refuses_a_context_the_cache_cannot_hold():
-    from specmon.cli.bench_verify import time_passes
+    from specmon.engine.costs import time_passes
     from specmon.errors import SpecmonError
 
     with pytest.raises(SpecmonError, match="--context 4090"):

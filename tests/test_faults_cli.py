@@ -274,7 +274,7 @@ def _args(**flags):
 
 def test_layers_out_of_range_is_blamed_on_the_flag_or_on_the_profile(tmp_path):
     from specmon.backends.loader import load_pair
-    from specmon.cli.run import overrides
+    from specmon.backends.profiles import overrides
 
     profile = load_profile(str(tiny_profile(tmp_path, kind="layerskip", layers=1)))  # the tiny model has 2 layers
     _, spec = overrides(_args(**{"--layers": "3"}), profile)
@@ -287,7 +287,7 @@ def test_layers_out_of_range_is_blamed_on_the_flag_or_on_the_profile(tmp_path):
 
 
 def test_drafter_model_without_a_draft_model_in_the_profile_is_one_line(tmp_path):
-    from specmon.cli.run import overrides
+    from specmon.backends.profiles import overrides
 
     profile = load_profile(str(tiny_profile(tmp_path)))
     with pytest.raises(SpecmonError, match="--drafter model: profile .* names no draft model"):

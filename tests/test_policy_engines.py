@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specmon.cli.tune import _tokenizer
+from specmon.backends.tokenizer import profile_tokenizer
 from specmon.engine.costs import Costs
 from specmon.engine.prompts import prompt_set
 from specmon.policy.classify import classify
@@ -31,7 +31,7 @@ def replayed(request):
     prompts = [p for p in prompt_set(prompts_path(Path("holdout")), None) if p.id in bench.texts]
     assert len(prompts) == 48 and bench.costs  # every prompt's text, and the curve from the header
     policy = load_policy("default")
-    tuned = replay(policy, prompts, bench, _tokenizer(request.param), cost_of(bench.costs), 0, KS, 1)
+    tuned = replay(policy, prompts, bench, profile_tokenizer(request.param), cost_of(bench.costs), 0, KS, 1)
     sizes = Counter(classify(policy, p.text)[0] for p in prompts)
     return request.param, figures(tuned, KS), sizes
 
@@ -71,5 +71,7 @@ def _auto_goodput(bench, decide_on, engine: str, monkeypatch) -> float:
     curve = cost_of(decide_on.costs)
     monkeypatch.setattr(tune, "Costs", lambda steps: Costs(tuple(tune.STEP_MS * curve(t) for t in range(len(steps)))))
     prompts = [p for p in prompt_set(prompts_path(Path("holdout")), None) if p.id in bench.texts]
-    totals = replay(load_policy("default"), prompts, bench, _tokenizer(engine), cost_of(bench.costs), 0, [0], 1).totals
+    totals = replay(
+        load_policy("default"), prompts, bench, profile_tokenizer(engine), cost_of(bench.costs), 0, [0], 1
+    ).totals
     return sum(c["auto"][0] for c in totals.values()) / sum(c["auto"][1] for c in totals.values())

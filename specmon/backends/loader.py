@@ -17,7 +17,7 @@ from specmon.backends.torch_backend import LayerSkipDrafter, ModelDrafter, Torch
 from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
 from specmon.errors import SpecmonError
 from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
-from specmon.backends.tokenizer import ChatTokenizer, load_hf_tokenizer, load_tokenizer, open_gguf
+from specmon.backends.tokenizer import ChatTokenizer, open_gguf, tokenizer_at
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -126,4 +126,4 @@ def context_length(path: Path) -> int | None:
 
 @functools.lru_cache(maxsize=4)
 def cached_tokenizer(path: Path) -> ChatTokenizer:
-    return load_hf_tokenizer(path) if path.is_dir() else load_tokenizer(path)
+    return tokenizer_at(path)

@@ -184,3 +184,33 @@ def resolve_model_path(ref: ModelRef, profile: Profile) -> Path:
     if not path.exists():
         raise SpecmonError(f"profile {profile.source}: model file {path} does not exist")
     return path
+
+
+def overrides(args, profile: Profile) -> tuple[Sampling, DrafterSpec]:
+    """The profile's sampling and drafter with the command line's flags over them (`args`: temperature,
+    top_p, top_k, seed, drafter, draft_len and layers, None where not given); a drafter the profile
+    cannot build is refused here, before anything loads."""
+    s = profile.sampling.to_event()
+    sampling = Sampling(
+        temperature=s.temperature if args.temperature is None else args.temperature,
+        top_p=s.top_p if args.top_p is None else args.top_p,
+        top_k=s.top_k if args.top_k is None else args.top_k,
+        seed=s.seed if args.seed is None else args.seed,
+    )
+    d = profile.drafter
+    spec = msgspec.structs.replace(
+        d,
+        kind=args.drafter or d.kind,
+        draft_len=d.draft_len if args.draft_len is None else check_draft_len(args.draft_len, "--draft-len"),
+        layers=d.layers if args.layers is None else args.layers,  # the flag's range is checked when parsed
+    )
+    check_model_drafter(spec, profile)
+    return sampling, spec
+
+
+def check_model_drafter(spec: DrafterSpec, profile: Profile) -> None:
+    if spec.kind == "model" and spec.target is None:
+        raise SpecmonError(
+            f"--drafter model: profile {profile.source} names no draft model; add a [drafter.target] "
+            "table (model = NAME or path = FILE) or pick another drafter"
+        )

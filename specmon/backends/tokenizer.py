@@ -10,6 +10,7 @@ import gguf
 import jinja2
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from specmon.backends.profiles import load_profile, resolve_model_path
 from specmon.errors import SpecmonError
 
 _CONTROL = 3  # llama.cpp token type for special/control tokens
@@ -130,3 +131,14 @@ def load_hf_tokenizer(folder: Path) -> ChatTokenizer:
 def _token_text(token) -> str:
     """tokenizer_config.json writes special tokens as strings or as {"content": ...} objects."""
     return token["content"] if isinstance(token, dict) else token
+
+
+def tokenizer_at(path: Path) -> ChatTokenizer:
+    """The tokenizer of a Hugging Face folder (tokenizer.json) or of a GGUF file (its vocabulary)."""
+    return load_hf_tokenizer(path) if path.is_dir() else load_tokenizer(path)
+
+
+def profile_tokenizer(profile_name: str) -> ChatTokenizer:
+    """The profile's tokenizer alone (no weights, no torch): a replay needs only token ids."""
+    profile = load_profile(profile_name)
+    return tokenizer_at(resolve_model_path(profile.target, profile))

@@ -14,8 +14,7 @@ from rich.table import Table
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.console import err, out, progress
 from specmon.cli.run import check_writable, write_json
-from specmon.engine.costs import measure_costs
-from specmon.errors import SpecmonError
+from specmon.engine.costs import time_passes
 from specmon.metrics.format import fmt
 from specmon.metrics.rates import ratio
 
@@ -80,27 +79,6 @@ def _load_targets(profile, packed_rows: int) -> dict:
 def _pad_from(targets: dict) -> int | None:
     packed = targets.get("packed")
     return packed.model.pad_from if packed is not None and packed.model.packed_rows else None
-
-
-def time_passes(targets: dict, context_len: int, reps: int, max_positions: int, done=None) -> dict:
-    """ms of a pass over T = 1..max_positions positions after `context_len` tokens, per target, as
-    decoding pays it and as a session measures it at load (engine.costs: a T pass with the plain
-    step after it, less a plain step); the least of `reps`, each rep over every target in turn, so
-    drift in the machine's speed falls on every layout alike."""
-    for target in targets.values():
-        if context_len + max_positions >= target.max_len:
-            raise SpecmonError(
-                f"--context {context_len} + --max-positions {max_positions} exceed the cache's "
-                f"{target.max_len} positions (max_seq_len in the profile)"
-            )
-    best = {name: [float("inf")] * max_positions for name in targets}
-    for rep in range(reps):
-        for name, target in targets.items():
-            curve = measure_costs(target, max_positions=max_positions, reps=1, context_len=context_len).verify_ms
-            best[name] = [min(a, b) for a, b in zip(best[name], curve)]
-        if done:
-            done(rep + 1)
-    return {name: {t: best[name][t - 1] for t in range(1, max_positions + 1)} for name in targets}
 
 
 def verify_table(ms: dict, costs: dict, title: str) -> Table:

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-import msgspec
 from rich.markup import escape
 
-from specmon.backends.profiles import DrafterSpec, load_profile
+# check_model_drafter: cli/bench.py imports it from here
+from specmon.backends.profiles import check_model_drafter, load_profile, overrides  # noqa: F401
 from specmon.console import err, out, progress
 from specmon.tables import class_table, divergence_lines
-from specmon.engine.draft_len import check_draft_len
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
@@ -122,34 +121,6 @@ def write_json(path, data: dict) -> None:
         path.write_text(json.dumps(data, indent=2))
     except OSError as exc:
         raise SpecmonError(f"{path}: cannot write the JSON summary ({exc.strerror})") from None
-
-
-def overrides(args, profile) -> tuple[Sampling, DrafterSpec]:
-    """The profile's sampling and drafter, with the command line's flags over them."""
-    s = profile.sampling.to_event()
-    sampling = Sampling(
-        temperature=s.temperature if args.temperature is None else args.temperature,
-        top_p=s.top_p if args.top_p is None else args.top_p,
-        top_k=s.top_k if args.top_k is None else args.top_k,
-        seed=s.seed if args.seed is None else args.seed,
-    )
-    d = profile.drafter
-    spec = msgspec.structs.replace(
-        d,
-        kind=args.drafter or d.kind,
-        draft_len=d.draft_len if args.draft_len is None else check_draft_len(args.draft_len, "--draft-len"),
-        layers=d.layers if args.layers is None else args.layers,  # the flag's range is checked when parsed
-    )
-    check_model_drafter(spec, profile)
-    return sampling, spec
-
-
-def check_model_drafter(spec: DrafterSpec, profile) -> None:
-    if spec.kind == "model" and spec.target is None:
-        raise SpecmonError(
-            f"--drafter model: profile {profile.source} names no draft model; add a [drafter.target] "
-            "table (model = NAME or path = FILE) or pick another drafter"
-        )
 
 
 def _wants_tui(args) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from specmon.backends.profiles import load_profile, resolve_model_path
+from specmon.backends.tokenizer import profile_tokenizer
 from specmon.sched.bench import prompts_path
 from specmon.console import out, progress
 from specmon.cli.run import check_writable, write_json
@@ -32,7 +32,7 @@ def cmd_tune(args) -> int:
             f"{args.log}: too few speculative rounds to fit round costs on (5 of one proposal length); give --costs"
         )
     pad_from = bench.pad_from if args.pad_from is None else args.pad_from
-    tokenizer = _tokenizer(args.profile)
+    tokenizer = profile_tokenizer(args.profile)
     prompts = [
         p
         for p in prompt_set(prompts_path(args.prompts), args.classes)
@@ -92,15 +92,6 @@ def parse_costs(text: str) -> dict[int, float]:
             "of a round proposing 1, 2, ... tokens"
         )
     return costs
-
-
-def _tokenizer(profile_name: str):
-    """The profile's tokenizer alone (no weights, no torch): the replay needs only token ids."""
-    from specmon.backends.tokenizer import load_hf_tokenizer, load_tokenizer
-
-    profile = load_profile(profile_name)
-    path = resolve_model_path(profile.target, profile)
-    return load_hf_tokenizer(path) if path.is_dir() else load_tokenizer(path)
 
 
 def tune_table(result: dict, ks: list[int], title: str) -> Table:

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
 from specmon.telemetry.host import CONTENTION, StallClock, stall_ms
 
@@ -110,3 +111,24 @@ def _draft_ms(drafter, context: Sequence[int], k: int) -> float:
         best = min(best, (time.perf_counter() - start) * 1e3 / max(1, len(proposal.tokens)))
     drafter.begin([])
     return best
+
+
+def time_passes(targets: dict, context_len: int, reps: int, max_positions: int, done=None) -> dict:
+    """ms of a pass over T = 1..max_positions positions after `context_len` tokens, per target, as
+    decoding pays it and as a session measures it at load (engine.costs: a T pass with the plain
+    step after it, less a plain step); the least of `reps`, each rep over every target in turn, so
+    drift in the machine's speed falls on every layout alike."""
+    for target in targets.values():
+        if context_len + max_positions >= target.max_len:
+            raise SpecmonError(
+                f"--context {context_len} + --max-positions {max_positions} exceed the cache's "
+                f"{target.max_len} positions (max_seq_len in the profile)"
+            )
+    best = {name: [float("inf")] * max_positions for name in targets}
+    for rep in range(reps):
+        for name, target in targets.items():
+            curve = measure_costs(target, max_positions=max_positions, reps=1, context_len=context_len).verify_ms
+            best[name] = [min(a, b) for a, b in zip(best[name], curve)]
+        if done:
+            done(rep + 1)
+    return {name: {t: best[name][t - 1] for t in range(1, max_positions + 1)} for name in targets}
