@@ -18,6 +18,7 @@ from specmon.policy.explain import explain_route
 from specmon.policy.schema import load_policy, parse_policy
 from specmon.proxy import pool as pools
 from specmon.proxy.routing import BOTH, PLAIN, SPEC, Router
+from events import request_timed
 
 DEFAULT = load_policy("default")
 TOKENS = 128
@@ -30,16 +31,12 @@ def policy(mode: str = "enforce", chat: str = ""):
 
 
 def reply(i: int, side: str, tok_per_s: float, name: str = "chat", status: int = 200) -> RequestTimed:
-    return RequestTimed(
-        session_id="s",
+    return request_timed(
         t=float(i),
         request_id=f"r{i}",
         prompt_class=name,
-        class_rule="",
         upstream=side,
-        endpoint="chat",
         status=status,
-        stream=False,
         predicted_n=TOKENS,
         predicted_ms=TOKENS / tok_per_s * 1e3,
     )
