@@ -16,7 +16,7 @@ from specmon.metrics.stats import class_stats
 from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed, thread_feed
 from specmon.tui.panes import render_text
-from specmon.tui.screens import HelpScreen
+from specmon.tui.screens import DecisionScreen, HelpScreen
 from waiting import drawn, settled, shown_until, wait_for_screen
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "session-tui.specmon"
@@ -231,9 +231,9 @@ async def test_decisions_pane_lists_decisions_and_shows_the_rounds_they_cite():
         table.focus()
         table.move_cursor(row=0)
         await pilot.press("enter")
-        await shown_until(pilot, lambda: len(app._notifications), "a notification shown")
-        shown = [n.message for n in app._notifications]
-        assert any(f"cited {len(first.round_ids)} rounds, {len(first.round_ids)} held" in m for m in shown)
+        await shown_until(pilot, lambda: isinstance(app.screen, DecisionScreen), "the decision's detail open")
+        shown = str(app.screen.query_one("#overlay-text").render())
+        assert f"cited {len(first.round_ids)} rounds, {len(first.round_ids)} held" in shown
 
 
 # -- snapshots at 80×24 of what issue 14 named: help, text only, the end of a run, a replay jump,

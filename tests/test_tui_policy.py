@@ -30,9 +30,10 @@ CHANGED_TEXT = "changed rewrite, code-edit; in force from each class's next prom
 
 
 def reload(classes: list[ClassInForce], changed: list[str], sha: str = "b") -> PolicyLoaded:
+    """An edit taken as the fixture's session ends (its notice is news for RELOAD_NOTICE_S of the session's time)."""
     return PolicyLoaded(
         session_id="s",
-        t=0.0,
+        t=POLICY_EVENTS[-1].t,
         source=FIRST.source,
         sha256=sha * 64,
         text="",

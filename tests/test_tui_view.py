@@ -19,7 +19,7 @@ from specmon.replay.player import ReplayFeed
 from specmon.transport.channel import Subscription
 from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
-from specmon.tui.screens import HelpScreen, JumpScreen
+from specmon.tui.screens import DecisionScreen, HelpScreen, JumpScreen
 from waiting import drawn, resized, screen_lines, shown_until
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -341,11 +341,8 @@ async def test_a_click_selects_a_decision_and_shows_its_rounds():
         assert table.cursor_row == 1  # following the newest
         await pilot.click("#decisions", offset=(2, 2))  # row 0: the cursor moves there
         await pilot.click("#decisions", offset=(2, 2))  # and a second click selects it
-        await shown_until(pilot, lambda: len(app._notifications), "a notification shown")
+        await shown_until(pilot, lambda: isinstance(app.screen, DecisionScreen), "the decision's detail open")
         assert table.cursor_row == 0
-        shown = [n.message for n in app._notifications]
-        assert any(
-            m.startswith(f"decision {first.decision_id} [{first.prompt_class}] off")
-            and f"cited {len(first.round_ids)} rounds" in m
-            for m in shown
-        ), shown
+        shown = str(app.screen.query_one("#overlay-text").render())
+        assert shown.startswith(f"decision {first.decision_id} [{first.prompt_class}] off"), shown
+        assert f"cited {len(first.round_ids)} rounds" in shown

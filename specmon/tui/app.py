@@ -15,7 +15,7 @@ from specmon.tui import panes, rows
 from specmon.tui.driver import driver_for
 from specmon.tui.feed import Feed
 from specmon.tui.requests import render_requests, requests_subtitle, requests_title
-from specmon.tui.screens import HelpScreen
+from specmon.tui.screens import DecisionScreen, HelpScreen, Overlay
 from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
 
 DRAIN_INTERVAL_S = 1 / 15  # redraw rate ceiling; each tick applies one whole batch
@@ -194,7 +194,7 @@ class SpecmonApp(App):
         elif loaded > seen and self.state.reloaded is not None:
             self._reload_until = time.monotonic() + RELOAD_NOTICE_S
             self.set_timer(RELOAD_NOTICE_S + 0.1, self._notice_expired)  # just after: the notice is due to go
-        notice = rows.policy_notice(self.state, time.monotonic() < self._reload_until)
+        notice = rows.policy_notice(self.state, self._reload_fresh())
         title, body = notice or ("", "")
         if (title, str(body)) == self._notice:
             return
@@ -205,6 +205,13 @@ class SpecmonApp(App):
         widget.border_title = title
         widget.update(body)
 
+    def _reload_fresh(self) -> bool:
+        """A taken reload is news for RELOAD_NOTICE_S of the session's time and of ours: a replay read
+        past it (or opened at the end) no longer shows what the live view had cleared."""
+        reload = self.state.reloaded
+        recent = reload is not None and self.state.last_t - reload.t < RELOAD_NOTICE_S
+        return recent and time.monotonic() < self._reload_until
+
     def _notice_expired(self) -> None:
         if not self.paused:  # a paused view stays as it was; resuming redraws the notice
             self._update_notice(self.screen_stack[0])
@@ -214,8 +221,8 @@ class SpecmonApp(App):
         if message.data_table.id != "decisions":
             return
         decision = self.state.decisions[int(message.row_key.value)]
-        self.notify(
-            rows.render_decision(decision, self.state.cited(decision)), title="decision", timeout=15, markup=False
+        self.push_screen(
+            DecisionScreen(rows.render_decision(decision, self.state.cited(decision)), decision.decision_id)
         )
 
     def _update_classes(self, table: DataTable) -> None:
@@ -286,7 +293,7 @@ class SpecmonApp(App):
         self.call_after_refresh(self.screen_stack[0].query_one("#text-box", VerticalScroll).scroll_end, animate=False)
 
     def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
+        if not isinstance(self.screen, Overlay):  # one box at a time: help never lies under a decision's
             self.push_screen(HelpScreen(replay=self.REPLAY))
 
     def get_system_commands(self, screen):

@@ -35,13 +35,16 @@ def class_rows(state: ViewState) -> list[tuple[str, ...]]:
     for name in state.classes:
         k = state.shown_k(name)
         run = state.run_for(name)
+        if not state.is_on(name) and not (run and run.rounds):  # nothing speculative to show: what it ran plainly
+            rows.append(plain_row(state, name))
+            continue
         estimate = state.speedup_estimate(name, k)
         ratio = estimate.ratio if estimate else None
         speedup = fmt(ratio, "{:.2f}×") + (VERDICT_MARKS.get(estimate.verdict, "") if ratio is not None else "")
         rows.append(
             (
                 name,
-                str(k) if k else "-",
+                str(k),
                 str(run.rounds if run else 0),
                 str(run.empty_rounds if run else 0),
                 fmt(run.acceptance_rate if run else None),
@@ -53,13 +56,40 @@ def class_rows(state: ViewState) -> list[tuple[str, ...]]:
     return rows
 
 
+def plain_row(state: ViewState, name: str) -> tuple[str, ...]:
+    """A class with no speculative round at its shown k: k 0, its plain rounds, and in the speedup
+    column their goodput in tok/s (acceptance has no meaning there: `-`)."""
+    stats = state.classes.get(name)
+    base = stats.baseline if stats else None
+    rounds = base.rounds if base else 0
+    return (
+        name,
+        "0",
+        str(rounds),
+        "-",
+        "-",
+        "-",
+        tok_per_s(base.tok_per_s if base else None),
+        " " + on_off(state, name),
+    )
+
+
+def tok_per_s(value: float | None) -> str:
+    """Goodput in the speedup column's 8 characters: `7.8 t/s`, `1234 t/s`."""
+    if value is None:
+        return MISSING
+    return f"{value:.1f} t/s" if value < 100 else f"{value:.0f} t/s"
+
+
 def styled_cells(state: ViewState, row: tuple[str, ...]) -> list[Text]:
     """A row's cells as the table shows them: justified, the speedup coloured by its verdict."""
     estimate = state.speedup_estimate(row[0], state.shown_k(row[0]))
     cells = []
     for (key, _, _, justify), value in zip(CLASS_COLUMNS, row):
         style = ""
-        if key == "speedup" and value != MISSING:
+        if key == "speedup" and value.endswith(" t/s"):
+            style = "dim"  # plain goodput, not a verdict
+        elif key == "speedup" and value != MISSING:
             style = verdict_style(estimate)
         elif key == "spec":
             style = "green" if value.strip() == "on" else "dim"
@@ -73,7 +103,12 @@ def on_off(state: ViewState, name: str) -> str:
     if state.is_on(name):
         return "on"
     decision = state.off_by.get(name)
-    return "off" if decision is None else f"off d{decision.decision_id}"
+    if decision is not None:
+        return f"off d{decision.decision_id}"
+    if name in state.policy_off:
+        return "off"  # the policy in force runs it plain
+    # nothing switched it off: a fixed-k run decodes each prompt plainly first (or only, at k = 0)
+    return "plain" if state.plain_done(name) else "plain first"
 
 
 def policy_figure(state: ViewState, width: int = 80) -> str:
@@ -153,45 +188,71 @@ def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | No
     return "policy reloaded", Text(f"changed {changed}; in force from each class's next prompt")
 
 
-def host_label(state: ViewState) -> str:
-    """While recent rounds are disturbed: how many; once the host calmed, that and when it was busy."""
+def host_labels(state: ViewState) -> list[str]:
+    """While recent rounds are disturbed: how many; once the host calmed, that and when it was busy.
+    Longest first: a narrow title takes the first that fits, down to a one-word marker."""
     if state.host_now_busy:
-        return f"host busy: {sum(state.host_recent)}/{len(state.host_recent)} rounds"
+        hit, recent = sum(state.host_recent), len(state.host_recent)
+        return [f"host busy: {hit}/{recent} rounds", f"busy {hit}/{recent}", "busy"]
     if state.host_busy:
-        return f"host was busy {clock(state.host_busy[0])}-{clock(state.host_busy[1])}"
-    return ""
+        return [f"host was busy {clock(state.host_busy[0])}-{clock(state.host_busy[1])}", "was busy"]
+    return []
+
+
+def ended_labels(state: ViewState) -> list[str]:
+    """When the session ended (with the reason when it was not a normal end), longest first."""
+    at = time.strftime("%H:%M:%S", time.localtime(state.finished.t))
+    reason = "" if state.finished.reason == "done" else f" ({state.finished.reason})"
+    return [f"ended at {at}{reason}", f"ended {at}{reason}", f"ended{reason}"]
+
+
+# A title part: its wordings, longest first, and its style.
+Part = tuple[list[str], str]
+# what gives way, a step at a time, where the title is too narrow: the host's state to its marker first
+SHORTEN_STEPS = ("host", "host", "ended", "session", "ended")
 
 
 def status_line(
     state: ViewState, source: str, alerts: list[str], lead: str = "", tail: str = "", width: int = 0
 ) -> Text:
     """The title bar, most important first so a narrow terminal cuts the least: the replay's
-    position, alerts, the session (short id, profile, host), its drafter and mode ("policy" or
-    the k in force), when and how it ended, rounds; then `tail` where the width leaves room."""
-    parts: list[tuple[str, str]] = []
-    if lead:
-        parts.append((lead, "bold"))
-    parts += [(alert, "bold red") for alert in alerts]
-    host = host_label(state)
-    if host:
-        parts.append((host, "bold yellow"))
-    parts.append((state.session_label() or source, "bold"))
+    position, alerts, the host's state, the session (short id, profile, host), its drafter and mode
+    ("policy" or the k in force), when and how it ended, rounds; then `tail` where the width leaves
+    room. Too wide, the host's state shrinks to a marker, then `ended at`, the session's host and
+    the time it ended."""
+    parts: dict[str, Part] = {"lead": ([lead], "bold")} if lead else {}
+    parts.update({f"alert{i}": ([alert], "bold red") for i, alert in enumerate(alerts)})
+    if host := host_labels(state):
+        parts["host"] = (host, "bold yellow")
+    label = state.session_label() or source
+    parts["session"] = ([label, label.split("@", 1)[0]], "bold")
     mode = state.mode_label()
     if state.session is not None:
         mode = f"{state.drafter_label()} {mode}".strip()
     if mode:
-        parts.append((mode, ""))
+        parts["mode"] = ([mode], "")
     if state.finished:  # before the round count: on a narrow screen, that it ended matters more
-        reason = state.finished.reason
-        at = "ended at " + time.strftime("%H:%M:%S", time.localtime(state.finished.t))
-        parts.append((at, "bold") if reason == "done" else (f"{at} ({reason})", "bold yellow"))
-    parts.append((count(state.rounds_seen, "round"), ""))
+        parts["ended"] = (ended_labels(state), "bold" if state.finished.reason == "done" else "bold yellow")
+    parts["rounds"] = ([count(state.rounds_seen, "round")], "")
+    chosen = _fit_parts(parts, width)
     text = Text(no_wrap=True)
-    for i, (part, style) in enumerate(parts):
-        text.append(" · " if i else "").append(part, style=style)
+    for i, (key, (_, style)) in enumerate(parts.items()):
+        text.append(" · " if i else "").append(chosen[key], style=style)
     if tail and (not width or len(text) + 3 + len(tail) <= width):
         text.append(" · ").append(tail, style="dim")
     if width and len(text) > width:
         text.truncate(width - 1)
         text.append("…")
     return text
+
+
+def _fit_parts(parts: dict[str, Part], width: int) -> dict[str, str]:
+    """Each part's wording: the longest, shortened by SHORTEN_STEPS while the line is wider than `width`."""
+    step = dict.fromkeys(parts, 0)
+    chosen = lambda: {key: wordings[step[key]] for key, (wordings, _) in parts.items()}  # noqa: E731
+    for key in SHORTEN_STEPS:
+        if not width or len(" · ".join(chosen().values())) <= width:
+            break
+        if key in parts and step[key] + 1 < len(parts[key][0]):
+            step[key] += 1
+    return chosen()

@@ -20,7 +20,7 @@ Each pane's title names its round set: the class and the k it shows.
 [b]ms[/]          draft, verify and overhead milliseconds per round
 [b]memory[/]      VRAM and RSS in use (GiB), each KV cache's size (MiB)
 [b]classes[/]     per class at its k: rounds, empty, acceptance, mean accepted
-            length, speedup (? unknown, ~ busy host), on/off d<id> ×ratio
+            length, speedup (? unknown, ~ busy host), on/off d<id>/plain
 [b]decisions[/]   the policy's decisions (› one prompt's own); Enter or a click
             shows their rounds
 [b]requests[/]    (serve) waiting; decoding: endpoint id \\[class] k, tokens, time
@@ -34,29 +34,51 @@ REPLAY_HELP = """Replay: [b]space[/] play/pause  [b]n[/] step a round  [b]s[/] s
 CLOSE_HINT = "[dim]Press any key to close.[/]"
 
 
-class HelpScreen(ModalScreen):
-    """What every pane shows and every key does; any key closes it."""
+class Overlay(ModalScreen):
+    """A box of text over the monitor, closed by any key or a click. Opaque, so no pane's border shows
+    beside its own; at 80 columns it takes the whole width."""
 
     DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll {
-        width: 78; max-width: 100%; height: auto; max-height: 100%;
-        border: round $accent; padding: 0 1; background: $surface;
+    Overlay { align: center middle; background: $background; }
+    Overlay > VerticalScroll {
+        width: 80; max-width: 100%; height: auto; max-height: 100%;
+        border: round $accent; border-title-color: $text-accent; padding: 0 1; background: $surface;
     }
-    HelpScreen Static { width: 100%; height: auto; }
+    Overlay Static { width: 100%; height: auto; }
     """
 
-    def __init__(self, replay: bool = False):
+    def __init__(self, body, title: str = "", markup: bool = True):
         super().__init__()
-        self.replay = replay
+        self.body, self.title, self.markup = body, title, markup
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static("\n".join([HELP] + ([REPLAY_HELP] if self.replay else []) + [CLOSE_HINT]), id="help-text")
+        with VerticalScroll() as box:
+            box.border_title = self.title
+            yield Static(self.body, markup=self.markup, id="overlay-text")
+            yield Static(CLOSE_HINT)
 
     def on_key(self, event) -> None:
         event.stop()
         self.dismiss()
+
+    def on_click(self, event) -> None:
+        event.stop()
+        self.dismiss()
+
+
+class HelpScreen(Overlay):
+    """What every pane shows and every key does."""
+
+    def __init__(self, replay: bool = False):
+        super().__init__("\n".join([HELP] + ([REPLAY_HELP] if replay else [])), "help")
+        self.replay = replay
+
+
+class DecisionScreen(Overlay):
+    """What a policy decision was computed from (Enter or a click on it in the decisions pane)."""
+
+    def __init__(self, detail: str, decision_id: int):
+        super().__init__(detail, f"decision d{decision_id}", markup=False)  # its text quotes the policy file
 
 
 class JumpScreen(ModalScreen[str]):

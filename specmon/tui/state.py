@@ -60,6 +60,7 @@ class ViewState:
     current_k: int = 0  # the k of the last round
     draft_len_by_class: dict[str, int] = field(default_factory=dict)  # the k in force; 0: speculation off
     off_by: dict[str, Decision] = field(default_factory=dict)  # the applied decision that switched a class off
+    policy_off: set[str] = field(default_factory=set)  # classes the policy in force runs plain (speculate = false)
     decided: set[str] = field(default_factory=set)  # classes whose k in force a decision set (since a reload)
     removed: set[str] = field(default_factory=set)  # classes a reload took out of the policy (their rounds stay shown)
     last_spec_k: dict[str, int] = field(default_factory=dict)  # the last k > 0 a round of the class ran at
@@ -82,6 +83,7 @@ class ViewState:
     # Rounds a decision may cite, by id: bounded, so a long session's memory stays flat.
     recent_rounds: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     events_seen: int = 0
+    last_t: float = 0.0  # the newest event's time: how old a notice is in the session's own time
     requests: Requests | None = None  # a server's queue and requests; None (no pane) in any other session
     prompt_drafters: dict[str, None] = field(default_factory=dict)  # drafters prompts ran with at k > 0, in order
     host_recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=HOST_RECENT))
@@ -91,6 +93,7 @@ class ViewState:
     def apply(self, batch: list[AnyEvent]) -> None:
         for event in batch:
             self.events_seen += 1
+            self.last_t = max(self.last_t, event.t)
             handler = _HANDLERS.get(type(event))
             if handler:
                 handler(self, event)
@@ -155,6 +158,7 @@ class ViewState:
         self.draft_len_by_class[ev.prompt_class] = ev.k_to if ev.speculate_to else 0
         if ev.speculate_to:
             self.off_by.pop(ev.prompt_class, None)
+            self.policy_off.discard(ev.prompt_class)
         else:
             self.off_by[ev.prompt_class] = ev
 
@@ -183,6 +187,10 @@ class ViewState:
                 self.asked_k.pop(c.name, None)
             if c.speculate or c.name in changed:  # an unchanged class that is still off keeps its decision
                 self.off_by.pop(c.name, None)
+            if c.speculate:
+                self.policy_off.discard(c.name)
+            else:
+                self.policy_off.add(c.name)
 
     def cited(self, decision: Decision) -> list[RoundVerified]:
         """The rounds a decision cites that are still held (all of them in any normal session)."""
@@ -205,6 +213,12 @@ class ViewState:
     # -- which rounds a figure covers --------------------------------------------------------
     def is_on(self, name: str) -> bool:
         return name not in self.removed and self.draft_len_by_class.get(name, 0) > 0
+
+    def plain_done(self, name: str) -> bool:
+        """A prompt of the class finished with plain decoding alone (its rounds all at k = 0 so far)."""
+        stats = self.classes.get(name)
+        base = stats.baseline if stats else None
+        return bool(base and sum(base.verdicts.values()))
 
     def shown_k(self, name: str) -> int:
         """The k whose figures a class shows: the k its prompts ask for while on; once switched off, the k it ran at
@@ -274,8 +288,10 @@ class ViewState:
             advised = self.decisions and not self.decisions[-1].applied
             return "policy (advise)" if advised else "policy"
         ks = {name: k for name, k in self.draft_len_by_class.items() if k}
+        if not ks and self.classes:  # a fixed-k run decodes a prompt plainly first, then at k
+            return "plain" if any(self.plain_done(name) for name in self.classes) else "plain first"
         if not ks:
-            return "plain" if self.classes else ""
+            return ""
         if len(set(ks.values())) == 1:
             return f"k={next(iter(ks.values()))}"
         return "k " + " ".join(f"{name}={k}" for name, k in ks.items())

@@ -1,0 +1,248 @@
+"""What a new user's trial at 80×24 found in the live view (issue 51): a title cut once the host was busy,
+a decision's detail no key closed, `off` for a class nothing switched off, a class off by its policy shown
+as if it never ran, and a replay opened at the end showing a notice the live view had cleared.
+Read off the screen as a user sees it: through a Pilot, or `specmon replay` in tmux."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from specmon.events.log import LogWriter, read_log
+from specmon.events.schema import ClassInForce, Decision, PolicyLoaded, PromptFinished, PromptStarted, RoundVerified
+from specmon.metrics.rates import round_ms
+from specmon.metrics.stats import class_stats
+from specmon.replay.player import ReplayFeed
+from specmon.tui.factory import make_app
+from specmon.tui.rows import status_line
+from specmon.tui.screens import DecisionScreen, HelpScreen
+from specmon.tui.state import ViewState
+from test_tui_view import prefilled, region_lines
+from waiting import drawn, screen_lines, shown_until, wait_for_screen
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+POLICY_EVENTS = list(read_log(FIXTURES / "session-policy.specmon"))
+TUI_EVENTS = list(read_log(FIXTURES / "session-tui.specmon"))
+BOX = "╭╮╰╯│─"
+
+
+def write_log(path: Path, events) -> Path:
+    with LogWriter(path) as writer:
+        for event in events:
+            writer.write(event)
+    return path
+
+
+def stalled(events, busy) -> list:
+    """`events` with every round for which busy(index of the round) holds disturbed for its whole time."""
+    out, index = [], 0
+    for ev in events:
+        if isinstance(ev, RoundVerified):
+            ev = msgspec.structs.replace(ev, host_stall_ms=round_ms(ev) if busy(index) else 0.0)
+            index += 1
+        out.append(ev)
+    return out
+
+
+def tmux_replay(log: Path, shown, what: str, name: str) -> str:
+    """`specmon replay LOG` in an 80×24 tmux pane, as a person runs it: the screen once shown(screen)."""
+    session = f"specmon-{name}-{os.getpid()}"
+    cmd = f"cd {REPO} && TERM=xterm-256color {sys.executable} -m specmon.cli replay {log}; sleep 60"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd], check=True)
+    try:
+        return wait_for_screen(session, shown, what, timeout=120)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+# -- 1. the title keeps the session's own fields once the host is busy -------------------------------
+
+
+def test_a_busy_host_shrinks_to_a_marker_before_the_sessions_fields_are_cut():
+    state = ViewState()
+    state.apply(stalled(POLICY_EVENTS, lambda i: True))
+    wide = status_line(state, "fixture", []).plain
+    assert wide.startswith("host busy: 64/64 rounds · c10aa0 smollm2-cpu@vm · ngram policy · ended at ")
+    title = status_line(state, "fixture", [], width=78).plain  # the title's width at 80 columns
+    assert title.startswith("busy · c10aa0 smollm2-cpu@vm · ngram policy · ended at ")
+    assert title.endswith(" · 523 rounds") and len(title) <= 78
+    state.apply(stalled(POLICY_EVENTS, lambda i: False)[1:])  # as many quiet rounds again: the host calmed
+    title = status_line(state, "fixture", [], width=78).plain
+    assert title.startswith("was busy · c10aa0 smollm2-cpu@vm · ngram policy · ended ") and "…" not in title
+
+
+@needs_tmux
+def test_replay_at_80_columns_shows_the_busy_marker_and_every_field_of_the_session(tmp_path):
+    log = write_log(tmp_path / "busy.specmon", stalled(POLICY_EVENTS, lambda i: True))
+    screen = tmux_replay(log, lambda s: "523 rounds" in s or "…" in s.splitlines()[0], "the title drawn", "busy")
+    title = screen.splitlines()[0].strip()
+    assert title.startswith("⏸ max ev 568 · busy · c10aa0 smollm2-cpu · ngram policy · ended · "), title
+    assert title.endswith(" · 523 rounds") and "…" not in title, title
+
+
+# -- 2. a decision's detail closes from the keyboard, alone on a clean screen ------------------------
+
+
+async def open_decision(app, pilot) -> None:
+    table = app.screen.query_one("#decisions")
+    table.focus()
+    table.move_cursor(row=0)
+    await pilot.press("enter")
+    await shown_until(pilot, lambda: isinstance(app.screen, DecisionScreen), "the decision's detail open")
+
+
+def overlay_is_clean(lines: list[str]) -> None:
+    """Every line is blank or the box's own: no pane's border or text beside the box's edges."""
+    boxed = [line for line in lines if line.strip()]
+    assert boxed, "the overlay drew nothing"
+    for line in boxed:
+        assert line[0] in BOX and line.rstrip()[-1] in BOX, line
+    assert not any(pair in line for line in lines for pair in ("╭╭", "╰│", "╮╮", "│╰", "││")), lines
+
+
+@pytest.mark.parametrize("key", ["escape", "enter"])
+async def test_escape_and_enter_close_a_decisions_detail(key):
+    app = prefilled(POLICY_EVENTS)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, POLICY_EVENTS)
+        first = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
+        await open_decision(app, pilot)
+        screen = "\n".join(screen_lines(app))
+        assert f"decision {first.decision_id} [{first.prompt_class}] off" in screen
+        assert f"cited {len(first.round_ids)} rounds" in screen
+        overlay_is_clean(screen_lines(app))
+        await pilot.press(key)
+        await shown_until(pilot, lambda: not isinstance(app.screen, DecisionScreen), f"{key} closed it")
+        assert "cited" not in "\n".join(screen_lines(app)) and len(app.screen_stack) == 1
+
+
+async def test_help_and_a_decisions_detail_are_never_on_screen_together():
+    app = prefilled(POLICY_EVENTS)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, POLICY_EVENTS)
+        await open_decision(app, pilot)
+        await pilot.press("question_mark")  # closes the detail; help comes on its own
+        await shown_until(pilot, lambda: len(app.screen_stack) == 1, "the detail closed")
+        await pilot.press("question_mark")
+        await shown_until(pilot, lambda: isinstance(app.screen, HelpScreen), "help open")
+        assert len(app.screen_stack) == 2 and "cited" not in "\n".join(screen_lines(app))
+        overlay_is_clean(screen_lines(app))
+
+
+async def test_the_help_overlay_has_no_pane_border_beside_its_edges_in_a_replay():
+    app = make_app(ReplayFeed(FIXTURES / "session-policy.specmon", speed=0.0))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot)
+        await pilot.press("question_mark")
+        await shown_until(pilot, lambda: isinstance(app.screen, HelpScreen), "help open")
+        overlay_is_clean(screen_lines(app))
+
+
+# -- 3. and 4. `off` is only a class the policy switched off; its plain rounds are shown -------------
+
+
+def class_line(app, name: str) -> list[str]:
+    """The classes pane's row of `name` as on screen, split into its cells."""
+    line = next(line for line in region_lines(app, "classes") if line.strip("│ ").startswith(name + " "))
+    return line.strip("│▁▂▃▄▅▆▇█ ").split()
+
+
+async def test_a_fixed_k_runs_plain_first_prompt_says_plain_first_not_off():
+    first_round = next(i for i, e in enumerate(TUI_EVENTS) if isinstance(e, RoundVerified))
+    events = TUI_EVENTS[: first_round + 5]  # rewrite-0's plain decode, before its decode at k=3
+    assert [e.draft_len for e in events if isinstance(e, PromptStarted)] == [0]
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        title = screen_lines(app)[0]
+        assert " · ngram plain first · " in title, title
+        assert class_line(app, "rewrite")[-2:] == ["plain", "first"]
+
+
+def policy_starts_chat_off(events) -> list:
+    """session-tui as a policy that runs chat plain from the start would have logged it: chat's decodes at
+    k=3 left out, a PolicyLoaded after the header."""
+    spec = {(e.prompt_id, e.draft_len) for e in events if isinstance(e, PromptStarted) and e.prompt_class == "chat"}
+    kept = [
+        e
+        for e in events
+        if not (getattr(e, "prompt_class", "") == "chat" and (e.prompt_id, e.draft_len) in spec and e.draft_len)
+    ]
+    policy = PolicyLoaded(
+        session_id=events[0].session_id,
+        t=events[0].t,
+        source="p.toml",
+        sha256="a" * 64,
+        text="",
+        accepted=True,
+        classes=[ClassInForce("chat", False, 3), ClassInForce("rewrite", True, 3)],
+    )
+    return kept[:1] + [policy] + kept[1:]
+
+
+async def test_a_class_its_policy_runs_plain_shows_its_plain_rounds_and_goodput():
+    events = policy_starts_chat_off(TUI_EVENTS)
+    plain = class_stats(events)["chat"].baseline
+    assert plain.rounds > 0 and set(class_stats(events)["chat"].runs) == {0}
+    assert any(isinstance(e, PromptFinished) and e.prompt_class == "chat" for e in events)
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        assert class_line(app, "chat") == [
+            "chat",
+            "0",
+            str(plain.rounds),
+            "-",
+            "-",
+            "-",
+            f"{plain.tok_per_s:.1f}",
+            "t/s",
+            "off",
+        ]
+        assert class_line(app, "rewrite")[-1] == "on"
+
+
+# -- 6. a replay opened at the end shows no notice the live view had cleared --------------------------
+
+
+def reloaded_midway(events) -> tuple[list, int]:
+    """The policy fixture with an edit taken halfway through, far more than RELOAD_NOTICE_S before its end."""
+    first = next(e for e in events if isinstance(e, PolicyLoaded))
+    middle = len(events) // 2
+    edit = msgspec.structs.replace(first, t=events[middle].t, sha256="b" * 64, changed=["rewrite"])
+    assert events[-1].t - edit.t > 30
+    return events[:middle] + [edit] + events[middle:], middle
+
+
+async def test_a_replay_opened_at_the_end_shows_no_reload_notice_the_live_view_had_cleared(tmp_path):
+    events, middle = reloaded_midway(POLICY_EVENTS)
+    log = write_log(tmp_path / "reloaded.specmon", events)
+    app = make_app(ReplayFeed(log, speed=0.0))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot)
+        assert app.state.reloaded is not None and app.state.events_seen == len(events)
+        assert not app.screen.query_one("#policy-notice").display
+        assert "policy reloaded" not in "\n".join(screen_lines(app))
+
+
+async def test_a_replay_just_past_the_reload_still_shows_its_notice(tmp_path):
+    events, middle = reloaded_midway(POLICY_EVENTS)
+    log = write_log(tmp_path / "reloaded.specmon", events)
+    after = next(e for e in events[middle + 1 :] if isinstance(e, RoundVerified))
+    feed = ReplayFeed(log, speed=1.0)
+    app = make_app(feed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("space")
+        await pilot.press("g", *f"r{after.round_id}", "enter")
+        await shown_until(pilot, lambda: app.state.reloaded is not None, "the jump past the reload taken")
+        assert "policy reloaded" in "\n".join(screen_lines(app))
