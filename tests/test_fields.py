@@ -88,6 +88,7 @@ FIELDS = {
         "final_text",
         "matched",
         "host_stall_ms",
+        "explored",
     ],
     PromptFinished: [
         "session_id",
@@ -279,6 +280,7 @@ SAMPLES = [
         final_text=" sat",
         matched=3,
         host_stall_ms=2.5,
+        explored=True,
     ),
     PromptFinished(
         **SESSION,

@@ -17,7 +17,7 @@ from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
 from specmon.metrics.contention import tally
-from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, run_bench
+from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, prompt_phases, run_bench
 from specmon.transport.session import live_session
 
 
@@ -59,14 +59,16 @@ def cmd_bench(args) -> int:
         except KeyboardInterrupt:
             session.finish("interrupted")
             err.print("bench interrupted: the table covers the prompts that finished")
-    results = bench_results(session.events)
+    phases = prompt_phases(prompts)  # a drift stream: each phase reported apart
+    results = bench_results(session.events, phases)
     half = f" ({args.half} half)" if args.half else ""
     title = (
         f"goodput, tokens/s: {pair.drafter.name}, policy {Path(policy.source).name}, {args.max_new_tokens} new tokens, "
         f"{len(prompts)} prompts{half} x {args.repeat}  (log: {session.log_path})"
     )
-    out.print(bench_table(results, ks, title))
+    out.print(bench_table(results, ks, title, "phase" if phases else "class"))
     out.print(interval_line(results))
+    out.print(explore_line(results))
     stalls = tally(session.events)
     if stalls.line():
         err.print(f"[yellow]{escape(stalls.line())}[/]")
@@ -83,6 +85,7 @@ def cmd_bench(args) -> int:
             args.json,
             {
                 "classes": {n: c.to_json() for n, c in results.items()},
+                "by": "phase" if phases else "class",  # what the keys of "classes" are
                 "overall": overall,
                 "policy_ms": scheduler.policy_ms,
                 "policy_work_share": work,
@@ -109,18 +112,27 @@ def interval_line(results: dict[str, BenchClass]) -> str:
     return "auto/best, 95% interval over prompts: " + "; ".join(parts)
 
 
+def explore_line(results: dict[str, BenchClass]) -> str:
+    """Rounds the policy verified a draft its table had cut (its exploration budget), and their
+    cost: their time less what plain steps take for the tokens they gave, of the policy's time."""
+    parts = [
+        f"{escape(name)} {c.explored.rounds} rounds, {fmt(c.explore_cost(), '{:+.2%}')}" for name, c in results.items()
+    ]
+    return "exploring cut drafts (rounds, cost of the policy's time): " + "; ".join(parts)
+
+
 def interval_text(bounds: list[float] | None) -> str:
     return f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else ""
 
 
-def bench_table(results: dict[str, BenchClass], ks: list[int], title: str) -> Table:
+def bench_table(results: dict[str, BenchClass], ks: list[int], title: str, by: str = "class") -> Table:
     table = Table(title=escape(title), title_justify="left")
     table.caption = (
         "goodput = emitted tokens / s of round time; auto counts what the policy spends learning; "
         "~ busy host: 10%+ of the class's rounds waited for a CPU other work held"
     )
-    for col in ["class", *(f"k={k}" for k in ks), "best fixed", "auto", "best/plain", "auto/plain", "auto/best"]:
-        table.add_column(col, justify="left" if col == "class" else "right")
+    for col in [by, *(f"k={k}" for k in ks), "best fixed", "auto", "best/plain", "auto/plain", "auto/best"]:
+        table.add_column(col, justify="left" if col == by else "right")
     for name, c in results.items():
         figures = c.to_json()
         best = c.best_k

@@ -19,6 +19,7 @@ class Proposal:
     tokens: list[int]
     q: np.ndarray | None  # draft distributions [len(tokens), V]; None means one-hot (no model)
     matched: int = 0  # a confident n-gram draft: how many context tokens its match spans; 0 otherwise
+    explored: bool = False  # a draft the policy's table cut, verified to learn (policy/explore.py)
 
 
 class Drafter(Protocol):

@@ -32,6 +32,7 @@ class Prompt:
     token_ids: tuple[int, ...] | None = None  # already encoded (a server's request); else the chat template's
     end_ids: tuple[int, ...] | None = None  # tokens that end the reply (a server's request); None: the model's eos
     min_tokens: int = 0  # the end tokens are masked out of the target's choice until this many are generated
+    phase: str = ""  # a stretch of a prompt stream (`bench policy` reports each apart): the file's "phase"
 
 
 _CODE = """def moving_average(values, window):
@@ -128,6 +129,7 @@ class PromptRow(msgspec.Struct):
     prompt: str
     prompt_class: Annotated[str, msgspec.Meta(min_length=1)] = msgspec.field(name="class", default="default")
     max_new_tokens: Annotated[int, msgspec.Meta(ge=1, le=MAX_NEW_TOKENS)] | None = None
+    phase: str = ""  # where the stream's content changes (a drift benchmark): reported apart
 
 
 _ROW = msgspec.json.Decoder(PromptRow)
@@ -135,7 +137,7 @@ MAX_PROBLEMS = 3  # listed in the one error line; the rest are counted
 
 
 def load_prompts(path: Path) -> list[Prompt]:
-    """JSON lines: {"id", "prompt", optional "class", optional "max_new_tokens"}, UTF-8 (a BOM is
+    """JSON lines: {"id", "prompt", optional "class", "max_new_tokens", "phase"}, UTF-8 (a BOM is
     fine), ids unique. The bad lines are named (file, line, reason; the first few, then a count) in
     one error; nothing is half-loaded."""
     text = read_user_text(path, "prompts file")
@@ -171,7 +173,7 @@ def _parse_line(line: str) -> Prompt:
         if _LONE_SURROGATE.search(line):
             raise ValueError("a lone UTF-16 surrogate escape (like \\ud800) is not text; remove it") from None
         raise ValueError(f"not JSON ({exc})") from None
-    return Prompt(row.id, row.prompt, row.prompt_class, row.max_new_tokens)
+    return Prompt(row.id, row.prompt, row.prompt_class, row.max_new_tokens, phase=row.phase)
 
 
 def _readable(exc: msgspec.ValidationError) -> str:

@@ -104,6 +104,7 @@ class RoundVerified(Event, tag="round", kw_only=True):
     # ms of the round in which some task on the host waited for a CPU while other processes used one
     # (telemetry.host); None: not measured (older logs, a host without /proc)
     host_stall_ms: float | None = None
+    explored: bool = False  # a draft the policy's table cut, verified within the class's budget to learn
 
 
 class Equivalence(msgspec.Struct, array_like=True, frozen=True):

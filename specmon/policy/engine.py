@@ -2,8 +2,10 @@
 each class's acceptance from its rounds, and decide (gate.py) from that and the engine's costs.
 
 A class's decision is its cut table: for a draft after a match of m tokens, how many of its
-tokens to verify (none: a plain step). It is recomputed every CHECK_EVERY drafting rounds of the
-class, and a change is a Decision event citing every round its rates came from."""
+tokens to verify (none: a plain step). Every class's table is recomputed every CHECK_EVERY drafting
+rounds of the session (a class starts from the session's rates, so another class's rounds move it
+too), and a change is a Decision event citing every round its rates came from. A draft the table
+cuts is sometimes verified anyway, within the class's exploration budget (explore.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from specmon.engine.costs import Costs
 from specmon.events.schema import ClassInForce, Decision, GateChoice, PolicyLoaded, RoundVerified
 from specmon.policy import gate
+from specmon.policy.explore import Budget
 from specmon.policy.classify import classify, named_class
 from specmon.policy.reload import changed_classes, loaded_event, reread
 from specmon.policy.schema import Policy, PromptClass, file_stamp
@@ -24,7 +27,7 @@ class ClassState:
     window: collections.deque  # the class's recent drafting rounds (gate.Draft)
     table: gate.Table  # the cut table in force (advised, in advise mode)
     counts: gate.Counts = field(default_factory=gate.Counts)
-    fresh: int = 0  # drafting rounds since the table was computed
+    budget: Budget = field(default_factory=Budget)  # what verifying cut drafts may still cost
 
 
 class PolicyEngine:
@@ -33,6 +36,7 @@ class PolicyEngine:
         self.states: dict[str, ClassState] = {}
         self.shared = gate.Counts()  # every class's windows together: a new class starts from these
         self.decisions = 0
+        self.fresh = 0  # drafting rounds of the session since every class's table was computed
         self.positional = costs.draft_ms > 0  # a model drafter: its tokens cost, and it reports no match
         self.prior = gate.PRIOR_POSITIONAL if self.positional else gate.PRIOR
         self._mtime = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
@@ -71,26 +75,45 @@ class PolicyEngine:
             return 0
         if not self._gated(cls) or not self.costs.draft_ms:
             return cls.draft_len
-        return gate.summary(self.state(name).table, True)[1]
+        st = self.state(name)
+        # a model drafter cut off is asked only for the draft its budget would verify
+        return gate.summary(st.table, True)[1] or st.budget.afford(self.steps(cls), cls.draft_len)
 
-    def cut(self, name: str, matched: int, proposed: int) -> int:
-        """Tokens of a `proposed`-token draft after a match of `matched` to verify."""
+    def cut(self, name: str, matched: int, proposed: int) -> tuple[int, bool]:
+        """Tokens of a `proposed`-token draft after a match of `matched` to verify, and whether
+        they are explored: a draft the table cuts whole, verified within the class's budget."""
         cls = self._class(name)
         if not self._gated(cls) or not proposed:
-            return proposed
-        row = self.state(name).table[min(matched, gate.MAX_REACH)]
-        return row[min(proposed, len(row) - 1)]
+            return proposed, False
+        st = self.state(name)
+        row = st.table[min(matched, gate.MAX_REACH)]
+        keep = row[min(proposed, len(row) - 1)]
+        if keep or gate.summary(st.table, self.positional)[0]:
+            return keep, False  # a class still drafting after some matches learns from those
+        steps = self.steps(cls)
+        explored = st.budget.afford(steps, proposed)
+        if explored:
+            st.budget.spend(steps[explored] - 1)
+        return explored, explored > 0
 
     def confidence(self, name: str) -> tuple[int, int, bool] | None:
         """The n-gram drafter's setting for this class: under auto a match of MIN_MATCH tokens or
         more drafts up to k and the table cuts it; else the plain lookup (None)."""
         return (gate.MIN_MATCH, 1, True) if self._class(name).speculate == "auto" else None
 
-    def observe(self, ev: RoundVerified) -> Decision | None:
-        """Take a drafting round as evidence; recompute the class's table when due."""
-        if not ev.proposed or self._class(ev.prompt_class).speculate != "auto":
-            return None
-        st, draft = self.state(ev.prompt_class), gate.Draft.of(ev)
+    def observe(self, ev: RoundVerified) -> list[Decision]:
+        """Take a round: it earns its class's exploration budget (an explored one gives back what
+        it had accepted) and, if it drafted, is evidence; every class's table is recomputed when due."""
+        cls = self._class(ev.prompt_class)
+        if cls.speculate != "auto":
+            return []
+        st = self.state(ev.prompt_class)
+        if self._gated(cls):
+            cap = self.steps(cls)[-1] - 1
+            st.budget.earn(self.policy.settings.explore_budget + (ev.accepted if ev.explored else 0), cap)
+        if not ev.proposed:
+            return []
+        draft = gate.Draft.of(ev)
         if len(st.window) >= self.policy.settings.window:
             old = st.window.popleft()
             st.counts.add(old, -1)
@@ -98,12 +121,15 @@ class PolicyEngine:
         st.window.append(draft)
         st.counts.add(draft)
         self.shared.add(draft)
-        st.fresh += 1
-        return self.decide(ev.prompt_class) if st.fresh >= gate.CHECK_EVERY else None
+        self.fresh += 1
+        if self.fresh < gate.CHECK_EVERY:
+            return []
+        self.fresh = 0
+        decided = (self.decide(name) for name, st in list(self.states.items()) if self._class(name).speculate == "auto")
+        return [d for d in decided if d is not None]
 
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)
-        st.fresh = 0
         rate, steps = gate.rates(st.counts, self.shared, self.prior), self.steps(cls)
         table = gate.cut_table(rate, steps, self.policy.settings.min_gain)
         if table == st.table:

@@ -57,6 +57,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     mode: Mode = "enforce"
     min_gain: float = 0.02  # a draft is verified only if its expected goodput beats a plain step's by this
     window: int = 256  # drafting rounds per class its acceptance is learned from
+    explore_budget: float = 0.005  # of a class's time that verifying drafts its table cuts may cost, to learn
 
 
 class Routing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -216,6 +217,7 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
     for key, ok, allowed in [
         ("window", 1 <= s.window <= MAX_WINDOW, f"1..{MAX_WINDOW}"),
         ("min_gain", math.isfinite(s.min_gain) and -1 < s.min_gain < 10, "a number above -1 and below 10"),
+        ("explore_budget", math.isfinite(s.explore_budget) and 0 <= s.explore_budget <= 0.5, "0..0.5"),
     ]:
         if not ok:
             line, col = locate(text, ("policy", key))

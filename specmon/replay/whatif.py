@@ -64,9 +64,10 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
             diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
         elif isinstance(ev, RoundVerified) and not beside:
             longest[ev.prompt_class] = max(longest.get(ev.prompt_class, 0), len(ev.proposed))
-            decision = engine.observe(ev)
-            if decision is not None:
-                diffs[ev.prompt_class].other.append(describe(decision))
+            for decision in engine.observe(ev):
+                diffs.setdefault(decision.prompt_class, ClassDiff(decision.prompt_class)).other.append(
+                    describe(decision)
+                )
         elif isinstance(ev, Decision):
             if ev.rule is None:
                 raise SpecmonError(

@@ -18,7 +18,7 @@ import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Generator, Iterable, Sequence
+from typing import Callable, Generator, Iterable, Mapping, Sequence
 
 from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import Drafter, NoDrafter
@@ -36,6 +36,11 @@ from specmon.sched.turns import lanes as make_lanes, take_turns
 
 
 HALVES = ("tune", "test")
+
+
+def prompt_phases(prompts: Sequence[Prompt]) -> dict[str, str]:
+    """Each prompt's phase, where the set gives phases (a drift stream); else empty: per class."""
+    return {p.id: p.phase for p in prompts if p.phase}
 
 
 def prompt_half(prompt_id: str) -> str:
@@ -150,6 +155,7 @@ class BenchClass:
     auto: RunStats = field(default_factory=lambda: RunStats(-1))
     fixed: dict[int, RunStats] = field(default_factory=dict)
     auto_rounds_by_k: dict[int, int] = field(default_factory=dict)  # where the policy's rounds went
+    explored: RunStats = field(default_factory=lambda: RunStats(-1))  # the policy's rounds that verified a cut draft
 
     @property
     def host(self) -> HostTally:
@@ -172,6 +178,13 @@ class BenchClass:
             return None
         return speedup_estimate(self.auto.prompt_totals, self.fixed[best].prompt_totals)
 
+    def explore_cost(self) -> float | None:
+        """What exploring cost, as a share of the policy's round time: the explored rounds' time
+        less what plain steps take for the tokens they gave (negative: exploring paid)."""
+        if not self.explored.emitted or not self.plain or not self.auto.round_ms:
+            return 0.0 if not self.explored.emitted else None
+        return (self.explored.round_ms - self.explored.emitted * 1e3 / self.plain) / self.auto.round_ms
+
     def to_json(self) -> dict:
         best = self.best_k
         best_rate = self.fixed[best].tok_per_s if best is not None else None
@@ -186,24 +199,30 @@ class BenchClass:
             "best_over_plain": speedup(best_rate, self.plain),
             "auto_over_best_interval": None if paired is None or paired.low is None else [paired.low, paired.high],
             "auto_rounds_by_k": {str(k): n for k, n in sorted(self.auto_rounds_by_k.items())},
+            "explored_rounds": self.explored.rounds,
+            "explore_cost": self.explore_cost(),
             "disturbed_rounds": host.disturbed,
             "measured_rounds": host.measured,
         }
 
 
-def bench_results(events: Iterable[AnyEvent]) -> dict[str, BenchClass]:
-    """Per class: goodput of the policy's rounds and of each fixed k, from a bench session's events."""
+def bench_results(events: Iterable[AnyEvent], phases: Mapping[str, str] | None = None) -> dict[str, BenchClass]:
+    """Per class (per phase, where `phases` gives each prompt id's): goodput of the policy's rounds
+    and of each fixed k, from a bench session's events."""
     classes: dict[str, BenchClass] = {}
     opened: PromptStarted | None = None  # a round belongs to the prompt run that opened it
     for ev in events:
         if isinstance(ev, PromptStarted):
             opened = ev
         elif isinstance(ev, RoundVerified) and opened is not None:
-            entry = classes.setdefault(ev.prompt_class, BenchClass())
+            key = phases.get(opened.prompt_id, ev.prompt_class) if phases else ev.prompt_class
+            entry = classes.setdefault(key, BenchClass())
             if bench_fixed_k(opened) is not None:
                 entry.fixed.setdefault(ev.draft_len, RunStats(ev.draft_len)).add_round(ev)
             else:
                 entry.auto.add_round(ev)
+                if ev.explored:
+                    entry.explored.add_round(ev)
                 entry.auto_rounds_by_k[ev.draft_len] = entry.auto_rounds_by_k.get(ev.draft_len, 0) + 1
     return classes
 

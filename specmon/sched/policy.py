@@ -59,12 +59,12 @@ class GatedDrafter:
     def propose(self, context, k, sampling, rng) -> Proposal:
         proposal = self.drafter.propose(context, k, sampling, rng)
         started = time.perf_counter()
-        keep = self.engine.cut(self.prompt_class, proposal.matched, len(proposal.tokens))
+        keep, explored = self.engine.cut(self.prompt_class, proposal.matched, len(proposal.tokens))
         self.spent_ms += (time.perf_counter() - started) * 1e3
-        if keep == len(proposal.tokens):
+        if keep == len(proposal.tokens) and not explored:
             return proposal
         q = proposal.q[:keep] if proposal.q is not None else None
-        return Proposal(proposal.tokens[:keep], q, proposal.matched)
+        return Proposal(proposal.tokens[:keep], q, proposal.matched, explored)
 
 
 class PolicyScheduler:
@@ -154,16 +154,14 @@ class PolicyScheduler:
                 on_prompt(index + 1)
 
     def _after_round(self, driver: SessionDriver) -> Callable[[RoundVerified], None]:
-        """Each round: feed it to the policy; a decision it brings takes effect from the next round."""
+        """Each round: feed it to the policy; the decisions it brings take effect from the next round."""
         engine, clock = self.engine, time.perf_counter
 
         def observe(event: RoundVerified) -> None:
-            if not event.proposed:
-                return  # a plain step tells the policy nothing
             started = clock()
-            decision = engine.observe(event)
+            decisions = engine.observe(event)  # a plain step too: it earns the class's exploration budget
             self.policy_ms += (clock() - started) * 1e3
-            if decision is not None:
+            for decision in decisions:
                 driver.emit(decision)
 
         return observe
