@@ -49,7 +49,7 @@ def cmd_policy(args) -> int:
         for warning in policy.warnings:
             out.print(f"warning: {warning}", highlight=False, markup=False)  # regexes hold brackets
         out.print(
-            f"{args.file}: ok, {len(policy.classes)} classes, mode {policy.settings.mode}",
+            f"{args.file}: ok, {len(policy.classes)} class{'es' if len(policy.classes) != 1 else ''}, mode {policy.settings.mode}",
             highlight=False,
             markup=False,
         )
