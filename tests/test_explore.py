@@ -5,6 +5,8 @@ A model drafter is the case that sticks: once its class's table verifies nothing
 not even asked, so without exploration no round could ever say its prompts changed. The drafter
 here is the n-gram lookup seen as a model drafter sees it (no match reported, each token priced)."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -16,6 +18,7 @@ from specmon.engine.costs import Costs
 from specmon.engine.drafters import NgramDrafter, Proposal
 from specmon.engine.driver import SessionDriver
 from specmon.engine.prompts import Prompt, load_prompts
+from specmon.events.log import LogWriter
 from specmon.events.schema import RoundVerified
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.explore import Budget
@@ -165,3 +168,18 @@ def test_on_torch_a_cut_off_class_speculates_again_on_copy_requests():
     )
     assert back is not None and back < RECOVERED_WITHIN, back
     assert any(isinstance(e, RoundVerified) and e.explored and e.accepted for e in events)
+
+
+def test_log_info_counts_the_explored_rounds(tmp_path):
+    live = Replayed(0.005)
+    for i in range(8):
+        live.prompt(*failing(i))
+    explored = sum(isinstance(e, RoundVerified) and e.explored for e in live.events)
+    log = tmp_path / "s.specmon"
+    with LogWriter(log) as writer:
+        for ev in live.events:
+            writer.write(ev)
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "log", "info", str(log)], capture_output=True, text=True
+    )
+    assert explored and f"explored         {explored} rounds verified a draft the policy had cut" in done.stdout

@@ -209,6 +209,9 @@ def cmd_log(args) -> int:
     if host.measured:
         text = escape(host.said())
         out.print("  host             " + (f"[yellow]{text}[/]" if host.busy else text), highlight=False)
+    explored = sum(isinstance(e, RoundVerified) and e.explored for e in kept)
+    if explored:
+        out.print(f"  explored         {explored} rounds verified a draft the policy had cut (explore_budget)")
     if not damage and first is not None and not counts["SessionFinished"]:
         out.print(
             "  ended            [yellow]no end written: the run is still going, or was killed[/]", highlight=False
