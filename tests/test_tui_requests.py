@@ -106,7 +106,7 @@ async def test_a_run_session_keeps_its_layout_and_has_no_requests_pane():
         await drawn(app, pilot, POLICY_EVENTS)
         assert app.state.requests is None
         assert app.screen.query_one("#requests").region.height == 0
-        assert app.screen.query_one("#text-box").region.height == 3  # the text keeps the last row
+        assert app.screen.query_one("#text-box").region.height == 4  # the text keeps the last rows: 2 lines
         assert "requests" not in "\n".join(screen_lines(app))
 
 
@@ -124,7 +124,7 @@ async def test_serving_takes_the_text_row_at_80x24_and_needs_24_rows():
         assert app.screen.query_one("#text-box").region.height == 0
         await resized(pilot, 120, 40)
         assert app.screen.query_one("#requests").region.height == 3
-        assert app.screen.query_one("#text-box").region.height == 40 - 2 - 22  # the rest of the screen
+        assert app.screen.query_one("#text-box").region.height == 40 - 2 - 23  # the rest of the screen
 
 
 def test_snapshot_serve_request_in_flight_80x24(snap_compare):

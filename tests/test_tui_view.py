@@ -132,15 +132,15 @@ async def test_text_pane_is_not_blank_when_the_run_ends_on_newlines():
 # -- the decisions pane ----------------------------------------------------------------------------
 
 
-def with_more_decisions(count: int) -> list:
-    """The policy fixture with `count` more decisions at its end (ids after the logged ones)."""
+def with_more_decisions(count: int, classes: tuple[str, ...] = ("rewrite", "code-edit")) -> list:
+    """The policy fixture with `count` more decisions at its end (ids after the logged ones), on `classes` in turn."""
     first = next(e for e in POLICY_EVENTS if isinstance(e, Decision))
     extra = [
         Decision(
             **{
                 **{f: getattr(first, f) for f in first.__struct_fields__},
                 "decision_id": 2 + i,
-                "prompt_class": ("rewrite", "code-edit")[i % 2],
+                "prompt_class": classes[i % len(classes)],
                 "speculate_from": True,
                 "speculate_to": True,
                 "k_from": 4,

@@ -23,7 +23,7 @@ from specmon.tui.factory import make_app
 from specmon.tui.rows import status_line
 from specmon.tui.screens import DecisionScreen, HelpScreen
 from specmon.tui.state import ViewState
-from test_tui_view import prefilled, region_lines
+from test_tui_view import prefilled, region_lines, with_more_decisions
 from waiting import drawn, screen_lines, shown_until, wait_for_screen
 
 REPO = Path(__file__).resolve().parent.parent
@@ -246,3 +246,49 @@ async def test_a_replay_just_past_the_reload_still_shows_its_notice(tmp_path):
         await pilot.press("g", *f"r{after.round_id}", "enter")
         await shown_until(pilot, lambda: app.state.reloaded is not None, "the jump past the reload taken")
         assert "policy reloaded" in "\n".join(screen_lines(app))
+
+
+# -- 5. at 80×24 five classes fit whole, the text keeps two lines, the notice hides no border ---------
+
+CLASSES = ("chat", "code-new", "code-edit", "rewrite", "non-english")  # the policy fixture's five
+
+
+@needs_tmux
+def test_replay_at_80x24_shows_five_classes_whole_and_two_lines_of_text():
+    screen = tmux_replay(
+        FIXTURES / "session-policy.specmon", lambda s: "ended" in s, "the replay drawn to its end", "layout"
+    ).splitlines()
+    top = next(i for i, line in enumerate(screen) if line.startswith("╭─ classes "))
+    rows = screen[top + 2 : top + 7]
+    assert [line.strip("│ ").split()[0] for line in rows] == list(CLASSES), screen
+    assert screen[top + 7].startswith("╰───") and not any(ch in "▁▂▃▄▅▆▇█" for line in rows for ch in line[:62])
+    text = next(i for i, line in enumerate(screen) if line.startswith("╭─ text "))
+    assert screen[text + 3].startswith("╰") and "Apreter! Apreter!" in screen[text + 2], screen
+    assert screen[text + 1].strip("│ ") == "── non-english-3 [non-english] k=4 ──"
+
+
+async def test_the_decisions_scrollbar_keeps_a_blank_column_from_the_class_names():
+    events = with_more_decisions(8, ("non-english",))  # the longest class name
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        rows = [line[1:-1] for line in region_lines(app, "decisions")[2:-1]]  # inside the border, under the header
+        assert len(rows) == 5 and all(row[:-1].split()[-1] == "non-e" for row in rows), rows
+        assert any(row[-1] in "▁▂▃▄▅▆▇█" for row in rows), rows  # 10 decisions in 5 rows: a scrollbar
+        assert all(row[-2] == " " for row in rows), rows  # and a blank column between it and the names
+
+
+async def test_a_refused_edit_at_80x24_takes_the_texts_rows_and_hides_no_border():
+    from test_tui_policy import ERROR, refused, squash
+
+    events = POLICY_EVENTS[:-1] + [refused()] + POLICY_EVENTS[-1:]
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        screen = screen_lines(app)
+        classes = region_lines(app, "classes")
+        assert len(classes) == 8 and classes[-1].startswith("╰") and classes[-1].endswith("╯")
+        assert screen[18] == classes[-1] + region_lines(app, "decisions")[-1]  # both panes' feet, whole
+        assert screen[19].startswith("─ policy edit refused ─")  # under them, in the text's rows
+        assert squash(ERROR) in squash(" ".join(screen[20:23]))
+        assert "╭─ text" not in "\n".join(screen)

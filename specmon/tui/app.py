@@ -21,6 +21,7 @@ from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
 DRAIN_INTERVAL_S = 1 / 15  # redraw rate ceiling; each tick applies one whole batch
 MIN_SIZE = (70, 20)  # below this the panes cannot show their figures whole: say so instead
 MIN_SIZE_SERVING = (70, 24)  # a server's requests row needs the rows above it whole too
+ROOMY_HEIGHT = 28  # from here on the top panes have FULL_ROWS; below, 3 rows so 5 classes and the text fit
 RELOAD_NOTICE_S = 10.0  # a taken reload is news for a while; a refused edit stays until one is taken
 
 
@@ -59,19 +60,29 @@ class SpecmonApp(App):
         yield panes.TitleBar(self._title, id="title")
         with Grid(id="main"):
             yield self._run_pane(
-                "acceptance", "acceptance", lambda w: panes.render_acceptance(self.state, self.metric, w)
-            )
+                "acceptance",
+                "acceptance",
+                lambda w: panes.render_acceptance(self.state, self.metric, w),
+                lambda w: self._short_foot("acceptance", panes.sparkline_caption(self.state, self.metric, w)),
+            )  # a short pane's last line, the sparkline's caption, goes to its foot
             yield self._run_pane(
                 "speed",
                 "speed",
-                lambda w: panes.render_speed(self.state, w),
+                lambda w: panes.render_speed(self.state, w, self._rows("speed")),
                 lambda w: rows.policy_figure(self.state, w),
             )  # what the policy decided on
-            yield self._run_pane("rejections", "rejections", lambda w: panes.render_rejections(self.state, w))
+            yield self._run_pane(
+                "rejections",
+                "rejections",
+                lambda w: panes.render_rejections(self.state, w, self._rows("rejections")),
+                lambda w: self._short_foot("rejections", panes.rejections_caption(self.state, w)),
+            )
             yield self._run_pane(
                 "timing", "ms", lambda w: panes.render_timing(self.state, w), lambda w: panes.rounds_caption(self.state)
             )
-            yield panes.Pane("memory", lambda w: panes.render_memory(self.state), id="memory", classes="stat")
+            yield panes.Pane(
+                "memory", lambda w: panes.render_memory(self.state, self._rows("memory")), id="memory", classes="stat"
+            )
             table = DataTable(
                 id="classes",
                 classes="stat",
@@ -82,7 +93,7 @@ class SpecmonApp(App):
             )  # the cursor keeps the verdict's colour
             table.border_title = "classes"
             yield table
-            decisions = DataTable(id="decisions", classes="stat", cursor_type="row", cell_padding=0)
+            decisions = panes.DecisionsTable(id="decisions", classes="stat", cursor_type="row", cell_padding=0)
             decisions.border_title = "decisions"
             decisions.border_subtitle = "no policy"
             yield decisions
@@ -111,6 +122,7 @@ class SpecmonApp(App):
         decisions = self.query_one("#decisions", DataTable)
         for key, width in rows.DECISION_COLUMNS:
             decisions.add_column(key, width=width, key=key)
+        decisions.fit_last_column()
         self._fit_to(self.size.width, self.size.height)
         self.set_interval(DRAIN_INTERVAL_S, self.drain)
         self.refresh_panes()
@@ -125,10 +137,20 @@ class SpecmonApp(App):
         small = width < need[0] or height < need[1]
         screen = self.screen_stack[0] if self.screen_stack else self.screen
         screen.set_class(small, "too-small")
+        screen.set_class(height < ROOMY_HEIGHT, "short")  # app.tcss: the top panes give rows to the others
+        self._title_notice(screen)
         if small:
             screen.query_one("#too-small", Static).update(
                 f"terminal too small: {width}×{height}, need {need[0]}×{need[1]}"
             )
+
+    def _rows(self, pane_id: str) -> int:
+        """A pane's content rows as laid out (FULL_ROWS before the first layout)."""
+        return self.screen_stack[0].query_one(f"#{pane_id}").content_size.height or panes.FULL_ROWS
+
+    def _short_foot(self, pane_id: str, caption: str) -> str:
+        """A pane's foot: `caption` where the pane is too short for it as its last line."""
+        return caption if self._rows(pane_id) < panes.FULL_ROWS else ""
 
     def _fit_serving(self, main) -> None:
         """From a server's first QueueSample on, its requests pane has a row of the grid; a replay that
@@ -202,8 +224,14 @@ class SpecmonApp(App):
         widget = main.query_one("#policy-notice", Static)
         widget.set_class(self.state.refused is not None, "refused")
         widget.set_class(notice is not None, "shown")
-        widget.border_title = title
+        main.set_class(notice is not None, "noticed")  # a short screen gives the notice the text's rows (app.tcss)
+        self._title_notice(main)
         widget.update(body)
+
+    def _title_notice(self, main) -> None:
+        """The notice's title; spaced by hand on a short screen, whose top border alone has no corner."""
+        title, short = self._notice[0], main.has_class("short")
+        main.query_one("#policy-notice", Static).border_title = f" {title} " if title and short else title
 
     def _reload_fresh(self) -> bool:
         """A taken reload is news for RELOAD_NOTICE_S of the session's time and of ours: a replay read

@@ -6,7 +6,7 @@ many rounds and how many of them proposed nothing (those are counted apart, neve
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.interval import SpeedupEstimate
@@ -24,6 +24,7 @@ BARS = "_▁▂▃▄▅▆▇█"  # a zero shows as _, so it is not taken for 
 EMPTY_MARK = "·"  # a round that proposed nothing, in a sparkline
 ALL_ACCEPTED = "all accepted"  # the rejections pane's count of rounds that had no rejection
 DEFAULT_WIDTH = 36  # content width before the first layout
+FULL_ROWS = 4  # a pane's content rows in a roomy terminal; at 80x24 the top panes have 3 and say less
 BORDER_LABEL_MARGIN = 5  # a border label's room: the width less two corners, a rule before it and its spaces
 
 
@@ -105,18 +106,20 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
     series = state.acceptance_series(metric)
     top = 1.0 if metric != "mean accepted length" else max([float(state.class_k), 1.0])
     text.append_text(_spark(series, width, top, "green"))
-    if series:
-        shown = min(len(series), width)
-        text.append(
-            "\n"
-            + _fit(
-                f"last {count(shown, 'round')}; {EMPTY_MARK} proposed nothing",
-                f"last {shown}; {EMPTY_MARK} empty",
-                width,
-            ),
-            style="dim",
-        )
+    caption = sparkline_caption(state, metric, width)
+    if caption:
+        text.append("\n" + caption, style="dim")
     return text
+
+
+def sparkline_caption(state: ViewState, metric: str, width: int = DEFAULT_WIDTH) -> str:
+    """How many rounds the acceptance sparkline draws, and what its dots are ("" before any)."""
+    shown = min(len(state.acceptance_series(metric)), width)
+    if not shown:
+        return ""
+    return _fit(
+        f"last {count(shown, 'round')}; {EMPTY_MARK} proposed nothing", f"last {shown}; {EMPTY_MARK} empty", width
+    )
 
 
 def rounds_caption(state: ViewState) -> str:
@@ -125,22 +128,27 @@ def rounds_caption(state: ViewState) -> str:
     return count(run.rounds, "round") if run else ""
 
 
-def render_rejections(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
+def rejections_caption(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
+    """How many of the run's rounds proposed something, the empty ones apart ("" before any)."""
+    run = state.current_run()
+    if run is None or not run.proposed_gt:
+        return ""
+    drafted = run.rounds - run.empty_rounds
+    return _fit(
+        f"{count(drafted, 'round')} proposed; {run.empty_rounds} empty, apart",
+        f"{drafted} proposed, {run.empty_rounds} empty",
+        width,
+    )
+
+
+def render_rejections(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_ROWS) -> Text:
     """First-rejection counts and per-position acceptance a_i for every position 0..k-1, as
-    columns; past the pane's width, one bar character per position."""
+    columns; past the pane's width, one bar character per position. Under FULL_ROWS rows the
+    first line (rejections_caption) is left to the pane's foot."""
     run, k = state.current_run(), state.class_k
     if run is None or not run.proposed_gt:
         return Text("no draft proposed yet", style="dim")
-    drafted = run.rounds - run.empty_rounds
-    text = Text(
-        _fit(
-            f"{count(drafted, 'round')} proposed; {run.empty_rounds} empty, apart",
-            f"{drafted} proposed, {run.empty_rounds} empty",
-            width,
-        )
-        + "\n",
-        style="dim",
-    )
+    text = Text(rejections_caption(state, width) + "\n" if rows >= FULL_ROWS else "", style="dim")
     positions = max(k, len(run.proposed_gt))
     counts = [run.rejections[i] if i < len(run.rejections) else 0 for i in range(positions)]
     a_i = [run.per_position[i] if i < len(run.per_position) else None for i in range(positions)]
@@ -187,9 +195,10 @@ def verdict_style(estimate: SpeedupEstimate | None) -> str:
     return VERDICT_STYLES.get(estimate.verdict if estimate else "", "bold")
 
 
-def render_speed(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
+def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_ROWS) -> Text:
     """The speedup (specmon.metrics' estimate: goodput at k over plain, same class), its 95%
-    interval over prompts and what it allows one to say; then each side's goodput and sample."""
+    interval over prompts and what it allows one to say; then each side's goodput and sample (in
+    two lines, spec/plain, under FULL_ROWS rows)."""
     name, k = state.current_class, state.class_k
     stats = state.classes.get(name)
     run, base = state.current_run(), (stats.baseline if stats else None)
@@ -209,10 +218,22 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
         elif estimate.low is None:
             text.append(" (1 prompt)", style="dim")
         text.append("\n")
+    if rows < FULL_ROWS:
+        return text.append_text(_sides_short(run, base))
     text.append(f"{'goodput':<7}{'tok/s':>6}{'rounds':>8}{'prompts':>9}\n", style="dim")
     text.append(_side("spec", run) + "\n")
     text.append(_side("plain", base))
     return text
+
+
+def _sides_short(run, base) -> Text:
+    """Both sides in two lines: goodput, then rounds and prompts, spec / plain."""
+    has = lambda r: r is not None and r.rounds  # noqa: E731
+    tok = lambda r: fmt(r.tok_per_s, "{:.1f}") if has(r) else MISSING  # noqa: E731
+    many = lambda r, what: str(getattr(r, what)) if has(r) else "0"  # noqa: E731
+    text = Text(f"spec {tok(run)} · plain {tok(base)} tok/s\n")
+    text.append(f"rounds {many(run, 'rounds')}/{many(base, 'rounds')}", style="dim")
+    return text.append(f" · prompts {many(run, 'prompts')}/{many(base, 'prompts')}", style="dim")
 
 
 def _missing_side(run, base) -> str:
@@ -229,10 +250,14 @@ def _side(label: str, run) -> str:
     return f"{label:<6}{fmt(run.tok_per_s, '{:.1f}'):>7}{run.rounds:>8}{run.prompts:>9}"
 
 
-def render_memory(state: ViewState) -> Text:
+def render_memory(state: ViewState, rows: int = FULL_ROWS) -> Text:
+    """VRAM used of total, RSS, each KV cache in MiB; under FULL_ROWS rows, VRAM on one line and
+    the caches' total."""
     gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
     text = Text()
-    if state.vram_total is not None and state.vram_used is not None:
+    if state.vram_total is not None and state.vram_used is not None and rows < FULL_ROWS:
+        text.append(f"VRAM {state.vram_used / 2**30:.1f}/{state.vram_total / 2**30:.0f}G\n")
+    elif state.vram_total is not None and state.vram_used is not None:
         text.append(f"VRAM {gib(state.vram_used)}\n  of {gib(state.vram_total)}\n")
     else:
         text.append(f"VRAM {MISSING}\n", style="dim")
@@ -244,7 +269,9 @@ def render_memory(state: ViewState) -> Text:
     else:
         text.append(f"RSS  {MISSING}", style="dim")
     caches = state.session.cache_bytes if state.session else {}
-    if caches:
+    if caches and rows < FULL_ROWS:
+        text.append(f"\nKV {sum(caches.values()) / 2**20:.0f} MiB", style="dim")
+    elif caches:
         text.append("\nKV cache MiB", style="dim")
         for name, size in caches.items():
             text.append(f"\n {name} {size / 2**20:.0f}", style="dim")
@@ -307,3 +334,21 @@ class Pane(Static):
     def on_resize(self) -> None:
         if self.content_size.width and not getattr(self.app, "paused", False):  # a paused view stays as it was
             self.redraw()
+
+
+class DecisionsTable(DataTable):
+    """The decisions pane: its last column (the class) is cut to the room left of the scrollbar's
+    column, with one blank between, so the bar never lands on a class's name."""
+
+    def on_resize(self) -> None:
+        self.fit_last_column()
+
+    def fit_last_column(self) -> None:
+        columns = list(self.columns.values())
+        if not columns or not self.content_size.width:
+            return
+        room = self.content_size.width - sum(c.width for c in columns[:-1]) - 2  # the scrollbar's column and a blank
+        if columns[-1].width != max(room, 1):
+            columns[-1].width = max(room, 1)
+            self._require_update_dimensions = True  # DataTable re-measures its columns on the next refresh
+            self.refresh()

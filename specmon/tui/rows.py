@@ -23,7 +23,7 @@ CLASS_COLUMNS = [
     ("speedup", "speedup", 8, "right"),
     ("spec", " spec", 13, "left"),
 ]
-DECISION_COLUMNS = [("id", 3), ("to", 6), ("class", 12)]  # cut at the pane's edge when narrower
+DECISION_COLUMNS = [("id", 3), ("to", 6), ("class", 12)]  # the class's is fitted to the pane (DecisionsTable)
 VERDICT_MARKS = {"faster": "", "slower": "", "not yet known": "?", "noise": "!", "busy host": "~"}
 
 
