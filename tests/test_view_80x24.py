@@ -212,6 +212,16 @@ async def test_a_class_its_policy_runs_plain_shows_its_plain_rounds_and_goodput(
         assert class_line(app, "rewrite")[-1] == "on"
 
 
+@pytest.mark.parametrize(
+    "value, shown", [(7.84, "7.8 t/s"), (9.96, "10 t/s"), (15.3, "15 t/s"), (999.4, "999 t/s"), (12_345.0, "12k t/s")]
+)
+def test_plain_goodput_leaves_a_blank_before_the_speedup_column(value, shown):
+    from specmon.tui.rows import CLASS_COLUMNS, tok_per_s
+
+    width = next(w for key, _, w, _ in CLASS_COLUMNS if key == "speedup")
+    assert tok_per_s(value) == shown and len(shown) < width  # `-15.3 t/s` read as a negative goodput
+
+
 # -- 6. a replay opened at the end shows no notice the live view had cleared --------------------------
 
 

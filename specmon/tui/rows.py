@@ -75,10 +75,13 @@ def plain_row(state: ViewState, name: str) -> tuple[str, ...]:
 
 
 def tok_per_s(value: float | None) -> str:
-    """Goodput in the speedup column's 8 characters: `7.8 t/s`, `1234 t/s`."""
+    """Goodput in 7 characters, a blank short of the speedup column's 8 so it never touches the
+    column before: `7.8 t/s`, `153 t/s`, `12k t/s`."""
     if value is None:
         return MISSING
-    return f"{value:.1f} t/s" if value < 100 else f"{value:.0f} t/s"
+    if value < 9.95:
+        return f"{value:.1f} t/s"
+    return f"{value:.0f} t/s" if value < 999.5 else f"{value / 1e3:.0f}k t/s"
 
 
 def styled_cells(state: ViewState, row: tuple[str, ...]) -> list[Text]:
