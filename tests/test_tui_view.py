@@ -21,6 +21,7 @@ from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
 from specmon.tui.screens import DecisionScreen, HelpScreen, JumpScreen
 from waiting import drawn, resized, screen_lines, shown_until
+from events import round_verified
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 POLICY_LOG = FIXTURES / "session-policy.specmon"
@@ -230,8 +231,7 @@ def k7_session(rounds: int = 40) -> list:
         accepted = 0 if not proposed else (i % 8 if i % 8 < 7 else 7)
         rejection = None if not proposed or accepted == 7 else accepted
         events.append(
-            RoundVerified(
-                session_id="s",
+            round_verified(
                 t=float(i),
                 round_id=i,
                 prompt_id="code-0",
@@ -246,8 +246,6 @@ def k7_session(rounds: int = 40) -> list:
                 verify_ms=50.0 + i % 5,
                 overhead_ms=1.0,
                 target_probs=[0.5] * len(proposed),
-                alpha_hat=None,
-                margins=[],
                 sampling=sampling,
                 mem_bytes=1 << 30,
                 final_text=" x",
