@@ -1,4 +1,4 @@
-"""`specmon bench verify|engines|serve` and `bench policy --confident`, run as a user runs them, on
+"""`specmon bench verify|engines|serve`, run as a user runs them, on
 the tiny model: what their --json says, what their --help teaches, and their one-line mistakes."""
 
 import importlib.util
@@ -135,37 +135,9 @@ def test_bench_serve_measures_served_against_direct(profile, tmp_path):
     assert rows[1]["ttft_p50_ms"] > 0
 
 
-def test_bench_policy_confident_compares_settings_with_the_policy_off(profile, tmp_path):
-    out = tmp_path / "ngram.json"
-    done = specmon(
-        "bench",
-        "policy",
-        "--profile",
-        profile,
-        "--classes",
-        "rewrite",
-        "--ks",
-        "0,4",
-        "--max-new-tokens",
-        "8",
-        "--confident",
-        "2/1,3/1c",
-        "--json",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(out.read_text())
-    assert result["settings"] == ["plain", "lookup k=4", "conf 2/1 k=4", "conf 3/1c k=4"]
-    assert set(result["tok_per_s"]) == {"rewrite", "ALL"}
-    assert all(rate > 0 for rate in result["tok_per_s"]["ALL"].values())
-    assert set(result["over_plain"]["ALL"]) == set(result["settings"][1:])
-
-
 @pytest.mark.parametrize(
     "args, fragments",
     [
-        (["bench", "policy", "--confident", "2-1"], ["--confident", "min_match/min_seen"]),
-        (["bench", "policy", "--confident", "2/1", "--ks", "0"], ["--confident", "above 0"]),
         (["bench", "engines", "--engines", "torch-fp32,vllm"], ["--engines", "torch-fp32"]),
         (["bench", "serve", "-k", "99"], ["-k must be 0..64"]),
         (["bench", "verify", "--profile", "no-such-profile"], ["no-such-profile"]),

@@ -10,7 +10,8 @@ from rich.table import Table
 
 from specmon.backends.profiles import load_profile
 from specmon.console import err, out, progress
-from specmon.cli.run import check_model_drafter, check_writable, write_json
+from specmon.backends.profiles import check_model_drafter
+from specmon.cli.run import check_writable, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.errors import SpecmonError
 from specmon.metrics import rates
@@ -25,10 +26,6 @@ def cmd_bench(args) -> int:
     from specmon.policy.engine import PolicyEngine
     from specmon.sched.policy import PolicyScheduler
 
-    if args.confident:
-        from specmon.cli.bench_ngram import cmd_bench_ngram  # the policy off: n-gram confidence settings alone
-
-        return cmd_bench_ngram(args)
     profile = load_profile(args.profile)
     policy = load_policy(args.policy)
     ks = parse_ks(args.ks)

@@ -12,8 +12,7 @@ from typing import Callable
 
 from rich.markup import escape
 
-# check_model_drafter: cli/bench.py imports it from here
-from specmon.backends.profiles import check_model_drafter, load_profile, overrides  # noqa: F401
+from specmon.backends.profiles import load_profile, overrides
 from specmon.console import err, out, progress
 from specmon.tables import class_table, divergence_lines
 from specmon.engine.prompts import prompt_set

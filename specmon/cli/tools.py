@@ -1,5 +1,5 @@
-"""The measuring tools' command lines: `specmon bench verify|engines|serve`, `specmon policy tune`,
-and `bench policy --confident`. Each command's module is imported when it runs, so `--help` is fast."""
+"""The measuring tools' command lines: `specmon bench verify|engines|serve`, `specmon policy tune`.
+Each command's module is imported when it runs, so `--help` is fast."""
 
 from __future__ import annotations
 
@@ -20,16 +20,9 @@ class Teaching(argparse.HelpFormatter):
 
 
 def add_bench_tools(bench) -> None:
-    """`bench verify`, `bench engines`, `bench serve` beside `bench policy` (and its --confident)."""
+    """`bench verify`, `bench engines`, `bench serve` beside `bench policy`."""
     for add in (_add_verify, _add_engines, _add_serve):
         add(bench)
-    bench.choices["policy"].add_argument(
-        "--confident",
-        metavar="SETTINGS",
-        help="policy off: instead, compare n-gram confidence settings "
-        "(min_match/min_seen, e.g. 2/1,3/1,2/1c; a trailing c caps each draft at its match's length) at the largest "
-        "k of --ks, against plain and the plain lookup, per class (no log)",
-    )
 
 
 def add_policy_tune(policy) -> None:
