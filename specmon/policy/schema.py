@@ -20,6 +20,7 @@ from tomlkit.exceptions import TOMLKitError
 from specmon.errors import SpecmonError
 from specmon.data import resolve
 from specmon.engine.draft_len import MAX_DRAFT_LEN
+from specmon.policy.locate import line_col, locate, msgspec_path, too_deep
 from specmon.policy.regex import RegexError, compile_regex
 
 MAX_POLICY_BYTES = 1 << 20  # read once a round while a run watches the file: a policy is a page, not a dump
@@ -161,7 +162,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     try:
         parsed = msgspec.convert(raw, PolicyFile)
     except msgspec.ValidationError as exc:
-        path = _msgspec_path(str(exc))
+        path = msgspec_path(str(exc))
         line, col = locate(text, path)
         raise PolicyError(source, line, col, _readable(str(exc)) + _did_you_mean(path)) from None
     warnings = retired + _check(parsed, text, source)
@@ -204,10 +205,12 @@ def load_toml(text: str, source: str) -> dict:
     except tomllib.TOMLDecodeError as exc:
         raise _syntax_error(text, source, exc) from None
     except RecursionError:
-        raise PolicyError(source, *_too_deep(text), f"arrays or tables nested too deeply (over {TOO_DEEP})") from None
+        raise PolicyError(
+            source, *too_deep(text, TOO_DEEP), f"arrays or tables nested too deeply (over {TOO_DEEP})"
+        ) from None
     except ValueError:  # an integer of more than 4300 digits
         found = re.search(r"[0-9_]{1000,}", text)
-        line, col = _line_col(text, found.start()) if found else (1, 1)
+        line, col = line_col(text, found.start()) if found else (1, 1)
         raise PolicyError(source, line, col, "invalid TOML: a number of more than 4300 digits") from None
 
 
@@ -321,64 +324,6 @@ def _shown(value) -> str:
     return shown if len(shown) <= 60 else f"{shown[:40]}... ({len(shown)} characters)"
 
 
-# -- locations -----------------------------------------------------------------------------
-
-
-def _line_col(text: str, offset: int) -> tuple[int, int]:
-    line_start = text.rfind("\n", 0, offset) + 1
-    return text.count("\n", 0, offset) + 1, offset - line_start + 1
-
-
-def _too_deep(text: str) -> tuple[int, int]:
-    """Where brackets first nest deeper than TOO_DEEP; brackets inside strings count too, which
-    is a fair guess for a file tomllib gave up on."""
-    depth = 0
-    for offset, ch in enumerate(text):
-        depth += (ch in "[{") - (ch in "]}")
-        if depth > TOO_DEEP:
-            return _line_col(text, offset)
-    return 1, 1
-
-
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(#.*)?$")
-
-
-def locate(text: str, path: tuple) -> tuple[int, int]:
-    """(line, column), 1-based, of a key path like ("classes", 2, "draft_len") or ("policy", "mode").
-
-    Falls back to the nearest enclosing table header, then to line 1."""
-    table, index, keys = _split_path(path)
-    current, entry, in_scope, best = "", -1, False, (1, 1)
-    for number, line in enumerate(text.splitlines(), 1):
-        header = _HEADER.match(line)
-        if header:
-            current = header.group(2)
-            top = current.split(".")[0]
-            if header.group(1) == "[[" and current == top:
-                entry = entry + 1 if top == table else entry
-            in_scope = top == table and (index < 0 or entry == index)
-            if in_scope and current.split(".")[1:] == keys:
-                return number, 1  # the key is itself a table, e.g. [classes.draft_len]
-            if in_scope and current == table:
-                best = (number, 1)
-            continue
-        if in_scope and keys:
-            want = keys[-1]
-            prefix = ".".join(keys[len(current.split(".")) - 1 : -1])
-            name = f"{prefix}.{want}" if prefix else want
-            # `name = ...`, or a dotted key under it (`ngram.max_match = 3` names the table ngram)
-            if re.match(rf"^\s*{re.escape(name)}\s*[=.]", line) or re.match(rf"^\s*{re.escape(keys[0])}\s*=", line):
-                return number, line.index(line.strip()[0]) + 1
-    return best
-
-
-def _split_path(path: tuple) -> tuple[str, int, list[str]]:
-    parts = list(path)
-    table = str(parts.pop(0)) if parts else ""
-    index = parts.pop(0) if parts and isinstance(parts[0], int) else -1
-    return table, index, [str(p) for p in parts]
-
-
 def _readable(message: str) -> str:
     """msgspec's reason with the key it is about ("classes[0].ngram.min_match: Expected ...") and,
     for a bad choice, the choices (_CHOICES)."""
@@ -401,20 +346,6 @@ def _did_you_mean(path: tuple) -> str:
     known = [*struct.__struct_fields__, *RETIRED["class" if struct is PromptClass else "policy"]] if struct else []
     close = difflib.get_close_matches(path[-1], [k for k in known if k not in ("source", "text")], n=1)
     return f"; did you mean `{close[0]}`?" if close and close[0] != path[-1] else ""
-
-
-def _msgspec_path(message: str) -> tuple:
-    """'... - at `$.classes[1].match.regex[0]`' -> ("classes", 1, "match", "regex")."""
-    found = re.search(r"at `\$(.*)`", message)
-    path: list = []
-    for name, number in re.findall(r"\.([A-Za-z_]+)|\[(\d+)\]", found.group(1) if found else ""):
-        path.append(name if name else int(number))
-    if path and isinstance(path[-1], int) and len(path) > 2:
-        path.pop()  # an element inside a list: point at the list's key
-    unknown = re.search(r"unknown field `([^`]+)`", message)
-    if unknown:
-        path.append(unknown.group(1))
-    return tuple(path)
 
 
 def _syntax_error(text: str, source: str, exc: Exception) -> PolicyError:
