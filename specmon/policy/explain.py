@@ -11,7 +11,7 @@ from typing import Callable
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import Decision, RequestTimed, RoundVerified
-from specmon.metrics.format import count
+from specmon.metrics.format import count, ratio_interval
 from specmon.policy import gate, route
 
 
@@ -90,11 +90,10 @@ def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation
     if off:
         logged, again = figures[off[0]]
         return Explanation(d, False, f"inputs differ: {off[0]} logged {logged}, recomputed {again}")
-    interval = "" if est.low is None else f" [{est.low:.2f}, {est.high:.2f}]"
     return Explanation(
         d,
         True,
-        f"{c.side_from} -> {side}: spec/plain {est.ratio:.3f}x{interval} from "
+        f"{c.side_from} -> {side}: spec/plain {ratio_interval(est.ratio, est.low, est.high, 3)} from "
         f"{count(est.prompts_spec, 'spec request')} and {count(est.prompts_plain, 'plain request')}",
     )
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from specmon.events.schema import Decision, PolicyLoaded, RequestTimed, RouteChoice
+from specmon.metrics.format import ratio_interval
 from specmon.policy import route
 from specmon.policy.reload import changed_classes, loaded_event, reread
 from specmon.policy.route import BOTH, PLAIN, SPEC
@@ -158,7 +159,6 @@ class Router:
 
 def _reason(c: RouteChoice) -> str:
     """The decision in words: where the class goes, and why."""
-    interval = "" if c.low is None else f" [{c.low:.2f}, {c.high:.2f}]"
     sides = f"{c.spec_requests} spec vs {c.plain_requests} plain requests"
     fewest = min(c.spec_requests, c.plain_requests)
     if c.side_from == BOTH and fewest < c.min_requests:
@@ -169,5 +169,5 @@ def _reason(c: RouteChoice) -> str:
         why = "the 95% interval excludes 1.0"
     return (
         f"{c.side_from} -> {c.side_to} ({c.explore_share:.0%} to the other side): "
-        f"spec/plain {c.ratio:.2f}x{interval} over {sides}; {why}"
+        f"spec/plain {ratio_interval(c.ratio, c.low, c.high)} over {sides}; {why}"
     )

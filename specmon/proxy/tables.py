@@ -16,7 +16,7 @@ from rich.text import Text
 from specmon.tables import compact_table
 from specmon.errors import SpecmonError
 from specmon.events.schema import RequestTimed, SessionStarted
-from specmon.metrics.format import MISSING, count, fmt
+from specmon.metrics.format import MISSING, count, fmt, ratio_interval
 from specmon.metrics.served import RequestTotals, by_class
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import ClassAdvice, advise, applied_line
@@ -106,11 +106,9 @@ def advice_lines(advice: ClassAdvice, policy: Policy | None) -> list[str]:
     """The class, its spec/plain goodput ratio [95% interval] and both sides' requests; then the verdict
     and what would change."""
     est = advice.estimate
-    ratio = "n/a" if est.ratio is None else f"{est.ratio:.2f}x"
-    span = "" if est.low is None else f" [{est.low:.2f}, {est.high:.2f}]"
     sides = f"{advice.spec.timed} spec vs {count(advice.plain.timed, 'plain request')}"
     return [
-        f"{advice.prompt_class}: spec/plain goodput {ratio}{span}, {sides}",
+        f"{advice.prompt_class}: spec/plain goodput {ratio_interval(est.ratio, est.low, est.high)}, {sides}",
         f"  {advice.verdict}; change: {advice.change(policy)}",
     ]
 

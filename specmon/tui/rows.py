@@ -8,7 +8,7 @@ from rich.text import Text
 
 from specmon.events.schema import Decision
 from specmon.metrics.contention import clock
-from specmon.metrics.format import MISSING, count, fmt
+from specmon.metrics.format import MISSING, count, fmt, ratio_interval
 from specmon.tui.panes import verdict_style
 from specmon.tui.state import ViewState
 
@@ -146,8 +146,7 @@ def decision_inputs(d: Decision) -> str:
     """What a decision was computed from, in words."""
     if d.route is not None:
         r = d.route
-        interval = "" if r.low is None else f" [{r.low:.2f}–{r.high:.2f}]"
-        return f"spec/plain {r.ratio:.2f}×{interval} over {r.spec_requests} spec and {r.plain_requests} plain requests"
+        return f"spec/plain {ratio_interval(r.ratio, r.low, r.high)} over {r.spec_requests} spec and {r.plain_requests} plain requests"
     g = d.gate
     if g is None:
         return "a rule specmon has retired: its figures are not shown"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from specmon.metrics.format import MISSING, clock, count, fmt
+from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
 from specmon.tui.panes import bar_line
 from specmon.tui.served_state import RECENT_S, ServedState
 
@@ -155,9 +155,8 @@ def render_classes(state: ServedState, width: int) -> Text:
 def _route_line(cls: str, d) -> str:
     """`chat → plain 0.94x [0.91, 0.97] at 12:03:04`: where routing sent the class last, and on what."""
     r = d.route
-    interval = "" if r.low is None else f" [{r.low:.2f}, {r.high:.2f}]"
     advised = "" if d.applied else " (advised)"
-    return f"{cls} → {r.side_to}{advised} {r.ratio:.2f}x{interval} at {clock(d.t)}"
+    return f"{cls} → {r.side_to}{advised} {ratio_interval(r.ratio, r.low, r.high)} at {clock(d.t)}"
 
 
 def _speed(totals) -> str:
