@@ -1,5 +1,6 @@
 """Process memory as each round records it: the kept /proc descriptor reads what the kernel says now."""
 
+import mmap
 import os
 
 from specmon.telemetry.memory import rss_bytes
@@ -10,15 +11,22 @@ def _statm_rss() -> int:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _resident_block(size: int) -> mmap.mmap:
+    """Fresh anonymous pages, each touched: malloc may hand back freed heap that is already resident."""
+    block = mmap.mmap(-1, size)
+    for offset in range(0, size, mmap.PAGESIZE):
+        block[offset] = 1
+    return block
+
+
 def test_rss_follows_the_process_as_it_grows():
     before = rss_bytes()
-    block = bytearray(64 << 20)
-    block[::4096] = b"\1" * len(range(0, len(block), 4096))  # touch every page, so it is resident
+    block = _resident_block(64 << 20)
     after = rss_bytes()
     assert before is not None and after is not None
     assert after - before >= 60 << 20
     assert abs(after - _statm_rss()) < 4 << 20
-    del block
+    block.close()
 
 
 def test_a_forked_child_reads_its_own_memory_not_its_parents():
@@ -30,8 +38,7 @@ def test_a_forked_child_reads_its_own_memory_not_its_parents():
         try:
             os.close(read)
             before = rss_bytes()
-            block = bytearray(96 << 20)
-            block[::4096] = b"\1" * len(range(0, len(block), 4096))
+            block = _resident_block(96 << 20)  # noqa: F841 (held until the figures are read)
             os.write(write, f"{rss_bytes() - before} {rss_bytes()} {_statm_rss()}".encode())
             code = 0
         finally:
