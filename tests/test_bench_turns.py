@@ -13,13 +13,21 @@ from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
 from specmon.metrics.contention import tally
 from specmon.sched.bench import bench_results, run_bench
-from specmon.sched.turns import take_turns
+from specmon.sched.turns import rotated, take_turns
 from specmon.sched.policy import PolicyScheduler
 from specmon.transport.session import live_session as open_session
 from tinymodel import tiny_profile
 from events import round_verified
 
 KS = [0, 2, 5]
+
+
+def test_every_arm_takes_every_place_in_turn():
+    arms = ["plain", "k2", "k4"]
+    orders = [rotated(arms, index) for index in range(6)]
+    for place in range(3):
+        assert sorted(order[place] for order in orders) == sorted(arms * 2)  # each arm twice in each place
+    assert rotated(["plain", "ngram"], 1) == ["ngram", "plain"] and rotated([], 3) == []
 
 
 SAMPLED = Sampling(temperature=1.0, seed=7)  # each k draws its own text, so decodes sharing a cache would clash

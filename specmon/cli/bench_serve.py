@@ -25,6 +25,7 @@ from rich.table import Table
 
 from specmon.backends.profiles import load_profile
 from specmon.sched.bench import prompts_path
+from specmon.sched.turns import rotated
 from specmon.console import err, out, progress
 from specmon.cli.run import check_new_log, check_writable, write_json
 from specmon.cli.serve_clients import Streamed
@@ -118,7 +119,7 @@ def _measure(profile, k: int, prompts, args, log: Path) -> dict:
                                 direct(session.driver, pair.drafter, k, prompt, args.max_tokens)
                             ),
                         ]
-                        for step in steps if (i + rep) % 2 == 0 else reversed(steps):
+                        for step in rotated(steps, i + rep):
                             step()
                         done(rep * len(prompts) + i + 1)
             many_wall, many = clients.ask([p.text for p in prompts], args.clients, args.max_tokens)

@@ -32,7 +32,7 @@ from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_esti
 from specmon.metrics.rates import goodput, speedup
 from specmon.metrics.stats import RunStats
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
-from specmon.sched.turns import lanes as make_lanes, take_turns
+from specmon.sched.turns import lanes as make_lanes, rotated, take_turns
 
 
 HALVES = ("tune", "test")
@@ -93,10 +93,9 @@ def run_bench(
     for index, prompt in enumerate(sequence):
         name = policy.engine.classify(prompt.text, _tag(prompt))[0]
         runs: list[int | None] = [None, *ks]  # None: the policy's own decode of the prompt
-        shift = index % len(runs)
         order = [
             k
-            for k in runs[shift:] + runs[:shift]  # the policy takes each place in turn, as every k does
+            for k in rotated(runs, index)  # the policy takes each place in turn, as every k does
             if not (k and fixed_passes and index // len(prompts) >= fixed_passes)
         ]
         if lanes is None:

@@ -29,6 +29,7 @@ from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
 from specmon.metrics.interval import PromptTotals, speedup_estimate
 from specmon.metrics.rates import goodput, speedup
+from specmon.sched.turns import rotated
 
 # name -> (which profile, keys replaced in it): torch with and without packed verify weights, packed
 # with 2-3 position passes never padded; llama.cpp
@@ -116,8 +117,8 @@ def run(
         even = (i + rep) % 2 == 0
         own = reference_turn(bench, tokenizer, prompt, n_new, reference) if reference and even else None
         plain_outs = {}
-        for name in names if even else names[::-1]:  # alternate which engine goes first
-            plain_outs[name] = _engine_turn(bench, name, drivers[name], prompt, n_new, k, i % 2 == 0)
+        for name in rotated(names, i + rep):  # each engine goes first in turn
+            plain_outs[name] = _engine_turn(bench, name, drivers[name], prompt, n_new, k, i)
         if reference and not even:  # llama.cpp's own loop: first, then last, in turn
             own = reference_turn(bench, tokenizer, prompt, n_new, reference)
         if own is not None and "llamacpp" in plain_outs:  # its greedy text against specmon's through llama.cpp
@@ -130,11 +131,11 @@ def run(
 
 
 def _engine_turn(
-    bench: Bench, name: str, driver: SessionDriver, prompt: Prompt, n_new: int, k: int, plain_first: bool
+    bench: Bench, name: str, driver: SessionDriver, prompt: Prompt, n_new: int, k: int, index: int
 ) -> list[int]:
-    """One prompt on one engine, plain and n-gram; returns the plain output."""
+    """One prompt on one engine, plain and n-gram (in turn first, by the prompt's index); returns the plain output."""
     outs = {}
-    for mode in MODES if plain_first else MODES[::-1]:
+    for mode in rotated(MODES, index):
         done = decode(driver, prompt, mode, k, n_new)
         bench.add(name, mode, prompt.id, len(done.generated), done.decode_ms)
         outs[mode] = done.generated

@@ -10,6 +10,7 @@ from specmon.engine.drafters import Drafter, NoDrafter
 from specmon.engine.driver import UNCHECKED, SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import Sampling
+from specmon.sched.turns import rotated
 
 
 def run_paired(
@@ -24,9 +25,7 @@ def run_paired(
     driver.check_room(prompts, max_new_tokens, draft_len)
     plain = NoDrafter()
     for index, prompt in enumerate(prompts):
-        order = [(plain, 0), (drafter, draft_len)] if draft_len else [(plain, 0)]
-        if index % 2:
-            order.reverse()
+        order = rotated([(plain, 0), (drafter, draft_len)] if draft_len else [(plain, 0)], index)
         runs = {}
         for which, k in order:
             if not driver.stopped:  # a cancelled first decode still gets its PromptFinished below

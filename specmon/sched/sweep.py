@@ -11,7 +11,7 @@ from specmon.engine.drafters import Drafter, NoDrafter
 from specmon.engine.driver import SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import Sampling
-from specmon.sched.turns import Lane, lanes, take_turns
+from specmon.sched.turns import Lane, lanes, rotated, take_turns
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ def run_sweep(
     lanes = _lanes(driver, drafters, cells)
     finished = 0
     for index, prompt in enumerate(prompts):
-        shift = index % len(cells)
-        order = cells[shift:] + cells[:shift]
+        order = rotated(cells, index)
         if lanes is None:
             runs = {}
             for cell in order:

@@ -1,15 +1,26 @@
-"""Decodes of one prompt taking turns round by round, each on its own copy of the KV cache, so
-a change in the machine's speed (seconds long on a shared host) falls on all of them alike.
-Used by `specmon bench policy` and `specmon sweep`."""
+"""How every interleaved comparison orders its arms: per prompt, each arm takes every place in turn
+(`rotated`: run, sweep, bench policy, bench engines, bench serve), and where the engine can be
+copied, one prompt's decodes take turns round by round, each on its own copy of the KV cache
+(`bench policy`, `sweep`), so a change in the machine's speed (seconds long on a shared host) falls
+on all of them alike."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Generator, Sequence
+from typing import Callable, Generator, Sequence, TypeVar
 
 from specmon.engine.drafters import Drafter
 from specmon.engine.driver import SessionDriver
 from specmon.events.schema import AnyEvent
+
+T = TypeVar("T")
+
+
+def rotated(arms: Sequence[T], index: int) -> list[T]:
+    """The arms in the order prompt `index` runs them: each takes every place in turn, so a drift in
+    the machine's speed within a prompt falls on all of them alike (run, sweep, bench)."""
+    shift = index % len(arms) if arms else 0
+    return [*arms[shift:], *arms[:shift]]
 
 
 @dataclass
