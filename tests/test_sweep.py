@@ -142,7 +142,7 @@ def _predicted_by_hand(cells: dict, key) -> float:
 
 def tables_at(log, width: int) -> str:
     """The sweep's two tables, recomputed from its log, as a console of `width` prints them."""
-    from specmon.cli.sweep import break_even_table, results_table
+    from specmon.replay.sweep_tables import break_even_table, results_table
 
     console = Console(file=open("/dev/null", "w"), width=width, record=True)
     rows = cell_rows(read_log(log))

@@ -4,7 +4,7 @@ mark it), a break-even that is any acceptance, and a legend that hides no point.
 import pytest
 from rich.console import Console
 
-from specmon.cli.sweep import break_even_table, results_table
+from specmon.replay.sweep_tables import break_even_table, results_table
 from specmon.events.schema import PromptStarted, Sampling
 from specmon.metrics.contention import tally
 from specmon.replay.sweep_report import cell_rows, goodput_figure

@@ -1,0 +1,128 @@
+"""The tables `specmon sweep` prints (rich, in 80 columns), from the rows replay.sweep_report derives
+from a sweep's log: acceptance and speed per cell against the prediction, and break-even per k."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from specmon.metrics.contention import MARK_SHARE
+from specmon.metrics.format import fmt
+from specmon.metrics.predict import MIN_ROUNDS, TOLERANCE
+from specmon.replay.sweep_report import CellRow, sampling_label
+from specmon.tables import VERDICT_MARKS, compact_table
+
+
+def results_table(rows: list[CellRow], log_name: str) -> Group:
+    """Per cell, in 80 columns: acceptance, then speed against the prediction, then the cells
+    whose prediction is not to be taken at its word."""
+    acceptance = _table(
+        escape(f"sweep {log_name}: acceptance per cell"),
+        ("class", "drafter", "sampling", "k", "rounds", "empty", "rate", "mean", "α̂", "output"),
+    )
+    speed = _table(
+        "measured speedup against predicted (gap = measured/predicted - 1)",
+        ("class", "drafter", "sampling", "k", "draft", "verify", "tok/s", "speedup", "pred", "gap"),
+    )
+    flagged = []
+    for r in rows:
+        run, key = r.run, r.key
+        cell = (escape(key.prompt_class), escape(key.drafter), sampling_label(key.sampling), str(key.draft_len))
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(run.verdicts.items())) or "-"
+        acceptance.add_row(
+            *cell,
+            str(run.rounds),
+            str(run.empty_rounds),
+            fmt(run.acceptance_rate),
+            fmt(run.mean_accepted_len),
+            fmt(run.alpha_hat),
+            verdicts,
+        )
+        gap = fmt(r.gap * 100 if r.gap is not None else None, "{:+.0f}%")
+        speed.add_row(
+            *cell,
+            fmt(run.mean_ms(run.draft_ms)),
+            fmt(run.mean_ms(run.verify_ms), "{:.1f}"),
+            fmt(run.tok_per_s, "{:.1f}"),
+            fmt(r.speedup, "{:.2f}×") + _busy(r),
+            fmt(r.predicted, "{:.2f}×"),
+            f"[yellow]{gap}[/]" if r.flag.startswith("off") else gap,
+        )
+        if r.flag:
+            flagged.append(
+                Text(
+                    f"{key.prompt_class} {key.drafter} {sampling_label(key.sampling)} k={key.draft_len}: "
+                    f"{r.flag} ({run.rounds} rounds)",
+                    style="yellow" if r.flag.startswith("off") else "dim",
+                )
+            )
+    legend = Text(
+        f"empty: rounds that proposed nothing; draft, verify: ms per round; pred: the speedup the cell's "
+        f"proposal mix, per-position acceptance and the sweep's verify cost per proposal length predict; "
+        f"flagged below: cells under {MIN_ROUNDS} rounds, or more than {TOLERANCE:.0%} off; {BUSY_LEGEND}",
+        style="dim",
+    )
+    return Group(acceptance, speed, legend, *flagged)
+
+
+BUSY_LEGEND = f"~ busy host: {MARK_SHARE:.0%}+ of a cell's rounds and its plain cell's disturbed"
+
+
+def _busy(row: CellRow) -> str:
+    """The mark run and log info put beside a speedup measured on a busy host, or ''."""
+    return VERDICT_MARKS["busy host"] if row.busy else ""
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    return compact_table(title, columns, left=("class", "drafter", "sampling", "output"))
+
+
+def break_even_table(rows: list[CellRow]) -> Group:
+    """Per class, drafter and k (greedy cells): the smallest acceptance at which a drafting round
+    pays, from the costs of the rounds that drafted, beside the acceptance they measured."""
+    table = _table(
+        "break-even acceptance per k, on the rounds that drafted",
+        ("class", "drafter", "k", "drafted", "break-even α", "measured", "pays"),
+    )
+    notes = []
+    for r in rows:
+        if not r.key.draft_len or not r.key.sampling.greedy:
+            continue
+        run = r.run
+        rate, need = run.acceptance_rate, r.break_even
+        pays = "-" if rate is None or r.c is None else "never" if need is None else "yes" if rate >= need else "no"
+        if need is not None and r.drafting_cost <= 1.0:  # eq. 1's α = 0 already pays: 0.00 would hide why
+            shown = "any"
+            notes.append(_any_acceptance(r))
+        else:
+            shown = fmt(need)
+        table.add_row(
+            escape(r.key.prompt_class),
+            escape(r.key.drafter),
+            str(r.key.draft_len),
+            f"{run.drafted_rounds}/{run.rounds}",
+            shown + (_busy(r) if need is not None else ""),
+            fmt(rate),
+            pays,
+        )
+    legend = Text(
+        "break-even: eq. 1 with every round proposing k, at the draft and verify cost the drafting rounds "
+        "measured; measured: their acceptance (accepted/proposed); rounds that drafted nothing cost about "
+        "a plain step and gain nothing, so a cell with few drafting rounds stays near plain whatever its "
+        f"rate; never: even full acceptance does not pay; any: even zero acceptance pays; {BUSY_LEGEND}",
+        style="dim",
+    )
+    return Group(table, legend, *notes)
+
+
+def _any_acceptance(r: CellRow) -> Text:
+    """Why a break-even is any acceptance, and why that is suspect."""
+    k = r.key.draft_len
+    return Text(
+        f"{r.key.prompt_class} {r.key.drafter} k={k}: break-even at any acceptance: a drafting round cost "
+        f"{r.drafting_cost:.2f} plain steps (verify {r.v:.2f}); a verify pass of {k + 1} tokens under one plain "
+        "step means the plain steps were slowed (a busy host) or timer noise",
+        style="yellow",
+    )
