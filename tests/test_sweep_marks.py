@@ -7,7 +7,7 @@ from rich.console import Console
 from specmon.replay.sweep_tables import break_even_table, results_table
 from specmon.events.schema import PromptStarted, Sampling
 from specmon.metrics.contention import tally
-from specmon.replay.sweep_report import cell_rows, goodput_figure
+from specmon.replay.sweep_report import cell_rows, goodput_figure, predicted_figure
 from events import round_verified
 
 T0 = 1_700_000_000.0
@@ -108,3 +108,23 @@ def test_the_goodput_legend_covers_no_point_and_stays_in_the_figure(tmp_path):
     assert (
         fig.bbox.x0 <= legend.x0 and legend.x1 <= fig.bbox.x1 and fig.bbox.y0 <= legend.y0 <= legend.y1 <= fig.bbox.y1
     )
+
+
+def test_the_predicted_legend_covers_no_point_and_stays_in_the_figure():
+    """Measured against predicted: a cell measured far above its prediction (chat's verify passes
+    ten times cheaper than the sweep's) sits upper left, where the legend once lay inside the axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    events = []
+    for name, verify_ms in (("chat", 3.0), ("code-edit", 40.0), ("rewrite", 40.0), ("non-english", 40.0)):
+        events += _cell_events(name, 0, 30.0, None) + _cell_events(name, 2, verify_ms, None)
+    fig = predicted_figure(cell_rows(events))
+    FigureCanvasAgg(fig)
+    fig.tight_layout()  # as sweep_plots saves it
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    legend = ax.get_legend().get_window_extent()
+    points = [ax.transData.transform(xy) for c in ax.collections for xy in c.get_offsets()]
+    assert len(points) == 4  # the drafting cells; plain is 1x by definition
+    assert [tuple(p) for p in points if legend.contains(*p)] == []
+    assert fig.bbox.x0 <= legend.x0 and legend.x1 <= fig.bbox.x1

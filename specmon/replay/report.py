@@ -166,7 +166,8 @@ def _plot_positions(data: dict, path: Path) -> None:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("rounds with accepted > i / rounds with proposed > i")
     ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # a log without drafting rounds (a proxy's) has no series
+        ax.legend(fontsize=7)
     _save(fig, path)
 
 

@@ -228,7 +228,7 @@ def predicted_figure(rows: list[CellRow]):
     """Measured against predicted speedup, a series per class and drafter; both axes from 0."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 5.5), dpi=100)
+    fig, ax = plt.subplots(figsize=(8.5, 5.5), dpi=100)  # wider by the legend beside the axes
     series: dict[tuple, list[CellRow]] = {}
     for r in rows:
         if r.predicted and r.speedup and r.key.draft_len:
@@ -252,5 +252,5 @@ def predicted_figure(rows: list[CellRow]):
     ax.set_xlim(0, top * 1.05)
     ax.set_ylim(0, top * 1.05)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    outside_legend(ax, len(series) + 2)  # upper left, inside, covered cells measured above their prediction
     return fig

@@ -9,6 +9,7 @@ from rich.text import Text
 from specmon.events.schema import Decision
 from specmon.metrics.contention import clock
 from specmon.metrics.format import MISSING, count, fmt, ratio_interval
+from specmon.tables import VERDICT_MARKS
 from specmon.tui.panes import verdict_style
 from specmon.tui.state import ViewState
 
@@ -24,7 +25,6 @@ CLASS_COLUMNS = [
     ("spec", " spec", 13, "left"),
 ]
 DECISION_COLUMNS = [("id", 3), ("to", 6), ("class", 12)]  # the class's is fitted to the pane (DecisionsTable)
-VERDICT_MARKS = {"faster": "", "slower": "", "not yet known": "?", "noise": "!", "busy host": "~"}
 
 
 def class_rows(state: ViewState) -> list[tuple[str, ...]]:
