@@ -84,20 +84,24 @@ def test_a_break_even_of_zero_says_any_acceptance_pays_and_why_that_is_suspect()
     assert "0.00" not in _row_line(text, "chat", "ngram", "2")
 
 
+def _drawn(fig):
+    """The figure drawn as sweep_plots saves it: (figure, its one axes, the legend's box in pixels)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    return fig, ax, ax.get_legend().get_window_extent()
+
+
 def test_the_goodput_legend_covers_no_point_and_stays_in_the_figure(tmp_path):
     """Four classes whose plain points sit low at k = 0 (where a lower-left legend once lay over
     them): no plotted point falls inside the legend's box, and the legend is whole in the PNG."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     events = []
     for name in ("chat", "code-edit", "rewrite", "non-english"):
         events += _cell_events(name, 0, 30.0, None) + _cell_events(name, 2, 12.0, None)
-    fig = goodput_figure(cell_rows(events))
-    FigureCanvasAgg(fig)
-    fig.tight_layout()  # as sweep_plots saves it
-    fig.canvas.draw()
-    (ax,) = fig.axes
-    legend = ax.get_legend().get_window_extent()
+    fig, ax, legend = _drawn(goodput_figure(cell_rows(events)))
     points = [
         ax.transData.transform(xy)
         for container in ax.containers
@@ -113,17 +117,10 @@ def test_the_goodput_legend_covers_no_point_and_stays_in_the_figure(tmp_path):
 def test_the_predicted_legend_covers_no_point_and_stays_in_the_figure():
     """Measured against predicted: a cell measured far above its prediction (chat's verify passes
     ten times cheaper than the sweep's) sits upper left, where the legend once lay inside the axes."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     events = []
     for name, verify_ms in (("chat", 3.0), ("code-edit", 40.0), ("rewrite", 40.0), ("non-english", 40.0)):
         events += _cell_events(name, 0, 30.0, None) + _cell_events(name, 2, verify_ms, None)
-    fig = predicted_figure(cell_rows(events))
-    FigureCanvasAgg(fig)
-    fig.tight_layout()  # as sweep_plots saves it
-    fig.canvas.draw()
-    (ax,) = fig.axes
-    legend = ax.get_legend().get_window_extent()
+    fig, ax, legend = _drawn(predicted_figure(cell_rows(events)))
     points = [ax.transData.transform(xy) for c in ax.collections for xy in c.get_offsets()]
     assert len(points) == 4  # the drafting cells; plain is 1x by definition
     assert [tuple(p) for p in points if legend.contains(*p)] == []
