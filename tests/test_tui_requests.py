@@ -162,3 +162,16 @@ def test_one_request_served_is_one_request():
     requests = Requests()
     requests.served = 1
     assert "idle, 1 request served" in render_requests(requests).plain
+
+
+async def test_text_only_shows_the_text_in_a_serving_session_at_80x24():
+    """`t` gives the text the whole screen in serve and attach too (at 80x24 a serving layout hides the
+    text pane, and that rule outranked text-only: the screen went blank)."""
+    events = mid_second_request()
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        await pilot.press("t")
+        await pilot.pause()
+        box = app.query_one("#text-box")
+        assert box.display and box.region.height >= 18, box.region
