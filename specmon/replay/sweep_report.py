@@ -214,13 +214,14 @@ def goodput_figure(rows: list[CellRow]):
     )
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    outside_legend(ax, len(series))
+    outside_legend(ax)
     return fig
 
 
-def outside_legend(ax, entries: int) -> None:
+def outside_legend(ax) -> None:
     """The legend right of the axes, where it covers no point (inside, plain's low k = 0 points
     lay under it); a column per 20 entries, so a tall one stays within the figure."""
+    entries = len(ax.get_legend_handles_labels()[1])
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, ncols=1 + (entries - 1) // 20)
 
 
@@ -252,5 +253,5 @@ def predicted_figure(rows: list[CellRow]):
     ax.set_xlim(0, top * 1.05)
     ax.set_ylim(0, top * 1.05)
     ax.grid(alpha=0.3)
-    outside_legend(ax, len(series) + 2)  # upper left, inside, covered cells measured above their prediction
+    outside_legend(ax)  # inside, upper left, it covered cells measured above their prediction
     return fig
