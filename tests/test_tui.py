@@ -221,7 +221,7 @@ async def test_decisions_pane_lists_decisions_and_shows_the_rounds_they_cite():
         table = app.query_one("#decisions")
         assert table.row_count == len(decisions)
         first = decisions[0]
-        assert tuple(table.get_row_at(0)) == (
+        assert tuple(str(cell) for cell in table.get_row_at(0)) == (
             str(first.decision_id),
             "off" if not first.speculate_to else f"k{first.k_from}→{first.k_to}",
             first.prompt_class,

@@ -283,7 +283,7 @@ async def test_the_decisions_scrollbar_keeps_a_blank_column_from_the_class_names
     async with app.run_test(size=(80, 24)) as pilot:
         await drawn(app, pilot, events)
         rows = [line[1:-1] for line in region_lines(app, "decisions")[2:-1]]  # inside the border, under the header
-        assert len(rows) == 5 and all(row[:-1].split()[-1] == "non-e" for row in rows), rows
+        assert len(rows) == 5 and all(row[:-1].split()[-1] == "non-…" for row in rows), rows  # cut, and says so
         assert any(row[-1] in "▁▂▃▄▅▆▇█" for row in rows), rows  # 10 decisions in 5 rows: a scrollbar
         assert all(row[-2] == " " for row in rows), rows  # and a blank column between it and the names
 

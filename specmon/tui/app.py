@@ -198,7 +198,9 @@ class SpecmonApp(App):
         before = table.row_count
         following = before == 0 or table.cursor_row >= before - 1
         for d in self.state.decisions[before:]:
-            table.add_row(*rows.decision_row(d), key=str(len(table.rows)))
+            *cells, name = rows.decision_row(d)
+            ellipsized = Text(name, no_wrap=True, overflow="ellipsis")  # a cut class name says so
+            table.add_row(*cells, ellipsized, key=str(len(table.rows)))
         if table.row_count > before and following:
             table.move_cursor(row=table.row_count - 1, animate=False)
         policy = self.state.policy
