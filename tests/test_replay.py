@@ -100,6 +100,7 @@ async def test_replay_controls_step_and_jump():
         assert app.state.rounds_seen == 6 and app.state.decisions == []
         await pilot.press("s")
         assert feed.speed == 10.0
+        assert app.sub_title.startswith("⏸ 10× ev ") and not app._notifications  # said in the title, no toast
 
 
 def test_report_writes_plots_holding_the_logs_numbers(tmp_path):

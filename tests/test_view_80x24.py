@@ -81,6 +81,15 @@ def test_a_busy_host_shrinks_to_a_marker_before_the_sessions_fields_are_cut():
     assert title.startswith("was busy · c10aa0 smollm2-cpu@vm · ngram policy · ended ") and "…" not in title
 
 
+def test_a_long_replay_position_drops_the_busy_marker_before_the_round_count():
+    state = ViewState()
+    state.apply(stalled(POLICY_EVENTS, lambda i: i < 100))  # busy early on, calm since: "was busy"
+    title = status_line(state, "fixture", [], lead="⏸ 10× ev 104567", width=78).plain
+    assert title == "⏸ 10× ev 104567 · c10aa0 smollm2-cpu · ngram policy · ended · 523 rounds"
+    marked = "⏸ 10× ev 104567 · was busy · c10aa0 smollm2-cpu · ngram policy · ended · 523 rounds"
+    assert status_line(state, "fixture", [], lead="⏸ 10× ev 104567", width=len(marked)).plain == marked
+
+
 @needs_tmux
 def test_replay_at_80_columns_shows_the_busy_marker_and_every_field_of_the_session(tmp_path):
     log = write_log(tmp_path / "busy.specmon", stalled(POLICY_EVENTS, lambda i: True))

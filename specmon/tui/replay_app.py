@@ -51,9 +51,8 @@ class ReplayApp(SpecmonApp):
         self.apply_now(self.feed.step())
 
     def action_speed(self) -> None:
-        speed = self.feed.cycle_speed()
-        self._show_status()
-        self.notify(f"replay speed {'as fast as possible' if speed == 0 else f'{speed:g}×'}")
+        self.feed.cycle_speed()
+        self._show_status()  # the title leads with the speed: a toast would lie over the help and the text
 
     def action_jump(self) -> None:
         def jump(target: str | None) -> None:

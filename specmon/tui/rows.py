@@ -221,7 +221,7 @@ def status_line(
     position, alerts, the host's state, the session (short id, profile, host), its drafter and mode
     ("policy" or the k in force), when and how it ended, rounds; then `tail` where the width leaves
     room. Too wide, the host's state shrinks to a marker, then `ended at`, the session's host and
-    the time it ended."""
+    the time it ended go, and last the host's marker."""
     parts: dict[str, Part] = {"lead": ([lead], "bold")} if lead else {}
     parts.update({f"alert{i}": ([alert], "bold red") for i, alert in enumerate(alerts)})
     if host := host_labels(state):
@@ -238,8 +238,8 @@ def status_line(
     parts["rounds"] = ([count(state.rounds_seen, "round")], "")
     chosen = _fit_parts(parts, width)
     text = Text(no_wrap=True)
-    for i, (key, (_, style)) in enumerate(parts.items()):
-        text.append(" · " if i else "").append(chosen[key], style=style)
+    for i, (key, wording) in enumerate(chosen.items()):
+        text.append(" · " if i else "").append(wording, style=parts[key][1])
     if tail and (not width or len(text) + 3 + len(tail) <= width):
         text.append(" · ").append(tail, style="dim")
     if width and len(text) > width:
@@ -252,9 +252,13 @@ def _fit_parts(parts: dict[str, Part], width: int) -> dict[str, str]:
     """Each part's wording: the longest, shortened by SHORTEN_STEPS while the line is wider than `width`."""
     step = dict.fromkeys(parts, 0)
     chosen = lambda: {key: wordings[step[key]] for key, (wordings, _) in parts.items()}  # noqa: E731
+    fits = lambda wordings: not width or len(" · ".join(wordings.values())) <= width  # noqa: E731
     for key in SHORTEN_STEPS:
-        if not width or len(" · ".join(chosen().values())) <= width:
+        if fits(chosen()):
             break
         if key in parts and step[key] + 1 < len(parts[key][0]):
             step[key] += 1
-    return chosen()
+    wordings = chosen()
+    if not fits(wordings):  # the host's marker goes before the session's own fields are cut
+        wordings.pop("host", None)
+    return wordings
