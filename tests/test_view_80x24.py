@@ -90,6 +90,27 @@ def test_a_long_replay_position_drops_the_busy_marker_before_the_round_count():
     assert status_line(state, "fixture", [], lead="⏸ 10× ev 104567", width=len(marked)).plain == marked
 
 
+@pytest.mark.parametrize("name", ["chat", "rewrite"])
+async def test_pane_titles_at_80x24_name_what_fits_and_cut_nothing(name):
+    end = next(  # the end of the class's first prompt drafted at some k
+        i
+        for i, e in enumerate(POLICY_EVENTS)
+        if isinstance(e, PromptFinished) and e.prompt_class == name and i and _drafted(POLICY_EVENTS[:i], e.prompt_id)
+    )
+    events = POLICY_EVENTS[: end + 1]
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        k = app.state.class_k
+        tops = {pane: region_lines(app, pane)[0] for pane in ("acceptance", "speed", "rejections", "timing")}
+        assert not any("…" in top for top in tops.values()), tops
+        assert f"─ ms · k={k} ─" in tops["timing"] and f"rejections · {name} k={k}" in tops["rejections"], tops
+
+
+def _drafted(events, prompt_id: str) -> bool:
+    return any(isinstance(e, PromptStarted) and e.prompt_id == prompt_id and e.draft_len for e in events)
+
+
 @needs_tmux
 def test_replay_at_80_columns_shows_the_busy_marker_and_every_field_of_the_session(tmp_path):
     log = write_log(tmp_path / "busy.specmon", stalled(POLICY_EVENTS, lambda i: True))

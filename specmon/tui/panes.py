@@ -25,7 +25,7 @@ EMPTY_MARK = "·"  # a round that proposed nothing, in a sparkline
 ALL_ACCEPTED = "all accepted"  # the rejections pane's count of rounds that had no rejection
 DEFAULT_WIDTH = 36  # content width before the first layout
 FULL_ROWS = 4  # a pane's content rows in a roomy terminal; at 80x24 the top panes have 3 and say less
-BORDER_LABEL_MARGIN = 5  # a border label's room: the width less two corners, a rule before it and its spaces
+BORDER_LABEL_MARGIN = 6  # a border label's room: the width less two corners and a rule and a space each side
 
 
 def bar_line(values: list[float | None], width: int, top: float | None = None) -> str:
