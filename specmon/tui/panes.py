@@ -206,7 +206,7 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_
     text = Text()
     if estimate is None or estimate.ratio is None:
         text.append("speedup N/A", style="bold")
-        text.append(f": {_missing_side(run, base)}\n", style="dim")
+        text.append(f": {_missing_side(state, run, base)}\n", style="dim")
     else:
         style = verdict_style(estimate)
         text.append(f"{estimate.ratio:.2f}×", style=style)
@@ -236,11 +236,15 @@ def _sides_short(run, base) -> Text:
     return text.append(f" · prompts {many(run, 'prompts')}/{many(base, 'prompts')}", style="dim")
 
 
-def _missing_side(run, base) -> str:
+def _missing_side(state: ViewState, run, base) -> str:
     """Why there is no speedup: the pane divides goodput at k by plain decoding's (k = 0 rounds)."""
     if run is None or not run.rounds:
         return "no round at k yet"
-    return "no plain round yet" if base is None or not base.rounds else "no time measured"
+    if base is not None and base.rounds:
+        return "no time measured"
+    if state.policy_session and state.is_on(state.current_class):  # no plain round comes while it stays on
+        return "policy ran no plain"
+    return "no plain round yet"
 
 
 def _side(label: str, run) -> str:
