@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from specmon.errors import SpecmonError
@@ -121,7 +122,31 @@ def test_report_writes_plots_holding_the_logs_numbers(tmp_path):
             if k:
                 assert data["acceptance_by_position"][cls][str(k)] == pytest.approx(run.per_position)
     assert data["summary"] == json.loads(json.dumps(summary(stats)))
-    assert len(data["decisions"]) == sum(isinstance(e, Decision) for e in read_log(POLICY_LOG))
+    logged = [e for e in read_log(POLICY_LOG) if isinstance(e, Decision)]
+    assert [h["id"] for h in data["policy"] if h["kind"] == "decision"] == [d.decision_id for d in logged]
+
+
+def test_report_says_what_each_decision_changed_and_each_reload_and_refusal(tmp_path):
+    from specmon.events.log import LogWriter
+    from specmon.events.schema import PolicyLoaded
+    from specmon.replay.report import build_report
+
+    events = list(read_log(POLICY_LOG))
+    first = next(e for e in events if isinstance(e, PolicyLoaded))
+    at = [i for i, e in enumerate(events) if isinstance(e, RoundVerified)][299]  # after the 300th round
+    reload = msgspec.structs.replace(first, sha256="f" * 64, changed=["rewrite"])
+    refused = msgspec.structs.replace(first, sha256="", accepted=False, error="line 3: k must be 0-16\nmore")
+    events[at + 1 : at + 1] = [reload, refused]
+    with LogWriter(tmp_path / "reloaded.specmon") as writer:
+        for event in events:
+            writer.write(event)
+    page = build_report(tmp_path / "reloaded.specmon", tmp_path / "report").read_text()
+    items = page.split("## Policy\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert items[0] == f"- after round 0: policy {first.sha256[:8]} in force"
+    assert "- after round 64: d0 [chat] speculation on->off, by policy.min_gain from 64 rounds" in items
+    assert items.index("- after round 300: policy ffffffff reloaded; it changed rewrite") + 1 == items.index(
+        "- after round 300: an edit refused, the policy in force kept: line 3: k must be 0-16"
+    )
 
 
 def test_report_plots_measured_k_as_points_with_intervals_from_zero_and_says_why_a_plot_is_empty(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
-from specmon.events.schema import Decision, RoundVerified
+from specmon.events.schema import RoundVerified
 from specmon.metrics.contention import HostTally, tally
 from specmon.metrics.format import count, fmt
 from specmon.metrics.interval import MIN_PROMPTS, goodput_interval
@@ -19,6 +19,7 @@ from specmon.metrics.served import SERVED_BACKENDS
 from specmon.metrics.served_summary import markdown as served_markdown
 from specmon.metrics.served_summary import served_summary
 from specmon.metrics.stats import RunStats, class_stats, summary
+from specmon.replay.report_policy import policy_history, policy_markdown
 
 WINDOW = 32  # rounds per point on the acceptance-over-time plot
 PANELS_A_ROW = 5  # goodput_by_k: a panel per class, this many side by side
@@ -28,13 +29,8 @@ def build_report(log: Path, out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
-    rounds, decisions, events = [], [], []
-    for ev in read_log(log):
-        if isinstance(ev, RoundVerified):
-            rounds.append(ev)
-        elif isinstance(ev, Decision):
-            decisions.append(ev)
-        events.append(ev)
+    events = list(read_log(log))
+    rounds = [ev for ev in events if isinstance(ev, RoundVerified)]
     stats = class_stats(events)
     data = {
         "log": str(log),
@@ -55,17 +51,7 @@ def build_report(log: Path, out: Path) -> Path:
         },
         "acceptance_over_time": _over_time(rounds),
         "acceptance_over_time_empty": _why_no_blocks(rounds),
-        "decisions": [
-            {
-                "id": d.decision_id,
-                "class": d.prompt_class,
-                "rule": d.rule_key,
-                "k_to": d.k_to,
-                "speculate_to": d.speculate_to,
-                "min_match_to": d.match_to,
-            }
-            for d in decisions
-        ],
+        "policy": policy_history(events),
         "host": _host(tally(rounds)),
     }
     if events and getattr(events[0], "backend", "") in SERVED_BACKENDS:  # a server's traffic: its own section
@@ -304,14 +290,7 @@ def _markdown(data: dict, plots: list[str]) -> str:
     lines += [
         _summary_line(cls, row) for cls, c in data["summary"]["classes"].items() for row in c["by_draft_len"].values()
     ]
-    if data["decisions"]:
-        lines += ["", "## Decisions", ""]
-        lines += [
-            f"- {d['id']}: {_cell(d['class'])} → {'on' if d['speculate_to'] else 'off'}, k={d['k_to']}"
-            + (f", n-gram min_match {d['min_match_to']}" if d["min_match_to"] else "")
-            + f" ({d['rule']})"
-            for d in data["decisions"]
-        ]
+    lines += policy_markdown(data["policy"])
     if data.get("served"):
         lines += served_markdown(data["served"])
     lines.append("")
