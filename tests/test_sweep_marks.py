@@ -13,15 +13,18 @@ from events import round_verified
 T0 = 1_700_000_000.0
 
 
-def _cell_events(prompt_class: str, k: int, verify_ms: float, stall_ms: float | None, prompts: int = 3) -> list:
-    """`prompts` runs of one cell, 20 rounds each; a drafting round proposes k and accepts one."""
+def _cell_events(
+    prompt_class: str, k: int, verify_ms: float, stall_ms: float | None, prompts: int = 3, accepted: int = 1
+) -> list:
+    """`prompts` runs of one cell, 20 rounds each; a drafting round proposes k and accepts `accepted`."""
     events = []
     for p in range(prompts):
         run = {"session_id": "s", "t": T0, "prompt_id": f"{prompt_class}-{p}", "prompt_class": prompt_class}
         run |= {"draft_len": k, "sampling": Sampling()}
         events.append(PromptStarted(**run, drafter="ngram", prompt_tokens=5, max_new_tokens=64))
-        drafted = {"proposed": [1] * k, "accepted": min(k, 1), "rejection_pos": 1 if k > 1 else None}
-        drafted |= {"emitted": [1] * (min(k, 1) + 1), "draft_ms": 0.01 * k, "target_probs": [0.5] * k}
+        taken = min(k, accepted)
+        drafted = {"proposed": [1] * k, "accepted": taken, "rejection_pos": taken if taken < k else None}
+        drafted |= {"emitted": [1] * (taken + 1), "draft_ms": 0.01 * k, "target_probs": [0.5] * k}
         timed = {"verify_ms": verify_ms * (1 + p / 20), "host_stall_ms": stall_ms}
         events += [round_verified(**run, **drafted, **timed, round_id=i, round_index=i) for i in range(20)]
     return events
@@ -82,6 +85,18 @@ def test_a_break_even_of_zero_says_any_acceptance_pays_and_why_that_is_suspect()
         "were slowed (a busy host) or timer noise" in said
     )
     assert "0.00" not in _row_line(text, "chat", "ngram", "2")
+
+
+def test_a_break_even_of_any_acceptance_pays_even_where_nothing_was_accepted():
+    """Break-even `any` says zero acceptance pays at the measured cost; a cell that accepted nothing
+    pays by that same reckoning (eq. 1 at α = 0: one token for a round that cost a plain step or
+    less), so its pays column says yes, not no (the bisection stopped a hair above 0 and 0 < it)."""
+    events = _cell_events("chat", 0, 10.0, stall_ms=None) + _cell_events("chat", 2, 9.0, stall_ms=None, accepted=0)
+    (row,) = [r for r in cell_rows(events) if r.key.draft_len == 2]
+    assert row.run.acceptance_rate == 0.0 and row.drafting_cost <= 1.0
+    assert row.break_even == 0.0
+    text = _printed(break_even_table(cell_rows(events)))
+    assert _row_line(text, "chat", "ngram", "2").split()[3:] == ["60/60", "any", "0.00", "yes"]
 
 
 def _drawn(fig):

@@ -25,6 +25,8 @@ def break_even_alpha(k: int, c: float, v: float) -> float | None:
     cost = k * c + v
     if tokens_per_round(1.0, k) < cost:
         return None
+    if tokens_per_round(0.0, k) >= cost:
+        return 0.0  # α = 0 already pays: exactly 0, so a measured 0.00 pays too (bisection stops above it)
     low, high = 0.0, 1.0
     for _ in range(60):  # bisection: tokens_per_round rises with α
         mid = (low + high) / 2

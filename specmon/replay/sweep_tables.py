@@ -93,7 +93,7 @@ def break_even_table(rows: list[CellRow]) -> Group:
         run = r.run
         rate, need = run.acceptance_rate, r.break_even
         pays = "-" if rate is None or r.c is None else "never" if need is None else "yes" if rate >= need else "no"
-        if need is not None and r.drafting_cost <= 1.0:  # eq. 1's α = 0 already pays: 0.00 would hide why
+        if need == 0.0:  # eq. 1's α = 0 already pays (pays says yes from the same figure): 0.00 would hide why
             shown = "any"
             notes.append(_any_acceptance(r))
         else:
