@@ -26,6 +26,7 @@ from specmon.metrics.unreported import SessionLines, notices
 from specmon.tui import served_panes
 from specmon.tui.served_state import ServedState
 from events import request_timed
+from waiting import wait_until
 
 # a class's figures follow its prompt: a vLLM histogram (steps that accepted exactly j), or TabbyAPI's counts
 HISTOGRAMS = {"alpha": [2, 1, 0, 5], "beta": [6, 3, 1, 0], "gamma": [1, 1, 2, 2, 4]}
@@ -141,15 +142,34 @@ def test_tabbyapi_per_class_sums_in_the_log_and_log_info_are_the_replies(tmp_pat
 
 
 @pytest.mark.parametrize(
-    "standin, usage, family, how",
+    "standin, usage, family, how, short",
     [
-        (lambda: VllmStandin(vllm_figures, spec_metrics=False), STREAMS, "vLLM", "--per-request-spec-decode-metrics"),
-        (lambda: TabbyStandin(tabby_figures, draft=False), ALWAYS, "TabbyAPI", "load a draft model"),
-        (lambda: FakeUpstream("-plain"), STREAMS, "llama-server", "start it with a draft model"),  # no speculation
+        (
+            lambda: VllmStandin(vllm_figures, spec_metrics=False),
+            STREAMS,
+            "vLLM",
+            "--per-request-spec-decode-metrics",
+            "needs --per-request-spec-decode-metrics",
+        ),
+        (
+            lambda: TabbyStandin(tabby_figures, draft=False),
+            ALWAYS,
+            "TabbyAPI",
+            "load a draft model",
+            "load a draft model",
+        ),
+        # no speculation: nothing drafted, and no /metrics read says the server drafts
+        (
+            lambda: FakeUpstream("-plain"),
+            STREAMS,
+            "llama-server",
+            "start it with a draft model",
+            "run with --spec-type?",
+        ),
     ],
 )
 def test_an_upstream_whose_replies_carry_no_figures_is_said_once_and_never_measured(
-    tmp_path, standin, usage, family, how
+    tmp_path, standin, usage, family, how, short
 ):
     log, lines = tmp_path / "p.specmon", []
     with standin() as upstream, proxy(log, upstream.url) as p:
@@ -168,7 +188,23 @@ def test_an_upstream_whose_replies_carry_no_figures_is_said_once_and_never_measu
     state = ServedState()
     state.apply(list(read_log(log)))
     pane = served_panes.render_classes(state, 120).plain
-    assert " n/r " in pane and pane.count(how) == 1
+    assert " n/r " in pane and pane.count(short) == 1  # the view's short form of the notice
+
+
+def test_an_ngram_llama_server_whose_requests_drafted_nothing_is_not_told_to_start_drafting(tmp_path):
+    """llama-server leaves draft_n out of a reply that drafted nothing (an n-gram --spec-type finds no match):
+    where its /metrics, read by the proxy, count drafts, the headless line and log info say so."""
+    log, lines = tmp_path / "p.specmon", []
+    with FakeUpstream("-plain") as upstream:
+        upstream.metrics_page = "llama-server-after.txt"  # 9 drafts counted
+        with proxy(log, upstream.url, scrape_s=0.05) as p:
+            p.options.line = lines.append
+            wait_until(lambda: p.last_read is not None, "the proxy's first read of the upstream's /metrics")
+            ask(p.url, "chat", False, "beta please")
+    said = f"upstream {upstream.url} (spec, llama-server) drafts (9 drafts on its /metrics) but no request through"
+    assert [line for line in lines if "drafts (" in line][0].split("; ", 1)[1].startswith(said)
+    shown = " ".join(" ".join(log_info(log)).split())
+    assert said in shown and "start it with" not in shown
 
 
 def test_a_vllm_stream_without_its_usage_chunk_is_known_as_vllm_and_says_how_to_get_it(tmp_path):

@@ -53,6 +53,7 @@ class FakeUpstream:
 
     def __init__(self, suffix: str = ""):
         self.suffix = suffix  # "-plain": the replies recorded from a server without speculation
+        self.metrics_page = "llama-server-before.txt"  # recorded by the watch's tests: no drafts yet
         self.hold: threading.Event | None = None
         self.hung_up = threading.Event()  # the proxy closed a stream before its end
         self.break_off = False  # streams end without their last two events, the connection dropped
@@ -77,7 +78,7 @@ class FakeUpstream:
             return JSONResponse({"status": "ok"}, headers={"server": "llama.cpp"})
 
         async def metrics(request: Request) -> Response:
-            page = FIXTURES.parent / "metrics" / "llama-server-before.txt"  # recorded by the watch's tests
+            page = FIXTURES.parent / "metrics" / self.metrics_page
             return Response(page.read_bytes(), media_type="text/plain; version=0.0.4")
 
         async def models(request: Request) -> Response:

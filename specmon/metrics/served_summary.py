@@ -60,7 +60,7 @@ def served_summary(log: Path) -> dict:
         "total": None if total is None else _window(total),
         "total_line": "" if total is None else f"{clock(total.start)}, {total.seconds:.0f} s: {figures(total)}",
         "classes": [_class_row(cls, upstream, t) for (cls, upstream), t in sorted(requests.items())],
-        "unreported": notices(timed),
+        "unreported": notices(timed, scrapes),
     }
 
 

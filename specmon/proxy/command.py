@@ -55,7 +55,8 @@ def run_proxy(args) -> int:
                     proxying.run()
             finally:  # Ctrl-C (or q in the view) is how a proxy ends: the table is still worth printing
                 title = f"requests per class  (log: {session.log_path})"
-                out.print(proxy_summary(proxying.requests, proxying.router.policy, title))
+                read = [proxying.last_read] if proxying.last_read is not None else []
+                out.print(proxy_summary([*proxying.requests, *read], proxying.router.policy, title))
     finally:
         listening.close()
     return 0

@@ -23,7 +23,7 @@ from specmon.proxy.app import ProxyState, build_app
 from specmon.proxy.pool import Pool, Upstream
 from specmon.proxy.relay import Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Router
-from specmon.proxy.tables import request_line
+from specmon.proxy.tables import LIVE_LINES, request_line
 from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import HEAD_TIMEOUT_S, MAX_CONNECTIONS
 from specmon.server.runner import OnThread, bind, uvicorn_config
@@ -98,6 +98,7 @@ class Proxying(OnThread):
     def __init__(self, session_id: str, publish: Callable, policy: Policy, options: ProxyOptions):
         self.session_id, self.publish, self.options = session_id, publish, options
         self.requests: list[RequestTimed] = []  # for the end-of-run table: one small event per request
+        self.last_read: ServerScraped | None = None  # the upstream's latest /metrics: does it draft at all
         say = self._say if options.line else print_notice
         pools = {SPEC: Pool(SPEC, options.upstreams, say)}
         if options.plain_upstreams:
@@ -142,6 +143,9 @@ class Proxying(OnThread):
                         error=repr(exc),
                     )
                 self.publish(read)
+                self.last_read = read
+                if self.options.line is not None:
+                    LIVE_LINES.read(read)  # the headless line's notice says whether the upstream drafts
                 await asyncio.sleep(self.options.scrape_s)
 
     def _done(self, exchange: Exchange, member: Upstream | None) -> None:

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from specmon.tables import compact_table
 from specmon.errors import SpecmonError
-from specmon.events.schema import RequestTimed, SessionStarted
+from specmon.events.schema import RequestTimed, ServerScraped, SessionStarted
 from specmon.metrics.format import MISSING, count, fmt, ratio_interval
 from specmon.metrics.served import RequestTotals, by_class
 from specmon.policy.schema import Policy, parse_policy
@@ -114,13 +114,16 @@ def advice_lines(advice: ClassAdvice, policy: Policy | None) -> list[str]:
 
 
 def proxy_summary(events: Iterable, policy: Policy | None, title: str = "requests per class") -> Group:
-    """The table, what it leaves out, and the advice per class: `specmon proxy`'s end and `log info`."""
+    """The table, what it leaves out, and the advice per class: `specmon proxy`'s end and `log info`.
+    Reads of the upstream's /metrics among `events` tell a notice whether the upstream drafts."""
+    events = list(events)
     timed = [ev for ev in events if isinstance(ev, RequestTimed)]
+    reads = [ev for ev in events if isinstance(ev, ServerScraped)]
     parts: list = [class_table(timed, title)]
     parts += [Text(line) for line in position_lines(timed)]
     if any(t.timed == 0 and t.clocked_tok_per_s is not None for t in by_class(timed).values()):
         parts.append(Text(CLOCK_NOTE))
-    parts += [Text(line) for line in [uncounted_line(timed), *notices(timed)] if line]
+    parts += [Text(line) for line in [uncounted_line(timed), *notices(timed, reads)] if line]
     advice = advise(timed)
     if advice:
         parts.append(Text("advice per class (95% intervals over requests):"))

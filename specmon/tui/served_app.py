@@ -49,11 +49,21 @@ class ServedApp(App):
             yield Pane("rates · last read's window", self._draw(sp.render_rates), id="rates")
             yield Pane("server", self._draw(sp.render_server), id="server")
             yield Pane("totals · whole session", self._draw(sp.render_totals), id="totals")
-            yield Pane("requests by class · whole session", self._draw(sp.render_classes), id="classes")
+            yield Pane(
+                "requests by class · whole session", self._draw_fitted(sp.render_classes, "classes"), id="classes"
+            )
         yield Footer(compact=True, show_command_palette=False)
 
     def _draw(self, render):
         return lambda width: render(self.state, width)
+
+    def _draw_fitted(self, render, pane_id: str):
+        """render given the pane's height too, so it fits its lines rather than have the last ones cut."""
+        return lambda width: render(self.state, width, self._height(pane_id))
+
+    def _height(self, pane_id: str) -> int | None:
+        """The pane's inner height; None before its first layout (no limit then: a resize redraws it)."""
+        return self.query_one(f"#{pane_id}", Pane).content_size.height or None
 
     def on_mount(self) -> None:
         self.set_interval(DRAIN_INTERVAL_S, self.drain)

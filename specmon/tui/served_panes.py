@@ -3,9 +3,11 @@ app. Every figure says the span it covers: the last read's window, the last RECE
 
 from __future__ import annotations
 
+import textwrap
 
 from rich.text import Text
 
+from specmon.metrics import unreported
 from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
 from specmon.tui.panes import bar_line
 from specmon.tui.served_state import RECENT_S, ServedState
@@ -120,36 +122,71 @@ def render_totals(state: ServedState, width: int) -> Text:
     return text
 
 
-def render_classes(state: ServedState, width: int) -> Text:
+def render_classes(state: ServedState, width: int, height: int | None = None) -> Text:
     """Requests by (class, upstream), with what the upstream's replies said (served.by_class's sums):
     acceptance "n/r" where none reported draft counts, tok/s marked * on the proxy's clock, acceptance
-    by draft position where the replies gave histograms, and each silent upstream named once."""
+    by draft position where the replies gave histograms, and each silent upstream named once. Fitted to
+    `height` lines: the notes at the foot are kept whole, and rows left out are counted."""
     if not state.requests:
         seen = f" ({count(state.requests_seen, 'request')}, none answered 2xx)" if state.requests_seen else ""
         return Text(f"no proxied requests{seen}", style="dim")
     name_width = max(width - 26, 6)  # the figures take 26 columns: at 80x24 a class name keeps 10
-    text = Text(f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4} {'t/st':>4} {'tok/s':>5}\n", "bold")
-    for (cls, upstream), totals in sorted(state.requests.items()):
-        acc = fmt(totals.acceptance) if totals.reported else "n/r"
-        text.append(
-            f"{cls[:name_width]:<{name_width}} {upstream[:5]:<5} {totals.requests:>3} {acc:>4} "
-            f"{fmt(totals.tokens_per_step):>4} {_speed(totals):>5}\n"
-        )
-        if totals.accepted_per_pos:
-            positions = " ".join(fmt(r) for r in totals.position_rates())
-            text.append(f"  by position {positions}"[: max(width, 1)] + "\n", style="dim")
+    head = f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4} {'t/st':>4} {'tok/s':>5}"
+    blocks = [
+        _class_block(cls, upstream, totals, name_width, width)
+        for (cls, upstream), totals in sorted(state.requests.items())
+    ]
     for cls, d in sorted(state.routes.items()):
-        text.append(_route_line(cls, d)[: max(width, 1)] + "\n", style="bold" if d.applied else "dim")
-    rows = state.requests.values()
-    keys = ["n/r: no draft counts reported"] if any(not t.reported for t in rows) else []
-    keys += ["* the proxy's clock"] if any(t.tok_per_s is None and t.clocked_tok_per_s for t in rows) else []
-    keys += ["→ routed, by spec/plain goodput"] if state.routes else []
-    if keys:
-        text.append("; ".join(keys)[: max(width, 1)] + "\n", style="dim")
-    for line in state.silent.values():
-        text.append(line + "\n", style="yellow")
+        blocks.append([(_route_line(cls, d)[: max(width, 1)], "bold" if d.applied else "dim")])
+    foot = _class_notes(state, width)
+    room = None if height is None else height - 1 - len(foot)
+    text = Text(head + "\n", "bold")
+    for line, style in [*_fitted(blocks, room), *foot]:
+        text.append(line + "\n", style=style)
     text.rstrip()
     return text
+
+
+def _class_block(cls: str, upstream: str, totals, name_width: int, width: int) -> list[tuple[str, str]]:
+    """One (class, upstream)'s row, and its acceptance by position where its replies gave histograms."""
+    acc = fmt(totals.acceptance) if totals.reported else "n/r"
+    row = (
+        f"{cls[:name_width]:<{name_width}} {upstream[:5]:<5} {totals.requests:>3} {acc:>4} "
+        f"{fmt(totals.tokens_per_step):>4} {_speed(totals):>5}"
+    )
+    block = [(row, "")]
+    if totals.accepted_per_pos:
+        positions = " ".join(fmt(r) for r in totals.position_rates())
+        block.append((f"  by position {positions}"[: max(width, 1)], "dim"))
+    return block
+
+
+def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
+    """The keys to the table's marks, then each silent upstream's notice, wrapped whole to the width."""
+    rows = state.requests.items()
+    notices = state.notices()
+    # a notice explains a spec row's n/r; only another n/r row still needs the key
+    unexplained = any(not t.reported and (side != unreported.SPEC or not notices) for (_, side), t in rows)
+    keys = ["n/r: no draft counts reported"] if unexplained else []
+    keys += ["* the proxy's clock"] if any(t.tok_per_s is None and t.clocked_tok_per_s for _, t in rows) else []
+    keys += ["→ routed, by spec/plain goodput"] if state.routes else []
+    lines = [("; ".join(keys)[: max(width, 1)], "dim")] if keys else []
+    for notice in notices:
+        lines += [(line, "yellow") for line in textwrap.wrap(notice, max(width, 1))]
+    return lines
+
+
+def _fitted(blocks: list[list[tuple[str, str]]], room: int | None) -> list[tuple[str, str]]:
+    """The blocks' lines within `room` lines (None: no limit), whole blocks only; the last line kept
+    then says how many were left out."""
+    if room is None or sum(len(b) for b in blocks) <= room:
+        return [line for block in blocks for line in block]
+    kept: list[tuple[str, str]] = []
+    for shown, block in enumerate(blocks):
+        if len(kept) + len(block) > room - 1:
+            return kept + [(f"… {len(blocks) - shown} more rows (log info has all)", "dim")]
+        kept += block
+    return kept
 
 
 def _route_line(cls: str, d) -> str:

@@ -35,8 +35,9 @@ class ServedState:
     gone: bool = False  # a read since the last good one found no server: the next good one is a restart
     requests: dict = field(default_factory=dict)  # (class, upstream) -> served.RequestTotals
     requests_seen: int = 0  # RequestTimed events, failed ones included
-    silent: dict = field(default_factory=dict)  # speculating upstream -> its notice, while none of its replies reported
+    silent: dict = field(default_factory=dict)  # speculating upstream -> its last silent reply, while none reported
     reported: set = field(default_factory=set)  # upstreams a reply of which carried draft counts
+    drafts: dict = field(default_factory=dict)  # upstream -> the drafts its /metrics counted at the latest read
     routes: dict = field(default_factory=dict)  # class -> the latest routing Decision (a proxy with a plain side)
     version: int = 0  # bumped by each batch that changed something
 
@@ -44,6 +45,7 @@ class ServedState:
         for ev in batch:
             if isinstance(ev, ServerScraped):
                 self._read(ev)
+                unreported.count_drafts(self.drafts, ev)
             elif isinstance(ev, RequestTimed):
                 self.requests_seen += 1
                 served.add_request(self.requests, ev)
@@ -63,7 +65,11 @@ class ServedState:
             self.reported.add(key)
             self.silent.pop(key, None)
         elif unreported.silent(ev) and key not in self.reported:
-            self.silent[key] = unreported.notice(ev)
+            self.silent[key] = ev
+
+    def notices(self) -> list[str]:
+        """The requests pane's short notices, said in the light of each upstream's latest /metrics read."""
+        return [unreported.pane_notice(ev, self.drafts.get(key)) for key, ev in self.silent.items()]
 
     def _read(self, now: ServerScraped) -> None:
         before, good = self.last, self.last_good
