@@ -104,3 +104,90 @@ async def test_with_more_classes_than_room_the_rows_give_way_and_say_so():
         "n/r: 127.0.0.1:8080 drafted nothing",
         "yet; does it run with --spec-type?",
     ]
+
+
+# -- 2. acceptance by position: every position of k=8 at 80 columns, or the ones left out counted ------
+
+K8 = [9, 8, 6, 5, 4, 3, 2, 1]  # of 10 drafts of 8 tokens: drafts whose accepted prefix got past position i
+
+
+async def test_the_totals_show_every_position_of_k8_at_80x24():
+    lines = await shown([header("watch"), counters(0, 0, [0] * 8), counters(1, 10, K8)], "totals")
+    assert lines[-3:] == [
+        "by position 0.90 0.80 0.60 0.50 0.40",
+        "            0.30 0.20 0.10",
+        "",
+    ]
+
+
+async def test_the_position_pane_shows_every_position_of_k8_at_80x24():
+    lines = await shown([header("watch"), counters(0, 0, [0] * 8), counters(1, 10, K8)], "positions")
+    shown_rates = [word for line in lines for word in line.split() if word[0].isdigit() and "." in word]
+    assert [line.split()[0] for line in lines[:4]] == ["0", "1", "2", "3"]
+    assert [line.split()[3] for line in lines[:4]] == ["4", "5", "6", "7"]  # a second column
+    assert shown_rates == ["0.90", "0.40", "0.80", "0.30", "0.60", "0.20", "0.50", "0.10"]
+
+
+async def test_llama_servers_positions_no_draft_reached_are_one_cell():
+    """llama-server counts a position per --draft-max (48 in the trial): those past the longest accepted
+    prefix are said together, so every position is on screen."""
+    per_pos = [1, 1, 1, 1] + [0] * 44
+    events = [header("watch"), counters(0, 0, [0] * 48), counters(1, 1, per_pos)]
+    assert (await shown(events, "totals"))[-3:] == [
+        "by position 1.00 1.00 1.00 1.00",
+        "            4-47: 0.00",
+        "",
+    ]
+    bars = await shown(events, "positions")
+    assert [(line.split()[0], line.split()[-1]) for line in bars] == [
+        ("0", "1.00"),
+        ("1", "1.00"),
+        ("2", "1.00"),
+        ("3", "1.00"),
+        ("4-47", "0.00"),
+    ]
+
+
+def test_positions_that_do_not_fit_are_counted():
+    rates = [0.9 - 0.03 * i for i in range(20)]  # 20 positions, every one reached by some draft
+    assert sp.position_lines(rates, 36, 2) == [
+        "by position 0.90 0.87 0.84 0.81 0.78",
+        "            0.75 0.72 0.69 0.66 …+11",
+    ]
+    assert sp.position_lines(rates, 36) == [
+        "by position 0.90 0.87 0.84 0.81 0.78",
+        "            0.75 0.72 0.69 0.66 0.63",
+        "            0.60 0.57 0.54 0.51 0.48",
+        "            0.45 0.42 0.39 0.36 0.33",
+    ]
+    state = ServedState()  # the pane: 20 bars in 3 lines would be too short to read, so the rates alone
+    state.apply([header("watch"), counters(0, 0, [0] * 20), counters(1, 100, [90 - 3 * i for i in range(20)])])
+    assert sp.render_positions(state, 36, 3).plain.splitlines() == [
+        "pos 0.90 0.87 0.84 0.81 0.78 0.75",
+        "    0.72 0.69 0.66 0.63 0.60 0.57",
+        "    0.54 0.51 0.48 0.45 0.42 …+3",  # 17 of 20 shown
+    ]
+
+
+def test_a_class_row_gives_every_position_of_its_histograms():
+    """vLLM's replies give each request's acceptance by position: under its class row, on two lines."""
+    reply = request_timed(
+        session_id="w",
+        t=T0 + 10,
+        prompt_class="code",
+        predicted_n=48,
+        predicted_ms=400.0,
+        draft_n=80,
+        draft_n_accepted=38,
+        spec_steps=10,
+        accepted_per_pos=K8,
+        family="vllm",
+        upstream_url=URL,
+    )
+    state = ServedState()
+    state.apply([header("proxy"), reply])
+    assert sp.render_classes(state, 36, 7).plain.splitlines()[1:] == [
+        "code       spec    1 0.47 4.80 120.0",
+        "  by position 0.90 0.80 0.60 0.50",
+        "              0.40 0.30 0.20 0.10",
+    ]

@@ -45,10 +45,12 @@ class ServedApp(App):
         yield TitleBar(self._title, id="title")
         with Grid(id="served"):
             yield Pane(f"acceptance · {sp.RECENT}", self._draw(sp.render_acceptance), id="acceptance")
-            yield Pane(f"by position · {sp.RECENT}", self._draw(sp.render_positions), id="positions")
+            yield Pane(
+                f"by position · {sp.RECENT}", self._draw_fitted(sp.render_positions, "positions"), id="positions"
+            )
             yield Pane("rates · last read's window", self._draw(sp.render_rates), id="rates")
             yield Pane("server", self._draw(sp.render_server), id="server")
-            yield Pane("totals · whole session", self._draw(sp.render_totals), id="totals")
+            yield Pane("totals · whole session", self._draw_fitted(sp.render_totals, "totals"), id="totals")
             yield Pane(
                 "requests by class · whole session", self._draw_fitted(sp.render_classes, "classes"), id="classes"
             )

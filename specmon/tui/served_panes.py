@@ -14,6 +14,9 @@ from specmon.tui.served_state import RECENT_S, ServedState
 
 RECENT = f"last {RECENT_S:.0f} s"
 FULL, EMPTY = "█", "░"
+COLUMN_GAP = 2  # blanks between columns of position bars
+MIN_BAR = 4  # a bar shorter than this says less than the rate beside it: the rates alone then
+ZERO_RUN = 3  # trailing positions at 0 said as one cell from this many (fewer take no more room written out)
 
 
 def server_state(state: ServedState) -> tuple[str, str]:
@@ -60,21 +63,71 @@ def render_acceptance(state: ServedState, width: int) -> Text:
     return text
 
 
-def render_positions(state: ServedState, width: int) -> Text:
-    """Acceptance at each draft position over the recent span: drafts that got past it / drafts."""
+def render_positions(state: ServedState, width: int, height: int | None = None) -> Text:
+    """Acceptance at each draft position over the recent span: drafts that got past it / drafts. A bar
+    each, in as many columns as `height` needs; where bars no longer fit, the rates alone (position_lines)."""
     w = state.recent()
     if w is None or not w.drafts:
         return Text(f"no drafts in the {RECENT}", style="dim")
+    cells = position_cells(w.position_rates())
+    columns = -(-len(cells) // height) if height else 1
+    rows = -(-len(cells) // columns)
+    label_width = max(2, *(len(label) for label, _, _ in cells))
+    bar_width = (width - 1 - COLUMN_GAP * (columns - 1)) // columns - label_width - 6  # label, bar, rate, blanks
+    if bar_width < MIN_BAR:
+        return Text("\n".join(position_lines(w.position_rates(), width, height, "pos")))
     text = Text()
-    bar_width = max(width - 9, 4)
-    for i, rate in enumerate(w.position_rates()):
-        filled = round((rate or 0.0) * bar_width)
-        text.append(f"{i:>2} ")
-        text.append(FULL * filled, style="green")
-        text.append(EMPTY * (bar_width - filled), style="dim")
-        text.append(f" {fmt(rate)}\n")
+    for row in range(rows):
+        for column, (label, rate, _) in enumerate(cells[row::rows]):
+            filled = round((rate or 0.0) * bar_width)
+            text.append((" " * COLUMN_GAP if column else "") + f"{label:>{label_width}} ")
+            text.append(FULL * filled, style="green")
+            text.append(EMPTY * (bar_width - filled), style="dim")
+            text.append(f" {fmt(rate):>4}")
+        text.append("\n")
     text.rstrip()
     return text
+
+
+def position_cells(rates: list[float | None]) -> list[tuple[str, float | None, int]]:
+    """(position, rate, positions it stands for): each position's own, but a trailing run of positions no
+    draft got past (llama-server counts one per --draft-max) is one cell, "4-47" at 0."""
+    reached = len(rates)
+    while reached and rates[reached - 1] == 0:
+        reached -= 1
+    if len(rates) - reached < ZERO_RUN:
+        reached = len(rates)
+    cells = [(str(i), rate, 1) for i, rate in enumerate(rates[:reached])]
+    if reached < len(rates):
+        cells.append((f"{reached}-{len(rates) - 1}", 0.0, len(rates) - reached))
+    return cells
+
+
+def position_lines(rates: list[float | None], width: int, most: int | None = None, label: str = "by position"):
+    """`label` and each position's rate, wrapped under the first rate to `width`; past `most` lines the
+    positions left out are counted at the end (…+N), never dropped unsaid."""
+    cells = [(fmt(rate) if n == 1 else f"{pos}: {fmt(rate)}", n) for pos, rate, n in position_cells(rates)]
+    if not cells:
+        return [f"{label} -"]
+    lines: list[list[tuple[str, int]]] = [[]]
+    for cell in cells:
+        if lines[-1] and len(_position_line(label, lines[-1] + [cell], len(lines) > 1)) > width:
+            lines.append([])
+        lines[-1].append(cell)
+    if most is not None and len(lines) > most:
+        left = sum(n for line in lines[most:] for _, n in line)
+        lines = lines[:most]
+        while len(lines[-1]) > 1 and len(_position_line(label, lines[-1], most > 1)) + len(f" …+{left}") > width:
+            left += lines[-1].pop()[1]
+        return [_position_line(label, line, i > 0) for i, line in enumerate(lines[:-1])] + [
+            _position_line(label, lines[-1], most > 1) + f" …+{left}"
+        ]
+    return [_position_line(label, line, i > 0) for i, line in enumerate(lines)]
+
+
+def _position_line(label: str, cells: list[tuple[str, int]], continued: bool) -> str:
+    """One line of position_lines: the label, or blanks under it on a continued line, then the cells."""
+    return " ".join([" " * len(label) if continued else label, *(word for word, _ in cells)])
 
 
 def render_rates(state: ServedState, width: int) -> Text:
@@ -109,7 +162,7 @@ def render_server(state: ServedState, width: int) -> Text:
     return text
 
 
-def render_totals(state: ServedState, width: int) -> Text:
+def render_totals(state: ServedState, width: int, height: int | None = None) -> Text:
     w = state.total()
     span = f"{count(state.restarts, 'restart')}, {count(state.failed_reads, 'failed read')}"
     if w is None:
@@ -117,8 +170,8 @@ def render_totals(state: ServedState, width: int) -> Text:
     text = Text(f"since {clock(w.start)}, {w.seconds:.0f} s read\n{span}\n", style="dim")
     text.append(f"drafts {w.drafts}  drafted {w.draft_tokens}  accepted {w.accepted}\n")
     text.append(f"acceptance {fmt(w.acceptance)}  accepted/draft {fmt(w.accepted_per_draft)}\n", style="bold")
-    positions = " ".join(fmt(r) for r in w.position_rates()) or "-"
-    text.append(f"by position {positions}"[: max(width, 1)])
+    most = None if height is None else max(height - 4, 1)  # the four lines above
+    text.append("\n".join(position_lines(w.position_rates(), max(width, 1), most)))
     return text
 
 
@@ -156,8 +209,7 @@ def _class_block(cls: str, upstream: str, totals, name_width: int, width: int) -
     )
     block = [(row, "")]
     if totals.accepted_per_pos:
-        positions = " ".join(fmt(r) for r in totals.position_rates())
-        block.append((f"  by position {positions}"[: max(width, 1)], "dim"))
+        block += [(line, "dim") for line in position_lines(totals.position_rates(), max(width, 1), 2, "  by position")]
     return block
 
 
