@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import textwrap
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -20,6 +22,30 @@ def print_line(line: str) -> None:
     """A headless server's line (one per request, a refusal, a reload) on stdout, flushed at once so a
     piped log shows each request as it ends."""
     print(f"specmon: {line}", flush=True)
+
+
+NOTICE_WIDTH = 80  # a start line fits the narrowest terminal in common use, whatever this one's width
+HANGING = "  "  # a wrapped line's continuation, indented under the text it continues
+GLUE = "\0"  # a space textwrap must not break at; printed as a space
+
+
+def notice(text: str, commands: Iterable[str] = ()) -> None:
+    """A start line (`specmon: text`) on stderr, wrapped at words to 80 columns (fewer on a narrower
+    terminal) with a hanging indent; each of `commands` (for the user to copy) on one line where it fits."""
+    width = min(NOTICE_WIDTH, shutil.get_terminal_size().columns)
+    for line in hanging_lines(f"specmon: {text}", width, HANGING, commands):
+        print(line, file=sys.stderr, flush=True)
+
+
+def hanging_lines(text: str, width: int, indent: str, whole: Iterable[str] = ()) -> list[str]:
+    """`text` wrapped at words to `width`, each continuation line starting with `indent`; a phrase of
+    `whole` is kept on one line where a continuation line can hold it (a word longer than a line stays whole)."""
+    room = width - len(indent)
+    for phrase in whole:
+        if phrase and len(phrase) <= room:
+            text = text.replace(phrase, phrase.replace(" ", GLUE))
+    lines = textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    return [line.replace(GLUE, " ") for line in lines]
 
 
 PROGRESS_LINE_S = 30.0  # piped progress: a line at least this often, besides one per tenth done

@@ -61,16 +61,17 @@ def specmon(*args: str, timeout: float = 300):
 PROGRESS_FRAME = re.compile(r"━| \d+/\d+ +(-:--:--|\d+:\d\d:\d\d)$|: \d+ of \d+ done( \(\d+ s\))?$")
 
 
+ANNOUNCEMENTS = ("specmon: logging to ", "specmon: serving on ", "specmon: timing the engine")
+
+
 def error_line(stderr: str) -> str | None:
-    """The one error line, once the session's announcements and a progress bar's last frame are set
-    aside; None if not exactly one line, or not `specmon: ...`."""
-    lines = [
-        line
-        for line in stderr.splitlines()
-        if line.strip()
-        and not PROGRESS_FRAME.search(line)
-        and not line.startswith(("specmon: logging to ", "specmon: serving on ", "specmon: timing the engine"))
-    ]
+    """The one error line, once the session's announcements (with their indented continuation lines)
+    and a progress bar's last frame are set aside; None if not exactly one line, or not `specmon: ...`."""
+    lines, announcing = [], False
+    for line in stderr.splitlines():
+        announcing = line.startswith(ANNOUNCEMENTS) or (announcing and line.startswith("  "))
+        if line.strip() and not announcing and not PROGRESS_FRAME.search(line):
+            lines.append(line)
     return lines[0] if len(lines) == 1 and lines[0].startswith("specmon: ") else None
 
 
@@ -428,12 +429,13 @@ def test_run_listen_prints_the_token_file_never_the_token(tmp_path):
     )
     try:
         seen = []
-        while not any("serving on" in line for line in seen):
+        # the line wraps at 80 columns: the flag and its path may be a line apart
+        while not (said := re.search(r"--token-file\s+(\S+\.token)", "".join(seen))):
             line = run.stderr.readline()
             assert line, "the run ended before it said where it serves: " + "".join(seen)
             seen.append(line)
         run.send_signal(signal.SIGSTOP)  # the session (and its token file) stays while we look
-        token_file = Path(re.search(r"--token-file (\S+)", seen[-1]).group(1))
+        token_file = Path(said.group(1))
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         token = token_file.read_text().strip()
         assert re.fullmatch(r"[0-9a-f]{32}", token)
@@ -920,6 +922,7 @@ def test_cli_fuzz_every_bad_input_is_one_clear_line(tmp_path, monkeypatch):
 
 def test_error_line_sets_announcements_aside():
     assert error_line("specmon: logging to x; watch with: y\nspecmon: boom\n") == "specmon: boom"
+    assert error_line("specmon: logging to x; watch with:\n  specmon attach y\nspecmon: boom\n") == "specmon: boom"
     assert error_line("specmon: a\nspecmon: b\n") is None
     assert error_line("Traceback (most recent call last):\n") is None
     assert error_line("chat ━━━━━━━━━━ 3/20 0:00:01\nspecmon: too long\n") == "specmon: too long"

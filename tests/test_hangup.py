@@ -52,7 +52,7 @@ def backing(tmp_path_factory):
     try:
         said = wait_until(lambda: "serving" in err.read_text() and err.read_text(), "the backing server up", 240)
         url = re.search(r"on (http://\S+)/v1", said).group(1)
-        sock = re.search(r"specmon attach (\S+)", said).group(1)
+        sock = re.search(r"specmon\s+attach\s+(\S+)", said).group(1)  # the line wraps at 80 columns
         yield url, sock
     finally:
         server.send_signal(signal.SIGINT)

@@ -117,7 +117,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_keeps_what_was_written(tmp_p
     promised = int(re.search(r"the (\d+) events before it are intact", last).group(1))
     assert promised == len(events)
     # The attach socket went away with the session.
-    socket = re.search(r"watch with: specmon attach (\S+)", done.stderr).group(1)
+    socket = re.search(r"watch with:\s+specmon\s+attach\s+(\S+)", done.stderr).group(1)  # wrapped at 80
     assert not Path(socket).exists()
 
 

@@ -1,16 +1,25 @@
 """Every line the commands print fits 80 columns when COLUMNS=80 asks for them, piped as a
 script or `tee` reads them: `log info` on every fixture, `policy explain`, `attach --headless`
-(its round and decision lines too), `replay --headless`, `report`, `policy check`."""
+(its round and decision lines too), `replay --headless`, `report`, `policy check`, and the lines
+`run` and `serve` print as they start, whatever the terminal's width."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
+
+from specmon.console import hanging_lines
+from tinymodel import tiny_profile
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -18,10 +27,10 @@ LOGS = sorted(FIXTURES.glob("*.specmon"))
 WIDTH = 80
 
 
-def at_80(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": str(WIDTH)}
+def at_80(*args: str, columns: int = WIDTH, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": str(columns), **env}
     return subprocess.run(
-        [sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=120
+        [sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
     )
 
 
@@ -65,3 +74,91 @@ def test_replay_headless_report_and_policy_check_fit_80_columns(tmp_path):
     assert wide_lines(at_80("replay", "--headless", str(FIXTURES / "session-serve.specmon"))) == []
     assert wide_lines(at_80("report", str(FIXTURES / "session-tui.specmon"), "--out", str(tmp_path / "r"))) == []
     assert wide_lines(at_80("policy", "check", str(REPO / "policies" / "default.toml"))) == []
+
+
+def test_a_start_line_wraps_at_words_under_a_hanging_indent_keeping_a_command_whole():
+    sock = "/run/user/1000/specmon/20261206-022954-8be60d.sock"
+    text = f"specmon: logging to logs/20261206-022954-8be60d.specmon; watch with: specmon attach {sock}"
+    assert hanging_lines(text, 80, "  ", [f"specmon attach {sock}"]) == [
+        "specmon: logging to logs/20261206-022954-8be60d.specmon; watch with:",
+        f"  specmon attach {sock}",
+    ]
+
+
+@pytest.fixture
+def short_dir():
+    """A folder as short as /run/user/1000 (pytest's own are 70 columns deep, longer than any path
+    a line can hold beside a command): the runtime folder, the log's and the model's."""
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_runs_start_lines_fit_80_columns_with_each_command_whole(short_dir):
+    """With a policy and --listen, each line `run` prints as it starts (once up to 190 columns)
+    fits 80, on a 200-column terminal too, and each command to copy is whole on its line."""
+    (short_dir / "logs").mkdir()
+    log = short_dir / "logs" / "20261206-022954-8be60d.specmon"
+    prompts = short_dir / "p.jsonl"
+    prompts.write_text('{"id": "p1", "prompt": "Say hello.", "class": "chat"}\n')
+    profile = str(tiny_profile(short_dir, max_new_tokens=8))
+    args = ("run", "--headless", "--profile", profile, "--prompts", str(prompts), "--policy", "default")
+    done = at_80(*args, "--listen", "127.0.0.1:0", "--log", str(log), columns=200, XDG_RUNTIME_DIR=str(short_dir))
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()  # stdout's table is as wide as COLUMNS asks
+    assert [line for line in lines if cell_len(line) > WIDTH] == []
+    sock = re.search(r"\S+\.sock", done.stderr).group(0)
+    port = re.search(r"serving on 127\.0\.0\.1:(\d+)", done.stderr).group(1)
+    token = f"--token-file {sock.removesuffix('.sock')}.token"
+    assert any(f"specmon attach {sock}" in line for line in lines)  # a command to copy, whole on one line
+    assert any(token in line for line in lines)
+    assert unwrapped(lines)[:3] == [  # every word kept, in order
+        f"specmon: logging to {log}; watch with: specmon attach {sock}",
+        f"specmon: serving on 127.0.0.1:{port}; attach with: specmon attach 127.0.0.1:{port} {token} "
+        "(from another machine: copy that file, or set SPECMON_TOKEN)",
+        "specmon: timing the engine for the policy (a verify pass over 1..9 positions)",
+    ]
+
+
+def unwrapped(lines: list[str]) -> list[str]:
+    """Lines as they were before wrapping: each continuation (indented) joined to the line it continues."""
+    joined: list[str] = []
+    for line in lines:
+        if line.startswith("  ") and joined:
+            joined[-1] += " " + line.strip()
+        else:
+            joined.append(line)
+    return joined
+
+
+def test_serves_start_line_fits_80_columns_with_the_address_first(short_dir):
+    """The serving line (once 94 columns here, its address last) wraps under a hanging indent,
+    the address on its first line, on a 200-column terminal too."""
+    profile = tiny_profile(short_dir)
+    errors = short_dir / "stderr"
+    env = {**os.environ, "COLUMNS": "200", "XDG_RUNTIME_DIR": str(short_dir)}
+    with open(errors, "w") as stderr:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "specmon.cli", "serve", "--headless", "-k", "2", "--port", "0"]
+            + ["--profile", str(profile), "--log", str(short_dir / "serve.specmon")],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=REPO,
+            env=env,
+        )
+    try:
+        said = wait_until(lambda: "fixed k=2)" in errors.read_text() and errors.read_text(), "serve's start line", 240)
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(60)
+    lines = said.splitlines()
+    assert [line for line in lines if cell_len(line) > WIDTH] == []
+    port = re.search(r"http://127\.0\.0\.1:(\d+)/v1", said).group(1)
+    (first,) = [line for line in lines if line.startswith("specmon: serving on ")]
+    assert first.startswith(f"specmon: serving on http://127.0.0.1:{port}/v1: ")  # what a client needs, first
+    assert lines[-1].startswith("  ")
+    assert (
+        unwrapped(lines)[-1]
+        == f"specmon: serving on http://127.0.0.1:{port}/v1: {profile.parent}/tiny.gguf (ngram, fixed k=2)"
+    )

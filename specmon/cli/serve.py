@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from specmon.backends.profiles import load_profile
-from specmon.console import err, print_line
+from specmon.console import err, notice, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import load_policy
 from specmon.server.auth import check_host, read_api_key
@@ -54,11 +54,9 @@ def cmd_serve(args) -> int:
             serving = Serving(session, pair, profile, options, policy)
             mode = f"policy {Path(policy.source).name}" if policy else f"fixed k={options.draft_len}"
             what = f"{pair.target.name} ({pair.drafter.name}, {mode}) on {serving.url}/v1"
-            print(
-                f"specmon: serving {what}" + ("" if api_key is None else "; clients must send the API key"),
-                file=sys.stderr,
-                flush=True,
-            )
+            keyed = "" if api_key is None else "; clients must send the API key"
+            # The address first: it is what a client needs, and a long model path cannot push it off the first line.
+            notice(f"serving on {serving.url}/v1: {pair.target.name} ({pair.drafter.name}, {mode}){keyed}")
             if tui:
                 serve_under_tui(session, serving, f"serve: {what}")
             else:

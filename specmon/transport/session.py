@@ -7,7 +7,6 @@ removes the socket, and turns a log-writer failure into one SpecmonError naming 
 from __future__ import annotations
 
 import sys
-import textwrap
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from specmon import __version__
+from specmon.console import notice
 from specmon.engine.driver import Cancelled, SessionDriver, host_facts, new_session_id
 from specmon.engine.costs import Costs, measure_costs
 from specmon.engine.drafters import Drafter
@@ -89,10 +89,7 @@ def live_session(
             longest = max(c.draft_len for c in policy.classes)
             pinned = getattr(profile, "verify_costs", None)  # a profile may pin them: reproducible decisions
             if announce and not pinned:  # seconds on a quiet host, minutes on a busy one: say what the wait is
-                print(
-                    f"specmon: timing the engine for the policy (a verify pass over 1..{max(2, longest + 1)} positions)",
-                    file=sys.stderr,
-                )
+                notice(f"timing the engine for the policy (a verify pass over 1..{max(2, longest + 1)} positions)")
             session.costs = (
                 Costs(tuple(pinned), max(profile.draft_cost, 0.0))  # pinned: plain steps, drafts' too
                 if pinned
@@ -101,14 +98,10 @@ def live_session(
             started.verify_ms, started.draft_ms = list(session.costs.verify_ms), session.costs.draft_ms
             started.verify_disturbed = session.costs.disturbed
             if session.costs.disturbed and announce:
-                print(
-                    textwrap.fill(
-                        f"specmon: the host was busy while the engine's costs were timed "
-                        f"({session.costs.disturbed} of {len(session.costs.verify_ms)} points timed under "
-                        "contention): the policy may misjudge what a draft costs",
-                        80,
-                    ),
-                    file=sys.stderr,
+                notice(
+                    f"the host was busy while the engine's costs were timed ({session.costs.disturbed} of "
+                    f"{len(session.costs.verify_ms)} points timed under contention): the policy may misjudge "
+                    "what a draft costs"
                 )
         session.channel.publish(started)
         yield session
@@ -217,12 +210,13 @@ def _announce(session: LiveSession) -> None:
     """Where to watch from. For TCP, the path of the 0600 token file: never the token itself,
     which on a command line or in a scrollback is readable by others."""
     server = session.server
-    where = f"; watch with: specmon attach {server.unix_path}" if server else ""
-    print(f"specmon: logging to {session.log_path}{where}", file=sys.stderr)
+    watch = f"specmon attach {server.unix_path}" if server else ""
+    notice(f"logging to {session.log_path}" + (f"; watch with: {watch}" if server else ""), [watch])
     if server and server.tcp_address:
         host, port = server.tcp_address
-        print(
-            f"specmon: serving on {host}:{port}; attach with: specmon attach {host}:{port} --token-file "
-            f"{server.token_path} (from another machine: copy that file, or set SPECMON_TOKEN)",
-            file=sys.stderr,
+        attach, token = f"specmon attach {host}:{port}", f"--token-file {server.token_path}"
+        notice(
+            f"serving on {host}:{port}; attach with: {attach} {token} "
+            "(from another machine: copy that file, or set SPECMON_TOKEN)",
+            [f"{attach} {token}", attach, token],  # the whole command on a line where it fits, else its halves
         )
