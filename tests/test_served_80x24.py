@@ -5,6 +5,8 @@ screen through a Pilot, from events built here (the reads and replies of the tri
 
 from __future__ import annotations
 
+import pytest
+
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics import unreported
 from specmon.metrics.unreported import SessionLines, notices
@@ -191,3 +193,45 @@ def test_a_class_row_gives_every_position_of_its_histograms():
         "  by position 0.90 0.80 0.60 0.50",
         "              0.40 0.30 0.20 0.10",
     ]
+
+
+# -- 3. "last 60 s": the tok/s over the span really read, and the span said -------------------------------
+
+TRIAL_TOKENS = {11: 31, 12: 63, 13: 95, 14: 127}  # the trial: four replies in a row, then nothing
+
+
+def reading(reads: int, start_tokens_at: int = 0, period: float = 1.0) -> list[ServerScraped]:
+    """`reads` + 1 reads, one each `period` s; the trial's tokens counted from read start_tokens_at on."""
+    tokens, out = 0, []
+    for i in range(reads + 1):
+        tokens = TRIAL_TOKENS.get(i - start_tokens_at, tokens)
+        out.append(counters(i * period, 0, [], tokens))
+    return out
+
+
+def test_sixteen_seconds_read_are_said_as_sixteen():
+    """The trial's proxy had read 16 s: 127 tokens / 16 s is right for what it read, and the line says so."""
+    state = ServedState()
+    state.apply([header("proxy"), *reading(16)])
+    assert sp.render_rates(state, 36).plain.splitlines()[2] == "last 16 s: 0.0 drafts/s 7.9 tok/s"
+    assert state.recent().tokens_per_s == pytest.approx(127 / 16)
+
+
+def test_a_whole_minute_is_read_as_sixty_seconds():
+    """A watch reading for 100 s (a read each 1.003 s, as the trial's drifted), the same tokens 41-44 reads in:
+    the window runs from the read at or before its start, so it spans 60 s, not the 59.x s from the first
+    read inside it (the trial's watch divided by 59.0 and 60.0 by turns)."""
+    state = ServedState()
+    state.apply([header("watch"), *reading(100, start_tokens_at=30, period=1.003)])
+    w = state.recent()
+    # reads 40 to 100: 40 (40.12 s) is the last at or before 100.3 - 60; from read 41 on, 31 tokens were lost
+    assert (w.seconds, w.generation_tokens) == (pytest.approx(60 * 1.003), 127)
+    assert sp.render_rates(state, 36).plain.splitlines()[2] == "last 60 s: 0.0 drafts/s 2.1 tok/s"
+
+
+async def test_the_panes_titles_say_the_span_read():
+    app = make_app(prefilled([header("proxy"), *reading(16)]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await shown_until(pilot, lambda: app._drawn_end, "every event applied and drawn")
+        titles = screen_lines(app)[1]
+    assert "acceptance · last 16 s" in titles and "by position · last 16 s" in titles

@@ -262,8 +262,11 @@ def add_request(totals: dict[tuple[str, str], RequestTotals], ev: RequestTimed) 
 
 
 def recent(scrapes: Sequence[ServerScraped], seconds: float) -> Window | None:
-    """The total over the reads of the last `seconds` before the latest one (restarts split as in total)."""
+    """The total over the last `seconds` before the latest read (restarts split as in total): from the
+    latest read at or before their start, so a span read whole is `seconds` long, not one interval short;
+    from the first read where reading began later (its Window's seconds say how long it really is)."""
     if not scrapes:
         return None
     since = scrapes[-1].t - seconds
-    return total([s for s in scrapes if s.t >= since])
+    first = next((i for i in range(len(scrapes) - 1, -1, -1) if scrapes[i].t <= since), 0)
+    return total(scrapes[first:])

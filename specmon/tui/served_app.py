@@ -44,9 +44,14 @@ class ServedApp(App):
     def compose(self) -> ComposeResult:
         yield TitleBar(self._title, id="title")
         with Grid(id="served"):
-            yield Pane(f"acceptance · {sp.RECENT}", self._draw(sp.render_acceptance), id="acceptance")
             yield Pane(
-                f"by position · {sp.RECENT}", self._draw_fitted(sp.render_positions, "positions"), id="positions"
+                "acceptance", self._draw(sp.render_acceptance), self._recent_title("acceptance"), id="acceptance"
+            )
+            yield Pane(
+                "by position",
+                self._draw_fitted(sp.render_positions, "positions"),
+                self._recent_title("by position"),
+                id="positions",
             )
             yield Pane("rates · last read's window", self._draw(sp.render_rates), id="rates")
             yield Pane("server", self._draw(sp.render_server), id="server")
@@ -58,6 +63,10 @@ class ServedApp(App):
 
     def _draw(self, render):
         return lambda width: render(self.state, width)
+
+    def _recent_title(self, what: str):
+        """A pane title that says the span its figures cover (sp.recent_span)."""
+        return lambda width: f"{what} · {sp.recent_span(self.state.recent())}"
 
     def _draw_fitted(self, render, pane_id: str):
         """render given the pane's height too, so it fits its lines rather than have the last ones cut."""

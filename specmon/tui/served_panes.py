@@ -1,5 +1,6 @@
 """The served-traffic view's panes (a watch, a proxy): pure renderers from ServedState, tested without an
-app. Every figure says the span it covers: the last read's window, the last RECENT_S, or the whole session."""
+app. Every figure says the span it covers: the last read's window, the last RECENT_S (the seconds read, while
+fewer), or the whole session."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import textwrap
 
 from rich.text import Text
 
-from specmon.metrics import unreported
+from specmon.metrics import served, unreported
 from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
 from specmon.tui.panes import bar_line
 from specmon.tui.served_state import RECENT_S, ServedState
@@ -48,11 +49,16 @@ def title(state: ServedState, feed_title: str, alerts: list[str], width: int) ->
     return text
 
 
+def recent_span(w: served.Window | None) -> str:
+    """What the recent figures span: the last RECENT_S once that much is read, else the seconds read so far."""
+    return RECENT if w is None or w.seconds >= RECENT_S else f"last {w.seconds:.0f} s"
+
+
 def render_acceptance(state: ServedState, width: int) -> Text:
     w = state.recent()
     text = Text()
     if w is None or not w.drafts:
-        text.append(f"no drafts in the {RECENT}\n", style="dim")
+        text.append(f"no drafts in the {recent_span(w)}\n", style="dim")
     else:
         text.append(f"acceptance {fmt(w.acceptance)}", style="bold")
         text.append(f"  accepted/draft {fmt(w.accepted_per_draft)}\n")
@@ -68,7 +74,7 @@ def render_positions(state: ServedState, width: int, height: int | None = None) 
     each, in as many columns as `height` needs; where bars no longer fit, the rates alone (position_lines)."""
     w = state.recent()
     if w is None or not w.drafts:
-        return Text(f"no drafts in the {RECENT}", style="dim")
+        return Text(f"no drafts in the {recent_span(w)}", style="dim")
     cells = position_cells(w.position_rates())
     columns = -(-len(cells) // height) if height else 1
     rows = -(-len(cells) // columns)
@@ -141,7 +147,8 @@ def render_rates(state: ServedState, width: int) -> Text:
     recent = state.recent()
     if recent is not None:
         text.append(
-            f"{RECENT}: {fmt(recent.drafts_per_s, '{:.1f}')} drafts/s {fmt(recent.tokens_per_s, '{:.1f}')} tok/s\n"
+            f"{recent_span(recent)}: {fmt(recent.drafts_per_s, '{:.1f}')} drafts/s "
+            f"{fmt(recent.tokens_per_s, '{:.1f}')} tok/s\n"
         )
     running = MISSING if last.running is None else str(last.running)
     waiting = MISSING if last.waiting is None else str(last.waiting)

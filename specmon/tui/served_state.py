@@ -27,7 +27,7 @@ class ServedState:
     last: ServerScraped | None = None  # the latest read, good or failed
     last_good: ServerScraped | None = None
     up_since: float | None = None  # the first good read since the last failure or restart
-    reads: deque = field(default_factory=lambda: deque(maxlen=KEPT_READS))  # the last RECENT_S of reads, failed too
+    reads: deque = field(default_factory=lambda: deque(maxlen=KEPT_READS))  # RECENT_S of reads and the one before
     windows: deque = field(default_factory=lambda: deque(maxlen=KEPT_WINDOWS))  # served.Window or None (restart)
     runs: list = field(default_factory=list)  # each run's first and latest good read (served.total's input)
     changes: deque = field(default_factory=lambda: deque(maxlen=KEPT_CHANGES))  # (t, what) of state changes
@@ -75,7 +75,7 @@ class ServedState:
         before, good = self.last, self.last_good
         self.last = now
         self.reads.append(now)  # failed ones too: a read that found no server splits the recent runs
-        while self.reads[0].t < now.t - RECENT_S:  # served.recent reads no older one
+        while len(self.reads) > 1 and self.reads[1].t <= now.t - RECENT_S:  # served.recent starts at reads[0]
             self.reads.popleft()
         if now.error or now.drafts is None:
             self.failed_reads += 1
