@@ -162,3 +162,67 @@ def test_serves_start_line_fits_80_columns_with_the_address_first(short_dir):
         unwrapped(lines)[-1]
         == f"specmon: serving on http://127.0.0.1:{port}/v1: {profile.parent}/tiny.gguf (ngram, fixed k=2)"
     )
+
+
+def test_log_infos_wrapped_header_lines_keep_their_indent():
+    """At 80 columns the target, host and verify-cost lines wrap (a llama.cpp session's); each
+    continuation hangs under the text it continues, never at column 0."""
+    lines = at_80("log", "info", str(FIXTURES / "holdout-llamacpp.specmon")).stdout.splitlines()
+    start = lines.index("  target smollm2-135m-instruct (llama.cpp)  drafter ngram  float32 on cpu")
+    assert lines[start : start + 7] == [
+        "  target smollm2-135m-instruct (llama.cpp)  drafter ngram  float32 on cpu",
+        "    backend llamacpp",
+        "  host: hostname vm, platform Linux-6.18.44-fc-v1147-x86_64-with-glibc2.36,",
+        "        python 3.11.7, cpus 2",
+        "  policy sha256 b94daf3cdea671d5…",
+        "  verify cost, plain steps, T = 1..9 positions: 1.00 1.72 2.13 2.43 3.02 3.39",
+        "    3.91 3.97 4.50 (timed at load, a step 9.0 ms)",
+    ]
+
+
+def test_log_infos_busy_host_line_wraps_under_its_value(tmp_path):
+    """A host busy for every round: the line (89 columns) goes on under `busy:`, column 19."""
+    from specmon.events.log import LogWriter
+    from specmon.events.schema import PromptStarted, Sampling
+    from events import round_verified
+
+    log = tmp_path / "busy.specmon"
+    with LogWriter(log) as writer:
+        run = {"session_id": "s", "t": 1_700_000_000.0, "prompt_id": "p", "prompt_class": "chat", "draft_len": 2}
+        writer.write(PromptStarted(**run, drafter="ngram", sampling=Sampling(), prompt_tokens=5, max_new_tokens=9))
+        drafted = {"proposed": [1, 1], "accepted": 1, "rejection_pos": 1, "emitted": [1, 1]}
+        for i in range(20):  # each round 9 of its 12 ms waiting for a CPU
+            writer.write(round_verified(**run, **drafted, round_id=i, round_index=i, verify_ms=12.0, host_stall_ms=9.0))
+    lines = at_80("log", "info", str(log)).stdout.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("  host  ")]
+    assert lines[at : at + 2] == [
+        "  host             busy: 20 of 20 rounds disturbed (100.0%), peak 75% of a",
+        "                   round, 22:13:20-22:13:20",
+    ]
+
+
+def test_served_lines_wrap_under_their_value(monkeypatch):
+    """A watch or proxy log's `served traffic` and `totals` lines (from metrics.served_summary) go on
+    under their value, column 19, as the host line does."""
+    import io
+
+    from rich.console import Console
+
+    from specmon.cli import inspect
+    from specmon.metrics.served_summary import info_lines
+
+    printed = io.StringIO()
+    monkeypatch.setattr(inspect, "out", Console(file=printed, width=WIDTH))
+    served = {"reads": 38, "url": "http://127.0.0.1:8080", "kind": "llama-server", "restarts": 0, "failed_reads": 0}
+    served |= {
+        "total_line": "21:38:33, 37 s: drafts 1  draft tokens 17  accepted 4  acceptance 0.24",
+        "first_failure": "",
+    }
+    for line in info_lines(served):
+        inspect.print_labelled(line)
+    assert printed.getvalue().splitlines() == [
+        "  served traffic   http://127.0.0.1:8080 (llama-server), 38 reads: 0 restarts, 0",
+        "                   failed reads",
+        "  totals           21:38:33, 37 s: drafts 1  draft tokens 17  accepted 4",
+        "                   acceptance 0.24",
+    ]

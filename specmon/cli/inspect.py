@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 from rich.markup import escape
+from rich.text import Text
 
-from specmon.console import err, out
+from specmon.console import err, hanging_lines, out
 from specmon.tables import class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
@@ -204,18 +206,15 @@ def cmd_log(args) -> int:
         out.print(f"  time span        {last - first:.1f} s", highlight=False)
     if len(policies) > 1:  # the first PolicyLoaded is the policy the run started with
         _print_reloads(policies, first)
-    out.print("  integrity        " + (f"[red]{escape(str(damage))}[/]" if damage else "[green]ok[/]"), highlight=False)
+    print_hanging("  integrity        ", str(damage or "ok"), "red" if damage else "green")
     host = tally(kept)
     if host.measured:
-        text = escape(host.said())
-        out.print("  host             " + (f"[yellow]{text}[/]" if host.busy else text), highlight=False)
+        print_hanging("  host             ", host.said(), "yellow" if host.busy else "")
     explored = sum(isinstance(e, RoundVerified) and e.explored for e in kept)
     if explored:
-        out.print(f"  explored         {explored} rounds verified a draft the policy had cut (explore_budget)")
+        print_hanging("  explored         ", f"{explored} rounds verified a draft the policy had cut (explore_budget)")
     if not damage and first is not None and not counts["SessionFinished"]:
-        out.print(
-            "  ended            [yellow]no end written: the run is still going, or was killed[/]", highlight=False
-        )
+        print_hanging("  ended            ", "no end written: the run is still going, or was killed", "yellow")
     if started is not None and started.backend in SERVED_BACKENDS:  # a server's traffic: no rounds of its own
         _print_served(args.log)
     if any(isinstance(e, PromptStarted) and bench_fixed_k(e) is not None for e in kept):
@@ -227,6 +226,28 @@ def cmd_log(args) -> int:
     elif kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     return 1 if damage else 0
+
+
+CONTINUED = 4  # a wrapped line with no label to hang under: two columns further in than the line it continues
+
+
+def print_hanging(label: str, value: str, style: str = "", indent: int | None = None) -> None:
+    """A line of `log info` at the console's width, wrapped at words, each continuation line under the
+    value (or `indent` columns in), not at column 0; `style` colours the value; text, never markup."""
+    lines = hanging_lines(label + value, out.width, " " * (len(label) if indent is None else indent))
+    text = Text("\n".join(lines))
+    text.stylize(style, len(label))
+    out.print(text)
+
+
+def print_labelled(line: str) -> None:
+    """A `  label   value` line hung under its value; a line with no label column, CONTINUED-style."""
+    labelled = re.match(r" *\S.*?  +(?=\S)", line)
+    if labelled:
+        print_hanging(line[: labelled.end()], line[labelled.end() :])
+    else:
+        lead = len(line) - len(line.lstrip())
+        print_hanging(line[:lead], line[lead:], indent=lead + 2)
 
 
 def _print_reloads(policies: list[PolicyLoaded], start: float) -> None:
@@ -252,7 +273,7 @@ def _print_served(log: Path) -> None:
 
     s = served_summary(log)
     for line in info_lines(s):
-        out.print(line, highlight=False, markup=False)
+        print_labelled(line)
     if s["classes"]:
         from specmon.proxy.tables import log_summary
 
@@ -275,28 +296,21 @@ def _print_header(ev: SessionStarted, drafters: str) -> None:
         markup=False,
     )
     model = f"  {ev.dtype} on {ev.device}" if ev.dtype or ev.device else ""  # a watch or proxy decodes nothing
-    out.print(f"  target {ev.target}  drafter {drafters}{model}  backend {ev.backend}", highlight=False, markup=False)
+    print_hanging("  ", f"target {ev.target}  drafter {drafters}{model}  backend {ev.backend}", indent=CONTINUED)
     if ev.host:
         host = ", ".join(f"{k} {v}" for k, v in ev.host.items())
-        out.print(f"  host: {host}", highlight=False, markup=False)
+        print_hanging("  host: ", host)
     if ev.policy_hash:
         out.print(f"  policy sha256 {ev.policy_hash[:16]}…", highlight=False)
     if ev.verify_ms:
         curve = " ".join(f"{ms / ev.verify_ms[0]:.2f}" for ms in ev.verify_ms)
         timed = "pinned by the profile" if ev.verify_ms[0] == 1.0 else f"timed at load, a step {ev.verify_ms[0]:.1f} ms"
-        out.print(
-            f"  verify cost, plain steps, T = 1..{len(ev.verify_ms)} positions: {curve} ({timed}"
-            + (
-                f", draft {ev.draft_ms:.2f} {'steps' if ev.verify_ms[0] == 1.0 else 'ms'}/token)"
-                if ev.draft_ms
-                else ")"
-            ),
-            highlight=False,
-        )
+        draft = f", draft {ev.draft_ms:.2f} {'steps' if ev.verify_ms[0] == 1.0 else 'ms'}/token" if ev.draft_ms else ""
+        curve_of = f"verify cost, plain steps, T = 1..{len(ev.verify_ms)} positions: {curve} ({timed}{draft})"
+        print_hanging("  ", curve_of, indent=CONTINUED)
         if ev.verify_disturbed:
-            out.print(
-                f"  [yellow]{ev.verify_disturbed} of its points timed while other work held the CPU[/]", highlight=False
-            )
+            disturbed = f"{ev.verify_disturbed} of its points timed while other work held the CPU"
+            print_hanging("  ", disturbed, "yellow", indent=CONTINUED)
 
 
 def cmd_replay(args) -> int:
