@@ -12,6 +12,7 @@ from typing import Callable, Iterable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
 err = Console(stderr=True)
 # Piped output is not cut to 80 columns, unless COLUMNS asks for a width (Rich reads it itself).
@@ -46,6 +47,19 @@ def hanging_lines(text: str, width: int, indent: str, whole: Iterable[str] = ())
             text = text.replace(phrase, phrase.replace(" ", GLUE))
     lines = textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
     return [line.replace(GLUE, " ") for line in lines]
+
+
+class Hanging:
+    """A line that wraps at words to the width it is drawn at, its continuation lines `further` columns
+    in from where it starts (a rich renderable: Text wraps to column 0)."""
+
+    def __init__(self, line: str, further: int = len(HANGING)) -> None:
+        self.line, self.further = line, further
+
+    def __rich_console__(self, console, options):
+        indent = " " * (len(self.line) - len(self.line.lstrip()) + self.further)
+        for line in hanging_lines(self.line, options.max_width, indent) or [""]:
+            yield Text(line, no_wrap=True)
 
 
 PROGRESS_LINE_S = 30.0  # piped progress: a line at least this often, besides one per tenth done

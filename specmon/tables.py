@@ -43,10 +43,15 @@ def _verdict(row: dict) -> str:
 
 
 def compact_table(
-    title: str, columns: tuple[str, ...], left: tuple[str, ...] = ("class", "output"), class_width: int | None = None
+    title: str,
+    columns: tuple[str, ...],
+    left: tuple[str, ...] = ("class", "output"),
+    class_width: int | None = None,
+    tight: bool = False,
 ) -> Table:
     """specmon's plain-terminal table: a rule under the header and no frame, so a row fits 80 columns;
-    the `left` columns are text, the rest figures."""
+    the `left` columns are text, the rest figures. `tight`: one blank between columns, and where the
+    row is still too wide the class name folds, never a figure or a header."""
     table = Table(
         title=title,
         title_justify="left",
@@ -54,13 +59,15 @@ def compact_table(
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         show_edge=False,
-        padding=(0, 1, 0, 0),
+        padding=(0, 0 if tight else 1, 0, 0),
     )
     for name in columns:
         table.add_column(
             name,
             justify="left" if name in left else "right",
             min_width=class_width if name == "class" else None,
+            no_wrap=tight and name != "class",
+            overflow="fold" if name == "class" else "ellipsis",
         )
     return table
 

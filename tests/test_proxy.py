@@ -296,4 +296,4 @@ def test_log_summary_reads_the_policy_from_the_logs_header(tmp_path, fake):
     with proxy(log, fake.url) as p:
         httpx.post(p.url + PATHS["completion"], json=request_body("completion"))
     shown = _rendered(log_summary(read_log(log)))
-    assert "rewrite  spec" in shown and "not yet known" in shown and "nothing is routed" in shown
+    assert "rewrite spec" in shown and "not yet known" in shown and "nothing is routed" in shown

@@ -226,3 +226,52 @@ def test_served_lines_wrap_under_their_value(monkeypatch):
         "  totals           21:38:33, 37 s: drafts 1  draft tokens 17  accepted 4",
         "                   acceptance 0.24",
     ]
+
+
+def test_a_proxy_logs_table_and_advice_fit_80_columns_whole_and_hung():
+    """The per-class table keeps its headers and `not reported` whole at 80 columns (a class name as
+    long as the rules allow folds instead), and advice lines go on indented under themselves."""
+    import io
+
+    from rich.console import Console
+
+    from events import request_timed
+    from specmon.proxy.tables import proxy_summary
+
+    events = []
+    for name in ("chat", "a-long-name-here"):  # 16 characters: the longest a class may have
+        for i, upstream in enumerate(["spec"] * 3 + ["plain"] * 2):
+            drafted = {"draft_n": 20, "draft_n_accepted": 9} if name == "chat" and upstream == "spec" else {}
+            events.append(
+                request_timed(
+                    request_id=f"{name}-{i}", prompt_class=name, upstream=upstream, predicted_n=40,
+                    predicted_ms=900.0 + 50 * i, **drafted,
+                )
+            )  # fmt: skip
+    printed = io.StringIO()
+    Console(file=printed, width=WIDTH).print(proxy_summary(events, None))
+    lines = printed.getvalue().splitlines()
+    assert all(cell_len(line) <= WIDTH for line in lines), lines
+    header = next(line for line in lines if line.startswith("class"))
+    assert header.split() == ["class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "tok/s"]
+    assert [line.split()[:2] for line in lines if "not reported" in line] == [["a-long-name-here", "spec"]]
+    assert [line.split()[:2] for line in lines if line.endswith(" -      N/A  37.2")] == [
+        ["a-long-name-here", "plain"],
+        ["chat", "plain"],
+    ]  # the plain side is not meant to draft: '-', not 'not reported'
+    advice = lines[lines.index("advice per class (95% intervals over requests):") + 1 :]
+    long_one = advice.index("  a-long-name-here: spec/plain goodput 1.13x [1.07, 1.20], 3 spec vs 2 plain")
+    assert advice[long_one + 1 :][:2] == ["      requests", "    speculation pays; change: keep speculation on"]
+    assert advice[-3].startswith("advice only: ") and advice[-2].startswith("  nothing is changed"), advice
+
+
+def test_log_infos_position_figures_say_a_trailing_run_at_zero_once():
+    """llama-server counts a position per --draft-max (48 in a trial): those no draft got past are one cell."""
+    from types import SimpleNamespace
+
+    from specmon.metrics.served_summary import positions
+
+    reached_four = SimpleNamespace(position_rates=lambda: [1.0, 1.0, 0.5, 0.25] + [0.0] * 44)
+    assert positions(reached_four) == "1.00 1.00 0.50 0.25 4-47: 0.00"
+    two_zeros = SimpleNamespace(position_rates=lambda: [1.0, 0.0, 0.0])  # as short written out: kept
+    assert positions(two_zeros) == "1.00 0.00 0.00"

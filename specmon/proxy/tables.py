@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
+from specmon.console import Hanging
 from specmon.tables import compact_table
 from specmon.errors import SpecmonError
 from specmon.events.schema import RequestTimed, ServerScraped, SessionStarted
@@ -20,10 +20,10 @@ from specmon.metrics.format import MISSING, count, fmt, ratio_interval
 from specmon.metrics.served import RequestTotals, by_class
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import ClassAdvice, advise, applied_line
-from specmon.metrics.unreported import SessionLines, notices, silent
+from specmon.metrics.unreported import SPEC, SessionLines, notices, silent
 
-# decode tok/s: each request's own speed (the server's decode time), not the server's throughput (a watch's)
-COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "decode tok/s")
+# tok/s: each request's own decode speed (the server's decode time), not the server's throughput (a watch's)
+COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "tok/s")
 OUTCOMES = {499: "client left", 502: "upstream broke off", 0: "upstream unreachable"}
 NOT_REPORTED = "not reported"
 CLOCKED = "*"  # marks a tok/s on the proxy's clock
@@ -60,16 +60,17 @@ def _ms(value: float | None) -> str:
 
 def class_table(events: Iterable[RequestTimed], title: str = "requests per class") -> Table:
     """A row per (class, upstream): the sums of what its successful replies said, and their ratios."""
-    table = compact_table(escape(title), COLUMNS, left=("class", "upstream"))
+    table = compact_table(escape(title), COLUMNS, left=("class", "upstream"), tight=True)  # fits 80 columns
     for (name, upstream), t in sorted(by_class(events).items()):
         told = t.reported > 0
+        missing = NOT_REPORTED if upstream == SPEC else "-"  # the plain side is not meant to draft
         table.add_row(
             escape(name),
             upstream,
             requests_cell(t),
             str(t.draft_n) if told else "-",
             str(t.draft_n_accepted) if told else "-",
-            fmt(t.acceptance) if told else NOT_REPORTED,
+            fmt(t.acceptance) if told else missing,
             fmt(t.tokens_per_step),
             _speed(t),
         )
@@ -119,17 +120,18 @@ def proxy_summary(events: Iterable, policy: Policy | None, title: str = "request
     events = list(events)
     timed = [ev for ev in events if isinstance(ev, RequestTimed)]
     reads = [ev for ev in events if isinstance(ev, ServerScraped)]
-    parts: list = [class_table(timed, title)]
-    parts += [Text(line) for line in position_lines(timed)]
+    lines = [Hanging(line) for line in position_lines(timed)]  # a wrapped line goes on under itself
     if any(t.timed == 0 and t.clocked_tok_per_s is not None for t in by_class(timed).values()):
-        parts.append(Text(CLOCK_NOTE))
-    parts += [Text(line) for line in [uncounted_line(timed), *notices(timed, reads)] if line]
+        lines.append(Hanging(CLOCK_NOTE))
+    lines += [Hanging(line) for line in [uncounted_line(timed), *notices(timed, reads)] if line]
     advice = advise(timed)
     if advice:
-        parts.append(Text("advice per class (95% intervals over requests):"))
-        parts += [Text("  " + line) for a in advice for line in advice_lines(a, policy)]
-        parts.append(Text(applied_line(policy, advice)))
-    return Group(*parts)
+        lines.append(Hanging("advice per class (95% intervals over requests):"))
+        for a in advice:  # a class's line goes on past its verdict line's indent, not level with it
+            head, verdict = advice_lines(a, policy)
+            lines += [Hanging("  " + head, 4), Hanging("  " + verdict)]
+        lines.append(Hanging(applied_line(policy, advice)))
+    return Group(class_table(timed, title), *lines)
 
 
 def log_summary(events: Iterable) -> Group:

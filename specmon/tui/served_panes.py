@@ -10,6 +10,7 @@ from rich.text import Text
 
 from specmon.metrics import served, unreported
 from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
+from specmon.metrics.served_summary import position_cells
 from specmon.tui.panes import bar_line
 from specmon.tui.served_state import RECENT_S, ServedState
 
@@ -17,7 +18,6 @@ RECENT = f"last {RECENT_S:.0f} s"
 FULL, EMPTY = "█", "░"
 COLUMN_GAP = 2  # blanks between columns of position bars
 MIN_BAR = 4  # a bar shorter than this says less than the rate beside it: the rates alone then
-ZERO_RUN = 3  # trailing positions at 0 said as one cell from this many (fewer take no more room written out)
 
 
 def server_state(state: ServedState) -> tuple[str, str]:
@@ -93,20 +93,6 @@ def render_positions(state: ServedState, width: int, height: int | None = None) 
         text.append("\n")
     text.rstrip()
     return text
-
-
-def position_cells(rates: list[float | None]) -> list[tuple[str, float | None, int]]:
-    """(position, rate, positions it stands for): each position's own, but a trailing run of positions no
-    draft got past (llama-server counts one per --draft-max) is one cell, "4-47" at 0."""
-    reached = len(rates)
-    while reached and rates[reached - 1] == 0:
-        reached -= 1
-    if len(rates) - reached < ZERO_RUN:
-        reached = len(rates)
-    cells = [(str(i), rate, 1) for i, rate in enumerate(rates[:reached])]
-    if reached < len(rates):
-        cells.append((f"{reached}-{len(rates) - 1}", 0.0, len(rates) - reached))
-    return cells
 
 
 def position_lines(rates: list[float | None], width: int, most: int | None = None, label: str = "by position"):
