@@ -111,6 +111,16 @@ def _drafted(events, prompt_id: str) -> bool:
     return any(isinstance(e, PromptStarted) and e.prompt_id == prompt_id and e.draft_len for e in events)
 
 
+async def test_the_sparklines_foot_counts_the_marks_it_draws():
+    events = POLICY_EVENTS[:137]  # to the end of chat's first prompts: 62 rounds, more than the sparkline is wide
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        lines = region_lines(app, "acceptance")
+        marks = len(lines[-2][1:-1].strip())  # the sparkline: the pane's last content line
+        assert marks == len(lines[-2]) - 4 and f"last {marks} rounds;" in lines[-1], lines  # a full line, all counted
+
+
 @needs_tmux
 def test_replay_at_80_columns_shows_the_busy_marker_and_every_field_of_the_session(tmp_path):
     log = write_log(tmp_path / "busy.specmon", stalled(POLICY_EVENTS, lambda i: True))

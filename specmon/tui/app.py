@@ -63,7 +63,9 @@ class SpecmonApp(App):
                 "acceptance",
                 "acceptance",
                 lambda w: panes.render_acceptance(self.state, self.metric, w),
-                lambda w: self._short_foot("acceptance", panes.sparkline_caption(self.state, self.metric, w)),
+                lambda w: self._short_foot(
+                    "acceptance", panes.sparkline_caption(self.state, self.metric, w, self._columns("acceptance"))
+                ),
             )  # a short pane's last line, the sparkline's caption, goes to its foot
             yield self._run_pane(
                 "speed",
@@ -147,6 +149,10 @@ class SpecmonApp(App):
     def _rows(self, pane_id: str) -> int:
         """A pane's content rows as laid out (FULL_ROWS before the first layout)."""
         return self.screen_stack[0].query_one(f"#{pane_id}").content_size.height or panes.FULL_ROWS
+
+    def _columns(self, pane_id: str) -> int:
+        """A pane's content columns as laid out (DEFAULT_WIDTH before the first layout)."""
+        return self.screen_stack[0].query_one(f"#{pane_id}").content_size.width or panes.DEFAULT_WIDTH
 
     def _short_foot(self, pane_id: str, caption: str) -> str:
         """A pane's foot: `caption` where the pane is too short for it as its last line."""

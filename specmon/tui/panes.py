@@ -112,9 +112,10 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
     return text
 
 
-def sparkline_caption(state: ViewState, metric: str, width: int = DEFAULT_WIDTH) -> str:
-    """How many rounds the acceptance sparkline draws, and what its dots are ("" before any)."""
-    shown = min(len(state.acceptance_series(metric)), width)
+def sparkline_caption(state: ViewState, metric: str, width: int = DEFAULT_WIDTH, drawn: int | None = None) -> str:
+    """How many rounds the acceptance sparkline draws, `drawn` columns wide (as wide as the caption where
+    it is the pane's last line; in the foot, the caption has less room than the line), and what its dots are."""
+    shown = min(len(state.acceptance_series(metric)), width if drawn is None else drawn)
     if not shown:
         return ""
     return _fit(
