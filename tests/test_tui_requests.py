@@ -175,3 +175,19 @@ async def test_text_only_shows_the_text_in_a_serving_session_at_80x24():
         await pilot.pause()
         box = app.query_one("#text-box")
         assert box.display and box.region.height >= 18, box.region
+
+
+async def test_a_refused_edit_in_a_serving_session_at_80x24_hides_no_panes_foot():
+    from test_tui_policy import ERROR, refused
+
+    events = mid_second_request() + [refused()]
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        screen = screen_lines(app)
+        classes, decisions = region_lines(app, "classes"), region_lines(app, "decisions")
+        foot = screen.index(classes[-1] + decisions[-1])  # both panes' feet, whole, on screen
+        assert classes[-1].startswith("╰") and decisions[-1].endswith("╯")
+        assert screen[foot + 1].startswith("─ policy edit refused ─")
+        said = " ".join(" ".join(line.split()) for line in screen[foot + 2 : foot + 5])
+        assert " ".join(ERROR.split()[:6]) in said, screen
