@@ -235,3 +235,13 @@ async def test_the_panes_titles_say_the_span_read():
         await shown_until(pilot, lambda: app._drawn_end, "every event applied and drawn")
         titles = screen_lines(app)[1]
     assert "acceptance · last 16 s" in titles and "by position · last 16 s" in titles
+
+
+# -- trial 2: what a second new-user trial at 80x24 found ----------------------------------------------------
+
+
+async def test_a_class_name_cut_to_the_column_ends_in_an_ellipsis():
+    """The trial's `non-englis spec    1  n/r` read as a class of that name: a cut name says it was cut."""
+    replies = [silent_reply(i, cls) for i, cls in enumerate(("chat", "non-english"))]
+    lines = await shown([header("proxy"), counters(0, 0, []), counters(1, 0, []), *replies], "classes")
+    assert [line.split()[0] for line in lines[1:3]] == ["chat", "non-engli…"], lines

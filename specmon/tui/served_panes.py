@@ -144,14 +144,14 @@ def render_rates(state: ServedState, width: int) -> Text:
 
 
 def render_server(state: ServedState, width: int) -> Text:
-    """The server's state, then its changes, newest first (each one line, cut to the width)."""
+    """The server's state, then its changes, newest first (each one line, cut to the width with …)."""
     word, style = server_state(state)
     text = Text(word, style=style)
     if state.last is not None and state.last.error:
-        text.append("\n" + state.last.error[: max(width, 1)], style="red")
+        text.append("\n" + cut(state.last.error, max(width, 1)), style="red")
     for t, what, detail in reversed(state.changes):
         line = f"{clock(t)} {what}" + (f": {detail}" if detail and what == "restarted" else "")
-        text.append("\n" + line[: max(width, 1)], style="dim")
+        text.append("\n" + cut(line, max(width, 1)), style="dim")
     return text
 
 
@@ -183,7 +183,7 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
         for (cls, upstream), totals in sorted(state.requests.items())
     ]
     for cls, d in sorted(state.routes.items()):
-        blocks.append([(_route_line(cls, d)[: max(width, 1)], "bold" if d.applied else "dim")])
+        blocks.append([(cut(_route_line(cls, d), max(width, 1)), "bold" if d.applied else "dim")])
     foot = _class_notes(state, width)
     room = None if height is None else height - 1 - len(foot)
     text = Text(head + "\n", "bold")
@@ -197,7 +197,7 @@ def _class_block(cls: str, upstream: str, totals, name_width: int, width: int) -
     """One (class, upstream)'s row, and its acceptance by position where its replies gave histograms."""
     acc = fmt(totals.acceptance) if totals.reported else "n/r"
     row = (
-        f"{cls[:name_width]:<{name_width}} {upstream[:5]:<5} {totals.requests:>3} {acc:>4} "
+        f"{cut(cls, name_width):<{name_width}} {cut(upstream, 5):<5} {totals.requests:>3} {acc:>4} "
         f"{fmt(totals.tokens_per_step):>4} {_speed(totals):>5}"
     )
     block = [(row, "")]
@@ -215,10 +215,15 @@ def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
     keys = ["n/r: no draft counts reported"] if unexplained else []
     keys += ["* the proxy's clock"] if any(t.tok_per_s is None and t.clocked_tok_per_s for _, t in rows) else []
     keys += ["→ routed, by spec/plain goodput"] if state.routes else []
-    lines = [("; ".join(keys)[: max(width, 1)], "dim")] if keys else []
+    lines = [(cut("; ".join(keys), max(width, 1)), "dim")] if keys else []
     for notice in notices:
         lines += [(line, "yellow") for line in textwrap.wrap(notice, max(width, 1))]
     return lines
+
+
+def cut(text: str, width: int) -> str:
+    """`text` within `width` columns, ending in … where it was cut (a cut name must not pass for another)."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def _fitted(blocks: list[list[tuple[str, str]]], room: int | None) -> list[tuple[str, str]]:
