@@ -1,10 +1,12 @@
 """What the sweep's tables and plot say beside a figure: a busy host's `~` (as run and log info
 mark it), a break-even that is any acceptance, and a legend that hides no point."""
 
+from pathlib import Path
+
 import pytest
 from rich.console import Console
 
-from specmon.replay.sweep_tables import break_even_table, results_table
+from specmon.replay.sweep_tables import break_even_table, paths_note, results_table
 from specmon.events.schema import PromptStarted, Sampling
 from specmon.metrics.contention import tally
 from specmon.replay.sweep_report import cell_rows, goodput_figure, predicted_figure
@@ -97,6 +99,33 @@ def test_a_break_even_of_any_acceptance_pays_even_where_nothing_was_accepted():
     assert row.break_even == 0.0
     text = _printed(break_even_table(cell_rows(events)))
     assert _row_line(text, "chat", "ngram", "2").split()[3:] == ["60/60", "any", "0.00", "yes"]
+
+
+def test_notes_under_the_tables_wrap_under_their_text_keeping_a_figure_with_its_unit():
+    """At 80 columns a note's continuation lines start two columns in, never at column 0, and
+    `0.90 plain steps` stays on one line (it once broke into `cost 0.54 plain ` / `steps ...`)."""
+    events = _cell_events("chat", 0, 10.0, stall_ms=None) + _cell_events("chat", 2, 9.0, stall_ms=None)
+    text = _printed(break_even_table(cell_rows(events)))
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("chat ngram k=2: break-even at any"))
+    assert lines[start:] == [
+        "chat ngram k=2: break-even at any acceptance: a drafting round cost",
+        "  0.90 plain steps (verify 0.90); a verify pass of 3 tokens under one plain step",
+        "  means the plain steps were slowed (a busy host) or timer noise",
+    ]
+    legend = lines[lines.index("chat   ngram    2    60/60           any      0.50   yes") + 1 : start]
+    assert legend[0].startswith("break-even: eq. 1") and all(line.startswith("  ") for line in legend[1:])
+
+
+def test_the_log_and_plots_line_keeps_each_label_with_its_path():
+    """`plots: ` once ended a line, its path alone at column 0 below."""
+    run = "20261206-025355-0e272c"
+    plots = [Path(f"reports/{run}-sweep/sweep_goodput.png"), Path(f"reports/{run}-sweep/sweep_predicted.png")]
+    assert _printed(paths_note(Path(f"logs/{run}.specmon"), plots)).splitlines() == [
+        f"log: logs/{run}.specmon",
+        f"  plots: reports/{run}-sweep/sweep_goodput.png,",
+        f"  reports/{run}-sweep/sweep_predicted.png",
+    ]
 
 
 def _drawn(fig):

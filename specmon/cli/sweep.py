@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from rich.markup import escape
-
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.console import err, out, progress
 from specmon.cli.run import check_new_log
@@ -18,7 +16,8 @@ from specmon.sched.bench import prompts_path
 from specmon.events.schema import Sampling
 from specmon.metrics.contention import tally
 from specmon.replay.sweep_report import cell_rows, suggest_policy, sweep_plots
-from specmon.replay.sweep_tables import break_even_table, results_table
+from specmon.replay.sweep_tables import break_even_table, paths_note, results_table
+from specmon.tables import Note
 from specmon.transport.session import live_session
 
 
@@ -91,16 +90,16 @@ def cmd_sweep(args) -> int:
     out.print(results_table(rows, session.log_path.name))
     out.print(break_even_table(rows))
     plots = sweep_plots(rows, args.out or Path("reports") / f"{session.session_id}-sweep")
-    out.print(f"log: {session.log_path}  plots: {', '.join(str(p) for p in plots)}", highlight=False, markup=False)
+    out.print(paths_note(session.log_path, plots))
     host = tally(session.events).line()
     if host:
-        err.print(f"[yellow]{escape(host)}[/]")
+        err.print(Note(host, "yellow"))
     if args.suggest_policy:
         base = (
             _read_policy(args.suggest_policy) if args.suggest_policy.exists() else read_shipped("policies", "default")
         )
         for name, what in suggest_policy(rows, base, args.suggest_policy, session.log_path.name).items():
-            out.print(f"suggested for {name}: {what}", highlight=False, markup=False)
+            out.print(Note(f"suggested for {name}: {what}"))
     return 0
 
 

@@ -3,16 +3,17 @@ from a sweep's log: acceptance and speed per cell against the prediction, and br
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
 from specmon.metrics.contention import MARK_SHARE
 from specmon.metrics.format import fmt
 from specmon.metrics.predict import MIN_ROUNDS, TOLERANCE
 from specmon.replay.sweep_report import CellRow, sampling_label
-from specmon.tables import VERDICT_MARKS, compact_table
+from specmon.tables import VERDICT_MARKS, Note, compact_table
 
 
 def results_table(rows: list[CellRow], log_name: str) -> Group:
@@ -52,17 +53,18 @@ def results_table(rows: list[CellRow], log_name: str) -> Group:
         )
         if r.flag:
             flagged.append(
-                Text(
+                Note(
                     f"{key.prompt_class} {key.drafter} {sampling_label(key.sampling)} k={key.draft_len}: "
                     f"{r.flag} ({run.rounds} rounds)",
-                    style="yellow" if r.flag.startswith("off") else "dim",
+                    "yellow" if r.flag.startswith("off") else "dim",
+                    (r.flag, f"({run.rounds} rounds)"),
                 )
             )
-    legend = Text(
+    legend = Note(
         f"empty: rounds that proposed nothing; draft, verify: ms per round; pred: the speedup the cell's "
         f"proposal mix, per-position acceptance and the sweep's verify cost per proposal length predict; "
         f"flagged below: cells under {MIN_ROUNDS} rounds, or more than {TOLERANCE:.0%} off; {BUSY_LEGEND}",
-        style="dim",
+        "dim",
     )
     return Group(acceptance, speed, legend, *flagged)
 
@@ -107,22 +109,30 @@ def break_even_table(rows: list[CellRow]) -> Group:
             fmt(rate),
             pays,
         )
-    legend = Text(
+    legend = Note(
         "break-even: eq. 1 with every round proposing k, at the draft and verify cost the drafting rounds "
         "measured; measured: their acceptance (accepted/proposed); rounds that drafted nothing cost about "
         "a plain step and gain nothing, so a cell with few drafting rounds stays near plain whatever its "
         f"rate; never: even full acceptance does not pay; any: even zero acceptance pays; {BUSY_LEGEND}",
-        style="dim",
+        "dim",
     )
     return Group(table, legend, *notes)
 
 
-def _any_acceptance(r: CellRow) -> Text:
+def _any_acceptance(r: CellRow) -> Note:
     """Why a break-even is any acceptance, and why that is suspect."""
     k = r.key.draft_len
-    return Text(
+    cost, verify = f"{r.drafting_cost:.2f} plain steps", f"(verify {r.v:.2f});"
+    return Note(
         f"{r.key.prompt_class} {r.key.drafter} k={k}: break-even at any acceptance: a drafting round cost "
-        f"{r.drafting_cost:.2f} plain steps (verify {r.v:.2f}); a verify pass of {k + 1} tokens under one plain "
-        "step means the plain steps were slowed (a busy host) or timer noise",
-        style="yellow",
+        f"{cost} {verify} a verify pass of {k + 1} tokens under one plain step means the plain steps were "
+        "slowed (a busy host) or timer noise",
+        "yellow",
+        (cost, verify, "one plain step"),
     )
+
+
+def paths_note(log: Path, plots: list[Path]) -> Note:
+    """Where the sweep's log and plots are, a label kept beside its first path."""
+    shown = ", ".join(map(str, plots))
+    return Note(f"log: {log}  plots: {shown}", whole=(f"log: {log}", f"plots: {plots[0]}" if plots else ""))
