@@ -16,7 +16,7 @@ from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
 from specmon.tui.state import ViewState
 from test_tui import prefilled_events
-from test_tui_view import chat_in_view, region_lines
+from test_tui_view import chat_in_view, prefilled, region_lines
 from waiting import drawn, screen_lines, shown_until
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -242,3 +242,24 @@ def test_a_class_a_reload_removed_reads_removed_not_on():
 
     assert on_off(state, "chat") == "removed" and not state.is_on("chat")
     assert on_off(state, "code-edit") == "on" and "talk" not in state.removed
+
+
+async def test_a_class_an_edit_switched_off_before_it_drafted_says_off_everywhere():
+    """rewrite, off by an edit before its first prompt, then decoded plainly: its titles, speed pane and
+    foot say it is off (they said `rewrite`, `no round at k yet` and an older decision's k=4)."""
+    from events import round_verified
+
+    before = POLICY_EVENTS[:373]  # up to rewrite's first prompt
+    plain = [prompt("rewrite", 0)] + [
+        round_verified(round_id=10_000 + i, prompt_id="rewrite-9", prompt_class="rewrite", round_index=i)
+        for i in range(3)
+    ]
+    events = before + [RELOAD] + plain
+    app = prefilled(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, events)
+        assert app.state.current_class == "rewrite" and not app.state.is_on("rewrite")
+        assert region_lines(app, "acceptance")[0].startswith("╭─ acceptance · rewrite (off) ─")
+        speed = region_lines(app, "speed")
+        assert speed[1].startswith("│ speedup N/A: the class is off ") and "─ policy file: off ─╯" in speed[-1]
+        assert class_cells(app, "rewrite")["spec"] == "off"

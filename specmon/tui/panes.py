@@ -62,8 +62,8 @@ def run_title(state: ViewState, what: str, width: int = 80) -> str:
     name, k = state.current_class, state.class_k
     if not name:
         return what
-    if not k:
-        return f"{what} · {name}"
+    if not k:  # never speculated: switched off before it ran a draft, or not at its k yet
+        return f"{what} · {name}" + ("" if state.is_on(name) or not state.policy_session else " (off)")
     on = state.is_on(name)
     off, short_off = ("", "") if on else (" (off)", " off")
     fits = [
@@ -240,7 +240,8 @@ def _sides_short(run, base) -> Text:
 def _missing_side(state: ViewState, run, base) -> str:
     """Why there is no speedup: the pane divides goodput at k by plain decoding's (k = 0 rounds)."""
     if run is None or not run.rounds:
-        return "no round at k yet"
+        off = state.policy_session and not state.is_on(state.current_class)
+        return "the class is off" if off else "no round at k yet"
     if base is not None and base.rounds:
         return "no time measured"
     if state.policy_session and state.is_on(state.current_class):  # no plain round comes while it stays on

@@ -117,9 +117,10 @@ def on_off(state: ViewState, name: str) -> str:
 def policy_figure(state: ViewState, width: int = 80) -> str:
     """What the policy last decided for the current class (`policy d12: k=8, match ≥2`: drafts of up
     to 8 verified after an n-gram match of 2 tokens or more), cut to `width`: the speed pane's foot."""
-    decision = next(
-        (d for d in reversed(state.decisions) if d.prompt_class == state.current_class and d.gate is not None), None
-    )
+    name = state.current_class
+    if name in state.policy_off and name not in state.off_by:  # its file says off: no decision of it stands
+        return "policy file: off"[: max(width, 1)]
+    decision = next((d for d in reversed(state.decisions) if d.prompt_class == name and d.gate is not None), None)
     if decision is None:
         return ""
     what = "off" if not decision.speculate_to else f"k={decision.k_to}"
