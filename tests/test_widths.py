@@ -5,6 +5,7 @@ script or `tee` reads them: `log info` on every fixture, `policy explain`, `atta
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -275,3 +276,35 @@ def test_log_infos_position_figures_say_a_trailing_run_at_zero_once():
     assert positions(reached_four) == "1.00 1.00 0.50 0.25 4-47: 0.00"
     two_zeros = SimpleNamespace(position_rates=lambda: [1.0, 0.0, 0.0])  # as short written out: kept
     assert positions(two_zeros) == "1.00 0.00 0.00"
+
+
+def every_command(parser, words: tuple[str, ...] = ()):
+    """(words, parser) for `specmon` and each of its commands, their actions and tools, however deep."""
+    yield words, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                yield from every_command(command, (*words, name))
+
+
+def test_every_commands_help_fits_80_columns(monkeypatch):
+    """`--help` at COLUMNS=80 (argparse wraps to it): the examples, once up to 113 columns, and
+    the tools' example commands (82, 81) fit too, an example's note going on under it."""
+    from specmon.cli.main import build_parser
+
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    wide = {
+        " ".join(words) or "specmon": [line for line in command.format_help().splitlines() if cell_len(line) > WIDTH]
+        for words, command in every_command(build_parser())
+    }
+    assert len(wide) > 20 and {words: lines for words, lines in wide.items() if lines} == {}
+
+
+def test_an_examples_note_goes_on_under_it_where_the_line_is_too_long(monkeypatch):
+    from specmon.cli.main import build_parser
+
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    lines = build_parser().format_help().splitlines()
+    at = lines.index("  specmon serve --headless --port 8000")
+    assert lines[at + 1] == "      OpenAI-compatible server: point a chat UI or the openai SDK at it"
+    assert "  specmon run --headless --drafter layerskip -k 2" in lines  # an example with no note: as written

