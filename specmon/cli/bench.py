@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
@@ -19,6 +20,7 @@ from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
 from specmon.metrics.contention import tally
 from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, prompt_phases, run_bench
+from specmon.tables import CLASS_WIDTH, Note, compact_table
 from specmon.transport.session import live_session
 
 
@@ -61,22 +63,17 @@ def cmd_bench(args) -> int:
     half = f" ({args.half} half)" if args.half else ""
     title = (
         f"goodput, tokens/s: {pair.drafter.name}, policy {Path(policy.source).name}, {args.max_new_tokens} new tokens, "
-        f"{len(prompts)} prompts{half} x {args.repeat}  (log: {session.log_path})"
+        f"{len(prompts)} prompts{half} x {args.repeat}"
     )
-    out.print(bench_table(results, ks, title, "phase" if phases else "class"))
+    out.print(bench_table(results, ks, title, "phase" if phases else "class", session.log_path))
     out.print(interval_line(results))
     out.print(explore_line(results))
     stalls = tally(session.events)
     if stalls.line():
-        err.print(f"[yellow]{escape(stalls.line())}[/]")
+        err.print(Note(stalls.line(), "yellow"))
     overall = overall_figures(results, ks)
     work = policy_work(scheduler.policy_ms, results)
-    out.print(
-        f"all classes: auto {fmt(overall['auto'], '{:.1f}')} tok/s; best single fixed k={overall['best_k']} "
-        f"{fmt(overall['best'], '{:.1f}')}; auto/best single {fmt(overall['auto_over_best'], '{:.3f}')}"
-        f"{interval_text(overall['auto_over_best_interval'])}; "
-        f"policy work {scheduler.policy_ms:.1f} ms = {fmt(work, '{:.3%}')} of the policy's round time"
-    )
+    out.print(overall_line(overall, scheduler.policy_ms, work))
     if args.json:
         write_json(
             args.json,
@@ -98,45 +95,88 @@ def policy_work(policy_ms: float, results: dict[str, BenchClass]) -> float | Non
     return rates.ratio(policy_ms, sum(c.auto.round_ms for c in results.values()))
 
 
-def interval_line(results: dict[str, BenchClass]) -> str:
+def interval_line(results: dict[str, BenchClass]) -> Note:
     """How far auto/best could be noise: its 95% interval over prompts, per class (the best fixed k
     is picked after the fact, so a best-of-several is also favoured by its own noise)."""
     parts = []
     for name, c in results.items():
         est = c.auto_over_best()
         known = est is not None and est.low is not None
-        parts.append(f"{escape(name)} " + (f"[{est.low:.3f}, {est.high:.3f}]" if known else "n/a"))
-    return "auto/best, 95% interval over prompts: " + "; ".join(parts)
+        parts.append(f"{name} " + (f"[{est.low:.3f}, {est.high:.3f}]" if known else "n/a"))
+    return Note("auto/best, 95% interval over prompts: " + "; ".join(parts), whole=tuple(parts))
 
 
-def explore_line(results: dict[str, BenchClass]) -> str:
+def explore_line(results: dict[str, BenchClass]) -> Note:
     """Rounds the policy verified a draft its table had cut (its exploration budget), and their
     cost: their time less what plain steps take for the tokens they gave, of the policy's time."""
-    parts = [
-        f"{escape(name)} {c.explored.rounds} rounds, {fmt(c.explore_cost(), '{:+.2%}')}" for name, c in results.items()
-    ]
-    return "exploring cut drafts (rounds, cost of the policy's time): " + "; ".join(parts)
+    parts = [f"{name} {c.explored.rounds} rounds, {fmt(c.explore_cost(), '{:+.2%}')}" for name, c in results.items()]
+    return Note("exploring cut drafts (rounds, cost of the policy's time): " + "; ".join(parts), whole=tuple(parts))
+
+
+def overall_line(overall: dict, policy_ms: float, work: float | None) -> Note:
+    """Every class together: auto against the best single fixed k, with its interval, and what the
+    policy's own work cost; a figure is kept with its label and its interval."""
+    auto = f"auto {fmt(overall['auto'], '{:.1f}')} tok/s"
+    best = f"k={overall['best_k']} {fmt(overall['best'], '{:.1f}')}"
+    ratio = f"{fmt(overall['auto_over_best'], '{:.3f}')}{interval_text(overall['auto_over_best_interval'])}"
+    spent = f"{policy_ms:.1f} ms = {fmt(work, '{:.3%}')}"
+    return Note(
+        f"all classes: {auto}; best single fixed {best}; auto/best single {ratio}; "
+        f"policy work {spent} of the policy's round time",
+        whole=(auto, best, f"auto/best single {ratio}", spent),
+    )
 
 
 def interval_text(bounds: list[float] | None) -> str:
     return f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else ""
 
 
-def bench_table(results: dict[str, BenchClass], ks: list[int], title: str, by: str = "class") -> Table:
-    table = Table(title=escape(title), title_justify="left")
-    table.caption = (
-        "goodput = emitted tokens / s of round time; auto counts what the policy spends learning; "
-        "~ busy host: 10%+ of the class's rounds waited for a CPU other work held"
-    )
-    for col in [by, *(f"k={k}" for k in ks), "best fixed", "auto", "best/plain", "auto/plain", "auto/best"]:
-        table.add_column(col, justify="left" if col == by else "right")
+K_COLUMNS = 9  # fixed k a table row holds: 9 of them and a 16-character class fit 80 columns
+BENCH_LEGEND = (
+    "goodput = emitted tokens / s of round time; best fixed: the fixed k of highest goodput; "
+    "auto: the policy, counting what it spends learning; best/plain, auto/plain, auto/best: ratios of "
+    "goodput (k=0 is plain); ~ busy host: 10%+ of the class's rounds waited for a CPU other work held"
+)
+
+
+def bench_table(
+    results: dict[str, BenchClass], ks: list[int], title: str, by: str = "class", log: Path | None = None
+) -> Group:
+    """In 80 columns: the title, goodput at each fixed k (9 k a table), then best fixed, the
+    policy and the ratios, then a legend; headers whole, a class name folds before a figure."""
+    logged = f"(log: {log})" if log else ""
+    heading = Note(f"{title}  {logged}" if log else title, "bold", (logged,))
+    names = {name: name + ("~" if c.host.busy else "") for name, c in results.items()}
+    fixed = [_fixed_table(results, names, ks[i : i + K_COLUMNS], by) for i in range(0, len(ks), K_COLUMNS)]
+    return Group(heading, *fixed, _ratio_table(results, names, by), Note(BENCH_LEGEND, "dim"))
+
+
+def _table(names: dict[str, str], columns: tuple[str, ...]) -> Table:
+    """A bench table whose headers and figures never wrap: a long class name folds instead."""
+    width = min(CLASS_WIDTH, max(map(len, names.values()), default=5))
+    table = compact_table("", columns, left=columns[:1])
+    table.columns[0].min_width, table.columns[0].overflow = width, "fold"  # a class or a phase alike
+    for column in table.columns[1:]:
+        column.no_wrap = True
+    return table
+
+
+def _fixed_table(results: dict[str, BenchClass], names: dict[str, str], ks: list[int], by: str) -> Table:
+    table = _table(names, (by, *(f"k={k}" for k in ks)))
+    for name, c in results.items():
+        goodputs = c.to_json()["fixed"]
+        table.add_row(escape(names[name]), *(fmt(goodputs.get(str(k)), "{:.1f}") for k in ks))
+    return table
+
+
+def _ratio_table(results: dict[str, BenchClass], names: dict[str, str], by: str) -> Table:
+    table = _table(names, (by, "best fixed", "auto", "best/plain", "auto/plain", "auto/best"))
     for name, c in results.items():
         figures = c.to_json()
         best = c.best_k
         best_text = MISSING if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
         table.add_row(
-            escape(name) + ("~" if c.host.busy else ""),
-            *(fmt(figures["fixed"].get(str(k)), "{:.1f}") for k in ks),
+            escape(names[name]),
             best_text,
             fmt(figures["auto"], "{:.1f}"),
             fmt(figures["best_over_plain"], "{:.3f}"),
