@@ -19,6 +19,7 @@ import pytest
 from rich.cells import cell_len
 
 from specmon.console import hanging_lines
+from specmon.data import shipped
 from tinymodel import tiny_profile
 from waiting import wait_until
 
@@ -308,3 +309,11 @@ def test_an_examples_note_goes_on_under_it_where_the_line_is_too_long(monkeypatc
     at = lines.index("  specmon serve --headless --port 8000")
     assert lines[at + 1] == "      OpenAI-compatible server: point a chat UI or the openai SDK at it"
     assert "  specmon run --headless --drafter layerskip -k 2" in lines  # an example with no note: as written
+
+
+@pytest.mark.parametrize("name", shipped("policies"))
+def test_policy_show_fits_80_columns(name):
+    """The shipped policies' comments (once up to 111 columns) fit, as `policy show` prints them to copy."""
+    done = at_80("policy", "show", name)
+    assert done.returncode == 0 and "[policy]" in done.stdout, done.stderr
+    assert wide_lines(done) == []
