@@ -164,7 +164,7 @@ def test_tabbyapi_per_class_sums_in_the_log_and_log_info_are_the_replies(tmp_pat
             STREAMS,
             "llama-server",
             "start it with a draft model",
-            "run with --spec-type?",
+            "has reported no draft yet",
         ),
     ],
 )

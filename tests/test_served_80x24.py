@@ -22,6 +22,11 @@ TRIAL_CLASSES = ("rewrite", "code-edit", "chat")  # the trial's proxy: 3 classes
 
 def silent_reply(i: int, cls: str) -> RequestTimed:
     """A llama-server reply with no draft_n (a request that drafted nothing, or no speculation at all)."""
+    return llama_reply(i, cls)
+
+
+def llama_reply(i: int, cls: str, **counts) -> RequestTimed:
+    """A llama-server reply through the proxy from URL, with the draft counts given."""
     return request_timed(
         session_id="w",
         t=T0 + 10 + i,
@@ -31,6 +36,7 @@ def silent_reply(i: int, cls: str) -> RequestTimed:
         predicted_ms=620.0,
         family="llama-server",
         upstream_url=URL,
+        **counts,
     )
 
 
@@ -61,7 +67,7 @@ async def test_the_notice_is_shown_whole_in_the_proxy_view_at_80x24():
     replies = [silent_reply(i, cls) for i, cls in enumerate(TRIAL_CLASSES)]
     lines = await shown([header("proxy"), counters(0, 0, []), counters(1, 0, []), *replies], "classes")
     words = " ".join(" ".join(lines).split())
-    assert words.endswith("n/r: 127.0.0.1:8080 drafted nothing yet; does it run with --spec-type?"), lines
+    assert words.endswith("n/r: 127.0.0.1:8080 has reported no draft yet"), lines
     assert words.endswith(unreported.pane_notice(replies[-1], None))  # the view's own words, every one on screen
     assert [line.split()[0] for line in lines[1:4]] == ["chat", "code-edit", "rewrite"]
 
@@ -103,8 +109,8 @@ async def test_with_more_classes_than_room_the_rows_give_way_and_say_so():
         "b-code     spec    1  n/r  N/A  51.6",
         "c-edit     spec    1  n/r  N/A  51.6",
         "… 3 more rows (log info has all)",
-        "n/r: 127.0.0.1:8080 drafted nothing",
-        "yet; does it run with --spec-type?",
+        "n/r: 127.0.0.1:8080 has reported no",
+        "draft yet",
     ]
 
 
@@ -245,3 +251,41 @@ async def test_a_class_name_cut_to_the_column_ends_in_an_ellipsis():
     replies = [silent_reply(i, cls) for i, cls in enumerate(("chat", "non-english"))]
     lines = await shown([header("proxy"), counters(0, 0, []), counters(1, 0, []), *replies], "classes")
     assert [line.split()[0] for line in lines[1:3]] == ["chat", "non-engli…"], lines
+
+
+def drafted_reply(i: int, cls: str) -> RequestTimed:
+    """A llama-server reply to a request that drafted: it carries draft_n."""
+    return llama_reply(i, cls, draft_n=48, draft_n_accepted=8)
+
+
+# the trial's order (prx-c, prx-d): rewrite answered without draft_n, code-edit's requests drafted, then two more without
+BESIDE_A_DRAFT = [silent_reply(0, "rewrite"), drafted_reply(1, "code-edit"), silent_reply(2, "chat")]
+
+
+async def test_rows_left_n_r_beside_a_class_that_drafted_are_said_to_have_drafted_nothing():
+    """The upstream's other requests reported draft counts, so it drafts: its requests without draft_n drafted
+    nothing (the notice used to go with the first report, leaving 'n/r: no draft counts reported')."""
+    events = [header("proxy"), counters(0, 0, []), counters(1, 0, []), *BESIDE_A_DRAFT, silent_reply(3, "non-english")]
+    lines = await shown(events, "classes")
+    assert lines[-2:] == ["n/r: 127.0.0.1:8080 drafts, but", "these requests drafted nothing"], lines
+    assert "no draft counts reported" not in " ".join(lines)
+
+
+async def test_before_anything_drafted_the_notice_does_not_guess_why():
+    """An n-gram llama-server drafts only where it finds a match: no draft yet is no sign it lacks --spec-type."""
+    lines = await shown(
+        [header("proxy"), counters(0, 0, []), counters(1, 0, []), silent_reply(0, "rewrite")], "classes"
+    )
+    assert lines[2:4] == ["n/r: 127.0.0.1:8080 has reported no", "draft yet"], lines
+
+
+def test_log_info_and_the_headless_line_say_the_same_beside_a_class_that_drafted():
+    reads = [counters(0, 0, []), counters(1, 0, [])]  # its /metrics not yet counting: the replies are the evidence
+    drafted_nothing = (
+        f"upstream {URL} (spec, llama-server) drafts (replies of it gave draft counts) but some requests through "
+        "the proxy drafted nothing: it gives draft_n only to a request that drafted, so those are counted, not measured"
+    )
+    assert notices(BESIDE_A_DRAFT, reads) == [drafted_nothing]
+    told = SessionLines()
+    assert [told.observe(ev) for ev in BESIDE_A_DRAFT[1:]] == [None, drafted_nothing]
+    assert notices(BESIDE_A_DRAFT[1:2] + BESIDE_A_DRAFT[:1], reads) == [drafted_nothing]

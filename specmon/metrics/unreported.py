@@ -1,13 +1,14 @@
 """An upstream on the speculating side whose replies carry no draft counts is said once, by name, with
 how to turn them on; its requests are counted, never shown as measured. The plain side is not told:
 it is not meant to speculate. llama-server leaves draft_n out of a reply only when the request drafted
-nothing, so where its own /metrics (the proxy reads them as a watch does) count drafts, the notice says
-that, not how to turn drafting on. Pure functions of RequestTimed and ServerScraped events, so the
-headless line, the view and `log info` say the same thing."""
+nothing, so where its own /metrics (the proxy reads them as a watch does) count drafts, or other replies
+of it gave draft counts, the notice says that, not how to turn drafting on; before either, only that it
+has reported no draft yet. Pure functions of RequestTimed and ServerScraped events, so the headless
+line, the view and `log info` say the same thing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics.format import count
@@ -30,7 +31,7 @@ HOW = {
 
 # the view's short form (a pane 36 columns wide at 80x24): two lines, the upstream named by its host
 PANE_HOW = {
-    "llama-server": "drafted nothing yet; does it run with --spec-type?",
+    "llama-server": "has reported no draft yet",  # an n-gram --spec-type drafts only where it finds a match
     "vllm": "needs --per-request-spec-decode-metrics (streams: include_usage)",
     "tabbyapi": "sends none: load a draft model, ask include_usage",
     "": "sends no draft counts specmon reads",
@@ -42,20 +43,30 @@ def where(ev: RequestTimed) -> str:
     return getattr(ev, "upstream_url", "") or ev.upstream
 
 
-def drafting(ev: RequestTimed, drafts: int | None) -> bool:
-    """The upstream drafts (its /metrics count drafts) and its replies say nothing only of requests that
-    drafted nothing."""
-    return ev.family in OMITS_WHEN_NONE and bool(drafts)
+def reports(ev: RequestTimed) -> bool:
+    """A successful reply that carried draft counts."""
+    return ev.draft_n is not None and 200 <= ev.status < 300
 
 
-def notice(ev: RequestTimed, drafts: int | None = None) -> str:
-    """The one line for an upstream whose replies gave no draft counts; `drafts`: its /metrics' count, where read."""
+def drafting(ev: RequestTimed, drafts: int | None, reported: bool = False) -> bool:
+    """The upstream drafts (its /metrics count drafts, or a reply of it gave draft counts) and its replies
+    say nothing only of requests that drafted nothing."""
+    return ev.family in OMITS_WHEN_NONE and (bool(drafts) or reported)
+
+
+def notice(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
+    """The one line for an upstream whose replies gave no draft counts; `drafts`: its /metrics' count, where
+    read; `reported`: other replies of it gave draft counts."""
     name = NAMES.get(ev.family, ev.family)
-    if drafting(ev, drafts):
+    if drafting(ev, drafts, reported):
+        evidence = f"{count(drafts, 'draft')} on its /metrics" if drafts else "replies of it gave draft counts"
+        if reported:  # some of its requests drafted: the others did not
+            silent_ones, counted = "some requests through the proxy drafted nothing", "those are"
+        else:
+            silent_ones, counted = "no request through the proxy drafted", "its requests are"
         return (
-            f"upstream {where(ev)} ({ev.upstream}, {name}) drafts ({count(drafts, 'draft')} on its /metrics) but no "
-            "request through the proxy drafted: it gives draft_n only to a request that drafted, so its requests "
-            "are counted, not measured"
+            f"upstream {where(ev)} ({ev.upstream}, {name}) drafts ({evidence}) but {silent_ones}: it gives "
+            f"draft_n only to a request that drafted, so {counted} counted, not measured"
         )
     return (
         f"upstream {where(ev)} ({ev.upstream}, {name}) reports no draft counts per request, so its requests "
@@ -63,10 +74,10 @@ def notice(ev: RequestTimed, drafts: int | None = None) -> str:
     )
 
 
-def pane_notice(ev: RequestTimed, drafts: int | None = None) -> str:
+def pane_notice(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
     """notice, short enough for the view's requests pane: it explains that pane's n/r."""
     host = where(ev).split("://", 1)[-1]
-    if drafting(ev, drafts):
+    if drafting(ev, drafts, reported):
         return f"n/r: {host} drafts, but these requests drafted nothing"
     return f"n/r: {host} {PANE_HOW.get(ev.family, PANE_HOW[''])}"
 
@@ -97,29 +108,53 @@ class Unreported:
 
     def observe(self, ev: RequestTimed) -> str | None:
         key = where(ev)
-        if ev.draft_n is not None and 200 <= ev.status < 300:
+        if reports(ev):
             self.reported.add(key)
             return None
-        if not silent(ev) or key in self.reported or key in self.told:
+        reported = key in self.reported
+        # after a report, a silence means something only where the family omits counts just for no draft
+        if not silent(ev) or key in self.told or (reported and ev.family not in OMITS_WHEN_NONE):
             return None
         self.told.add(key)
-        return notice(ev, self.drafts.get(key))
+        return notice(ev, self.drafts.get(key), reported)
+
+
+class Silence:
+    """Folds replies and reads into what explains a "not reported" row: each speculating upstream's last
+    silent reply per class, the upstreams a reply of which gave counts, the classes a spec reply measured."""
+
+    def __init__(self) -> None:
+        self.silent: dict[tuple[str, str], RequestTimed] = {}  # (upstream, class) -> its last silent reply
+        self.reported: set[str] = set()
+        self.measured: set[str] = set()  # classes a reply of the speculating side gave counts for
+        self.drafts: dict[str, int] = {}
+
+    def reply(self, ev: RequestTimed) -> None:
+        if reports(ev):
+            self.reported.add(where(ev))
+            if ev.upstream == SPEC:
+                self.measured.add(ev.prompt_class)
+        elif silent(ev):
+            self.silent[(where(ev), ev.prompt_class)] = ev
+
+    def read(self, scrape: ServerScraped) -> None:
+        count_drafts(self.drafts, scrape)
+
+    def notices(self, say: Callable[[RequestTimed, int | None, bool], str] = notice) -> list[str]:
+        """One line per upstream whose silent replies left a class unmeasured, in the light of its last
+        /metrics read and of its other replies."""
+        unexplained = {key: ev for (key, cls), ev in self.silent.items() if cls not in self.measured}
+        return [say(ev, self.drafts.get(key), key in self.reported) for key, ev in unexplained.items()]
 
 
 def notices(events: Iterable[RequestTimed], reads: Iterable[ServerScraped] = ()) -> list[str]:
-    """For a whole session (the summary, `log info`, the view): one line per speculating upstream whose
-    successful replies all came without draft counts, said in the light of its last /metrics read."""
-    last_silent: dict[str, RequestTimed] = {}
-    reported: set[str] = set()
+    """For a whole session (the summary, `log info`): Silence's lines once every reply and read is in."""
+    folded = Silence()
     for ev in events:
-        if silent(ev):
-            last_silent[where(ev)] = ev
-        elif ev.draft_n is not None and 200 <= ev.status < 300:
-            reported.add(where(ev))
-    drafts: dict[str, int] = {}
+        folded.reply(ev)
     for read in reads:
-        count_drafts(drafts, read)
-    return [notice(ev, drafts.get(key)) for key, ev in last_silent.items() if key not in reported]
+        folded.read(read)
+    return folded.notices()
 
 
 class SessionLines:

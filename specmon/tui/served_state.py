@@ -35,9 +35,7 @@ class ServedState:
     gone: bool = False  # a read since the last good one found no server: the next good one is a restart
     requests: dict = field(default_factory=dict)  # (class, upstream) -> served.RequestTotals
     requests_seen: int = 0  # RequestTimed events, failed ones included
-    silent: dict = field(default_factory=dict)  # speculating upstream -> its last silent reply, while none reported
-    reported: set = field(default_factory=set)  # upstreams a reply of which carried draft counts
-    drafts: dict = field(default_factory=dict)  # upstream -> the drafts its /metrics counted at the latest read
+    silence: unreported.Silence = field(default_factory=unreported.Silence)  # what explains an n/r row
     routes: dict = field(default_factory=dict)  # class -> the latest routing Decision (a proxy with a plain side)
     version: int = 0  # bumped by each batch that changed something
 
@@ -45,11 +43,11 @@ class ServedState:
         for ev in batch:
             if isinstance(ev, ServerScraped):
                 self._read(ev)
-                unreported.count_drafts(self.drafts, ev)
+                self.silence.read(ev)
             elif isinstance(ev, RequestTimed):
                 self.requests_seen += 1
                 served.add_request(self.requests, ev)
-                self._unreported(ev)
+                self.silence.reply(ev)
             elif isinstance(ev, Decision) and ev.route is not None:
                 self.routes[ev.prompt_class] = ev
             elif isinstance(ev, SessionStarted):
@@ -58,18 +56,10 @@ class ServedState:
                 self.finished = ev
         self.version += bool(batch)
 
-    def _unreported(self, ev: RequestTimed) -> None:
-        """unreported.notices, folded as requests come: an upstream is named until a reply of it reports."""
-        key = unreported.where(ev)
-        if ev.draft_n is not None and 200 <= ev.status < 300:
-            self.reported.add(key)
-            self.silent.pop(key, None)
-        elif unreported.silent(ev) and key not in self.reported:
-            self.silent[key] = ev
-
     def notices(self) -> list[str]:
-        """The requests pane's short notices, said in the light of each upstream's latest /metrics read."""
-        return [unreported.pane_notice(ev, self.drafts.get(key)) for key, ev in self.silent.items()]
+        """The requests pane's short notices, said in the light of each upstream's latest /metrics read and
+        of its other replies."""
+        return self.silence.notices(unreported.pane_notice)
 
     def _read(self, now: ServerScraped) -> None:
         before, good = self.last, self.last_good
