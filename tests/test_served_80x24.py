@@ -9,6 +9,7 @@ import pytest
 
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics import unreported
+from specmon.metrics.format import clock
 from specmon.metrics.unreported import SessionLines, notices
 from specmon.tui import served_panes as sp
 from specmon.tui.factory import make_app
@@ -289,3 +290,10 @@ def test_log_info_and_the_headless_line_say_the_same_beside_a_class_that_drafted
     told = SessionLines()
     assert [told.observe(ev) for ev in BESIDE_A_DRAFT[1:]] == [None, drafted_nothing]
     assert notices(BESIDE_A_DRAFT[1:2] + BESIDE_A_DRAFT[:1], reads) == [drafted_nothing]
+
+
+async def test_the_server_is_said_up_since_this_view_first_read_it_not_since_it_started():
+    """No server here publishes when it started (llama-server's /metrics and /props have no start time), so the
+    trial's watch and proxy said `up since` two different times for one server: each its own first read."""
+    lines = await shown([header("watch"), counters(5, 0, []), counters(6, 0, [])], "server")
+    assert lines[0] == f"up, seen since {clock(T0 + 5)}"

@@ -120,7 +120,7 @@ def test_the_panes_say_each_figures_span():
     rates = sp.render_rates(state, 38).plain
     assert "4.0 drafts/s  20.0 tok/s" in rates and "running 1  waiting 0" in rates
     server = sp.render_server(state, 38).plain
-    assert server.startswith("up since") and "restarted" in server and "down" in server
+    assert server.startswith("up, seen since") and "restarted" in server and "down" in server
     assert "1 restart, 2 failed reads" in sp.render_totals(state, 38).plain.splitlines()
     assert sp.classes_rows(state) == [
         ("chat", "plain", 1, None, 1.0, 50.0),
@@ -152,7 +152,7 @@ async def test_a_watch_session_gets_the_served_view_legible_at_80x24():
         assert "acceptance 0.66" in shown["acceptance"]
         assert " 0 " in shown["positions"] and "0.88" in shown["positions"]
         assert "code" in shown["classes"] and "0.75" in shown["classes"]
-        assert "up since" in app.sub_title
+        assert "up, seen since" in app.sub_title
 
 
 async def test_a_proxy_session_gets_the_same_view_and_a_decoding_one_does_not():

@@ -21,7 +21,8 @@ MIN_BAR = 4  # a bar shorter than this says less than the rate beside it: the ra
 
 
 def server_state(state: ServedState) -> tuple[str, str]:
-    """(word, style) for the title: up since, down since, or not read yet."""
+    """(word, style) for the title: up (seen since this view's first good read: llama-server does not say when
+    it started), down since, or not read yet."""
     last = state.last
     if state.finished is not None:
         return f"finished ({state.finished.reason})", "dim"
@@ -30,11 +31,11 @@ def server_state(state: ServedState) -> tuple[str, str]:
     if last.error:
         since = next((t for t, what, _ in reversed(state.changes) if what in ("down", "no counters")), last.t)
         return f"{'DOWN' if last.error.startswith('down') else 'NO COUNTERS'} since {clock(since)}", "bold red"
-    return f"up since {clock(state.up_since or last.t)}", "green"
+    return f"up, seen since {clock(state.up_since or last.t)}", "green"
 
 
 def title(state: ServedState, feed_title: str, alerts: list[str], width: int) -> Text:
-    """`specmon watch http://… · llama-server · up since 12:03:04`, cut to the width."""
+    """`specmon watch http://… · llama-server · up, seen since 12:03:04`, cut to the width."""
     started = state.started
     kind = (state.last_good.kind if state.last_good else "") or (started.drafter if started else "")
     word, style = server_state(state)

@@ -26,7 +26,7 @@ class ServedState:
     finished: SessionFinished | None = None
     last: ServerScraped | None = None  # the latest read, good or failed
     last_good: ServerScraped | None = None
-    up_since: float | None = None  # the first good read since the last failure or restart
+    up_since: float | None = None  # our first good read since a failure or restart: llama-server gives no start
     reads: deque = field(default_factory=lambda: deque(maxlen=KEPT_READS))  # RECENT_S of reads and the one before
     windows: deque = field(default_factory=lambda: deque(maxlen=KEPT_WINDOWS))  # served.Window or None (restart)
     runs: list = field(default_factory=list)  # each run's first and latest good read (served.total's input)
