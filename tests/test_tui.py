@@ -17,7 +17,7 @@ from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed, thread_feed
 from specmon.tui.panes import render_text
 from specmon.tui.screens import DecisionScreen, HelpScreen
-from waiting import drawn, settled, shown_until, wait_for_screen
+from waiting import drawn, screen_lines, settled, shown_until, wait_for_screen
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "session-tui.specmon"
 EVENTS = list(read_log(FIXTURE))
@@ -232,7 +232,7 @@ async def test_decisions_pane_lists_decisions_and_shows_the_rounds_they_cite():
         table.move_cursor(row=0)
         await pilot.press("enter")
         await shown_until(pilot, lambda: isinstance(app.screen, DecisionScreen), "the decision's detail open")
-        shown = str(app.screen.query_one("#overlay-text").render())
+        shown = " ".join(" ".join(line.split()) for line in screen_lines(app))  # the detail as drawn
         assert f"cited {len(first.round_ids)} rounds, {len(first.round_ids)} held" in shown
 
 

@@ -341,6 +341,6 @@ async def test_a_click_selects_a_decision_and_shows_its_rounds():
         await pilot.click("#decisions", offset=(2, 2))  # and a second click selects it
         await shown_until(pilot, lambda: isinstance(app.screen, DecisionScreen), "the decision's detail open")
         assert table.cursor_row == 0
-        shown = str(app.screen.query_one("#overlay-text").render())
-        assert shown.startswith(f"decision {first.decision_id} [{first.prompt_class}] off"), shown
+        shown = " ".join(" ".join(line.split()) for line in screen_lines(app))  # the detail as drawn
+        assert f"│ decision {first.decision_id} [{first.prompt_class}] off" in shown, shown
         assert f"cited {len(first.round_ids)} rounds" in shown

@@ -166,6 +166,25 @@ async def test_escape_and_enter_close_a_decisions_detail(key):
         assert "cited" not in "\n".join(screen_lines(app)) and len(app.screen_stack) == 1
 
 
+async def test_a_decisions_detail_wraps_each_line_under_its_value():
+    from decisions import gate_decision
+
+    from specmon.tui.rows import render_decision
+
+    d = gate_decision("chat", 8, 2, decision_id=11)
+    app = prefilled(POLICY_EVENTS)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, POLICY_EVENTS)
+        app.push_screen(DecisionScreen(render_decision(d, []), d.decision_id))
+        await shown_until(pilot, lambda: isinstance(app.screen, DecisionScreen), "the detail open")
+        await pilot.pause()
+        boxed = [line[2:-2].rstrip() for line in screen_lines(app) if line.startswith("│")]
+        inputs = next(i for i, line in enumerate(boxed) if line.startswith("inputs: "))
+        thresholds = next(i for i, line in enumerate(boxed) if line.startswith("thresholds: "))
+        assert thresholds - inputs > 1 and boxed[inputs + 1].startswith(" " * 8 + "class's"), boxed  # under the value
+        assert boxed[thresholds + 1].startswith(" " * 12) and boxed[thresholds + 1].strip()[0].isdigit(), boxed
+
+
 async def test_help_and_a_decisions_detail_are_never_on_screen_together():
     app = prefilled(POLICY_EVENTS)
     async with app.run_test(size=(80, 24)) as pilot:

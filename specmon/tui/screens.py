@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
+from rich.console import Group
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
+
+from specmon.console import HANGING, Hanging
 
 HELP = """[b]specmon[/b]: speculative decoding, round by round, every pane from events
 Each pane's title names its round set: the class and the k it shows.
@@ -75,10 +80,17 @@ class HelpScreen(Overlay):
 
 
 class DecisionScreen(Overlay):
-    """What a policy decision was computed from (Enter or a click on it in the decisions pane)."""
+    """What a policy decision was computed from (Enter or a click on it in the decisions pane): each
+    line wraps under its value (`inputs: ...`), not at the box's edge; text, never markup."""
 
     def __init__(self, detail: str, decision_id: int):
-        super().__init__(detail, f"decision d{decision_id}", markup=False)  # its text quotes the policy file
+        super().__init__(Group(*(_hung(line) for line in detail.splitlines() if line)), f"decision d{decision_id}")
+
+
+def _hung(line: str) -> Hanging:
+    """A detail line that goes on under its value where it starts with a short label."""
+    label = re.match(r"[a-z]{1,12}: ", line)
+    return Hanging(line, len(label.group()) if label else len(HANGING))
 
 
 class JumpScreen(ModalScreen[str]):
