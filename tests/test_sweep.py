@@ -201,7 +201,9 @@ def test_cells_with_few_rounds_or_far_from_their_prediction_are_flagged():
 def test_break_even_is_priced_on_the_rounds_that_drafted(sweep):
     """Eq. 1 has every round propose k: its draft and verify costs are the drafting rounds' own,
     not averaged with rounds that proposed nothing (a chat cell once read 0.21 against 0.33 measured
-    while running 0.84x plain)."""
+    while running 0.84x plain), against a plain step, both over the rounds the host left alone."""
+    from specmon.metrics.contention import disturbed
+
     args, _ = sweep
     rows = cell_rows(read_log(args.log))
     raw = _raw_cells(args.log)
@@ -210,14 +212,13 @@ def test_break_even_is_priced_on_the_rounds_that_drafted(sweep):
         if not r.key.draft_len or not r.key.sampling.greedy:
             continue
         rounds = raw[(r.key.prompt_class, r.key.drafter, 0.0, r.key.draft_len)]
-        drafted = [e for e in rounds if e.proposed]
-        step = sum(e.verify_ms for e in raw[(r.key.prompt_class, "none", 0.0, 0)]) / len(
-            raw[(r.key.prompt_class, "none", 0.0, 0)]
-        )
-        assert r.run.drafted_rounds == len(drafted)
-        if not drafted:
+        drafted = [e for e in rounds if e.proposed and not disturbed(e)]
+        plain = [e for e in raw[(r.key.prompt_class, "none", 0.0, 0)] if not disturbed(e)]
+        assert r.run.drafted_rounds == sum(bool(e.proposed) for e in rounds)
+        if not drafted or not plain:
             assert r.break_even is None
             continue
+        step = sum(e.verify_ms for e in plain) / len(plain)
         c = sum(e.draft_ms for e in drafted) / len(drafted) / r.key.draft_len / step
         v = sum(e.verify_ms for e in drafted) / len(drafted) / step
         assert (r.c, r.v) == (pytest.approx(c), pytest.approx(v))

@@ -12,9 +12,23 @@ from typing import Iterable
 
 from specmon.events.schema import AnyEvent, PromptFinished, PromptStarted, RoundVerified, Sampling
 from specmon.metrics import rates
-from specmon.metrics.contention import HostTally
+from specmon.metrics.contention import HostTally, disturbed
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, sanity_bound, speedup_estimate
 from specmon.metrics.rates import ratio as _ratio
+
+
+@dataclass
+class PhaseMs:
+    """Rounds and their draft and verify ms: what a cost model prices a round by."""
+
+    rounds: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+
+    def add(self, ev: RoundVerified) -> None:
+        self.rounds += 1
+        self.draft_ms += ev.draft_ms
+        self.verify_ms += ev.verify_ms
 
 
 @dataclass
@@ -30,8 +44,9 @@ class RunStats:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     overhead_ms: float = 0.0
-    drafted_draft_ms: float = 0.0  # draft and verify ms of the rounds that proposed something
-    drafted_verify_ms: float = 0.0
+    # rounds the host left alone, priced apart: other work slows plain steps and verify passes unequally
+    quiet_drafted: PhaseMs = field(default_factory=PhaseMs)  # that proposed something (eq. 1's costs)
+    quiet_plain: PhaseMs = field(default_factory=PhaseMs)  # that proposed nothing (a plain step's cost)
     alpha_sum: float = 0.0
     alpha_rounds: int = 0
     accepted_gt: list[int] = field(default_factory=list)  # [i]: rounds with accepted > i
@@ -54,9 +69,8 @@ class RunStats:
         self.draft_ms += ev.draft_ms
         self.verify_ms += ev.verify_ms
         self.overhead_ms += ev.overhead_ms
-        if n_prop:
-            self.drafted_draft_ms += ev.draft_ms
-            self.drafted_verify_ms += ev.verify_ms
+        if not disturbed(ev):
+            (self.quiet_drafted if n_prop else self.quiet_plain).add(ev)
         self.prompt_emitted[ev.prompt_id] = self.prompt_emitted.get(ev.prompt_id, 0) + len(ev.emitted)
         self.prompt_ms[ev.prompt_id] = self.prompt_ms.get(ev.prompt_id, 0.0) + rates.round_ms(ev)
         if ev.alpha_hat is not None:

@@ -31,8 +31,8 @@ class CellRow:
     key: CellKey
     run: RunStats
     speedup: float | None
-    c: float | None  # one draft step / one target step, over rounds that drafted (eq. 1's cost, for break-even)
-    v: float | None  # a drafting round's verify pass / one target step
+    c: float | None  # one draft step / one plain step, over quiet rounds that drafted (eq. 1's cost, for break-even)
+    v: float | None  # a quiet drafting round's verify pass / one quiet plain step
     predicted: float | None  # from the measured proposal mix and verify cost per proposal length
     break_even: float | None
     host: HostTally = field(default_factory=HostTally)  # the cell's rounds and its plain cell's (metrics.contention)
@@ -83,13 +83,21 @@ def _row(key: CellKey, run: RunStats, base: RunStats | None, v_by_len: dict[int,
     if key.draft_len == 0:
         return CellRow(key, run, speedup, None, 1.0, 1.0, None, host)
     predicted = _predicted(run, base, step, v_by_len)
-    if not run.drafted_rounds:  # nothing drafted: no draft cost to break even against
-        return CellRow(key, run, speedup, None, None, predicted, None, host)
-    # Eq. 1 has every round propose k: its costs are those of the rounds that did draft (an empty
-    # round costs a plain step and gains nothing; averaged in, it made drafting look cheap).
-    c = (run.drafted_draft_ms / run.drafted_rounds / key.draft_len) / step
-    v = (run.drafted_verify_ms / run.drafted_rounds) / step
-    return CellRow(key, run, speedup, c, v, predicted, break_even_alpha(key.draft_len, c, v), host)
+    c, v = _drafting_costs(run, base, key.draft_len)
+    need = None if c is None or v is None else break_even_alpha(key.draft_len, c, v)
+    return CellRow(key, run, speedup, c, v, predicted, need, host)
+
+
+def _drafting_costs(run: RunStats, base: RunStats, draft_len: int) -> tuple[float | None, float | None]:
+    """Eq. 1's c and v in plain steps, priced on the rounds the host left alone: every round of eq. 1
+    proposes k, so its costs are the drafting rounds' (an empty round costs a plain step and gains
+    nothing; averaged in, it made drafting look cheap), and a plain step is the plain cell's quiet one
+    (stalls had slowed plain steps, not the few drafting rounds: a 3-token verify read 0.54 steps)."""
+    drafting, plain = run.quiet_drafted, base.quiet_plain
+    step = plain.verify_ms / plain.rounds if plain.rounds else 0.0
+    if not drafting.rounds or not step:  # nothing drafted, or no undisturbed plain step to price it by
+        return None, None
+    return drafting.draft_ms / drafting.rounds / draft_len / step, drafting.verify_ms / drafting.rounds / step
 
 
 def _predicted(run: RunStats, base: RunStats, step: float, v_by_len: dict[int, float]) -> float | None:

@@ -83,40 +83,83 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
 
 def break_even_table(rows: list[CellRow]) -> Group:
     """Per class, drafter and k (greedy cells): the smallest acceptance at which a drafting round
-    pays, from the costs of the rounds that drafted, beside the acceptance they measured."""
+    pays, from the costs of the rounds that drafted, beside the acceptance they measured; where
+    the cell's measured speedup says otherwise, that speedup beside the verdict and a line why."""
     table = _table(
         "break-even acceptance per k, on the rounds that drafted",
-        ("class", "drafter", "k", "drafted", "break-even α", "measured", "pays"),
+        ("class", "drafter", "k", "drafted", "break-even α", "measured", "eq. 1 pays"),
     )
     notes = []
     for r in rows:
         if not r.key.draft_len or not r.key.sampling.greedy:
             continue
-        run = r.run
-        rate, need = run.acceptance_rate, r.break_even
-        pays = "-" if rate is None or r.c is None else "never" if need is None else "yes" if rate >= need else "no"
+        run, need, pays = r.run, r.break_even, _pays(r)
         if need == 0.0:  # eq. 1's α = 0 already pays (pays says yes from the same figure): 0.00 would hide why
             shown = "any"
             notes.append(_any_acceptance(r))
         else:
             shown = fmt(need)
+        if _measured_otherwise(r, pays):
+            notes.append(_why_measured_otherwise(r, pays))
+            pays += f", ran {r.speedup:.2f}×{_busy(r)}"
         table.add_row(
             escape(r.key.prompt_class),
             escape(r.key.drafter),
             str(r.key.draft_len),
             f"{run.drafted_rounds}/{run.rounds}",
             shown + (_busy(r) if need is not None else ""),
-            fmt(rate),
+            fmt(run.acceptance_rate),
             pays,
         )
     legend = Note(
-        "break-even: eq. 1 with every round proposing k, at the draft and verify cost the drafting rounds "
-        "measured; measured: their acceptance (accepted/proposed); rounds that drafted nothing cost about "
-        "a plain step and gain nothing, so a cell with few drafting rounds stays near plain whatever its "
-        f"rate; never: even full acceptance does not pay; any: even zero acceptance pays; {BUSY_LEGEND}",
+        "break-even: eq. 1 with every round proposing k, priced on the drafting rounds' draft and verify "
+        "time against a plain step's (rounds the host disturbed left out); measured: their acceptance "
+        "(accepted/proposed); eq. 1 pays: that prediction for a drafting round at that acceptance; ran N×: "
+        "the cell's measured speedup (all its rounds, wall time), shown where it says otherwise, with a "
+        "line below saying why; rounds that drafted nothing cost about a plain step and gain nothing, so a "
+        "cell with few drafting rounds stays near plain whatever its rate; never: even full acceptance "
+        f"does not pay; any: even zero acceptance pays; {BUSY_LEGEND}",
         "dim",
     )
     return Group(table, legend, *notes)
+
+
+def _pays(r: CellRow) -> str:
+    """Eq. 1's verdict on a drafting round at the measured acceptance: yes, no, never, or '-'."""
+    rate, need = r.run.acceptance_rate, r.break_even
+    if rate is None or r.c is None:
+        return "-"
+    return "never" if need is None else "yes" if rate >= need else "no"
+
+
+def _measured_otherwise(r: CellRow, pays: str) -> bool:
+    """The cell ran slower than plain where eq. 1 says it pays, or faster where it says it does not."""
+    if r.speedup is None:
+        return False
+    return r.speedup < 1.0 if pays == "yes" else r.speedup > 1.0 if pays in ("no", "never") else False
+
+
+def _why_measured_otherwise(r: CellRow, pays: str) -> Note:
+    """Why eq. 1's verdict and the measured speedup part: the causes this cell shows."""
+    run = r.run
+    causes = []
+    if run.drafted_rounds * 2 < run.rounds:
+        causes.append(
+            f"only {run.drafted_rounds} of {run.rounds} rounds drafted, the rest plain steps with a lookup, "
+            "which eq. 1 leaves out"
+        )
+    if r.busy:
+        causes.append("a busy host (~) slowed the cell's rounds and its plain cell's unequally")
+    if not causes:
+        causes.append("what eq. 1 leaves out (overhead, proposals shorter than k; pred above prices them) or noise")
+    verdict = {"yes": "pays", "no": "does not pay", "never": "never pays"}[pays]
+    ran = f"{r.speedup:.2f}× plain"
+    return Note(
+        f"{r.key.prompt_class} {r.key.drafter} k={r.key.draft_len}: eq. 1 says a drafting round {verdict} at "
+        f"{fmt(run.acceptance_rate)} acceptance, yet the cell ran {ran}: {'; '.join(causes)}",
+        "yellow",
+        (ran, f"{run.drafted_rounds} of {run.rounds} rounds", "busy host (~)"),
+    )
 
 
 def _any_acceptance(r: CellRow) -> Note:
@@ -125,8 +168,8 @@ def _any_acceptance(r: CellRow) -> Note:
     cost, verify = f"{r.drafting_cost:.2f} plain steps", f"(verify {r.v:.2f});"
     return Note(
         f"{r.key.prompt_class} {r.key.drafter} k={k}: break-even at any acceptance: a drafting round cost "
-        f"{cost} {verify} a verify pass of {k + 1} tokens under one plain step means the plain steps were "
-        "slowed (a busy host) or timer noise",
+        f"{cost} {verify} a verify pass of up to {k + 1} tokens under one plain step means the plain steps "
+        "were slowed (a busy host) or timer noise",
         "yellow",
         (cost, verify, "one plain step"),
     )
