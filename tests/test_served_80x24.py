@@ -297,3 +297,35 @@ async def test_the_server_is_said_up_since_this_view_first_read_it_not_since_it_
     trial's watch and proxy said `up since` two different times for one server: each its own first read."""
     lines = await shown([header("watch"), counters(5, 0, []), counters(6, 0, [])], "server")
     assert lines[0] == f"up, seen since {clock(T0 + 5)}"
+
+
+PROXY_TITLE = f"proxy: http://127.0.0.1:8001/v1 -> {URL}"  # the live proxy's, as the trial's
+
+
+async def test_the_proxy_title_gives_way_before_the_view_paused_alert():
+    """The trial's proxy title ran past 80 columns (`… · up si…`), so p's VIEW PAUSED never showed: the
+    scheme, then the proxy's own address, give way first."""
+    feed = prefilled([header("proxy"), counters(0, 0, []), counters(1, 0, [])])
+    feed.title = PROXY_TITLE
+    app = make_app(feed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await shown_until(pilot, lambda: app._drawn_end, "every event applied and drawn")
+        before = screen_lines(app)[0].rstrip()
+        await pilot.press("p")
+        await shown_until(pilot, lambda: "PAUSED" in screen_lines(app)[0], "the title says the view is paused")
+        paused = screen_lines(app)[0].rstrip()
+    up = f"up, seen since {clock(T0)}"
+    assert before == f"proxy -> 127.0.0.1:8080 · llama-server · {up}"
+    assert paused == f"proxy -> 127.0.0.1:8080 · llama-server · {up} · VIEW PAUSED"
+
+
+def test_a_narrow_title_keeps_its_alerts_and_cuts_no_word_unsaid():
+    state = ServedState()
+    state.apply([header("proxy"), counters(0, 0, []), counters(1, 0, [])])
+    whole = sp.title(state, PROXY_TITLE, ["VIEW PAUSED"], 200).plain
+    assert whole == f"{PROXY_TITLE} · llama-server · up, seen since {clock(T0)} · VIEW PAUSED"
+    words = set(whole.replace("http://", "").split()) | {"proxy", "up"}
+    for width in range(24, len(whole)):
+        shown = sp.title(state, PROXY_TITLE, ["VIEW PAUSED"], width).plain
+        assert len(shown) <= width and shown.endswith(" · VIEW PAUSED"), (width, shown)
+        assert all(word in words or word.endswith("…") for word in shown.split()), (width, shown)

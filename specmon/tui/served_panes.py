@@ -4,6 +4,7 @@ fewer), or the whole session."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from rich.text import Text
@@ -20,34 +21,76 @@ COLUMN_GAP = 2  # blanks between columns of position bars
 MIN_BAR = 4  # a bar shorter than this says less than the rate beside it: the rates alone then
 
 
-def server_state(state: ServedState) -> tuple[str, str]:
-    """(word, style) for the title: up (seen since this view's first good read: llama-server does not say when
-    it started), down since, or not read yet."""
+def server_state(state: ServedState) -> tuple[list[str], str]:
+    """(wordings, longest first, and style) for the title: up (seen since this view's first good read:
+    llama-server does not say when it started), down since, or not read yet."""
     last = state.last
     if state.finished is not None:
-        return f"finished ({state.finished.reason})", "dim"
+        return [f"finished ({state.finished.reason})", "finished"], "dim"
     if last is None:
-        return "not read yet", "yellow"
+        return ["not read yet"], "yellow"
     if last.error:
         since = next((t for t, what, _ in reversed(state.changes) if what in ("down", "no counters")), last.t)
-        return f"{'DOWN' if last.error.startswith('down') else 'NO COUNTERS'} since {clock(since)}", "bold red"
-    return f"up, seen since {clock(state.up_since or last.t)}", "green"
+        word = "DOWN" if last.error.startswith("down") else "NO COUNTERS"
+        return [f"{word} since {clock(since)}", word], "bold red"
+    return [f"up, seen since {clock(state.up_since or last.t)}", "up"], "green"
 
 
-def title(state: ServedState, feed_title: str, alerts: list[str], width: int) -> Text:
-    """`specmon watch http://… · llama-server · up, seen since 12:03:04`, cut to the width."""
+# A title part: (key, its wordings, longest first, its style).
+TitlePart = tuple[str, list[str], str]
+# what gives way, a step at a time, where the title is too narrow: the name's schemes, the proxy's own
+# address, when the server was seen up since, its kind; then the name is cut, never the lead or an alert
+SHORTEN_STEPS = ("name", "name", "state", "kind")
+
+
+def title(state: ServedState, feed_title: str, alerts: list[str], width: int, lead: str = "") -> Text:
+    """`watch http://… · llama-server · up, seen since 12:03:04 · ALERTS`, after a replay's `lead`, within
+    `width`: too wide, SHORTEN_STEPS give way, then the name is cut with …."""
+    parts = _title_parts(state, feed_title, alerts, lead)
+    chosen = _fitted_title(parts, max(width, 1))
+    text = Text(no_wrap=True)
+    for key, _, style in parts:
+        if chosen[key]:
+            text.append(" · " if text else "").append(chosen[key], style=style)
+    text.truncate(max(width, 1), overflow="ellipsis")  # a title of alerts alone wider than the terminal
+    return text
+
+
+def _title_parts(state: ServedState, feed_title: str, alerts: list[str], lead: str) -> list[TitlePart]:
     started = state.started
     kind = (state.last_good.kind if state.last_good else "") or (started.drafter if started else "")
-    word, style = server_state(state)
-    text = Text(feed_title or (f"{state.backend} {started.target}" if started else "specmon"), style="bold")
-    if kind:
-        text.append(f" · {kind}")
-    text.append(" · ")
-    text.append(word, style=style)
-    for alert in alerts:
-        text.append(f" · {alert}", style="bold yellow")
-    text.truncate(max(width, 1), overflow="ellipsis")
-    return text
+    name = feed_title or (f"{state.backend} {started.target}" if started else "specmon")
+    words, style = server_state(state)
+    parts: list[TitlePart] = [("lead", [lead], "bold")] if lead else []
+    parts.append(("name", shorter_names(name), "bold"))
+    parts += [("kind", [kind, ""], "")] if kind else []
+    parts.append(("state", words, style))
+    return parts + [(f"alert{i}", [alert], "bold yellow") for i, alert in enumerate(alerts)]
+
+
+def _fitted_title(parts: list[TitlePart], width: int) -> dict[str, str]:
+    """Each part's wording: the longest, shortened by SHORTEN_STEPS while the line is wider than `width`,
+    then the name cut to what is left."""
+    wordings = {key: words for key, words, _ in parts}
+    step = dict.fromkeys(wordings, 0)
+    chosen = lambda: {key: words[step[key]] for key, words in wordings.items()}  # noqa: E731
+    wide = lambda: len(" · ".join(word for word in chosen().values() if word)) - width  # noqa: E731
+    for key in SHORTEN_STEPS:
+        if wide() <= 0:
+            break
+        if step[key] + 1 < len(wordings.get(key, ())):
+            step[key] += 1
+    fitted = chosen()
+    fitted["name"] = cut(fitted["name"], max(len(fitted["name"]) - max(wide(), 0), 2))
+    return fitted
+
+
+def shorter_names(name: str) -> list[str]:
+    """The session's name, then shorter: without URL schemes (a socket path by its file name alone), then
+    without the proxy's own address (`proxy: A -> B` as `proxy -> B`)."""
+    bare = re.sub(r"(?<![\w/])/\S*/", "", re.sub(r"\b[a-z][a-z0-9+.-]*://", "", name))
+    upstream_only = re.sub(r"^(\w+): \S+ -> ", r"\1 -> ", bare)
+    return list(dict.fromkeys([name, bare, upstream_only]))
 
 
 def recent_span(w: served.Window | None) -> str:
@@ -146,8 +189,8 @@ def render_rates(state: ServedState, width: int) -> Text:
 
 def render_server(state: ServedState, width: int) -> Text:
     """The server's state, then its changes, newest first (each one line, cut to the width with …)."""
-    word, style = server_state(state)
-    text = Text(word, style=style)
+    words, style = server_state(state)
+    text = Text(words[0], style=style)
     if state.last is not None and state.last.error:
         text.append("\n" + cut(state.last.error, max(width, 1)), style="red")
     for t, what, detail in reversed(state.changes):
