@@ -56,6 +56,7 @@ def build_report(log: Path, out: Path) -> Path:
     }
     if events and getattr(events[0], "backend", "") in SERVED_BACKENDS:  # a server's traffic: its own section
         data["served"] = served_summary(log)
+    data["round_plots"] = bool(rounds) or "served" not in data  # a server's log has no rounds to plot
     try:
         return _write(data, out)
     except OSError as exc:  # a read-only folder, a full disk, a path through a file
@@ -66,12 +67,13 @@ def build_report(log: Path, out: Path) -> Path:
 
 def _write(data: dict, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    plots = {
+    every = {
         "acceptance_by_position.png": _plot_positions,
         "timing.png": _plot_timing,
         "goodput_by_k.png": _plot_goodput,
         "acceptance_over_time.png": _plot_over_time,
     }
+    plots = every if data["round_plots"] else {}
     for name, plot in plots.items():
         plot(data, out / name)
     (out / "report.json").write_text(json.dumps(data, indent=1))
@@ -152,8 +154,10 @@ def _plot_positions(data: dict, path: Path) -> None:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("rounds with accepted > i / rounds with proposed > i")
     ax.set_ylim(0, 1.05)
-    if ax.get_legend_handles_labels()[0]:  # a log without drafting rounds (a proxy's) has no series
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
+    else:  # a log whose rounds never drafted has no series
+        _say_empty(ax, "no round proposed a draft token; no position to measure acceptance at")
     _save(fig, path)
 
 
@@ -172,6 +176,8 @@ def _plot_timing(data: dict, path: Path) -> None:
     ax.tick_params(axis="x", labelsize=8, labelrotation=30)
     ax.set_ylabel("ms per round")
     ax.legend()
+    if not labels:
+        _say_empty(ax, "no rounds in the log")
     _save(fig, path)
 
 
@@ -230,11 +236,15 @@ def over_time_figure(data: dict):
         ax.set_xlim(0, WINDOW * (blocks + 0.5))
         ax.set_xticks([WINDOW * i for i in range(blocks + 1)] if blocks <= 12 else ax.get_xticks())
         ax.legend(fontsize=7)
-    else:  # an empty frame would look like a broken plot: say why it is empty
-        why = _label(data["acceptance_over_time_empty"] or "no data").replace("; ", ";\n")
-        ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes)
-        ax.set_xticks([])
+    else:
+        _say_empty(ax, data["acceptance_over_time_empty"] or "no data")
     return fig
+
+
+def _say_empty(ax, why: str) -> None:
+    """An empty frame would look like a broken plot: say why it is empty, a clause a line."""
+    ax.text(0.5, 0.5, _label(why).replace("; ", ";\n"), ha="center", va="center", transform=ax.transAxes)
+    ax.set_xticks([])
 
 
 def _span(row: dict) -> str:
@@ -263,6 +273,18 @@ def _host(host: HostTally) -> dict:
     }
 
 
+def _rounds_table(data: dict) -> list[str]:
+    """The summary table: a row per class and k the log ran rounds at."""
+    rows = data["summary"]["classes"].items()
+    return [
+        "A row per class and k it ran rounds at; k = 0 is plain decoding, each speedup's plain side.",
+        "",
+        "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup | 95% interval |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *(_summary_line(cls, row) for cls, c in rows for row in c["by_draft_len"].values()),
+    ]
+
+
 def _summary_line(cls: str, row: dict) -> str:
     """One (class, k) row of the summary table; at k = 0 no speedup (plain over itself is no finding)."""
     if not row["draft_len"]:
@@ -276,20 +298,20 @@ def _summary_line(cls: str, row: dict) -> str:
     )
 
 
+SERVED_NO_ROUNDS = (
+    "A server's log has no rounds: specmon decoded nothing, it read the server. "
+    "The served traffic section below holds its figures."
+)
+
+
 def _markdown(data: dict, plots: list[str]) -> str:
     host = data["host"]["said"]
     lines = [
         f"# specmon report: {Path(data['log']).name}",
         "",
         *([f"Host: {host}.", ""] if host else []),
-        "A row per class and k it ran rounds at; k = 0 is plain decoding, each speedup's plain side.",
-        "",
-        "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup | 95% interval |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    lines += [
-        _summary_line(cls, row) for cls, c in data["summary"]["classes"].items() for row in c["by_draft_len"].values()
-    ]
+    lines += _rounds_table(data) if data["round_plots"] else [SERVED_NO_ROUNDS]
     lines += policy_markdown(data["policy"])
     if data.get("served"):
         lines += served_markdown(data["served"])
