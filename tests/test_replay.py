@@ -14,7 +14,7 @@ from specmon.replay.player import ReplayFeed
 from specmon.replay.whatif import what_if
 from specmon.tui.factory import make_app
 from specmon.tui.state import ViewState
-from waiting import drawn, settled, shown_until
+from waiting import drawn, screen_lines, settled, shown_until
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY_LOG = REPO / "tests" / "fixtures" / "session-policy.specmon"
@@ -241,21 +241,22 @@ async def test_a_failed_jump_leaves_the_view_and_the_position_as_they_were():
             app.query_one("#classes").row_count,
         )
         assert before[0] > 0
+        shown = []
         for target in ("r99999", "nonsense", "p:no-such-prompt"):
             await pilot.press("g", *target, "enter")
-            await shown_until(
-                pilot, lambda: any(repr(target) in n.message for n in app._notifications), f"{target} refused"
-            )
+            error = lambda: str(app.screen.query_one("#jump-error").render())  # noqa: E731
+            await shown_until(pilot, lambda: repr(target) in error(), f"{target} refused in the box")
+            shown.append(" ".join(line.strip("│ ") for line in screen_lines(app)))
+            await pilot.press("escape")
             assert (
                 app.state.rounds_seen,
                 feed.position,
                 str(app.query_one("#acceptance").render()),
                 app.query_one("#classes").row_count,
             ) == before, target
-            assert not feed.done.is_set() and not feed.restarted
-        shown = [n.message for n in app._notifications]
-        assert any("'r99999' is not in" in m for m in shown) and any("'p:no-such-prompt' is not in" in m for m in shown)
-        assert any("'nonsense': use r<round id>" in m for m in shown)  # typed whole: n, s, p went to the box
+            assert not feed.done.is_set() and not feed.restarted and not app._notifications  # no toast
+        assert "'r99999' is not in" in shown[0] and "'p:no-such-prompt' is not in" in shown[2]
+        assert "'nonsense': use r<round id>" in shown[1]  # typed whole: n, s, p went to the box
         await pilot.press("n")  # stepping goes on from where it was
         assert app.state.rounds_seen == before[0] + 1
         await pilot.press("s", "s")  # as fast as possible

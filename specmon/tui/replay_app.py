@@ -5,7 +5,6 @@ from __future__ import annotations
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from specmon.errors import SpecmonError
 from specmon.replay.player import ReplayFeed
 from specmon.tui.app import SpecmonApp
 from specmon.tui.screens import JumpScreen
@@ -55,17 +54,11 @@ class ReplayApp(SpecmonApp):
         self._show_status()  # the title leads with the speed: a toast would lie over the help and the text
 
     def action_jump(self) -> None:
-        def jump(target: str | None) -> None:
-            if not target:
-                return
-            try:
-                batch = self.feed.jump(target)
-            except SpecmonError as exc:  # the view and the position stay as they were
-                self.notify(str(exc), severity="error")
-                return
-            self.apply_now(batch)
+        def jumped(batch: list | None) -> None:
+            if batch is not None:
+                self.apply_now(batch)
 
-        self.push_screen(JumpScreen(), jump)
+        self.push_screen(JumpScreen(self.feed.jump), jumped)
 
     def _lead(self) -> str:
         feed = self.feed

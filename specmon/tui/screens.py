@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 from rich.console import Group
 from textual.app import ComposeResult
@@ -12,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from specmon.console import HANGING, Hanging
+from specmon.errors import SpecmonError
 
 HELP = """[b]specmon[/b]: speculative decoding, round by round, every pane from events
 Each pane's title names its round set: the class and the k it shows.
@@ -93,8 +95,10 @@ def _hung(line: str) -> Hanging:
     return Hanging(line, len(label.group()) if label else len(HANGING))
 
 
-class JumpScreen(ModalScreen[str]):
-    """Where to jump: focused at once, so typing goes straight in."""
+class JumpScreen(ModalScreen):
+    """Where to jump: focused at once, so typing goes straight in. `jump(target)` takes it or raises
+    SpecmonError, whose line stays in the box (a toast would lie over the panes) until a target is taken
+    or Escape; the box closes with what `jump` returned."""
 
     AUTO_FOCUS = "Input"
     BINDINGS = [Binding("escape", "cancel", "cancel")]
@@ -104,8 +108,13 @@ class JumpScreen(ModalScreen[str]):
         width: 64; max-width: 100%; height: auto; border: round $accent; padding: 0 1; background: $surface;
     }
     JumpScreen Static { width: 100%; height: auto; }
+    JumpScreen #jump-error { color: $error; display: none; }
     JumpScreen Input { width: 100%; }
     """
+
+    def __init__(self, jump: Callable[[str], object]):
+        super().__init__()
+        self.jump = jump
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -115,9 +124,21 @@ class JumpScreen(ModalScreen[str]):
                 id="jump-hint",
             )
             yield Input(placeholder="r120, p:chat-2, d3", id="jump")
+            yield Static("", id="jump-error", markup=False)
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
-        self.dismiss(message.value.strip())
+        target = message.value.strip()
+        if not target:
+            self.dismiss(None)
+            return
+        try:
+            taken = self.jump(target)
+        except SpecmonError as exc:  # the view and the position stay as they were
+            error = self.query_one("#jump-error", Static)
+            error.update(str(exc))
+            error.display = True
+            return
+        self.dismiss(taken)
 
     def action_cancel(self) -> None:
-        self.dismiss("")
+        self.dismiss(None)
