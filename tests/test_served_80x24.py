@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import pytest
 
-from specmon.events.schema import RequestTimed, ServerScraped
+from specmon.events.schema import RequestTimed, ServerScraped, SessionFinished
 from specmon.metrics import unreported
 from specmon.metrics.format import clock
 from specmon.metrics.unreported import SessionLines, notices
 from specmon.tui import served_panes as sp
 from specmon.tui.factory import make_app
+from specmon.tui.served_replay import jump_to_read
 from specmon.tui.served_state import ServedState
 from events import request_timed
-from test_watch_tui import T0, URL, header, prefilled, read
+from specmon.errors import SpecmonError
+from specmon.replay.player import ReplayFeed
+from test_watch_tui import T0, URL, header, prefilled, read, write_log
 from waiting import screen_lines, shown_until
 
 TRIAL_CLASSES = ("rewrite", "code-edit", "chat")  # the trial's proxy: 3 classes, every reply without draft_n
@@ -329,3 +332,43 @@ def test_a_narrow_title_keeps_its_alerts_and_cuts_no_word_unsaid():
         shown = sp.title(state, PROXY_TITLE, ["VIEW PAUSED"], width).plain
         assert len(shown) <= width and shown.endswith(" · VIEW PAUSED"), (width, shown)
         assert all(word in words or word.endswith("…") for word in shown.split()), (width, shown)
+
+
+def replayed_proxy_log(tmp_path):
+    """A proxy log: a read a second for 10 s, a reply after the fourth read, and its end."""
+    reads = [counters(t, t, [t] * 4) for t in range(11)]
+    events = [header("proxy"), *reads[:4], drafted_reply(-6.5, "chat"), *reads[4:]]
+    return write_log(
+        tmp_path / "proxy.specmon", [*events, SessionFinished(session_id="w", t=T0 + 11, rounds=0, reason="done")]
+    )
+
+
+async def test_a_replayed_proxy_log_steps_jumps_and_changes_speed_with_its_state_in_front(tmp_path):
+    """The trial's replay of a proxy log had `p pause q quit` only: n, s and g did nothing, and the play state
+    came last in the title, cut at 80 columns."""
+    app = make_app(ReplayFeed(replayed_proxy_log(tmp_path), speed=0.0))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await shown_until(pilot, lambda: app.feed.done.is_set() and app._drawn_end, "the replay reached the end")
+        title = lambda: screen_lines(app)[0].rstrip()  # noqa: E731
+        assert title().startswith("⏸ max ev 14 · replay proxy.specmon · llama-server · finished"), title()
+        assert screen_lines(app)[-1].split() == ["q", "quit", "␣", "play", "n", "step", "s", "speed", "g", "jump"]
+        await pilot.press("g", *clock(T0 + 3), "enter")  # back to the fourth read: the reply is not yet in
+        await shown_until(pilot, lambda: title().startswith("⏸ max ev 5 "), "the jump back to 3 s in")
+        assert pane_lines(app, "totals")[0] == f"since {clock(T0)}, 3 s read" and not app.state.requests
+        await pilot.press("n")  # the next read, and the reply before it
+        await shown_until(pilot, lambda: title().startswith("⏸ max ev 7 "), "a step to the next read")
+        assert pane_lines(app, "totals")[0] == f"since {clock(T0)}, 4 s read" and app.state.requests
+        await pilot.press("s")
+        await shown_until(pilot, lambda: title().startswith("⏸ 1× ev 7 "), "the speed changed to 1×")
+        await pilot.press("space")
+        await shown_until(pilot, lambda: title().startswith("▶ 1× ev "), "playing again")
+
+
+def test_a_jump_to_no_read_changes_nothing(tmp_path):
+    feed = ReplayFeed(replayed_proxy_log(tmp_path), speed=0.0)
+    read_all = len(feed.drain())
+    with pytest.raises(SpecmonError, match="no read at or after"):
+        jump_to_read(feed, clock(T0 - 1))  # a time of day before the log began is the next day's
+    with pytest.raises(SpecmonError, match="use HH:MM:SS"):
+        jump_to_read(feed, "3pm")
+    assert feed.position == read_all == 14 and not feed.restarted

@@ -9,12 +9,14 @@ from specmon.tui.app import SpecmonApp
 from specmon.tui.feed import Feed, first_event
 from specmon.tui.replay_app import ReplayApp
 from specmon.tui.served_app import ServedApp
+from specmon.tui.served_replay import ServedReplayApp
 from specmon.tui.served_state import is_served
 
 
 def make_app(feed: Feed | ReplayFeed) -> App:
-    """The served-traffic view for a watch or proxy session (its header says which); otherwise a replay
-    app (play, step, jump) for a log being replayed, the live monitor for the rest."""
+    """The served-traffic view for a watch or proxy session (its header says which), the round monitor
+    for the rest; each with the replay's keys (play, step, speed, jump) for a log being replayed."""
+    replayed = isinstance(feed, ReplayFeed)
     if is_served(first_event(feed)):
-        return ServedApp(feed)
-    return ReplayApp(feed) if isinstance(feed, ReplayFeed) else SpecmonApp(feed)
+        return ServedReplayApp(feed) if replayed else ServedApp(feed)
+    return ReplayApp(feed) if replayed else SpecmonApp(feed)

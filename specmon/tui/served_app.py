@@ -27,7 +27,6 @@ class ServedApp(App):
     """
     BINDINGS = [
         Binding("p", "toggle_pause", "pause", tooltip="Stop refreshing panes; reading and logging go on"),
-        Binding("space", "play_pause", "play", key_display="␣", show=False, tooltip="Pause or resume a replay"),
         Binding("q", "quit", "quit"),
     ]
 
@@ -102,20 +101,15 @@ class ServedApp(App):
             alerts.append(f"view skipped {self.feed.skipped} events")
         if self.feed.error:
             alerts.append(self.feed.error)
-        if hasattr(self.feed, "toggle"):  # a replay: where it is
-            alerts.append(
-                f"{'▶' if self.feed.playing and not self.feed.done.is_set() else '⏸'} ev {self.feed.position}"
-            )
         return alerts
 
+    def _lead(self) -> str:
+        """What goes before the server's name in the title (a replay's state)."""
+        return ""
+
     def _title(self, width: int = 0):
-        return sp.title(self.state, self.feed.title, self._alerts(), width or 200)
+        return sp.title(self.state, self.feed.title, self._alerts(), width or 200, self._lead())
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
         self.refresh_panes()
-
-    def action_play_pause(self) -> None:
-        if hasattr(self.feed, "toggle"):
-            self.feed.toggle()
-            self.refresh_panes()

@@ -1,0 +1,115 @@
+"""The served view (a watch, a proxy) fed from its log: play/pause, step a read, change speed, jump to a
+read's time or a routing decision. A served log has no rounds or prompts: its steps are the server's reads."""
+
+from __future__ import annotations
+
+import time
+
+from textual.binding import Binding
+from textual.widgets import Input, Static
+
+from specmon.errors import SpecmonError
+from specmon.events.schema import ServerScraped
+from specmon.replay.player import MAX_BATCH, ReplayFeed
+from specmon.tui.feed import first_event
+from specmon.tui.screens import JumpScreen
+from specmon.tui.served_app import ServedApp
+from specmon.tui.served_state import ServedState
+
+JUMP_HINT = (
+    "jump to a read's time [b]HH:MM:SS[/] or a routing [b]d[/]<decision id>\n[dim]Enter jumps, Escape cancels[/]"
+)
+
+
+def replay_lead(feed: ReplayFeed) -> str:
+    """`▶ 10× ev 81`: playing or not, the speed, and the events read so far (the title's front)."""
+    speed = "max" if feed.speed == 0 else f"{feed.speed:g}×"
+    mode = "▶" if feed.playing and not feed.done.is_set() else "⏸"
+    return f"{mode} {speed} ev {feed.position}"
+
+
+def step_read(feed: ReplayFeed) -> list:
+    """Everything up to and including the next read of the server (ReplayFeed.step stops at a round,
+    and a served log has none)."""
+    feed.playing = False
+    return feed._take(lambda ev: True, MAX_BATCH, stop_after=lambda ev: isinstance(ev, ServerScraped))
+
+
+def jump_to_read(feed: ReplayFeed, at: str) -> list:
+    """Events up to the first read at or after `at` (HH:MM:SS on the log's clock, the day its session
+    began, or the next where that time of day had passed); as ReplayFeed.jump, a time past the log's
+    end raises and changes nothing."""
+    since = read_time(feed, at)
+    index = feed._find(lambda ev: isinstance(ev, ServerScraped) and ev.t >= since)
+    if index is None:
+        raise SpecmonError(f"no read at or after {at} in {feed.path.name}")
+    feed.playing = False
+    if index < feed.position:  # behind us: fold again from the beginning
+        feed._open()
+        feed.restarted = True
+    return feed._take(lambda ev: True, index + 1 - feed.position)
+
+
+def read_time(feed: ReplayFeed, at: str) -> float:
+    """`at` (HH:MM:SS or HH:MM) as a time on the log's clock."""
+    try:
+        clock = time.strptime(at, "%H:%M:%S" if at.count(":") == 2 else "%H:%M")
+    except ValueError:
+        raise SpecmonError(f"jump target {at!r}: use HH:MM:SS (a read's time) or d<decision id>") from None
+    header = first_event(feed)
+    began = time.localtime(header.t if header is not None else time.time())
+    day = time.mktime((*began[:3], clock.tm_hour, clock.tm_min, clock.tm_sec, 0, 0, -1))
+    return day if header is None or day >= int(header.t) else day + 86_400  # the log ran past midnight
+
+
+class ReadJumpScreen(JumpScreen):
+    """JumpScreen, asking for what a served log has: a read's time or a routing decision."""
+
+    def on_mount(self) -> None:
+        self.query_one("#jump-hint", Static).update(JUMP_HINT)
+        self.query_one("#jump", Input).placeholder = "02:58:40, d3"
+
+
+class ServedReplayApp(ServedApp):
+    # after q, as in the round view's replay; the pause of the view goes out of the footer for them
+    BINDINGS = [
+        Binding("space", "play_pause", "play", key_display="␣", tooltip="Pause or resume the replay"),
+        Binding("n", "step", "step", tooltip="Advance to the next read of the server"),
+        Binding("s", "speed", "speed", tooltip="1×, 10×, as fast as possible"),
+        Binding("g", "jump", "jump", tooltip="Jump to a read's time or a routing decision"),
+        Binding("p", "toggle_pause", "pause view", show=False, tooltip="Stop refreshing panes (space pauses it)"),
+    ]
+
+    feed: ReplayFeed
+
+    def apply_now(self, batch: list) -> None:
+        if self.feed.restarted:  # a jump back: fold again from the first event
+            self.feed.restarted = False
+            self.state = ServedState()
+        self.state.apply(batch)
+        self.refresh_panes()
+
+    def _lead(self) -> str:
+        return replay_lead(self.feed)
+
+    def action_play_pause(self) -> None:
+        self.feed.toggle()
+        self.refresh_panes()
+
+    def action_step(self) -> None:
+        self.apply_now(step_read(self.feed))
+
+    def action_speed(self) -> None:
+        self.feed.cycle_speed()
+        self.refresh_panes()
+
+    def action_jump(self) -> None:
+        def jumped(batch: list | None) -> None:
+            if batch is not None:
+                self.apply_now(batch)
+
+        self.push_screen(ReadJumpScreen(self.jump), jumped)
+
+    def jump(self, target: str) -> list:
+        """A read's time (HH:MM:SS), else what ReplayFeed.jump takes (d<decision id>)."""
+        return jump_to_read(self.feed, target) if target[:1].isdigit() else self.feed.jump(target)
