@@ -11,6 +11,7 @@ from specmon.events.schema import ServerScraped
 from specmon.metrics import served
 from specmon.watch import client, detect_kind, read, samples, scrape
 from specmon.watch.exposition import NotMetrics
+from specmon.watch import lines
 from specmon.watch.lines import clock
 from specmon.watch.poll import Watcher
 
@@ -228,3 +229,37 @@ def test_a_key_file_mistake_is_one_line(tmp_path, content, mode, said):
     done = subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
     assert not (tmp_path / "w.specmon").exists()  # refused before a log was opened
+
+
+def test_headless_lines_say_a_run_of_positions_at_n_a_once_and_wrap_to_the_terminal(standin, tmp_path):
+    """The trial's headless watch of a llama-server with --draft-max 48 that had drafted nothing printed
+    `pos N/A N/A …` 48 times: lines of 334-352 columns, the totals too. With COLUMNS=80 each fits, wrapped
+    at its fields under a hanging indent."""
+    import os
+    import subprocess
+    import sys
+
+    standin.page = llama_page(0, 0, 0, [0] * 48, 12, running=1)
+    args = ["watch", "--headless", "--duration", "1.5", "--log", str(tmp_path / "w.specmon"), standin.url]
+    env = {**os.environ, "COLUMNS": "80"}
+    done = subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, env=env)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and all(len(line) <= 80 for line in lines), done.stdout
+    [total] = [i for i, line in enumerate(lines) if line.startswith("total ")]
+    assert lines[total + 1 :] and all(line.startswith("  ") for line in lines[total + 1 :]), lines
+    totals = " ".join(" ".join(lines[total:]).split())
+    assert "acceptance N/A accepted/draft N/A pos 0-47: N/A 0.0 drafts/s" in totals and "N/A N/A" not in totals
+
+
+def test_a_window_with_tokens_and_no_draft_fits_80_columns(standin):
+    with client() as http_client:
+        watcher = Watcher(http_client, standin.url, "auto", lambda ev: None)
+        standin.page = llama_page(0, 0, 0, [0] * 48, 0)
+        watcher.step()
+        standin.page = llama_page(0, 0, 0, [0] * 48, 12)
+        [line] = watcher.step()
+    shown = lines.fitted(line, 80)
+    assert len(shown) > 1 and all(len(part) <= 80 for part in shown), shown
+    assert all(part.startswith("  ") for part in shown[1:]) and " ".join(shown).split() == line.split()
+    assert "pos 0-47: N/A" in line and "N/A N/A" not in line
+    assert lines.fitted(line, None) == [line]  # piped with no COLUMNS: one line for a reader

@@ -13,6 +13,7 @@ from specmon.server.auth import read_api_key
 from specmon.transport.serve import parse_listen
 from specmon.transport.session import LiveSession, observed_header, observer_session
 from specmon.tui.beside import beside_view
+from specmon.watch.lines import fitted, terminal_width
 from specmon.watch.poll import Watcher, poll
 from specmon.watch.scrape import client, metrics_url
 
@@ -43,7 +44,9 @@ def run_watch(args) -> int:
 
 
 def say(line: str) -> None:
-    print(line, flush=True)
+    """A line on stdout, wrapped to the terminal (or COLUMNS) at its fields."""
+    for part in fitted(line, terminal_width()):
+        print(part, flush=True)
 
 
 def watch_headless(session: LiveSession, watcher: Watcher, args, first: ServerScraped) -> None:

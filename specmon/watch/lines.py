@@ -1,8 +1,13 @@
 """What a watch says, one line each: a window's figures, a change in the server's state, the totals.
-The figures come from specmon.metrics.served; here they are only written."""
+The figures come from specmon.metrics.served; here they are only written, and wrapped to a terminal."""
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+
+from specmon.console import HANGING, hanging_lines
 from specmon.events.schema import ServerScraped
 from specmon.metrics import served
 from specmon.metrics.format import clock, count
@@ -54,3 +59,21 @@ def totals_line(runs: list[list[ServerScraped]], failed_reads: int) -> str:
     if w is None:
         return f"total: no two good reads of the server, nothing to sum ({span})"
     return f"total {clock(w.start)}, {w.seconds:.0f} s watched ({span}): {figures(w)}"
+
+
+def fitted(line: str, width: int | None) -> list[str]:
+    """`line` wrapped at its fields (split by two blanks; a run of positions, "4-47: 0.00", kept whole)
+    to `width` under a hanging indent; whole where `width` is None."""
+    if width is None:
+        return [line]
+    fields = [*line.split("  "), *re.findall(r"\d+-\d+: \S+", line)]
+    return hanging_lines(line, width, HANGING, fields)
+
+
+def terminal_width() -> int | None:
+    """COLUMNS where it asks for a width, else the terminal's; None when stdout is piped or a file, where
+    each line stays whole for a script to read."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        return int(columns)
+    return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else None
