@@ -38,6 +38,27 @@ def notice(text: str, commands: Iterable[str] = ()) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def print_error(message: str, whole: Iterable[str] = ()) -> None:
+    """`specmon: message` on stderr: one message, each of its lines wrapped at words to error_width()
+    with a hanging indent, a phrase of `whole` kept on one line where it fits."""
+    width = error_width()
+    for line in f"specmon: {message}".splitlines():
+        for part in hanging_lines(line, width, HANGING, whole) if width else [line]:
+            print(part, file=sys.stderr, flush=True)
+
+
+def error_width() -> int | None:
+    """COLUMNS where it asks for a width, else the terminal's; None when stderr is piped or a file,
+    where an error stays one line for a script or a log reader to find whole."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (AttributeError, ValueError, OSError):  # not a terminal, or no file behind sys.stderr
+        return None
+
+
 def hanging_lines(text: str, width: int, indent: str, whole: Iterable[str] = ()) -> list[str]:
     """`text` wrapped at words to `width`, each continuation line starting with `indent`; a phrase of
     `whole` is kept on one line where a continuation line can hold it (a word longer than a line stays whole)."""

@@ -61,17 +61,21 @@ def specmon(*args: str, timeout: float = 300):
 PROGRESS_FRAME = re.compile(r"━| \d+/\d+ +(-:--:--|\d+:\d\d:\d\d)$|: \d+ of \d+ done( \(\d+ s\))?$")
 
 
-ANNOUNCEMENTS = ("specmon: logging to ", "specmon: serving on ", "specmon: timing the engine")
+ANNOUNCEMENTS = ("specmon: logging to", "specmon: serving on", "specmon: timing the engine")  # may wrap right after
 
 
 def error_line(stderr: str) -> str | None:
-    """The one error line, once the session's announcements (with their indented continuation lines)
-    and a progress bar's last frame are set aside; None if not exactly one line, or not `specmon: ...`."""
+    """The one error message, its indented continuation lines (wrapped where COLUMNS asks) joined to it,
+    once the session's announcements (with theirs) and a progress bar's last frame are set aside; None
+    if not exactly one message, or not `specmon: ...`."""
     lines, announcing = [], False
     for line in stderr.splitlines():
         announcing = line.startswith(ANNOUNCEMENTS) or (announcing and line.startswith("  "))
         if line.strip() and not announcing and not PROGRESS_FRAME.search(line):
-            lines.append(line)
+            if line.startswith("  ") and lines:  # a message wrapped at COLUMNS goes on indented
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line)
     return lines[0] if len(lines) == 1 and lines[0].startswith("specmon: ") else None
 
 
@@ -928,3 +932,6 @@ def test_error_line_sets_announcements_aside():
     assert error_line("chat ━━━━━━━━━━ 3/20 0:00:01\nspecmon: too long\n") == "specmon: too long"
     assert error_line("ngram k=4 vs plain          0/2 -:--:--\nspecmon: too long\n") == "specmon: too long"
     assert error_line("specmon: too long\nsecond line of it\n") is None
+    assert error_line("specmon: too long for\n  one line\n") == "specmon: too long for one line"  # wrapped at COLUMNS
+    long_path = "specmon: logging to\n  /tmp/pytest-of-root/pytest-415/a_long_test_name_0/x.specmon;\n  watch with: y\n"
+    assert error_line(long_path + "specmon: boom\n") == "specmon: boom"  # wrapped right after `logging to`

@@ -317,3 +317,30 @@ def test_policy_show_fits_80_columns(name):
     done = at_80("policy", "show", name)
     assert done.returncode == 0 and "[policy]" in done.stdout, done.stderr
     assert wide_lines(done) == []
+
+
+def test_an_error_wraps_at_words_under_a_hanging_indent(short_dir):
+    """A policy's error (once 102 columns on one line) is one message in lines of 80 at most, each
+    continuation indented; piped with no COLUMNS it stays one line, for a script to find whole."""
+    bad = short_dir / "bad.toml"
+    bad.write_text('[policy]\nmode = "enforc"\n')
+    done = at_80("policy", "check", str(bad))
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) > 1 and wide_lines(done) == []
+    assert all(line.startswith("  ") for line in lines[1:]) and lines[0].startswith(f"specmon: {bad}:2:")
+    (message,) = unwrapped(lines)
+    assert message.endswith(" policy.mode: Invalid enum value 'enforc' (one of: enforce, advise)")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    piped = subprocess.run([sys.executable, "-m", "specmon.cli", "policy", "check", str(bad)], capture_output=True,
+                           text=True, cwd=REPO, env=env, timeout=300)  # fmt: skip
+    assert piped.stderr.splitlines() == [message]
+
+
+def test_a_usage_mistake_wraps_keeping_its_pointer_to_help_whole():
+    """argparse's refusal of `policy edit` (once 134 columns) wraps too; `(see ... --help)` stays on one line."""
+    done = at_80("policy", "edit")
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) > 1 and wide_lines(done) == []
+    assert lines[0].startswith("specmon: argument ACTION: invalid choice: 'edit'") and lines[1].startswith("  ")
+    assert lines[-1].endswith(" (see `specmon policy --help`)")
+    assert "'set', 'tune'" in unwrapped(lines)[0]

@@ -6,6 +6,7 @@ import sys
 
 import msgspec
 
+from specmon.console import print_error
 from specmon.events.frames import LogDamaged
 from specmon.events.log import read_log
 
@@ -35,7 +36,7 @@ def cmd_log_dump(args) -> int:
             count += 1
     except LogDamaged as exc:
         stdout.flush()
-        print(f"specmon: {exc}; the {count} events before it were written", file=sys.stderr)
+        print_error(f"{exc}; the {count} events before it were written")
         return 1
     except BrokenPipeError:  # `| head`: the reader has all it wanted
         sys.stderr.close()

@@ -1,4 +1,5 @@
-"""`specmon <command>`: every mistake a user can make is one line on stderr and a non-zero exit."""
+"""`specmon <command>`: every mistake a user can make is one message on stderr (wrapped at words to a
+terminal's width) and a non-zero exit."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from specmon.cli.proxy import add_proxy
 from specmon.cli.signals import Terminated, ending_signals
 from specmon.cli.tools import Teaching, add_bench_tools, add_policy_tune
 from specmon.cli.watch import add_watch
+from specmon.console import print_error
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
 
@@ -44,10 +46,12 @@ EPILOG = """examples:
 
 
 class Parser(argparse.ArgumentParser):
-    """A usage mistake is one line too, naming the flag: specmon: argument --top-p: ... (see `specmon run --help`)"""
+    """A usage mistake is one message too, naming the flag: specmon: argument --top-p: ... (see `specmon run --help`)"""
 
     def error(self, message: str):
-        self.exit(2, f"specmon: {message} (see `{self.prog} --help`)\n")
+        see = f"(see `{self.prog} --help`)"
+        print_error(f"{message} {see}", [see])
+        self.exit(2)
 
 
 def whole(low: int, high: int = MAX_INT):
@@ -353,13 +357,13 @@ def main(argv: list[str] | None = None) -> int:
             handler = getattr(args, "handler", None) or COMMANDS[args.command]  # a tool's own, else the command's
             return handler(args)
     except SpecmonError as exc:
-        print(f"specmon: {exc}", file=sys.stderr)  # one line, never wrapped, no traceback
+        print_error(str(exc))  # one message, no traceback
         return 2
     except Terminated as exc:
-        print(f"specmon: ended by {exc}; the session log keeps every finished round", file=sys.stderr)
+        print_error(f"ended by {exc}; the session log keeps every finished round")
         return 128 + exc.signum
     except KeyboardInterrupt:
-        print("specmon: interrupted; the session log keeps every finished round", file=sys.stderr)
+        print_error("interrupted; the session log keeps every finished round")
         return 130
 
 

@@ -6,7 +6,6 @@ removes the socket, and turns a log-writer failure into one SpecmonError naming 
 
 from __future__ import annotations
 
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from specmon import __version__
-from specmon.console import notice
+from specmon.console import notice, print_error
 from specmon.engine.driver import Cancelled, SessionDriver, host_facts, new_session_id
 from specmon.engine.costs import Costs, measure_costs
 from specmon.engine.drafters import Drafter
@@ -169,7 +168,7 @@ def _end(session: LiveSession, in_flight: BaseException | None) -> None:
     if failure is not None and (in_flight is None or isinstance(in_flight, LogWriteFailed)):
         raise failure
     if failure is not None:  # the error in flight says what went wrong first; this says what it cost
-        print(f"specmon: {failure}", file=sys.stderr)
+        print_error(str(failure))
 
 
 def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: bool) -> LiveSession:
