@@ -344,3 +344,23 @@ def test_a_usage_mistake_wraps_keeping_its_pointer_to_help_whole():
     assert lines[0].startswith("specmon: argument ACTION: invalid choice: 'edit'") and lines[1].startswith("  ")
     assert lines[-1].endswith(" (see `specmon policy --help`)")
     assert "'set', 'tune'" in unwrapped(lines)[0]
+
+
+def test_log_infos_refused_reload_wraps_under_its_text(tmp_path):
+    """A reload refused for a long reason (92 columns in a trial, not wrapped) goes on under `refused:`."""
+    from specmon.events.log import LogWriter
+    from specmon.events.schema import PolicyLoaded
+
+    log = tmp_path / "reloads.specmon"
+    source = "/tmp/trial2/srv.toml"
+    error = f"{source}:11:1: policy.min_gain: Expected `float`, got `str`"
+    with LogWriter(log) as writer:
+        for t, accepted in ((1_700_000_000.0, True), (1_700_000_062.1, False)):
+            writer.write(PolicyLoaded(session_id="s", t=t, source=source, sha256="0" * 64, text="", accepted=accepted,
+                                      error="" if accepted else error))  # fmt: skip
+    lines = at_80("log", "info", str(log)).stdout.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("    +62.1 s refused: ")]
+    assert lines[at : at + 2] == [
+        "    +62.1 s refused: /tmp/trial2/srv.toml:11:1: policy.min_gain: Expected",
+        "            `float`, got `str`",
+    ]

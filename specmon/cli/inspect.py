@@ -251,8 +251,8 @@ def print_labelled(line: str) -> None:
 
 
 def _print_reloads(policies: list[PolicyLoaded], start: float) -> None:
-    """Each edit after the first policy: when, taken (what it changed) or refused (why), one line
-    each however long the path; then the policy in force at the end, where it is not the first."""
+    """Each edit after the first policy: when, taken (what it changed) or refused (why), a line each
+    wrapped under its text; then the policy in force at the end, where it is not the first."""
     refused = sum(not ev.accepted for ev in policies)
     out.print(f"  policy reloads   {len(policies) - 1 - refused} taken, {refused} refused", highlight=False)
     for ev in policies[1:]:
@@ -261,7 +261,7 @@ def _print_reloads(policies: list[PolicyLoaded], start: float) -> None:
             if ev.accepted
             else f"refused: {(ev.error.splitlines() or ['no reason logged'])[0]}"
         )
-        out.print(f"    +{ev.t - start:.1f} s {what}", highlight=False, markup=False, soft_wrap=True)
+        print_hanging(f"    +{ev.t - start:.1f} s ", what)
     in_force = [ev for ev in policies if ev.accepted][-1]
     if in_force is not policies[0]:
         out.print(f"  policy at the end sha256 {in_force.sha256[:16]}…", highlight=False)
