@@ -96,16 +96,23 @@ def short_dir():
     shutil.rmtree(folder)
 
 
+def run_under_the_policy(folder: Path, *flags: str, columns: int = WIDTH) -> tuple[subprocess.CompletedProcess, Path]:
+    """`run --headless` of one prompt under the shipped policy, the log (returned) in FOLDER/logs,
+    FOLDER the runtime folder too."""
+    (folder / "logs").mkdir()
+    log = folder / "logs" / "20261206-022954-8be60d.specmon"
+    prompts = folder / "p.jsonl"
+    prompts.write_text('{"id": "p1", "prompt": "Say hello.", "class": "chat"}\n')
+    profile = str(tiny_profile(folder, max_new_tokens=8))
+    args = ("run", "--headless", "--profile", profile, "--prompts", str(prompts), "--policy", "default")
+    done = at_80(*args, "--log", str(log), *flags, columns=columns, XDG_RUNTIME_DIR=str(folder))
+    return done, log
+
+
 def test_runs_start_lines_fit_80_columns_with_each_command_whole(short_dir):
     """With a policy and --listen, each line `run` prints as it starts (once up to 190 columns)
     fits 80, on a 200-column terminal too, and each command to copy is whole on its line."""
-    (short_dir / "logs").mkdir()
-    log = short_dir / "logs" / "20261206-022954-8be60d.specmon"
-    prompts = short_dir / "p.jsonl"
-    prompts.write_text('{"id": "p1", "prompt": "Say hello.", "class": "chat"}\n')
-    profile = str(tiny_profile(short_dir, max_new_tokens=8))
-    args = ("run", "--headless", "--profile", profile, "--prompts", str(prompts), "--policy", "default")
-    done = at_80(*args, "--listen", "127.0.0.1:0", "--log", str(log), columns=200, XDG_RUNTIME_DIR=str(short_dir))
+    done, log = run_under_the_policy(short_dir, "--listen", "127.0.0.1:0", columns=200)
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()  # stdout's table is as wide as COLUMNS asks
     assert [line for line in lines if cell_len(line) > WIDTH] == []
@@ -364,3 +371,14 @@ def test_log_infos_refused_reload_wraps_under_its_text(tmp_path):
         "    +62.1 s refused: /tmp/trial2/srv.toml:11:1: policy.min_gain: Expected",
         "            `float`, got `str`",
     ]
+
+
+def test_runs_table_title_keeps_its_log_path_whole_and_indented(short_dir):
+    """The title `NAME: ngram policy FILE, greedy  (log: PATH)` (83 columns in a trial) wrapped at
+    column 0 between `(log:` and its path; the path's phrase goes on whole, indented."""
+    done, log = run_under_the_policy(short_dir)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.endswith(f"(log: {log})")]
+    assert lines[at] == f"  (log: {log})" and lines[at - 1].endswith(" policy default.toml, greedy")
+    assert wide_lines(done) == []

@@ -13,7 +13,7 @@ from typing import Callable
 from rich.markup import escape
 
 from specmon.backends.profiles import load_profile, overrides
-from specmon.console import err, out, progress
+from specmon.console import HANGING, err, hanging_lines, out, progress
 from specmon.tables import class_table, divergence_lines
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
@@ -82,7 +82,7 @@ def cmd_run(args) -> int:
                 session.finish("interrupted")
                 interrupted = stop
     table = summary(class_stats(session.events))
-    out.print(class_table(table, f"{title}  (log: {session.log_path})"))
+    out.print(class_table(table, titled_with_log(title, session.log_path)))
     for line in divergence_lines(session.events):
         out.print(line, highlight=False, markup=False)
     host = tally(session.events).line()
@@ -93,6 +93,13 @@ def cmd_run(args) -> int:
     if interrupted is not None:
         raise interrupted  # the table is out; main says how it ended and exits 130 (or 128 + the signal)
     return 0
+
+
+def titled_with_log(title: str, log_path: Path) -> str:
+    """The table's title and `(log: PATH)`, wrapped at words to the console's width: the log's phrase
+    whole on an indented line where they do not fit on one."""
+    log = f"(log: {log_path})"
+    return "\n".join(hanging_lines(f"{title}  {log}", out.width, HANGING, [log]))
 
 
 def check_new_log(path: Path | None) -> None:
