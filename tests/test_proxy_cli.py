@@ -84,9 +84,9 @@ def test_headless_a_line_per_request_and_the_table_and_advice_at_ctrl_c(tmp_path
         finally:
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=60)
-    lines = [line for line in out.splitlines() if line.startswith("specmon: 200 chat")]
-    assert len(lines) == 4 and "upstream=spec accepted/drafted=24/24 tokens=32" in lines[0]
-    assert "upstream=plain accepted/drafted=- tokens=32" in lines[1]
+    lines = [line for line in out.splitlines() if re.match(r"specmon: 200 [0-9a-f]{8} chat ", line)]
+    assert len(lines) == 4 and " chat upstream=spec acc=24/24 tokens=32 " in lines[0]
+    assert " chat upstream=plain acc=- tokens=32 " in lines[1]
     assert re.search(r"chat\s+spec\s+2\s+48\s+48\s+1\.00", out)
     assert re.search(r"chat\s+plain\s+2\s+-\s+-\s+-\s", out)  # the plain side is not meant to draft
     # the recorded spec reply decoded slower than the plain one (a busy host): every pair says so alike

@@ -12,16 +12,18 @@ import sys
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 from standins import Figures, TabbyStandin, VllmStandin, carried, from_counts, from_histogram, positions
 from test_proxy import PATHS, _rendered, proxy, timed
 from test_proxy_upstream import FakeUpstream
 
 from specmon.events.log import read_log
+from specmon.events.schema import ServerScraped
 from specmon.metrics.served import by_class
 from specmon.proxy.evidence import ReplyReader
 from specmon.proxy.routing import SPEC
-from specmon.proxy.tables import log_summary, request_line
+from specmon.proxy.tables import log_summary, request_line, request_lines
 from specmon.metrics.unreported import SessionLines, notices
 from specmon.tui import served_panes
 from specmon.tui.served_state import ServedState
@@ -176,8 +178,9 @@ def test_an_upstream_whose_replies_carry_no_figures_is_said_once_and_never_measu
         p.options.line = lines.append  # the headless proxy's printer
         for endpoint, stream in ASKS * 2:
             ask(p.url, endpoint, stream, "beta please", usage)
-    told = [line for line in lines if how in line]
-    assert len(told) == 1 and f" ({SPEC}, {family}) reports no draft counts" in told[0] and len(lines) == len(ASKS) * 2
+    told = [" ".join(line.split()) for line in lines if how in " ".join(line.split())]  # a notice is wrapped
+    assert len(told) == 1 and f" ({SPEC}, {family}) reports no draft counts" in told[0]
+    assert len(lines) == len(ASKS) * 2 + 1  # a record per request, and the notice on lines of its own
     events = timed(log)
     assert all(ev.draft_n is None and ev.draft_n_accepted is None for ev in events)
     t = by_class(events)[("chat", SPEC)]
@@ -202,7 +205,7 @@ def test_an_ngram_llama_server_whose_requests_drafted_nothing_is_not_told_to_sta
             wait_until(lambda: p.last_read is not None, "the proxy's first read of the upstream's /metrics")
             ask(p.url, "chat", False, "beta please")
     said = f"upstream {upstream.url} (spec, llama-server) drafts (9 drafts on its /metrics) but no request through"
-    assert [line for line in lines if "drafts (" in line][0].split("; ", 1)[1].startswith(said)
+    assert [" ".join(line.split()) for line in lines if "drafts (" in line][0].startswith(said)
     shown = " ".join(" ".join(log_info(log)).split())
     assert said in shown and "start it with" not in shown
 
@@ -231,7 +234,7 @@ def test_without_a_decode_time_the_proxys_clock_is_shown_as_such(tmp_path):
     assert t.tok_per_s is None and t.clocked_tok_per_s == pytest.approx((ev.predicted_n - 1) / (t.clocked_ms / 1e3))
     shown = _rendered(log_summary(read_log(log)))
     assert f"{t.clocked_tok_per_s:.1f}*" in shown and "the proxy's clock" in shown
-    assert f" {t.clocked_tok_per_s:.1f}* tok/s " in request_line(ev, None)
+    assert f" tok/s={t.clocked_tok_per_s:.1f}* " in request_line(ev)
 
 
 @pytest.mark.parametrize("family", ["vllm", "tabbyapi"])
@@ -271,3 +274,34 @@ def test_a_session_is_told_once_per_upstream_and_each_session_apart():
     said = [told.observe(e) for e in [ev("a", None), ev("a", None), ev("b", None), ev("a", None, "plain")]]
     assert [s is not None for s in said] == [True, False, True, False]  # the plain side is never told
     assert told.observe(ev("c", 4)) is None and told.observe(ev("c", None)) is None  # it did report once
+
+
+def test_the_headless_record_fits_80_columns_and_its_notice_follows_on_lines_of_its_own():
+    """The trial's `proxy --headless` line, with the notice appended after `; `, was 362 columns: the record
+    stays one line a script can split (status, short id, class, then key=value) and the notice is wrapped."""
+    told = SessionLines()
+    told.read(ServerScraped(session_id="p", t=0.0, url="http://127.0.0.1:8080", kind="llama-server", drafts=6))
+    ev = request_timed(
+        session_id="p",
+        request_id="c676e3f686df4b32",
+        prompt_class="chat",
+        predicted_n=32,
+        predicted_ms=32 / 47.9 * 1e3,
+        first_byte_ms=793.0,
+        total_ms=794.0,
+        family="llama-server",
+        upstream_url="http://127.0.0.1:8080",
+    )
+    record, *notice = request_lines(ev, told, width=80)
+    assert record == "200 c676e3f6 chat acc=n/r tokens=32 tok/s=47.9 total=794ms"
+    assert notice == [
+        "upstream http://127.0.0.1:8080 (spec, llama-server) drafts (6 drafts on\n"
+        "  its /metrics) but no request through the proxy drafted: it gives draft_n only\n"
+        "  to a request that drafted, so its requests are counted, not measured"
+    ]
+    printed = f"specmon: {notice[0]}".splitlines()
+    assert all(len(line) <= 80 for line in [f"specmon: {record}", *printed]), printed
+    streamed = msgspec.structs.replace(ev, stream=True, draft_n=48, draft_n_accepted=2, first_byte_ms=90.0)
+    assert request_lines(streamed, told, width=80, sides=True) == [
+        "200 c676e3f6 chat upstream=spec acc=2/48 tokens=32 tok/s=47.9 ttfb=90ms total=794ms"
+    ]

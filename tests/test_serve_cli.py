@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import openai
@@ -14,6 +15,8 @@ import pytest
 
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, SessionFinished
+from specmon.server.records import short_id
+from specmon.server.runner import request_line
 from tinymodel import tiny_profile
 from waiting import wait_until
 
@@ -114,9 +117,9 @@ def test_headless_serving_then_sigterm_leaves_a_log_every_command_reads(tmp_path
     assert proc.returncode == 128 + signal.SIGTERM, err
     lines = out.splitlines()
     assert len(lines) == 3, out
-    assert lines[0].startswith(f"specmon: 200 chat {reply.id} class=chat ") and "finish=length" in lines[0]
+    assert lines[0].startswith(f"specmon: 200 {short_id(reply.id)} chat ") and "finish=length" in lines[0]
     assert lines[1].startswith("specmon: 401 /v1/chat/completions: missing or incorrect API key")
-    assert lines[2].startswith(f"specmon: 200 chat {streamed[0].id} ")
+    assert lines[2].startswith(f"specmon: 200 {short_id(streamed[0].id)} ")
     assert key not in out + err + banner
     events = list(read_log(log))
     assert [e.prompt_id for e in events if isinstance(e, PromptFinished)] == [reply.id, streamed[0].id]
@@ -189,3 +192,25 @@ def wait_for_listener(port: int, proc: subprocess.Popen, timeout: float = 60.0) 
         return True
 
     wait_until(listening, f"serve listening on {port}", timeout)
+
+
+def test_the_headless_record_is_one_line_within_80_columns():
+    """The trial's serve lines were 104-123 columns (`200 chat chatcmpl-2ec5b98467274517a41f1942 class=chat …
+    finish=stop`): a short id, no endpoint beside the class, and a finish said where it is not `stop`."""
+    job = SimpleNamespace(request=SimpleNamespace(endpoint="chat"), arrived=0.0, ttft_s=0.184)
+    info = SimpleNamespace(
+        prompt_id="chatcmpl-2ec5b98467274517a41f1942",
+        prompt_class="chat",
+        draft_lens=[8] * 7,
+        draft_len=8,
+        round_ids=list(range(7)),
+    )
+    done = SimpleNamespace(
+        info=info, usage=SimpleNamespace(prompt_tokens=48, completion_tokens=8), finish_reason="stop"
+    )
+    record = request_line(job, done, took_s=8 / 13.9)
+    assert f"specmon: {record}" == "specmon: 200 2ec5b984 chat k=8 rounds=7 tokens=48+8 ttft=184ms tok/s=13.9"
+    done.finish_reason, info.prompt_class = "length", "non-english"
+    assert request_line(job, done, 499, took_s=1.0).split() == [
+        "499", "2ec5b984", "non-english", "k=8", "rounds=7", "tokens=48+8", "ttft=184ms", "tok/s=8.0", "finish=length"
+    ]  # fmt: skip

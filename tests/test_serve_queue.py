@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specmon.events.schema import Decision, PromptFinished, PromptStarted, RoundVerified
+from specmon.server.records import short_id
 from specmon.transport.channel import LogWriteFailed
 from test_serve import HELLO, client, events, rounds_of, serving, wait_until
 
@@ -314,7 +315,7 @@ def test_a_client_that_leaves_is_one_line_and_counted_once(tmp_path, tiny, strea
     assert len(lines) == 2, lines
     lines.sort(key=lambda line: not line.startswith("499 /v1"))
     assert lines[0].startswith("499 /v1/chat/completions: the client closed the connection"), lines
-    assert lines[1].startswith(f"499 chat {job.request.id} ") and "finish=cancelled" in lines[1], lines
+    assert lines[1].startswith(f"499 {short_id(job.request.id)} ") and "finish=cancelled" in lines[1], lines
     assert [e.stop_reason for e in events(log, PromptFinished)] == ["cancelled"]
 
 

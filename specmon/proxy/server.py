@@ -23,7 +23,7 @@ from specmon.proxy.app import ProxyState, build_app
 from specmon.proxy.pool import Pool, Upstream
 from specmon.proxy.relay import Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Router
-from specmon.proxy.tables import LIVE_LINES, request_line
+from specmon.proxy.tables import LIVE_LINES, request_lines
 from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import HEAD_TIMEOUT_S, MAX_CONNECTIONS
 from specmon.server.runner import OnThread, bind, uvicorn_config
@@ -156,7 +156,9 @@ class Proxying(OnThread):
         self.requests.append(event)
         self.publish(event)
         if self.options.line is not None:
-            self.options.line(for_terminal(request_line(event)))
+            record, *notice = request_lines(event, sides=bool(self.options.plain_upstreams))
+            for line in [for_terminal(record), *notice]:  # the notice's lines are made safe one by one
+                self.options.line(line)
         decision = self.router.observe(event)
         if decision is not None:
             self.publish(decision)

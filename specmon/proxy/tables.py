@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specmon.console import Hanging
+from specmon.server.records import millis, notice_text, short_id
 from specmon.tables import compact_table
 from specmon.errors import SpecmonError
 from specmon.events.schema import RequestTimed, ServerScraped, SessionStarted
@@ -31,20 +32,30 @@ CLOCK_NOTE = f"{CLOCKED} tok/s on the proxy's clock (tokens after the first / fi
 LIVE_LINES = SessionLines()  # the headless proxy's: each silent upstream is told once per session
 
 
-def request_line(ev: RequestTimed, told: SessionLines | None = LIVE_LINES) -> str:
-    """One request, as the headless proxy prints it; the first silent reply of an upstream also says
-    (once per session, through `told`) that it reports no draft counts, and how to turn them on."""
-    totals = RequestTotals() + ev
-    missing = NOT_REPORTED if silent(ev) else "-"  # the plain side is not meant to draft
-    drafted = missing if ev.draft_n is None else f"{ev.draft_n_accepted or 0}/{ev.draft_n}"
-    line = (
-        f"{ev.status} {ev.endpoint} {ev.request_id} class={ev.prompt_class} upstream={ev.upstream} "
-        f"accepted/drafted={drafted} tokens={ev.predicted_n if ev.predicted_n is not None else '-'} "
-        f"{_speed(totals, '-')} tok/s first byte {_ms(ev.first_byte_ms)}, total {_ms(ev.total_ms)}"
-        + (" (stream)" if ev.stream else "")
-    )
+def request_lines(
+    ev: RequestTimed, told: SessionLines | None = LIVE_LINES, width: int | None = None, sides: bool = False
+) -> list[str]:
+    """One request as the headless proxy prints it: its record, then, for the first silent reply of an
+    upstream (once per session, through `told`), the notice that it reports no draft counts and why,
+    wrapped to `width` on lines of its own."""
     said = told.observe(ev) if told is not None else None
-    return line if said is None else f"{line}; {said}"
+    return [request_line(ev, sides)] + ([notice_text(said, width)] if said else [])
+
+
+def request_line(ev: RequestTimed, sides: bool = False) -> str:
+    """`200 c676e3f6 chat acc=2/48 tokens=35 tok/s=30.5 total=1183ms`: status, short id, class, the
+    upstream's side where the proxy has two (`sides`), accepted/drafted tokens (n/r: not reported, - on
+    the plain side), tokens, decode tok/s, time to first byte (a stream's alone: a reply sent whole has
+    it at its end) and in all."""
+    totals = RequestTotals() + ev
+    missing = "n/r" if silent(ev) else "-"  # the plain side is not meant to draft
+    drafted = missing if ev.draft_n is None else f"{ev.draft_n_accepted or 0}/{ev.draft_n}"
+    fields = [str(ev.status), short_id(ev.request_id), ev.prompt_class]
+    fields += [f"upstream={ev.upstream}"] if sides else []
+    fields += [f"acc={drafted}", f"tokens={ev.predicted_n if ev.predicted_n is not None else '-'}"]
+    fields += [f"tok/s={_speed(totals, '-')}"]
+    fields += [f"ttfb={millis(ev.first_byte_ms)}"] if ev.stream else []
+    return " ".join([*fields, f"total={millis(ev.total_ms)}"])
 
 
 def _speed(t: RequestTotals, missing: str = MISSING) -> str:
@@ -52,10 +63,6 @@ def _speed(t: RequestTotals, missing: str = MISSING) -> str:
     if t.tok_per_s is not None:
         return f"{t.tok_per_s:.1f}"
     return missing if t.clocked_tok_per_s is None else f"{t.clocked_tok_per_s:.1f}{CLOCKED}"
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f} ms"
 
 
 def class_table(events: Iterable[RequestTimed], title: str = "requests per class") -> Table:

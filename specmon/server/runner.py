@@ -25,6 +25,7 @@ from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import BODY_TIMEOUT_S, HEAD_TIMEOUT_S, MAX_CONNECTIONS, guarded_h11
 from specmon.server.jobs import Decoder, Finished, Job, Worker
 from specmon.server.metrics import ServerMetrics
+from specmon.server.records import millis, short_id
 from specmon.transport.session import LiveSession
 
 MAX_BODY_BYTES = 1 << 20  # a chat far past any context this serves still fits; a runaway upload does not
@@ -168,19 +169,20 @@ class Serving(OnThread):
         self.options.line(for_terminal(f"{error.status} {path}: {error.message}"))  # both may hold what a client sent
 
 
-def request_line(job: Job, done: Finished, status: int = 200) -> str:
-    """One line per request: status (499: the client left; 503: the server shut down), id, class, k,
-    rounds, tokens, time to first token, speed, finish."""
+def request_line(job: Job, done: Finished, status: int = 200, took_s: float | None = None) -> str:
+    """`200 2ec5b984 chat k=8 rounds=7 tokens=48+8 ttft=184ms tok/s=13.9`: one line per request (status
+    499: the client left; 503: the server shut down), short id, class, k, rounds, prompt+completion
+    tokens, time to first token and speed over `took_s` (since it arrived); then its finish, where it
+    was not `stop`."""
     info, usage = done.info, done.usage
-    took = time.perf_counter() - job.arrived
-    ttft = f"{job.ttft_s * 1e3:.0f} ms" if job.ttft_s is not None else "-"
+    took = time.perf_counter() - job.arrived if took_s is None else took_s
     ks = sorted(set(info.draft_lens))
     k = ",".join(map(str, ks)) if ks else str(info.draft_len)
-    return (
-        f"{status} {job.request.endpoint} {info.prompt_id} class={info.prompt_class} k={k} rounds={len(info.round_ids)} "
-        f"tokens={usage.prompt_tokens}+{usage.completion_tokens} ttft={ttft} "
-        f"{usage.completion_tokens / took:.1f} tok/s finish={done.finish_reason}"
-    )
+    fields = [str(status), short_id(info.prompt_id), info.prompt_class, f"k={k}", f"rounds={len(info.round_ids)}"]
+    fields += [f"tokens={usage.prompt_tokens}+{usage.completion_tokens}"]
+    fields += [f"ttft={millis(None if job.ttft_s is None else job.ttft_s * 1e3)}"]
+    fields += [f"tok/s={usage.completion_tokens / took:.1f}"]
+    return " ".join(fields + ([f"finish={done.finish_reason}"] if done.finish_reason != "stop" else []))
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -13,9 +13,9 @@ from rich.text import Text
 from specmon.events.schema import AnyEvent, PromptFinished, PromptStarted, QueueSample, RoundVerified
 from specmon.metrics.format import MISSING, count
 from specmon.metrics.rates import time_to_first_token_s
+from specmon.server.records import short_id
 
 TTFT_KEPT = 50  # recent requests whose time to first token the median is over
-SHORT_ID = 8  # hex characters of a request id shown: enough to find it in a client's log
 
 
 @dataclass
@@ -88,11 +88,6 @@ def seconds(value: float | None) -> str:
     if value < 1:
         return f"{value * 1e3:.0f} ms"
     return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
-
-
-def short_id(request_id: str) -> str:
-    """The start of the id's random part: chatcmpl-3f9a2b1c… → 3f9a2b1c."""
-    return request_id.rpartition("-")[2][:SHORT_ID]
 
 
 def requests_title(requests: Requests | None, width: int = 80, url: str = "") -> str:

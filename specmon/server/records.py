@@ -1,0 +1,31 @@
+"""The headless per-request record lines of `serve` and `proxy`: one line each, fitting 80 columns in the
+common case, in fields a script can split (status, short id, class, then key=value); a notice about a
+request goes after its record, on lines of its own."""
+
+from __future__ import annotations
+
+import shutil
+
+from specmon.console import HANGING, NOTICE_WIDTH, hanging_lines
+from specmon.server.errors import for_terminal
+
+SHORT_ID = 8  # hex characters of a request id shown: enough to find it in a client's log or the session's
+PREFIX = "specmon: "  # what console.print_line puts before each line it prints
+
+
+def short_id(request_id: str) -> str:
+    """The start of the id's random part: chatcmpl-3f9a2b1c… → 3f9a2b1c."""
+    return request_id.rpartition("-")[2][:SHORT_ID]
+
+
+def millis(ms: float | None) -> str:
+    """`184ms`: a time in a key=value field, with no blank inside; - where it is not known."""
+    return "-" if ms is None else f"{ms:.0f}ms"
+
+
+def notice_text(notice: str, width: int | None = None) -> str:
+    """A notice as one text for print_line (whose prefix starts its first line): wrapped at words to `width`
+    (80, or the terminal's where narrower) under a hanging indent, each line made safe for a terminal."""
+    width = width or min(NOTICE_WIDTH, shutil.get_terminal_size().columns)
+    lines = [for_terminal(line) for line in hanging_lines(PREFIX + notice, width, HANGING)]
+    return "\n".join(lines)[len(PREFIX) :]
