@@ -67,11 +67,10 @@ class ReplayFeed:
         self._clock = None
         return self.speed
 
-    def step(self) -> list[AnyEvent]:
-        """Everything up to and including the next round."""
+    def step(self, stop_after: Callable[[AnyEvent], bool] = lambda ev: isinstance(ev, RoundVerified)) -> list[AnyEvent]:
+        """Everything up to and including the next round (or the next event `stop_after` holds for)."""
         self.playing = False
-        batch = self._take(lambda ev: True, MAX_BATCH, stop_after=lambda ev: isinstance(ev, RoundVerified))
-        return batch
+        return self._take(lambda ev: True, MAX_BATCH, stop_after=stop_after)
 
     def jump(self, target: str) -> list[AnyEvent]:
         """Events up to a round id (`r123`), a prompt id (`p:chat-2`) or a decision (`d4`).
@@ -81,9 +80,13 @@ class ReplayFeed:
         match = _target(target)
         if match is None:
             raise SpecmonError(f"jump target {target!r}: use r<round id>, p:<prompt id> or d<decision id>")
+        return self.jump_to(match, f"jump target {target!r} is not in {self.path.name}")
+
+    def jump_to(self, match: Callable[[AnyEvent], bool], missing: str) -> list[AnyEvent]:
+        """Events up to the first that `match` holds for; none: SpecmonError(missing), nothing changed."""
         index = self._find(match)
         if index is None:
-            raise SpecmonError(f"jump target {target!r} is not in {self.path.name}")
+            raise SpecmonError(missing)
         self.playing = False
         if index == self.position - 1:  # already there
             return []

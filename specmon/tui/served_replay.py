@@ -10,7 +10,7 @@ from textual.widgets import Input, Static
 
 from specmon.errors import SpecmonError
 from specmon.events.schema import ServerScraped
-from specmon.replay.player import MAX_BATCH, ReplayFeed
+from specmon.replay.player import ReplayFeed
 from specmon.tui.feed import first_event
 from specmon.tui.screens import JumpScreen
 from specmon.tui.served_app import ServedApp
@@ -31,8 +31,7 @@ def replay_lead(feed: ReplayFeed) -> str:
 def step_read(feed: ReplayFeed) -> list:
     """Everything up to and including the next read of the server (ReplayFeed.step stops at a round,
     and a served log has none)."""
-    feed.playing = False
-    return feed._take(lambda ev: True, MAX_BATCH, stop_after=lambda ev: isinstance(ev, ServerScraped))
+    return feed.step(stop_after=lambda ev: isinstance(ev, ServerScraped))
 
 
 def jump_to_read(feed: ReplayFeed, at: str) -> list:
@@ -40,14 +39,8 @@ def jump_to_read(feed: ReplayFeed, at: str) -> list:
     began, or the next where that time of day had passed); as ReplayFeed.jump, a time past the log's
     end raises and changes nothing."""
     since = read_time(feed, at)
-    index = feed._find(lambda ev: isinstance(ev, ServerScraped) and ev.t >= since)
-    if index is None:
-        raise SpecmonError(f"no read at or after {at} in {feed.path.name}")
-    feed.playing = False
-    if index < feed.position:  # behind us: fold again from the beginning
-        feed._open()
-        feed.restarted = True
-    return feed._take(lambda ev: True, index + 1 - feed.position)
+    read_since = lambda ev: isinstance(ev, ServerScraped) and ev.t >= since  # noqa: E731
+    return feed.jump_to(read_since, f"no read at or after {at} in {feed.path.name}")
 
 
 def read_time(feed: ReplayFeed, at: str) -> float:
