@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -71,16 +72,32 @@ def hanging_lines(text: str, width: int, indent: str, whole: Iterable[str] = ())
 
 
 class Hanging:
-    """A line that wraps at words to the width it is drawn at, its continuation lines `further` columns
-    in from where it starts (a rich renderable: Text wraps to column 0)."""
+    """A line (plain or styled) that wraps at words to the width it is drawn at, its continuation lines
+    `further` columns in from where it starts, each phrase of `whole` on one line where it fits (a rich
+    renderable: Text wraps to column 0)."""
 
-    def __init__(self, line: str, further: int = len(HANGING)) -> None:
-        self.line, self.further = line, further
+    def __init__(self, line: str | Text, further: int = len(HANGING), whole: Iterable[str] = ()) -> None:
+        self.line = line if isinstance(line, Text) else Text(line)
+        self.further, self.whole = further, tuple(whole)
 
     def __rich_console__(self, console, options):
-        indent = " " * (len(self.line) - len(self.line.lstrip()) + self.further)
-        for line in hanging_lines(self.line, options.max_width, indent) or [""]:
-            yield Text(line, no_wrap=True)
+        plain = self.line.plain
+        indent = " " * (len(plain) - len(plain.lstrip()) + self.further)
+        yield from hanging_text(self.line, options.max_width, indent, self.whole)
+
+
+def hanging_text(text: Text, width: int, indent: str, whole: Iterable[str] = ()) -> list[Text]:
+    """hanging_lines of a styled Text, each line keeping the styles of the words it holds."""
+    flat = re.sub(r"\s", " ", text.plain)  # a tab or newline in a name: a space, as textwrap makes it
+    text, lines, start = Text(flat, style=text.style, spans=list(text.spans)), [], 0
+    for i, line in enumerate(hanging_lines(text.plain, width, indent, whole) or [""]):
+        words = line[len(indent) :] if i else line  # a line is the text's next words, after its indent
+        start = text.plain.index(words, start)
+        piece = Text(indent if i else "") + text[start : start + len(words)]
+        piece.no_wrap = True
+        lines.append(piece)
+        start += len(words)
+    return lines
 
 
 PROGRESS_LINE_S = 30.0  # piped progress: a line at least this often, besides one per tenth done

@@ -382,3 +382,59 @@ def test_runs_table_title_keeps_its_log_path_whole_and_indented(short_dir):
     (at,) = [i for i, line in enumerate(lines) if line.endswith(f"(log: {log})")]
     assert lines[at] == f"  (log: {log})" and lines[at - 1].endswith(" policy default.toml, greedy")
     assert wide_lines(done) == []
+
+
+def messages(lines: list[str], first: str) -> list[list[str]]:
+    """Each line starting with `first`, with the indented lines that continue it (a round's line is its own)."""
+    found: list[list[str]] = []
+    continuing = False
+    for line in lines:
+        if line.startswith(first):
+            found.append([line])
+            continuing = True
+        elif continuing and line.startswith("  ") and not line.startswith("  round "):
+            found[-1].append(line)
+        else:
+            continuing = False
+    return found
+
+
+MOVE = re.compile(r"\d+: \d+->\d+")  # a match length and what a whole draft after it keeps: `4: 6->2`
+
+
+def assert_hung_with_moves_whole(lines: list[str]) -> None:
+    """Decision lines at 80 columns: every continuation indented, no `N:` at a line's end, every move
+    whole on one line, the words in order."""
+    decisions = messages(lines, "decision ")
+    assert decisions and any(len(message) > 1 for message in decisions)  # some wrapped
+    for message in decisions:
+        assert all(line.startswith("  ") for line in message[1:]) and all(cell_len(line) <= WIDTH for line in message)
+        assert not any(re.search(r"\d+:$", line) for line in message), message
+        words = " ".join(line.strip() for line in message)
+        assert [move for line in message for move in MOVE.findall(line)] == MOVE.findall(words), message
+
+
+def test_policy_explains_wrapped_lines_hang_and_keep_each_move_whole(monkeypatch):
+    """Each decision (`... after a match of 3: 6->2, 4: 6->2 ...`) went on at column 0, splitting `4:`
+    from `6->2`: now under a hanging indent, each move on one line."""
+    import io
+
+    from rich.console import Console
+
+    from specmon.cli import inspect
+    from specmon.policy.explain import Explanation
+
+    printed = io.StringIO()
+    monkeypatch.setattr(inspect, "out", Console(file=printed, width=WIDTH))
+    for i, name in enumerate(["chat", "code-edit", "non-english"]):
+        inspect.print_explanation(Explanation(long_moves(name, i), True, f"the same table from {8 * i} rounds"))
+    assert_hung_with_moves_whole(printed.getvalue().splitlines())
+
+
+def long_moves(name: str, decision_id: int):
+    """A decision whose change (what_changed) names a move for each match length, 6->2 (`3: 6->2`)."""
+    from decisions import gate_decision
+    from specmon.policy import gate
+
+    reaches = gate.MAX_REACH + 1
+    return gate_decision(name, 6, 2, decision_id, reason=gate.changes([6] * reaches, [2] * reaches))

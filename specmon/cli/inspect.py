@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.text import Text
 
-from specmon.console import err, hanging_lines, out
+from specmon.console import Hanging, err, hanging_lines, out
 from specmon.tables import class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
@@ -31,7 +31,7 @@ from specmon.metrics.format import count
 from specmon.metrics.served import SERVED_BACKENDS
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
-from specmon.policy.explain import explain_log, what_changed
+from specmon.policy.explain import Explanation, explain_log, moves, what_changed
 from specmon.policy.schema import load_policy
 from specmon.metrics.contention import tally
 from specmon.sched.bench import bench_results
@@ -77,17 +77,20 @@ def cmd_policy(args) -> int:
         )
         return 1 if damage else 0
     for e in explanations:
-        d = e.decision
-        change = what_changed(d)
-        verdict = "[green]reproduces[/]" if e.reproduces else "[red]DOES NOT REPRODUCE[/]"
-        out.print(
-            f"decision {d.decision_id} \\[{escape(d.prompt_class)}] {change} by {escape(d.rule_key)} "
-            f"(line {d.rule_line}): {verdict}: {escape(e.detail)}",
-            highlight=False,
-        )
+        print_explanation(e)
     good = sum(e.reproduces for e in explanations)
     out.print(f"{good} of {len(explanations)} decisions reproduce from what they cite", highlight=False)
     return 0 if good == len(explanations) and not damage else 1
+
+
+def print_explanation(e: Explanation) -> None:
+    """A decision, its rule and whether it reproduces: wrapped at words under a hanging indent, each
+    move (`4: 6->2`) whole on one line; names are printed as they are, never read as markup."""
+    d = e.decision
+    change = what_changed(d)
+    verdict = Text("reproduces", "green") if e.reproduces else Text("DOES NOT REPRODUCE", "red")
+    said = f"decision {d.decision_id} [{d.prompt_class}] {change} by {d.rule_key} (line {d.rule_line}): "
+    out.print(Hanging(Text.assemble(said, verdict, f": {e.detail}"), whole=moves(change)))
 
 
 def cmd_attach(args) -> int:

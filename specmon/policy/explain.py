@@ -4,6 +4,7 @@ decisions, the very requests) it cites."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -69,6 +70,15 @@ def what_changed(d: Decision) -> str:
     parts += [f"k {d.k_from}->{d.k_to}"] * (d.k_from != d.k_to)
     parts += [f"drafts from a match of {d.match_from}->{d.match_to}"] * (d.match_from != d.match_to)
     return ", ".join([*parts, d.reason] if d.reason else parts) or "no change recorded"
+
+
+MOVE = re.compile(r"\S+ [^\s,]+->[^\s,]+")  # `4: 6->2`, `k 8->2`, `routed spec->plain`: what moved, and how
+
+
+def moves(change: str) -> list[str]:
+    """The moves in what_changed's words, each a phrase a wrapped line keeps whole (never `4:` at a
+    line's end and `6->2` on the next)."""
+    return MOVE.findall(change)
 
 
 def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation:
