@@ -438,3 +438,21 @@ def long_moves(name: str, decision_id: int):
 
     reaches = gate.MAX_REACH + 1
     return gate_decision(name, 6, 2, decision_id, reason=gate.changes([6] * reaches, [2] * reaches))
+
+
+def test_attach_headless_wraps_its_session_and_decision_lines_hung(tmp_path):
+    """The session line (`float32 on` / `cpu` in a trial) and each decision go on indented, whole phrases kept."""
+    from specmon.events.log import LogWriter
+    from specmon.events.schema import SessionFinished
+
+    fixture = at_80("attach", "--headless", str(FIXTURES / "session-policy.specmon"))
+    session = messages(fixture.stdout.splitlines(), "session ")[0]
+    assert len(session) == 2 and session[1].startswith("  ") and "float32 on cpu" in session[1]
+    log = tmp_path / "decided.specmon"
+    with LogWriter(log) as writer:
+        for i, name in enumerate(["chat", "code-edit", "non-english"]):
+            writer.write(long_moves(name, i))
+        writer.write(SessionFinished(session_id="s", t=1.0, rounds=0, reason="done"))
+    done = at_80("attach", "--headless", str(log))
+    assert done.returncode == 0, done.stderr
+    assert_hung_with_moves_whole(done.stdout.splitlines())

@@ -116,7 +116,7 @@ def cmd_attach(args) -> int:
             kept.append(ev)
         line = event_line(ev)
         if line:
-            out.print(line, highlight=False, markup=False)
+            out.print(Hanging(line, whole=kept_whole(ev)))
     if kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     return 0
@@ -179,6 +179,14 @@ def event_line(ev) -> str | None:
     if isinstance(ev, SessionFinished):
         return f"session finished ({ev.reason}) after {count(ev.rounds, 'round')}"
     return None
+
+
+def kept_whole(ev) -> list[str]:
+    """The phrases of an event's line that a wrap keeps on one line: the model's dtype and device,
+    a decision's moves."""
+    if isinstance(ev, SessionStarted):
+        return [f"{ev.dtype} on {ev.device}"]
+    return moves(what_changed(ev)) if isinstance(ev, Decision) else []
 
 
 def cmd_log(args) -> int:
