@@ -49,14 +49,19 @@ def print_error(message: str, whole: Iterable[str] = ()) -> None:
 
 
 def error_width() -> int | None:
-    """COLUMNS where it asks for a width, else the terminal's; None when stderr is piped or a file,
-    where an error stays one line for a script or a log reader to find whole."""
+    """The width an error wraps to: stream_width of stderr."""
+    return stream_width(sys.stderr)
+
+
+def stream_width(stream) -> int | None:
+    """COLUMNS where it asks for a width, else the terminal's behind `stream`; None when it is piped or a
+    file, where a line stays whole for a script or a log reader to find."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit():
         return int(columns)
     try:
-        return os.get_terminal_size(sys.stderr.fileno()).columns
-    except (AttributeError, ValueError, OSError):  # not a terminal, or no file behind sys.stderr
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):  # not a terminal, or no file behind the stream
         return None
 
 

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specmon.console import HANGING, hanging_lines
+from specmon.console import Hanging
 from specmon.metrics.format import fmt as _num
 
 CLASS_WIDTH = 16
@@ -30,17 +30,13 @@ VERDICT_COLOURS = {
 VERDICT_MARKS = {"not yet known": "?", "noise": "!", "busy host": "~"}  # beside a speedup, for those its colour misses
 
 
-class Note:
+class Note(Hanging):
     """A line under a table that wraps at words to the width it is drawn at, its continuation lines
-    indented under its text (console.Hanging, with a style); each phrase of `whole` (a figure with its
-    unit, a label with its path) stays on one line."""
+    indented under its text, in `style`; each phrase of `whole` (a figure with its unit, a label with its
+    path) stays on one line."""
 
     def __init__(self, line: str, style: str = "", whole: tuple[str, ...] = ()) -> None:
-        self.line, self.style, self.whole = line, style, whole
-
-    def __rich_console__(self, console, options):
-        for line in hanging_lines(self.line, options.max_width, HANGING, self.whole) or [""]:
-            yield Text(line, style=self.style, no_wrap=True)
+        super().__init__(Text(line, style=style), whole=whole)
 
 
 def _verdict(row: dict) -> str:

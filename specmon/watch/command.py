@@ -7,13 +7,14 @@ import sys
 import threading
 from pathlib import Path
 
+from specmon.console import stream_width
 from specmon.errors import SpecmonError
 from specmon.events.schema import ServerScraped
 from specmon.server.auth import read_api_key
 from specmon.transport.serve import parse_listen
 from specmon.transport.session import LiveSession, observed_header, observer_session
 from specmon.tui.beside import beside_view
-from specmon.watch.lines import fitted, terminal_width
+from specmon.watch.lines import fitted
 from specmon.watch.poll import Watcher, poll
 from specmon.watch.scrape import client, metrics_url
 
@@ -45,7 +46,7 @@ def run_watch(args) -> int:
 
 def say(line: str) -> None:
     """A line on stdout, wrapped to the terminal (or COLUMNS) at its fields."""
-    for part in fitted(line, terminal_width()):
+    for part in fitted(line, stream_width(sys.stdout)):  # piped: each record stays one line
         print(part, flush=True)
 
 

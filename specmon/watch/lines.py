@@ -3,9 +3,7 @@ The figures come from specmon.metrics.served; here they are only written, and wr
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 
 from specmon.console import HANGING, hanging_lines
 from specmon.events.schema import ServerScraped
@@ -68,12 +66,3 @@ def fitted(line: str, width: int | None) -> list[str]:
         return [line]
     fields = [*line.split("  "), *re.findall(r"\d+-\d+: \S+", line)]
     return hanging_lines(line, width, HANGING, fields)
-
-
-def terminal_width() -> int | None:
-    """COLUMNS where it asks for a width, else the terminal's; None when stdout is piped or a file, where
-    each line stays whole for a script to read."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit():
-        return int(columns)
-    return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else None
