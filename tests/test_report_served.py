@@ -46,3 +46,12 @@ def test_a_log_whose_rounds_never_drafted_says_so_in_its_position_plot(tmp_path,
         "no round proposed a draft token;\nno position to measure acceptance at"
     ]
     assert "| chat | 0 | 4 |" in page
+
+
+def test_report_says_what_lies_beside_a_servers_page(tmp_path, capsys):
+    """No plots beside a server's report: the command says report.json alone."""
+    from specmon.cli.main import main
+
+    out = tmp_path / "report"
+    assert main(["report", str(_proxy_log(tmp_path / "proxy.specmon")), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"report: {out / 'report.md'} (report.json beside it)"

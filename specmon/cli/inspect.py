@@ -362,5 +362,6 @@ def cmd_report(args) -> int:
     from specmon.replay.report import build_report
 
     page = build_report(args.log, args.out or Path("reports") / args.log.stem)
-    out.print(f"report: {page} (plots and report.json beside it)", highlight=False, markup=False)
+    beside = "plots and report.json" if any(page.parent.glob("*.png")) else "report.json"  # a server's: no plots
+    out.print(f"report: {page} ({beside} beside it)", highlight=False, markup=False)
     return 0

@@ -185,7 +185,8 @@ def _add_logs(sub) -> None:
         "replay",
         help="replay a session log in the TUI, or under another policy",
         description="Open the monitor on a log: space play/pause, n step a round, s speed (1x, 10x, max), "
-        "g jump to r<round>, p:<prompt> or d<decision>. Every pane shows what it showed live.",
+        "g jump to r<round>, p:<prompt> or d<decision>. Every pane shows what it showed live. A watch or "
+        "proxy log: n steps a read of the server, g jumps to a read's time HH:MM:SS or d<decision>.",
     )
     replay.add_argument("log", type=Path)
     replay.add_argument("--speed", type=finite(0), default=0.0, help="1, 10, or 0 for as fast as possible (default)")
