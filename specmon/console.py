@@ -99,10 +99,21 @@ def hanging_text(text: Text, width: int, indent: str, whole: Iterable[str] = ())
         words = line[len(indent) :] if i else line  # a line is the text's next words, after its indent
         start = text.plain.index(words, start)
         piece = Text(indent if i else "") + text[start : start + len(words)]
-        piece.no_wrap = True
-        lines.append(piece)
+        lines += _folded(piece, width, indent)
         start += len(words)
     return lines
+
+
+def _folded(line: Text, width: int, indent: str) -> list[Text]:
+    """A line longer than `width` (a word no line holds, as a long path) folded under `indent`, never cut."""
+    room = max(width - len(indent), 1)
+    pieces, rest = [line[:width]], line[width:]
+    while rest.plain:
+        pieces.append(Text(indent) + rest[:room])
+        rest = rest[room:]
+    for piece in pieces:
+        piece.no_wrap = True
+    return pieces
 
 
 PROGRESS_LINE_S = 30.0  # piped progress: a line at least this often, besides one per tenth done

@@ -456,3 +456,19 @@ def test_attach_headless_wraps_its_session_and_decision_lines_hung(tmp_path):
     done = at_80("attach", "--headless", str(log))
     assert done.returncode == 0, done.stderr
     assert_hung_with_moves_whole(done.stdout.splitlines())
+
+
+def test_a_word_longer_than_the_line_is_folded_under_the_indent_not_cut():
+    import io
+
+    from rich.console import Console
+
+    from specmon.console import Hanging
+
+    path = "/tmp/pytest-of-root/pytest-415/a_very_long_directory_name/x.specmon"
+    printed = io.StringIO()
+    Console(file=printed, width=40).print(Hanging(f"log: {path}  plots: here"))
+    lines = printed.getvalue().splitlines()
+    assert lines[0] == "log:" and all(line.startswith("  ") for line in lines[1:]), lines
+    assert "".join(line.strip() for line in lines[1:-1]) == path and lines[-1] == "  plots: here", lines
+    assert max(len(line) for line in lines) == 40
