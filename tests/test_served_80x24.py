@@ -181,6 +181,16 @@ def test_positions_that_do_not_fit_are_counted():
     ]
 
 
+def test_drafts_without_per_position_counters_draw_a_dash():
+    """A page with drafts but no `_per_pos` metric (watch.exposition.per_position gives ()): no bar to draw,
+    with or without the pane's height (max() of no labels, a division by no columns)."""
+    state = ServedState()
+    state.apply([header("watch"), counters(0, 0, []), counters(1, 10, [])])
+    assert state.recent().drafts == 10 and state.recent().accepted_per_pos == ()
+    assert sp.render_positions(state, 36).plain == "pos -"
+    assert sp.render_positions(state, 36, 3).plain == "pos -"
+
+
 def test_a_class_row_gives_every_position_of_its_histograms():
     """vLLM's replies give each request's acceptance by position: under its class row, on two lines."""
     reply = request_timed(

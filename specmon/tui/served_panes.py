@@ -119,13 +119,16 @@ def render_positions(state: ServedState, width: int, height: int | None = None) 
     w = state.recent()
     if w is None or not w.drafts:
         return Text(f"no drafts in the {recent_span(w)}", style="dim")
-    cells = position_cells(w.position_rates())
+    rates = w.position_rates()
+    cells = position_cells(rates)
+    if not cells:  # the page counts drafts but not per position (no `_per_pos` metric): no bar to draw
+        return Text("\n".join(position_lines(rates, width, height, "pos")))
     columns = -(-len(cells) // height) if height else 1
     rows = -(-len(cells) // columns)
     label_width = max(2, *(len(label) for label, _, _ in cells))
     bar_width = (width - 1 - COLUMN_GAP * (columns - 1)) // columns - label_width - 6  # label, bar, rate, blanks
     if bar_width < MIN_BAR:
-        return Text("\n".join(position_lines(w.position_rates(), width, height, "pos")))
+        return Text("\n".join(position_lines(rates, width, height, "pos")))
     text = Text()
     for row in range(rows):
         for column, (label, rate, _) in enumerate(cells[row::rows]):
