@@ -83,3 +83,13 @@ def test_pays_says_where_the_cells_measured_speedup_disagrees_and_why():
         "chat ngram k=4: eq. 1 says a drafting round pays at 0.50 acceptance, yet the cell ran 0.97× plain: "
         "only 9 of 60 rounds drafted, the rest plain steps with a lookup, which eq. 1 leaves out"
     ) in " ".join(text.split())
+
+
+def test_a_cell_that_ran_plains_speed_as_printed_is_not_said_to_disagree():
+    """0.996x is printed 1.00x: a `yes, ran 1.00×` and a note that it ran plain's speed would contradict nothing."""
+    empty = {"draft_ms": 2.52, "verify_ms": 10.0, "host_stall_ms": 0.0}
+    events = _rounds("chat", 0, [QUIET_STEP] * 20) + _rounds("chat", 4, [_drafting(4, 2, 16.0)] * 3 + [empty] * 17)
+    (row,) = [r for r in cell_rows(events) if r.key.draft_len == 4]
+    assert 0.995 < row.speedup < 1.0
+    text = _printed(break_even_table(cell_rows(events)))
+    assert _row_cells(text, "chat", "ngram", "4")[-1] == "yes" and "yet the cell ran" not in text

@@ -136,7 +136,8 @@ def _measured_otherwise(r: CellRow, pays: str) -> bool:
     """The cell ran slower than plain where eq. 1 says it pays, or faster where it says it does not."""
     if r.speedup is None:
         return False
-    return r.speedup < 1.0 if pays == "yes" else r.speedup > 1.0 if pays in ("no", "never") else False
+    shown = round(r.speedup, 2)  # as printed: never `yes, ran 1.00×`
+    return shown < 1.0 if pays == "yes" else shown > 1.0 if pays in ("no", "never") else False
 
 
 def _why_measured_otherwise(r: CellRow, pays: str) -> Note:
