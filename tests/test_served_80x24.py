@@ -5,12 +5,14 @@ screen through a Pilot, from events built here (the reads and replies of the tri
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from specmon.events.schema import RequestTimed, ServerScraped, SessionFinished
 from specmon.metrics import unreported
 from specmon.metrics.format import clock
 from specmon.metrics.unreported import SessionLines, notices
+from specmon.proxy.tables import request_line
 from specmon.tui import served_panes as sp
 from specmon.tui.factory import make_app
 from specmon.tui.served_replay import jump_to_read
@@ -303,6 +305,16 @@ def test_log_info_and_the_headless_line_say_the_same_beside_a_class_that_drafted
     told = SessionLines()
     assert [told.observe(ev) for ev in BESIDE_A_DRAFT[1:]] == [None, drafted_nothing]
     assert notices(BESIDE_A_DRAFT[1:2] + BESIDE_A_DRAFT[:1], reads) == [drafted_nothing]
+
+
+def test_the_plain_side_is_a_dash_with_no_key_as_log_info_and_the_headless_line_say():
+    """The plain side is not meant to draft: its row says `-`, not `n/r`, and brings up no key for n/r."""
+    plain = msgspec.structs.replace(llama_reply(0, "chat"), upstream="plain")
+    state = ServedState()
+    state.apply([header("proxy"), drafted_reply(1, "chat"), plain])
+    lines = sp.render_classes(state, 36, 7).plain.splitlines()
+    assert lines[1:] == ["chat       plain   1    -  N/A  51.6", "chat       spec    1 0.17 1.33  51.6"], lines
+    assert "acc=-" in request_line(plain)
 
 
 async def test_the_server_is_said_up_since_this_view_first_read_it_not_since_it_started():

@@ -242,7 +242,8 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
 
 def _class_block(cls: str, upstream: str, totals, name_width: int, width: int) -> list[tuple[str, str]]:
     """One (class, upstream)'s row, and its acceptance by position where its replies gave histograms."""
-    acc = fmt(totals.acceptance) if totals.reported else "n/r"
+    missing = "n/r" if upstream == unreported.SPEC else "-"  # the plain side is not meant to draft
+    acc = fmt(totals.acceptance) if totals.reported else missing
     row = (
         f"{cut(cls, name_width):<{name_width}} {cut(upstream, 5):<5} {totals.requests:>3} {acc:>4} "
         f"{fmt(totals.tokens_per_step):>4} {_speed(totals):>5}"
@@ -257,8 +258,8 @@ def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
     """The keys to the table's marks, then each silent upstream's notice, wrapped whole to the width."""
     rows = state.requests.items()
     notices = state.notices()
-    # a notice explains a spec row's n/r; only another n/r row still needs the key
-    unexplained = any(not t.reported and (side != unreported.SPEC or not notices) for (_, side), t in rows)
+    # a notice explains the spec rows' n/r; without one they need the key (a plain row's is `-`)
+    unexplained = not notices and any(not t.reported and side == unreported.SPEC for (_, side), t in rows)
     keys = ["n/r: no draft counts reported"] if unexplained else []
     keys += ["* the proxy's clock"] if any(t.tok_per_s is None and t.clocked_tok_per_s for _, t in rows) else []
     keys += ["→ routed, by spec/plain goodput"] if state.routes else []
