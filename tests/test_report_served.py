@@ -5,10 +5,9 @@ from pathlib import Path
 
 from specmon.events.schema import SessionFinished
 from specmon.replay import report
+from specmon.replay.report import ROUND_PLOTS
 from events import request_timed, round_verified
 from test_watch_tui import T0, header, read, write_log
-
-ROUND_PLOTS = ("acceptance_by_position.png", "timing.png", "goodput_by_k.png", "acceptance_over_time.png")
 
 
 def _proxy_log(path: Path) -> Path:
@@ -53,5 +52,8 @@ def test_report_says_what_lies_beside_a_servers_page(tmp_path, capsys):
     from specmon.cli.main import main
 
     out = tmp_path / "report"
+    out.mkdir()
+    (out / "timing.png").write_bytes(b"an earlier report's plot")  # a reused folder: no stale plot stays
     assert main(["report", str(_proxy_log(tmp_path / "proxy.specmon")), "--out", str(out)]) == 0
+    assert not (out / "timing.png").exists()
     assert capsys.readouterr().out.strip() == f"report: {out / 'report.md'} (report.json beside it)"

@@ -359,9 +359,10 @@ def _print_what_if(log: Path, policy) -> int:
 
 
 def cmd_report(args) -> int:
-    from specmon.replay.report import build_report
+    from specmon.replay.report import ROUND_PLOTS, build_report
 
     page = build_report(args.log, args.out or Path("reports") / args.log.stem)
-    beside = "plots and report.json" if any(page.parent.glob("*.png")) else "report.json"  # a server's: no plots
+    drawn = any((page.parent / name).exists() for name in ROUND_PLOTS)  # a server's report draws none
+    beside = "plots and report.json" if drawn else "report.json"
     out.print(f"report: {page} ({beside} beside it)", highlight=False, markup=False)
     return 0

@@ -21,6 +21,7 @@ from specmon.metrics.served_summary import served_summary
 from specmon.metrics.stats import RunStats, class_stats, summary
 from specmon.replay.report_policy import policy_history, policy_markdown
 
+ROUND_PLOTS = ("acceptance_by_position.png", "timing.png", "goodput_by_k.png", "acceptance_over_time.png")
 WINDOW = 32  # rounds per point on the acceptance-over-time plot
 PANELS_A_ROW = 5  # goodput_by_k: a panel per class, this many side by side
 
@@ -67,15 +68,12 @@ def build_report(log: Path, out: Path) -> Path:
 
 def _write(data: dict, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    every = {
-        "acceptance_by_position.png": _plot_positions,
-        "timing.png": _plot_timing,
-        "goodput_by_k.png": _plot_goodput,
-        "acceptance_over_time.png": _plot_over_time,
-    }
+    every = dict(zip(ROUND_PLOTS, (_plot_positions, _plot_timing, _plot_goodput, _plot_over_time)))
     plots = every if data["round_plots"] else {}
     for name, plot in plots.items():
         plot(data, out / name)
+    for name in every.keys() - plots.keys():  # a server's report in a folder an earlier report drew in
+        (out / name).unlink(missing_ok=True)
     (out / "report.json").write_text(json.dumps(data, indent=1))
     page = out / "report.md"
     page.write_text(_markdown(data, list(plots)))
