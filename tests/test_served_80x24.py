@@ -120,6 +120,15 @@ async def test_with_more_classes_than_room_the_rows_give_way_and_say_so():
     ]
 
 
+def test_with_no_room_for_a_row_nothing_is_drawn_past_the_pane():
+    """The notes at the foot take the pane's lines: a `… N more rows` line would be one past its height."""
+    state = ServedState()
+    state.apply([header("proxy"), counters(0, 0, []), counters(1, 0, []), silent_reply(0, "chat")])
+    for height in (2, 3):  # room for the rows: -1, then 0 (the notes are kept whole, as ever)
+        lines = sp.render_classes(state, 36, height).plain.splitlines()
+        assert lines == ["class      via   req  acc t/st tok/s", "n/r: 127.0.0.1:8080 has reported no", "draft yet"]
+
+
 # -- 2. acceptance by position: every position of k=8 at 80 columns, or the ones left out counted ------
 
 K8 = [9, 8, 6, 5, 4, 3, 2, 1]  # of 10 drafts of 8 tokens: drafts whose accepted prefix got past position i

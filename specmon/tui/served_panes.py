@@ -276,9 +276,11 @@ def cut(text: str, width: int) -> str:
 
 def _fitted(blocks: list[list[tuple[str, str]]], room: int | None) -> list[tuple[str, str]]:
     """The blocks' lines within `room` lines (None: no limit), whole blocks only; the last line kept
-    then says how many were left out."""
+    then says how many were left out; with no room, nothing (that line would be past the pane)."""
     if room is None or sum(len(b) for b in blocks) <= room:
         return [line for block in blocks for line in block]
+    if room <= 0:
+        return []
     kept: list[tuple[str, str]] = []
     for shown, block in enumerate(blocks):
         if len(kept) + len(block) > room - 1:
