@@ -263,3 +263,14 @@ async def test_a_class_an_edit_switched_off_before_it_drafted_says_off_everywher
         speed = region_lines(app, "speed")
         assert speed[1].startswith("│ speedup N/A: the class is off ") and "─ policy file: off ─╯" in speed[-1]
         assert class_cells(app, "rewrite")["spec"] == "off"
+
+
+def test_the_speed_foot_cut_to_its_width_says_so():
+    from decisions import gate_decision
+
+    from specmon.tui.rows import policy_figure
+
+    state = ViewState()
+    state.apply([prompt("chat", 8), gate_decision("chat", 8, 6, decision_id=12)])
+    whole = policy_figure(state, 80)
+    assert whole.startswith("policy d12: k=6") and policy_figure(state, 12) == whole[:11] + "…"

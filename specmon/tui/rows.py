@@ -8,7 +8,7 @@ from rich.text import Text
 
 from specmon.events.schema import Decision
 from specmon.metrics.contention import clock
-from specmon.metrics.format import MISSING, count, fmt, ratio_interval
+from specmon.metrics.format import MISSING, count, cut, fmt, ratio_interval
 from specmon.tables import VERDICT_MARKS
 from specmon.tui.panes import verdict_style
 from specmon.tui.state import ViewState
@@ -119,14 +119,14 @@ def policy_figure(state: ViewState, width: int = 80) -> str:
     to 8 verified after an n-gram match of 2 tokens or more), cut to `width`: the speed pane's foot."""
     name = state.current_class
     if name in state.policy_off and name not in state.off_by:  # its file says off: no decision of it stands
-        return "policy file: off"[: max(width, 1)]
+        return cut("policy file: off", width)
     decision = next((d for d in reversed(state.decisions) if d.prompt_class == name and d.gate is not None), None)
     if decision is None:
         return ""
     what = "off" if not decision.speculate_to else f"k={decision.k_to}"
     if decision.speculate_to and decision.match_to:
         what += f", match ≥{decision.match_to}"
-    return f"policy d{decision.decision_id}: {what}"[: max(width, 1)]
+    return cut(f"policy d{decision.decision_id}: {what}", width)
 
 
 def decision_row(d: Decision) -> tuple[str, str, str]:
