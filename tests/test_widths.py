@@ -248,7 +248,7 @@ def test_a_proxy_logs_table_and_advice_fit_80_columns_whole_and_hung():
     from specmon.proxy.tables import proxy_summary
 
     events = []
-    for name in ("chat", "a-long-name-here"):  # 16 characters: the longest a class may have
+    for name in ("chat", "a-long-name-here"):  # 16 characters of the 40 a class name may have
         for i, upstream in enumerate(["spec"] * 3 + ["plain"] * 2):
             drafted = {"draft_n": 20, "draft_n_accepted": 9} if name == "chat" and upstream == "spec" else {}
             events.append(

@@ -47,7 +47,7 @@ def _load(p: PolicyLoaded, rounds: int, first: bool) -> dict:
 
 
 def policy_markdown(history: list[dict]) -> list[str]:
-    """A list item per entry (class names are 1-40 of A-Za-z0-9_.-: nothing to escape)."""
+    """A list item per entry (class names are 1-40 of A-Za-z0-9_.-; a refusal's text goes as the log has it)."""
     if not history:
         return []
     return ["", "## Policy", "", *(f"- after round {h['after_round']}: {_words(h)}" for h in history)]
