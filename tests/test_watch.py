@@ -263,3 +263,16 @@ def test_a_window_with_tokens_and_no_draft_fits_80_columns(standin):
     assert all(part.startswith("  ") for part in shown[1:]) and " ".join(shown).split() == line.split()
     assert "pos 0-47: N/A" in line and "N/A N/A" not in line
     assert lines.fitted(line, None) == [line]  # piped with no COLUMNS: one line for a reader
+
+
+@pytest.mark.parametrize("columns", ["0", "1", "12"])
+def test_a_width_too_narrow_to_wrap_leaves_each_line_whole(columns, monkeypatch, capsys):
+    """COLUMNS=0 made `watch --headless` end in textwrap's ValueError (width 0): too narrow for a field a
+    line, a line stays whole, as piped."""
+    from specmon.watch.command import say
+
+    line = lines.totals_line([], 2)
+    monkeypatch.setenv("COLUMNS", columns)
+    say(line)
+    assert capsys.readouterr().out == line + "\n"
+    assert lines.fitted(line, int(columns)) == [line]

@@ -59,10 +59,13 @@ def totals_line(runs: list[list[ServerScraped]], failed_reads: int) -> str:
     return f"total {clock(w.start)}, {w.seconds:.0f} s watched ({span}): {figures(w)}"
 
 
+MIN_WRAP = 20  # narrower (COLUMNS=0, a sliver of a pane) a line would go a word or less a line: it stays whole
+
+
 def fitted(line: str, width: int | None) -> list[str]:
     """`line` wrapped at its fields (split by two blanks; a run of positions, "4-47: 0.00", kept whole)
-    to `width` under a hanging indent; whole where `width` is None."""
-    if width is None:
+    to `width` under a hanging indent; whole where `width` is None or under MIN_WRAP."""
+    if width is None or width < MIN_WRAP:
         return [line]
     fields = [*line.split("  "), *re.findall(r"\d+-\d+: \S+", line)]
     return hanging_lines(line, width, HANGING, fields)
