@@ -403,3 +403,13 @@ def test_a_jump_to_no_read_changes_nothing(tmp_path):
     with pytest.raises(SpecmonError, match="use HH:MM:SS"):
         jump_to_read(feed, "3pm")
     assert feed.position == read_all == 14 and not feed.restarted
+
+
+def test_a_jump_to_the_minute_the_log_began_finds_its_first_read(tmp_path):
+    """`HH:MM` of the log's first minute, begun at :30, was read as :00 < the start, so the next day's."""
+    began = msgspec.structs.replace(header("proxy"), t=T0 + 30)  # T0 is on a whole minute
+    log = write_log(tmp_path / "mid.specmon", [began, counters(31, 0, []), counters(32, 1, [1])])
+    feed = ReplayFeed(log, speed=0.0)
+    assert jump_to_read(feed, clock(T0)[:5])[-1].t == T0 + 31
+    with pytest.raises(SpecmonError, match="no read at or after"):
+        jump_to_read(feed, clock(T0 - 60)[:5])  # the minute before it began: the next day's

@@ -44,15 +44,19 @@ def jump_to_read(feed: ReplayFeed, at: str) -> list:
 
 
 def read_time(feed: ReplayFeed, at: str) -> float:
-    """`at` (HH:MM:SS or HH:MM) as a time on the log's clock."""
+    """`at` (HH:MM:SS or HH:MM) as a time on the log's clock: the day the log began, or the next where
+    the whole second or minute typed had passed before it began."""
+    seconds = at.count(":") == 2
     try:
-        clock = time.strptime(at, "%H:%M:%S" if at.count(":") == 2 else "%H:%M")
+        clock = time.strptime(at, "%H:%M:%S" if seconds else "%H:%M")
     except ValueError:
         raise SpecmonError(f"jump target {at!r}: use HH:MM:SS (a read's time) or d<decision id>") from None
     header = first_event(feed)
     began = time.localtime(header.t if header is not None else time.time())
     day = time.mktime((*began[:3], clock.tm_hour, clock.tm_min, clock.tm_sec, 0, 0, -1))
-    return day if header is None or day >= int(header.t) else day + 86_400  # the log ran past midnight
+    typed_span = 1 if seconds else 60  # HH:MM means its whole minute, the one the log began in too
+    passed = header is not None and day + typed_span <= header.t
+    return day + 86_400 if passed else day  # the log ran past midnight
 
 
 class ReadJumpScreen(JumpScreen):
