@@ -392,7 +392,9 @@ async def test_a_replayed_proxy_log_steps_jumps_and_changes_speed_with_its_state
         await pilot.press("s")
         await shown_until(pilot, lambda: title().startswith("⏸ 1× ev 7 "), "the speed changed to 1×")
         await pilot.press("space")
-        await shown_until(pilot, lambda: title().startswith("▶ 1× ev "), "playing again")
+        # the play state itself: at 1× a slow machine may reach the log's end (⏸) before a redraw is looked at
+        assert app.feed.playing and app.feed.speed == 1.0
+        assert app._lead().startswith("▶ 1× ev ") or app.feed.done.is_set()
 
 
 def test_a_jump_to_no_read_changes_nothing(tmp_path):

@@ -242,7 +242,9 @@ def test_headless_lines_say_a_run_of_positions_at_n_a_once_and_wrap_to_the_termi
     standin.page = llama_page(0, 0, 0, [0] * 48, 12, running=1)
     args = ["watch", "--headless", "--duration", "1.5", "--log", str(tmp_path / "w.specmon"), standin.url]
     env = {**os.environ, "COLUMNS": "80"}
-    done = subprocess.run([sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
     lines = done.stdout.splitlines()
     assert done.returncode == 0 and all(len(line) <= 80 for line in lines), done.stdout
     [total] = [i for i, line in enumerate(lines) if line.startswith("total ")]
