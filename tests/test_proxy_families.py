@@ -6,14 +6,17 @@ measured. llama-server's side runs against the real binary in test_proxy_llama.p
 
 from __future__ import annotations
 
+import io
 import random
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import msgspec
 import pytest
+from rich.console import Console
 from standins import Figures, TabbyStandin, VllmStandin, carried, from_counts, from_histogram, positions
 from test_proxy import PATHS, _rendered, proxy, timed
 from test_proxy_upstream import FakeUpstream
@@ -21,6 +24,7 @@ from test_proxy_upstream import FakeUpstream
 from specmon.events.log import read_log
 from specmon.events.schema import ServerScraped
 from specmon.metrics.served import by_class
+from specmon.proxy.command import end_of_proxy
 from specmon.proxy.evidence import ReplyReader
 from specmon.proxy.routing import SPEC
 from specmon.proxy.tables import log_summary, request_line, request_lines
@@ -194,20 +198,49 @@ def test_an_upstream_whose_replies_carry_no_figures_is_said_once_and_never_measu
     assert " n/r " in pane and pane.count(short) == 1  # the view's short form of the notice
 
 
-def test_an_ngram_llama_server_whose_requests_drafted_nothing_is_not_told_to_start_drafting(tmp_path):
-    """llama-server leaves draft_n out of a reply that drafted nothing (an n-gram --spec-type finds no match):
-    where its /metrics, read by the proxy, count drafts, the headless line and log info say so."""
-    log, lines = tmp_path / "p.specmon", []
+@contextmanager
+def ngram_llama_proxied(log: Path, lines: list[str]):
+    """A proxy, its headless lines into `lines`, before a llama-server whose /metrics count 9 drafts and whose
+    reply carries no draft_n (an n-gram --spec-type that found no match); one request answered. Yields both."""
     with FakeUpstream("-plain") as upstream:
         upstream.metrics_page = "llama-server-after.txt"  # 9 drafts counted
         with proxy(log, upstream.url, scrape_s=0.05) as p:
             p.options.line = lines.append
-            wait_until(lambda: p.last_read is not None, "the proxy's first read of the upstream's /metrics")
+            wait_until(lambda: p.last_counted is not None, "the proxy's first read of the upstream's /metrics")
             ask(p.url, "chat", False, "beta please")
+            yield upstream, p
+
+
+def test_an_ngram_llama_server_whose_requests_drafted_nothing_is_not_told_to_start_drafting(tmp_path):
+    """llama-server leaves draft_n out of a reply that drafted nothing (an n-gram --spec-type finds no match):
+    where its /metrics, read by the proxy, count drafts, the headless line and log info say so."""
+    log, lines = tmp_path / "p.specmon", []
+    with ngram_llama_proxied(log, lines) as (upstream, _):
+        pass
     said = f"upstream {upstream.url} (spec, llama-server) drafts (9 drafts on its /metrics) but no request through"
     assert [" ".join(line.split()) for line in lines if "drafts (" in line][0].startswith(said)
     shown = " ".join(" ".join(log_info(log)).split())
     assert said in shown and "start it with" not in shown
+
+
+def test_the_end_of_a_proxy_reads_its_last_counted_read_and_gives_the_log_on_a_line_of_its_own(tmp_path, monkeypatch):
+    """The upstream's last read failed (it stopped first): the table's notice still goes by the read before,
+    which counted 9 drafts, not tell it to start drafting; the log's path is a line of its own, whole (in
+    the table's title it wrapped at column 0 between `(log:` and the path)."""
+    monkeypatch.chdir(tmp_path)
+    log, lines = Path("proxy-" + "a-long-name-" * 5 + ".specmon"), []  # too long to follow the title in 80
+    with ngram_llama_proxied(log, lines) as (upstream, p):
+        upstream.metrics_page = "absent.txt"  # its /metrics fail from now on
+        asked = upstream.metrics_asked
+        # the proxy reads again only once it has taken in the read before: two more, and a failed one is in
+        wait_until(lambda: upstream.metrics_asked >= asked + 2, "a failed read of the upstream's /metrics")
+        console = Console(file=io.StringIO(), width=80, color_system=None)
+        console.print(end_of_proxy(p, log))
+    shown = console.file.getvalue().splitlines()
+    assert shown[0].split() == ["requests", "per", "class"]
+    words = " ".join(" ".join(shown).split())
+    assert "drafts (9 drafts on its /metrics)" in words and "start it with" not in words
+    assert [line for line in shown if str(log) in line] == [f"log: {log}"]
 
 
 def test_a_vllm_stream_without_its_usage_chunk_is_known_as_vllm_and_says_how_to_get_it(tmp_path):

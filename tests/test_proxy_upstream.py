@@ -54,6 +54,7 @@ class FakeUpstream:
     def __init__(self, suffix: str = ""):
         self.suffix = suffix  # "-plain": the replies recorded from a server without speculation
         self.metrics_page = "llama-server-before.txt"  # recorded by the watch's tests: no drafts yet
+        self.metrics_asked = 0  # GET /metrics answered so far
         self.hold: threading.Event | None = None
         self.hung_up = threading.Event()  # the proxy closed a stream before its end
         self.break_off = False  # streams end without their last two events, the connection dropped
@@ -78,7 +79,10 @@ class FakeUpstream:
             return JSONResponse({"status": "ok"}, headers={"server": "llama.cpp"})
 
         async def metrics(request: Request) -> Response:
+            self.metrics_asked += 1
             page = FIXTURES.parent / "metrics" / self.metrics_page
+            if not page.exists():  # as llama-server without --metrics
+                return Response(b"Not Found", status_code=404)
             return Response(page.read_bytes(), media_type="text/plain; version=0.0.4")
 
         async def models(request: Request) -> Response:

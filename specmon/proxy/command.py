@@ -5,11 +5,13 @@ Ctrl-C; headless, a line per request and, at the end, the per-class table and th
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import httpx
+from rich.console import Group
 from rich.markup import escape
 
-from specmon.console import err, out, print_line
+from specmon.console import Hanging, err, out, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import Policy, load_policy
 from specmon.proxy.relay import reason
@@ -54,12 +56,19 @@ def run_proxy(args) -> int:
                 else:
                     proxying.run()
             finally:  # Ctrl-C (or q in the view) is how a proxy ends: the table is still worth printing
-                title = f"requests per class  (log: {session.log_path})"
-                read = [proxying.last_read] if proxying.last_read is not None else []
-                out.print(proxy_summary([*proxying.requests, *read], proxying.router.policy, title))
+                out.print(end_of_proxy(proxying, session.log_path))
     finally:
         listening.close()
     return 0
+
+
+def end_of_proxy(proxying: Proxying, log_path: Path) -> Group:
+    """The per-class table and the advice, in the light of the last read that found the upstream's counters
+    (one that failed, the upstream stopped first, says nothing of its drafting), then `log: PATH` on a line
+    of its own, whole where it fits (in the table's title it wrapped at column 0 between `(log:` and it)."""
+    counted = [proxying.last_counted] if proxying.last_counted is not None else []
+    logged = f"log: {log_path}"
+    return Group(proxy_summary([*proxying.requests, *counted], proxying.router.policy), Hanging(logged, whole=[logged]))
 
 
 def probe_pool(urls: list[str], flag: str) -> str:

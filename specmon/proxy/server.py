@@ -98,7 +98,8 @@ class Proxying(OnThread):
     def __init__(self, session_id: str, publish: Callable, policy: Policy, options: ProxyOptions):
         self.session_id, self.publish, self.options = session_id, publish, options
         self.requests: list[RequestTimed] = []  # for the end-of-run table: one small event per request
-        self.last_read: ServerScraped | None = None  # the upstream's latest /metrics: does it draft at all
+        # the upstream's latest /metrics that found the counters (does it draft at all): a failed read says nothing
+        self.last_counted: ServerScraped | None = None
         say = self._say if options.line else print_notice
         pools = {SPEC: Pool(SPEC, options.upstreams, say)}
         if options.plain_upstreams:
@@ -143,7 +144,8 @@ class Proxying(OnThread):
                         error=repr(exc),
                     )
                 self.publish(read)
-                self.last_read = read
+                if read.drafts is not None:
+                    self.last_counted = read
                 if self.options.line is not None:
                     LIVE_LINES.read(read)  # the headless line's notice says whether the upstream drafts
                 await asyncio.sleep(self.options.scrape_s)

@@ -121,7 +121,7 @@ def advice_lines(advice: ClassAdvice, policy: Policy | None) -> list[str]:
     ]
 
 
-def proxy_summary(events: Iterable, policy: Policy | None, title: str = "requests per class") -> Group:
+def proxy_summary(events: Iterable, policy: Policy | None) -> Group:
     """The table, what it leaves out, and the advice per class: `specmon proxy`'s end and `log info`.
     Reads of the upstream's /metrics among `events` tell a notice whether the upstream drafts."""
     events = list(events)
@@ -138,7 +138,7 @@ def proxy_summary(events: Iterable, policy: Policy | None, title: str = "request
             head, verdict = advice_lines(a, policy)
             lines += [Hanging("  " + head, 4), Hanging("  " + verdict)]
         lines.append(Hanging(applied_line(policy, advice)))
-    return Group(class_table(timed, title), *lines)
+    return Group(class_table(timed), *lines)
 
 
 def log_summary(events: Iterable) -> Group:
