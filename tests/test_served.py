@@ -39,6 +39,15 @@ def test_positions_a_server_added_later_count_from_zero():
     assert w.accepted_per_pos == (3, 2)
 
 
+def test_positions_are_written_one_way_for_the_view_and_the_lines():
+    """A trailing run of positions no draft got past is one cell; the view's and the lines' words are one's."""
+    rates = [1.0, 0.5, 0.25, 0.0, 0.0, 0.0]
+    cells = served.position_cells(rates)
+    assert cells == [("0", 1.0, 1), ("1", 0.5, 1), ("2", 0.25, 1), ("3-5", 0.0, 3)]
+    assert [served.position_cell_text(*cell) for cell in cells] == ["1.00", "0.50", "0.25", "3-5: 0.00"]
+    assert served.position_cells([None] * 4) == [("0-3", None, 4)]  # a window without drafts
+
+
 def test_no_window_spans_a_restart_or_a_failed_read():
     up = scrape(0.0, 50, 200, 90, [40, 30, 20])
     assert served.window(up, scrape(5.0, 3, 12, 4, [3, 1, 0])) is None  # counters went down

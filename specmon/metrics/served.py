@@ -15,6 +15,7 @@ import msgspec
 
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics import rates
+from specmon.metrics.format import fmt
 
 COUNTERS = ("drafts", "draft_tokens", "accepted", "generation_tokens")
 SERVED_BACKENDS = ("watch", "proxy")  # SessionStarted.backend of sessions that decode nothing and read a server
@@ -53,6 +54,31 @@ class Window:
     @property
     def tokens_per_s(self) -> float | None:
         return None if self.generation_tokens is None else rates.ratio(self.generation_tokens, self.seconds)
+
+
+ZERO_RUN = 3  # trailing positions at 0 (or N/A) said as one cell from this many (fewer take no more room written out)
+
+
+def position_cells(rates: list[float | None]) -> list[tuple[str, float | None, int]]:
+    """(position, rate, positions it stands for): each position's own, but a trailing run of positions no
+    draft got past (llama-server counts one per --draft-max) is one cell, "4-47" at 0; so is a run at N/A
+    (a window without drafts: "0-47" at N/A)."""
+    last = rates[-1] if rates else 0
+    reached = len(rates)
+    while reached and rates[reached - 1] == last and last in (0, None):
+        reached -= 1
+    if len(rates) - reached < ZERO_RUN:
+        reached = len(rates)
+    cells = [(str(i), rate, 1) for i, rate in enumerate(rates[:reached])]
+    if reached < len(rates):
+        cells.append((f"{reached}-{len(rates) - 1}", last, len(rates) - reached))
+    return cells
+
+
+def position_cell_text(position: str, rate: float | None, positions: int) -> str:
+    """A position_cells cell as written: a position's rate alone (its place says which), a run's with its
+    positions ("4-47: 0.00")."""
+    return fmt(rate) if positions == 1 else f"{position}: {fmt(rate)}"
 
 
 def absent(scrape: ServerScraped) -> bool:

@@ -24,29 +24,9 @@ def logged(log: Path) -> list:
     return events
 
 
-ZERO_RUN = 3  # trailing positions at 0 (or N/A) said as one cell from this many (fewer take no more room written out)
-
-
 def positions(w: served.Window) -> str:
     """Acceptance at each draft position: drafts that got past it / drafts (a trailing run at 0 as one cell)."""
-    cells = [fmt(rate) if n == 1 else f"{pos}: {fmt(rate)}" for pos, rate, n in position_cells(w.position_rates())]
-    return " ".join(cells) or "-"
-
-
-def position_cells(rates: list[float | None]) -> list[tuple[str, float | None, int]]:
-    """(position, rate, positions it stands for): each position's own, but a trailing run of positions no
-    draft got past (llama-server counts one per --draft-max) is one cell, "4-47" at 0; so is a run at N/A
-    (a window without drafts: "0-47" at N/A)."""
-    last = rates[-1] if rates else 0
-    reached = len(rates)
-    while reached and rates[reached - 1] == last and last in (0, None):
-        reached -= 1
-    if len(rates) - reached < ZERO_RUN:
-        reached = len(rates)
-    cells = [(str(i), rate, 1) for i, rate in enumerate(rates[:reached])]
-    if reached < len(rates):
-        cells.append((f"{reached}-{len(rates) - 1}", last, len(rates) - reached))
-    return cells
+    return " ".join(served.position_cell_text(*cell) for cell in served.position_cells(w.position_rates())) or "-"
 
 
 def figures(w: served.Window) -> str:

@@ -11,7 +11,6 @@ from rich.text import Text
 
 from specmon.metrics import served, unreported
 from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
-from specmon.metrics.served_summary import position_cells
 from specmon.tui.panes import bar_line
 from specmon.tui.served_state import RECENT_S, ServedState
 
@@ -120,7 +119,7 @@ def render_positions(state: ServedState, width: int, height: int | None = None) 
     if w is None or not w.drafts:
         return Text(f"no drafts in the {recent_span(w)}", style="dim")
     rates = w.position_rates()
-    cells = position_cells(rates)
+    cells = served.position_cells(rates)
     if not cells:  # the page counts drafts but not per position (no `_per_pos` metric): no bar to draw
         return Text("\n".join(position_lines(rates, width, height, "pos")))
     columns = -(-len(cells) // height) if height else 1
@@ -145,7 +144,7 @@ def render_positions(state: ServedState, width: int, height: int | None = None) 
 def position_lines(rates: list[float | None], width: int, most: int | None = None, label: str = "by position"):
     """`label` and each position's rate, wrapped under the first rate to `width`; past `most` lines the
     positions left out are counted at the end (…+N), never dropped unsaid."""
-    cells = [(fmt(rate) if n == 1 else f"{pos}: {fmt(rate)}", n) for pos, rate, n in position_cells(rates)]
+    cells = [(served.position_cell_text(*cell), cell[2]) for cell in served.position_cells(rates)]
     if not cells:
         return [f"{label} -"]
     lines: list[list[tuple[str, int]]] = [[]]
