@@ -83,6 +83,27 @@ def test_damaged_log_replays_up_to_the_damage(tmp_path):
     assert state.rounds_seen > 0 and "damaged at byte" in feed.error
 
 
+def test_both_replays_take_their_keys_and_lead_from_one_place():
+    """The round view's replay and a served log's have one set of replay keys (ReplayKeys): the same keys
+    to the same actions, the served one stepping a read and jumping to a read's time where the other
+    steps a round."""
+    from specmon.tui.replay_app import ReplayApp
+    from specmon.tui.replay_keys import ReplayKeys
+    from specmon.tui.served_replay import ServedReplayApp
+
+    for app in (ReplayApp, ServedReplayApp):
+        assert issubclass(app, ReplayKeys) and app._lead is ReplayKeys._lead
+        assert {b.key: b.action for b in app.BINDINGS} == {
+            "space": "play_pause",
+            "n": "step",
+            "s": "speed",
+            "g": "jump",
+            "p": "toggle_pause",
+        }
+        assert app.action_step is ReplayKeys.action_step and app.action_jump is ReplayKeys.action_jump
+    assert ReplayApp.step_batch is ReplayKeys.step_batch and ServedReplayApp.step_batch is not ReplayKeys.step_batch
+
+
 async def test_replay_controls_step_and_jump():
     rounds = [e for e in read_log(POLICY_LOG) if isinstance(e, RoundVerified)]
     decision = next(e for e in read_log(POLICY_LOG) if isinstance(e, Decision))

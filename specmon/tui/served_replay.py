@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-from textual.binding import Binding
 from textual.widgets import Input, Static
 
 from specmon.errors import SpecmonError
@@ -13,19 +12,13 @@ from specmon.events.schema import ServerScraped
 from specmon.replay.player import ReplayFeed
 from specmon.tui.feed import first_event
 from specmon.tui.screens import JumpScreen
+from specmon.tui.replay_keys import ReplayKeys, replay_bindings
 from specmon.tui.served_app import ServedApp
 from specmon.tui.served_state import ServedState
 
 JUMP_HINT = (
     "jump to a read's time [b]HH:MM:SS[/] or a routing [b]d[/]<decision id>\n[dim]Enter jumps, Escape cancels[/]"
 )
-
-
-def replay_lead(feed: ReplayFeed) -> str:
-    """`▶ 10× ev 81`: playing or not, the speed, and the events read so far (the title's front)."""
-    speed = "max" if feed.speed == 0 else f"{feed.speed:g}×"
-    mode = "▶" if feed.playing and not feed.done.is_set() else "⏸"
-    return f"{mode} {speed} ev {feed.position}"
 
 
 def step_read(feed: ReplayFeed) -> list:
@@ -67,15 +60,8 @@ class ReadJumpScreen(JumpScreen):
         self.query_one("#jump", Input).placeholder = "02:58:40, d3"
 
 
-class ServedReplayApp(ServedApp):
-    # after q, as in the round view's replay; the pause of the view goes out of the footer for them
-    BINDINGS = [
-        Binding("space", "play_pause", "play", key_display="␣", tooltip="Pause or resume the replay"),
-        Binding("n", "step", "step", tooltip="Advance to the next read of the server"),
-        Binding("s", "speed", "speed", tooltip="1×, 10×, as fast as possible"),
-        Binding("g", "jump", "jump", tooltip="Jump to a read's time or a routing decision"),
-        Binding("p", "toggle_pause", "pause view", show=False, tooltip="Stop refreshing panes (space pauses it)"),
-    ]
+class ServedReplayApp(ReplayKeys, ServedApp):
+    BINDINGS = replay_bindings("Advance to the next read of the server", "Jump to a read's time or a routing decision")
 
     feed: ReplayFeed
 
@@ -86,27 +72,15 @@ class ServedReplayApp(ServedApp):
         self.state.apply(batch)
         self.refresh_panes()
 
-    def _lead(self) -> str:
-        return replay_lead(self.feed)
-
-    def action_play_pause(self) -> None:
-        self.feed.toggle()
+    def show_lead(self) -> None:
         self.refresh_panes()
 
-    def action_step(self) -> None:
-        self.apply_now(step_read(self.feed))
-
-    def action_speed(self) -> None:
-        self.feed.cycle_speed()
-        self.refresh_panes()
-
-    def action_jump(self) -> None:
-        def jumped(batch: list | None) -> None:
-            if batch is not None:
-                self.apply_now(batch)
-
-        self.push_screen(ReadJumpScreen(self.jump), jumped)
+    def step_batch(self) -> list:
+        return step_read(self.feed)
 
     def jump(self, target: str) -> list:
         """A read's time (HH:MM:SS), else what ReplayFeed.jump takes (d<decision id>)."""
         return jump_to_read(self.feed, target) if target[:1].isdigit() else self.feed.jump(target)
+
+    def jump_screen(self) -> JumpScreen:
+        return ReadJumpScreen(self.jump)

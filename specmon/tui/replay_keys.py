@@ -1,0 +1,75 @@
+"""The replay's keys, one set for both views fed from a log (rounds, a served log): space play/pause,
+n step, s speed, g jump, and the replay's state at the front of the title. A view says in its own terms
+what a step takes (step_batch), what g takes (jump, jump_screen), how it folds a batch (apply_now) and
+how its title is shown again (show_lead)."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+
+from specmon.replay.player import ReplayFeed
+from specmon.tui.screens import JumpScreen
+
+
+def replay_bindings(step: str, jump: str) -> list[Binding]:
+    """The replay's keys, `step` and `jump` their tooltips in the view's terms; p's pause goes out of the
+    footer for them (all of them fit an 80-column footer)."""
+    return [
+        Binding("space", "play_pause", "play", key_display="␣", tooltip="Pause or resume the replay"),
+        Binding("n", "step", "step", tooltip=step),
+        Binding("s", "speed", "speed", tooltip="1×, 10×, as fast as possible"),
+        Binding("g", "jump", "jump", tooltip=jump),
+        Binding(
+            "p",
+            "toggle_pause",
+            "pause view",
+            show=False,
+            tooltip="Stop refreshing panes (the replay goes on: space pauses it)",
+        ),
+    ]
+
+
+def replay_lead(feed: ReplayFeed) -> str:
+    """`▶ 10× ev 81`: playing or not, the speed, and the events read so far (the title's front)."""
+    speed = "max" if feed.speed == 0 else f"{feed.speed:g}×"
+    mode = "▶" if feed.playing and not feed.done.is_set() else "⏸"
+    return f"{mode} {speed} ev {feed.position}"
+
+
+class ReplayKeys:
+    """The replay's actions, mixed in before a view's App class (its _lead then leads the title). The view
+    gives apply_now(batch) and show_lead(); step_batch, jump and jump_screen are the rounds' by default."""
+
+    feed: ReplayFeed
+
+    def action_play_pause(self) -> None:
+        self.feed.toggle()
+        self.show_lead()
+
+    def action_step(self) -> None:
+        self.apply_now(self.step_batch())
+
+    def action_speed(self) -> None:
+        self.feed.cycle_speed()
+        self.show_lead()  # the title leads with the speed: a toast would lie over the panes
+
+    def action_jump(self) -> None:
+        def jumped(batch: list | None) -> None:
+            if batch is not None:
+                self.apply_now(batch)
+
+        self.push_screen(self.jump_screen(), jumped)
+
+    def _lead(self) -> str:
+        return replay_lead(self.feed)
+
+    def step_batch(self) -> list:
+        """What n takes: everything up to and including the next round."""
+        return self.feed.step()
+
+    def jump(self, target: str) -> list:
+        """What g takes to: ReplayFeed.jump's targets; SpecmonError where there is none."""
+        return self.feed.jump(target)
+
+    def jump_screen(self) -> JumpScreen:
+        return JumpScreen(self.jump)
