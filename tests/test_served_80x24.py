@@ -326,6 +326,39 @@ def test_the_plain_side_is_a_dash_with_no_key_as_log_info_and_the_headless_line_
     assert "acc=-" in request_line(plain)
 
 
+def vllm_reply(i: int, cls: str, **counts) -> RequestTimed:
+    return msgspec.structs.replace(llama_reply(i, cls, **counts), family="vllm")
+
+
+def test_a_server_that_reports_counts_elsewhere_is_not_told_how_to_turn_them_on():
+    """vLLM gave one class's replies draft counts and another's none: the headless line said nothing while
+    the view and log info told it to start with --per-request-spec-decode-metrics, which it runs with."""
+    replies = [vllm_reply(0, "code", draft_n=40, draft_n_accepted=20), vllm_reply(1, "chat")]
+    elsewhere = (
+        f"upstream {URL} (spec, vLLM) gave draft counts in other replies but none in some requests' replies: "
+        "those are counted, not measured"
+    )
+    assert notices(replies) == [elsewhere]
+    told = SessionLines()
+    assert [told.observe(ev) for ev in replies] == [None, elsewhere]
+    state = ServedState()
+    state.apply([header("proxy"), *replies])
+    assert sp.render_classes(state, 36).plain.splitlines()[-2:] == [
+        "n/r: 127.0.0.1:8080 gave these",
+        "replies no draft counts",
+    ]
+
+
+def test_the_headless_line_says_a_changed_verdict_once_as_log_info_ends_up_saying():
+    """A silent reply before any counted one is told how to turn counts on, as the view says then; once a
+    reply of it gave counts, the line says what the view and log info now say, once."""
+    replies = [vllm_reply(0, "chat"), vllm_reply(1, "code", draft_n=40, draft_n_accepted=20), vllm_reply(2, "chat")]
+    told = SessionLines()
+    said = [told.observe(ev) for ev in replies]
+    assert "--per-request-spec-decode-metrics" in said[0] and said[2] is None
+    assert said[1] == notices(replies)[0] and "gave draft counts in other replies" in said[1]
+
+
 async def test_the_server_is_said_up_since_this_view_first_read_it_not_since_it_started():
     """No server here publishes when it started (llama-server's /metrics and /props have no start time), so the
     trial's watch and proxy said `up since` two different times for one server: each its own first read."""

@@ -1,10 +1,15 @@
-"""An upstream on the speculating side whose replies carry no draft counts is said once, by name, with
-how to turn them on; its requests are counted, never shown as measured. The plain side is not told:
-it is not meant to speculate. llama-server leaves draft_n out of a reply only when the request drafted
-nothing, so where its own /metrics (the proxy reads them as a watch does) count drafts, or other replies
-of it gave draft counts, the notice says that, not how to turn drafting on; before either, only that it
-has reported no draft yet. Pure functions of RequestTimed and ServerScraped events, so the headless
-line, the view and `log info` say the same thing."""
+"""An upstream on the speculating side whose replies carry no draft counts is said by name, with what
+that means; its requests are counted, never shown as measured. The plain side is not told: it is not
+meant to speculate. One fold, Silence, of the replies and of reads of the upstream's /metrics says it
+for the view, `log info` and the headless line alike, so all three say the same thing:
+- llama-server leaves draft_n out of a reply only when the request drafted nothing, so where its own
+  /metrics count drafts, or other replies of it gave draft counts, the notice says these requests drafted
+  nothing; before either, that it has reported no draft yet (with how to turn drafting on at length);
+- another family that gave draft counts in other replies is said to have given none in these, not told
+  how to turn counts on (it has them on);
+- else, how to turn them on.
+The headless line tells an upstream's notice when a reply first leaves a class of it unmeasured, and
+again only where what is said of it changes (a counted reply after a silent one)."""
 
 from __future__ import annotations
 
@@ -54,31 +59,51 @@ def drafting(ev: RequestTimed, drafts: int | None, reported: bool = False) -> bo
     return ev.family in OMITS_WHEN_NONE and (bool(drafts) or reported)
 
 
+DRAFTED_NOTHING, ELSEWHERE, NOT_REPORTED = "drafted nothing", "reported elsewhere", "not reported"
+
+
+def verdict(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
+    """What an upstream's silent replies mean: its requests drafted nothing (drafting), it gave counts in
+    other replies (`reported`) but not these, or it reports none."""
+    if drafting(ev, drafts, reported):
+        return DRAFTED_NOTHING
+    return ELSEWHERE if reported else NOT_REPORTED
+
+
 def notice(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
     """The one line for an upstream whose replies gave no draft counts; `drafts`: its /metrics' count, where
     read; `reported`: other replies of it gave draft counts."""
-    name = NAMES.get(ev.family, ev.family)
-    if drafting(ev, drafts, reported):
+    who = f"upstream {where(ev)} ({ev.upstream}, {NAMES.get(ev.family, ev.family)})"
+    said = verdict(ev, drafts, reported)
+    if said == DRAFTED_NOTHING:
         evidence = f"{count(drafts, 'draft')} on its /metrics" if drafts else "replies of it gave draft counts"
         if reported:  # some of its requests drafted: the others did not
             silent_ones, counted = "some requests through the proxy drafted nothing", "those are"
         else:
             silent_ones, counted = "no request through the proxy drafted", "its requests are"
         return (
-            f"upstream {where(ev)} ({ev.upstream}, {name}) drafts ({evidence}) but {silent_ones}: it gives "
-            f"draft_n only to a request that drafted, so {counted} counted, not measured"
+            f"{who} drafts ({evidence}) but {silent_ones}: it gives draft_n only to a request that drafted, "
+            f"so {counted} counted, not measured"
+        )
+    if said == ELSEWHERE:  # its counts are on: these replies carried none (a stream without its usage chunk)
+        return (
+            f"{who} gave draft counts in other replies but none in some requests' replies: those are counted, "
+            "not measured"
         )
     return (
-        f"upstream {where(ev)} ({ev.upstream}, {name}) reports no draft counts per request, so its requests "
-        f"are counted, not measured: {HOW.get(ev.family, HOW[''])}"
+        f"{who} reports no draft counts per request, so its requests are counted, not measured: "
+        f"{HOW.get(ev.family, HOW[''])}"
     )
 
 
 def pane_notice(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
     """notice, short enough for the view's requests pane: it explains that pane's n/r."""
     host = where(ev).split("://", 1)[-1]
-    if drafting(ev, drafts, reported):
+    said = verdict(ev, drafts, reported)
+    if said == DRAFTED_NOTHING:
         return f"n/r: {host} drafts, but these requests drafted nothing"
+    if said == ELSEWHERE:
+        return f"n/r: {host} gave these replies no draft counts"
     return f"n/r: {host} {PANE_HOW.get(ev.family, PANE_HOW[''])}"
 
 
@@ -94,40 +119,17 @@ def count_drafts(drafts: dict[str, int], read: ServerScraped) -> None:
         drafts[read.url] = read.drafts
 
 
-class Unreported:
-    """Folds requests (and reads of the upstream's /metrics) as they come: `observe` gives the notice for
-    an upstream's first silent reply, unless an earlier reply of it carried counts; each is told once."""
-
-    def __init__(self) -> None:
-        self.reported: set[str] = set()
-        self.told: set[str] = set()
-        self.drafts: dict[str, int] = {}
-
-    def read(self, scrape: ServerScraped) -> None:
-        count_drafts(self.drafts, scrape)
-
-    def observe(self, ev: RequestTimed) -> str | None:
-        key = where(ev)
-        if reports(ev):
-            self.reported.add(key)
-            return None
-        reported = key in self.reported
-        # after a report, a silence means something only where the family omits counts just for no draft
-        if not silent(ev) or key in self.told or (reported and ev.family not in OMITS_WHEN_NONE):
-            return None
-        self.told.add(key)
-        return notice(ev, self.drafts.get(key), reported)
-
-
 class Silence:
     """Folds replies and reads into what explains a "not reported" row: each speculating upstream's last
-    silent reply per class, the upstreams a reply of which gave counts, the classes a spec reply measured."""
+    silent reply per class, the upstreams a reply of which gave counts, the classes a spec reply measured;
+    and, for the headless line, what it last told of each upstream."""
 
     def __init__(self) -> None:
         self.silent: dict[tuple[str, str], RequestTimed] = {}  # (upstream, class) -> its last silent reply
         self.reported: set[str] = set()
         self.measured: set[str] = set()  # classes a reply of the speculating side gave counts for
         self.drafts: dict[str, int] = {}
+        self.told: dict[str, str] = {}  # upstream -> the verdict the headless line last told of it
 
     def reply(self, ev: RequestTimed) -> None:
         if reports(ev):
@@ -140,11 +142,27 @@ class Silence:
     def read(self, scrape: ServerScraped) -> None:
         count_drafts(self.drafts, scrape)
 
+    def unexplained(self) -> dict[str, tuple[RequestTimed, int | None, bool]]:
+        """Each upstream whose silent replies left a class unmeasured: (its last such reply, its /metrics'
+        drafts, whether other replies of it gave counts), notice's arguments."""
+        left = {key: ev for (key, cls), ev in self.silent.items() if cls not in self.measured}
+        return {key: (ev, self.drafts.get(key), key in self.reported) for key, ev in left.items()}
+
     def notices(self, say: Callable[[RequestTimed, int | None, bool], str] = notice) -> list[str]:
         """One line per upstream whose silent replies left a class unmeasured, in the light of its last
         /metrics read and of its other replies."""
-        unexplained = {key: ev for (key, cls), ev in self.silent.items() if cls not in self.measured}
-        return [say(ev, self.drafts.get(key), key in self.reported) for key, ev in unexplained.items()]
+        return [say(*why) for why in self.unexplained().values()]
+
+    def observe(self, ev: RequestTimed) -> str | None:
+        """Fold `ev`; the headless line's notice of its upstream where `notices` now says one that the line
+        has not told (the first, or a changed verdict), else None."""
+        self.reply(ev)
+        key = where(ev)
+        why = self.unexplained().get(key)
+        if why is None or self.told.get(key) == verdict(*why):
+            return None
+        self.told[key] = verdict(*why)
+        return notice(*why)
 
 
 def notices(events: Iterable[RequestTimed], reads: Iterable[ServerScraped] = ()) -> list[str]:
@@ -158,12 +176,12 @@ def notices(events: Iterable[RequestTimed], reads: Iterable[ServerScraped] = ())
 
 
 class SessionLines:
-    """The headless proxy's told upstreams, per session (a process may run several: the tests do)."""
+    """The headless proxy's folds (Silence), per session (a process may run several: the tests do)."""
 
     KEPT = 64  # sessions remembered: enough for any process, bounded for a long-lived one
 
     def __init__(self) -> None:
-        self.sessions: dict[str, Unreported] = {}
+        self.sessions: dict[str, Silence] = {}
 
     def observe(self, ev: RequestTimed) -> str | None:
         return self._session(ev.session_id).observe(ev)
@@ -171,10 +189,10 @@ class SessionLines:
     def read(self, scrape: ServerScraped) -> None:
         self._session(scrape.session_id).read(scrape)
 
-    def _session(self, session_id: str) -> Unreported:
+    def _session(self, session_id: str) -> Silence:
         folded = self.sessions.get(session_id)
         if folded is None:
             if len(self.sessions) >= self.KEPT:
                 self.sessions.pop(next(iter(self.sessions)))
-            folded = self.sessions[session_id] = Unreported()
+            folded = self.sessions[session_id] = Silence()
         return folded

@@ -29,14 +29,14 @@ OUTCOMES = {499: "client left", 502: "upstream broke off", 0: "upstream unreacha
 NOT_REPORTED = "not reported"
 CLOCKED = "*"  # marks a tok/s on the proxy's clock
 CLOCK_NOTE = f"{CLOCKED} tok/s on the proxy's clock (tokens after the first / first to last byte of streams): the upstream gave no decode time"
-LIVE_LINES = SessionLines()  # the headless proxy's: each silent upstream is told once per session
+LIVE_LINES = SessionLines()  # the headless proxy's: each silent upstream's notice is told once per session
 
 
 def request_lines(
     ev: RequestTimed, told: SessionLines | None = LIVE_LINES, width: int | None = None, sides: bool = False
 ) -> list[str]:
-    """One request as the headless proxy prints it: its record, then, for the first silent reply of an
-    upstream (once per session, through `told`), the notice that it reports no draft counts and why,
+    """One request as the headless proxy prints it: its record, then, where it leaves its upstream with a
+    notice the line has not told this session (`told`: the view's and log info's fold), that notice,
     wrapped to `width` on lines of its own."""
     said = told.observe(ev) if told is not None else None
     return [request_line(ev, sides)] + ([notice_text(said, width)] if said else [])
