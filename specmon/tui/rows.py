@@ -10,6 +10,7 @@ from specmon.events.schema import Decision
 from specmon.metrics.contention import clock
 from specmon.metrics.format import MISSING, count, cut, fmt, ratio_interval
 from specmon.tables import VERDICT_MARKS
+from specmon.tui.fit import joined_width, shortened
 from specmon.tui.panes import verdict_style
 from specmon.tui.state import ViewState
 
@@ -251,15 +252,7 @@ def status_line(
 
 def _fit_parts(parts: dict[str, Part], width: int) -> dict[str, str]:
     """Each part's wording: the longest, shortened by SHORTEN_STEPS while the line is wider than `width`."""
-    step = dict.fromkeys(parts, 0)
-    chosen = lambda: {key: wordings[step[key]] for key, (wordings, _) in parts.items()}  # noqa: E731
-    fits = lambda wordings: not width or len(" · ".join(wordings.values())) <= width  # noqa: E731
-    for key in SHORTEN_STEPS:
-        if fits(chosen()):
-            break
-        if key in parts and step[key] + 1 < len(parts[key][0]):
-            step[key] += 1
-    wordings = chosen()
-    if not fits(wordings):  # the host's marker goes before the session's own fields are cut
+    wordings = shortened({key: words for key, (words, _) in parts.items()}, SHORTEN_STEPS, width or 10**6)
+    if width and joined_width(wordings) > width:  # the host's marker goes before the session's own fields are cut
         wordings.pop("host", None)
     return wordings

@@ -10,7 +10,8 @@ import textwrap
 from rich.text import Text
 
 from specmon.metrics import served, unreported
-from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
+from specmon.metrics.format import MISSING, clock, count, cut, fmt, ratio_interval
+from specmon.tui.fit import joined_width, shortened
 from specmon.tui.panes import bar_line
 from specmon.tui.served_state import RECENT_S, ServedState
 
@@ -70,17 +71,9 @@ def _title_parts(state: ServedState, feed_title: str, alerts: list[str], lead: s
 def _fitted_title(parts: list[TitlePart], width: int) -> dict[str, str]:
     """Each part's wording: the longest, shortened by SHORTEN_STEPS while the line is wider than `width`,
     then the name cut to what is left."""
-    wordings = {key: words for key, words, _ in parts}
-    step = dict.fromkeys(wordings, 0)
-    chosen = lambda: {key: words[step[key]] for key, words in wordings.items()}  # noqa: E731
-    wide = lambda: len(" · ".join(word for word in chosen().values() if word)) - width  # noqa: E731
-    for key in SHORTEN_STEPS:
-        if wide() <= 0:
-            break
-        if step[key] + 1 < len(wordings.get(key, ())):
-            step[key] += 1
-    fitted = chosen()
-    fitted["name"] = cut(fitted["name"], max(len(fitted["name"]) - max(wide(), 0), 2))
+    fitted = shortened({key: words for key, words, _ in parts}, SHORTEN_STEPS, width)
+    over = max(joined_width(fitted) - width, 0)
+    fitted["name"] = cut(fitted["name"], max(len(fitted["name"]) - over, 2))
     return fitted
 
 
@@ -266,11 +259,6 @@ def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
     for notice in notices:
         lines += [(line, "yellow") for line in textwrap.wrap(notice, max(width, 1))]
     return lines
-
-
-def cut(text: str, width: int) -> str:
-    """`text` within `width` columns, ending in … where it was cut (a cut name must not pass for another)."""
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def _fitted(blocks: list[list[tuple[str, str]]], room: int | None) -> list[tuple[str, str]]:
