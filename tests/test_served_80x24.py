@@ -192,6 +192,32 @@ def test_positions_that_do_not_fit_are_counted():
     ]
 
 
+# the trial's proxy: 2 drafts of llama-server's --draft-max 48, 50 of 86 accepted, 25 positions reached
+TRIAL_PER_POS = [2] * 24 + [1] + [0] * 23
+
+
+def trial_reads() -> list:
+    return [header("proxy"), read(0, 0, 0, 0, [0] * 48, 0), read(1, 2, 86, 50, TRIAL_PER_POS, 0)]
+
+
+@pytest.mark.parametrize("pane_id", ["acceptance", "totals"])
+async def test_accepted_per_draft_keeps_its_value_beside_it_at_80x24(pane_id):
+    """The trial saw `acceptance 0.58  accepted/draft` and `25.00` alone at column 0 of the next line."""
+    lines = await shown(trial_reads(), pane_id)
+    assert "acceptance 0.58" in lines
+    assert "  accepted/draft 25.00" in lines
+    assert "25.00" not in lines
+
+
+async def test_the_totals_count_the_positions_the_pane_has_no_room_for():
+    """The trial's totals showed 10 of 26 position cells and then the border: the rest unsaid."""
+    lines = await shown(trial_reads(), "totals")
+    assert lines[-2:] == [
+        "by position 1.00 1.00 1.00 1.00 1.00",
+        "            1.00 1.00 1.00 1.00 …+39",  # positions 9-47 (25-47 is one cell of 23)
+    ]
+
+
 def test_drafts_without_per_position_counters_draw_a_dash():
     """A page with drafts but no `_per_pos` metric (watch.exposition.per_position gives ()): no bar to draw,
     with or without the pane's height (max() of no labels, a division by no columns)."""

@@ -9,6 +9,7 @@ import textwrap
 
 from rich.text import Text
 
+from specmon.console import hanging_text
 from specmon.metrics import served, unreported
 from specmon.metrics.format import MISSING, clock, count, cut, fmt, ratio_interval
 from specmon.tui.fit import joined_width, shortened
@@ -96,13 +97,26 @@ def render_acceptance(state: ServedState, width: int) -> Text:
     if w is None or not w.drafts:
         text.append(f"no drafts in the {recent_span(w)}\n", style="dim")
     else:
-        text.append(f"acceptance {fmt(w.acceptance)}", style="bold")
-        text.append(f"  accepted/draft {fmt(w.accepted_per_draft)}\n")
+        _append_lines(text, acceptance_lines(w, width, ""))
         text.append(f"{count(w.drafts, 'draft')}, {w.draft_tokens} drafted, {w.accepted} accepted\n")
     rates = [None if x is None or not x.drafts else x.acceptance for x in state.windows]
     text.append(bar_line(rates, width, top=1.0) + "\n", style="cyan")
     text.append("a mark per read; · no drafts", style="dim")
     return text
+
+
+def acceptance_lines(w: served.Window, width: int, rest: str = "bold") -> list[Text]:
+    """`acceptance 0.58  accepted/draft 25.00` within `width`: wrapped between the pairs, never inside one
+    (a value alone at column 0 reads as a line of its own), the continuation indented."""
+    text = Text().append(f"acceptance {fmt(w.acceptance)}", style="bold")
+    text.append(f"  accepted/draft {fmt(w.accepted_per_draft)}", style=rest)
+    return hanging_text(text, max(width, 1), "  ", whole=text.plain.split("  "))
+
+
+def _append_lines(text: Text, lines: list[Text]) -> None:
+    """Each of `lines` appended to `text`, a newline after each."""
+    for line in lines:
+        text.append_text(line).append("\n")
 
 
 def render_positions(state: ServedState, width: int, height: int | None = None) -> Text:
@@ -199,12 +213,19 @@ def render_totals(state: ServedState, width: int, height: int | None = None) -> 
     span = f"{count(state.restarts, 'restart')}, {count(state.failed_reads, 'failed read')}"
     if w is None:
         return Text(f"no two good reads yet ({span})", style="dim")
-    text = Text(f"since {clock(w.start)}, {w.seconds:.0f} s read\n{span}\n", style="dim")
-    text.append(f"drafts {w.drafts}  drafted {w.draft_tokens}  accepted {w.accepted}\n")
-    text.append(f"acceptance {fmt(w.acceptance)}  accepted/draft {fmt(w.accepted_per_draft)}\n", style="bold")
-    most = None if height is None else max(height - 4, 1)  # the four lines above
+    head = [*_wrapped(f"since {clock(w.start)}, {w.seconds:.0f} s read", width, "dim"), *_wrapped(span, width, "dim")]
+    head += _wrapped(f"drafts {w.drafts}  drafted {w.draft_tokens}  accepted {w.accepted}", width)
+    head += acceptance_lines(w, width)
+    text = Text()
+    _append_lines(text, head)
+    most = None if height is None else max(height - len(head), 1)  # the rows the lines above leave, as drawn
     text.append("\n".join(position_lines(w.position_rates(), max(width, 1), most)))
     return text
+
+
+def _wrapped(line: str, width: int, style: str = "") -> list[Text]:
+    """`line` at words within `width`, as the pane would draw it, so its rows can be counted."""
+    return hanging_text(Text(line, style=style), max(width, 1), "  ")
 
 
 def render_classes(state: ServedState, width: int, height: int | None = None) -> Text:
