@@ -494,3 +494,43 @@ def test_a_retired_dotted_key_is_warned_on_its_own_line_and_a_misspelt_key_gets_
     assert warning.startswith(f"t.toml:{old.splitlines().index('ngram.max_match = 3') + 1}:1: classes[2].ngram ")
     with pytest.raises(PolicyError, match="unknown field `draft_lenght`; did you mean `draft_len`"):
         parse_policy(SIZED.replace("default = true\n", "default = true\ndraft_lenght = 4\n"), "t.toml")
+
+
+FIVE_PROBLEMS = """[policy]
+mode = "enforc"
+min_gain = "lots"
+
+[[classes]]
+name = "rewrite"
+match.min_given = 1.4
+
+[[classes]]
+name = "bad name!"
+match.regex = ["(?<=x)y"]
+
+[[classes]]
+name = "chat"
+default = true
+"""
+
+
+def test_policy_check_reports_each_problem_of_a_file_located_in_file_order(tmp_path, capsys):
+    from specmon.cli.main import main
+
+    path = tmp_path / "bad.toml"
+    path.write_text(FIVE_PROBLEMS)
+    assert main(["policy", "check", str(path)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("specmon: ")]
+    assert [line.split(": ", 2)[1] for line in lines] == [f"{path}:{n}:1" for n in (2, 3, 7, 10, 11)]
+    assert "policy.mode: Invalid enum value 'enforc'" in lines[0]
+    assert "policy.min_gain: Expected `float`, got `str`" in lines[1]
+    assert "match.min_given = 1.4 must be 0..1" in lines[2]
+    assert "class name 'bad name!' must be" in lines[3]
+    assert "bad regular expression '(?<=x)y'" in lines[4]
+
+
+def test_a_refused_policy_names_its_first_problem_and_holds_each():
+    with pytest.raises(PolicyError) as refused:
+        parse_policy(FIVE_PROBLEMS, "p.toml")
+    assert str(refused.value).startswith("p.toml:2:1: policy.mode: Invalid enum value 'enforc'")
+    assert [(p.line, p.column) for p in refused.value.problems] == [(2, 1), (3, 1), (7, 1), (10, 1), (11, 1)]

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.text import Text
 
-from specmon.console import Hanging, err, hanging_lines, out
+from specmon.console import Hanging, err, hanging_lines, out, print_error
 from specmon.tables import class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
@@ -32,7 +32,7 @@ from specmon.metrics.served import SERVED_BACKENDS
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
 from specmon.policy.explain import Explanation, explain_log, moves, what_changed
-from specmon.policy.schema import load_policy
+from specmon.policy.schema import PolicyError, load_policy
 from specmon.metrics.contention import tally
 from specmon.sched.bench import bench_results
 from specmon.transport.attach import attach_events, read_token
@@ -47,15 +47,7 @@ def cmd_policy(args) -> int:
         sys.stdout.write(read_shipped("policies", args.name))
         return 0
     if args.policy_command == "check":
-        policy = load_policy(args.file)
-        for warning in policy.warnings:
-            out.print(f"warning: {warning}", highlight=False, markup=False)  # regexes hold brackets
-        out.print(
-            f"{args.file}: ok, {len(policy.classes)} class{'es' if len(policy.classes) != 1 else ''}, mode {policy.settings.mode}",
-            highlight=False,
-            markup=False,
-        )
-        return 0
+        return check_policy(args.file)
     if args.policy_command == "set":
         if not args.file.exists() and args.file.parent == Path(".") and args.file.stem in shipped("policies"):
             raise SpecmonError(
@@ -81,6 +73,24 @@ def cmd_policy(args) -> int:
     good = sum(e.reproduces for e in explanations)
     out.print(f"{good} of {len(explanations)} decisions reproduce from what they cite", highlight=False)
     return 0 if good == len(explanations) and not damage else 1
+
+
+def check_policy(file: Path) -> int:
+    """`policy check`: each problem of the file on a line of its own, else its warnings and `ok`."""
+    try:
+        policy = load_policy(file)
+    except PolicyError as exc:
+        for problem in exc.problems:
+            print_error(str(problem))
+        return 2
+    for warning in policy.warnings:
+        out.print(f"warning: {warning}", highlight=False, markup=False)  # regexes hold brackets
+    out.print(
+        f"{file}: ok, {len(policy.classes)} class{'es' if len(policy.classes) != 1 else ''}, mode {policy.settings.mode}",
+        highlight=False,
+        markup=False,
+    )
+    return 0
 
 
 def print_explanation(e: Explanation) -> None:

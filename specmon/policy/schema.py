@@ -113,9 +113,21 @@ class Policy:
 
 
 class PolicyError(SpecmonError):
+    """The first problem of a file; `problems` holds each one found, this one first, for `policy check`."""
+
     def __init__(self, source: str, line: int, column: int, reason: str):
         super().__init__(f"{source}:{line}:{column}: {reason}")
         self.line, self.column, self.reason = line, column, reason
+        self.problems: list[PolicyError] = [self]
+
+
+def _raise_problems(problems: list[PolicyError]) -> None:
+    """Raise the file's problems in file order as one PolicyError (the first), when there are any."""
+    if problems:
+        ordered = sorted(problems, key=lambda p: (p.line, p.column))
+        first = ordered[0]
+        first.problems = ordered
+        raise first
 
 
 def load_policy(path: Path | str) -> Policy:
@@ -155,19 +167,47 @@ def read_policy_text(path: Path | str, keep_newlines: bool = False) -> str:
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
-    """Parse, validate and warn; the first error raises PolicyError with its location."""
+    """Parse, validate and warn; errors raise one PolicyError, located, with each problem found in `problems`
+    (a file that is not TOML has just its first)."""
     text = text.removeprefix("\ufeff")  # a byte-order mark, as some editors save UTF-8
     raw = load_toml(text, source)
     retired = _retire(raw, text, source)
-    try:
-        parsed = msgspec.convert(raw, PolicyFile)
-    except msgspec.ValidationError as exc:
-        path = msgspec_path(str(exc))
-        line, col = locate(text, path)
-        raise PolicyError(source, line, col, _readable(str(exc)) + _did_you_mean(path)) from None
-    warnings = retired + _check(parsed, text, source)
+    problems: list[PolicyError] = []
+    parsed, dropped = _convert(raw, text, source, problems)
+    # a dropped `default` is no missing default class: that check waits for the fixed file
+    guessing = any(path[-1] == "default" for path in dropped)
+    warnings = retired + (_check(parsed, text, source, problems, guessing) if parsed else [])
+    _raise_problems(problems)
     digest = hashlib.sha256(text.encode()).hexdigest()
     return Policy(parsed.policy, parsed.classes, source, text, digest, warnings, routing=parsed.routing)
+
+
+def _convert(raw: dict, text: str, source: str, problems: list) -> tuple[PolicyFile | None, list[tuple]]:
+    """msgspec's reading, each wrong key noted and dropped (its default stands in) until the rest
+    reads, and the keys dropped; None where a whole class or the file cannot be read past."""
+    dropped: list[tuple] = []
+    while True:
+        try:
+            return msgspec.convert(raw, PolicyFile), dropped
+        except msgspec.ValidationError as exc:
+            path = msgspec_path(str(exc))
+            problems.append(PolicyError(source, *locate(text, path), _readable(str(exc)) + _did_you_mean(path)))
+            if not _drop(raw, path):
+                return None, dropped
+            dropped.append(path)
+
+
+def _drop(raw: dict, path: tuple) -> bool:
+    """Take the key at `path` out of `raw`; False where the path ends at a class or is not a key found."""
+    if not path or not isinstance(path[-1], str):
+        return False  # a class as a whole: dropping it would shift the later classes' positions
+    parent = raw
+    for part in path[:-1]:
+        try:
+            parent = parent[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+    return isinstance(parent, dict) and parent.pop(path[-1], None) is not None
 
 
 def _retire(raw: dict, text: str, source: str) -> list[str]:
@@ -214,8 +254,8 @@ def load_toml(text: str, source: str) -> dict:
         raise PolicyError(source, line, col, "invalid TOML: a number of more than 4300 digits") from None
 
 
-def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
-    """Semantic checks msgspec cannot do; errors raise, overlaps and unreachable classes warn."""
+def _check(parsed: PolicyFile, text: str, source: str, problems: list, guessing: bool = False) -> list[str]:
+    """Semantic checks msgspec cannot do; errors go to `problems`, overlaps and unreachable classes warn."""
     s = parsed.policy
     for key, ok, allowed in [
         ("window", 1 <= s.window <= MAX_WINDOW, f"1..{MAX_WINDOW}"),
@@ -224,7 +264,9 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
     ]:
         if not ok:
             line, col = locate(text, ("policy", key))
-            raise PolicyError(source, line, col, f"policy.{key} = {_shown(getattr(s, key))} is out of range: {allowed}")
+            problems.append(
+                PolicyError(source, line, col, f"policy.{key} = {_shown(getattr(s, key))} is out of range: {allowed}")
+            )
     r = parsed.routing
     for key, ok, allowed in [
         ("explore_share", 0.0 <= r.explore_share <= 0.5, "0..0.5 (a share of each class's requests)"),
@@ -233,22 +275,27 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
     ]:
         if not ok:
             line, col = locate(text, ("routing", key))
-            raise PolicyError(
-                source, line, col, f"routing.{key} = {_shown(getattr(r, key))} is out of range: {allowed}"
+            problems.append(
+                PolicyError(source, line, col, f"routing.{key} = {_shown(getattr(r, key))} is out of range: {allowed}")
             )
     if not parsed.classes:
-        raise PolicyError(source, 1, 1, "no [[classes]]: add at least a default class")
+        problems.append(PolicyError(source, 1, 1, "no [[classes]]: add at least a default class"))
+        return []
     names, warnings = set(), []
     for i, cls in enumerate(parsed.classes):
-        _check_class(cls, i, names, text, source)
+        _check_class(cls, i, names, text, source, problems)
         names.add(cls.name)
     defaults = [i for i, c in enumerate(parsed.classes) if c.default]
-    if not defaults:
-        raise PolicyError(
-            source,
-            *locate(text, ("classes", len(parsed.classes) - 1)),
-            "no class has default = true: some prompts would have no class",
+    if not defaults and not guessing:
+        problems.append(
+            PolicyError(
+                source,
+                *locate(text, ("classes", len(parsed.classes) - 1)),
+                "no class has default = true: some prompts would have no class",
+            )
         )
+    if not defaults:
+        return warnings
     for i in range(defaults[0] + 1, len(parsed.classes)):
         line, col = locate(text, ("classes", i))
         warnings.append(
@@ -259,45 +306,33 @@ def _check(parsed: PolicyFile, text: str, source: str) -> list[str]:
     return warnings
 
 
-def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str) -> None:
+def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str, problems: list) -> None:
+    """A class's own problems, each to `problems`."""
+
+    def problem(key: tuple, reason: str) -> None:
+        problems.append(PolicyError(source, *locate(text, ("classes", i, *key)), reason))
+
     if not CLASS_NAME.fullmatch(cls.name):
-        raise PolicyError(
-            source,
-            *locate(text, ("classes", i, "name")),
-            f"class name {_shown(cls.name)} must be 1 to 40 of: letters, digits, '-', '_', '.'",
-        )
+        problem(("name",), f"class name {_shown(cls.name)} must be 1 to 40 of: letters, digits, '-', '_', '.'")
     if cls.name in names:
-        raise PolicyError(source, *locate(text, ("classes", i, "name")), f"class name {cls.name!r} is used twice")
+        problem(("name",), f"class name {cls.name!r} is used twice")
     for pattern in cls.match.regex:
         try:
             compile_regex(pattern)
         except RegexError as exc:
-            raise PolicyError(
-                source,
-                *locate(text, ("classes", i, "match", "regex")),
-                f"bad regular expression {_shown(pattern)}: {exc}",
-            ) from None
+            problem(("match", "regex"), f"bad regular expression {_shown(pattern)}: {exc}")
     for key in ("min_chars", "max_chars"):
         if not 0 <= getattr(cls.match, key) <= MAX_CHARS:
-            raise PolicyError(
-                source,
-                *locate(text, ("classes", i, "match", key)),
-                f"match.{key} = {_shown(getattr(cls.match, key))} must be 0..{MAX_CHARS}",
-            )
+            problem(("match", key), f"match.{key} = {_shown(getattr(cls.match, key))} must be 0..{MAX_CHARS}")
     if not 0 <= cls.draft_len <= MAX_DRAFT_LEN:
-        raise PolicyError(
-            source,
-            *locate(text, ("classes", i, "draft_len")),
-            f"draft_len = {cls.draft_len} must be 0..{MAX_DRAFT_LEN}",
-        )
+        problem(("draft_len",), f"draft_len = {cls.draft_len} must be 0..{MAX_DRAFT_LEN}")
     if not 0.0 <= cls.match.min_given <= 1.0:
-        raise PolicyError(
-            source,
-            *locate(text, ("classes", i, "match", "min_given")),
+        problem(
+            ("match", "min_given"),
             f"match.min_given = {_shown(cls.match.min_given)} must be 0..1 (a share of the prompt)",
         )
     if cls.match.max_chars and cls.match.max_chars < cls.match.min_chars:
-        raise PolicyError(source, *locate(text, ("classes", i, "match", "max_chars")), "max_chars < min_chars")
+        problem(("match", "max_chars"), "max_chars < min_chars")
 
 
 def _overlaps(classes: list[PromptClass], text: str, source: str) -> list[str]:
