@@ -33,6 +33,18 @@ def test_a_servers_report_says_it_has_no_rounds_instead_of_an_empty_table_and_bl
     assert [name for name in ROUND_PLOTS if f"]({name})" in page or (tmp_path / "report" / name).exists()] == []
 
 
+def test_the_reports_requests_column_says_how_many_reported_as_log_info_does(tmp_path):
+    """The trial's report said `| rewrite | spec | 4 | 86 |` where log info said `4 (2 reported)`."""
+    timed = {"session_id": "w", "upstream": "spec", "prompt_class": "rewrite", "predicted_n": 40, "predicted_ms": 400.0}
+    counted = {"draft_n": 43, "draft_n_accepted": 25}
+    requests = [
+        request_timed(**timed, **(counted if i < 2 else {}), t=T0 + 1 + i, request_id=f"r{i}") for i in range(4)
+    ]
+    log = write_log(tmp_path / "proxy.specmon", [header("proxy"), read(0, 0, 0, 0, [], 0), *requests])
+    page = report.build_report(log, tmp_path / "report").read_text()
+    assert "| rewrite | spec | 4 (2 reported) | 86 | 50 | 0.58 |" in page
+
+
 def test_a_log_whose_rounds_never_drafted_says_so_in_its_position_plot(tmp_path, monkeypatch):
     """Plain rounds only: the acceptance-by-position frame says why it is empty, as over-time does."""
     rounds = [round_verified(round_id=i, round_index=i, t=T0 + i) for i in range(4)]

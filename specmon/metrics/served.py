@@ -169,6 +169,14 @@ def _zero(first: ServerScraped) -> ServerScraped:
     return msgspec.structs.replace(first, accepted_per_pos=[], **none_or_zero)
 
 
+def requests_cell(requests: int, timed: int, reported: int) -> str:
+    """The count, and how many of them gave a decode time and draft counts where not all did (log info's
+    requests column and the report's, the same words)."""
+    partial = [f"{timed} timed"] if timed < requests and timed else []
+    partial += [f"{reported} reported"] if 0 < reported < requests else []
+    return f"{requests} ({', '.join(partial)})" if partial else str(requests)
+
+
 @dataclass(frozen=True)
 class RequestTotals:
     """Σ over one class's successful requests to one upstream of what their replies said (RequestTimed,

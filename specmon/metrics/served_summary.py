@@ -139,7 +139,7 @@ def _markdown_row(r: dict) -> str:
     if r["tok_per_s"] is None and r["clocked_tok_per_s"] is not None:
         speed = f"{r['clocked_tok_per_s']:.1f}*"
     return (
-        f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {r['requests']} | {r['drafted'] if told else '-'} | "
+        f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {served.requests_cell(r['requests'], r['timed'], r['reported'])} | {r['drafted'] if told else '-'} | "
         f"{r['accepted'] if told else '-'} | {fmt(r['acceptance']) if told else 'not reported'} | "
         f"{fmt(r['tokens_per_step'])} | {' '.join(fmt(x) for x in r['position_rates']) or '-'} | {speed} |"
     )

@@ -18,7 +18,7 @@ from specmon.tables import compact_table
 from specmon.errors import SpecmonError
 from specmon.events.schema import RequestTimed, ServerScraped, SessionStarted
 from specmon.metrics.format import MISSING, count, fmt, ratio_interval
-from specmon.metrics.served import RequestTotals, by_class
+from specmon.metrics.served import RequestTotals, by_class, requests_cell
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import ClassAdvice, advise, applied_line
 from specmon.metrics.unreported import SPEC, SessionLines, notices, silent
@@ -74,7 +74,7 @@ def class_table(events: Iterable[RequestTimed], title: str = "requests per class
         table.add_row(
             escape(name),
             upstream,
-            requests_cell(t),
+            requests_cell(t.requests, t.timed, t.reported),
             str(t.draft_n) if told else "-",
             str(t.draft_n_accepted) if told else "-",
             fmt(t.acceptance) if told else missing,
@@ -82,13 +82,6 @@ def class_table(events: Iterable[RequestTimed], title: str = "requests per class
             _speed(t),
         )
     return table
-
-
-def requests_cell(t: RequestTotals) -> str:
-    """The count, and how many of them gave a decode time and draft counts where not all did."""
-    partial = [f"{t.timed} timed"] if t.timed < t.requests and t.timed else []
-    partial += [f"{t.reported} reported"] if 0 < t.reported < t.requests else []
-    return f"{t.requests} ({', '.join(partial)})" if partial else str(t.requests)
 
 
 def position_lines(events: Iterable[RequestTimed]) -> list[str]:
