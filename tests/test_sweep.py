@@ -308,3 +308,16 @@ def test_sweep_tables_fit_80_columns(sweep):
     lines = tables_at(args.log, 80).splitlines()
     assert [line for line in lines if cell_len(line) > 80] == []  # columns on screen: α̂ is one
     assert any(line.split()[:3] == ["rewrite", "ngram", "1"] for line in lines)  # the break-even rows, whole
+
+
+def test_the_progress_line_counts_cells_per_class_and_says_it_counts_decodes(monkeypatch):
+    from specmon import console
+    from specmon.cli.sweep import progress_title
+    from specmon.sched.sweep import grid
+
+    printed = Console(file=open("/dev/null", "w"), width=80, record=True)
+    monkeypatch.setattr(console, "err", printed)
+    prompts = builtin_suite(["chat", "rewrite"])
+    cells = grid(["ngram"], parse_ks("0,2,4"), [Sampling(0.0, 1.0, 0, 0)])  # 3 cells a class: k 0, 2, 4
+    console.progress_lines(progress_title(cells, prompts), len(cells) * len(prompts))
+    assert printed.export_text().splitlines() == [f"sweep 6 cells, decodes: 0 of {3 * len(prompts)} done"]

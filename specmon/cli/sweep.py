@@ -37,6 +37,13 @@ def parse_ks(text: str) -> list[int]:
     return sorted(set(ks) | {0})
 
 
+def progress_title(cells: list, prompts: list) -> str:
+    """The progress line's lead: cells as the tables count them (class × drafter × sampling × k; `cells`
+    leave out the class), then what its `n of N` counts: decodes, each prompt under each of `cells`."""
+    classes = len({p.prompt_class for p in prompts})
+    return f"sweep {classes * len(cells)} cells, decodes"
+
+
 def _floats(text: str, flag: str) -> list[float]:
     try:
         values = [float(x) for x in text.split(",")]
@@ -81,7 +88,7 @@ def cmd_sweep(args) -> int:
     cells = grid(list(drafters), ks, samplings)
     with live_session(pair, profile, pair.drafter, args.log, serve=False, announce=False) as session:
         try:
-            with progress(f"sweep {len(cells)} cells", len(cells) * len(prompts)) as done:
+            with progress(progress_title(cells, prompts), len(cells) * len(prompts)) as done:
                 run_sweep(session.driver, drafters, prompts, cells, args.max_new_tokens, done)
         except KeyboardInterrupt:
             session.finish("interrupted")
