@@ -207,3 +207,25 @@ def test_log_info_says_when_a_log_has_no_end(tmp_path):
     )
     ended = specmon("log", "info", str(REPO / "tests" / "fixtures" / "session-tui.specmon"))
     assert "no end written" not in ended.stdout
+
+
+def test_attach_headless_prints_the_busy_host_line_under_its_table_as_run_does(tmp_path):
+    import os
+
+    from events import round_verified
+    from specmon.events.log import LogWriter
+    from specmon.events.schema import SessionFinished
+
+    log = tmp_path / "busy.specmon"
+    with LogWriter(log) as writer:
+        for i in range(10):  # 6 of 10 rounds stalled for half their time: a busy host
+            stall = 5.0 if i < 6 else 0.0
+            writer.write(round_verified(round_id=i, t=float(i), host_stall_ms=stall))
+        writer.write(SessionFinished(session_id="s", t=10.0, rounds=10, reason="done"))
+    env = {**os.environ, "COLUMNS": "80"}
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.cli", "attach", "--headless", str(log)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "per class" in done.stdout
+    assert done.stderr.startswith("host busy: 6 of 10 rounds disturbed (60.0%), peak 50% of a round"), done.stderr

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from specmon.console import Hanging, err, hanging_lines, out, print_error
-from specmon.tables import class_table
+from specmon.tables import Note, class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, default_log_path, read_log
@@ -129,7 +129,15 @@ def cmd_attach(args) -> int:
             out.print(Hanging(line, whole=kept_whole(ev)))
     if kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
+    print_host_line(kept)
     return 0
+
+
+def print_host_line(events) -> None:
+    """The busy-host warning `run` prints under the same table, on stderr as there; nothing on a quiet host."""
+    host = tally(events).line()
+    if host:
+        err.print(Note(host, "yellow"))
 
 
 def pick_session(ask: bool) -> str:
