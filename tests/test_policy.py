@@ -534,3 +534,12 @@ def test_a_refused_policy_names_its_first_problem_and_holds_each():
         parse_policy(FIVE_PROBLEMS, "p.toml")
     assert str(refused.value).startswith("p.toml:2:1: policy.mode: Invalid enum value 'enforc'")
     assert [(p.line, p.column) for p in refused.value.problems] == [(2, 1), (3, 1), (7, 1), (10, 1), (11, 1)]
+
+
+def test_a_file_with_no_classes_names_its_located_problems_first():
+    with pytest.raises(PolicyError) as refused:
+        parse_policy('[policy]\nmode = "enforc"\n', "p.toml")
+    assert [str(p) for p in refused.value.problems] == [
+        "p.toml:2:1: policy.mode: Invalid enum value 'enforc' (one of: enforce, advise)",
+        "p.toml:1:1: no [[classes]]: add at least a default class",
+    ]

@@ -330,7 +330,7 @@ def test_an_error_wraps_at_words_under_a_hanging_indent(short_dir):
     """A policy's error (once 102 columns on one line) is one message in lines of 80 at most, each
     continuation indented; piped with no COLUMNS it stays one line, for a script to find whole."""
     bad = short_dir / "bad.toml"
-    bad.write_text('[policy]\nmode = "enforc"\n')
+    bad.write_text('[policy]\nmode = "enforc"\n\n[[classes]]\nname = "chat"\ndefault = true\n')
     done = at_80("policy", "check", str(bad))
     lines = done.stderr.splitlines()
     assert done.returncode == 2 and len(lines) > 1 and wide_lines(done) == []

@@ -43,6 +43,7 @@ RETIRED = {
 }
 MAX_CHARS = 100_000_000  # match.min_chars / max_chars
 CLASS_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,40}")  # shown in tables and TUI markup, used as a key in events
+NO_CLASSES = "no [[classes]]: add at least a default class"  # the whole file's: listed after located ones
 TOO_DEEP = 32  # arrays / inline tables nested deeper than this are reported where they get there
 
 
@@ -124,7 +125,7 @@ class PolicyError(SpecmonError):
 def _raise_problems(problems: list[PolicyError]) -> None:
     """Raise the file's problems in file order as one PolicyError (the first), when there are any."""
     if problems:
-        ordered = sorted(problems, key=lambda p: (p.line, p.column))
+        ordered = sorted(problems, key=lambda p: (p.reason == NO_CLASSES, p.line, p.column))  # the file's own last
         first = ordered[0]
         first.problems = ordered
         raise first
@@ -279,7 +280,7 @@ def _check(parsed: PolicyFile, text: str, source: str, problems: list, guessing:
                 PolicyError(source, line, col, f"routing.{key} = {_shown(getattr(r, key))} is out of range: {allowed}")
             )
     if not parsed.classes:
-        problems.append(PolicyError(source, 1, 1, "no [[classes]]: add at least a default class"))
+        problems.append(PolicyError(source, 1, 1, NO_CLASSES))
         return []
     names, warnings = set(), []
     for i, cls in enumerate(parsed.classes):
