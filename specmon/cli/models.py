@@ -13,7 +13,7 @@ from specmon.errors import SpecmonError
 
 
 def add_models(sub) -> None:
-    models = sub.add_parser("models", help="list or pull the embedded models").add_subparsers(
+    models = sub.add_parser("models", help="list and pull the embedded models; export a model as an HF folder").add_subparsers(
         dest="models_command", required=True, metavar="ACTION"
     )
     models.add_parser("list", help="embedded models and whether each is here")
