@@ -231,10 +231,11 @@ def test_attach_headless_prints_the_busy_host_line_under_its_table_as_run_does(t
     assert done.stderr.startswith("host busy: 6 of 10 rounds disturbed (60.0%), peak 50% of a round"), done.stderr
 
 
-def test_the_main_help_names_each_models_action():
+def test_the_main_help_names_each_models_action(monkeypatch):
     """`models --help` has list, pull and export; the main help's summary once said only list or pull."""
     from specmon.cli.main import build_parser
 
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps to it: the summary fits on its line
     summary = next(line for line in build_parser().format_help().splitlines() if line.strip().startswith("models "))
-    assert summary.split(None, 1)[1] == "list and pull the embedded models; export a model as an HF folder"
+    assert summary.split(None, 1)[1] == "list and pull embedded models; export a model as an HF folder"
     assert all(action in summary for action in ("list", "pull", "export"))

