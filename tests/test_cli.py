@@ -239,3 +239,11 @@ def test_the_main_help_names_each_models_action(monkeypatch):
     summary = next(line for line in build_parser().format_help().splitlines() if line.strip().startswith("models "))
     assert summary.split(None, 1)[1] == "list and pull embedded models; export a model as an HF folder"
     assert all(action in summary for action in ("list", "pull", "export"))
+
+
+def test_run_help_says_a_policy_run_decodes_each_prompt_once():
+    """run's description said only 'plainly and with the drafter'; under --policy a prompt is decoded once."""
+    done = specmon("run", "--help")
+    said = " ".join(done.stdout.split())
+    assert "with --policy, decode each prompt once, as the policy decides." in said
+    assert "choose k per class, each prompt decoded once (no plain run beside it;" in said

@@ -214,7 +214,8 @@ def _add_run(sub) -> None:
         "run",
         help="decode a prompt set with and without speculation",
         description="Decode each prompt plainly (k=0) and with the drafter, interleaved, and print a "
-        "per-class table. Every round is logged as an event under logs/.",
+        "per-class table; with --policy, decode each prompt once, as the policy decides. Every round is "
+        "logged as an event under logs/.",
     )
     run.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
     _add_inputs(run)
@@ -235,8 +236,8 @@ def _add_run(sub) -> None:
     run.add_argument(
         "--policy",
         type=Path,
-        help="let a TOML policy classify prompts and choose k per class "
-        "(a file, or `default` for the shipped one; hot-reloaded while running)",
+        help="let a TOML policy classify prompts and choose k per class, each prompt decoded once "
+        "(no plain run beside it; a file, or `default` for the shipped one; hot-reloaded while running)",
     )
     run.add_argument(
         "--listen",
