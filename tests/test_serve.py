@@ -337,3 +337,24 @@ def test_models_retrieve_and_the_sampling_values_other_servers_send(tmp_path, ti
     started = {e.prompt_id: e.sampling for e in events(log, PromptStarted)}
     assert started[nucleus_zero.id].temperature == 0.0 and started[nucleus_zero.id].top_p == 1.0
     assert started[no_cut.id].top_k == 0
+
+
+def test_a_refused_policy_edit_wraps_to_the_terminal_and_stays_whole_when_piped(monkeypatch, capsys):
+    """The trial's refused-edit line ran to 164 columns on an 80-column terminal."""
+    from specmon.events.schema import PolicyLoaded
+    from specmon.policy.reload import print_reload
+
+    error = "/tmp/srv2.toml:11:1: policy.min_gain = -1.5 is out of range: a number above -1 and below 10"
+    refused = PolicyLoaded(
+        session_id="s", t=0.0, source="/tmp/srv2.toml", sha256="", text="", accepted=False, error=error
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    print_reload(refused)
+    assert capsys.readouterr().err.splitlines() == [
+        "specmon: policy edit refused, the previous policy stays in force:",
+        "  /tmp/srv2.toml:11:1: policy.min_gain = -1.5 is out of range: a number above -1",
+        "  and below 10",
+    ]
+    monkeypatch.delenv("COLUMNS")  # pytest's stderr is no terminal: piped
+    print_reload(refused)
+    assert capsys.readouterr().err == f"specmon: policy edit refused, the previous policy stays in force: {error}\n"

@@ -191,3 +191,22 @@ def test_a_connection_past_the_cap_is_closed_at_once_and_the_cap_frees_as_they_g
             sock.close()
         wait_until(lambda: not server.server.server_state.connections, "the held connections gone")
         assert httpx.get(server.url + "/health").json()["status"] == "ok"
+
+
+# -- messages, not records: wrapped to a terminal, whole when piped ---------------------------------
+
+
+def test_a_refused_requests_line_wraps_to_the_terminal_and_stays_whole_when_piped(tmp_path, tiny, monkeypatch):
+    """The trial's 400 line ran to 101 columns on an 80-column terminal; a record's line stays one line."""
+    lines: list[str] = []
+    with serving(tmp_path, tiny, line=lines.append) as (server, log):
+        http = httpx.Client(base_url=server.url, timeout=60)
+        monkeypatch.setenv("COLUMNS", "80")
+        assert http.post("/v1/chat/completions", json={"messages": HELLO, "n": 2}).status_code == 400
+        monkeypatch.delenv("COLUMNS")  # pytest's stdout is no terminal: piped
+        assert http.post("/v1/chat/completions", json={"messages": HELLO, "n": 2}).status_code == 400
+        wait_until(lambda: len(lines) == 2, "two refusal lines")
+    assert lines == [
+        "400 /v1/chat/completions: n = 2: specmon decodes one choice per request\n  (batch 1); use n = 1",
+        "400 /v1/chat/completions: n = 2: specmon decodes one choice per request (batch 1); use n = 1",
+    ]

@@ -5,8 +5,9 @@ request goes after its record, on lines of its own."""
 from __future__ import annotations
 
 import shutil
+import sys
 
-from specmon.console import HANGING, NOTICE_WIDTH, hanging_lines
+from specmon.console import HANGING, NOTICE_WIDTH, hanging_lines, stream_width
 from specmon.server.errors import for_terminal
 
 SHORT_ID = 8  # hex characters of a request id shown: enough to find it in a client's log or the session's
@@ -29,3 +30,10 @@ def notice_text(notice: str, width: int | None = None) -> str:
     width = width or min(NOTICE_WIDTH, shutil.get_terminal_size().columns)
     lines = [for_terminal(line) for line in hanging_lines(PREFIX + notice, width, HANGING)]
     return "\n".join(lines)[len(PREFIX) :]
+
+
+def message_text(message: str) -> str:
+    """A message (a refused request), not a record, for print_line: notice_text wrapped to the terminal
+    behind stdout, whole when piped (as records are)."""
+    width = stream_width(sys.stdout)
+    return notice_text(message, width) if width else for_terminal(message)
