@@ -119,15 +119,25 @@ def class_table(summary: dict, title: str) -> Group:
         if row["per_position_acceptance"]:
             a_i = " ".join(f"{a:.2f}" for a in row["per_position_acceptance"])
             positions.append(Text(f"a_i {name} k={row['draft_len']}: {a_i}"))
-    legend = Text(
-        "prompts: decoded at that k; a row per k a class ran rounds at, k = 0 (plain decoding) its own "
-        "row, whose tok/s is the plain column; empty: rounds that proposed nothing; rate = accepted/proposed; "
-        "mean = accepted/round; draft, verify: ms per round; tok/s: goodput; speedup = goodput over plain decoding's, same class, same "
-        "run, with its 95% interval over prompts (? not yet known, ! noise, ~ busy host: 10%+ of its rounds disturbed); a_i = per-position acceptance",
-        style="dim",
+    legend = Hanging(
+        Text(
+            "prompts: decoded at that k; a row per k a class ran rounds at, k = 0 (plain decoding) its own "
+            "row, whose tok/s is the plain column; empty: rounds that proposed nothing; rate = accepted/proposed; "
+            "mean = accepted/round; draft, verify: ms per round; tok/s: goodput; speedup = goodput over plain "
+            "decoding's, same class, same run, with its 95% interval over prompts (? not yet known, ! noise, "
+            "~ busy host: 10%+ of its rounds disturbed); a_i = per-position acceptance",
+            style="dim",
+        ),
+        further=0,  # at column 0, as the tables above it
+        whole=legend_marks(),
     )
     heading = Text(title, style="bold")  # its own line: a table title would wrap a log path at the table's width
     return Group(heading, acceptance, speed, *positions, legend)
+
+
+def legend_marks() -> list[str]:
+    """Each speedup mark with its meaning (`? not yet known`): a wrap between them leaves a lone symbol."""
+    return [f"{mark} {verdict}" for verdict, mark in VERDICT_MARKS.items()]
 
 
 def _speedup(row: dict) -> str:

@@ -472,3 +472,13 @@ def test_a_word_longer_than_the_line_is_folded_under_the_indent_not_cut():
     assert lines[0] == "log:" and all(line.startswith("  ") for line in lines[1:]), lines
     assert "".join(line.strip() for line in lines[1:-1]) == path and lines[-1] == "  plots: here", lines
     assert max(len(line) for line in lines) == 40
+
+
+def test_the_class_tables_legend_keeps_each_mark_with_its_meaning():
+    """At 80 columns the legend once wrapped `! noise` as `!` / `noise`: a symbol with no meaning beside it."""
+    done = at_80("log", "info", str(FIXTURES / "session-v2.specmon"))
+    legend = done.stdout[done.stdout.index("prompts: decoded at that k") :].splitlines()
+    assert max(map(cell_len, legend)) <= WIDTH
+    for phrase in ("? not yet known", "! noise", "~ busy host"):
+        assert any(phrase in line for line in legend), (phrase, legend)
+    assert not any(line.rstrip().endswith((" ?", " !", " ~", "(?", "(!")) for line in legend)
