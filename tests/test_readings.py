@@ -93,7 +93,7 @@ def test_a_switched_off_class_names_its_k_whole_in_the_narrow_ms_title():
     state.apply(POLICY_EVENTS[: LAST_CHAT + 1])
     assert (state.current_class, state.class_k, state.is_on("chat")) == ("chat", 2, False)
     assert run_title(state, "ms", 40) == "ms · chat k=2 (off)"
-    assert run_title(state, "ms", 13) == "ms k=2 off"  # was cut to `ms · k=2 (o…`
+    assert run_title(state, "ms", 13) == "ms k=2 (off)"  # was cut to `ms · k=2 (o…`
 
 
 async def test_the_ms_pane_title_is_whole_at_80_columns():
@@ -102,5 +102,5 @@ async def test_the_ms_pane_title_is_whole_at_80_columns():
     async with app.run_test(size=(80, 24)) as pilot:
         await drawn(app, pilot, events)
         top = region_lines(app, "timing")[0]
-        assert "ms k=2 off" in top and "…" not in top, top
+        assert "ms k=2 (off)" in top and "…" not in top, top
         assert region_lines(app, "timing")[3].split()[1] == "overhead"  # the report's word, not `other`

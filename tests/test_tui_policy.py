@@ -260,6 +260,8 @@ async def test_a_class_an_edit_switched_off_before_it_drafted_says_off_everywher
         await drawn(app, pilot, events)
         assert app.state.current_class == "rewrite" and not app.state.is_on("rewrite")
         assert region_lines(app, "acceptance")[0].startswith("╭─ acceptance · rewrite (off) ─")
+        assert "the class is off" in region_lines(app, "acceptance")[2]  # not `no speculative round yet`
+        assert "the class is off" in region_lines(app, "rejections")[1] and " off " in region_lines(app, "timing")[1]
         speed = region_lines(app, "speed")
         assert speed[1].startswith("│ speedup N/A: the class is off ") and "─ policy file: off ─╯" in speed[-1]
         assert class_cells(app, "rewrite")["spec"] == "off"
@@ -274,3 +276,13 @@ def test_the_speed_foot_cut_to_its_width_says_so():
     state.apply([prompt("chat", 8), gate_decision("chat", 8, 6, decision_id=12)])
     whole = policy_figure(state, 80)
     assert whole.startswith("policy d12: k=6") and policy_figure(state, 12) == whole[:11] + "…"
+
+
+def test_a_policy_session_before_its_first_prompt_says_no_class_is_off():
+    """An idle server under a policy: nothing has run and nothing is off (it said `the class is off`)."""
+    from specmon.tui.panes import render_speed
+
+    state = ViewState()
+    state.apply([e for e in POLICY_EVENTS[:5] if not isinstance(e, (PromptStarted, Decision))])
+    assert state.policy_session and not state.current_class
+    assert "the class is off" not in render_speed(state, 33).plain

@@ -56,6 +56,14 @@ DEFINITIONS = {
 }
 
 
+OFF_NOTE = "the class is off"  # a class the policy runs plain has no speculative round coming
+
+
+def fitted(title: str, short: str, width: int) -> str:
+    """`title` where it fits `width`, else `short` (the neighbouring panes name what it leaves out)."""
+    return title if len(title) <= width else short
+
+
 def run_title(state: ViewState, what: str, width: int = 80) -> str:
     """A pane's title naming its round set: the current class at the k it shows (the class is
     left out where the title would not fit; the neighbouring panes name it)."""
@@ -63,14 +71,9 @@ def run_title(state: ViewState, what: str, width: int = 80) -> str:
     if not name:
         return what
     if not k:  # never speculated: switched off before it ran a draft, or not at its k yet
-        return f"{what} · {name}" + ("" if state.is_on(name) or not state.policy_session else " (off)")
-    on = state.is_on(name)
-    off, short_off = ("", "") if on else (" (off)", " off")
-    fits = [
-        t
-        for t in (f"{what} · {name} k={k}{off}", f"{what} · k={k}{off}", f"{what} k={k}{short_off}")
-        if len(t) <= width
-    ]
+        return fitted(f"{what} · {name}" + (" (off)" if state.switched_off(name) else ""), what, width)
+    off = "" if state.is_on(name) else " (off)"
+    fits = [t for t in (f"{what} · {name} k={k}{off}", f"{what} · k={k}{off}", f"{what} k={k}{off}") if len(t) <= width]
     return fits[0] if fits else f"{what} k={k}"  # narrower still: the classes table says on or off
 
 
@@ -78,7 +81,7 @@ def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
     """How many rounds the current run has, with those that proposed nothing apart."""
     run = state.current_run()
     if run is None:
-        return "no speculative round yet"
+        return OFF_NOTE if state.switched_off(state.current_class) else "no speculative round yet"
     drafted = run.rounds - run.empty_rounds
     return _fit(
         f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} proposed nothing",
@@ -148,7 +151,7 @@ def render_rejections(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = 
     first line (rejections_caption) is left to the pane's foot."""
     run, k = state.current_run(), state.class_k
     if run is None or not run.proposed_gt:
-        return Text("no draft proposed yet", style="dim")
+        return Text(OFF_NOTE if state.switched_off(state.current_class) else "no draft proposed yet", style="dim")
     text = Text(rejections_caption(state, width) + "\n" if rows >= FULL_ROWS else "", style="dim")
     positions = max(k, len(run.proposed_gt))
     counts = [run.rejections[i] if i < len(run.rejections) else 0 for i in range(positions)]
@@ -182,7 +185,7 @@ def render_timing(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
     its last rounds."""
     run = state.current_run()
     if run is None or not run.rounds:
-        return Text("waiting", style="dim")
+        return Text("off" if state.switched_off(state.current_class) else "waiting", style="dim")
     text = Text()
     for label, total in (("draft", run.draft_ms), ("verify", run.verify_ms), ("overhead", run.overhead_ms)):
         value = fmt(run.mean_ms(total))
@@ -240,8 +243,7 @@ def _sides_short(run, base) -> Text:
 def _missing_side(state: ViewState, run, base) -> str:
     """Why there is no speedup: the pane divides goodput at k by plain decoding's (k = 0 rounds)."""
     if run is None or not run.rounds:
-        off = state.policy_session and not state.is_on(state.current_class)
-        return "the class is off" if off else "no round at k yet"
+        return OFF_NOTE if state.switched_off(state.current_class) else "no round at k yet"
     if base is not None and base.rounds:
         return "no time measured"
     if state.policy_session and state.is_on(state.current_class):  # no plain round comes while it stays on

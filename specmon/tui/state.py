@@ -214,6 +214,10 @@ class ViewState:
     def is_on(self, name: str) -> bool:
         return name not in self.removed and self.draft_len_by_class.get(name, 0) > 0
 
+    def switched_off(self, name: str) -> bool:
+        """The policy in force runs the class plain: its file says off, or a decision switched it off."""
+        return name in self.policy_off or name in self.off_by
+
     def plain_done(self, name: str) -> bool:
         """A prompt of the class finished with plain decoding alone (its rounds all at k = 0 so far)."""
         stats = self.classes.get(name)
