@@ -482,3 +482,21 @@ def test_the_class_tables_legend_keeps_each_mark_with_its_meaning():
     for phrase in ("? not yet known", "! noise", "~ busy host"):
         assert any(phrase in line for line in legend), (phrase, legend)
     assert not any(line.rstrip().endswith((" ?", " !", " ~", "(?", "(!")) for line in legend)
+
+
+def test_no_help_splits_a_value_or_command_at_a_hyphen(monkeypatch):
+    """`torch-` / `nopad` in bench engines' help, `jq 'select(.type ==` / `"RoundVerified") | .accepted'` in
+    log dump's: a help line breaks at spaces only, and a command to copy is an example line of its own."""
+    from specmon.cli.main import build_parser
+
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    split = {
+        " ".join(words): [line for line in command.format_help().splitlines() if re.search(r"\w-$", line)]
+        for words, command in every_command(build_parser())
+    }
+    assert {words: lines for words, lines in split.items() if lines} == {}
+    helps = {" ".join(words): command.format_help() for words, command in every_command(build_parser())}
+    engines = helps["bench engines"]
+    assert "torch-fp32, torch-nopack,\n" in engines and " torch-nopad, llamacpp" in engines
+    jq = "  specmon log dump LOG | jq 'select(.type == \"RoundVerified\") | .accepted'"
+    assert jq in helps["log dump"].splitlines()

@@ -48,6 +48,10 @@ EPILOG = """examples:
 class Parser(argparse.ArgumentParser):
     """A usage mistake is one message too, naming the flag: specmon: argument --top-p: ... (see `specmon run --help`)"""
 
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", Teaching)  # every command's help: its subcommands' parsers are Parsers
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):
         see = f"(see `{self.prog} --help`)"
         print_error(f"{message} {see}", [see])
@@ -202,9 +206,11 @@ def _add_logs(sub) -> None:
         "dump",
         help="every event as one JSON object a line (type, then its fields by name)",
         description="Write every event of LOG to stdout as one JSON object a line: its type "
-        'and its fields by name, e.g. `specmon log dump LOG | jq \'select(.type == "RoundVerified") '
-        "| .accepted'` or pandas.read_json(path, lines=True). A damaged log is written up to "
-        "the damage, which is named on stderr (exit 1).",
+        "and its fields by name, for jq or pandas.read_json(path, lines=True) (examples below). A damaged "
+        "log is written up to the damage, which is named on stderr (exit 1).",
+        epilog="examples:\n"
+        "  specmon log dump LOG | jq 'select(.type == \"RoundVerified\") | .accepted'\n"
+        "      each round's accepted draft tokens",
     )
     dump.add_argument("log", type=Path)
 

@@ -17,22 +17,32 @@ NOTE_INDENT = "    "  # a note that cannot sit beside its example goes on under 
 
 class Teaching(argparse.HelpFormatter):
     """Descriptions wrap to the terminal; the epilog's indented example lines stay as written, each
-    note beside its example where the line fits, else wrapped under it."""
+    note beside its example where the line fits, else wrapped under it. Prose wraps at spaces only:
+    a value (`torch-nopad`) or a command is never split at its hyphen."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         return "\n".join(self._fill_line(line, width, indent) for line in text.splitlines())
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return words_wrapped(text, width)
 
     def _fill_line(self, line: str, width: int, indent: str) -> str:
         if not line.strip():
             return line
         if not line.startswith(" "):
-            return super()._fill_text(line, width, indent)
+            return "\n".join(words_wrapped(line, width, indent))
         example = EXAMPLE.fullmatch(line)
         if example is None or len(line) <= width:
             return line  # a command is copied as written: never wrapped
         under = example["lead"] + NOTE_INDENT
-        note = textwrap.wrap(example["note"], width, initial_indent=under, subsequent_indent=under)
+        note = words_wrapped(example["note"], width, under)
         return "\n".join([example["lead"] + example["command"], *note])
+
+
+def words_wrapped(text: str, width: int, indent: str = "") -> list[str]:
+    """`text`'s words in lines of `width`, breaking at spaces only (argparse's own wrap breaks at hyphens)."""
+    flat = " ".join(text.split())
+    return textwrap.wrap(flat, width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def add_bench_tools(bench) -> None:
