@@ -417,3 +417,32 @@ def test_attach_asks_which_session_when_there_is_someone_to_ask(tmp_path, monkey
             server.close()
             channel.close()
     assert asked == ["attach to which? [1-2, Enter for 1] "]
+
+
+def test_attach_with_no_session_keeps_the_logs_round_count_and_command_whole(monkeypatch, capsys):
+    """At 80 columns the trial's message split `(1078` / `rounds): specmon replay ...`."""
+    import calendar
+    from types import SimpleNamespace
+
+    from specmon.cli import inspect
+    from specmon.cli.main import main
+
+    log = Path("logs/20261206-033031-c76629.specmon")
+    ended = calendar.timegm(time.strptime("2026-12-06 03:32:29", "%Y-%m-%d %H:%M:%S"))
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(inspect, "live_sessions", lambda: [])
+    monkeypatch.setattr(inspect, "runtime_dir", lambda: Path("/tmp/specmon-0"))
+    monkeypatch.setattr(inspect, "newest_log", lambda folder: log)
+    monkeypatch.setattr(inspect, "describe", lambda path: SimpleNamespace(ended=ended, rounds=1078))
+    try:
+        assert main(["attach", "--headless"]) == 2
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    lines = capsys.readouterr().err.splitlines()
+    assert any("(1078 rounds)" in line for line in lines), lines  # once `(1078` / `rounds): ...`
+    assert any("2026-12-06 03:32:29" in line for line in lines), lines
+    assert any(line.strip() == f"specmon replay {log}" or line.endswith(f": specmon replay {log}") for line in lines)
+    assert all(len(line) <= 80 for line in lines)

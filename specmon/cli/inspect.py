@@ -147,7 +147,7 @@ def pick_session(ask: bool) -> str:
     if len(sessions) == 1:
         return str(sessions[0].socket)
     if not sessions:
-        raise SpecmonError(_none_alive())
+        raise _none_alive()
     err.print(f"{len(sessions)} sessions are running:", highlight=False)
     for i, info in enumerate(sessions, 1):
         err.print(f"  {i}. {info.line()}", highlight=False, markup=False)  # wraps at words past the width
@@ -162,18 +162,30 @@ def pick_session(ask: bool) -> str:
     return str(sessions[int(answer) - 1].socket)
 
 
-def _none_alive() -> str:
+class NoSession(SpecmonError):
+    """No live session to attach to; `whole`: the phrases its wrap keeps on one line (when, how long, a command)."""
+
+    def __init__(self, message: str, whole: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.whole = whole
+
+
+def _none_alive() -> NoSession:
     where = f"no running session in {runtime_dir()}"
     log = newest_log(default_log_path("none").parent)
     if log is None:
-        return f"{where}; start one with `specmon run`"
+        return NoSession(f"{where}; start one with `specmon run`", ("`specmon run`",))
     info = describe(log)
     if info.ended is not None:
         ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended))
-        return f"{where}; the newest log, {log}, ended at {ended} ({count(info.rounds, 'round')}): specmon replay {log}"
-    return (
-        f"{where}; the newest log, {log}, has no end written (still being written, or its run was killed): "
-        f"specmon replay --follow {log}"
+        rounds, replay = f"({count(info.rounds, 'round')})", f"specmon replay {log}"
+        return NoSession(
+            f"{where}; the newest log, {log}, ended at {ended} {rounds}: {replay}", (ended, rounds, replay)
+        )
+    replay = f"specmon replay --follow {log}"
+    return NoSession(
+        f"{where}; the newest log, {log}, has no end written (still being written, or its run was killed): {replay}",
+        (replay,),
     )
 
 

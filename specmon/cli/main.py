@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             handler = getattr(args, "handler", None) or COMMANDS[args.command]  # a tool's own, else the command's
             return handler(args)
     except SpecmonError as exc:
-        print_error(str(exc))  # one message, no traceback
+        print_error(str(exc), getattr(exc, "whole", ()))  # one message, no traceback; its phrases kept whole
         return 2
     except Terminated as exc:
         print_error(f"ended by {exc}; the session log keeps every finished round")
