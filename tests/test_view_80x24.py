@@ -70,22 +70,24 @@ needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 
 def test_a_busy_host_shrinks_to_a_marker_before_the_sessions_fields_are_cut():
     state = ViewState()
-    state.apply(stalled(POLICY_EVENTS, lambda i: True))
+    state.apply(stalled(POLICY_EVENTS[:-1], lambda i: True))  # still running, every round disturbed
     wide = status_line(state, "fixture", []).plain
-    assert wide.startswith("host busy: 64/64 rounds · c10aa0 smollm2-cpu@vm · ngram policy · ended at ")
+    assert wide == "host busy: 64/64 rounds · c10aa0 smollm2-cpu@vm · ngram policy · 523 rounds"
+    title = status_line(state, "fixture", [], width=60).plain
+    assert title == "busy · c10aa0 smollm2-cpu@vm · ngram policy · 523 rounds"
+    state.apply(POLICY_EVENTS[-1:])  # it ended: its host was busy, as far as it knows (it said `busy`)
     title = status_line(state, "fixture", [], width=78).plain  # the title's width at 80 columns
-    assert title.startswith("busy · c10aa0 smollm2-cpu@vm · ngram policy · ended at ")
-    assert title.endswith(" · 523 rounds") and len(title) <= 78
-    state.apply(stalled(POLICY_EVENTS, lambda i: False)[1:])  # as many quiet rounds again: the host calmed
-    title = status_line(state, "fixture", [], width=78).plain
     assert title.startswith("was busy · c10aa0 smollm2-cpu@vm · ngram policy · ended ") and "…" not in title
+    assert title.endswith(" · 523 rounds") and len(title) <= 78
 
 
 def test_a_long_replay_position_drops_the_busy_marker_before_the_round_count():
     state = ViewState()
     state.apply(stalled(POLICY_EVENTS, lambda i: i < 100))  # busy early on, calm since: "was busy"
-    title = status_line(state, "fixture", [], lead="⏸ 10× ev 104567", width=78).plain
-    assert title == "⏸ 10× ev 104567 · c10aa0 smollm2-cpu · ngram policy · ended · 523 rounds"
+    title = status_line(state, "fixture", [], lead="⏸ 10× ev 104567", width=78).plain  # the profile goes first
+    assert title == "⏸ 10× ev 104567 · was busy · c10aa0 · ngram policy · ended · 523 rounds"
+    title = status_line(state, "fixture", [], lead="⏸ 10× ev 104567", width=len(title) - 1).plain
+    assert title == "⏸ 10× ev 104567 · c10aa0 · ngram policy · ended · 523 rounds"  # then the marker, not the count
     marked = "⏸ 10× ev 104567 · was busy · c10aa0 smollm2-cpu · ngram policy · ended · 523 rounds"
     assert status_line(state, "fixture", [], lead="⏸ 10× ev 104567", width=len(marked)).plain == marked
 
@@ -126,7 +128,7 @@ def test_replay_at_80_columns_shows_the_busy_marker_and_every_field_of_the_sessi
     log = write_log(tmp_path / "busy.specmon", stalled(POLICY_EVENTS, lambda i: True))
     screen = tmux_replay(log, lambda s: "523 rounds" in s or "…" in s.splitlines()[0], "the title drawn", "busy")
     title = screen.splitlines()[0].strip()
-    assert title.startswith("⏸ max ev 568 · busy · c10aa0 smollm2-cpu · ngram policy · ended · "), title
+    assert title.startswith("⏸ max ev 568 · was busy · c10aa0 · ngram policy · ended · "), title  # it ended
     assert title.endswith(" · 523 rounds") and "…" not in title, title
 
 

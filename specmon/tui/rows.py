@@ -195,7 +195,7 @@ def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | No
 def host_labels(state: ViewState) -> list[str]:
     """While recent rounds are disturbed: how many; once the host calmed, that and when it was busy.
     Longest first: a narrow title takes the first that fits, down to a one-word marker."""
-    if state.host_now_busy:
+    if state.host_now_busy and not state.finished:  # an ended session's host is busy no more, as far as it knows
         hit, recent = sum(state.host_recent), len(state.host_recent)
         return [f"host busy: {hit}/{recent} rounds", f"busy {hit}/{recent}", "busy"]
     if state.host_busy:
@@ -213,7 +213,7 @@ def ended_labels(state: ViewState) -> list[str]:
 # A title part: its wordings, longest first, and its style.
 Part = tuple[list[str], str]
 # what gives way, a step at a time, where the title is too narrow: the host's state to its marker first
-SHORTEN_STEPS = ("host", "host", "ended", "session", "ended")
+SHORTEN_STEPS = ("host", "host", "ended", "session", "ended", "session")
 
 
 def status_line(
@@ -222,14 +222,15 @@ def status_line(
     """The title bar, most important first so a narrow terminal cuts the least: the replay's
     position, alerts, the host's state, the session (short id, profile, host), its drafter and mode
     ("policy" or the k in force), when and how it ended, rounds; then `tail` where the width leaves
-    room. Too wide, the host's state shrinks to a marker, then `ended at`, the session's host and
-    the time it ended go, and last the host's marker."""
+    room. Too wide, the host's state shrinks to a marker, then `ended at`, the session's host, the
+    time it ended and its profile go, and last the host's marker."""
     parts: dict[str, Part] = {"lead": ([lead], "bold")} if lead else {}
     parts.update({f"alert{i}": ([alert], "bold red") for i, alert in enumerate(alerts)})
     if host := host_labels(state):
         parts["host"] = (host, "bold yellow")
     label = state.session_label() or source
-    parts["session"] = ([label, label.split("@", 1)[0]], "bold")
+    profile = label.split("@", 1)[0]
+    parts["session"] = ([label, profile, profile.split(" ", 1)[0]], "bold")  # last, the short id alone
     mode = state.mode_label()
     if state.session is not None:
         mode = f"{state.drafter_label()} {mode}".strip()
