@@ -247,3 +247,26 @@ def test_run_help_says_a_policy_run_decodes_each_prompt_once():
     said = " ".join(done.stdout.split())
     assert "with --policy, decode each prompt once, as the policy decides." in said
     assert "choose k per class, each prompt decoded once (no plain run beside it;" in said
+
+
+@pytest.mark.parametrize(
+    "command, kept",
+    [
+        (["proxy", "--upstream", "http://127.0.0.1:9"], "every finished request"),
+        (["watch", "http://127.0.0.1:9"], "every read"),
+    ],
+)
+def test_an_interrupted_server_command_says_what_its_log_keeps(command, kept, monkeypatch, capsys):
+    """A proxy's or a watch's log has no rounds: Ctrl-C says what it does keep."""
+    import importlib
+
+    from specmon.cli.main import main
+
+    module = importlib.import_module(f"specmon.cli.{command[0]}")
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, f"cmd_{command[0]}", interrupted)
+    assert main(command) == 130
+    assert capsys.readouterr().err.strip() == f"specmon: interrupted; the session log keeps {kept}"

@@ -368,11 +368,16 @@ def main(argv: list[str] | None = None) -> int:
         print_error(str(exc), getattr(exc, "whole", ()))  # one message, no traceback; its phrases kept whole
         return 2
     except Terminated as exc:
-        print_error(f"ended by {exc}; the session log keeps every finished round")
+        print_error(f"ended by {exc}; the session log keeps {_kept(args)}")
         return 128 + exc.signum
     except KeyboardInterrupt:
-        print_error("interrupted; the session log keeps every finished round")
+        print_error(f"interrupted; the session log keeps {_kept(args)}")
         return 130
+
+
+def _kept(args) -> str:
+    """What a session log keeps of a command cut short: a run's rounds, a proxy's requests, a watch's reads."""
+    return getattr(args, "log_keeps", "every finished round")
 
 
 def _lazy(module: str, name: str):

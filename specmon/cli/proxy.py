@@ -57,7 +57,7 @@ def add_proxy(sub, whole, share) -> None:
     )
     proxy.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
     proxy.add_argument("--headless", action="store_true", help="print one line per request instead of the TUI")
-    proxy.set_defaults(handler=cmd_proxy)
+    proxy.set_defaults(handler=cmd_proxy, log_keeps="every finished request")
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ def add_watch(sub, positive_seconds) -> None:
     watch.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
     watch.add_argument("--listen", metavar="127.0.0.1:PORT", help="also serve events over TCP (as run --listen)")
     watch.add_argument("--headless", action="store_true", help="print one line per window instead of the TUI")
-    watch.set_defaults(handler=cmd_watch)
+    watch.set_defaults(handler=cmd_watch, log_keeps="every read")
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
