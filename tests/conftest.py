@@ -68,10 +68,14 @@ def round_ids():
     return itertools.count()
 
 
+TINY_VERIFY_COSTS = (1.0, 1.2, 1.21, 1.21, 1.28, 1.28, 1.28, 1.31, 1.31)  # plain steps, T = 1..9
+
+
 @pytest.fixture(scope="session")
 def live_session(tmp_path_factory):
     """A real policy-driven session on the tiny model (the shipped policy, three passes over the
-    built-in suite): its events as the live run held them, and its log, decided by today's rule."""
+    built-in suite): its events as the live run held them, and its log, decided by today's rule on a
+    pinned verify curve (timed under load, a flat curve made no decision and failed its users)."""
     from specmon.backends.loader import load_pair
     from specmon.backends.profiles import DrafterSpec
     from specmon.engine.prompts import builtin_suite
@@ -84,7 +88,10 @@ def live_session(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("live")
     policy_file = tmp / "policy.toml"
     policy_file.write_text((REPO / "policies" / "default.toml").read_text())
-    profile = load_profile(str(tiny_profile(tmp)))
+    profile_path = tiny_profile(tmp)
+    # the tiny model's curve as a quiet host times it: its decisions must not hang on this host's load
+    profile_path.write_text(f"verify_costs = {list(TINY_VERIFY_COSTS)}\n" + profile_path.read_text())
+    profile = load_profile(str(profile_path))
     policy = load_policy(policy_file)
     pair = load_pair(profile, DrafterSpec(kind="ngram", draft_len=4))
     with open_session(pair, profile, pair.drafter, tmp / "live.specmon", policy=policy, announce=False) as session:
