@@ -363,3 +363,16 @@ async def test_a_refused_edit_at_80x24_takes_the_texts_rows_and_hides_no_border(
         assert screen[19].startswith("─ policy edit refused ─")  # under them, in the text's rows
         assert squash(ERROR) in squash(" ".join(screen[20:23]))
         assert "╭─ text" not in "\n".join(screen)
+
+
+async def test_the_text_pane_has_no_scrollbar_over_its_lines_after_text_only_and_back():
+    app = prefilled(POLICY_EVENTS)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await drawn(app, pilot, POLICY_EVENTS)
+        await pilot.press("t")
+        await pilot.pause()
+        await pilot.press("t")
+        await pilot.pause()
+        await pilot.pause()
+        inside = [line[1:-1] for line in region_lines(app, "text-box")[1:-1]]
+        assert inside and not any(mark in line for line in inside for mark in "▁▂▃▄▅▆▇█"), inside  # it drew ▃▃
