@@ -206,7 +206,7 @@ def ngram_llama_proxied(log: Path, lines: list[str]):
         upstream.metrics_page = "llama-server-after.txt"  # 9 drafts counted
         with proxy(log, upstream.url, scrape_s=0.05) as p:
             p.options.line = lines.append
-            wait_until(lambda: p.last_counted is not None, "the proxy's first read of the upstream's /metrics")
+            wait_until(lambda: p.reads.last_counted is not None, "the proxy's first read of the upstream's /metrics")
             ask(p.url, "chat", False, "beta please")
             yield upstream, p
 

@@ -66,7 +66,7 @@ def end_of_proxy(proxying: Proxying, log_path: Path) -> Group:
     """The per-class table and the advice, in the light of the last read that found the upstream's counters
     (one that failed, the upstream stopped first, says nothing of its drafting), then `log: PATH` on a line
     of its own, whole where it fits (in the table's title it wrapped at column 0 between `(log:` and it)."""
-    counted = [proxying.last_counted] if proxying.last_counted is not None else []
+    counted = [proxying.reads.last_counted] if proxying.reads.last_counted is not None else []
     logged = f"log: {log_path}"
     return Group(proxy_summary([*proxying.requests, *counted], proxying.router.policy), Hanging(logged, whole=[logged]))
 

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import socket
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -16,19 +15,18 @@ import httpx
 import msgspec
 import uvicorn
 
-from specmon.events.schema import PolicyLoaded, RequestTimed, ServerScraped
+from specmon.events.schema import PolicyLoaded, RequestTimed
 from specmon.policy.reload import print_reload
 from specmon.policy.schema import Policy
 from specmon.proxy.app import ProxyState, build_app
 from specmon.proxy.pool import Pool, Upstream
 from specmon.proxy.relay import Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Router
-from specmon.proxy.tables import LIVE_LINES, request_lines
+from specmon.proxy.reads import UpstreamReads
+from specmon.proxy.tables import request_lines
 from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import HEAD_TIMEOUT_S, MAX_CONNECTIONS
 from specmon.server.runner import OnThread, bind, uvicorn_config
-from specmon.watch.scrape import client as scrape_client
-from specmon.watch.scrape import scrape
 
 SCRAPE_S = 1.0  # the view's counters move once a second, as `specmon watch`'s do by default
 # no read deadline: a reply that is not streamed arrives whole at its end, minutes later on a CPU
@@ -98,8 +96,6 @@ class Proxying(OnThread):
     def __init__(self, session_id: str, publish: Callable, policy: Policy, options: ProxyOptions):
         self.session_id, self.publish, self.options = session_id, publish, options
         self.requests: list[RequestTimed] = []  # for the end-of-run table: one small event per request
-        # the upstream's latest /metrics that found the counters (does it draft at all): a failed read says nothing
-        self.last_counted: ServerScraped | None = None
         say = self._say if options.line else print_notice
         pools = {SPEC: Pool(SPEC, options.upstreams, say)}
         if options.plain_upstreams:
@@ -120,7 +116,15 @@ class Proxying(OnThread):
         self.address = self.socket.getsockname()[:2]
         logging.getLogger("uvicorn.error").addFilter(QUIET)
         config = uvicorn_config(build_app(self.state), HEAD_TIMEOUT_S, MAX_CONNECTIONS)
-        self.server = _Uvicorn(config, self.client, self._scrape_upstream if options.scrape_s else None)
+        self.reads = UpstreamReads(
+            session_id,
+            options.upstreams[0],
+            publish,
+            options.scrape_s or 0.0,
+            options.upstream_key,
+            lambda: options.line is not None,
+        )
+        self.server = _Uvicorn(config, self.client, self.reads.run if options.scrape_s else None)
 
     def run(self) -> None:
         """Serve until a signal (or stop())."""
@@ -128,27 +132,6 @@ class Proxying(OnThread):
             self.server.run(sockets=[self.socket])
         finally:
             self.socket.close()
-
-    async def _scrape_upstream(self) -> None:
-        """The upstream's counters as ServerScraped events, published from this loop like the requests."""
-        with scrape_client(self.options.upstream_key.decode() if self.options.upstream_key else None) as http:
-            while True:
-                try:
-                    read = await asyncio.to_thread(scrape, http, self.options.upstreams[0], "auto", self.session_id)
-                except Exception as exc:  # an unforeseen page must not end the reads for the rest of the session
-                    read = ServerScraped(
-                        session_id=self.session_id,
-                        t=time.time(),
-                        url=self.options.upstreams[0],
-                        kind="",
-                        error=repr(exc),
-                    )
-                self.publish(read)
-                if read.drafts is not None:
-                    self.last_counted = read
-                if self.options.line is not None:
-                    LIVE_LINES.read(read)  # the headless line's notice says whether the upstream drafts
-                await asyncio.sleep(self.options.scrape_s)
 
     def _done(self, exchange: Exchange, member: Upstream | None) -> None:
         event = exchange.event(self.session_id)
