@@ -289,6 +289,7 @@ class RequestTimed(Event, tag="request", kw_only=True):
     spec_steps: int | None = None  # verification steps (vLLM's num_spec_steps); None where not given
     accepted_per_pos: list[int] = []  # steps whose accepted prefix reached past position i (vLLM's histogram)
     upstream_url: str = ""  # which upstream of the side's pool answered ("" if none did)
+    routed: str = ""  # the side the policy chose, where none of its upstreams answered and `upstream` did
 
 
 # New event types are added at the end; old logs never contain them and still decode.
