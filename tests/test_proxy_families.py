@@ -243,14 +243,17 @@ def test_the_end_of_a_proxy_reads_its_last_counted_read_and_gives_the_log_on_a_l
     assert [line for line in shown if str(log) in line] == [f"log: {log}"]
 
 
-def test_a_vllm_stream_without_its_usage_chunk_is_known_as_vllm_and_says_how_to_get_it(tmp_path):
+def test_a_vllm_stream_whose_client_asks_no_usage_is_measured_and_the_client_gets_no_usage_chunk(tmp_path):
+    """The proxy asks vLLM for the usage chunk its `metrics` ride on, reads it, and drops it for the client."""
     log = tmp_path / "p.specmon"
     with VllmStandin(vllm_figures) as vllm, proxy(log, vllm.url) as p:
-        ask(p.url, "chat", True, "alpha please", NEVER)
+        raw = ask(p.url, "chat", True, "alpha please", NEVER)
     (ev,) = timed(log)
-    assert (ev.family, ev.draft_n, ev.predicted_n) == ("vllm", None, None)  # its finish chunk's stop_reason
-    (said,) = notices([ev])
-    assert "stream_options.include_usage" in said and "--enable-force-include-usage" in said
+    f = vllm_figures({"messages": [{"content": "alpha please"}]})
+    assert (ev.family, ev.draft_n, ev.draft_n_accepted, ev.predicted_n) == ("vllm", f.drafted, f.accepted, f.generated)
+    assert vllm.sent[0][1]["stream_options"] == {"include_usage": True}  # asked upstream
+    assert b'"usage"' not in raw and raw.endswith(b"data: [DONE]\n\n")  # not handed to the client
+    assert notices([ev]) == []
 
 
 def test_without_a_decode_time_the_proxys_clock_is_shown_as_such(tmp_path):

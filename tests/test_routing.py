@@ -167,20 +167,20 @@ def test_a_pool_takes_the_member_with_fewest_outstanding_and_spreads_ties():
     said: list[str] = []
     pool = pools.Pool(SPEC, ["http://a", "http://b", "http://c"], said.append)
     a, b, c = pool.members
-    assert pool.pick() is a
+    assert pool.up()[0] is a
     a.outstanding, a.sent = 1, 1
-    assert pool.pick() is b
+    assert pool.up()[0] is b
     b.sent = 1
-    assert pool.pick() is c  # b and c both idle: c has been sent fewer
+    assert pool.up()[0] is c  # b and c both idle: c has been sent fewer
     pool.failed(c, "connection refused")
     pool.failed(c, "connection refused")
-    assert said == ["upstream http://c (spec) is down (connection refused): left out, retried every 5 s"]
-    assert pool.pick() is b and pool.live() == 2
-    assert pool.pick(now=c.down_until + 0.1) is c  # due a retry: tried by the next request that can use it
+    assert said == ["upstream http://c (spec) is down (connection refused): left out, its /health asked every 5 s"]
+    assert pool.up() == [b, a] and pool.live() == 2
+    assert pools.candidates([pool]) == [b, a, c]  # a member down is tried only after every one up
     pool.answered(c)
     assert said[-1].startswith("upstream http://c (spec) answers again after") and len(said) == 2
     pool.failed(a, "refused"), pool.failed(b, "refused"), pool.failed(c, "refused")
-    assert pool.pick() is a  # every member down: the one due soonest, never a request refused unsent
+    assert pools.candidates([pool]) == [a, b, c]  # every member down: still tried, never a request refused unsent
 
 
 def test_through_the_proxy_a_dead_member_is_left_out_said_once_and_the_busy_one_passed_over(tmp_path):
@@ -218,7 +218,7 @@ def test_through_the_proxy_a_dead_member_is_left_out_said_once_and_the_busy_one_
             finally:
                 proxying.stop()
     down = [line for line in lines if "is down" in line]
-    assert down == [f"upstream {dead} (spec) is down (connection refused): left out, retried every 5 s"]
+    assert down == [f"upstream {dead} (spec) is down (connection refused): left out, its /health asked every 5 s"]
     events = timed(log)
     assert len(events) == 8 and {e.status for e in events} == {200}
     assert {e.upstream_url for e in events} == {a.url, b.url} and len(a.requests) + len(b.requests) == 8

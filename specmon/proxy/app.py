@@ -11,8 +11,10 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from collections.abc import Coroutine
 from typing import Callable
 
+import anyio
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -22,14 +24,20 @@ from starlette.routing import Route
 
 from specmon.events.schema import PolicyLoaded
 from specmon.proxy.classes import body_fields, request_class
-from specmon.proxy.pool import Pool, Upstream, send
-from specmon.proxy.relay import CLIENT_LEFT, Exchange, Relay, sent_on
-from specmon.proxy.routing import SPEC, Router
+from specmon.proxy.pool import Pool, Upstream, anyone, candidates, failed_over, send, timed_out, unreachable
+from specmon.proxy.relay import CLIENT_LEFT, UNREACHABLE, UPSTREAM_STALLED, Exchange, Opened, Relay, reason, sent_on
+from specmon.proxy.usage import UsageCut, ask_upstream, asking
+from specmon.proxy.routing import Router
 from specmon.server.app import authorize, class_header, disconnected, error_response, read_body
 from specmon.server.errors import ApiError, status_error
 
 MAX_BODY_BYTES = 32 << 20  # llama-server takes long contexts and inline images; a runaway upload still stops
 BODY_TIMEOUT_S = 30.0
+IDLE_TIMEOUT_S = 120.0  # no byte from an upstream for this long: it is hung (a slow CPU prefill still sends its head)
+WHOLE_REPLY_FACTOR = 10  # a reply not streamed sends nothing until it is decoded: its deadline is this many idle ones
+LOOKUP_TIMEOUT_S = 10.0  # a GET passed through (/health, /v1/models) answers in far less, and may go elsewhere
+CONNECT_TIMEOUT_S = 10.0
+WRITE_TIMEOUT_S = 60.0
 ENDPOINTS = {
     "/v1/chat/completions": "chat",
     "/chat/completions": "chat",
@@ -37,6 +45,7 @@ ENDPOINTS = {
     "/completions": "completion",
 }
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+LOOKUPS = {"GET", "HEAD"}  # idempotent: one that times out is asked again of another member
 
 
 @dataclass
@@ -51,6 +60,13 @@ class ProxyState:
     body_timeout_s: float = BODY_TIMEOUT_S
     on_refused: Callable[[str, ApiError], None] | None = None  # the headless line of a refused request
     on_policy: Callable[[PolicyLoaded], None] = lambda event: None  # a reload taken or refused
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+
+    def deadline(self, read_s: float) -> httpx.Timeout:
+        return httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=read_s, write=WRITE_TIMEOUT_S, pool=None)
+
+    def stalled(self, member: Upstream) -> Callable[[str], None]:
+        return lambda why: self.pools[member.side].failed(member, why)
 
 
 def build_app(state: ProxyState) -> Starlette:
@@ -61,11 +77,22 @@ def build_app(state: ProxyState) -> Starlette:
         if request.url.path != "/health":  # as `specmon serve`: a load balancer's health check carries no key
             authorize(request, state)
         body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
-        member, reply = await send(
-            state.client, state.pools[SPEC], request.method, _path(request), _headers(request, state), body
-        )
-        member.outstanding -= 1  # only classified requests are counted as outstanding: these are short
-        return Relay(reply, None, lambda exchange: None)
+        lookup = request.method in LOOKUPS
+        timeout = state.deadline(LOOKUP_TIMEOUT_S if lookup else state.idle_timeout_s)
+        headers, path = _headers(request, state), _path(request)
+
+        def build(member: Upstream) -> httpx.Request:
+            return state.client.build_request(
+                request.method, member.url + path, headers=headers, content=body, timeout=timeout
+            )
+
+        sent = await _unless_client_leaves(request, _open(state, list(state.pools.values()), build, anyone, lookup))
+        if sent is None:
+            return Response(status_code=CLIENT_LEFT)
+        if isinstance(sent, ApiError):
+            raise sent
+        member, opened = sent
+        return Relay(opened, None, lambda exchange: _give_back(member), on_stall=state.stalled(member))
 
     async def api_error(request: Request, exc: ApiError) -> Response:
         if state.on_refused is not None:
@@ -92,40 +119,77 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
     fields = body_fields(body)
     name, rule = request_class(state.router.policy, endpoint, fields, class_header(request))
     side = state.router.side(name)
+    stream = fields.get("stream") is True
     exchange = Exchange(
         request_id=uuid.uuid4().hex[:16],
         prompt_class=name,
         class_rule=rule,
         upstream=side,
         endpoint=endpoint,
-        stream=fields.get("stream") is True,
+        stream=stream,
         arrived=arrived,
     )
-    sending = asyncio.ensure_future(
-        send(state.client, state.pools[side], "POST", _path(request), _headers(request, state), body)
-    )
-    sent = await _unless_client_leaves(request, sending)
+    pools = [state.pools[side], *(pool for other, pool in state.pools.items() if other != side)]
+    timeout = state.deadline(state.idle_timeout_s * (1 if stream else WHOLE_REPLY_FACTOR))
+    headers, path, asked = _headers(request, state), _path(request), set()
+
+    def build(member: Upstream) -> httpx.Request:
+        content = body
+        if ask_upstream(fields, member.family):  # figures its family sends only on request
+            content = asking(fields)
+            asked.add(member.url)
+        return state.client.build_request("POST", member.url + path, headers=headers, content=content, timeout=timeout)
+
+    sent = await _unless_client_leaves(request, _open(state, pools, build, candidates, False))
     if sent is None:  # a reply not begun (llama-server sends a JSON reply's head at its end): the client left first
         exchange.status, exchange.ended = CLIENT_LEFT, time.perf_counter()
         state.on_request(exchange, None)
         return Response(status_code=CLIENT_LEFT)
     if isinstance(sent, ApiError):
-        state.on_request(exchange, None)  # status 0: unreachable, logged as such
+        exchange.status = UPSTREAM_STALLED if sent.status == UPSTREAM_STALLED else UNREACHABLE
+        state.on_request(exchange, None)  # logged as such
         raise sent
-    member, reply = sent
-    return Relay(reply, exchange, lambda ended: state.on_request(ended, member))
+    member, opened = sent
+    exchange.upstream = member.side
+    exchange.routed = side if failed_over(pools[0], member) else ""
+    cut = UsageCut() if stream and member.url in asked else None  # the client gets no usage it did not ask for
+    return Relay(opened, exchange, lambda ended: state.on_request(ended, member), cut, state.stalled(member))
 
 
-async def _unless_client_leaves(
-    request: Request, sending: asyncio.Future
-) -> tuple[Upstream, httpx.Response] | ApiError | None:
-    """The upstream's reply head, or None if the client disconnected first (the upstream request is
-    then cancelled, so the upstream stops decoding); an unreachable upstream as its ApiError."""
+async def _open(
+    state: ProxyState, pools: list[Pool], build: Callable[[Upstream], httpx.Request], order, lookup: bool
+) -> tuple[Upstream, Opened]:
+    """The first member that answers, with its reply's first bytes read; a 504 where they do not come
+    in time (the member marked down), a 502 where nothing answers."""
+    member, reply = await send(state.client, pools, build, order, retry_timeouts=lookup)
+    try:
+        return member, await Opened.read(reply)
+    except BaseException as exc:
+        _give_back(member)
+        with anyio.CancelScope(shield=True):
+            await reply.aclose()
+        if isinstance(exc, httpx.TimeoutException):
+            state.pools[member.side].failed(member, reason(exc))
+            raise timed_out(member.url) from None
+        if isinstance(exc, httpx.TransportError):
+            raise unreachable(member.url, reason(exc)) from None
+        raise
+
+
+def _give_back(member: Upstream) -> None:
+    member.outstanding -= 1
+
+
+async def _unless_client_leaves(request: Request, sending: Coroutine) -> tuple[Upstream, Opened] | ApiError | None:
+    """The upstream's reply, opened, or None if the client disconnected first (the upstream request is
+    then cancelled, so the upstream stops decoding); an upstream that did not answer as its ApiError."""
+    sending = asyncio.ensure_future(sending)
     gone = asyncio.ensure_future(disconnected(request))
     try:
         await asyncio.wait({sending, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not sending.done():
             sending.cancel()
+            await asyncio.wait({sending})  # its reply is closed before the client's slot is given back
             return None
         try:
             return sending.result()

@@ -1,11 +1,18 @@
-"""A side's upstreams (the same model behind each): a request goes to the one with the fewest
-requests outstanding; one that refuses a connection is left out, retried after RETRY_S, and said
-once when it goes and once when it answers again. Only a failed connect moves a request to the
-next upstream: nothing of it reached the first, so sending it again cannot decode it twice."""
+"""The upstreams (the same model behind each, on both sides) and how a request finds one that answers,
+as Envoy's upstream clusters do: a request goes to the member of its side with the fewest requests
+outstanding; a member that refuses a connection, drops it before a reply, or sends no byte within its
+deadline is marked down, left out, and probed (GET /health) every RETRY_S until it answers. A request
+whose side has no member up goes to the other side (a failover, said once per outage); only when no
+member of either side answers is it a 502 (refused) or a 504 (timed out).
+
+A request is sent again elsewhere only where the first member gave nothing back: a refused or dropped
+connection. One that timed out may still be decoding it, so that request ends in a 504 instead."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable
 
@@ -14,18 +21,19 @@ import httpx
 from specmon.proxy.relay import reason
 from specmon.server.errors import ApiError
 
-RETRY_S = 5.0  # a down upstream is tried again after this long (by the next request that could use it)
-NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)  # the request never reached the upstream
+RETRY_S = 5.0  # a down member's /health is asked this often
+PROBE_TIMEOUT_S = 5.0  # a /health slower than this is no answer
+NOT_ANSWERED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
 
 
-@dataclass
+@dataclass(eq=False)
 class Upstream:
     url: str  # base URL, no trailing slash
     side: str
     outstanding: int = 0
     sent: int = 0  # requests sent, to spread ties evenly
-    down_until: float = 0.0  # monotonic clock; 0.0: up
-    down_since: float = 0.0
+    down_since: float = 0.0  # monotonic clock; 0.0: up
+    family: str = ""  # the reply shape last read from it (proxy.evidence), "" until one is
 
     @property
     def down(self) -> bool:
@@ -36,69 +44,131 @@ class Pool:
     def __init__(self, side: str, urls: list[str], say: Callable[[str], None] = lambda line: None):
         self.side, self.say = side, say
         self.members = [Upstream(url, side) for url in urls]
+        self.client: httpx.AsyncClient | None = None  # for the probes; set by whoever owns the client
+        self.failing_over = False  # said once per outage of the whole side
+        self._probes: dict[str, asyncio.Task] = {}
 
-    def pick(self, tried: set[str] = frozenset(), now: float | None = None) -> Upstream | None:
-        """The member to send to: least outstanding among those up or due a retry; with every
-        member down and none due, the one due soonest (a request is never refused unsent)."""
-        now = time.monotonic() if now is None else now
-        left = [u for u in self.members if u.url not in tried]
-        ready = [u for u in left if u.down_until <= now]
-        if ready:
-            return min(ready, key=lambda u: (u.outstanding, u.sent))
-        return min(left, key=lambda u: u.down_until) if left else None
+    def up(self) -> list[Upstream]:
+        """Members up, fewest outstanding first."""
+        return sorted((u for u in self.members if not u.down), key=lambda u: (u.outstanding, u.sent))
 
     def failed(self, member: Upstream, why: str) -> None:
-        """It refused a connection: left out for RETRY_S; said when it first goes."""
-        now = time.monotonic()
-        member.down_until = now + RETRY_S
-        if not member.down:
-            member.down_since = now
-            self.say(f"upstream {member.url} ({self.side}) is down ({why}): left out, retried every {RETRY_S:.0f} s")
+        """It did not answer: left out and probed until it does; said when it first goes."""
+        if member.down:
+            return
+        member.down_since = time.monotonic()
+        self.say(
+            f"upstream {member.url} ({self.side}) is down ({why}): left out, its /health asked every {RETRY_S:.0f} s"
+        )
+        if self.client is not None and member.url not in self._probes:
+            self._probes[member.url] = asyncio.get_running_loop().create_task(self._probe(member))
 
     def answered(self, member: Upstream) -> None:
         if member.down:
             self.say(
                 f"upstream {member.url} ({self.side}) answers again after {time.monotonic() - member.down_since:.0f} s"
             )
-        member.down_until = member.down_since = 0.0
+            member.down_since = 0.0
+        if self.failing_over:
+            self.failing_over = False
+            self.say(f"the {self.side} side answers again: its classes go back to it")
 
     def live(self) -> int:
         return sum(not u.down for u in self.members)
 
+    async def _probe(self, member: Upstream) -> None:
+        try:
+            while member.down:
+                await asyncio.sleep(RETRY_S)
+                try:
+                    reply = await self.client.get(member.url + "/health", timeout=PROBE_TIMEOUT_S)
+                except httpx.TransportError:
+                    continue
+                if reply.status_code < 500:  # 503: still loading its model; 404: up, without /health
+                    self.answered(member)
+        finally:
+            self._probes.pop(member.url, None)
+
+    def close(self) -> None:
+        for task in list(self._probes.values()):
+            task.cancel()
+
+
+def candidates(pools: Sequence[Pool]) -> list[Upstream]:
+    """In the order a request tries them: the first side's members up, then the other side's, then
+    those down (nothing else answers: one may be back before its probe says so)."""
+    up = [u for pool in pools for u in pool.up()]
+    return up + [u for pool in pools for u in pool.members if u.down]
+
+
+def anyone(pools: Sequence[Pool]) -> list[Upstream]:
+    """For a path passed through (no side: /health, /v1/models): every member up, fewest outstanding first."""
+    up = sorted((u for pool in pools for u in pool.up()), key=lambda u: (u.outstanding, u.sent))
+    return up + [u for pool in pools for u in pool.members if u.down]
+
 
 async def send(
-    client: httpx.AsyncClient, pool: Pool, method: str, path: str, headers, body: bytes
+    client: httpx.AsyncClient,
+    pools: Sequence[Pool],
+    request: Callable[[Upstream], httpx.Request],
+    order: Callable[[Sequence[Pool]], list[Upstream]] = candidates,
+    retry_timeouts: bool = False,
 ) -> tuple[Upstream, httpx.Response]:
-    """The reply head of the first member that takes the connection; a 502 in the one error shape
-    when none does, or when one took it and then failed."""
-    tried: set[str] = set()
-    why = "no upstream"
-    while (member := pool.pick(tried)) is not None:
-        tried.add(member.url)
+    """The reply head of the first member that answers, its `outstanding` counted (the caller gives it
+    back); a 502 where none answers, a 504 where the one that took the request sent nothing in time
+    (`retry_timeouts`: an idempotent request asks the next member instead)."""
+    by_side = {pool.side: pool for pool in pools}
+    why, where = "no upstream", pools[0].members[0].url
+    for member in order(pools):
+        pool = by_side[member.side]
         member.outstanding += 1
         member.sent += 1
         try:
-            reply = await client.send(
-                client.build_request(method, member.url + path, headers=headers, content=body), stream=True
-            )
-        except NOT_SENT as exc:
+            reply = await client.send(request(member), stream=True)
+        except httpx.TimeoutException as exc:
             member.outstanding -= 1
-            why = reason(exc)
+            pool.failed(member, reason(exc))
+            if isinstance(exc, httpx.ConnectTimeout) or retry_timeouts:
+                why, where = reason(exc), member.url
+                continue
+            raise timed_out(member.url) from None
+        except NOT_ANSWERED as exc:
+            member.outstanding -= 1
+            why, where = reason(exc), member.url
             pool.failed(member, why)
             continue
         except httpx.TransportError as exc:
             member.outstanding -= 1
-            raise _unreachable(member.url, reason(exc)) from None
+            raise unreachable(member.url, reason(exc)) from None
         except BaseException:  # cancelled (the client left): the slot is free again
             member.outstanding -= 1
             raise
         pool.answered(member)
         return member, reply
-    where = pool.members[0].url if len(pool.members) == 1 else f"every {pool.side} upstream"
-    raise _unreachable(where, why)
+    members = sum(len(pool.members) for pool in pools)
+    raise unreachable(where if members == 1 else "every upstream", why)
 
 
-def _unreachable(where: str, why: str) -> ApiError:
+def failed_over(routed: Pool, member: Upstream) -> bool:
+    """Whether a request routed to `routed` was answered by the other side; said once per outage."""
+    if member.side == routed.side:
+        return False
+    if not routed.failing_over:
+        routed.failing_over = True
+        routed.say(f"no {routed.side} upstream answers: its requests go to the {member.side} side until one does")
+    return True
+
+
+def unreachable(where: str, why: str) -> ApiError:
     return ApiError(
         502, f"the upstream {where} did not answer ({why})", type="server_error", code="upstream_unreachable"
+    )
+
+
+def timed_out(where: str) -> ApiError:
+    return ApiError(
+        504,
+        f"the upstream {where} sent nothing within the proxy's idle timeout (--idle-timeout)",
+        type="server_error",
+        code="upstream_timeout",
     )

@@ -9,6 +9,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Callable
 
 import anyio
@@ -19,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from specmon.events.schema import RequestTimed
 from specmon.proxy.evidence import Evidence, ReplyReader
-from specmon.server.errors import ApiError
+from specmon.proxy.usage import UsageCut
 
 HOP_BY_HOP = frozenset(
     b"connection keep-alive proxy-authenticate proxy-authorization te trailer trailers transfer-encoding upgrade".split()
@@ -27,7 +28,7 @@ HOP_BY_HOP = frozenset(
 # host and length are the new connection's; accept-encoding: a compressed reply could not be read
 NOT_SENT_ON = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
 NOT_RELAYED = HOP_BY_HOP | {b"server", b"date"}  # uvicorn writes its own
-CLIENT_LEFT, UPSTREAM_BROKE, UNREACHABLE = 499, 502, 0
+CLIENT_LEFT, UPSTREAM_BROKE, UPSTREAM_STALLED, UNREACHABLE = 499, 502, 504, 0
 
 
 class UpstreamBroke(Exception):
@@ -63,6 +64,7 @@ class Exchange:
     first_byte: float | None = None
     ended: float | None = None
     evidence: Evidence | None = None
+    routed: str = ""  # the side the policy chose, where the request failed over from it
 
     def event(self, session_id: str) -> RequestTimed:
         e = self.evidence if self.evidence is not None else Evidence()
@@ -87,6 +89,7 @@ class Exchange:
             family=e.family,
             spec_steps=e.steps,
             accepted_per_pos=list(e.accepted_per_pos),
+            routed=self.routed,
         )
 
 
@@ -96,44 +99,68 @@ def sent_on(request: Request, keep_auth: bool) -> list[tuple[bytes, bytes]]:
     return [(k, v) for k, v in request.headers.raw if k.lower() not in dropped]
 
 
-async def open_reply(client: httpx.AsyncClient, method: str, url: str, headers, body: bytes) -> httpx.Response:
-    """The upstream's reply, its head read and its body not yet; a 502 in the one shape if it cannot be had."""
-    try:
-        return await client.send(client.build_request(method, url, headers=headers, content=body), stream=True)
-    except httpx.TransportError as exc:
-        origin = httpx.URL(url).copy_with(path="/", query=None)
-        raise ApiError(
-            502,
-            f"the upstream {str(origin).rstrip('/')} did not answer ({reason(exc)})",
-            type="server_error",
-            code="upstream_unreachable",
-        ) from None
+class Opened:
+    """An upstream's reply with its first body bytes already read (or b"" for an empty body): a reply
+    that stalls before them can still be a 504, since nothing has gone to the client yet."""
+
+    def __init__(self, reply: httpx.Response, first: bytes, rest: AsyncIterator[bytes]):
+        self.reply, self.first, self.rest = reply, first, rest
+        self.at = time.perf_counter()  # the first body byte, on the relay's clock
+
+    @classmethod
+    async def read(cls, reply: httpx.Response) -> Opened:
+        """Raises httpx's TimeoutException where no byte comes within the read deadline."""
+        rest = reply.aiter_raw()
+        try:
+            first = await anext(rest)
+        except StopAsyncIteration:
+            first = b""
+        return cls(reply, first, rest)
 
 
 class Relay(StreamingResponse):
-    """The upstream's reply, byte for byte as it arrives; `on_end(exchange)` once it is over, however
-    it ended (whole, the client gone: 499, or the upstream gone mid-reply: 502)."""
+    """The upstream's reply, byte for byte as it arrives (less the usage the client did not ask for,
+    where `cut` is given); `on_end(exchange)` (None for a path passed through) once it is over, however it ended (whole, the client gone:
+    499, the upstream gone mid-reply: 502, or silent past its idle deadline: 504, `on_stall` called)."""
 
-    def __init__(self, reply: httpx.Response, exchange: Exchange | None, on_end: Callable[[Exchange], None]):
-        super().__init__(self._relay(), status_code=reply.status_code)
-        self.raw_headers = [(k, v) for k, v in reply.headers.raw if k.lower() not in NOT_RELAYED]
-        self.reply, self.exchange, self.on_end = reply, exchange, on_end
+    def __init__(
+        self,
+        opened: Opened,
+        exchange: Exchange | None,
+        on_end: Callable[[Exchange | None], None],
+        cut: UsageCut | None = None,
+        on_stall: Callable[[str], None] = lambda why: None,
+    ):
+        reply = opened.reply
+        super().__init__(self._relay(opened), status_code=reply.status_code)
+        dropped = NOT_RELAYED | {b"content-length"} if cut is not None else NOT_RELAYED
+        self.raw_headers = [(k, v) for k, v in reply.headers.raw if k.lower() not in dropped]
+        self.reply, self.exchange, self.on_end, self.cut, self.on_stall = reply, exchange, on_end, cut, on_stall
         self.reader = ReplyReader(reply.headers.get("content-type", "application/json") if exchange else "")
         self.outcome = CLIENT_LEFT  # until the last byte is sent on
 
-    async def _relay(self):
-        first = True
+    async def _relay(self, opened: Opened):
+        if self.exchange is not None:
+            self.exchange.first_byte = opened.at
         try:
-            async for chunk in self.reply.aiter_raw():
-                if first and self.exchange is not None:
-                    self.exchange.first_byte, first = time.perf_counter(), False
-                yield chunk
-                self.reader.feed(chunk)  # after the yield: reading never delays a byte
+            if opened.first:
+                yield self._passed(opened.first)
+            async for chunk in opened.rest:
+                yield self._passed(chunk)
         except httpx.TransportError as exc:
-            self.outcome = UPSTREAM_BROKE
+            stalled = isinstance(exc, httpx.TimeoutException)
+            self.outcome = UPSTREAM_STALLED if stalled else UPSTREAM_BROKE
+            if stalled:
+                self.on_stall(reason(exc))
             raise UpstreamBroke(reason(exc)) from exc  # uvicorn drops the client: a cut reply must not end as whole
+        if self.cut is not None:
+            yield self.cut.close()
         self.reader.close()
         self.outcome = self.reply.status_code
+
+    def _passed(self, chunk: bytes) -> bytes:
+        self.reader.feed(chunk)  # the reader sees what the upstream sent, usage and all
+        return chunk if self.cut is None else self.cut.feed(chunk)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -146,7 +173,7 @@ class Relay(StreamingResponse):
             if self.exchange is not None:
                 self.exchange.status, self.exchange.ended = self.outcome, ended
                 self.exchange.evidence = self.reader.evidence if self.outcome == self.reply.status_code else None
-                self.on_end(self.exchange)
+            self.on_end(self.exchange)
 
 
 def _ms(start: float, end: float | None) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -18,19 +19,19 @@ import uvicorn
 from specmon.events.schema import PolicyLoaded, RequestTimed
 from specmon.policy.reload import print_reload
 from specmon.policy.schema import Policy
-from specmon.proxy.app import ProxyState, build_app
+from specmon.proxy.app import IDLE_TIMEOUT_S, ProxyState, build_app
 from specmon.proxy.pool import Pool, Upstream
 from specmon.proxy.relay import Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Router
 from specmon.proxy.reads import UpstreamReads
 from specmon.proxy.tables import request_lines
 from specmon.server.errors import ApiError, for_terminal
-from specmon.server.guard import HEAD_TIMEOUT_S, MAX_CONNECTIONS
+from specmon.server.guard import HEAD_TIMEOUT_S
 from specmon.server.runner import OnThread, bind, uvicorn_config
 
 SCRAPE_S = 1.0  # the view's counters move once a second, as `specmon watch`'s do by default
-# no read deadline: a reply that is not streamed arrives whole at its end, minutes later on a CPU
-UPSTREAM_TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
+FILES_SPARE = 64  # the log, the socket, the session's channel, the scrapes
+MAX_CONNECTIONS_PROXIED = 1024  # each hung client holds one; /health and the other members must still answer
 
 
 @dataclass
@@ -45,6 +46,22 @@ class ProxyOptions:
     socket: socket.socket | None = None  # already bound (the command binds before opening the session)
     line: Callable[[str], None] | None = None  # the headless line of each request
     scrape_s: float | None = SCRAPE_S  # how often the upstream's /metrics is read (None: never)
+    idle_timeout_s: float = IDLE_TIMEOUT_S  # the longest silence from an upstream before it is taken as hung
+
+
+def connection_cap(wanted: int) -> int:
+    """`wanted`, the soft limit on open files raised to make room for it (a client's connection and its
+    upstream's each take one) where the hard limit allows; else as many as the limit leaves room for."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2 * wanted + FILES_SPARE
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    return wanted if soft == resource.RLIM_INFINITY else max(1, min(wanted, (soft - FILES_SPARE) // 2))
 
 
 def print_notice(line: str) -> None:
@@ -59,8 +76,7 @@ def upstream_client() -> httpx.AsyncClient:
     """A fresh connection per request: llama-server drops a kept-alive connection after a streamed reply
     without saying so, and the next request on it would fail (seen with build 287); and against a uvicorn
     upstream a kept-alive connection added ~45 ms a request (a delayed-ACK stall), a fresh one ~4 ms."""
-    return httpx.AsyncClient(
-        timeout=UPSTREAM_TIMEOUT,
+    return httpx.AsyncClient(  # each request carries its own deadlines (proxy.app)
         limits=httpx.Limits(max_keepalive_connections=0),
         trust_env=False,
         headers={
@@ -73,9 +89,9 @@ class _Uvicorn(uvicorn.Server):
     """uvicorn's server, reading the upstream's /metrics on its loop while it serves, and closing the
     upstream client once the replies in flight are done."""
 
-    def __init__(self, config: uvicorn.Config, client: httpx.AsyncClient, scraping):
+    def __init__(self, config: uvicorn.Config, client: httpx.AsyncClient, scraping, pools):
         super().__init__(config)
-        self.client, self.scraping = client, scraping
+        self.client, self.scraping, self.pools = client, scraping, list(pools)
         self._scraper: asyncio.Task | None = None
 
     async def startup(self, sockets=None) -> None:
@@ -86,6 +102,8 @@ class _Uvicorn(uvicorn.Server):
     async def shutdown(self, sockets=None) -> None:
         if self._scraper is not None:
             self._scraper.cancel()
+        for pool in self.pools:
+            pool.close()
         await super().shutdown(sockets)
         await self.client.aclose()
 
@@ -102,6 +120,8 @@ class Proxying(OnThread):
             pools[PLAIN] = Pool(PLAIN, options.plain_upstreams, say)
         self.router = Router(policy, session_id, PLAIN in pools, options.plain_share)
         self.client = upstream_client()
+        for pool in pools.values():
+            pool.client = self.client  # its probes of members that are down
         self.state = ProxyState(
             pools,
             self.client,
@@ -111,11 +131,12 @@ class Proxying(OnThread):
             options.upstream_key,
             on_refused=self._refused if options.line else None,
             on_policy=self._policy,
+            idle_timeout_s=options.idle_timeout_s,
         )
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
         logging.getLogger("uvicorn.error").addFilter(QUIET)
-        config = uvicorn_config(build_app(self.state), HEAD_TIMEOUT_S, MAX_CONNECTIONS)
+        config = uvicorn_config(build_app(self.state), HEAD_TIMEOUT_S, connection_cap(MAX_CONNECTIONS_PROXIED))
         self.reads = UpstreamReads(
             session_id,
             options.upstreams[0],
@@ -124,7 +145,7 @@ class Proxying(OnThread):
             options.upstream_key,
             lambda: options.line is not None,
         )
-        self.server = _Uvicorn(config, self.client, self.reads.run if options.scrape_s else None)
+        self.server = _Uvicorn(config, self.client, self.reads.run if options.scrape_s else None, pools.values())
 
     def run(self) -> None:
         """Serve until a signal (or stop())."""
@@ -137,6 +158,7 @@ class Proxying(OnThread):
         event = exchange.event(self.session_id)
         if member is not None:
             member.outstanding -= 1
+            member.family = event.family or member.family  # what to ask it for next time (proxy.usage)
             event = msgspec.structs.replace(event, upstream_url=member.url)
         self.requests.append(event)
         self.publish(event)

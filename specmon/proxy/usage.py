@@ -1,0 +1,130 @@
+"""Asking upstreams for the figures their family sends only on request, and handing the client exactly
+the reply it asked for.
+
+TabbyAPI sends `usage` (its accepted and rejected draft tokens, its decode time) only to a request with
+`stream_options.include_usage`, streamed or not (endpoints/OAI/utils/chat_completion.py at
+e632af41eba68abeadc3437c62674360f2f8cbf1: `return_usage`); vLLM puts its per-request `metrics` on a
+stream's usage chunk, sent only when asked (docs/features/per_request_metrics.md at
+0377ba9ad8ebdae7900b9ce41a7a6c00dca7c496; that page names no request field of its own for `metrics`,
+only the server's --enable-per-request-metrics). So where the client did not ask, the proxy asks:
+- a stream, to any upstream not known as llama-server (whose last chunk carries `timings` anyway);
+- a reply sent whole, only to an upstream known as TabbyAPI (vLLM refuses stream_options there, and
+  sends usage unasked).
+The client then gets the reply without what it did not ask for: a stream's usage chunk with no
+choices (vLLM's, OpenAI's shape) is dropped; a usage carried beside a choice (TabbyAPI's last chunk
+holds the finish_reason too) is cut out of that chunk's JSON, every other byte kept; llama-server's
+usage, which comes unasked beside its `timings`, is left alone. A reply sent
+whole keeps its `usage`: it is the standard object there."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from specmon.proxy.evidence import LLAMA_SERVER, TABBYAPI
+
+MARK = b'"usage"'
+LLAMA_TIMINGS = b'"timings"'  # llama-server sends usage unasked, beside its timings: never its to cut
+
+
+def client_asked(fields: dict[str, Any]) -> bool:
+    options = fields.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def ask_upstream(fields: dict[str, Any], family: str) -> bool:
+    """Whether to add include_usage for an upstream of `family` ("" while unknown)."""
+    if not fields or client_asked(fields):
+        return False
+    if fields.get("stream") is True:
+        return family != LLAMA_SERVER
+    return family == TABBYAPI
+
+
+def asking(fields: dict[str, Any]) -> bytes:
+    """The request body with stream_options.include_usage set (the client's other options kept)."""
+    options = fields.get("stream_options")
+    options = options if isinstance(options, dict) else {}
+    return msgspec.json.encode({**fields, "stream_options": {**options, "include_usage": True}})
+
+
+class UsageCut:
+    """A stream's bytes with the usage the client did not ask for taken out, event by event; every
+    event without usage passes as it came, separators and all."""
+
+    def __init__(self):
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        self._pending += chunk
+        out = []
+        while (end := _event_end(self._pending)) > 0:
+            event, self._pending = self._pending[:end], self._pending[end:]
+            out.append(without_usage(event))
+        return b"".join(out)
+
+    def close(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return without_usage(rest) if rest else b""
+
+
+def _event_end(buf: bytes) -> int:
+    """Where the first complete event ends, its blank line included; 0 while none is complete."""
+    found = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.find(sep)) >= 0]
+    return min(found) if found else 0
+
+
+def without_usage(event: bytes) -> bytes:
+    """The event with its usage taken out: b"" where that leaves no choice (a usage chunk)."""
+    if MARK not in event or LLAMA_TIMINGS in event:
+        return event
+    start = event.find(b"data:")
+    body_at = start + 5 + (event[start + 5 : start + 6] == b" ")
+    end = event.rfind(b"}") + 1
+    if start < 0 or end <= body_at:
+        return event
+    try:
+        data = json.loads(event[body_at:end])
+    except ValueError:
+        return event
+    if not isinstance(data, dict) or data.get("usage") is None:
+        return event
+    if not data.get("choices"):
+        return b""
+    cut = _member_span(event, body_at, end)
+    return event if cut is None else event[: cut[0]] + event[cut[1] :]
+
+
+def _member_span(event: bytes, start: int, end: int) -> tuple[int, int] | None:
+    """The bytes of the top-level `"usage": ...` member and one comma that joins it to the object."""
+    text = event[start:end].decode("utf-8", "surrogatepass")
+    members = _members(text)
+    n = next((n for n, (key, _, _) in enumerate(members) if key == "usage"), None)
+    if n is None:
+        return None
+    if n + 1 < len(members):  # up to the next key: its comma goes with it
+        lo, hi = members[n][1], members[n + 1][1]
+    else:  # the last: from the end of the one before, so no comma is left dangling
+        lo, hi = (members[n - 1][2] if n else members[n][1]), members[n][2]
+    return start + len(text[:lo].encode()), start + len(text[:hi].encode())
+
+
+def _members(text: str) -> list[tuple[str, int, int]]:
+    """An object's top-level members: (key, where its key begins, where its value ends)."""
+    decoder, members, i = json.JSONDecoder(), [], 1
+    while (i := _skip_space(text, i)) < len(text) and text[i] != "}":
+        key_at = i
+        key, i = decoder.raw_decode(text, i)
+        _, i = decoder.raw_decode(text, _skip_space(text, _skip_space(text, i) + 1))  # past ":"
+        members.append((key, key_at, i))
+        i = _skip_space(text, i)
+        i += text[i : i + 1] == ","
+    return members
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
