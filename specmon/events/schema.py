@@ -290,6 +290,7 @@ class RequestTimed(Event, tag="request", kw_only=True):
     accepted_per_pos: list[int] = []  # steps whose accepted prefix reached past position i (vLLM's histogram)
     upstream_url: str = ""  # which upstream of the side's pool answered ("" if none did)
     routed: str = ""  # the side the policy chose, where none of its upstreams answered and `upstream` did
+    unmeasured: str = ""  # why the reply's figures were no evidence (out of range: all None above); "" they were
 
 
 # New event types are added at the end; old logs never contain them and still decode.

@@ -9,7 +9,11 @@ for the view, `log info` and the headless line alike, so all three say the same 
   how to turn counts on (it has them on);
 - else, how to turn them on.
 The headless line tells an upstream's notice when a reply first leaves a class of it unmeasured, and
-again only where what is said of it changes (a counted reply after a silent one)."""
+again only where what is said of it changes (a counted reply after a silent one).
+
+A reply whose figures were out of range (RequestTimed.unmeasured, proxy.evidence) is not silent: its
+upstream, on either side, gets one notice of its own with the first reason, said once by the headless
+line; its later healthy replies are measured as ever."""
 
 from __future__ import annotations
 
@@ -108,8 +112,23 @@ def pane_notice(ev: RequestTimed, drafts: int | None = None, reported: bool = Fa
 
 
 def silent(ev: RequestTimed) -> bool:
-    """A successful reply of the speculating side that carried no draft counts."""
-    return ev.upstream == SPEC and 200 <= ev.status < 300 and ev.draft_n is None
+    """A successful reply of the speculating side that carried no draft counts (not one whose counts were
+    out of range: that is said apart)."""
+    return ev.upstream == SPEC and 200 <= ev.status < 300 and ev.draft_n is None and not ev.unmeasured
+
+
+def out_of_range(ev: RequestTimed, replies: int) -> str:
+    """The one line for an upstream whose replies' figures were out of range: `ev` its first such reply."""
+    who = f"upstream {where(ev)} ({ev.upstream}, {NAMES.get(ev.family, ev.family)})"
+    return (
+        f"{who} sent figures out of range ({ev.unmeasured}) in {replies} {'reply' if replies == 1 else 'replies'}: "
+        f"{'it was' if replies == 1 else 'they were'} relayed as sent and left unmeasured"
+    )
+
+
+def pane_out_of_range(ev: RequestTimed, replies: int) -> str:
+    """out_of_range, short enough for the view's requests pane."""
+    return f"unmeasured: {where(ev).split('://', 1)[-1]} sent figures out of range ({ev.unmeasured})"
 
 
 def count_drafts(drafts: dict[str, int], read: ServerScraped) -> None:
@@ -130,9 +149,13 @@ class Silence:
         self.measured: set[str] = set()  # classes a reply of the speculating side gave counts for
         self.drafts: dict[str, int] = {}
         self.told: dict[str, str] = {}  # upstream -> the verdict the headless line last told of it
+        self.bad: dict[str, tuple[RequestTimed, int]] = {}  # upstream -> (its first unmeasured reply, how many)
 
     def reply(self, ev: RequestTimed) -> None:
-        if reports(ev):
+        if ev.unmeasured:
+            first, replies = self.bad.get(where(ev), (ev, 0))
+            self.bad[where(ev)] = (first, replies + 1)
+        elif reports(ev):
             self.reported.add(where(ev))
             if ev.upstream == SPEC:
                 self.measured.add(ev.prompt_class)
@@ -148,16 +171,24 @@ class Silence:
         left = {key: ev for (key, cls), ev in self.silent.items() if cls not in self.measured}
         return {key: (ev, self.drafts.get(key), key in self.reported) for key, ev in left.items()}
 
-    def notices(self, say: Callable[[RequestTimed, int | None, bool], str] = notice) -> list[str]:
+    def notices(
+        self,
+        say: Callable[[RequestTimed, int | None, bool], str] = notice,
+        say_bad: Callable[[RequestTimed, int], str] | None = None,
+    ) -> list[str]:
         """One line per upstream whose silent replies left a class unmeasured, in the light of its last
-        /metrics read and of its other replies."""
-        return [say(*why) for why in self.unexplained().values()]
+        /metrics read and of its other replies; then one per upstream that sent figures out of range
+        (`say_bad`: by default in the form that goes with `say`'s, the pane's short or the long)."""
+        say_bad = say_bad or (pane_out_of_range if say is pane_notice else out_of_range)
+        return [say(*why) for why in self.unexplained().values()] + [say_bad(*bad) for bad in self.bad.values()]
 
     def observe(self, ev: RequestTimed) -> str | None:
         """Fold `ev`; the headless line's notice of its upstream where `notices` now says one that the line
         has not told (the first, or a changed verdict), else None."""
         self.reply(ev)
         key = where(ev)
+        if ev.unmeasured:  # told once, at the upstream's first: its count goes on in `notices`
+            return out_of_range(*self.bad[key]) if self.bad[key][1] == 1 else None
         why = self.unexplained().get(key)
         if why is None or self.told.get(key) == verdict(*why):
             return None

@@ -17,9 +17,16 @@ is forwarded: the relay yields each chunk first and feeds a copy here afterwards
   `stream_options.include_usage`; in a stream on its own last chunk before [DONE].
 
 Where a server gives no decode time the evidence leaves it None: the proxy's own clock (first to last
-byte) is kept apart on RequestTimed, never passed off as the server's."""
+byte) is kept apart on RequestTimed, never passed off as the server's.
+
+An upstream's figures are input, not truth: each is read as whatever JSON value it is and checked (_count,
+_ms, _checked, _histogram); one out of range leaves the whole reply unmeasured: its Evidence keeps the
+family and says why, with no figure. Reading never raises (a Python int past 2**64 reached the log once)."""
 
 from __future__ import annotations
+
+import json
+import math
 
 import msgspec
 
@@ -28,6 +35,11 @@ MAX_JSON_BYTES = 16 << 20  # a JSON reply larger than this is relayed unread
 # an event without one of these carries neither figures nor a family's mark: skip its JSON decode
 MARKS = (b'"timings"', b'"metrics"', b'"usage"', b'"stop_reason"', b'"eos_reason"')
 LLAMA_SERVER, VLLM, TABBYAPI = "llama-server", "vllm", "tabbyapi"
+MAX_COUNT = 1 << 32  # tokens or steps of one request: past this a figure counts nothing real
+MAX_DRAFT = 256  # draft tokens one step proposes: past any server's --draft-max / num_speculative_tokens
+MAX_MS = 1e9  # 11.6 days: no request takes longer
+MAX_TOKENS_PER_MS = 1e3  # a million tokens a second: a shorter decode time is not a measurement
+LONGEST_INT = 40  # digits; a longer JSON integer is read as past every bound, never converted
 
 
 class Evidence(msgspec.Struct, frozen=True):
@@ -42,45 +54,51 @@ class Evidence(msgspec.Struct, frozen=True):
     prompt_n: int | None = None
     prompt_ms: float | None = None
     accepted_per_pos: tuple[int, ...] = ()  # steps whose accepted prefix reached past position i
+    unmeasured: str = ""  # why the reply's figures are no evidence (then every figure is None); "" they are
 
     @property
     def has_figures(self) -> bool:
         return self.drafted is not None or self.generated is not None
 
 
-# -- the shapes, as far as they are read (msgspec skips every other field unread) ---------------------
+class OutOfRange(Exception):
+    """A figure that is no evidence; its message says which and why in a few words."""
+
+
+# -- the shapes, as far as they are read (msgspec skips every other field unread); each figure is
+# read as whatever JSON value it is (`object`) and checked below, never trusted to a type --------------
 class _Timings(msgspec.Struct):  # llama-server
-    prompt_n: int | None = None
-    prompt_ms: float | None = None
-    predicted_n: int | None = None
-    predicted_ms: float | None = None
-    draft_n: int | None = None
-    draft_n_accepted: int | None = None
+    prompt_n: object = None
+    prompt_ms: object = None
+    predicted_n: object = None
+    predicted_ms: object = None
+    draft_n: object = None
+    draft_n_accepted: object = None
 
 
 class _SpecDecoding(msgspec.Struct):  # vLLM's metrics.speculative_decoding
-    num_draft_tokens: int
-    num_accepted_draft_tokens: int
-    num_spec_steps: int | None = None
-    acceptance_histogram: list[int] | dict[str, int] | None = None  # dense (merged); sparse in the PR's first draft
+    num_draft_tokens: object
+    num_accepted_draft_tokens: object
+    num_spec_steps: object = None
+    acceptance_histogram: object = None  # a list (dense, merged) or {"j": n} (sparse, the PR's first draft)
 
 
 class _Metrics(msgspec.Struct):  # vLLM's top-level metrics
-    generation_time_ms: float | None = None  # first to last output token (--enable-per-request-metrics)
+    generation_time_ms: object = None  # first to last output token (--enable-per-request-metrics)
     speculative_decoding: _SpecDecoding | None = None
 
 
 class _CompletionDetails(msgspec.Struct):  # OpenAI's nested usage, as TabbyAPI fills it
-    accepted_prediction_tokens: int | None = None
-    rejected_prediction_tokens: int | None = None
+    accepted_prediction_tokens: object = None
+    rejected_prediction_tokens: object = None
 
 
 class _Usage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    prompt_tokens: object = None
+    completion_tokens: object = None
     completion_tokens_details: _CompletionDetails | None = None
-    completion_time: float | None | msgspec.UnsetType = msgspec.UNSET  # TabbyAPI's, in seconds
-    prompt_time: float | None = None  # TabbyAPI's, in seconds
+    completion_time: object = msgspec.UNSET  # TabbyAPI's, in seconds
+    prompt_time: object = None  # TabbyAPI's, in seconds
 
 
 class _Choice(msgspec.Struct):
@@ -99,44 +117,88 @@ _decoder = msgspec.json.Decoder(_Reply)
 
 
 def reply_evidence(body: bytes) -> Evidence | None:
-    """The evidence of one JSON object (a reply, or one event's data); None where it is none of the shapes."""
+    """The evidence of one JSON object (a reply, or one event's data); None where it is none of the shapes.
+    A shape whose figures are out of range is Evidence(family, unmeasured=why)."""
+    reply = _decoded(body)
+    if reply is None:
+        return None
+    family = _family(reply)
     try:
-        reply = _decoder.decode(body)
+        found = _read(family, reply)
+        return None if found is None else _checked(found)
+    except OutOfRange as why:
+        return Evidence(family, unmeasured=str(why))
+
+
+def _decoded(body: bytes) -> _Reply | None:
+    try:
+        return _decoder.decode(body)
     except (msgspec.DecodeError, RecursionError):
+        pass  # msgspec refuses numbers JSON can carry (1e400, a 5000-digit integer) and NaN: read them as json does
+    try:
+        return msgspec.convert(json.loads(body, parse_int=_int), _Reply)
+    except (ValueError, TypeError, RecursionError, msgspec.ValidationError):
         return None  # not an object, or a field of another shape: the reply is relayed all the same
+
+
+def _int(digits: str) -> int:
+    """A JSON integer, one too long to convert (Python refuses past 4300 digits) read as past every bound."""
+    return int(digits) if len(digits) <= LONGEST_INT else 10**LONGEST_INT
+
+
+def _family(reply: _Reply) -> str:
     if reply.timings is not None:
-        return _llama_server(reply.timings)
+        return LLAMA_SERVER
     if reply.metrics is not msgspec.UNSET or any(c.stop_reason is not msgspec.UNSET for c in reply.choices):
+        return VLLM
+    return TABBYAPI if _tabby_marked(reply) else ""
+
+
+def _read(family: str, reply: _Reply) -> Evidence | None:
+    if family == LLAMA_SERVER:
+        return _llama_server(reply.timings)
+    if family == VLLM:
         return _vllm(reply.metrics if isinstance(reply.metrics, _Metrics) else None, reply.usage)
-    if _tabby_marked(reply):
+    if family == TABBYAPI:
         return _tabbyapi(reply.usage)
-    if reply.usage is not None:  # usage alone (vLLM's usage chunk without metrics): the family came earlier
-        return Evidence(generated=reply.usage.completion_tokens, prompt_n=reply.usage.prompt_tokens)
-    return None
+    if reply.usage is None:
+        return None
+    # usage alone (vLLM's usage chunk without metrics): the family came earlier
+    return Evidence(
+        generated=_count("completion_tokens", reply.usage.completion_tokens), prompt_n=_prompt_n(reply.usage)
+    )
 
 
 def _llama_server(t: _Timings) -> Evidence:
     return Evidence(
-        LLAMA_SERVER, t.draft_n, t.draft_n_accepted, None, t.predicted_n, t.predicted_ms, t.prompt_n, t.prompt_ms
+        LLAMA_SERVER,
+        _count("draft_n", t.draft_n),
+        _count("draft_n_accepted", t.draft_n_accepted),
+        None,
+        _count("predicted_n", t.predicted_n),
+        _ms("predicted_ms", t.predicted_ms),
+        _count("prompt_n", t.prompt_n),
+        _ms("prompt_ms", t.prompt_ms),
     )
 
 
 def _vllm(metrics: _Metrics | None, usage: _Usage | None) -> Evidence:
     spec = metrics.speculative_decoding if metrics is not None else None
-    generated = usage.completion_tokens if usage is not None else None
-    prompt_n = usage.prompt_tokens if usage is not None else None
-    decode_ms = metrics.generation_time_ms if metrics is not None else None
+    generated = _count("completion_tokens", usage.completion_tokens) if usage is not None else None
+    decode_ms = _ms("generation_time_ms", metrics.generation_time_ms) if metrics is not None else None
+    prompt_n = _prompt_n(usage)
     if spec is None:
         return Evidence(VLLM, generated=generated, decode_ms=decode_ms, prompt_n=prompt_n)
+    steps = _count("num_spec_steps", spec.num_spec_steps)
     return Evidence(
         VLLM,
-        spec.num_draft_tokens,
-        spec.num_accepted_draft_tokens,
-        spec.num_spec_steps,
+        _count("num_draft_tokens", spec.num_draft_tokens),
+        _count("num_accepted_draft_tokens", spec.num_accepted_draft_tokens),
+        steps,
         generated,
         decode_ms,
         prompt_n,
-        accepted_per_pos=positions(spec.acceptance_histogram),
+        accepted_per_pos=positions(_histogram(spec.acceptance_histogram, steps)),
     )
 
 
@@ -154,35 +216,107 @@ def _tabbyapi(usage: _Usage | None) -> Evidence:
     if usage is None:
         return Evidence(TABBYAPI)  # its finish chunk: the usage chunk comes next, if the request asked for it
     details = usage.completion_tokens_details
-    accepted = details.accepted_prediction_tokens if details is not None else None
-    rejected = details.rejected_prediction_tokens if details is not None else None
-    seconds = usage.completion_time if isinstance(usage.completion_time, (int, float)) else None
+    accepted = _count("accepted_prediction_tokens", details.accepted_prediction_tokens) if details else None
+    rejected = _count("rejected_prediction_tokens", details.rejected_prediction_tokens) if details else None
+    seconds = None if usage.completion_time is msgspec.UNSET else usage.completion_time
     return Evidence(
         TABBYAPI,
         None if accepted is None or rejected is None else accepted + rejected,
         accepted if rejected is not None else None,
         None,  # TabbyAPI counts no steps
-        usage.completion_tokens,
-        None if seconds is None else seconds * 1e3,
-        usage.prompt_tokens,
-        None if usage.prompt_time is None else usage.prompt_time * 1e3,
+        _count("completion_tokens", usage.completion_tokens),
+        _ms("completion_time", seconds, "s"),
+        _prompt_n(usage),
+        _ms("prompt_time", usage.prompt_time, "s"),
     )
 
 
-def positions(histogram: list[int] | dict[str, int] | None) -> tuple[int, ...]:
+def _prompt_n(usage: _Usage | None) -> int | None:
+    return _count("prompt_tokens", usage.prompt_tokens) if usage is not None else None
+
+
+# -- the checks: each raises OutOfRange with the figure's own name ------------------------------------
+def _count(name: str, value: object) -> int | None:
+    """A count as given: a non-negative integer up to MAX_COUNT (a bool or 3.0 is no count); None: not given."""
+    if value is None:
+        return None
+    if type(value) is not int:
+        raise OutOfRange(f"{name} is not an integer")
+    if value < 0:
+        raise OutOfRange(f"{name} is negative")
+    if value > MAX_COUNT:
+        raise OutOfRange(f"{name} is past 2**{MAX_COUNT.bit_length() - 1}")  # never str() it: it may be huge
+    return value
+
+
+def _ms(name: str, value: object, unit: str = "ms") -> float | None:
+    """A time as given, in ms: a finite number from 0 to MAX_MS (a decode time's floor is _checked's)."""
+    if value is None:
+        return None
+    if type(value) not in (int, float):
+        raise OutOfRange(f"{name} is not a number")
+    try:
+        ms = float(value) * (1e3 if unit == "s" else 1.0)
+    except OverflowError:  # an integer past a float's range
+        ms = math.inf
+    if math.isnan(ms) or not 0 <= ms <= MAX_MS:
+        raise OutOfRange(f"{name} is {_shown(value, unit)}")
+    return ms
+
+
+def _shown(value: int | float, unit: str) -> str:
+    """A number for a reason: short, and never a huge int's digits (str() of one may raise)."""
+    if isinstance(value, int) and abs(value) >= 10**15:
+        return "-huge" if value < 0 else "huge"
+    return f"{value:.3g} {unit}" if math.isfinite(value) else f"{value}"
+
+
+def _checked(e: Evidence) -> Evidence:
+    """`e`, where its figures agree with each other: accepted ≤ drafted ≤ what its steps and tokens could
+    draft, and a decode time no shorter than its tokens could take."""
+    if e.accepted is not None and e.drafted is None:
+        raise OutOfRange("accepted given without drafted")
+    if e.accepted is not None and e.accepted > e.drafted:
+        raise OutOfRange(f"accepted {e.accepted} > drafted {e.drafted}")
+    if e.drafted is not None and e.generated is not None and e.drafted > MAX_DRAFT * e.generated:
+        raise OutOfRange(f"{e.drafted} drafted for {e.generated} tokens")
+    if e.drafted is not None and e.steps is not None and e.drafted > MAX_DRAFT * e.steps:
+        raise OutOfRange(f"{e.drafted} drafted in {e.steps} steps")
+    if e.decode_ms is not None and e.generated != 0:
+        n = e.generated or 1  # a decode time with no count must still have taken some time
+        if e.decode_ms * MAX_TOKENS_PER_MS < n:
+            tokens = "tokens not given" if e.generated is None else f"{e.generated} tokens"
+            raise OutOfRange(f"decode time {e.decode_ms:.3g} ms for {tokens}")
+    return e
+
+
+def _histogram(given: object, steps: int | None) -> list[int]:
+    """vLLM's acceptance histogram, dense: entries counts, at most MAX_DRAFT + 1, summing to its steps."""
+    if given is None:
+        return []
+    if isinstance(given, dict):
+        given = _dense(given)
+    if not isinstance(given, list) or len(given) > MAX_DRAFT + 1:
+        raise OutOfRange("acceptance_histogram is not a histogram")
+    dense = [_count("acceptance_histogram entry", n if n is not None else "") for n in given]  # null: no count
+    if steps is not None and sum(dense) != steps:
+        raise OutOfRange(f"acceptance_histogram sums to {sum(dense)}, not num_spec_steps {steps}")
+    return dense
+
+
+def positions(dense: list[int]) -> tuple[int, ...]:
     """From steps that accepted exactly j (index j) to steps whose accepted prefix reached past
     position i: accepted_per_pos[i] = Σ_{j > i} histogram[j], positions 0 .. k-1."""
-    if not histogram:
-        return ()
-    dense = histogram if isinstance(histogram, list) else _dense(histogram)
     return tuple(sum(dense[i + 1 :]) for i in range(len(dense) - 1))
 
 
-def _dense(sparse: dict[str, int]) -> list[int]:
-    try:
-        counts = {int(j): n for j, n in sparse.items()}
-    except ValueError:
-        return []
+def _dense(sparse: dict) -> list:
+    """{"j": n} as a list; a key past MAX_DRAFT or not a position is no histogram (never a list that long)."""
+    if not all(
+        isinstance(j, str) and j.isascii() and j.isdigit() and len(j) <= 4 and int(j) <= MAX_DRAFT for j in sparse
+    ):
+        raise OutOfRange("acceptance_histogram has a key that is no draft position")
+    counts = {int(j): n for j, n in sparse.items()}
     return [counts.get(j, 0) for j in range(max(counts, default=-1) + 1)]
 
 
@@ -196,12 +330,15 @@ class ReplyReader:
         self.stream = content_type.split(";")[0].strip().lower() == "text/event-stream"
         self.family = ""
         self.found: Evidence | None = None
+        self.unmeasured = ""  # the first reason an event's figures were out of range: the reply's, whatever follows
         self._pending = bytearray()
         self._given_up = not content_type
 
     @property
     def evidence(self) -> Evidence | None:
         """None where no event or body had any shape read here."""
+        if self.unmeasured:
+            return Evidence(self.family, unmeasured=self.unmeasured)
         if self.found is None:
             return Evidence(self.family) if self.family else None
         return msgspec.structs.replace(self.found, family=self.family or self.found.family)
@@ -210,19 +347,25 @@ class ReplyReader:
         if self._given_up:
             return
         self._pending += chunk
-        if self.stream:
-            self._read_events()
-        elif len(self._pending) > MAX_JSON_BYTES:
-            self._give_up()
+        try:
+            if self.stream:
+                self._read_events()
+            elif len(self._pending) > MAX_JSON_BYTES:
+                self._give_up()
+        except Exception as exc:  # noqa: BLE001 - the relay calls this between sends: reading must never break it
+            self._failed(exc)
 
     def close(self) -> None:
         """The reply ended: a JSON body is read now; a stream's unterminated last event is read too."""
         if self._given_up:
             return
-        if self.stream:
-            self._read_event(bytes(self._pending))
-        else:
-            self._take(reply_evidence(bytes(self._pending)))
+        try:
+            if self.stream:
+                self._read_event(bytes(self._pending))
+            else:
+                self._take(reply_evidence(bytes(self._pending)))
+        except Exception as exc:  # noqa: BLE001 - as feed: a reply the reader cannot read is unmeasured, not lost
+            self._failed(exc)
         self._pending.clear()
 
     def _read_events(self) -> None:
@@ -245,8 +388,14 @@ class ReplyReader:
         if found is None:
             return
         self.family = self.family or found.family
-        if found.has_figures:
+        if found.unmeasured:
+            self.unmeasured = self.unmeasured or found.unmeasured
+        elif found.has_figures:
             self.found = found
+
+    def _failed(self, exc: Exception) -> None:
+        self.unmeasured = self.unmeasured or f"unreadable ({type(exc).__name__})"
+        self._give_up()
 
     def _give_up(self) -> None:
         self._given_up = True

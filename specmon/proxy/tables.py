@@ -49,6 +49,7 @@ def request_line(ev: RequestTimed, sides: bool = False) -> str:
     it at its end) and in all."""
     totals = RequestTotals() + ev
     missing = "n/r" if silent(ev) else "-"  # the plain side is not meant to draft
+    missing = "unmeasured" if ev.unmeasured else missing  # its figures were out of range: its notice says why
     drafted = missing if ev.draft_n is None else f"{ev.draft_n_accepted or 0}/{ev.draft_n}"
     fields = [str(ev.status), short_id(ev.request_id), ev.prompt_class]
     fields += [f"upstream={ev.upstream}"] if sides else []
