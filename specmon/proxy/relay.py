@@ -90,6 +90,7 @@ class Exchange:
             spec_steps=e.steps,
             accepted_per_pos=list(e.accepted_per_pos),
             routed=self.routed,
+            unmeasured=e.unmeasured,
         )
 
 
