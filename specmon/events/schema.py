@@ -200,6 +200,7 @@ class RouteChoice(msgspec.Struct, tag="route", array_like=True, frozen=True):
     plain_requests: int
     min_requests: int  # the thresholds it was decided with (routing.*)
     window: int
+    clock: str = "server"  # goodputs timed on "server" (its decode time) | "proxy" (metrics.served.timing)
 
 
 class Decision(Event, tag="decision", kw_only=True):

@@ -8,6 +8,7 @@ first scrape after it)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -177,13 +178,61 @@ def requests_cell(requests: int, timed: int, reported: int) -> str:
     return f"{requests} ({', '.join(partial)})" if partial else str(requests)
 
 
+SERVER_CLOCK, PROXY_CLOCK = "server", "proxy"  # which clock a reply's tokens were timed on
+CLOCK_WORDS = {SERVER_CLOCK: "the servers' own decode time", PROXY_CLOCK: "the proxy's clock"}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A reply's generated tokens over the ms they took, on one clock."""
+
+    clock: str  # SERVER_CLOCK or PROXY_CLOCK
+    tokens: int
+    ms: float
+
+
+def timing(ev: RequestTimed, clock: str | None = None) -> Timing | None:
+    """Whether a reply is timed, and on which clock: the one definition the routing, the table, the view
+    and the advice use. A successful reply that said how many tokens it generated (at least one) is timed
+    on the server's clock where it gave the server's own decode ms (positive, finite); else on the proxy's
+    (proxy_timing). `clock` asks for that clock alone. None: not timed (failed, no tokens, no time > 0)."""
+    if not 200 <= ev.status < 300 or not isinstance(ev.predicted_n, int) or ev.predicted_n < 1:
+        return None
+    if clock != PROXY_CLOCK and _positive(ev.predicted_ms):
+        return Timing(SERVER_CLOCK, ev.predicted_n, ev.predicted_ms)
+    return None if clock == SERVER_CLOCK else proxy_timing(ev)
+
+
+def proxy_timing(ev: RequestTimed) -> Timing | None:
+    """On the proxy's clock, which every side shares: a stream's tokens after the first over its first to
+    last byte (the first byte brought the first token, after the prefill); a reply sent whole, its tokens
+    over the request's arrival to the last byte (its prefill inside: nothing splits it)."""
+    if ev.total_ms is None:
+        return None
+    if ev.stream:
+        tokens, ms = ev.predicted_n - 1, None if ev.first_byte_ms is None else ev.total_ms - ev.first_byte_ms
+    else:
+        tokens, ms = ev.predicted_n, ev.total_ms
+    return Timing(PROXY_CLOCK, tokens, ms) if tokens >= 1 and _positive(ms) else None
+
+
+def _positive(ms: float | None) -> bool:
+    return isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0
+
+
+def judged_on(*sides: RequestTotals) -> str:
+    """The clock a class's sides are compared on: the servers' own while every timed reply gave it, the
+    proxy's from the first that did not (one clock both sides share, never one clock each)."""
+    return PROXY_CLOCK if any(t.proxy_only for t in sides) else SERVER_CLOCK
+
+
 @dataclass(frozen=True)
 class RequestTotals:
     """Σ over one class's successful requests to one upstream of what their replies said (RequestTimed,
     any family). Each sum is over the replies that gave its figure: one not given is never taken as 0."""
 
     requests: int = 0
-    timed: int = 0  # replies that gave generated tokens and the server's own decode ms
+    timed: int = 0  # replies timed on the server's clock (timing): generated tokens and its own decode ms
     predicted_n: int = 0  # Σ generated tokens over the timed replies
     predicted_ms: float = 0.0  # Σ the server's decode ms over them
     draft_n: int = 0  # Σ draft tokens proposed, over the reported replies
@@ -194,18 +243,21 @@ class RequestTotals:
     spec_steps: int = 0  # Σ those steps
     accepted_per_pos: tuple[int, ...] = ()  # Σ steps past position i, over replies with a histogram (vLLM)
     pos_steps: int = 0  # Σ the steps of those replies: the positions' denominator
-    clocked_n: int = 0  # streams without the server's decode ms: Σ tokens after the first
-    clocked_ms: float = 0.0  # Σ their first-to-last byte ms on the proxy's clock
+    clocked_n: int = 0  # Σ tokens of every reply timed on the proxy's clock (proxy_timing)
+    clocked_ms: float = 0.0  # Σ their ms on the proxy's clock
     family: str = ""  # the reply shape last seen ("llama-server", "vllm", "tabbyapi")
+    clocked: int = 0  # replies timed on the proxy's clock (with or without the server's decode time)
+    proxy_only: int = 0  # of them, replies that gave no decode time of the server's: timed on the proxy's alone
 
     def __add__(self, ev: RequestTimed) -> RequestTotals:
         sums = dict(requests=self.requests + 1, family=ev.family or self.family)
-        if ev.predicted_n is not None and ev.predicted_ms is not None:
-            sums.update(timed=self.timed + 1, predicted_n=self.predicted_n + ev.predicted_n)
-            sums.update(predicted_ms=self.predicted_ms + ev.predicted_ms)
-        elif ev.stream and ev.predicted_n and ev.first_byte_ms is not None and ev.total_ms is not None:
-            sums.update(clocked_n=self.clocked_n + ev.predicted_n - 1)  # the first byte brought the first token
-            sums.update(clocked_ms=self.clocked_ms + ev.total_ms - ev.first_byte_ms)
+        server, proxy = timing(ev, SERVER_CLOCK), timing(ev, PROXY_CLOCK)
+        if server is not None:
+            sums.update(timed=self.timed + 1, predicted_n=self.predicted_n + server.tokens)
+            sums.update(predicted_ms=self.predicted_ms + server.ms)
+        if proxy is not None:
+            sums.update(clocked=self.clocked + 1, clocked_n=self.clocked_n + proxy.tokens)
+            sums.update(clocked_ms=self.clocked_ms + proxy.ms, proxy_only=self.proxy_only + (server is None))
         if ev.draft_n is not None and ev.draft_n_accepted is not None:
             sums.update(self._reported(ev))
         return replace(self, **sums)
@@ -266,10 +318,14 @@ class RequestTotals:
         """Decode tok/s: each request's own decode speed, not the server's throughput over its slots."""
         return None if self.goodput is None else self.goodput * 1e3
 
+    def tok_per_s_on(self, clock: str) -> float | None:
+        """Tok/s on `clock`: the server's decode time, or the proxy's (judged_on says which a class takes)."""
+        return self.tok_per_s if clock == SERVER_CLOCK else self.clocked_tok_per_s
+
     @property
     def clocked_tok_per_s(self) -> float | None:
-        """Tok/s on the proxy's clock (tokens after the first / first-to-last byte) of the streams whose
-        server gave no decode time: queueing and the network are in it, so it is never the server's."""
+        """Tok/s on the proxy's clock (proxy_timing) over every reply timed on it: queueing and the network
+        are in it, so it is never the server's."""
         speed = rates.ratio(self.clocked_n, self.clocked_ms)
         return None if speed is None else speed * 1e3
 

@@ -13,6 +13,7 @@ from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import Decision, RequestTimed, RoundVerified
 from specmon.metrics.format import count, ratio_interval
+from specmon.metrics.served import CLOCK_WORDS
 from specmon.policy import gate, route
 
 
@@ -89,8 +90,13 @@ def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation
     if missing:
         return Explanation(d, False, f"{count(len(missing), 'cited request')} not in the log (first: {missing[0]})")
     cited = [requests[rid] for rid in d.request_ids]
+    if c.clock not in CLOCK_WORDS:  # an older log's decision reads as on the server's clock (the default)
+        return Explanation(d, False, f"timed on a clock this specmon does not know ({c.clock!r})")
+    untimed = [r.request_id for r in cited if not route.timed(r, c.clock)]
+    if untimed:
+        return Explanation(d, False, f"cited request {untimed[0]} is not timed on {CLOCK_WORDS[c.clock]}")
     est = route.estimate(
-        [r for r in cited if r.upstream == route.SPEC], [r for r in cited if r.upstream == route.PLAIN]
+        [r for r in cited if r.upstream == route.SPEC], [r for r in cited if r.upstream == route.PLAIN], c.clock
     )
     side = route.choose(c.side_from, est, c.min_requests)
     if side != c.side_to:
@@ -104,7 +110,8 @@ def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation
         d,
         True,
         f"{c.side_from} -> {side}: spec/plain {ratio_interval(est.ratio, est.low, est.high, 3)} from "
-        f"{count(est.prompts_spec, 'spec request')} and {count(est.prompts_plain, 'plain request')}",
+        f"{count(est.prompts_spec, 'spec request')} and {count(est.prompts_plain, 'plain request')} "
+        f"on {CLOCK_WORDS[c.clock]}",
     )
 
 

@@ -1,9 +1,11 @@
 """Where a proxied class's requests go: the side (an upstream that speculates, or one that does not)
 whose measured goodput is higher, the other side keeping a small exploration share.
 
-Goodput here is a request's generated tokens over its decode ms, as the upstream reported them; a
-request is the unit the interval resamples (metrics.interval), as a prompt is in a session. The rule,
-the same live (proxy.routing) and in `specmon policy explain`:
+Goodput here is a request's generated tokens over its decode ms, as the upstream reported them, or,
+for a class one of whose replies gave no decode time, over the proxy's clock for every request of it
+(metrics.served.timing: one definition); a request is the unit the interval resamples
+(metrics.interval), as a prompt is in a session. The rule, the same live (proxy.routing) and in
+`specmon policy explain`:
 - a class starts on BOTH sides (its requests alternate) until each has `min_requests` timed ones;
   then it goes where the point estimate is higher;
 - it moves (from BOTH too, once each side has half of `min_requests`) when the 95% interval of
@@ -17,28 +19,31 @@ from fractions import Fraction
 
 from specmon.events.schema import RequestTimed
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
+from specmon.metrics.served import SERVER_CLOCK, timing
 
 SPEC, PLAIN, BOTH = "spec", "plain", "both"
 
 
-def timed(ev: RequestTimed) -> bool:
-    """A successful reply that says how many tokens it generated in how many ms of decoding."""
-    return 200 <= ev.status < 300 and bool(ev.predicted_n) and bool(ev.predicted_ms)
+def timed(ev: RequestTimed, clock: str | None = None) -> bool:
+    """A successful reply that says how many tokens it generated in how many ms, on `clock` (None: on
+    either; metrics.served.timing)."""
+    return timing(ev, clock) is not None
 
 
-def request_totals(events: Iterable[RequestTimed]) -> PromptTotals:
-    """Generated tokens and decode ms per request: each timed request one unit of the bootstrap."""
+def request_totals(events: Iterable[RequestTimed], clock: str = SERVER_CLOCK) -> PromptTotals:
+    """Generated tokens and ms per request on `clock`: each request timed on it one unit of the bootstrap."""
     emitted: dict[str, int] = {}
     ms: dict[str, float] = {}
     for ev in events:
-        if timed(ev):
-            emitted[ev.request_id], ms[ev.request_id] = ev.predicted_n, ev.predicted_ms
+        t = timing(ev, clock)
+        if t is not None:
+            emitted[ev.request_id], ms[ev.request_id] = t.tokens, t.ms
     return PromptTotals(emitted, ms)
 
 
-def estimate(spec: Iterable[RequestTimed], plain: Iterable[RequestTimed]) -> SpeedupEstimate:
-    """spec/plain goodput with its 95% interval over requests (seeded: explain draws the same)."""
-    return speedup_estimate(request_totals(spec), request_totals(plain))
+def estimate(spec: Iterable[RequestTimed], plain: Iterable[RequestTimed], clock: str = SERVER_CLOCK) -> SpeedupEstimate:
+    """spec/plain goodput on `clock` with its 95% interval over requests (seeded: explain draws the same)."""
+    return speedup_estimate(request_totals(spec, clock), request_totals(plain, clock))
 
 
 def choose(side: str, est: SpeedupEstimate, min_requests: int) -> str:

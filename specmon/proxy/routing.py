@@ -5,7 +5,12 @@ Every move is a Decision citing the requests it came from. In advise mode the de
 and nothing moves: a fixed share (--plain-share) goes plain, as a baseline to compare with.
 
 The policy file is the one `run` and `serve` read: its classes sort requests, `speculate = "on"` or
-`"off"` pins a class to a side, and an edit is taken at the next request (hot reload)."""
+`"off"` pins a class to a side, and an edit is taken at the next request (hot reload).
+
+A class is judged on the servers' own decode time while every timed reply of it gave one; from the
+first that did not (vLLM without --enable-per-request-metrics, say) on the proxy's clock, both sides
+and every request in its windows (metrics.served.timing), so the two are never on clocks of their own
+and a side that gives no decode time never leaves its class alternating."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 
 from specmon.events.schema import Decision, PolicyLoaded, RequestTimed, RouteChoice
 from specmon.metrics.format import ratio_interval
+from specmon.metrics.served import CLOCK_WORDS, PROXY_CLOCK, SERVER_CLOCK, timing
 from specmon.policy import route
 from specmon.policy.reload import changed_classes, loaded_event, reread
 from specmon.policy.route import BOTH, PLAIN, SPEC
@@ -28,6 +34,8 @@ class ClassRoute:
     side: str = BOTH  # where the class goes (advised, in advise mode)
     sent: int = 0  # requests routed since the last decision: the interleave's count
     recent: dict[str, collections.deque] = field(default_factory=dict)  # side -> its last timed requests
+    clock: str = SERVER_CLOCK  # what the sides are compared on: the proxy's from the first reply without decode ms
+    clockless: list[str] = field(default_factory=list)  # the sides a reply of which gave no decode time
 
 
 class Router:
@@ -69,18 +77,23 @@ class Router:
 
     def observe(self, ev: RequestTimed) -> Decision | None:
         """Take a request's reply as evidence; a Decision when its class moves (or, advised, would)."""
-        if not self.has_plain or ev.upstream not in (SPEC, PLAIN) or not route.timed(ev):
+        found = timing(ev)  # on the server's clock where the reply gave its decode time, else the proxy's
+        if not self.has_plain or ev.upstream not in (SPEC, PLAIN) or found is None:
             return None
         if self._class(ev.prompt_class).speculate != "auto" or ev.prompt_class not in self._names():
             return None
         st = self._state(ev.prompt_class)
+        if found.clock == PROXY_CLOCK and ev.upstream not in st.clockless:
+            st.clock = PROXY_CLOCK  # from now on for this class: the windows hold both sides on one clock
+            st.clockless.append(ev.upstream)
         st.recent[ev.upstream].append(ev)
         return self._decide(ev.prompt_class, st)
 
     def _decide(self, name: str, st: ClassRoute) -> Decision | None:
         r = self.policy.routing
-        spec, plain = list(st.recent[SPEC]), list(st.recent[PLAIN])
-        est = route.estimate(spec, plain)
+        spec = [ev for ev in st.recent[SPEC] if route.timed(ev, st.clock)]  # the requests the estimate is of
+        plain = [ev for ev in st.recent[PLAIN] if route.timed(ev, st.clock)]
+        est = route.estimate(spec, plain, st.clock)
         side_to = route.choose(st.side, est, r.min_requests)
         if side_to == st.side:
             return None
@@ -96,6 +109,7 @@ class Router:
             len(plain),
             r.min_requests,
             r.window,
+            st.clock,
         )
         st.side, st.sent = side_to, 0
         self.decisions += 1
@@ -113,7 +127,7 @@ class Router:
             round_ids=[],
             applied=self.enforced,
             policy_sha256=self.policy.sha256,
-            reason=_reason(choice),
+            reason=_reason(choice, st.clockless),
             request_ids=[ev.request_id for ev in spec + plain],
             rule=choice,
         )
@@ -157,8 +171,15 @@ class Router:
         return next(c for c in self.policy.classes if c.default)
 
 
-def _reason(c: RouteChoice) -> str:
-    """The decision in words: where the class goes, and why."""
+def clock_words(clock: str, clockless: list[str]) -> str:
+    """`on the proxy's clock (plain gives no decode time)`: what a class's goodputs were timed on."""
+    verb = "give" if len(clockless) > 1 else "gives"
+    why = f" ({' and '.join(sorted(clockless))} {verb} no decode time)" if clock == PROXY_CLOCK and clockless else ""
+    return f"on {CLOCK_WORDS[clock]}{why}"
+
+
+def _reason(c: RouteChoice, clockless: list[str]) -> str:
+    """The decision in words: where the class goes, on which clock, and why."""
     sides = f"{c.spec_requests} spec vs {c.plain_requests} plain requests"
     fewest = min(c.spec_requests, c.plain_requests)
     if c.side_from == BOTH and fewest < c.min_requests:
@@ -169,5 +190,5 @@ def _reason(c: RouteChoice) -> str:
         why = "the 95% interval excludes 1.0"
     return (
         f"{c.side_from} -> {c.side_to} ({c.explore_share:.0%} to the other side): "
-        f"spec/plain {ratio_interval(c.ratio, c.low, c.high)} over {sides}; {why}"
+        f"spec/plain {ratio_interval(c.ratio, c.low, c.high)} over {sides} {clock_words(c.clock, clockless)}; {why}"
     )
