@@ -112,7 +112,10 @@ def test_the_advice_says_pays_costs_or_not_yet_known_from_the_interval():
     assert found["code-edit"].estimate.low is None  # one plain request: no interval
     assert found["rewrite"].change(POLICY) == 'would set speculate = "off"'
     assert found["chat"].change(POLICY).startswith("keep speculation on, draft maximum")
-    assert "give --plain-upstream" in found["non-english"].change(POLICY)
+    # other classes went plain, so the plain side was given: the advice never asks for it
+    assert found["non-english"].change(POLICY) == "none (none of its requests went to the plain side yet)"
+    (alone,) = advise(requests("non-english", "spec", 15, 3, 7))
+    assert "give --plain-upstream" in alone.change(POLICY)
 
 
 def test_a_draft_maximum_keeps_positions_accepted_at_least_a_tenth_of_the_time():

@@ -1,8 +1,9 @@
 """What speculation buys each class of proxied traffic, and what the policy would change (advise
 mode only). A class's requests to the speculating upstream are set against its requests to the plain
-one: the goodput ratio (generated tokens per ms of the upstream's own decode time) with a 95% interval
-from a bootstrap over requests (metrics.interval: a request is the resampled unit, emitted =
-predicted_n, ms = predicted_ms). Until the interval excludes 1.0 the word is "not yet known".
+one: the goodput ratio (generated tokens per ms, on the clock the class is judged on: the upstreams' own
+decode time, or the proxy's where a reply gave none; metrics.served.timing) with a 95% interval from a
+bootstrap over each side's last tally.WINDOW timed requests (metrics.interval: a request is the
+resampled unit). Until the interval excludes 1.0 the word is "not yet known".
 
 Nothing is applied: llama-server takes no per-request switch for speculation or its draft length
 (build 287 ignores `speculative.n_max` in a request body: its drafts were the same), so a change is
@@ -14,11 +15,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specmon.events.schema import RequestTimed
-from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
-from specmon.metrics.served import RequestTotals, by_class
+from specmon.metrics.interval import SpeedupEstimate
+from specmon.metrics.served import SERVER_CLOCK, RequestTotals
+from specmon.policy import route
 from specmon.policy.schema import Policy
 from specmon.proxy.routing import PLAIN, SPEC
+from specmon.proxy.tally import Tally
 
 PAYS, COSTS, UNKNOWN = "speculation pays", "speculation costs", "not yet known"
 NOT_APPLIED = (
@@ -46,6 +48,8 @@ class ClassAdvice:
     spec: RequestTotals
     plain: RequestTotals
     estimate: SpeedupEstimate
+    clock: str = SERVER_CLOCK  # what the estimate's goodputs were timed on (Tally.clock)
+    plain_given: bool = False  # the proxy had a plain side (a request of some class went there)
 
     @property
     def verdict(self) -> str:
@@ -62,9 +66,24 @@ class ClassAdvice:
         capped = "" if cap is None else f", draft maximum {cap}"
         if self.verdict == PAYS:
             return ('would set speculate = "on"' if speculate == "off" else "keep speculation on") + capped
-        if not self.plain.timed:
+        return self._waiting(speculate) or (
+            f"none until the interval excludes 1.0{capped and ' (then' + capped[1:] + ')'}"
+        )
+
+    def _waiting(self, speculate: str) -> str:
+        """Why there is nothing to compare yet, never asking for a flag the user gave; "" where there is."""
+        if speculate == "on" and not self.plain.requests:
+            return 'none (speculate = "on" keeps the class on spec: nothing to compare with)'
+        if not self.plain.requests:
+            if self.plain_given:
+                return "none (none of its requests went to the plain side yet)"
             return "none (no plain requests to compare with: give --plain-upstream)"
-        return f"none until the interval excludes 1.0{capped and ' (then' + capped[1:] + ')'}"
+        untimed = [
+            side for side, n in ((SPEC, self.estimate.prompts_spec), (PLAIN, self.estimate.prompts_plain)) if not n
+        ]
+        if untimed:
+            return f"none (no {' or '.join(untimed)} reply said how many tokens it generated: nothing to time)"
+        return ""
 
 
 def draft_maximum(acceptance: float | None) -> int | None:
@@ -78,27 +97,14 @@ def draft_maximum(acceptance: float | None) -> int | None:
     return max(1, math.floor(math.log(UNLIKELY_NEXT) / math.log(acceptance)))
 
 
-def per_request(events: Iterable[RequestTimed], prompt_class: str, upstream: str) -> PromptTotals:
-    """One class's timed, successful requests to one upstream, each request a unit of the bootstrap."""
-    emitted: dict[str, int] = {}
-    ms: dict[str, float] = {}
-    for ev in events:
-        if ev.prompt_class == prompt_class and ev.upstream == upstream and 200 <= ev.status < 300:
-            if ev.predicted_n is not None and ev.predicted_ms:
-                emitted[ev.request_id], ms[ev.request_id] = ev.predicted_n, ev.predicted_ms
-    return PromptTotals(emitted, ms)
-
-
-def advise(events: list[RequestTimed]) -> list[ClassAdvice]:
-    """Per class seen (in order of first appearance), spec against plain."""
-    totals = by_class(events)
-    classes = list(dict.fromkeys(ev.prompt_class for ev in events))
+def advise(source: Tally | Iterable) -> list[ClassAdvice]:
+    """Per class seen (in order of first appearance), spec against plain, on the clock the class is judged
+    on, over each side's last window of timed requests (a Tally, or the events to make one of)."""
+    tally = source if isinstance(source, Tally) else Tally.of(source)
     out = []
-    for name in classes:
-        estimate = speedup_estimate(per_request(events, name, SPEC), per_request(events, name, PLAIN))
-        out.append(
-            ClassAdvice(
-                name, totals.get((name, SPEC), RequestTotals()), totals.get((name, PLAIN), RequestTotals()), estimate
-            )
-        )
+    for name in tally.classes:
+        clock = tally.clock(name)
+        estimate = route.estimate(tally.last(name, SPEC), tally.last(name, PLAIN), clock)
+        spec, plain = tally.side(name, SPEC), tally.side(name, PLAIN)
+        out.append(ClassAdvice(name, spec, plain, estimate, clock, bool(tally.plain_given)))
     return out

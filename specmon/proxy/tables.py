@@ -16,19 +16,23 @@ from specmon.console import Hanging
 from specmon.server.records import millis, notice_text, short_id
 from specmon.tables import compact_table
 from specmon.errors import SpecmonError
-from specmon.events.schema import RequestTimed, ServerScraped, SessionStarted
+from specmon.events.schema import RequestTimed, SessionStarted
 from specmon.metrics.format import MISSING, count, fmt, ratio_interval
-from specmon.metrics.served import RequestTotals, by_class, requests_cell
+from specmon.metrics.served import CLOCK_WORDS, PROXY_CLOCK, RequestTotals, judged_on, requests_cell
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import ClassAdvice, advise, applied_line
-from specmon.metrics.unreported import SPEC, SessionLines, notices, silent
+from specmon.proxy.tally import Tally
+from specmon.metrics.unreported import SPEC, SessionLines, silent
 
 # tok/s: each request's own decode speed (the server's decode time), not the server's throughput (a watch's)
 COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "tok/s")
 OUTCOMES = {499: "client left", 502: "upstream broke off", 0: "upstream unreachable"}
 NOT_REPORTED = "not reported"
 CLOCKED = "*"  # marks a tok/s on the proxy's clock
-CLOCK_NOTE = f"{CLOCKED} tok/s on the proxy's clock (tokens after the first / first to last byte of streams): the upstream gave no decode time"
+CLOCK_NOTE = (
+    f"{CLOCKED} tok/s on the proxy's clock (a stream's tokens after the first / first to last byte; a whole reply's "
+    "tokens / arrival to last byte): a reply of the class gave no decode time, so both its sides are judged on it"
+)
 LIVE_LINES = SessionLines()  # the headless proxy's: each silent upstream's notice is told once per session
 
 
@@ -59,17 +63,18 @@ def request_line(ev: RequestTimed, sides: bool = False) -> str:
     return " ".join([*fields, f"total={millis(ev.total_ms)}"])
 
 
-def _speed(t: RequestTotals, missing: str = MISSING) -> str:
-    """The server's decode tok/s; else the proxy's clock, marked; else missing."""
-    if t.tok_per_s is not None:
-        return f"{t.tok_per_s:.1f}"
-    return missing if t.clocked_tok_per_s is None else f"{t.clocked_tok_per_s:.1f}{CLOCKED}"
+def _speed(t: RequestTotals, missing: str = MISSING, clock: str | None = None) -> str:
+    """Tok/s on `clock`, the proxy's marked (None: the reply's own, metrics.served.timing); else missing."""
+    clock = clock or judged_on(t)
+    speed = t.tok_per_s_on(clock)
+    return missing if speed is None else f"{speed:.1f}{CLOCKED if clock == PROXY_CLOCK else ''}"
 
 
-def class_table(events: Iterable[RequestTimed], title: str = "requests per class") -> Table:
-    """A row per (class, upstream): the sums of what its successful replies said, and their ratios."""
+def class_table(tally: Tally, title: str = "requests per class") -> Table:
+    """A row per (class, upstream): the sums of what its successful replies said, and their ratios; tok/s
+    on the clock the class is judged on."""
     table = compact_table(escape(title), COLUMNS, left=("class", "upstream"), tight=True)  # fits 80 columns
-    for (name, upstream), t in sorted(by_class(events).items()):
+    for (name, upstream), t in sorted(tally.totals.items()):
         told = t.reported > 0
         missing = NOT_REPORTED if upstream == SPEC else "-"  # the plain side is not meant to draft
         table.add_row(
@@ -80,24 +85,23 @@ def class_table(events: Iterable[RequestTimed], title: str = "requests per class
             str(t.draft_n_accepted) if told else "-",
             fmt(t.acceptance) if told else missing,
             fmt(t.tokens_per_step),
-            _speed(t),
+            _speed(t, clock=tally.clock(name)),
         )
     return table
 
 
-def position_lines(events: Iterable[RequestTimed]) -> list[str]:
+def position_lines(tally: Tally) -> list[str]:
     """Acceptance by draft position per (class, upstream), where the replies gave histograms (vLLM)."""
     lines = []
-    for (name, upstream), t in sorted(by_class(events).items()):
+    for (name, upstream), t in sorted(tally.totals.items()):
         if t.accepted_per_pos:
             rates = " ".join(fmt(r) for r in t.position_rates())
             lines.append(f"  {name} {upstream}: {rates} ({count(t.pos_steps, 'step')})")
     return ["acceptance by draft position (steps past position i / steps):", *lines] if lines else []
 
 
-def uncounted_line(events: Iterable[RequestTimed]) -> str:
-    """Requests left out of the table (no successful reply), by why; "" when there were none."""
-    by_status = Counter(ev.status for ev in events if not 200 <= ev.status < 300)
+def uncounted_line(by_status: Counter[int]) -> str:
+    """Requests left out of the table (no successful reply, Tally.outcomes), by why; "" when there were none."""
     if not by_status:
         return ""
     parts = [f"{OUTCOMES.get(status, f'status {status}')} {n}" for status, n in sorted(by_status.items())]
@@ -108,41 +112,48 @@ def advice_lines(advice: ClassAdvice, policy: Policy | None) -> list[str]:
     """The class, its spec/plain goodput ratio [95% interval] and both sides' requests; then the verdict
     and what would change."""
     est = advice.estimate
-    sides = f"{advice.spec.timed} spec vs {count(advice.plain.timed, 'plain request')}"
+    sides = f"{est.prompts_spec} spec vs {count(est.prompts_plain, 'plain request')}"
+    on = f", on {CLOCK_WORDS[advice.clock]}" if advice.clock == PROXY_CLOCK else ""  # else the servers', as the table
     return [
-        f"{advice.prompt_class}: spec/plain goodput {ratio_interval(est.ratio, est.low, est.high)}, {sides}",
+        f"{advice.prompt_class}: spec/plain goodput {ratio_interval(est.ratio, est.low, est.high)}, {sides}{on}",
         f"  {advice.verdict}; change: {advice.change(policy)}",
     ]
 
 
 def proxy_summary(events: Iterable, policy: Policy | None) -> Group:
+    """tally_summary of a list of events (requests, and reads of the upstream's /metrics)."""
+    return tally_summary(Tally.of(events), policy)
+
+
+def tally_summary(tally: Tally, policy: Policy | None) -> Group:
     """The table, what it leaves out, and the advice per class: `specmon proxy`'s end and `log info`.
-    Reads of the upstream's /metrics among `events` tell a notice whether the upstream drafts."""
-    events = list(events)
-    timed = [ev for ev in events if isinstance(ev, RequestTimed)]
-    reads = [ev for ev in events if isinstance(ev, ServerScraped)]
-    lines = [Hanging(line) for line in position_lines(timed)]  # a wrapped line goes on under itself
-    if any(t.timed == 0 and t.clocked_tok_per_s is not None for t in by_class(timed).values()):
+    Reads of the upstream's /metrics in the tally tell a notice whether the upstream drafts."""
+    lines = [Hanging(line) for line in position_lines(tally)]  # a wrapped line goes on under itself
+    if any(tally.clock(name) == PROXY_CLOCK for name, _ in tally.totals):
         lines.append(Hanging(CLOCK_NOTE))
-    lines += [Hanging(line) for line in [uncounted_line(timed), *notices(timed, reads)] if line]
-    advice = advise(timed)
+    lines += [Hanging(line) for line in [uncounted_line(tally.outcomes), *tally.silence.notices()] if line]
+    advice = advise(tally)
     if advice:
-        lines.append(Hanging("advice per class (95% intervals over requests):"))
+        over = f"each side's last {tally.window} requests" if tally.windowed else "requests"
+        lines.append(Hanging(f"advice per class (95% intervals over {over}):"))
         for a in advice:  # a class's line goes on past its verdict line's indent, not level with it
             head, verdict = advice_lines(a, policy)
             lines += [Hanging("  " + head, 4), Hanging("  " + verdict)]
         lines.append(Hanging(applied_line(policy, advice)))
-    return Group(class_table(timed), *lines)
+    return Group(class_table(tally), *lines)
 
 
 def log_summary(events: Iterable) -> Group:
-    """proxy_summary for a proxy log, under the policy its header recorded: what `log info` prints."""
-    events = list(events)
-    header = next((ev for ev in events if isinstance(ev, SessionStarted)), None)
+    """tally_summary of a proxy log, under the policy its header recorded: what `log info` prints. The log
+    is read once, one event at a time, into a Tally."""
+    tally, header = Tally(), None
+    for ev in events:
+        tally.add(ev)
+        header = ev if header is None and isinstance(ev, SessionStarted) else header
     policy = None
     if header is not None and header.policy_text:
         try:
             policy = parse_policy(header.policy_text, "the log's policy")
         except SpecmonError:
             policy = None  # a policy this specmon no longer reads: the advice is still given, in general terms
-    return proxy_summary(events, policy)
+    return tally_summary(tally, policy)

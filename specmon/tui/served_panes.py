@@ -14,6 +14,7 @@ from specmon.metrics import served, unreported
 from specmon.metrics.format import MISSING, clock, count, cut, fmt, ratio_interval
 from specmon.tui.fit import joined_width, shortened
 from specmon.tui.panes import bar_line
+from specmon.metrics.served import PROXY_CLOCK
 from specmon.tui.served_state import RECENT_S, ServedState
 
 RECENT = f"last {RECENT_S:.0f} s"
@@ -230,7 +231,8 @@ def _wrapped(line: str, width: int, style: str = "") -> list[Text]:
 
 def render_classes(state: ServedState, width: int, height: int | None = None) -> Text:
     """Requests by (class, upstream), with what the upstream's replies said (served.by_class's sums):
-    acceptance "n/r" where none reported draft counts, tok/s marked * on the proxy's clock, acceptance
+    acceptance "n/r" where none reported draft counts, tok/s marked * where the class is judged on the
+    proxy's clock (both its sides, metrics.served.judged_on), acceptance
     by draft position where the replies gave histograms, and each silent upstream named once. Fitted to
     `height` lines: the notes at the foot are kept whole, and rows left out are counted."""
     if not state.requests:
@@ -239,7 +241,7 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
     name_width = max(width - 26, 6)  # the figures take 26 columns: at 80x24 a class name keeps 10
     head = f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4} {'t/st':>4} {'tok/s':>5}"
     blocks = [
-        _class_block(cls, upstream, totals, name_width, width)
+        _class_block(cls, upstream, totals, name_width, width, state.clock(cls))
         for (cls, upstream), totals in sorted(state.requests.items())
     ]
     for cls, d in sorted(state.routes.items()):
@@ -253,13 +255,13 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
     return text
 
 
-def _class_block(cls: str, upstream: str, totals, name_width: int, width: int) -> list[tuple[str, str]]:
+def _class_block(cls: str, upstream: str, totals, name_width: int, width: int, on: str) -> list[tuple[str, str]]:
     """One (class, upstream)'s row, and its acceptance by position where its replies gave histograms."""
     missing = "n/r" if upstream == unreported.SPEC else "-"  # the plain side is not meant to draft
     acc = fmt(totals.acceptance) if totals.reported else missing
     row = (
         f"{cut(cls, name_width):<{name_width}} {cut(upstream, 5):<5} {totals.requests:>3} {acc:>4} "
-        f"{fmt(totals.tokens_per_step):>4} {_speed(totals):>5}"
+        f"{fmt(totals.tokens_per_step):>4} {_speed(totals, on):>5}"
     )
     block = [(row, "")]
     if totals.accepted_per_pos:
@@ -274,7 +276,7 @@ def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
     # a notice explains the spec rows' n/r; without one they need the key (a plain row's is `-`)
     unexplained = not notices and any(not t.reported and side == unreported.SPEC for (_, side), t in rows)
     keys = ["n/r: no draft counts reported"] if unexplained else []
-    keys += ["* the proxy's clock"] if any(t.tok_per_s is None and t.clocked_tok_per_s for _, t in rows) else []
+    keys += ["* the proxy's clock"] if any(state.clock(cls) == PROXY_CLOCK for (cls, _), _ in rows) else []
     keys += ["→ routed, by spec/plain goodput"] if state.routes else []
     lines = [(cut("; ".join(keys), max(width, 1)), "dim")] if keys else []
     for notice in notices:
@@ -298,18 +300,20 @@ def _fitted(blocks: list[list[tuple[str, str]]], room: int | None) -> list[tuple
 
 
 def _route_line(cls: str, d) -> str:
-    """`chat → plain 0.94x [0.91, 0.97] at 12:03:04`: where routing sent the class last, and on what."""
+    """`chat → plain 0.94x [0.91, 0.97] at 12:03:04`: where routing sent the class last, and on what (a
+    ratio on the proxy's clock marked *, as the rows)."""
     r = d.route
     advised = "" if d.applied else " (advised)"
-    return f"{cls} → {r.side_to}{advised} {ratio_interval(r.ratio, r.low, r.high)} at {clock(d.t)}"
+    on = "*" if r.clock == PROXY_CLOCK else ""
+    return f"{cls} → {r.side_to}{advised} {ratio_interval(r.ratio, r.low, r.high)}{on} at {clock(d.t)}"
 
 
-def _speed(totals) -> str:
-    """The server's decode tok/s, else the proxy's clock marked *, else N/A."""
-    if totals.tok_per_s is not None:
-        return fmt(totals.tok_per_s, "{:.1f}")
-    clocked = totals.clocked_tok_per_s
-    return MISSING if clocked is None else f"{clocked:.0f}*"
+def _speed(totals, on: str) -> str:
+    """Tok/s on the clock the class is judged on: the server's decode time, or the proxy's marked *; else N/A."""
+    speed = totals.tok_per_s_on(on)
+    if speed is None:
+        return MISSING
+    return f"{speed:.0f}*" if on == PROXY_CLOCK else fmt(speed, "{:.1f}")
 
 
 def classes_rows(state: ServedState) -> list[tuple[str, str, int, float | None, float | None, float | None]]:

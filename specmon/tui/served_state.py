@@ -56,6 +56,11 @@ class ServedState:
                 self.finished = ev
         self.version += bool(batch)
 
+    def clock(self, name: str) -> str:
+        """The clock class `name` is judged on (served.judged_on over both its sides' replies)."""
+        blank = served.RequestTotals()
+        return served.judged_on(self.requests.get((name, "spec"), blank), self.requests.get((name, "plain"), blank))
+
     def notices(self) -> list[str]:
         """The requests pane's short notices, said in the light of each upstream's latest /metrics read and
         of its other replies."""
