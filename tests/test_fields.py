@@ -198,6 +198,7 @@ FIELDS = {
         "plain_requests",
         "min_requests",
         "window",
+        "clock",
     ],
 }
 # The tag is the first element of an event's array: renaming one orphans it in old logs too.
@@ -393,7 +394,7 @@ VARIANTS = [
     msgspec.structs.replace(
         next(e for e in SAMPLES if isinstance(e, Decision)),
         decision_id=4,
-        rule=RouteChoice("both", "plain", 0.05, 0.91, 0.85, 0.97, 8, 8, 8, 8),
+        rule=RouteChoice("both", "plain", 0.05, 0.91, 0.85, 0.97, 8, 8, 8, 8, "proxy"),
     ),
 ]
 
