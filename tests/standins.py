@@ -94,6 +94,7 @@ class Standin:
     def __init__(self, figures: Callable[[dict], Figures]):
         self.figures = figures
         self.sent: list[tuple[str, dict, Figures]] = []
+        self.metrics_asked = 0  # GET /metrics answered (404: neither stand-in publishes one)
         self.url = ""
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -128,7 +129,12 @@ class Standin:
             return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
         routes = [Route(path, complete, methods=["POST"]) for path in ENDPOINTS]
-        routes += [Route("/health", health), Route("/v1/models", models)]
+
+        async def metrics(request: Request) -> Response:
+            self.metrics_asked += 1
+            return Response(b"Not Found", status_code=404)  # Starlette's own 404 for a path it has no route to
+
+        routes += [Route("/health", health), Route("/v1/models", models), Route("/metrics", metrics)]
         return Starlette(routes=routes)
 
     def _event(self, chunk: dict | str) -> bytes:

@@ -145,8 +145,9 @@ def test_the_log_names_the_proxy_and_its_upstream(tmp_path, fake):
 def test_the_upstreams_counters_are_read_into_the_log_while_it_proxies(tmp_path, fake):
     log = tmp_path / "p.specmon"
     with proxy(log, fake.url, scrape_s=0.05):
-        wait_until(lambda: sum(isinstance(e, ServerScraped) for e in read_log(log)) >= 2, "two reads of /metrics")
+        wait_until(lambda: fake.metrics_asked >= 3, "three reads of /metrics")
     reads = [e for e in read_log(log) if isinstance(e, ServerScraped)]
+    assert len(reads) == 2 and reads[1].t > reads[0].t  # unchanged reads are folded: the first, the last at the end
     assert reads[0].kind == "llama-server" and reads[0].error == "" and reads[0].url == fake.url
     assert reads[0].drafts is not None and reads[0].session_id == next(iter(read_log(log))).session_id
 

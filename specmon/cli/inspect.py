@@ -17,9 +17,11 @@ from specmon.tables import Note, class_table
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, default_log_path, read_log
+from specmon.events.parts import parts_said
 from specmon.events.schema import (
     bench_fixed_k,
     Decision,
+    LogRotated,
     PolicyLoaded,
     PromptFinished,
     PromptStarted,
@@ -225,7 +227,7 @@ def cmd_log(args) -> int:
 
         return cmd_log_dump(args)
     counts: Counter[str] = Counter()
-    kept, policies, first, last, damage, started = [], [], None, None, None, None
+    kept, policies, first, last, damage, started, rotated = [], [], None, None, None, None, None
     try:
         for ev in read_log(args.log):
             counts[type(ev).__name__] += 1
@@ -237,6 +239,7 @@ def cmd_log(args) -> int:
                 kept.append(ev)
             elif isinstance(ev, PolicyLoaded):
                 policies.append(ev)
+            rotated = ev if isinstance(ev, LogRotated) else None  # a part of a rotated log ends with one
     except LogDamaged as exc:
         damage = exc
     if started is not None:
@@ -254,7 +257,9 @@ def cmd_log(args) -> int:
     explored = sum(isinstance(e, RoundVerified) and e.explored for e in kept)
     if explored:
         print_hanging("  explored         ", f"{explored} rounds verified a draft the policy had cut (explore_budget)")
-    if not damage and first is not None and not counts["SessionFinished"]:
+    for label, said in parts_said(args.log, started, rotated):
+        print_hanging(label, said)
+    if not damage and first is not None and not counts["SessionFinished"] and rotated is None:
         print_hanging("  ended            ", "no end written: the run is still going, or was killed", "yellow")
     if started is not None and started.backend in SERVED_BACKENDS:  # a server's traffic: no rounds of its own
         _print_served(args.log)

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from specmon.backends.profiles import load_profile
+from specmon.cli.logflags import log_rotation
 from specmon.console import err, notice, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import load_policy
@@ -49,7 +50,14 @@ def cmd_serve(args) -> int:
         except KeyboardInterrupt as exc:  # Terminated too: no session has begun, so there is no log to speak of
             return _ended_while_loading(exc)
         with live_session(
-            pair, profile, pair.drafter, args.log, policy=policy, keep_events=False, viewer=tui
+            pair,
+            profile,
+            pair.drafter,
+            args.log,
+            policy=policy,
+            keep_events=False,
+            viewer=tui,
+            rotation=log_rotation(args),
         ) as session:
             serving = Serving(session, pair, profile, options, policy)
             mode = f"policy {Path(policy.source).name}" if policy else f"fixed k={options.draft_len}"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specmon.cli.logflags import add_log_rotation, log_rotation
+
 KINDS = ("auto", "llama-server", "vllm", "specmon")
 
 
@@ -29,6 +31,7 @@ def add_watch(sub, positive_seconds) -> None:
     watch.add_argument("--duration", type=positive_seconds, metavar="SECONDS", help="stop after (default: Ctrl-C)")
     watch.add_argument("--api-key-file", type=Path, metavar="FILE", help="a file holding the server's API key")
     watch.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
+    add_log_rotation(watch)
     watch.add_argument("--listen", metavar="127.0.0.1:PORT", help="also serve events over TCP (as run --listen)")
     watch.add_argument("--headless", action="store_true", help="print one line per window instead of the TUI")
     watch.set_defaults(handler=cmd_watch, log_keeps="every read")
@@ -37,4 +40,5 @@ def add_watch(sub, positive_seconds) -> None:
 def cmd_watch(args: argparse.Namespace) -> int:
     from specmon.watch.command import run_watch  # the HTTP client and the app load only when watching
 
+    args.rotation = log_rotation(args)
     return run_watch(args)

@@ -2,21 +2,39 @@
 
 The preamble (magic, format version, log id) is followed by SessionStarted, which carries the header
 facts: specmon version, profile text, policy text and hash, host. Then one frame per event.
+
+A long session's log can rotate (Rotation): the live file keeps its name, NAME.specmon; a finished
+part ends with LogRotated and is renamed NAME.1.specmon, NAME.2.specmon, ... in the order written (a
+part's name never changes afterwards), and each new part opens with a copy of the header (its `part`
+set), so every part reads on its own. follow_log goes from part to part as if there were one file.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
-from specmon.errors import SpecmonError
-from specmon.events.frames import FrameDecoder, FrameEncoder, LogDamaged
-from specmon.events.schema import AnyEvent, Event, SessionFinished, encode
+import msgspec
 
-__all__ = ["LogDamaged", "LogWriter", "read_log", "follow_log", "default_log_path"]
+from specmon.errors import SpecmonError
+from specmon.events.frames import FRAME_V2, LOG_ID_SIZE, PREAMBLE, FrameDecoder, FrameEncoder, LogDamaged
+from specmon.events.parts import Rotation, link_part, log_parts, part_path, refuse_taken_parts
+from specmon.events.schema import AnyEvent, Event, LogRotated, SessionFinished, SessionStarted, decode, encode
+
+__all__ = [
+    "LogDamaged",
+    "LogWriter",
+    "Rotation",
+    "read_log",
+    "follow_log",
+    "follow_batches",
+    "log_parts",
+    "default_log_path",
+]
 CHUNK = 1 << 16
 FOLLOW_IDLE_S = 10.0  # a followed log this long without growth and without a writer: its session is gone
 
@@ -29,13 +47,19 @@ class LogWriter:
     are unbuffered, so a failed write (disk full) leaves no half-written frame behind: the file is
     cut back to its last whole frame and the error is raised. While open, the writer holds an
     exclusive lock on the file, which tells followers the session is alive (the kernel drops it
-    when the process dies)."""
+    when the process dies). With a Rotation, the log goes on in new files (see the module's doc)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, rotation: Rotation | None = None):
         self.path = Path(path)
+        self.rotation = rotation
+        self.part = 1  # the live file's number among the session's parts
+        self._header: SessionStarted | None = None  # repeated at the start of every later part
         self._format = FrameEncoder()
         self._good = 0  # end of the last whole frame
-        self.events_written = 0  # also the next frame's sequence number
+        self.events_written = 0  # in the live part; also its next frame's sequence number
+        self._rotate_asked = False  # set by a signal's handler: rotate before the next batch
+        if rotation is not None:
+            refuse_taken_parts(self.path)
         self._fh = _create(self.path)
         _hold_writer_lock(self._fh)
         try:
@@ -46,10 +70,105 @@ class LogWriter:
             raise SpecmonError(f"{self.path}: cannot write the session log ({exc.strerror})") from None
 
     def write_payloads(self, payloads: list[bytes]) -> None:
-        """Frame encoded events (schema.encode) in order and write them in one go."""
+        """Frame encoded events (schema.encode) in order and write them in one go; where the Rotation's
+        size is passed, the rest goes on in a new part."""
+        if self.events_written == 0 and self.part == 1 and payloads:
+            self._keep_header(payloads[0])
+        elif self._rotate_asked and payloads:
+            self.rotate()  # asked for since the last batch: what comes after the ask opens the new part
+        while payloads:
+            taken = self._fitting(payloads)
+            self._frames(payloads[:taken])
+            payloads = payloads[taken:]
+            if self._full():
+                self.rotate()
+
+    def _fitting(self, payloads: list[bytes]) -> int:
+        """How many of `payloads` the live part takes: up to and including the one that fills it."""
+        limit = self.rotation.max_bytes if self.rotation is not None else None
+        size = self._good
+        for taken, payload in enumerate(payloads, start=1):
+            size += FRAME_V2.size + len(payload)
+            if limit is not None and size >= limit:
+                return taken
+        return len(payloads)
+
+    def _full(self) -> bool:
+        limit = self.rotation.max_bytes if self.rotation is not None else None
+        return limit is not None and self._good >= limit
+
+    def _frames(self, payloads: list[bytes]) -> None:
         first = self.events_written
         self._append(b"".join(self._format.frame(p, first + i) for i, p in enumerate(payloads)))
         self.events_written += len(payloads)  # into the OS: a SIGKILL after this loses nothing
+
+    def rotate_soon(self) -> None:
+        """Rotate before the next batch, on the writer's thread (safe in a signal handler)."""
+        self._rotate_asked = True
+
+    def _keep_header(self, payload: bytes) -> None:
+        try:
+            event = decode(payload)
+        except msgspec.DecodeError:
+            return  # not an event: a later part then starts without a header
+        self._header = event if isinstance(event, SessionStarted) else None
+
+    def rotate(self) -> None:
+        """Finish the live part with LogRotated and go on in a new file under its name.
+
+        The new part is whole (preamble, header) before the live name moves to it, and the old part keeps
+        every frame, so a crash at any step loses no written event; the live name is never missing
+        where the filesystem has hard links."""
+        self._rotate_asked = False
+        done, nxt = part_path(self.path, self.part), self._next_part()
+        linked = False
+        try:
+            linked = link_part(self.path, done)
+            marker = LogRotated(
+                session_id=self._header.session_id if self._header else "",
+                t=time.time(),
+                part=self.part,
+                next_name=self.path.name,
+                next_log_id=nxt._format.log_id.hex(),
+            )
+            self._frames([encode(marker)])
+            if not linked:  # no hard links here: the live name is missing for a moment
+                os.rename(self.path, done)
+            os.rename(nxt.path, self.path)
+        except BaseException:
+            nxt.close()
+            nxt.path.unlink(missing_ok=True)
+            if linked and self.path.exists():
+                done.unlink(missing_ok=True)  # the live name still holds every frame: no second name for it
+            raise
+        old, self._fh = self._fh, nxt._fh
+        self._format, self._good, self.events_written = nxt._format, nxt._good, nxt.events_written
+        self.part += 1
+        _close(old)  # after the new part is locked: a follower never sees the session without a writer
+        self._prune()
+
+    def _next_part(self) -> "LogWriter":
+        """The next part, whole and locked, under a name no reader looks for until it is renamed."""
+        temp = self.path.with_name(self.path.name + ".next")
+        temp.unlink(missing_ok=True)  # left by a rotation that crashed: it holds a header, nothing more
+        try:
+            nxt = LogWriter(temp)
+        except SpecmonError as exc:  # as a full disk: the log's writer reports an OSError
+            raise OSError(errno.EIO, str(exc)) from None
+        try:
+            if self._header is not None:
+                nxt.write(msgspec.structs.replace(self._header, part=self.part + 1))
+        except BaseException:
+            nxt.close()
+            nxt.path.unlink(missing_ok=True)
+            raise
+        return nxt
+
+    def _prune(self) -> None:
+        """Remove the part that fell out of the Rotation's `keep`; a follower that holds it open still reads it."""
+        keep = self.rotation.keep if self.rotation is not None else None
+        if keep is not None and self.part - 1 - keep >= 1:
+            part_path(self.path, self.part - 1 - keep).unlink(missing_ok=True)
 
     def _append(self, data: bytes) -> None:
         view = memoryview(data)
@@ -65,18 +184,22 @@ class LogWriter:
         self.write_payloads([encode(event)])
 
     def close(self) -> None:
-        if not self._fh.closed:
-            try:
-                os.fsync(self._fh.fileno())
-            except OSError:
-                pass  # every frame is already in the OS; a failed fsync loses nothing we can keep
-            self._fh.close()
+        _close(self._fh)
 
     def __enter__(self) -> "LogWriter":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _close(fh: BinaryIO) -> None:
+    if not fh.closed:
+        try:
+            os.fsync(fh.fileno())
+        except OSError:
+            pass  # every frame is already in the OS; a failed fsync loses nothing we can keep
+        fh.close()
 
 
 def _create(path: Path) -> BinaryIO:
@@ -137,40 +260,118 @@ def follow_log(
     idle_timeout_s: float | None = FOLLOW_IDLE_S,
     stop: Callable[[], bool] = lambda: False,
 ) -> Iterator[AnyEvent]:
-    """Like `tail -f`: yield events as they are appended, until SessionFinished or `stop()`.
+    """Like `tail -F`: yield events as they are appended, until SessionFinished or `stop()`.
 
     A partial frame at the end is waited for, not an error. A session that is alive but slow is
     waited for however long its rounds take (its writer holds the log's lock). A log that has not
     grown for `idle_timeout_s` and that no writer holds any more (its session was killed) ends
-    with a SpecmonError after its last event; `idle_timeout_s=None` waits forever regardless."""
+    with a SpecmonError after its last event; `idle_timeout_s=None` waits forever regardless.
+    A rotated log is read on into its next part as if it were one file: the parts' LogRotated and
+    repeated headers are not handed out."""
+    for batch in follow_batches(path, poll_s, idle_timeout_s, stop):
+        yield from batch
+
+
+def follow_batches(
+    path: Path,
+    poll_s: float = 0.05,
+    idle_timeout_s: float | None = FOLLOW_IDLE_S,
+    stop: Callable[[], bool] = lambda: False,
+) -> Iterator[list[AnyEvent]]:
+    """follow_log's events, a list per read (what the attach server sends in one go)."""
+    path = Path(path)
+    fh = _open(path)
+    try:
+        marker = yield from _follow_part(fh, path, poll_s, idle_timeout_s, stop, repeat_header=False)
+        while marker is not None:
+            found = _await_next_part(marker, fh, path, poll_s, idle_timeout_s, stop)
+            if found is None:
+                return
+            fh.close()
+            fh, path = found
+            marker = yield from _follow_part(fh, path, poll_s, idle_timeout_s, stop, repeat_header=True)
+    finally:
+        fh.close()
+
+
+def _follow_part(fh: BinaryIO, path: Path, poll_s, idle_timeout_s, stop, repeat_header: bool):
+    """Yield one part's events in batches; return its LogRotated, or None at its end or `stop()`."""
     decoder = FrameDecoder(str(path))
     idle_since = time.monotonic()
     writer_gone = False  # seen unlocked: every byte it will ever hold is already written
-    with _open(Path(path)) as fh:
-        while True:
-            chunk = fh.read(CHUNK)
-            if chunk:
-                idle_since = time.monotonic()
+    while True:
+        chunk = fh.read(CHUNK)
+        if chunk:
+            idle_since = time.monotonic()
+            batch: list[AnyEvent] = []
+            try:
                 for event in decoder.feed(chunk):
-                    yield event
+                    if repeat_header and isinstance(event, SessionStarted):
+                        repeat_header = False  # the header again, opening a later part: the reader has it
+                        continue
+                    repeat_header = False
+                    if isinstance(event, LogRotated):
+                        yield batch
+                        return event
+                    batch.append(event)
                     if isinstance(event, SessionFinished):
-                        return
-                continue
-            if stop():
-                decoder.finish()
-                return
-            if writer_gone:
-                decoder.finish()
-                raise SpecmonError(
-                    f"{path} has not grown for {idle_timeout_s:g} s and has no SessionFinished: its "
-                    f"session was killed or hung; `specmon log info {path}` shows what it holds"
-                )
-            if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
-                if not _writer_alive(fh):
-                    writer_gone = True
-                    continue  # read once more: the writer may have written its last frames just before
-                idle_since = time.monotonic()  # alive, only slow: look again after another wait
-            time.sleep(poll_s)
+                        yield batch
+                        return None
+            except LogDamaged:
+                yield batch  # every whole event before the damage first
+                raise
+            yield batch
+            continue
+        if stop():
+            decoder.finish()
+            return None
+        if writer_gone:
+            decoder.finish()
+            raise SpecmonError(
+                f"{path} has not grown for {idle_timeout_s:g} s and has no SessionFinished: its "
+                f"session was killed or hung; `specmon log info {path}` shows what it holds"
+            )
+        if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
+            if not _writer_alive(fh):
+                writer_gone = True
+                continue  # read once more: the writer may have written its last frames just before
+            idle_since = time.monotonic()  # alive, only slow: look again after another wait
+        time.sleep(poll_s)
+
+
+def _await_next_part(marker: LogRotated, fh: BinaryIO, path: Path, poll_s, idle_timeout_s, stop):
+    """The part that follows `marker`'s, opened: the live file until it is renamed, then its part name. A
+    writer that let go of the old part without either in place crashed mid-rotation."""
+    live = path.parent / marker.next_name
+    candidates, want = (part_path(live, marker.part + 1), live), bytes.fromhex(marker.next_log_id)
+    since = time.monotonic()
+    while (found := _open_part(candidates, want)) is None:
+        if stop():
+            return None
+        waited = time.monotonic() - since
+        if idle_timeout_s is not None and waited > idle_timeout_s and not _writer_alive(fh):
+            if (found := _open_part(candidates, want)) is not None:
+                return found  # renamed just before the writer let go
+            raise SpecmonError(
+                f"{path} goes on in {live.name} (part {marker.part + 1}), which is not there: its session "
+                "was killed mid-rotation, or --log-keep removed that part"
+            )
+        time.sleep(poll_s)
+    return found
+
+
+def _open_part(candidates: tuple[Path, ...], log_id: bytes) -> tuple[BinaryIO, Path] | None:
+    """The first candidate whose preamble carries `log_id`, opened at its start."""
+    for candidate in candidates:
+        try:
+            fh = open(candidate, "rb")
+        except OSError:
+            continue
+        if fh.read(PREAMBLE.size + LOG_ID_SIZE)[PREAMBLE.size :] == log_id:
+            fh.seek(0)
+            return fh, candidate
+        fh.close()
+    return None
 
 
 def default_log_path(session_id: str, logs_dir: Path | None = None) -> Path:

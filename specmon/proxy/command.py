@@ -14,6 +14,7 @@ from rich.markup import escape
 from specmon.console import Hanging, err, out, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import Policy, load_policy
+from specmon.proxy.reads import family_at, family_of
 from specmon.proxy.relay import reason
 from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import proxy_summary
@@ -90,15 +91,16 @@ def probe_pool(urls: list[str], flag: str) -> str:
 
 
 def probe(url: str, flag: str) -> str:
-    """The upstream answers (GET /health): its kind as the watch names it, "" where it does not say."""
+    """The upstream answers (GET /health): its family (reads.family_of: /health, else /v1/models), ""
+    where neither says."""
     try:
         with httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=False) as client:
             reply = client.get(f"{url}/health")
+            if reply.status_code == 503:
+                err.print(f"specmon: {escape(url)} is still loading its model (/health 503); requests wait for it")
+            return family_of(reply) or (family_at(client, url, ("/v1/models",)) if reply.status_code != 503 else "")
     except httpx.TransportError as exc:
         raise SpecmonError(f"{flag} {url}: cannot reach it ({reason(exc)}); is the server running?") from None
-    if reply.status_code == 503:
-        err.print(f"specmon: {escape(url)} is still loading its model (/health 503); requests wait for it")
-    return "llama-server" if reply.headers.get("server", "").startswith("llama.cpp") else ""
 
 
 def _say_where(

@@ -1,34 +1,112 @@
 """The proxy's reads of its upstream's /metrics while it serves: each one a ServerScraped event,
-published from the serving loop like the requests."""
+published from the serving loop like the requests. Reads that changed nothing are folded (watch.fold).
+An upstream with no /metrics (TabbyAPI has none; llama-server without --metrics) is said once, plainly,
+and asked again only every NO_METRICS_RETRY_S: its replies are what the proxy measures."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from typing import Callable
 
+import httpx
+import msgspec
+
 from specmon.events.schema import ServerScraped
 from specmon.proxy.tables import LIVE_LINES
+from specmon.watch.fold import ReadFold
+from specmon.watch.scrape import NO_METRICS, no_page
 from specmon.watch.scrape import client as scrape_client
 from specmon.watch.scrape import scrape
 
+# a llama-server restarted with --metrics (or another server on that port) is read within minutes, and
+# one GET every five minutes costs an upstream nothing: rarely, rather than never
+NO_METRICS_RETRY_S = 300.0
+OWNERS = {"tabbyAPI": "tabbyapi", "vllm": "vllm", "llamacpp": "llama-server"}  # /v1/models' owned_by
+NO_METRICS_HOW = {
+    "llama-server": "start llama-server with --metrics for its counters too",
+    "tabbyapi": "TabbyAPI has none",
+}
+
+
+def family_of(reply: httpx.Response) -> str:
+    """The server family a reply to /health or /v1/models names: llama-server by its `server` header,
+    TabbyAPI by its /health body ({"status", "issues"}), any by its models' owned_by; "" where none."""
+    if any(name.startswith("llama.cpp") for name in reply.headers.get_list("server")):
+        return "llama-server"
+    try:
+        body = reply.json()
+    except ValueError:
+        return ""
+    if not isinstance(body, dict):
+        return ""
+    if isinstance(body.get("issues"), list) and "status" in body:  # TabbyAPI's HealthCheckResponse
+        return "tabbyapi"
+    models = body.get("data") if isinstance(body.get("data"), list) else []
+    owners = [OWNERS.get(m.get("owned_by")) for m in models if isinstance(m, dict)]
+    return next((family for family in owners if family), "")
+
+
+def family_at(http: httpx.Client, url: str, paths: tuple[str, ...] = ("/health", "/v1/models")) -> str:
+    """The family the first of `paths` to name one names; "" where none does (or none answers)."""
+    for path in paths:
+        try:
+            family = family_of(http.get(f"{url}{path}"))
+        except httpx.HTTPError:
+            continue
+        if family:
+            return family
+    return ""
+
+
+def no_metrics_line(url: str, family: str) -> str:
+    """The one line for an upstream without /metrics: a fact about it, with what to do only where a flag helps."""
+    how = NO_METRICS_HOW.get(family, "HTTP 404")
+    return f"{url} {NO_METRICS} ({how}): the figures come from its replies only"
+
+
+def print_notice(line: str) -> None:
+    print(f"specmon: {line}", file=sys.stderr, flush=True)  # sys.stderr looked up now: Textual swaps it
+
 
 class UpstreamReads:
-    """Reads `url`'s /metrics every `every_s` and publishes each read; keeps the last read that found
-    the counters (does it draft at all: a failed read says nothing)."""
+    """Reads `url`'s /metrics every `every_s` and publishes the reads that changed something (ReadFold);
+    keeps the last read that found the counters (does it draft at all: a failed read says nothing).
+    `family`: the upstream's, where the caller knows it (else asked of the upstream when /metrics is
+    missing); `say`: where that is said (default: stderr, when headless)."""
 
     def __init__(
-        self, session_id: str, url: str, publish: Callable, every_s: float, key: bytes | None, lines: Callable[[], bool]
+        self,
+        session_id: str,
+        url: str,
+        publish: Callable,
+        every_s: float,
+        key: bytes | None,
+        lines: Callable[[], bool],
+        family: str | None = None,
+        say: Callable[[str], None] | None = None,
     ):
         self.session_id, self.url, self.publish, self.every_s = session_id, url, publish, every_s
         self.key, self.lines = key, lines  # lines(): headless, whose notices read the counters too
+        self.family, self.say = family, say
         self.last_counted: ServerScraped | None = None
+        self.fold = ReadFold()
+        self.no_metrics = False  # the upstream had no /metrics page when first read, and still has none
+        self.read_any = False
 
     async def run(self) -> None:
         with scrape_client(self.key.decode() if self.key else None) as http:
-            while True:
-                self.take(await self._read(http))
-                await asyncio.sleep(self.every_s)
+            try:
+                while True:
+                    read = await self._read(http)
+                    if no_page(read) and not self.read_any and self.family is None:
+                        self.family = await asyncio.to_thread(family_at, http, self.url)
+                    self.take(read)
+                    await asyncio.sleep(NO_METRICS_RETRY_S if self.no_metrics else self.every_s)
+            finally:  # the session outlives the reads: its log's totals span to the last one
+                for read in self.fold.flush():
+                    self.publish(read)
 
     async def _read(self, http) -> ServerScraped:
         try:
@@ -37,8 +115,32 @@ class UpstreamReads:
             return ServerScraped(session_id=self.session_id, t=time.time(), url=self.url, kind="", error=repr(exc))
 
     def take(self, read: ServerScraped) -> None:
-        self.publish(read)
+        read, again = self._missing(read)
+        for passed in [] if again else self.fold.take(read):  # no /metrics still: said once, not again
+            self.publish(passed)
         if read.drafts is not None:
             self.last_counted = read
         if self.lines():
             LIVE_LINES.read(read)  # the headless line's notice says whether the upstream drafts
+
+    def _missing(self, read: ServerScraped) -> tuple[ServerScraped, bool]:
+        """A first read that finds no /metrics page is said once, and its line is the read's error (the
+        view and the log show it); the reads slow to a retry until a page is found. (The read, whether it
+        only says again what was said.)"""
+        first, self.read_any = not self.read_any, True
+        if not no_page(read):
+            self.no_metrics = False
+            return read, False
+        if not (first or self.no_metrics):
+            return read, False  # a page that was there and went: a failed read like any other
+        line = no_metrics_line(self.url, self.family or "")
+        if first:
+            self._say(line)
+        self.no_metrics = True
+        return msgspec.structs.replace(read, error=line), not first
+
+    def _say(self, line: str) -> None:
+        if self.say is not None:
+            self.say(line)
+        elif self.lines():  # under the view, the read's line is shown there
+            print_notice(line)

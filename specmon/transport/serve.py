@@ -1,7 +1,7 @@
 """Serve a running session's events to `specmon attach` over a Unix socket (and TCP on loopback).
 
-Each client gets the log from its first byte (the history) and then follows it live, so every
-client sees exactly the events in the log. A client only reads the file: a slow or vanished
+Each client gets the log's events from its start (the history; a rotated log's from its live
+part's) and then follows it live, so every client sees exactly the events in the log. A client only reads the file: a slow or vanished
 one lags or ends alone and never touches the decode loop. TCP clients must first send the
 session's token; one that does not is closed with nothing sent. The token is written to a 0600
 file beside the socket (its path is printed, the token never is) and removed with it.
@@ -18,6 +18,9 @@ import threading
 from pathlib import Path
 
 from specmon.errors import SpecmonError
+from specmon.events.frames import FrameEncoder
+from specmon.events.log import follow_batches
+from specmon.events.schema import encode
 from specmon.transport.channel import LogSink
 
 CHUNK = 1 << 16
@@ -129,16 +132,21 @@ class EventServer:
         return hmac.compare_digest(line.strip(), (self.token or "").encode())
 
     def _stream(self, conn: socket.socket) -> None:
-        with open(self.sink.path, "rb") as fh:
-            while True:
-                data = fh.read(CHUNK)
-                if data:
-                    conn.sendall(data)
-                    continue
-                with self.sink.written:
-                    if self.sink.closed and fh.tell() >= os.path.getsize(self.sink.path):
-                        return
-                    self.sink.written.wait(timeout=0.5)
+        """The live part's events, re-framed as one log of the client's own, so a rotation (a new file,
+        numbered from 0 again) is no seam to it; follow_log reads on across parts."""
+        frames = FrameEncoder()
+        conn.sendall(frames.preamble())
+        sent = 0
+        try:
+            for batch in follow_batches(self.sink.path, 0.05, None, self._ended):
+                conn.sendall(b"".join(frames.frame(encode(ev), sent + i) for i, ev in enumerate(batch)))
+                sent += len(batch)
+        except SpecmonError:
+            return  # the log failed or went away: the client has every whole event it held
+
+    def _ended(self) -> bool:
+        """Every event is in the log: the writer closed (or the server is closing)."""
+        return self.sink.closed or self._stopping.is_set()
 
     def close(self) -> None:
         self._stopping.set()

@@ -6,6 +6,8 @@ removes the socket, and turns a log-writer failure into one SpecmonError naming 
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ from specmon.console import notice, print_error
 from specmon.engine.driver import Cancelled, SessionDriver, host_facts, new_session_id
 from specmon.engine.costs import Costs, measure_costs
 from specmon.engine.drafters import Drafter
-from specmon.events.log import default_log_path
+from specmon.events.log import Rotation, default_log_path, refuse_taken_parts
 from specmon.events.schema import AnyEvent, SessionFinished, SessionStarted
 from specmon.transport.channel import Channel, LogSink, LogWriteFailed, Subscription
 from specmon.transport.serve import EventServer, runtime_dir
@@ -73,10 +75,12 @@ def live_session(
     announce: bool = True,
     viewer: bool = False,
     keep_events: bool = True,
+    rotation: Rotation | None = None,
 ) -> Iterator[LiveSession]:
     """Open the log (and the attach socket when `serve`), publish SessionStarted, and yield the
-    session; on leaving, finish and close everything, raising a log-write failure if there was one."""
-    session = _open(pair, profile, log_path, serve, listen, viewer)
+    session; on leaving, finish and close everything, raising a log-write failure if there was one.
+    With a `rotation`, the log goes on in new parts (events.log), and SIGUSR1 rotates it too."""
+    session = _open(pair, profile, log_path, serve, listen, viewer, rotation)
     session.keep_events = keep_events
     in_flight: BaseException | None = None
     try:
@@ -103,7 +107,8 @@ def live_session(
                     "what a draft costs"
                 )
         session.channel.publish(started)
-        yield session
+        with rotate_on_signal(session, rotation):
+            yield session
         session.finish("done")
     except BaseException as exc:
         in_flight = exc
@@ -122,17 +127,19 @@ def observer_session(
     listen: tuple[str, int] | None = None,
     announce: bool = True,
     viewer: bool = False,
+    rotation: Rotation | None = None,
 ) -> Iterator[LiveSession]:
     """A session that decodes nothing (`watch`, `proxy`): the same log, channel and attach socket as a
     decoding one, its header built by `started(session_id)`; events are published on session.channel."""
-    session = _open(None, None, log_path, serve, listen, viewer)
+    session = _open(None, None, log_path, serve, listen, viewer, rotation)
     session.keep_events = False  # a watch runs for days: only the log keeps them
     in_flight: BaseException | None = None
     try:
         if announce:
             _announce(session)
         session.channel.publish(started(session.session_id))
-        yield session
+        with rotate_on_signal(session, rotation):
+            yield session
         session.finish("done")
     except BaseException as exc:
         in_flight = exc
@@ -162,6 +169,19 @@ def observed_header(session_id: str, backend: str, target: str, kind: str, polic
     )
 
 
+@contextmanager
+def rotate_on_signal(session: LiveSession, rotation: Rotation | None) -> Iterator[None]:
+    """While inside, SIGUSR1 (nginx's signal to reopen its logs) rotates a rotating session's log."""
+    if rotation is None or threading.current_thread() is not threading.main_thread():
+        yield  # no rotation asked for: SIGUSR1 keeps its default
+        return
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: session.sink.writer.rotate_soon())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def _end(session: LiveSession, in_flight: BaseException | None) -> None:
     _close(session)
     failure = session.sink.failure()
@@ -171,9 +191,13 @@ def _end(session: LiveSession, in_flight: BaseException | None) -> None:
         print_error(str(failure))
 
 
-def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: bool) -> LiveSession:
+def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: bool, rotation=None) -> LiveSession:
     session_id = new_session_id()
-    sink = LogSink(log_path or default_log_path(session_id))
+    path = log_path or default_log_path(session_id)
+    if rotation is not None:
+        refuse_taken_parts(path)  # before the log exists: nothing to remove
+    sink = LogSink(path)
+    sink.writer.rotation = rotation  # from its next batch: the header is the first
     channel = Channel(sink)
     driver = None
     if pair is not None:

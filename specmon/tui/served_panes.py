@@ -16,6 +16,7 @@ from specmon.tui.fit import joined_width, shortened
 from specmon.tui.panes import bar_line
 from specmon.metrics.served import PROXY_CLOCK
 from specmon.tui.served_state import RECENT_S, ServedState
+from specmon.watch.scrape import NO_METRICS
 
 RECENT = f"last {RECENT_S:.0f} s"
 FULL, EMPTY = "█", "░"
@@ -31,6 +32,8 @@ def server_state(state: ServedState) -> tuple[list[str], str]:
         return [f"finished ({state.finished.reason})", "finished"], "dim"
     if last is None:
         return ["not read yet"], "yellow"
+    if NO_METRICS in last.error:  # an upstream without Prometheus (the proxy measures its replies): no fault
+        return ["no /metrics: figures from its replies", "no /metrics"], ""
     if last.error:
         since = next((t for t, what, _ in reversed(state.changes) if what in ("down", "no counters")), last.t)
         word = "DOWN" if last.error.startswith("down") else "NO COUNTERS"
@@ -202,7 +205,7 @@ def render_server(state: ServedState, width: int) -> Text:
     words, style = server_state(state)
     text = Text(words[0], style=style)
     if state.last is not None and state.last.error:
-        text.append("\n" + cut(state.last.error, max(width, 1)), style="red")
+        text.append("\n" + cut(state.last.error, max(width, 1)), style="dim" if style == "" else "red")
     for t, what, detail in reversed(state.changes):
         line = f"{clock(t)} {what}" + (f": {detail}" if detail and what == "restarted" else "")
         text.append("\n" + cut(line, max(width, 1)), style="dim")

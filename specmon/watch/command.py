@@ -34,7 +34,11 @@ def run_watch(args) -> int:
         first = watcher.read()  # the header names the server's kind
         kind = first.kind or (args.kind if args.kind != "auto" else UNKNOWN_KIND)
         with observer_session(
-            lambda sid: observed_header(sid, "watch", args.url, kind), args.log, listen=listen, viewer=tui
+            lambda sid: observed_header(sid, "watch", args.url, kind),
+            args.log,
+            listen=listen,
+            viewer=tui,
+            rotation=args.rotation,
         ) as session:
             watcher.session_id, watcher.publish = session.session_id, session.channel.publish
             if tui:

@@ -12,6 +12,8 @@ from specmon.events.schema import ServerScraped
 from specmon.watch.exposition import KINDS, NotMetrics, kind_of, read, samples
 
 TIMEOUT_S = 5.0  # a server that takes longer to list its counters is as good as down for a watch
+NO_PAGE = (404, 501)  # the server answers, but has no /metrics there
+NO_METRICS = "publishes no /metrics"  # the proxy's line for an upstream without one: a fact, not a fault
 
 
 def base_url(text: str, flag: str = "URL") -> str:
@@ -95,10 +97,15 @@ def _why(exc: httpx.HTTPError) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
+def no_page(read: ServerScraped) -> bool:
+    """The read found the server, but no /metrics page there (_status_line's HTTP 404 or 501)."""
+    return read.error.startswith(tuple(f"HTTP {status} " for status in NO_PAGE))
+
+
 def _status_line(status: int, address: str) -> str:
     if status in (401, 403):
         return f"HTTP {status} from {address}: the server wants an API key (watch: --api-key-file; proxy: --upstream-api-key-file)"
-    if status in (404, 501):
+    if status in NO_PAGE:
         return f"HTTP {status} from {address}: no /metrics there (llama-server publishes it only with --metrics)"
     if status == 503:
         return f"HTTP 503 from {address}: not ready (still loading the model?)"
