@@ -13,6 +13,7 @@ from specmon import __version__
 from specmon.backends.profiles import DEFAULT_PROFILE, MAX_INT, MAX_SEED
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
+from specmon.cli.logflags import add_log_rotation
 from specmon.cli.proxy import add_proxy
 from specmon.cli.signals import Terminated, ending_signals
 from specmon.cli.tools import Teaching, add_bench_tools, add_policy_tune
@@ -285,6 +286,7 @@ def _add_serve(sub) -> None:
         help="requests held at once, the one decoding included; one more gets 429 (default 16)",
     )
     serve.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
+    add_log_rotation(serve)
     serve.add_argument("--headless", action="store_true", help="print one line per request")
 
 

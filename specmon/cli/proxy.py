@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specmon.cli.logflags import add_log_rotation, log_rotation
+
 
 def add_proxy(sub, whole, share) -> None:
     proxy = sub.add_parser(
@@ -56,6 +58,7 @@ def add_proxy(sub, whole, share) -> None:
         help="the upstreams' key (0600 file), sent to them and to their /metrics as Authorization: Bearer",
     )
     proxy.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
+    add_log_rotation(proxy)
     proxy.add_argument("--headless", action="store_true", help="print one line per request instead of the TUI")
     proxy.set_defaults(handler=cmd_proxy, log_keeps="every finished request")
 
@@ -63,4 +66,5 @@ def add_proxy(sub, whole, share) -> None:
 def cmd_proxy(args: argparse.Namespace) -> int:
     from specmon.proxy.command import run_proxy  # the HTTP client and server load only when proxying
 
+    args.rotation = log_rotation(args)
     return run_proxy(args)

@@ -50,6 +50,7 @@ class SessionStarted(Event, tag="session", kw_only=True):
     verify_ms: list[float] = []
     draft_ms: float = 0.0
     verify_disturbed: int = 0  # points of verify_ms the host never let be timed quietly (timed busy instead)
+    part: int = 1  # which file of a rotated log this header opens (events.log); 1: the first, or never rotated
 
 
 BENCH_FIXED_RULE = "bench: fixed k="  # older logs mark `bench policy`'s fixed-k runs in class_rule only
@@ -294,6 +295,15 @@ class RequestTimed(Event, tag="request", kw_only=True):
     unmeasured: str = ""  # why the reply's figures were no evidence (out of range: all None above); "" they were
 
 
+class LogRotated(Event, tag="rotated", kw_only=True):
+    """The last event of one part of a rotated log (specmon.events.log): this file was renamed NAME.PART.specmon
+    and the session goes on in a new file under the live name, whose preamble carries `next_log_id`."""
+
+    part: int  # this file's number among the session's parts, from 1
+    next_name: str  # the live file's name, in this file's directory
+    next_log_id: str  # the next part's log id (hex): a follower opens that file and no other
+
+
 # New event types are added at the end; old logs never contain them and still decode.
 AnyEvent = Union[
     SessionStarted,
@@ -307,6 +317,7 @@ AnyEvent = Union[
     QueueSample,
     ServerScraped,
     RequestTimed,
+    LogRotated,
 ]
 
 _encoder = msgspec.msgpack.Encoder()

@@ -47,7 +47,10 @@ def run_proxy(args) -> int:
         )
         options.line = None if tui else print_line
         with observer_session(
-            lambda sid: observed_header(sid, "proxy", upstreams[0], kind, policy), args.log, viewer=tui
+            lambda sid: observed_header(sid, "proxy", upstreams[0], kind, policy),
+            args.log,
+            viewer=tui,
+            rotation=args.rotation,
         ) as session:
             proxying = Proxying(session.session_id, session.channel.publish, policy, options)
             _say_where(proxying, upstreams, plain, policy, args.plain_share, api_key is not None)
