@@ -14,6 +14,7 @@ from specmon.events.schema import (
     Equivalence,
     GateChoice,
     RouteChoice,
+    LogRotated,
     PolicyLoaded,
     PromptFinished,
     PromptStarted,
@@ -50,6 +51,7 @@ FIELDS = {
         "verify_ms",
         "draft_ms",
         "verify_disturbed",
+        "part",
     ],
     PromptStarted: [
         "session_id",
@@ -168,6 +170,8 @@ FIELDS = {
         "spec_steps",
         "accepted_per_pos",
         "upstream_url",
+        "routed",
+        "unmeasured",
     ],
     Sampling: ["temperature", "top_p", "top_k", "seed"],
     Equivalence: ["verdict", "first_divergence", "margin", "near_tie_margin"],
@@ -200,6 +204,7 @@ FIELDS = {
         "window",
         "clock",
     ],
+    LogRotated: ["session_id", "t", "part", "next_name", "next_log_id"],
 }
 # The tag is the first element of an event's array: renaming one orphans it in old logs too.
 TAGS = {
@@ -219,6 +224,7 @@ TAGS = {
     ClassInForce: None,
     GateChoice: "gate",
     RouteChoice: "route",
+    LogRotated: "rotated",
 }
 
 SAMPLING = Sampling(temperature=0.7, top_p=0.9, top_k=40, seed=1234)
@@ -245,6 +251,7 @@ SAMPLES = [
         verify_ms=[40.5, 44.25, 60.0],
         draft_ms=0.75,
         verify_disturbed=2,
+        part=3,
     ),
     PromptStarted(
         **SESSION,
@@ -386,7 +393,10 @@ SAMPLES = [
         spec_steps=22,
         accepted_per_pos=[18, 9, 3],
         upstream_url="http://127.0.0.1:8081",
+        routed="spec",
+        unmeasured="accepted 49 > drafted 48",
     ),
+    LogRotated(**SESSION, part=2, next_name="proxy.specmon", next_log_id="9f3c2a"),
 ]
 
 # a union's other members, each in an event of a type SAMPLES already holds

@@ -51,8 +51,9 @@ class FakeUpstream:
     """Serves the recorded replies; `hold` (an Event) pauses streams before their last two events, and
     JSON replies before they start."""
 
-    def __init__(self, suffix: str = ""):
+    def __init__(self, suffix: str = "", port: int = 0):
         self.suffix = suffix  # "-plain": the replies recorded from a server without speculation
+        self.port = port  # 0: any free port; a port again: the same server started again
         self.metrics_page = "llama-server-before.txt"  # recorded by the watch's tests: no drafts yet
         self.metrics_asked = 0  # GET /metrics answered so far
         self.hold: threading.Event | None = None
@@ -117,8 +118,9 @@ class FakeUpstream:
                 self.hung_up.set()
 
     def __enter__(self) -> FakeUpstream:
-        sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        sock = socket.create_server(("127.0.0.1", self.port))
+        self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(self.app(), log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)

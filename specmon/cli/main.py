@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_run, _add_serve, add_models, _add_attach, _add_policy, _add_bench, _add_sweep, _add_logs):
         add(sub)
     add_watch(sub, finite(0.0, above_low=True))
-    add_proxy(sub, whole, finite(0.0, 1.0))
+    add_proxy(sub, whole, finite)
     return parser
 
 

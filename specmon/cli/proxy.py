@@ -8,9 +8,10 @@ import argparse
 from pathlib import Path
 
 from specmon.cli.logflags import add_log_rotation, log_rotation
+from specmon.proxy.deadlines import IDLE_TIMEOUT_S, WHOLE_REPLY_FACTOR
 
 
-def add_proxy(sub, whole, share) -> None:
+def add_proxy(sub, whole, finite) -> None:
     proxy = sub.add_parser(
         "proxy",
         help="pass OpenAI requests to llama-server, vLLM or TabbyAPI, measure speculation per class, route by it",
@@ -23,7 +24,9 @@ def add_proxy(sub, whole, share) -> None:
         "once. With --plain-upstream (the same model without speculation) the policy routes: each class goes "
         "to the side whose measured goodput is higher, a small share (routing.explore_share) still tries the "
         'other, and every move is a Decision that `specmon policy explain` recomputes; in mode = "advise" a '
-        "fixed --plain-share goes plain and nothing is routed. Each side may be a pool: repeat the flag.",
+        "fixed --plain-share goes plain and nothing is routed. Each side may be a pool: repeat the flag. Both "
+        "sides serve the same model, so a side with no upstream answering is a routing fact: its requests go "
+        "to the other side until one answers again; a 502 only when nothing answers.",
     )
     proxy.add_argument(
         "--upstream",
@@ -40,7 +43,7 @@ def add_proxy(sub, whole, share) -> None:
     )
     proxy.add_argument(
         "--plain-share",
-        type=share,
+        type=finite(0.0, 1.0),
         default=0.25,
         metavar="FRACTION",
         help='in mode = "advise" only: of each class\'s requests sent plain, interleaved (default 0.25)',
@@ -56,6 +59,15 @@ def add_proxy(sub, whole, share) -> None:
         type=Path,
         metavar="FILE",
         help="the upstreams' key (0600 file), sent to them and to their /metrics as Authorization: Bearer",
+    )
+    proxy.add_argument(
+        "--idle-timeout",
+        type=finite(0.0, above_low=True),
+        default=IDLE_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"an upstream that sends no byte for this long is hung: its request ends in a 504, it is left out "
+        f"until its /health answers (default {IDLE_TIMEOUT_S:.0f}; a reply not streamed gets {WHOLE_REPLY_FACTOR}x, "
+        "since it is sent whole at its end)",
     )
     proxy.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
     add_log_rotation(proxy)

@@ -24,6 +24,13 @@ from starlette.routing import Route
 
 from specmon.events.schema import PolicyLoaded
 from specmon.proxy.classes import body_fields, request_class
+from specmon.proxy.deadlines import (
+    CONNECT_TIMEOUT_S,
+    IDLE_TIMEOUT_S,
+    LOOKUP_TIMEOUT_S,
+    WHOLE_REPLY_FACTOR,
+    WRITE_TIMEOUT_S,
+)
 from specmon.proxy.pool import Pool, Upstream, anyone, candidates, failed_over, send, timed_out, unreachable
 from specmon.proxy.relay import CLIENT_LEFT, UNREACHABLE, UPSTREAM_STALLED, Exchange, Opened, Relay, reason, sent_on
 from specmon.proxy.usage import UsageCut, ask_upstream, asking
@@ -33,11 +40,6 @@ from specmon.server.errors import ApiError, status_error
 
 MAX_BODY_BYTES = 32 << 20  # llama-server takes long contexts and inline images; a runaway upload still stops
 BODY_TIMEOUT_S = 30.0
-IDLE_TIMEOUT_S = 120.0  # no byte from an upstream for this long: it is hung (a slow CPU prefill still sends its head)
-WHOLE_REPLY_FACTOR = 10  # a reply not streamed sends nothing until it is decoded: its deadline is this many idle ones
-LOOKUP_TIMEOUT_S = 10.0  # a GET passed through (/health, /v1/models) answers in far less, and may go elsewhere
-CONNECT_TIMEOUT_S = 10.0
-WRITE_TIMEOUT_S = 60.0
 ENDPOINTS = {
     "/v1/chat/completions": "chat",
     "/chat/completions": "chat",

@@ -17,7 +17,7 @@ from specmon.policy.schema import Policy, load_policy
 from specmon.proxy.reads import family_at, family_of
 from specmon.proxy.relay import reason
 from specmon.proxy.server import ProxyOptions, Proxying
-from specmon.proxy.tables import proxy_summary
+from specmon.proxy.tables import tally_summary
 from specmon.server.auth import check_host, read_api_key
 from specmon.server.runner import bind
 from specmon.transport.session import observed_header, observer_session
@@ -46,6 +46,7 @@ def run_proxy(args) -> int:
             upstreams, plain, args.plain_share, args.host, args.port, api_key, upstream_key, listening
         )
         options.line = None if tui else print_line
+        options.idle_timeout_s = args.idle_timeout
         with observer_session(
             lambda sid: observed_header(sid, "proxy", upstreams[0], kind, policy),
             args.log,
@@ -70,9 +71,10 @@ def end_of_proxy(proxying: Proxying, log_path: Path) -> Group:
     """The per-class table and the advice, in the light of the last read that found the upstream's counters
     (one that failed, the upstream stopped first, says nothing of its drafting), then `log: PATH` on a line
     of its own, whole where it fits (in the table's title it wrapped at column 0 between `(log:` and it)."""
-    counted = [proxying.reads.last_counted] if proxying.reads.last_counted is not None else []
+    if proxying.reads.last_counted is not None:
+        proxying.tally.add(proxying.reads.last_counted)  # adding it twice is harmless
     logged = f"log: {log_path}"
-    return Group(proxy_summary([*proxying.requests, *counted], proxying.router.policy), Hanging(logged, whole=[logged]))
+    return Group(tally_summary(proxying.tally, proxying.router.policy), Hanging(logged, whole=[logged]))
 
 
 def probe_pool(urls: list[str], flag: str) -> str:

@@ -18,6 +18,7 @@ from typing import Callable
 
 import httpx
 
+from specmon.proxy.reads import family_of
 from specmon.proxy.relay import reason
 from specmon.server.errors import ApiError
 
@@ -88,6 +89,19 @@ class Pool:
                     self.answered(member)
         finally:
             self._probes.pop(member.url, None)
+
+    async def identify(self) -> None:
+        """Each member's family, from its /health or /v1/models (what to ask it for: proxy.usage); one
+        that does not say is learned from its first reply instead."""
+        for member in self.members:
+            for path in ("/health", "/v1/models"):
+                try:
+                    reply = await self.client.get(member.url + path, timeout=PROBE_TIMEOUT_S)
+                except httpx.TransportError:
+                    break
+                if family := family_of(reply):
+                    member.family = member.family or family
+                    break
 
     def close(self) -> None:
         for task in list(self._probes.values()):

@@ -16,15 +16,17 @@ import httpx
 import msgspec
 import uvicorn
 
-from specmon.events.schema import PolicyLoaded, RequestTimed
+from specmon.events.schema import PolicyLoaded
 from specmon.policy.reload import print_reload
 from specmon.policy.schema import Policy
-from specmon.proxy.app import IDLE_TIMEOUT_S, ProxyState, build_app
+from specmon.proxy.app import ProxyState, build_app
+from specmon.proxy.deadlines import IDLE_TIMEOUT_S
 from specmon.proxy.pool import Pool, Upstream
 from specmon.proxy.relay import Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Router
 from specmon.proxy.reads import UpstreamReads
 from specmon.proxy.tables import request_lines
+from specmon.proxy.tally import Tally
 from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import HEAD_TIMEOUT_S
 from specmon.server.runner import OnThread, bind, uvicorn_config
@@ -92,16 +94,17 @@ class _Uvicorn(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, client: httpx.AsyncClient, scraping, pools):
         super().__init__(config)
         self.client, self.scraping, self.pools = client, scraping, list(pools)
-        self._scraper: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)
+        self._tasks = [asyncio.create_task(pool.identify()) for pool in self.pools]
         if self.scraping is not None:
-            self._scraper = asyncio.create_task(self.scraping())
+            self._tasks.append(asyncio.create_task(self.scraping()))
 
     async def shutdown(self, sockets=None) -> None:
-        if self._scraper is not None:
-            self._scraper.cancel()
+        for task in self._tasks:
+            task.cancel()
         for pool in self.pools:
             pool.close()
         await super().shutdown(sockets)
@@ -113,7 +116,7 @@ class Proxying(OnThread):
 
     def __init__(self, session_id: str, publish: Callable, policy: Policy, options: ProxyOptions):
         self.session_id, self.publish, self.options = session_id, publish, options
-        self.requests: list[RequestTimed] = []  # for the end-of-run table: one small event per request
+        self.tally = Tally(plain_given=bool(options.plain_upstreams))  # the end table's running sums: no request kept
         say = self._say if options.line else print_notice
         pools = {SPEC: Pool(SPEC, options.upstreams, say)}
         if options.plain_upstreams:
@@ -160,7 +163,7 @@ class Proxying(OnThread):
             member.outstanding -= 1
             member.family = event.family or member.family  # what to ask it for next time (proxy.usage)
             event = msgspec.structs.replace(event, upstream_url=member.url)
-        self.requests.append(event)
+        self.tally.add(event)
         self.publish(event)
         if self.options.line is not None:
             record, *notice = request_lines(event, sides=bool(self.options.plain_upstreams))
