@@ -69,10 +69,9 @@ def watch_headless(session: LiveSession, watcher: Watcher, args, first: ServerSc
 def watch_under_tui(session: LiveSession, watcher: Watcher, args, first: ServerScraped) -> None:
     """Read on a thread; the app (main thread) drains the session's view. Quitting the app stops the watch."""
     stop = threading.Event()
-    said: list[str] = []  # the app shows the server's state from the events; the lines are kept for after
 
-    def read() -> None:
-        poll(watcher, said.append, args.interval, args.duration, stop, first)
+    def read() -> None:  # the app shows the server's state from the events: the lines are not needed
+        poll(watcher, lambda line: None, args.interval, args.duration, stop, first)
 
     # a failure is shown in the title and ends the watch; the totals still follow
     beside_view(session.view, f"watch {args.url}", read, stop.set, "specmon-watch", "watch")
