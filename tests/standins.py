@@ -31,18 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-import uvicorn
+from threaded import Threaded
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from waiting import wait_until
 
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
 MODEL = "stand-in"
@@ -96,8 +93,6 @@ class Standin:
         self.sent: list[tuple[str, dict, Figures]] = []
         self.metrics_asked = 0  # GET /metrics answered (404: neither stand-in publishes one)
         self.url = ""
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
 
     # -- shapes, per server ------------------------------------------------------------------------
     def reply(self, endpoint: str, body: dict, f: Figures) -> dict:
@@ -150,18 +145,12 @@ class Standin:
             yield event
 
     def __enter__(self):
-        sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        config = uvicorn.Config(self.app(), log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        wait_until(lambda: self._server.started, "the stand-in started", timeout=30)
+        self._served = Threaded(self.app()).__enter__()
+        self.url = self._served.url
         return self
 
     def __exit__(self, *exc) -> None:
-        self._server.should_exit = True
-        self._thread.join()
+        self._served.__exit__()
 
 
 def _text(n: int) -> list[str]:

@@ -22,6 +22,7 @@ from specmon.events.schema import RequestTimed, ServerScraped, SessionStarted
 from specmon.metrics.served import by_class
 from specmon.policy.schema import load_policy
 from specmon.proxy.routing import PLAIN, SPEC
+from specmon.proxy.deadlines import IDLE_TIMEOUT_S
 from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import log_summary, proxy_summary
 from specmon.transport.session import observed_header, observer_session
@@ -33,27 +34,36 @@ PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 @contextmanager
 def proxy(
     log: Path,
-    upstream: str,
-    plain: str | None = None,
+    upstream: str | list[str],
+    plain: str | list[str] | None = None,
     share: float = 0.25,
     api_key=None,
     scrape_s=None,
     upstream_key=None,
+    policy=POLICY,
+    line=None,
+    idle_s: float = IDLE_TIMEOUT_S,
+    kind: str = "llama-server",
 ):
-    """A proxy session on a free port, logging to `log`; yields the Proxying (its .url). It reads the
-    upstream's /metrics only when `scrape_s` is given."""
-    header = lambda sid: observed_header(sid, "proxy", upstream, "llama-server", POLICY)  # noqa: E731
+    """A proxy session on a free port, logging to `log`, in front of `upstream` (and `plain`: a URL or a
+    pool each); yields the Proxying (its .url). It reads the upstream's /metrics only when `scrape_s` is
+    given; `line` takes its headless lines."""
+    spec = [upstream] if isinstance(upstream, str) else upstream
+    plains = [plain] if isinstance(plain, str) else plain or []
+    header = lambda sid: observed_header(sid, "proxy", spec[0], kind, policy)  # noqa: E731
     with observer_session(header, log, serve=False, announce=False) as session:
         options = ProxyOptions(
-            [upstream],
-            [plain] if plain else [],
+            spec,
+            plains,
             share,
             port=0,
             api_key=api_key,
             scrape_s=scrape_s,
             upstream_key=upstream_key,
+            line=line,
+            idle_timeout_s=idle_s,
         )
-        proxying = Proxying(session.session_id, session.channel.publish, POLICY, options)
+        proxying = Proxying(session.session_id, session.channel.publish, policy, options)
         proxying.start()
         try:
             yield proxying

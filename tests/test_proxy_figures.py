@@ -10,21 +10,17 @@ the upstream's notice once, alike in the headless line, `log info` and the view.
 from __future__ import annotations
 
 import json
-import socket
-import threading
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import msgspec
 import pytest
-import uvicorn
+from threaded import Threaded
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from events import request_timed
-from test_proxy import POLICY, timed
+from test_proxy import proxy, timed
 from waiting import wait_until
 
 from specmon.events.log import read_log
@@ -32,9 +28,7 @@ from specmon.events.schema import RequestTimed, decode, encode
 from specmon.metrics.unreported import SessionLines, notices, silent
 from specmon.proxy import evidence
 from specmon.proxy.evidence import LLAMA_SERVER, TABBYAPI, VLLM, Evidence, ReplyReader
-from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import request_line
-from specmon.transport.session import observed_header, observer_session
 from specmon.tui.served_state import ServedState
 
 BIG = str(2**64 + 1)  # the integer that once raised OverflowError while the proxy logged it
@@ -268,32 +262,12 @@ class Scripted:
         return Starlette(routes=[Route("/v1/chat/completions", complete, methods=["POST"])])
 
     def __enter__(self):
-        sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        config = uvicorn.Config(self.app(), log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        wait_until(lambda: self._server.started, "the stand-in started", timeout=30)
+        self._served = Threaded(self.app()).__enter__()
+        self.url = self._served.url
         return self
 
     def __exit__(self, *exc) -> None:
-        self._server.should_exit = True
-        self._thread.join()
-
-
-@contextmanager
-def headless_proxy(log: Path, upstream: str, lines: list[str]):
-    """A proxy session on a free port, its headless lines into `lines`; no /metrics reads."""
-    header = lambda sid: observed_header(sid, "proxy", upstream, "llama-server", POLICY)  # noqa: E731
-    with observer_session(header, log, serve=False, announce=False) as session:
-        options = ProxyOptions([upstream], port=0, scrape_s=None, line=lines.append)
-        proxying = Proxying(session.session_id, session.channel.publish, POLICY, options)
-        proxying.start()
-        try:
-            yield proxying
-        finally:
-            proxying.stop()
+        self._served.__exit__()
 
 
 def good(i: int) -> dict[str, str]:
@@ -319,7 +293,7 @@ SCRIPT = [
 def test_bad_replies_between_good_ones_are_relayed_whole_logged_unmeasured_and_said_once(tmp_path, caplog):
     log, lines = tmp_path / "proxy.log", []
     replies = {f"r{i}": llama(good(i) | bad, stream) for i, (stream, bad, _) in enumerate(SCRIPT)}
-    with Scripted(replies) as upstream, headless_proxy(log, upstream.url, lines) as proxying:
+    with Scripted(replies) as upstream, proxy(log, upstream.url, line=lines.append) as proxying:
         with httpx.Client(timeout=30, trust_env=False) as client:  # one kept-alive connection for all
             for i, (stream, _, _) in enumerate(SCRIPT):
                 body = {"messages": [{"role": "user", "content": f"r{i}"}], "stream": stream}

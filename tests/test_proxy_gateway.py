@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from standins import TabbyStandin, VllmStandin, from_counts, from_histogram
-from test_proxy import PATHS, timed
+from test_proxy import PATHS, proxy, timed
 from test_proxy_upstream import FakeUpstream, request_body
 from waiting import wait_until
 
@@ -28,8 +28,6 @@ from specmon.events.schema import Decision
 from specmon.policy.schema import load_policy, parse_policy
 from specmon.proxy import pool as pools
 from specmon.proxy.routing import PLAIN, SPEC
-from specmon.proxy.server import ProxyOptions, Proxying
-from specmon.transport.session import observed_header, observer_session
 
 DEFAULT = load_policy("default")
 
@@ -47,15 +45,8 @@ def policy(chat: str = "", rewrite: str = ""):
 def gateway(log: Path, spec: list[str], plain: list[str], pol, idle_s: float = 120.0):
     """A proxy on a free port in front of `spec` and `plain`; yields (Proxying, its headless lines)."""
     lines: list[str] = []
-    header = lambda sid: observed_header(sid, "proxy", spec[0], "", pol)  # noqa: E731
-    with observer_session(header, log, serve=False, announce=False) as session:
-        options = ProxyOptions(spec, plain, port=0, scrape_s=None, line=lines.append, idle_timeout_s=idle_s)
-        proxying = Proxying(session.session_id, session.channel.publish, pol, options)
-        proxying.start()
-        try:
-            yield proxying, lines
-        finally:
-            proxying.stop()
+    with proxy(log, spec, plain, policy=pol, line=lines.append, idle_s=idle_s, kind="") as proxying:
+        yield proxying, lines
 
 
 def chat(url: str, stream: bool = False, name: str = "chat", timeout: float = 60) -> httpx.Response:

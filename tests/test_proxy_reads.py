@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from standins import TabbyStandin, from_counts
-from test_proxy import POLICY, proxy
+from test_proxy import proxy
 from test_proxy_upstream import FakeUpstream
 from waiting import wait_until
 
@@ -20,8 +19,6 @@ from specmon.events.schema import ServerScraped, SessionFinished
 from specmon.metrics import served
 from specmon.proxy import reads
 from specmon.proxy.command import probe
-from specmon.proxy.server import ProxyOptions, Proxying
-from specmon.transport.session import observed_header, observer_session
 from specmon.tui import served_panes
 from specmon.tui.served_state import RECENT_S, ServedState
 from specmon.watch import fold
@@ -30,18 +27,9 @@ from specmon.watch.fold import ReadFold
 EVERY_S = 0.05
 
 
-@contextmanager
 def headless_proxy(log: Path, upstream: str, lines: list[str]):
     """A headless proxy (its request lines into `lines`) reading the upstream every EVERY_S."""
-    header = lambda sid: observed_header(sid, "proxy", upstream, "", POLICY)  # noqa: E731
-    with observer_session(header, log, serve=False, announce=False) as session:
-        options = ProxyOptions([upstream], port=0, scrape_s=EVERY_S, line=lines.append)
-        proxying = Proxying(session.session_id, session.channel.publish, POLICY, options)
-        proxying.start()
-        try:
-            yield proxying
-        finally:
-            proxying.stop()
+    return proxy(log, upstream, scrape_s=EVERY_S, line=lines.append, kind="")
 
 
 def logged_reads(log: Path) -> list[ServerScraped]:

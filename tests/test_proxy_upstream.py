@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 from pathlib import Path
 
 import httpx
-import uvicorn
+from threaded import Threaded
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from waiting import wait_until
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "proxy"
 JSON = "application/json; charset=utf-8"
@@ -61,8 +59,6 @@ class FakeUpstream:
         self.break_off = False  # streams end without their last two events, the connection dropped
         self.requests: list[tuple[str, dict, dict]] = []  # (path, body, headers) as received
         self.reached_hold = threading.Event()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
         self.url = ""
 
     def app(self) -> Starlette:
@@ -118,19 +114,12 @@ class FakeUpstream:
                 self.hung_up.set()
 
     def __enter__(self) -> FakeUpstream:
-        sock = socket.create_server(("127.0.0.1", self.port))
-        self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app(), log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        wait_until(lambda: self._server.started, "the fake upstream started", timeout=30)  # uvicorn's only sign
+        self._served = Threaded(self.app(), self.port).__enter__()
+        self.port, self.url = self._served.port, self._served.url
         return self
 
     def __exit__(self, *exc) -> None:
-        self._server.should_exit = True
-        self._thread.join()
+        self._served.__exit__()
 
 
 def test_the_fake_replays_the_recorded_stream_byte_for_byte():
