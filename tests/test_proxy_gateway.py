@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from standins import TabbyStandin, VllmStandin, from_counts, from_histogram
-from test_proxy import PATHS, proxy, timed
+from test_proxy import PATHS, _rendered, proxy, timed
 from test_proxy_upstream import FakeUpstream, request_body
 from waiting import wait_until
 
@@ -28,6 +28,7 @@ from specmon.events.schema import Decision
 from specmon.policy.schema import load_policy, parse_policy
 from specmon.proxy import pool as pools
 from specmon.proxy.routing import PLAIN, SPEC
+from specmon.proxy.tables import log_summary
 
 DEFAULT = load_policy("default")
 
@@ -139,6 +140,7 @@ def test_a_member_that_stalls_after_its_headers_ends_in_a_504_and_the_others_kee
     assert any(f"{stalled.url} (spec) is down (timed out)" in line for line in lines)
     events = timed(log)
     assert sorted(e.status for e in events) == [200] * 10 + [504]
+    assert "upstream went silent 1" in " ".join(_rendered(log_summary(read_log(log))).split())
     assert [e.upstream_url for e in events if e.status == 504] == [""]
 
 

@@ -26,7 +26,7 @@ from specmon.metrics.unreported import SPEC, SessionLines, silent
 
 # tok/s: each request's own decode speed (the server's decode time), not the server's throughput (a watch's)
 COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "tok/s")
-OUTCOMES = {499: "client left", 502: "upstream broke off", 0: "upstream unreachable"}
+OUTCOMES = {499: "client left", 502: "upstream broke off", 504: "upstream went silent", 0: "upstream unreachable"}
 NOT_REPORTED = "not reported"
 CLOCKED = "*"  # marks a tok/s on the proxy's clock
 CLOCK_NOTE = (
