@@ -158,7 +158,7 @@ def test_300_hung_requests_leave_health_and_the_other_side_answering(tmp_path):
     log = tmp_path / "p.specmon"
     pol = policy(chat='speculate = "on"', rewrite='speculate = "off"')
     with Silent(accept=False) as stopped, FakeUpstream("-plain") as plain:
-        with gateway(log, [stopped.url], [plain.url], pol, idle_s=20.0) as (p, _):
+        with gateway(log, [stopped.url], [plain.url], pol, idle_s=10.0) as (p, _):
             member = p.state.pools[SPEC].members[0]
 
             async def hang() -> list[int]:
