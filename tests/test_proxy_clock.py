@@ -227,3 +227,24 @@ def test_the_tally_keeps_a_window_not_every_request():
     assert grown < 64 * 1024, grown  # the second 5,000 requests added nothing that stays
     assert [a.estimate.prompts_spec for a in advise(tally)] == [WINDOW, WINDOW]
     assert f"over each side's last {WINDOW} requests" in rendered(tally_summary(tally, POLICY))
+
+
+def test_one_reply_without_decode_time_does_not_move_a_class_to_the_proxys_clock():
+    """A side whose replies give decode times and one whose timings were unreadable: still the server's
+    clock; a side that gives none from the start moves the class after its second reply."""
+    from specmon.proxy.routing import Router
+
+    router = Router(load_policy("default"), "s", has_plain=True)
+
+    def reply(i: int, side: str, decode_ms: float | None) -> RequestTimed:
+        return request_timed(request_id=f"r{i}", upstream=side, predicted_n=64, predicted_ms=decode_ms, total_ms=900.0)
+
+    for i, side in enumerate([SPEC, PLAIN, SPEC]):
+        router.observe(reply(i, side, 800.0))
+    router.observe(reply(3, PLAIN, None))  # one odd reply of a side that gave decode times
+    assert router.classes["chat"].clock == SERVER_CLOCK
+    other = Router(load_policy("default"), "s", has_plain=True)
+    other.observe(reply(0, PLAIN, None))
+    assert other.classes["chat"].clock == SERVER_CLOCK  # one reply is not yet a side that gives none
+    other.observe(reply(1, PLAIN, None))
+    assert other.classes["chat"].clock == PROXY_CLOCK and other.classes["chat"].clockless == [PLAIN]

@@ -20,7 +20,12 @@ import httpx
 import pytest
 from standins import TabbyStandin, VllmStandin, from_counts, from_histogram
 from test_proxy import PATHS, _rendered, proxy, timed
-from test_proxy_upstream import FakeUpstream, request_body
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from test_proxy_upstream import FakeUpstream, recorded, reply_timings, request_body
+from threaded import Threaded
 from waiting import wait_until
 
 from specmon.events.log import read_log
@@ -286,3 +291,87 @@ def test_tabbyapi_on_both_sides_with_clients_that_never_ask_is_measured_routed_a
             assert b'"usage"' not in raw and raw == _without_usage(next(by_upstream[ev.upstream]))
         else:
             assert json.loads(raw)["usage"]["completion_tokens"] == ev.predicted_n  # the standard object kept
+
+
+def _app(handler) -> Starlette:
+    return Starlette(routes=[Route(PATHS["chat"], handler, methods=["POST"]), Route("/health", _ok)])
+
+
+async def _ok(request: Request) -> Response:
+    return Response(b"{}", media_type="application/json")
+
+
+def test_a_stream_its_client_closes_at_done_is_whole_and_measured(tmp_path):
+    """The openai client stops reading at `data: [DONE]`; an upstream that holds its body open a moment
+    longer must not turn a whole reply into a 'client left'."""
+    events = recorded("chat-stream.sse")
+
+    async def lingering(request: Request) -> Response:
+        async def body():
+            yield events
+            await asyncio.sleep(1.0)  # [DONE] sent; the connection's end comes later
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    log = tmp_path / "p.specmon"
+    with Threaded(_app(lingering)) as upstream, proxy(log, upstream.url) as p:
+        for _ in range(3):
+            with httpx.stream("POST", p.url + PATHS["chat"], json=request_body("chat", stream=True)) as r:
+                got = b""
+                for chunk in r.iter_raw():
+                    got += chunk
+                    if b"data: [DONE]" in got:
+                        break  # and close, as the openai client does
+            assert got == events
+        wait_until(lambda: len(timed(log)) == 3, "three requests logged")
+    timings = reply_timings(events)
+    assert [(e.status, e.draft_n, e.predicted_n) for e in timed(log)] == [
+        (200, timings["draft_n"], timings["predicted_n"])
+    ] * 3
+
+
+def test_a_stopped_member_ends_a_reply_sent_whole_at_its_idle_timeout_not_ten(tmp_path, quick_probes):
+    """A reply not streamed may take 10 idle timeouts; the member's silent /health ends it after one."""
+    log = tmp_path / "p.specmon"
+    with Silent(accept=False) as stopped, FakeUpstream() as good:
+        with gateway(log, [stopped.url, good.url], [], policy(), idle_s=1.0) as (p, lines):
+            first = chat(p.url, timeout=5.0)  # held to its own 10 s deadline, this would raise here
+            after = [chat(p.url).status_code for _ in range(3)]
+    assert first.status_code == 504 and first.json()["error"]["code"] == "upstream_timeout"
+    assert after == [200] * 3 and len(good.requests) == 3
+    assert sum("is down (timed out)" in line for line in lines) == 1
+
+
+def test_a_member_whose_replies_all_break_off_is_marked_down_after_five(tmp_path):
+    async def truncated(request: Request) -> Response:
+        async def body():
+            yield b'{"choices": [{"message": {"content": "hel'
+            raise RuntimeError("the stand-in breaks off")  # uvicorn drops the connection mid-body
+
+        return StreamingResponse(body(), headers={"content-length": "500"}, media_type="application/json")
+
+    log = tmp_path / "p.specmon"
+    with Threaded(_app(truncated)) as broken, FakeUpstream() as good:
+        with gateway(log, [broken.url, good.url], [], policy()) as (p, lines):
+            for _ in range(16):
+                try:
+                    chat(p.url, timeout=10)
+                except httpx.HTTPError:
+                    pass  # a reply cut off reaches its client cut off
+            member = p.state.pools[SPEC].members[0]
+            assert member.down
+    statuses = [e.status for e in timed(log)]
+    assert statuses.count(502) == 5 and statuses.count(200) == 11  # five broke, then the other took them all
+    assert any(f"{broken.url} (spec) is down (5 replies in a row broke off)" in line for line in lines)
+
+
+def test_the_usage_cut_never_holds_a_stream_whole():
+    """An event past MAX_EVENT_BYTES is no usage chunk: the cut passes the bytes on from there, all of them."""
+    from specmon.proxy.usage import MAX_EVENT_BYTES, UsageCut
+
+    cut, sent, out = UsageCut(), b"x" * 65536, []
+    for _ in range(3 * MAX_EVENT_BYTES // len(sent)):
+        out.append(cut.feed(sent))
+    out.append(cut.close())
+    assert b"".join(out) == sent * (3 * MAX_EVENT_BYTES // len(sent))
+    assert max(len(o) for o in out) <= MAX_EVENT_BYTES + len(sent) and out[-2] == sent  # passing as it comes

@@ -142,28 +142,36 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
             asked.add(member.url)
         return state.client.build_request("POST", member.url + path, headers=headers, content=content, timeout=timeout)
 
-    sent = await _unless_client_leaves(request, _open(state, pools, build, candidates, False))
+    watch_s = None if stream else state.idle_timeout_s  # a reply sent whole: is the member alive while it waits
+    sent = await _unless_client_leaves(request, _open(state, pools, build, candidates, False, watch_s))
     if sent is None:  # a reply not begun (llama-server sends a JSON reply's head at its end): the client left first
         exchange.status, exchange.ended = CLIENT_LEFT, time.perf_counter()
         state.on_request(exchange, None)
         return Response(status_code=CLIENT_LEFT)
     if isinstance(sent, ApiError):
         exchange.status = UPSTREAM_STALLED if sent.status == UPSTREAM_STALLED else UNREACHABLE
+        exchange.ended = time.perf_counter()  # how long the client waited for it
         state.on_request(exchange, None)  # logged as such
         raise sent
     member, opened = sent
     exchange.upstream = member.side
     exchange.routed = side if failed_over(pools[0], member) else ""
-    cut = UsageCut() if stream and member.url in asked else None  # the client gets no usage it did not ask for
+    sse = opened.reply.headers.get("content-type", "").startswith("text/event-stream")
+    cut = UsageCut() if sse and member.url in asked else None  # the client gets no usage it did not ask for
     return Relay(opened, exchange, lambda ended: state.on_request(ended, member), cut, state.stalled(member))
 
 
 async def _open(
-    state: ProxyState, pools: list[Pool], build: Callable[[Upstream], httpx.Request], order, lookup: bool
+    state: ProxyState,
+    pools: list[Pool],
+    build: Callable[[Upstream], httpx.Request],
+    order,
+    lookup: bool,
+    watch_s: float | None = None,
 ) -> tuple[Upstream, Opened]:
     """The first member that answers, with its reply's first bytes read; a 504 where they do not come
     in time (the member marked down), a 502 where nothing answers."""
-    member, reply = await send(state.client, pools, build, order, retry_timeouts=lookup)
+    member, reply = await send(state.client, pools, build, order, retry_timeouts=lookup, watch_s=watch_s)
     try:
         return member, await Opened.read(reply)
     except BaseException as exc:

@@ -24,6 +24,7 @@ from specmon.server.errors import ApiError
 
 RETRY_S = 5.0  # a down member's /health is asked this often
 PROBE_TIMEOUT_S = 5.0  # a /health slower than this is no answer
+BROKEN_IN_A_ROW = 5  # Envoy's consecutive_5xx default
 NOT_ANSWERED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
 
 
@@ -35,6 +36,7 @@ class Upstream:
     sent: int = 0  # requests sent, to spread ties evenly
     down_since: float = 0.0  # monotonic clock; 0.0: up
     family: str = ""  # the reply shape last read from it (proxy.evidence), "" until one is
+    broken: int = 0  # its replies in a row that broke off mid-way
 
     @property
     def down(self) -> bool:
@@ -73,6 +75,14 @@ class Pool:
         if self.failing_over:
             self.failing_over = False
             self.say(f"the {self.side} side answers again: its classes go back to it")
+
+    def replied(self, member: Upstream, broke: bool) -> None:
+        """A reply is over: one that answers and breaks off every reply is as good as down (Envoy's
+        consecutive-5xx ejection)."""
+        member.broken = member.broken + 1 if broke else 0
+        if member.broken >= BROKEN_IN_A_ROW:
+            member.broken = 0
+            self.failed(member, f"{BROKEN_IN_A_ROW} replies in a row broke off")
 
     def live(self) -> int:
         return sum(not u.down for u in self.members)
@@ -127,10 +137,11 @@ async def send(
     request: Callable[[Upstream], httpx.Request],
     order: Callable[[Sequence[Pool]], list[Upstream]] = candidates,
     retry_timeouts: bool = False,
+    watch_s: float | None = None,
 ) -> tuple[Upstream, httpx.Response]:
     """The reply head of the first member that answers, its `outstanding` counted (the caller gives it
     back); a 502 where none answers, a 504 where the one that took the request sent nothing in time
-    (`retry_timeouts`: an idempotent request asks the next member instead)."""
+    (`retry_timeouts`: an idempotent request asks the next member instead; `watch_s`: see _sent)."""
     by_side = {pool.side: pool for pool in pools}
     why, where = "no upstream", pools[0].members[0].url
     for member in order(pools):
@@ -138,7 +149,7 @@ async def send(
         member.outstanding += 1
         member.sent += 1
         try:
-            reply = await client.send(request(member), stream=True)
+            reply = await _sent(client, request(member), member, watch_s)
         except httpx.TimeoutException as exc:
             member.outstanding -= 1
             pool.failed(member, reason(exc))
@@ -163,11 +174,40 @@ async def send(
     raise unreachable(where if members == 1 else "every upstream", why)
 
 
+async def _sent(
+    client: httpx.AsyncClient, request: httpx.Request, member: Upstream, watch_s: float | None
+) -> httpx.Response:
+    """The reply's head. A reply sent whole comes at its end, minutes on a CPU, so its deadline is long;
+    every `watch_s` of waiting the member's /health is asked, and one that does not answer it either is
+    hung (a stopped process): the request then ends as timed out, not at its own deadline."""
+    sending = asyncio.ensure_future(client.send(request, stream=True))
+    try:
+        while True:
+            done, _ = await asyncio.wait({sending}, timeout=watch_s)
+            if done:
+                return sending.result()
+            if not await _answers(client, member):
+                raise httpx.ReadTimeout("neither its reply nor its /health came", request=request)
+    finally:
+        if not sending.done():
+            sending.cancel()
+            await asyncio.wait({sending})
+
+
+async def _answers(client: httpx.AsyncClient, member: Upstream) -> bool:
+    """Its /health answers at all (llama-server, vLLM and TabbyAPI answer it while they decode)."""
+    try:
+        await client.get(member.url + "/health", timeout=PROBE_TIMEOUT_S)
+    except httpx.TransportError:
+        return False
+    return True
+
+
 def failed_over(routed: Pool, member: Upstream) -> bool:
     """Whether a request routed to `routed` was answered by the other side; said once per outage."""
     if member.side == routed.side:
         return False
-    if not routed.failing_over:
+    if not routed.failing_over and routed.live() == 0:  # not a request that failed over before the side came back
         routed.failing_over = True
         routed.say(f"no {routed.side} upstream answers: its requests go to the {member.side} side until one does")
     return True

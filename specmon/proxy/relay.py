@@ -29,16 +29,23 @@ HOP_BY_HOP = frozenset(
 NOT_SENT_ON = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
 NOT_RELAYED = HOP_BY_HOP | {b"server", b"date"}  # uvicorn writes its own
 CLIENT_LEFT, UPSTREAM_BROKE, UPSTREAM_STALLED, UNREACHABLE = 499, 502, 504, 0
+DONE, DONE_TIGHT, TAIL_BYTES = b"data: [DONE]", b"data:[DONE]", 64
 
 
 class UpstreamBroke(Exception):
     """The upstream's reply broke off: raised out of the app so the client's connection is dropped."""
 
 
+INVALID_REQUEST = "Invalid HTTP request received"  # uvicorn's warning
+
+
 class QuietUpstreamBroke(logging.Filter):
-    """uvicorn logs an app's exception with its traceback; this one is logged as a 502 instead."""
+    """uvicorn logs an app's exception with its traceback; this one is logged as a 502 instead. Nor
+    does it print a warning per malformed request a client sends."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith(INVALID_REQUEST):
+            return False  # a hostile client's garbage: answered 400 by uvicorn, not a line per attempt on stderr
         return not (record.exc_info and _broke(record.exc_info[1]))
 
 
@@ -139,6 +146,8 @@ class Relay(StreamingResponse):
         self.reply, self.exchange, self.on_end, self.cut, self.on_stall = reply, exchange, on_end, cut, on_stall
         self.reader = ReplyReader(reply.headers.get("content-type", "application/json") if exchange else "")
         self.outcome = CLIENT_LEFT  # until the last byte is sent on
+        self._tail = b""  # the last bytes relayed: a stream's `data: [DONE]` ends it for its client
+        self._relayed, self._length = 0, int(reply.headers.get("content-length", "-1") or -1)
 
     async def _relay(self, opened: Opened):
         if self.exchange is not None:
@@ -161,13 +170,24 @@ class Relay(StreamingResponse):
 
     def _passed(self, chunk: bytes) -> bytes:
         self.reader.feed(chunk)  # the reader sees what the upstream sent, usage and all
+        self._tail, self._relayed = (self._tail + chunk)[-TAIL_BYTES:], self._relayed + len(chunk)
         return chunk if self.cut is None else self.cut.feed(chunk)
+
+    @property
+    def whole(self) -> bool:
+        """Every byte of the reply is with the client: its length, or a stream's [DONE]. A client that
+        leaves then (the openai client closes at [DONE]) left nothing unread."""
+        ended = DONE in self._tail or DONE_TIGHT in self._tail
+        return ended or 0 <= self._length <= self._relayed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             ended = time.perf_counter()
+            if self.outcome == CLIENT_LEFT and self.whole:
+                self.reader.close()
+                self.outcome = self.reply.status_code
             with anyio.CancelScope(shield=True):  # a client that left cancelled the send: close upstream anyway
                 await self.body_iterator.aclose()
                 await self.reply.aclose()

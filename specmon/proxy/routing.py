@@ -34,8 +34,10 @@ class ClassRoute:
     side: str = BOTH  # where the class goes (advised, in advise mode)
     sent: int = 0  # requests routed since the last decision: the interleave's count
     recent: dict[str, collections.deque] = field(default_factory=dict)  # side -> its last timed requests
-    clock: str = SERVER_CLOCK  # what the sides are compared on: the proxy's from the first reply without decode ms
-    clockless: list[str] = field(default_factory=list)  # the sides a reply of which gave no decode time
+    clock: str = SERVER_CLOCK  # what the sides are compared on: the proxy's once a side gives no decode ms
+    clockless: list[str] = field(default_factory=list)  # the sides that give no decode time
+    clocked: collections.Counter = field(default_factory=collections.Counter)  # side -> replies with decode ms
+    unclocked: collections.Counter = field(default_factory=collections.Counter)  # side -> replies without
 
 
 class Router:
@@ -83,7 +85,8 @@ class Router:
         if self._class(ev.prompt_class).speculate != "auto" or ev.prompt_class not in self._names():
             return None
         st = self._state(ev.prompt_class)
-        if found.clock == PROXY_CLOCK and ev.upstream not in st.clockless:
+        (st.unclocked if found.clock == PROXY_CLOCK else st.clocked)[ev.upstream] += 1
+        if _gives_no_decode_time(st, ev.upstream) and ev.upstream not in st.clockless:
             st.clock = PROXY_CLOCK  # from now on for this class: the windows hold both sides on one clock
             st.clockless.append(ev.upstream)
         st.recent[ev.upstream].append(ev)
@@ -169,6 +172,15 @@ class Router:
             if c.name == name:
                 return c
         return next(c for c in self.policy.classes if c.default)
+
+
+UNCLOCKED_REPLIES = 2  # a side gives no decode time after this many replies without one and none with
+
+
+def _gives_no_decode_time(st: ClassRoute, side: str) -> bool:
+    """One odd reply (its timings unreadable) is not a side that gives no decode time: that moves the
+    whole class to the proxy's clock for good."""
+    return st.clocked[side] == 0 and st.unclocked[side] >= UNCLOCKED_REPLIES
 
 
 def clock_words(clock: str, clockless: list[str]) -> str:

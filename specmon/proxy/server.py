@@ -22,7 +22,7 @@ from specmon.policy.schema import Policy
 from specmon.proxy.app import ProxyState, build_app
 from specmon.proxy.deadlines import IDLE_TIMEOUT_S
 from specmon.proxy.pool import Pool, Upstream
-from specmon.proxy.relay import Exchange, QuietUpstreamBroke
+from specmon.proxy.relay import UPSTREAM_BROKE, Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Router
 from specmon.proxy.reads import UpstreamReads
 from specmon.proxy.tables import request_lines
@@ -162,6 +162,7 @@ class Proxying(OnThread):
         if member is not None:
             member.outstanding -= 1
             member.family = event.family or member.family  # what to ask it for next time (proxy.usage)
+            self.state.pools[member.side].replied(member, broke=event.status == UPSTREAM_BROKE)
             event = msgspec.structs.replace(event, upstream_url=member.url)
         self.tally.add(event)
         self.publish(event)

@@ -26,6 +26,7 @@ import msgspec
 from specmon.proxy.evidence import LLAMA_SERVER, TABBYAPI
 
 MARK = b'"usage"'
+MAX_EVENT_BYTES = 1 << 20  # a usage chunk is a few hundred bytes; a longer event is relayed as it comes
 LLAMA_TIMINGS = b'"timings"'  # llama-server sends usage unasked, beside its timings: never its to cut
 
 
@@ -52,17 +53,27 @@ def asking(fields: dict[str, Any]) -> bytes:
 
 class UsageCut:
     """A stream's bytes with the usage the client did not ask for taken out, event by event; every
-    event without usage passes as it came, separators and all."""
+    event without usage passes as it came, separators and all. An event longer than MAX_EVENT_BYTES
+    is no usage chunk: from there on the bytes pass as they come (a stream is never held whole)."""
 
     def __init__(self):
         self._pending = b""
+        self._scanned = 0  # bytes of _pending already searched for an event's end
+        self._passing = False
 
     def feed(self, chunk: bytes) -> bytes:
+        if self._passing:
+            return chunk
         self._pending += chunk
         out = []
-        while (end := _event_end(self._pending)) > 0:
-            event, self._pending = self._pending[:end], self._pending[end:]
+        while (end := _event_end(self._pending, max(0, self._scanned - 3))) > 0:
+            event, self._pending, self._scanned = self._pending[:end], self._pending[end:], 0
             out.append(without_usage(event))
+        self._scanned = len(self._pending)
+        if len(self._pending) > MAX_EVENT_BYTES:
+            self._passing = True
+            out.append(self._pending)
+            self._pending = b""
         return b"".join(out)
 
     def close(self) -> bytes:
@@ -70,9 +81,10 @@ class UsageCut:
         return without_usage(rest) if rest else b""
 
 
-def _event_end(buf: bytes) -> int:
-    """Where the first complete event ends, its blank line included; 0 while none is complete."""
-    found = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.find(sep)) >= 0]
+def _event_end(buf: bytes, start: int = 0) -> int:
+    """Where the first complete event ends, its blank line included (searched from `start`); 0 while
+    none is complete."""
+    found = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.find(sep, start)) >= 0]
     return min(found) if found else 0
 
 
