@@ -16,7 +16,7 @@ import pytest
 from events import request_timed
 from specmon.errors import SpecmonError
 from specmon.events.log import Rotation, follow_log, log_parts, read_log
-from specmon.events.schema import LogRotated, SessionFinished, SessionStarted, decode, encode
+from specmon.events.schema import LogRotated, RequestTimed, SessionFinished, SessionStarted, decode, encode
 from specmon.transport.attach import attach_events
 from specmon.transport.channel import Channel, LogSink
 from specmon.transport.serve import EventServer
@@ -244,6 +244,21 @@ def test_sigusr1_rotates_a_running_session_and_its_handler_goes_back_after(tmp_p
     events = joined(parts)
     assert [ev.request_id for ev in events[1:-1]] == [str(i) for i in range(10)]
     assert isinstance(events[-1], SessionFinished)
+
+
+def test_sigusr1_on_an_idle_session_rotates_at_once_not_at_its_next_event(tmp_path):
+    """An operator's script moves the finished part away after the signal: it must not wait for traffic."""
+    live = tmp_path / "S.specmon"
+    header = lambda sid: observed_header(sid, "proxy", "http://u", "llama-server")  # noqa: E731
+    with observer_session(header, live, serve=False, announce=False, rotation=Rotation()) as session:
+        session.channel.publish(request_timed(request_id="0"))
+        session.sink.sync()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        wait_until(lambda: live.with_name("S.1.specmon").exists(), "the part finished with no event after the signal")
+        session.channel.publish(request_timed(request_id="1"))
+    first = [ev.request_id for ev in read_log(live.with_name("S.1.specmon")) if isinstance(ev, RequestTimed)]
+    assert first == ["0"]
+    assert [ev.request_id for ev in read_log(live) if isinstance(ev, RequestTimed)] == ["1"]
 
 
 def test_a_rotating_session_refuses_a_log_whose_first_part_name_is_taken(tmp_path):

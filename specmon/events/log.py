@@ -106,6 +106,10 @@ class LogWriter:
         """Rotate before the next batch, on the writer's thread (safe in a signal handler)."""
         self._rotate_asked = True
 
+    def rotate_if_asked(self) -> None:
+        if self._rotate_asked and self.events_written:
+            self.rotate()
+
     def _keep_header(self, payload: bytes) -> None:
         try:
             event = decode(payload)

@@ -18,6 +18,7 @@ from specmon.errors import SpecmonError
 from specmon.events.log import LogWriter
 from specmon.events.schema import AnyEvent, RoundVerified, encode
 
+_ROTATE = object()  # wakes the writer to rotate with nothing to write
 _CLOSE = object()
 
 
@@ -69,6 +70,12 @@ class LogSink:
         One put, so a signal lands either before the event is queued or after: never half-way."""
         self._queue.put((payload, is_round))
 
+    def rotate_soon(self) -> None:
+        """Rotate the log now, on the writer's thread, even with no event to write (safe in a signal
+        handler: SimpleQueue.put is reentrant). Events offered after it go to the new part."""
+        self.writer.rotate_soon()
+        self._queue.put(_ROTATE)
+
     def sync(self) -> None:
         """Wait until everything offered so far has been written (or failed to be)."""
         if not self._thread.is_alive():
@@ -90,6 +97,8 @@ class LogSink:
                 if frames and self.error is None:  # after a failure, later frames would leave a gap
                     self.writer.write_payloads([payload for payload, _ in frames])
                     self.rounds_written += sum(is_round for _, is_round in frames)
+                elif _ROTATE in batch and self.error is None:
+                    self.writer.rotate_if_asked()  # an idle log: the signal's rotation need not wait for an event
             except OSError as exc:  # disk full or gone: remember it; the publisher raises it
                 self.error = exc
             for passed in batch:

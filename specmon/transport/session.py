@@ -175,7 +175,7 @@ def rotate_on_signal(session: LiveSession, rotation: Rotation | None) -> Iterato
     if rotation is None or threading.current_thread() is not threading.main_thread():
         yield  # no rotation asked for: SIGUSR1 keeps its default
         return
-    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: session.sink.writer.rotate_soon())
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: session.sink.rotate_soon())
     try:
         yield
     finally:
