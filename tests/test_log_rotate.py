@@ -261,6 +261,18 @@ def test_sigusr1_on_an_idle_session_rotates_at_once_not_at_its_next_event(tmp_pa
     assert [ev.request_id for ev in read_log(live) if isinstance(ev, RequestTimed)] == ["1"]
 
 
+def test_a_rotating_session_refuses_a_log_whose_later_part_is_left_from_an_older_one(tmp_path):
+    """--log-keep removed an old log's first parts, not its later ones: a new log under its name would
+    collide with them at its third rotation."""
+    live = tmp_path / "S.specmon"
+    live.with_name("S.3.specmon").write_bytes(b"")
+    header = lambda sid: observed_header(sid, "proxy", "http://u", "llama-server")  # noqa: E731
+    with pytest.raises(SpecmonError, match="S.3.specmon exists"):
+        with observer_session(header, live, serve=False, announce=False, rotation=Rotation()):
+            pass
+    assert not live.exists()
+
+
 def test_a_rotating_session_refuses_a_log_whose_first_part_name_is_taken(tmp_path):
     live = tmp_path / "S.specmon"
     live.with_name("S.1.specmon").write_bytes(b"another session's part")

@@ -194,6 +194,24 @@ def _open_files() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def _files() -> list[str]:
+    """What each open descriptor is (for a failure's message)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return sorted(found)
+
+
+def _settled_files() -> int | None:
+    """The open files' count once it holds for half a second (a warm-up's sockets close a moment later)."""
+    first = _open_files()
+    threading.Event().wait(0.5)
+    return first if _open_files() == first else None
+
+
 def _leave_at_random(url: str, rng: random.Random, endpoint: str, stream: bool) -> None:
     """A client that sends a request and hangs up at a random point: before its body is whole, before
     the reply, or partway through it."""
@@ -221,7 +239,7 @@ def test_clients_that_leave_at_random_points_leave_no_connection_or_descriptor_b
     slow = lambda body: from_histogram([1, 2, 3], delay_s=0.4)  # noqa: E731
     with VllmStandin(slow) as upstream, gateway(log, [upstream.url], [], policy()) as (p, _):
         assert chat(p.url).status_code == 200  # warmed up: every lazy import and thread is there
-        idle = _open_files()
+        idle = wait_until(lambda: _settled_files(), "the open files settled")
         rng = random.Random(7)
         threads = [
             threading.Thread(target=_leave_at_random, args=(p.url, rng, rng.choice(list(PATHS)), rng.random() < 0.6))
@@ -233,8 +251,9 @@ def test_clients_that_leave_at_random_points_leave_no_connection_or_descriptor_b
             t.join(30)
         member = p.state.pools[SPEC].members[0]
         wait_until(lambda: member.outstanding == 0, "every upstream request given back", timeout=30)
-        wait_until(lambda: _open_files() <= idle, f"open files back to {idle}", timeout=30)
         assert p.client._transport._pool.connections == []  # httpx's pool holds no upstream connection
+        assert p.server.server_state.connections == set()  # nor uvicorn a client's
+        wait_until(lambda: _open_files() <= idle, f"open files back to {idle}: {_files()}", timeout=60)
         assert chat(p.url).status_code == 200
     assert _open_files() <= idle
 
@@ -375,3 +394,22 @@ def test_the_usage_cut_never_holds_a_stream_whole():
     out.append(cut.close())
     assert b"".join(out) == sent * (3 * MAX_EVENT_BYTES // len(sent))
     assert max(len(o) for o in out) <= MAX_EVENT_BYTES + len(sent) and out[-2] == sent  # passing as it comes
+
+
+def test_a_busy_member_past_its_idle_timeout_is_waited_for_while_its_health_answers(tmp_path):
+    """A queue or a long prefill keeps the first byte back past --idle-timeout: slow is not down."""
+    events = recorded("chat-stream.sse")
+
+    async def slow_prefill(request: Request) -> Response:
+        async def body():
+            await asyncio.sleep(1.5)  # three idle timeouts before the first byte; /health answers meanwhile
+            yield events
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    log = tmp_path / "p.specmon"
+    with Threaded(_app(slow_prefill)) as busy, gateway(log, [busy.url], [], policy(), idle_s=0.5) as (p, lines):
+        replies = [chat(p.url, stream=True, timeout=30) for _ in range(2)]
+        assert not p.state.pools[SPEC].members[0].down
+    assert [(r.status_code, r.content) for r in replies] == [(200, events)] * 2
+    assert not any("is down" in line for line in lines)

@@ -20,7 +20,8 @@ from specmon.metrics import served
 from specmon.proxy import reads
 from specmon.proxy.command import probe
 from specmon.tui import served_panes
-from specmon.tui.served_state import RECENT_S, ServedState
+from specmon.metrics.served import RECENT_S
+from specmon.tui.served_state import ServedState
 from specmon.watch import fold
 from specmon.watch.fold import ReadFold
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,11 @@ class Rotation:
 
 
 def refuse_taken_parts(live: Path) -> None:
-    """A rotating log must not take over the parts of another: its first part's name must be free."""
-    if part_path(live, 1).exists():
-        raise SpecmonError(f"{part_path(live, 1)} exists (a part of another log); pick a new --log or remove it")
+    """A rotating log must not take over the parts of another: no part's name may be taken (an old log's
+    first parts may have been removed by --log-keep, its later ones not)."""
+    for taken in sorted(live.parent.glob(f"{glob.escape(live.stem)}.*{live.suffix}")):
+        if taken.stem.removeprefix(live.stem + ".").isdigit():
+            raise SpecmonError(f"{taken} exists (a part of another log); pick a new --log or remove it")
 
 
 def part_path(live: Path, part: int) -> Path:

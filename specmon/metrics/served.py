@@ -19,6 +19,7 @@ from specmon.metrics import rates
 from specmon.metrics.format import fmt
 
 COUNTERS = ("drafts", "draft_tokens", "accepted", "generation_tokens")
+RECENT_S = 60.0  # the "recent" figures' span: long enough to hold a few whole requests
 SERVED_BACKENDS = ("watch", "proxy")  # SessionStarted.backend of sessions that decode nothing and read a server
 
 

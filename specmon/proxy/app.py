@@ -1,7 +1,8 @@
 """The proxy's ASGI app (Starlette): chat and completion requests are classified, routed by the
 policy (proxy.routing: the spec or the plain side, each a pool of upstreams) and relayed with their
-figures logged; every other path (/v1/models, /health, /metrics, llama-server's own endpoints) is
-relayed to the speculating side as it is.
+figures logged; every other path is relayed as it is: /health and /v1/models to the least busy
+member of either side, the rest (/metrics, llama-server's own endpoints) to the speculating side
+first (a server's own counters are its own).
 
 The API key, the body limit and the one error shape are `specmon serve`'s (specmon.server.app)."""
 
@@ -31,7 +32,18 @@ from specmon.proxy.deadlines import (
     WHOLE_REPLY_FACTOR,
     WRITE_TIMEOUT_S,
 )
-from specmon.proxy.pool import Pool, Upstream, anyone, candidates, failed_over, send, timed_out, unreachable
+from specmon.proxy.pool import (
+    Hung,
+    Pool,
+    Upstream,
+    anyone,
+    candidates,
+    failed_over,
+    send,
+    timed_out,
+    unreachable,
+    watched,
+)
 from specmon.proxy.relay import CLIENT_LEFT, UNREACHABLE, UPSTREAM_STALLED, Exchange, Opened, Relay, reason, sent_on
 from specmon.proxy.usage import UsageCut, ask_upstream, asking
 from specmon.proxy.routing import Router
@@ -47,6 +59,7 @@ ENDPOINTS = {
     "/completions": "completion",
 }
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+ANYONE_PATHS = {"/health", "/v1/models", "/models"}  # the same on every member of either side
 LOOKUPS = {"GET", "HEAD"}  # idempotent: one that times out is asked again of another member
 
 
@@ -68,7 +81,7 @@ class ProxyState:
         return httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=read_s, write=WRITE_TIMEOUT_S, pool=None)
 
     def stalled(self, member: Upstream) -> Callable[[str], None]:
-        return lambda why: self.pools[member.side].failed(member, why)
+        return lambda why: self.pools[member.side].suspect(member, why)
 
 
 def build_app(state: ProxyState) -> Starlette:
@@ -80,7 +93,7 @@ def build_app(state: ProxyState) -> Starlette:
             authorize(request, state)
         body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
         lookup = request.method in LOOKUPS
-        timeout = state.deadline(LOOKUP_TIMEOUT_S if lookup else state.idle_timeout_s)
+        timeout = state.deadline(LOOKUP_TIMEOUT_S if lookup else state.idle_timeout_s * WHOLE_REPLY_FACTOR)
         headers, path = _headers(request, state), _path(request)
 
         def build(member: Upstream) -> httpx.Request:
@@ -88,13 +101,18 @@ def build_app(state: ProxyState) -> Starlette:
                 request.method, member.url + path, headers=headers, content=body, timeout=timeout
             )
 
-        sent = await _unless_client_leaves(request, _open(state, list(state.pools.values()), build, anyone, lookup))
+        order = anyone if request.url.path in ANYONE_PATHS else candidates  # a server's own counters: spec's
+        watch_s = None if lookup else state.idle_timeout_s
+        sent = await _unless_client_leaves(
+            request, _open(state, list(state.pools.values()), build, order, lookup, watch_s)
+        )
         if sent is None:
             return Response(status_code=CLIENT_LEFT)
         if isinstance(sent, ApiError):
             raise sent
         member, opened = sent
-        return Relay(opened, None, lambda exchange: _give_back(member), on_stall=state.stalled(member))
+        idle_s = None if lookup else state.idle_timeout_s
+        return Relay(opened, None, lambda exchange: _give_back(member), on_stall=state.stalled(member), idle_s=idle_s)
 
     async def api_error(request: Request, exc: ApiError) -> Response:
         if state.on_refused is not None:
@@ -132,7 +150,7 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
         arrived=arrived,
     )
     pools = [state.pools[side], *(pool for other, pool in state.pools.items() if other != side)]
-    timeout = state.deadline(state.idle_timeout_s * (1 if stream else WHOLE_REPLY_FACTOR))
+    timeout = state.deadline(state.idle_timeout_s * WHOLE_REPLY_FACTOR)  # its head and first bytes, watched
     headers, path, asked = _headers(request, state), _path(request), set()
 
     def build(member: Upstream) -> httpx.Request:
@@ -142,7 +160,7 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
             asked.add(member.url)
         return state.client.build_request("POST", member.url + path, headers=headers, content=content, timeout=timeout)
 
-    watch_s = None if stream else state.idle_timeout_s  # a reply sent whole: is the member alive while it waits
+    watch_s = state.idle_timeout_s  # while it waits (a queue, a prefill, a reply sent whole): is the member alive
     sent = await _unless_client_leaves(request, _open(state, pools, build, candidates, False, watch_s))
     if sent is None:  # a reply not begun (llama-server sends a JSON reply's head at its end): the client left first
         exchange.status, exchange.ended = CLIENT_LEFT, time.perf_counter()
@@ -158,7 +176,8 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
     exchange.routed = side if failed_over(pools[0], member) else ""
     sse = opened.reply.headers.get("content-type", "").startswith("text/event-stream")
     cut = UsageCut() if sse and member.url in asked else None  # the client gets no usage it did not ask for
-    return Relay(opened, exchange, lambda ended: state.on_request(ended, member), cut, state.stalled(member))
+    done = lambda ended: state.on_request(ended, member)  # noqa: E731
+    return Relay(opened, exchange, done, cut, state.stalled(member), state.idle_timeout_s)
 
 
 async def _open(
@@ -173,13 +192,16 @@ async def _open(
     in time (the member marked down), a 502 where nothing answers."""
     member, reply = await send(state.client, pools, build, order, retry_timeouts=lookup, watch_s=watch_s)
     try:
-        return member, await Opened.read(reply)
+        return member, await watched(state.client, member, Opened.read(reply), watch_s)
     except BaseException as exc:
         _give_back(member)
         with anyio.CancelScope(shield=True):
             await reply.aclose()
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, Hung):
             state.pools[member.side].failed(member, reason(exc))
+            raise timed_out(member.url) from None
+        if isinstance(exc, httpx.TimeoutException):
+            state.pools[member.side].suspect(member, reason(exc))  # slow, perhaps: down if /health is silent
             raise timed_out(member.url) from None
         if isinstance(exc, httpx.TransportError):
             raise unreachable(member.url, reason(exc)) from None

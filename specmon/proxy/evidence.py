@@ -282,6 +282,8 @@ def _checked(e: Evidence) -> Evidence:
         raise OutOfRange(f"{e.drafted} drafted for {e.generated} tokens")
     if e.drafted is not None and e.steps is not None and e.drafted > MAX_DRAFT * e.steps:
         raise OutOfRange(f"{e.drafted} drafted in {e.steps} steps")
+    if e.decode_ms == 0:
+        e = msgspec.structs.replace(e, decode_ms=None)  # TabbyAPI rounds to 0.01 s: a fast reply gave no time
     if e.decode_ms is not None and e.generated != 0:
         n = e.generated or 1  # a decode time with no count must still have taken some time
         if e.decode_ms * MAX_TOKENS_PER_MS < n:

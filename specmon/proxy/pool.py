@@ -1,9 +1,10 @@
 """The upstreams (the same model behind each, on both sides) and how a request finds one that answers,
 as Envoy's upstream clusters do: a request goes to the member of its side with the fewest requests
-outstanding; a member that refuses a connection, drops it before a reply, or sends no byte within its
-deadline is marked down, left out, and probed (GET /health) every RETRY_S until it answers. A request
-whose side has no member up goes to the other side (a failover, said once per outage); only when no
-member of either side answers is it a 502 (refused) or a 504 (timed out).
+outstanding; a member that refuses a connection, drops it before a reply, or sends nothing while its
+/health is silent too is marked down, left out, and probed (GET /health) every RETRY_S until it
+answers. A request whose side has no member up goes to the other side (a failover, said once per
+outage); only when no member of either side answers is it a 502. A request a member took and never
+answered is a 504.
 
 A request is sent again elsewhere only where the first member gave nothing back: a refused or dropped
 connection. One that timed out may still be decoding it, so that request ends in a 504 instead."""
@@ -14,14 +15,16 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable, TypeVar
 
+import anyio
 import httpx
 
 from specmon.proxy.reads import family_of
 from specmon.proxy.relay import reason
 from specmon.server.errors import ApiError
 
+T = TypeVar("T")
 RETRY_S = 5.0  # a down member's /health is asked this often
 PROBE_TIMEOUT_S = 5.0  # a /health slower than this is no answer
 BROKEN_IN_A_ROW = 5  # Envoy's consecutive_5xx default
@@ -65,6 +68,16 @@ class Pool:
         )
         if self.client is not None and member.url not in self._probes:
             self._probes[member.url] = asyncio.get_running_loop().create_task(self._probe(member))
+
+    def suspect(self, member: Upstream, why: str) -> None:
+        """A deadline passed: a member busy past it (a queue, a long prefill) is not down; one whose
+        /health is silent too is."""
+        if self.client is not None and not member.down:
+            asyncio.get_running_loop().create_task(self._check(member, why))
+
+    async def _check(self, member: Upstream, why: str) -> None:
+        if not await _answers(self.client, member):
+            self.failed(member, f"{why}, and its /health is silent")
 
     def answered(self, member: Upstream) -> None:
         if member.down:
@@ -149,11 +162,22 @@ async def send(
         member.outstanding += 1
         member.sent += 1
         try:
-            reply = await _sent(client, request(member), member, watch_s)
-        except httpx.TimeoutException as exc:
+            reply = await watched(client, member, client.send(request(member), stream=True), watch_s)
+        except Hung as exc:  # nothing came, and its /health is silent too: hung
             member.outstanding -= 1
             pool.failed(member, reason(exc))
-            if isinstance(exc, httpx.ConnectTimeout) or retry_timeouts:
+            if retry_timeouts:
+                why, where = reason(exc), member.url
+                continue
+            raise timed_out(member.url) from None
+        except httpx.TimeoutException as exc:
+            member.outstanding -= 1
+            if isinstance(exc, httpx.ConnectTimeout):
+                why, where = reason(exc), member.url
+                pool.failed(member, why)
+                continue
+            pool.suspect(member, reason(exc))  # slow is not down: down only if its /health is silent too
+            if retry_timeouts:
                 why, where = reason(exc), member.url
                 continue
             raise timed_out(member.url) from None
@@ -174,24 +198,33 @@ async def send(
     raise unreachable(where if members == 1 else "every upstream", why)
 
 
-async def _sent(
-    client: httpx.AsyncClient, request: httpx.Request, member: Upstream, watch_s: float | None
-) -> httpx.Response:
-    """The reply's head. A reply sent whole comes at its end, minutes on a CPU, so its deadline is long;
-    every `watch_s` of waiting the member's /health is asked, and one that does not answer it either is
-    hung (a stopped process): the request then ends as timed out, not at its own deadline."""
-    sending = asyncio.ensure_future(client.send(request, stream=True))
+class Hung(httpx.ReadTimeout):
+    """Nothing came from a member within its watch, and its /health did not answer either."""
+
+
+async def watched(client: httpx.AsyncClient, member: Upstream, work: Awaitable[T], watch_s: float | None) -> T:
+    """`work` (a reply's head, or its first bytes), waited for as long as its own deadline allows while
+    the member shows it is alive: every `watch_s` its /health is asked, and where that is silent too the
+    member is hung (a stopped process) and Hung is raised then, not at the deadline. A result that came
+    too late to be handed over is closed, never left holding a connection."""
+    task, handed = asyncio.ensure_future(work), False
     try:
         while True:
-            done, _ = await asyncio.wait({sending}, timeout=watch_s)
-            if done:
-                return sending.result()
-            if not await _answers(client, member):
-                raise httpx.ReadTimeout("neither its reply nor its /health came", request=request)
+            done, _ = await asyncio.wait({task}, timeout=watch_s)
+            if not done:
+                alive = await _answers(client, member)
+                if not task.done() and not alive:
+                    raise Hung("neither its reply nor its /health came", request=None)
+            if task.done():
+                handed = True
+                return task.result()
     finally:
-        if not sending.done():
-            sending.cancel()
-            await asyncio.wait({sending})
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+        elif not handed and not task.cancelled() and task.exception() is None:
+            with anyio.CancelScope(shield=True):
+                await task.result().aclose()
 
 
 async def _answers(client: httpx.AsyncClient, member: Upstream) -> bool:

@@ -44,7 +44,9 @@ def family_of(reply: httpx.Response) -> str:
     if isinstance(body.get("issues"), list) and "status" in body:  # TabbyAPI's HealthCheckResponse
         return "tabbyapi"
     models = body.get("data") if isinstance(body.get("data"), list) else []
-    owners = [OWNERS.get(m.get("owned_by")) for m in models if isinstance(m, dict)]
+    owners = [
+        OWNERS.get(m.get("owned_by")) for m in models if isinstance(m, dict) and isinstance(m.get("owned_by"), str)
+    ]
     return next((family for family in owners if family), "")
 
 

@@ -5,6 +5,7 @@ already sent on."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -115,6 +116,9 @@ class Opened:
         self.reply, self.first, self.rest = reply, first, rest
         self.at = time.perf_counter()  # the first body byte, on the relay's clock
 
+    async def aclose(self) -> None:
+        await self.reply.aclose()
+
     @classmethod
     async def read(cls, reply: httpx.Response) -> Opened:
         """Raises httpx's TimeoutException where no byte comes within the read deadline."""
@@ -138,12 +142,14 @@ class Relay(StreamingResponse):
         on_end: Callable[[Exchange | None], None],
         cut: UsageCut | None = None,
         on_stall: Callable[[str], None] = lambda why: None,
+        idle_s: float | None = None,
     ):
         reply = opened.reply
         super().__init__(self._relay(opened), status_code=reply.status_code)
         dropped = NOT_RELAYED | {b"content-length"} if cut is not None else NOT_RELAYED
         self.raw_headers = [(k, v) for k, v in reply.headers.raw if k.lower() not in dropped]
         self.reply, self.exchange, self.on_end, self.cut, self.on_stall = reply, exchange, on_end, cut, on_stall
+        self.idle_s = idle_s  # the longest gap between two of the reply's chunks (None: httpx's read deadline)
         self.reader = ReplyReader(reply.headers.get("content-type", "application/json") if exchange else "")
         self.outcome = CLIENT_LEFT  # until the last byte is sent on
         self._tail = b""  # the last bytes relayed: a stream's `data: [DONE]` ends it for its client
@@ -155,14 +161,19 @@ class Relay(StreamingResponse):
         try:
             if opened.first:
                 yield self._passed(opened.first)
-            async for chunk in opened.rest:
+            while True:
+                async with asyncio.timeout(self.idle_s):  # a gap between a reply's bytes past this: stalled
+                    chunk = await anext(opened.rest, None)
+                if chunk is None:
+                    break
                 yield self._passed(chunk)
-        except httpx.TransportError as exc:
-            stalled = isinstance(exc, httpx.TimeoutException)
+        except (httpx.TransportError, TimeoutError) as exc:
+            stalled = isinstance(exc, (httpx.TimeoutException, TimeoutError))
+            why = "timed out" if isinstance(exc, TimeoutError) else reason(exc)
             self.outcome = UPSTREAM_STALLED if stalled else UPSTREAM_BROKE
             if stalled:
-                self.on_stall(reason(exc))
-            raise UpstreamBroke(reason(exc)) from exc  # uvicorn drops the client: a cut reply must not end as whole
+                self.on_stall(why)
+            raise UpstreamBroke(why) from exc  # uvicorn drops the client: a cut reply must not end as whole
         if self.cut is not None:
             yield self.cut.close()
         self.reader.close()
@@ -188,13 +199,15 @@ class Relay(StreamingResponse):
             if self.outcome == CLIENT_LEFT and self.whole:
                 self.reader.close()
                 self.outcome = self.reply.status_code
-            with anyio.CancelScope(shield=True):  # a client that left cancelled the send: close upstream anyway
-                await self.body_iterator.aclose()
-                await self.reply.aclose()
-            if self.exchange is not None:
-                self.exchange.status, self.exchange.ended = self.outcome, ended
-                self.exchange.evidence = self.reader.evidence if self.outcome == self.reply.status_code else None
-            self.on_end(self.exchange)
+            try:
+                with anyio.CancelScope(shield=True):  # a client that left cancelled the send: close upstream anyway
+                    await self.body_iterator.aclose()
+                    await self.reply.aclose()
+            finally:
+                if self.exchange is not None:
+                    self.exchange.status, self.exchange.ended = self.outcome, ended
+                    self.exchange.evidence = self.reader.evidence if self.outcome == self.reply.status_code else None
+                self.on_end(self.exchange)
 
 
 def _ms(start: float, end: float | None) -> float | None:

@@ -105,7 +105,10 @@ def without_usage(event: bytes) -> bytes:
         return event
     if not data.get("choices"):
         return b""
-    cut = _member_span(event, body_at, end)
+    try:
+        cut = _member_span(event, body_at, end)
+    except (ValueError, UnicodeError):  # JSON json.loads took and the walk cannot: relayed as it came
+        return event
     return event if cut is None else event[: cut[0]] + event[cut[1] :]
 
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from specmon.events.schema import Decision, RequestTimed, ServerScraped, SessionFinished, SessionStarted
 from specmon.metrics import served
+from specmon.metrics.served import RECENT_S
 from specmon.metrics import unreported
 
-RECENT_S = 60.0  # the "recent" figures' span: long enough to hold a few whole requests
 KEPT_WINDOWS = 240  # windows the sparkline can draw
 KEPT_READS = 100_000  # a bound only: reads are kept for RECENT_S, whatever the interval
 KEPT_CHANGES = 20  # down / back / restarted lines kept for the server pane

@@ -15,7 +15,7 @@ from collections import deque
 import msgspec
 
 from specmon.events.schema import ServerScraped
-from specmon.tui.served_state import RECENT_S
+from specmon.metrics.served import RECENT_S
 
 HEARTBEAT_S = 300.0  # an unchanged read is still passed on this often: the log shows the server was there
 
