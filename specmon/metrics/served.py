@@ -20,6 +20,7 @@ from specmon.metrics.format import fmt
 
 COUNTERS = ("drafts", "draft_tokens", "accepted", "generation_tokens")
 RECENT_S = 60.0  # the "recent" figures' span: long enough to hold a few whole requests
+NO_METRICS = "publishes no /metrics"  # the proxy's line for an upstream without one: a fact, not a fault
 SERVED_BACKENDS = ("watch", "proxy")  # SessionStarted.backend of sessions that decode nothing and read a server
 
 

@@ -16,7 +16,8 @@ import msgspec
 from specmon.events.schema import ServerScraped
 from specmon.proxy.tables import LIVE_LINES
 from specmon.watch.fold import ReadFold
-from specmon.watch.scrape import NO_METRICS, no_page
+from specmon.metrics.served import NO_METRICS
+from specmon.watch.scrape import no_page
 from specmon.watch.scrape import client as scrape_client
 from specmon.watch.scrape import scrape
 

@@ -15,9 +15,8 @@ from specmon.metrics.format import MISSING, clock, count, cut, fmt, ratio_interv
 from specmon.tui.fit import joined_width, shortened
 from specmon.tui.panes import bar_line
 from specmon.metrics.served import PROXY_CLOCK
-from specmon.metrics.served import RECENT_S
+from specmon.metrics.served import NO_METRICS, RECENT_S
 from specmon.tui.served_state import ServedState
-from specmon.watch.scrape import NO_METRICS
 
 RECENT = f"last {RECENT_S:.0f} s"
 FULL, EMPTY = "█", "░"

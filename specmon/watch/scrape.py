@@ -13,7 +13,6 @@ from specmon.watch.exposition import KINDS, NotMetrics, kind_of, read, samples
 
 TIMEOUT_S = 5.0  # a server that takes longer to list its counters is as good as down for a watch
 NO_PAGE = (404, 501)  # the server answers, but has no /metrics there
-NO_METRICS = "publishes no /metrics"  # the proxy's line for an upstream without one: a fact, not a fault
 
 
 def base_url(text: str, flag: str = "URL") -> str:
