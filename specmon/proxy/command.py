@@ -15,6 +15,7 @@ from specmon.console import Hanging, err, out, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import Policy, load_policy
 from specmon.proxy.reads import family_at, family_of
+from specmon.proxy.pool import PROBE_TIMEOUT_S
 from specmon.proxy.relay import reason
 from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import tally_summary
@@ -23,8 +24,6 @@ from specmon.server.runner import bind
 from specmon.transport.session import observed_header, observer_session
 from specmon.tui.beside import serve_under_tui
 from specmon.watch.scrape import base_url
-
-PROBE_TIMEOUT_S = 5.0
 
 
 def run_proxy(args) -> int:

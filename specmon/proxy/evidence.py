@@ -335,6 +335,7 @@ class ReplyReader:
         self.unmeasured = ""  # the first reason an event's figures were out of range: the reply's, whatever follows
         self._pending = bytearray()
         self._given_up = not content_type
+        self._scanned = 0  # bytes of _pending already searched for an event's end
 
     @property
     def evidence(self) -> Evidence | None:
@@ -371,12 +372,11 @@ class ReplyReader:
         self._pending.clear()
 
     def _read_events(self) -> None:
-        while True:
-            end, sep = _event_end(self._pending)
-            if end < 0:
-                break
-            self._read_event(bytes(self._pending[:end]))
-            del self._pending[: end + sep]
+        while (stop := event_end(self._pending, max(0, self._scanned - 3))) > 0:
+            self._read_event(bytes(self._pending[:stop]))
+            del self._pending[:stop]
+            self._scanned = 0
+        self._scanned = len(self._pending)  # the next feed searches only what it adds (and a separator's start)
         if len(self._pending) > MAX_PENDING_BYTES:
             self._give_up()
 
@@ -404,7 +404,8 @@ class ReplyReader:
         self._pending = bytearray()
 
 
-def _event_end(buf: bytearray) -> tuple[int, int]:
-    """(where the first complete event ends, the separator's length); (-1, 0) while none is complete."""
-    found = [(i, len(sep)) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.find(sep)) >= 0]
-    return min(found) if found else (-1, 0)
+def event_end(buf: bytes | bytearray, start: int = 0) -> int:
+    """Where the first complete server-sent event ends, its blank line included (searched from `start`);
+    0 while none is complete. The reader and the usage cut (proxy.usage) split a stream by it."""
+    found = [(i, len(sep)) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.find(sep, start)) >= 0]
+    return sum(min(found)) if found else 0

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import resource
 import socket
-import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,7 +23,7 @@ from specmon.proxy.deadlines import IDLE_TIMEOUT_S
 from specmon.proxy.pool import Pool, Upstream
 from specmon.proxy.relay import UPSTREAM_BROKE, Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Router
-from specmon.proxy.reads import UpstreamReads
+from specmon.proxy.reads import UpstreamReads, print_notice
 from specmon.proxy.tables import request_lines
 from specmon.proxy.tally import Tally
 from specmon.server.errors import ApiError, for_terminal
@@ -64,11 +63,6 @@ def connection_cap(wanted: int) -> int:
         except (ValueError, OSError):
             pass
     return wanted if soft == resource.RLIM_INFINITY else max(1, min(wanted, (soft - FILES_SPARE) // 2))
-
-
-def print_notice(line: str) -> None:
-    """A pool's notice on stderr, looked up at each call (under the TUI, Textual takes stderr)."""
-    print(f"specmon: {line}", file=sys.stderr, flush=True)
 
 
 QUIET = QuietUpstreamBroke()  # one filter, added once however many proxies a process starts

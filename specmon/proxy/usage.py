@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from specmon.proxy.evidence import LLAMA_SERVER, TABBYAPI
+from specmon.proxy.evidence import LLAMA_SERVER, TABBYAPI, event_end
 
 MARK = b'"usage"'
 MAX_EVENT_BYTES = 1 << 20  # a usage chunk is a few hundred bytes; a longer event is relayed as it comes
@@ -66,7 +66,7 @@ class UsageCut:
             return chunk
         self._pending += chunk
         out = []
-        while (end := _event_end(self._pending, max(0, self._scanned - 3))) > 0:
+        while (end := event_end(self._pending, max(0, self._scanned - 3))) > 0:
             event, self._pending, self._scanned = self._pending[:end], self._pending[end:], 0
             out.append(without_usage(event))
         self._scanned = len(self._pending)
@@ -79,13 +79,6 @@ class UsageCut:
     def close(self) -> bytes:
         rest, self._pending = self._pending, b""
         return without_usage(rest) if rest else b""
-
-
-def _event_end(buf: bytes, start: int = 0) -> int:
-    """Where the first complete event ends, its blank line included (searched from `start`); 0 while
-    none is complete."""
-    found = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.find(sep, start)) >= 0]
-    return min(found) if found else 0
 
 
 def without_usage(event: bytes) -> bytes:
