@@ -237,8 +237,10 @@ def test_every_class_and_k_counts_the_same_rounds_on_metrics_and_in_log_info(ses
     assert {key: r.emitted - cut[key] for key, r in logged.items()} == metric("specmon_emitted_tokens_total")
     goodput = metric("specmon_goodput_tokens_per_second")
     assert set(goodput) == set(logged)
+    tokens, seconds = metric("specmon_decode_tokens_total"), metric("specmon_decode_seconds_total")
     for key, r in logged.items():
         assert goodput[key] == pytest.approx(r.tok_per_s, rel=1e-9), key
+        assert tokens[key] / seconds[key] == pytest.approx(r.tok_per_s, rel=1e-9), key  # the dashboard's goodput
 
 
 def test_requests_and_generated_tokens_agree_less_the_cut(session):

@@ -1,8 +1,9 @@
 """The proxy's ASGI app (Starlette): chat and completion requests are classified, routed by the
 policy (proxy.routing: the spec or the plain side, each a pool of upstreams) and relayed with their
-figures logged; every other path is relayed as it is: /health and /v1/models to the least busy
-member of either side, the rest (/metrics, llama-server's own endpoints) to the speculating side
-first (a server's own counters are its own).
+figures logged; GET /metrics is the proxy's own (proxy.exported); every other path is relayed as it
+is: /health and /v1/models to the least busy member of either side, the rest (llama-server's own
+endpoints, and the upstream's /metrics at /upstream/metrics) to the speculating side first (a
+server's own counters are its own).
 
 The API key, the body limit and the one error shape are `specmon serve`'s (specmon.server.app)."""
 
@@ -25,6 +26,7 @@ from starlette.routing import Route
 
 from specmon.events.schema import PolicyLoaded
 from specmon.proxy.classes import body_fields, request_class
+from specmon.proxy.exported import ProxyMetrics
 from specmon.proxy.deadlines import (
     CONNECT_TIMEOUT_S,
     IDLE_TIMEOUT_S,
@@ -49,6 +51,7 @@ from specmon.proxy.usage import UsageCut, ask_upstream, asking
 from specmon.proxy.routing import Router
 from specmon.server.app import authorize, class_header, disconnected, error_response, read_body
 from specmon.server.errors import ApiError, status_error
+from specmon.server.metrics import CONTENT_TYPE
 
 MAX_BODY_BYTES = 32 << 20  # llama-server takes long contexts and inline images; a runaway upload still stops
 BODY_TIMEOUT_S = 30.0
@@ -60,6 +63,7 @@ ENDPOINTS = {
 }
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 ANYONE_PATHS = {"/health", "/v1/models", "/models"}  # the same on every member of either side
+UPSTREAM_METRICS = "/upstream/metrics"  # the speculating side's own /metrics: the proxy's /metrics is its own
 LOOKUPS = {"GET", "HEAD"}  # idempotent: one that times out is asked again of another member
 
 
@@ -76,6 +80,7 @@ class ProxyState:
     on_refused: Callable[[str, ApiError], None] | None = None  # the headless line of a refused request
     on_policy: Callable[[PolicyLoaded], None] = lambda event: None  # a reload taken or refused
     idle_timeout_s: float = IDLE_TIMEOUT_S
+    metrics: ProxyMetrics | None = None  # GET /metrics (None: relayed to the upstream, as any other path)
 
     def deadline(self, read_s: float) -> httpx.Timeout:
         return httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=read_s, write=WRITE_TIMEOUT_S, pool=None)
@@ -114,6 +119,10 @@ def build_app(state: ProxyState) -> Starlette:
         idle_s = None if lookup else state.idle_timeout_s
         return Relay(opened, None, lambda exchange: _give_back(member), on_stall=state.stalled(member), idle_s=idle_s)
 
+    async def metrics(request: Request) -> Response:
+        authorize(request, state)  # as `specmon serve`'s /metrics
+        return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
+
     async def api_error(request: Request, exc: ApiError) -> Response:
         if state.on_refused is not None:
             state.on_refused(request.url.path, exc)
@@ -125,6 +134,8 @@ def build_app(state: ProxyState) -> Starlette:
         )
 
     routes = [Route(path, classified, methods=["POST"]) for path in ENDPOINTS]
+    if state.metrics is not None:
+        routes.append(Route("/metrics", metrics, methods=["GET"]))
     routes.append(Route("/{path:path}", passed, methods=METHODS))
     return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
 
@@ -232,8 +243,10 @@ async def _unless_client_leaves(request: Request, sending: Coroutine) -> tuple[U
 
 
 def _path(request: Request) -> str:
-    query = request.url.query
-    return request.url.path + (f"?{query}" if query else "")
+    """The upstream's path: as asked, but the upstream's /metrics for /upstream/metrics."""
+    query, path = request.url.query, request.url.path
+    path = "/metrics" if path == UPSTREAM_METRICS else path
+    return path + (f"?{query}" if query else "")
 
 
 def _headers(request: Request, state: ProxyState) -> list[tuple[bytes, bytes]]:

@@ -67,6 +67,15 @@ class Router:
         away = SPEC if home == PLAIN else PLAIN
         return away if route.explore_to(st.side, n, self.policy.routing.explore_share) else home
 
+    def route_of(self, name: str) -> str:
+        """Where the class goes now: its pinned side, or as routing moved it (both: alternating, learning);
+        in advise mode, spec (a fixed share goes plain: `share`)."""
+        cls = self._class(name)
+        if not self.has_plain or cls.speculate != "auto":
+            return PLAIN if self.has_plain and cls.speculate == "off" else SPEC
+        st = self.classes.get(name)
+        return (st.side if st is not None else BOTH) if self.enforced else SPEC
+
     def share(self, name: str) -> float:
         """The share of the class's requests that go plain now."""
         cls = self._class(name)

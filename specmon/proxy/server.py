@@ -20,6 +20,7 @@ from specmon.policy.reload import print_reload
 from specmon.policy.schema import Policy
 from specmon.proxy.app import ProxyState, build_app
 from specmon.proxy.deadlines import IDLE_TIMEOUT_S
+from specmon.proxy.exported import ProxyMetrics
 from specmon.proxy.pool import Pool, Upstream
 from specmon.proxy.relay import UPSTREAM_BROKE, Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Router
@@ -129,6 +130,7 @@ class Proxying(OnThread):
             on_refused=self._refused if options.line else None,
             on_policy=self._policy,
             idle_timeout_s=options.idle_timeout_s,
+            metrics=ProxyMetrics(self.router, pools),
         )
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
@@ -159,6 +161,7 @@ class Proxying(OnThread):
             self.state.pools[member.side].replied(member, broke=event.status == UPSTREAM_BROKE)
             event = msgspec.structs.replace(event, upstream_url=member.url)
         self.tally.add(event)
+        self.state.metrics.observe(event)
         self.publish(event)
         if self.options.line is not None:
             record, *notice = request_lines(event, sides=bool(self.options.plain_upstreams))
@@ -166,6 +169,7 @@ class Proxying(OnThread):
                 self.options.line(line)
         decision = self.router.observe(event)
         if decision is not None:
+            self.state.metrics.observe(decision)
             self.publish(decision)
             if self.options.line is not None:
                 self.options.line(for_terminal(f"class {decision.prompt_class}: {decision.reason}"))

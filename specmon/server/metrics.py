@@ -18,6 +18,7 @@ class (the one with the most rounds); specmon.metrics.stats.class_stats, behind 
     emitted                              Σ tokens sent from rounds           - (the log's tokens less the cut)
     goodput                              tokens the rounds emitted (a stop   tok/s
                                          string's cut included) / round s
+    decode tokens, decode seconds        goodput's two sums, as counters     tok/s = tokens / seconds
     round seconds                        Σ draft + verify + overhead ms      (draft, verify: ms per round)
     requests (by finish reason)          requests decoded                    PromptFinished events
     generation tokens                    usage's completion_tokens: sent     - (the log's generated less the cut)
@@ -84,6 +85,19 @@ class ServerMetrics:
         )
         self.round_seconds = Counter(
             "specmon_round_seconds", "Round wall time: draft + verify + overhead", CLASS_K, registry=r
+        )
+        # goodput's two sums as counters, in the proxy's names (docs/metrics.md): rate(tokens) / rate(seconds)
+        self.decode_tokens = Counter(
+            "specmon_decode_tokens",
+            "Tokens the rounds emitted, as decoded (a stop string's cut included); goodput's numerator",
+            [*CLASS_K, "clock"],
+            registry=r,
+        )
+        self.decode_seconds = Counter(
+            "specmon_decode_seconds",
+            "Round time (the server's own clock); goodput's denominator",
+            [*CLASS_K, "clock"],
+            registry=r,
         )
         self.goodput = Gauge(
             "specmon_goodput_tokens_per_second",
@@ -187,6 +201,8 @@ class ServerMetrics:
         sums = self._sums.setdefault(labels, [0, 0.0])
         sums[0] += len(ev.emitted)  # as decoded, like log info's tok/s: a stop string's cut is in the log
         sums[1] += ms
+        self.decode_tokens.labels(*labels, "server").inc(len(ev.emitted))
+        self.decode_seconds.labels(*labels, "server").inc(ms / 1e3)
         value = rates.goodput(sums[0], sums[1])  # RunStats.goodput's definition, over the same rounds
         if value is not None:
             self.goodput.labels(*labels).set(value * 1e3)  # per second: Prometheus' base unit
