@@ -26,7 +26,8 @@ def add_proxy(sub, whole, finite) -> None:
         'other, and every move is a Decision that `specmon policy explain` recomputes; in mode = "advise" a '
         "fixed --plain-share goes plain and nothing is routed. Each side may be a pool: repeat the flag. Both "
         "sides serve the same model, so a side with no upstream answering is a routing fact: its requests go "
-        "to the other side until one answers again; a 502 only when nothing answers.",
+        "to the other side until one answers again; a 502 only when nothing answers. GET /metrics is the "
+        "proxy's own (per class, side and upstream: docs/metrics.md); the upstream's is at /upstream/metrics.",
     )
     proxy.add_argument(
         "--upstream",
