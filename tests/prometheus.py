@@ -33,19 +33,22 @@ def needs_prometheus() -> str:
 
 
 class Prometheus:
-    def __init__(self, url: str):
+    def __init__(self, url: str, config: Path | None = None):
         self.url = url
+        self.config = config  # its configuration file (JSON), which stop_scraping rewrites
 
-    def query(self, expr: str) -> list[dict]:
-        """An instant query's result: [{"metric": {labels}, "value": [t, "v"]}, ...]."""
-        reply = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10)
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        """An instant query's result: [{"metric": {labels}, "value": [t, "v"]}, ...]; evaluated at `at`
+        (seconds since the epoch) where given, else now."""
+        params = {"query": expr} if at is None else {"query": expr, "time": repr(at)}
+        reply = httpx.get(f"{self.url}/api/v1/query", params=params, timeout=10)
         body = reply.json()
         assert body.get("status") == "success", f"{expr}: {body}"
         return body["data"]["result"]
 
-    def values(self, expr: str, *by: str) -> dict[tuple, float]:
+    def values(self, expr: str, *by: str, at: float | None = None) -> dict[tuple, float]:
         """The query's series as {(label values in `by`): value}."""
-        return {tuple(s["metric"].get(k, "") for k in by): float(s["value"][1]) for s in self.query(expr)}
+        return {tuple(s["metric"].get(k, "") for k in by): float(s["value"][1]) for s in self.query(expr, at)}
 
     def scraped_after(self, t: float) -> None:
         """Wait until every target was scraped (healthy) after time.time() `t`, twice over (the counters a
@@ -58,6 +61,20 @@ class Prometheus:
             )
 
         wait_until(fresh, "a scrape of every target after the traffic", timeout=60, poll_s=0.2)
+
+    def stop_scraping(self) -> None:
+        """Take every target away (a reload with none): their series go stale and no sample lands after,
+        so a rule evaluated from then on and a query at its time read the same samples."""
+        config = json.loads(self.config.read_text())
+        config["scrape_configs"] = []
+        self.config.write_text(json.dumps(config))
+        reply = httpx.post(f"{self.url}/-/reload", timeout=30)
+        assert reply.status_code == 200, reply.text
+
+        def gone() -> bool:
+            return not httpx.get(f"{self.url}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+
+        wait_until(gone, "no target left after the reload", timeout=30, poll_s=0.1)
 
     def rules_evaluated_after(self, t: float) -> None:
         def fresh() -> bool:
@@ -96,6 +113,7 @@ def prometheus(tmp: Path, targets: list[str], rule_files: tuple[Path, ...] = ())
         f"--storage.tsdb.path={tmp / 'tsdb'}",
         f"--web.listen-address=127.0.0.1:{port}",
         "--log.level=warn",
+        "--web.enable-lifecycle",  # POST /-/reload: a test can take the targets away (stop_scraping)
     ]
     with open(tmp / "prometheus.log", "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -103,7 +121,7 @@ def prometheus(tmp: Path, targets: list[str], rule_files: tuple[Path, ...] = ())
     try:
         wait_until(lambda: _ready(url) or process.poll() is not None, "Prometheus ready", timeout=60, poll_s=0.1)
         assert process.poll() is None, (tmp / "prometheus.log").read_text()
-        yield Prometheus(url)
+        yield Prometheus(url, path)
     finally:
         process.terminate()
         try:
