@@ -237,6 +237,7 @@ def test_metrics_equal_the_counts_recomputed_from_the_log(tmp_path, tiny):
         labels = (("class", ev.prompt_class), ("k", str(ev.draft_len)))
         expected[("specmon_rounds_total", labels)] += 1
         expected[("specmon_emitted_tokens_total", labels)] += len(ev.emitted)
+        expected[("specmon_decode_tokens_total", tuple(sorted(labels + (("clock", "server"),))))] += len(ev.emitted)
         if ev.proposed:
             expected[("specmon_spec_decode_num_drafts_total", labels)] += 1
             expected[("specmon_spec_decode_num_draft_tokens_total", labels)] += len(ev.proposed)
@@ -259,7 +260,9 @@ def test_metrics_equal_the_counts_recomputed_from_the_log(tmp_path, tiny):
         k: v
         for k, v in exposed.items()
         if k[0].endswith("_total")
-        and not k[0].startswith(("specmon_prompt_tokens", "specmon_round_seconds", "specmon_requests_refused"))
+        and not k[0].startswith(
+            ("specmon_prompt_tokens", "specmon_round_seconds", "specmon_decode_seconds", "specmon_requests_refused")
+        )
     }
     assert counters == dict(expected)
     assert any(k[1] and dict(k[1])["k"] != "0" for k in counters), "some rounds speculated"
