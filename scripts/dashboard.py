@@ -5,18 +5,19 @@
     .venv/bin/python scripts/dashboard.py --check   # exit 1 where the shipped file differs
 
 Every figure is PromQL over the counters docs/metrics.md lists (counts are exported, ratios derived
-here): rates over Grafana's $__rate_interval, and for routing moves and failovers the count each step
-added; every series is filtered by the $instance and $class variables. serve has no side or upstream
+here): rates over Grafana's $__rate_interval, and for routing moves and failovers their increase over
+it; every series is filtered by the $instance and $class variables. serve has no side or upstream
 labels, so its series come out per class alone; the routing and upstream panels read names only a
 proxy exports."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from grafana_foundation_sdk.builders.common import StackingConfig, VizLegendOptions, VizTooltipOptions
+from grafana_foundation_sdk.builders.common import VizLegendOptions, VizTooltipOptions
 from grafana_foundation_sdk.builders.dashboard import Dashboard, DatasourceVariable, QueryVariable, Row
 from grafana_foundation_sdk.builders.prometheus import Dataquery
 from grafana_foundation_sdk.builders.statetimeline import Panel as StateTimeline
@@ -28,7 +29,6 @@ OUT = Path(__file__).resolve().parent.parent / "docs" / "grafana" / "specmon.jso
 DATASOURCE = dashboard.DataSourceRef(type_val="prometheus", uid="${datasource}")
 PICKED = 'instance=~"$instance", class=~"$class"'  # every series with a class label is filtered by both
 RATE = "$__rate_interval"
-STEP = "$__interval"  # the query's step: counts per step are bars that neither overlap nor leave gaps
 BY_SIDE = "class, side"  # serve has no side: its series group by class alone
 # the names each variable lists from: present from the start on a proxy (route, upstreams) and on serve
 INSTANCES = 'label_values({__name__=~"specmon_upstream_up|specmon_queue_depth"}, instance)'
@@ -76,11 +76,9 @@ def routed_now() -> str:
 
 
 def added_per_step(metric: str, by: str) -> str:
-    """What a counter added in each step, exactly: one bar per step. increase() would miss a series' first
-    count (Prometheus never saw it at 0: it is born at 1), which for a class's decisions is its first move."""
-    now = f"{metric}{{{PICKED}}}"
-    before = f"{now} offset {STEP}"
-    return f"sum by ({by}) (clamp_min({now} - {before}, 0) or ({now} unless {before}))"
+    """What a counter added over each step's window (its series are there at 0 from the start, so a first
+    count, such as a class's first move, is seen)."""
+    return f"sum by ({by}) (increase({metric}{{{PICKED}}}[{RATE}]))"
 
 
 def routing_moves() -> str:
@@ -107,8 +105,9 @@ def requests_by_status() -> str:
 
 
 def error_share() -> str:
-    """Non-2xx / all requests per upstream; an upstream without errors reads 0."""
-    errors = summed("side, upstream", "specmon_proxy_requests_total", 'status!~"2..", ')
+    """Failed / all requests per upstream (499, a client that left, is no upstream's error); an upstream
+    without errors reads 0."""
+    errors = summed("side, upstream", "specmon_proxy_requests_total", 'status!~"2..|499", ')
     every = summed("side, upstream", "specmon_proxy_requests_total")
     return f"({errors} or 0 * {every}) / {every}"
 
@@ -144,8 +143,8 @@ def tooltip() -> VizTooltipOptions:
     return VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING)
 
 
-def timeseries(title: str, about: str, unit: str, targets: list[Dataquery], span: int, bars: bool = False):
-    panel = (
+def timeseries(title: str, about: str, unit: str, targets: list[Dataquery], span: int):
+    return (
         Timeseries()
         .title(title)
         .description(about)
@@ -158,12 +157,7 @@ def timeseries(title: str, about: str, unit: str, targets: list[Dataquery], span
         .legend(legend())
         .tooltip(tooltip())
         .line_width(2)
-        .fill_opacity(60 if bars else 0)
     )
-    if bars:  # counts per step, not a level: stacked bars add up to the step's total
-        stacked = StackingConfig().mode(common.StackingMode.NORMAL).group("A")
-        panel = panel.draw_style(common.GraphDrawStyle.BARS).stacking(stacked)
-    return panel
 
 
 def timeline(title: str, about: str, targets: list[Dataquery], states: dict[int, tuple[str, str]], span: int, h: int):
@@ -237,7 +231,8 @@ def goodput_panels() -> list:
         ),
         timeseries(
             "Goodput, the proxy's clock",
-            "Decode tokens / the proxy's first to last byte (proxy only): for upstreams that give no decode time",
+            "Decode tokens / the proxy's clock (a stream's first to last byte, a whole reply's arrival to last byte; "
+            "proxy only): for upstreams that give no decode time",
             "suffix: tok/s",
             queries((goodput("proxy"), by_side)),
             12,
@@ -258,11 +253,10 @@ def routing_panels() -> list:
         ),
         timeseries(
             "Routing moves",
-            "Policy decisions in each step (applied = false: advise mode)",
+            "Policy decisions over the rate interval (applied = false: advise mode)",
             "short",
             queries((routing_moves(), "{{class}} applied={{applied}}")),
             6,
-            bars=True,
         ),
         timeseries(
             "Share routed plain",
@@ -285,18 +279,17 @@ def upstream_panels() -> list:
         ),
         timeseries(
             "Error share",
-            "Requests whose client got a non-2xx status / all requests, per upstream",
+            "Requests that failed (not 2xx; a client that left is not counted) / all requests, per upstream",
             "percentunit",
             queries((error_share(), "{{side}} {{upstream}}")),
             6,
         ),
         timeseries(
             "Failovers",
-            "Requests the routed side's upstreams did not answer, answered by the other side, in each step",
+            "Requests the routed side's upstreams did not answer, answered by the other side, over the rate interval",
             "short",
             queries((failovers(), "{{class}} {{routed}} → {{side}}")),
             6,
-            bars=True,
         ),
         timeline(
             "Upstreams up",
@@ -338,7 +331,10 @@ def build() -> Dashboard:
 
 
 def render() -> str:
-    return JSONEncoder(sort_keys=True, indent=2).encode(build().build()) + "\n"
+    board = json.loads(JSONEncoder().encode(build().build()))
+    for variable in board["templating"]["list"]:
+        variable.pop("id", None)  # the SDK's all-zero default: Grafana 10 keys variables by a given id
+    return json.dumps(board, sort_keys=True, indent=2) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,11 +11,13 @@ from collections import defaultdict
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_proxy import PATHS, proxy, timed
+from test_proxy import PATHS, POLICY, proxy, timed
 from test_proxy_upstream import FIXTURES, FakeUpstream, request_body
 from llama_server import free_port
 
 from specmon.metrics.served import by_class
+from specmon.proxy.exported import upstream_label
+from specmon.watch.scrape import client, scrape
 from specmon.proxy.routing import PLAIN, SPEC
 
 CLASSES = ("chat", "code-edit", "rewrite")
@@ -94,4 +96,70 @@ def test_a_failover_and_a_member_that_is_down_are_counted(tmp_path):
     up = summed(found, "specmon_upstream_up", by=("side", "upstream"))
     assert up == {(SPEC, spec.url): 1.0, (PLAIN, dead): 0.0}
     answered = summed(found, "specmon_proxy_requests_total", by=("side",), status="200")
-    assert answered == {(SPEC,): 6.0}
+    assert answered == {(SPEC,): 6.0, (PLAIN,): 0.0}  # the dead member's series is there, at 0
+
+
+def test_every_series_a_class_and_member_can_have_is_there_at_zero_before_any_request(tmp_path):
+    """So a rate sees each first count (a series that appears with its first request starts at 1)."""
+    with (
+        FakeUpstream() as spec,
+        FakeUpstream("-plain") as plain,
+        proxy(tmp_path / "p.specmon", spec.url, plain.url) as p,
+    ):
+        found = samples(httpx.get(p.url + "/metrics").text)
+    names = {c.name for c in POLICY.classes}
+    members = {(SPEC, spec.url), (PLAIN, plain.url)}
+    for name in (
+        "specmon_spec_decode_num_draft_tokens_total",
+        "specmon_rounds_total",
+        "specmon_generation_tokens_total",
+    ):
+        assert {(lb["class"], lb["side"], lb["upstream"]): v for lb, v in found[name]} == {
+            (c, side, url): 0.0 for c in names for side, url in members
+        }
+    assert {(lb["class"], lb["status"]) for lb, _ in found["specmon_proxy_requests_total"]} == {
+        (c, "200") for c in names
+    }
+    assert {(lb["class"], lb["routed"], lb["side"]) for lb, _ in found["specmon_failovers_total"]} == {
+        (c, a, b) for c in names for a, b in ((SPEC, PLAIN), (PLAIN, SPEC))
+    }
+    counts = [v for name, series in found.items() if name.endswith("_total") for _, v in series]
+    assert len(counts) >= 8 * len(names) * len(members) and set(counts) == {0.0}
+    route = summed(found, "specmon_route_side", by=("class", "side"))
+    assert {key for key, v in route.items() if v == 1} == {(c, "both") for c in names}  # nothing learnt yet
+    assert "specmon_route_spec_over_plain" not in found  # no move, no estimate
+
+
+def test_tokens_per_step_from_the_counters_is_log_infos(tmp_path):
+    log = tmp_path / "p.specmon"
+    with FakeUpstream() as spec, proxy(log, spec.url) as p:
+        for i in range(9):
+            send(p.url, i)
+        found = samples(httpx.get(p.url + "/metrics").text)
+    accepted = summed(found, "specmon_spec_decode_num_accepted_tokens_total")
+    steps = summed(found, "specmon_rounds_total")
+    for key, t in by_class(timed(log)).items():
+        assert steps[key] > 0 and (accepted[key] + steps[key]) / steps[key] == pytest.approx(t.tokens_per_step)
+
+
+def test_watch_pointed_at_a_proxy_reads_the_upstreams_page_behind_it(tmp_path):
+    """The proxy's own page is per class and side: `specmon watch PROXY` reads /upstream/metrics, as it
+    read /metrics before the proxy had a page of its own."""
+    with FakeUpstream() as spec, proxy(tmp_path / "p.specmon", spec.url) as p, client() as http:
+        through, direct = scrape(http, p.url), scrape(http, spec.url)
+    assert (through.kind, through.error, through.url) == ("llama-server", direct.error, p.url)
+    assert (through.drafts, through.draft_tokens, through.accepted) == (
+        direct.drafts,
+        direct.draft_tokens,
+        direct.accepted,
+    )
+
+
+def test_refusals_are_counted_and_a_members_password_is_no_label(tmp_path):
+    with FakeUpstream() as spec, proxy(tmp_path / "p.specmon", spec.url) as p:
+        bad = httpx.post(p.url + PATHS["chat"], json=request_body("chat"), headers={"X-Specmon-Class": "no-such"})
+        found = samples(httpx.get(p.url + "/metrics").text)
+    assert bad.status_code == 400
+    assert summed(found, "specmon_proxy_requests_refused_total", by=("status",)) == {("400",): 1.0}
+    assert upstream_label("http://user:secret@gpu1:8080") == "http://gpu1:8080"
+    assert upstream_label("http://gpu1:8080") == "http://gpu1:8080"

@@ -241,6 +241,7 @@ class RequestTotals:
     draft_n_accepted: int = 0
     reported: int = 0  # replies that gave their drafted and accepted counts
     reported_generated: int = 0  # Σ generated tokens over the reported replies
+    steps: int = 0  # Σ the target's steps over the reported replies (reply_steps)
     stepped: int = 0  # reported replies that also counted their verification steps (vLLM)
     spec_steps: int = 0  # Σ those steps
     accepted_per_pos: tuple[int, ...] = ()  # Σ steps past position i, over replies with a histogram (vLLM)
@@ -270,6 +271,7 @@ class RequestTotals:
             draft_n=self.draft_n + ev.draft_n,
             draft_n_accepted=self.draft_n_accepted + ev.draft_n_accepted,
             reported_generated=self.reported_generated + (ev.predicted_n or 0),
+            steps=self.steps + reply_steps(ev),
         )
         if ev.spec_steps is not None:
             sums.update(stepped=self.stepped + 1, spec_steps=self.spec_steps + ev.spec_steps)
@@ -285,25 +287,15 @@ class RequestTotals:
 
     @property
     def counted_steps(self) -> bool:
-        """Every reported reply counted its steps (vLLM), so `steps` is the server's count."""
+        """Every reported reply counted its steps (vLLM), so `steps` is the server's count alone."""
         return self.reported > 0 and self.stepped == self.reported
 
     @property
-    def steps(self) -> int:
-        """The target's steps over the reported replies: the server's count where every one gave it;
-        else each emitted one token of its own beside the drafts it accepted (generated - accepted)."""
-        return self.spec_steps if self.counted_steps else self.reported_generated - self.draft_n_accepted
-
-    @property
     def tokens_per_step(self) -> float | None:
-        """Tokens a step emitted (1.0: speculation added nothing): accepted / steps + 1 (tokens per
-        round; vLLM's mean acceptance length) where steps were counted, else generated / (generated -
-        accepted); None where no reply reported its drafts."""
-        if self.counted_steps:
-            return rates.ratio(self.draft_n_accepted + self.spec_steps, self.spec_steps)
-        if not self.reported or not self.reported_generated:
-            return None
-        return rates.ratio(self.reported_generated, self.steps)
+        """Tokens a target step emitted (1.0: speculation added nothing): (accepted + steps) / steps, over
+        the reported replies (vLLM's mean acceptance length where it counted its steps); None where no
+        reply reported its drafts, or none took a step."""
+        return rates.ratio(self.draft_n_accepted + self.steps, self.steps) if self.reported else None
 
     def position_rates(self) -> list[float | None]:
         """Acceptance at draft position i: steps whose accepted prefix reached past i / steps (vLLM's
@@ -330,6 +322,14 @@ class RequestTotals:
         are in it, so it is never the server's."""
         speed = rates.ratio(self.clocked_n, self.clocked_ms)
         return None if speed is None else speed * 1e3
+
+
+def reply_steps(ev: RequestTimed) -> int:
+    """A reply's target steps: the server's count where it gave one (vLLM), else one per token the
+    target emitted of its own beside the drafts it accepted (generated - accepted)."""
+    if ev.spec_steps is not None:
+        return ev.spec_steps
+    return max(0, (ev.predicted_n or 0) - (ev.draft_n_accepted or 0))
 
 
 def _added(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:

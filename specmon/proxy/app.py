@@ -52,6 +52,7 @@ from specmon.proxy.routing import Router
 from specmon.server.app import authorize, class_header, disconnected, error_response, read_body
 from specmon.server.errors import ApiError, status_error
 from specmon.server.metrics import CONTENT_TYPE
+from specmon.watch.scrape import UPSTREAM_PAGE  # the speculating side's own /metrics: the proxy's is its own
 
 MAX_BODY_BYTES = 32 << 20  # llama-server takes long contexts and inline images; a runaway upload still stops
 BODY_TIMEOUT_S = 30.0
@@ -63,7 +64,6 @@ ENDPOINTS = {
 }
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 ANYONE_PATHS = {"/health", "/v1/models", "/models"}  # the same on every member of either side
-UPSTREAM_METRICS = "/upstream/metrics"  # the speculating side's own /metrics: the proxy's /metrics is its own
 LOOKUPS = {"GET", "HEAD"}  # idempotent: one that times out is asked again of another member
 
 
@@ -121,9 +121,12 @@ def build_app(state: ProxyState) -> Starlette:
 
     async def metrics(request: Request) -> Response:
         authorize(request, state)  # as `specmon serve`'s /metrics
+        _reload(state)  # a policy edited while no request came: its classes are what it now says
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def api_error(request: Request, exc: ApiError) -> Response:
+        if state.metrics is not None and exc.status < 500:  # a 502 or 504 is the upstream's, logged with its request
+            state.metrics.refusal(exc.status)
         if state.on_refused is not None:
             state.on_refused(request.url.path, exc)
         return error_response(exc)
@@ -144,9 +147,7 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
     arrived = time.perf_counter()  # the relay's clock: first and last byte are read on it
     authorize(request, state)
     body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
-    reloaded = state.router.maybe_reload()
-    if reloaded is not None:
-        state.on_policy(reloaded)
+    _reload(state)
     fields = body_fields(body)
     name, rule = request_class(state.router.policy, endpoint, fields, class_header(request))
     side = state.router.side(name)
@@ -189,6 +190,12 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
     cut = UsageCut() if sse and member.url in asked else None  # the client gets no usage it did not ask for
     done = lambda ended: state.on_request(ended, member)  # noqa: E731
     return Relay(opened, exchange, done, cut, state.stalled(member), state.idle_timeout_s)
+
+
+def _reload(state: ProxyState) -> None:
+    reloaded = state.router.maybe_reload()
+    if reloaded is not None:
+        state.on_policy(reloaded)
 
 
 async def _open(
@@ -245,7 +252,7 @@ async def _unless_client_leaves(request: Request, sending: Coroutine) -> tuple[U
 def _path(request: Request) -> str:
     """The upstream's path: as asked, but the upstream's /metrics for /upstream/metrics."""
     query, path = request.url.query, request.url.path
-    path = "/metrics" if path == UPSTREAM_METRICS else path
+    path = "/metrics" if path == UPSTREAM_PAGE else path
     return path + (f"?{query}" if query else "")
 
 

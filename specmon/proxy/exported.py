@@ -3,15 +3,19 @@ upstream, in the names `specmon serve` uses where the meaning is the same (docs/
 table), plus where each class is routed, its decisions, failovers and which upstreams are up.
 
 Counts are stored (metrics.served.RequestTotals, the sums `log info` prints from the log) and exposed
-as counters at scrape time; ratios are left to PromQL. Upstream and routing state is read from the
-pools and the router when scraped, on the proxy's event loop, so it is never stale."""
+as counters at scrape time; ratios are left to PromQL. Every series a class and member can have is
+there at 0 from the start (and from a reload that adds a class), so a rate sees its first count.
+Upstream and routing state is read from the pools and the router when scraped, on the proxy's event
+loop (the one its requests run on)."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+import httpx
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from specmon.events.schema import Decision, RequestTimed
@@ -23,63 +27,91 @@ from specmon.proxy.routing import Router
 REPLY = ["class", "side", "upstream"]  # a reply's labels: its class, the side and the member that answered
 NO_UPSTREAM = "none"  # the upstream label of a request no member answered
 SIDES = (BOTH, SPEC, PLAIN)
+CLOCKS = (SERVER_CLOCK, PROXY_CLOCK)
+ANSWERED = "200"  # the status every (class, side, member) starts with at 0
+Key = tuple[str, str, str]  # (class, side, upstream)
+
+
+def upstream_label(url: str) -> str:
+    """A member's URL as a label: without any user:password in it (/metrics may be open)."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(username=None, password=None)) if parsed.userinfo else url
 
 
 class ProxyMetrics:
-    """Fed each request's RequestTimed and each Decision on the proxy's loop; read by GET /metrics."""
+    """Fed each request's RequestTimed, each Decision and each refusal on the proxy's loop; read by GET
+    /metrics."""
 
     def __init__(self, router: Router, pools: dict[str, Pool]):
         self.router, self.pools = router, pools
-        self.registry = r = CollectorRegistry()
-        self.totals: dict[tuple[str, str, str], RequestTotals] = {}  # (class, side, upstream) -> its replies' sums
-        self.steps: dict[tuple[str, str, str], int] = {}  # Σ target steps over the replies that reported drafts
-        self.generated: dict[tuple[str, str, str], int] = {}  # Σ tokens over successful replies that said
-        self.last_choice: dict[str, Decision] = {}  # class -> its last routing decision
-        self.requests = Counter(
-            "specmon_proxy_requests",
-            "Requests proxied, by the HTTP status the client got",
-            [*REPLY, "status"],
-            registry=r,
-        )
-        self.failovers = Counter(
-            "specmon_failovers",
-            "Requests answered by the other side: none of the routed side's upstreams answered",
-            ["class", "routed", "side"],
-            registry=r,
-        )
-        self.decisions = Counter(
-            "specmon_policy_decisions",
-            "Routing decisions (applied = false: advise mode)",
-            ["class", "applied"],
-            registry=r,
-        )
-        r.register(_Collector(self))
+        self.totals: dict[Key, RequestTotals] = {}  # each (class, side, upstream)'s successful replies' sums
+        self.generated: Counter[Key] = Counter()  # Σ tokens over successful replies that said
+        self.statuses: Counter[tuple[str, str, str, str]] = Counter()  # (class, side, upstream, status) -> requests
+        self.failovers: Counter[tuple[str, str, str]] = Counter()  # (class, routed, side) -> requests
+        self.decisions: Counter[tuple[str, str]] = Counter()  # (class, applied) -> decisions
+        self.refused: Counter[str] = Counter()  # status -> requests the proxy refused itself (4xx)
+        self.last_move: dict[str, Decision] = {}  # class -> its last routing decision
+        self.registry = CollectorRegistry()
+        self.registry.register(_Collector(self))
 
     def observe(self, event) -> None:
         if isinstance(event, RequestTimed):
             self._request(event)
         elif isinstance(event, Decision):
-            self.decisions.labels(event.prompt_class, str(event.applied).lower()).inc()
+            self.decisions[(event.prompt_class, str(event.applied).lower())] += 1
             if event.route is not None:
-                self.last_choice[event.prompt_class] = event
+                self.last_move[event.prompt_class] = event
+
+    def refusal(self, status: int) -> None:
+        self.refused[str(status)] += 1
 
     def _request(self, ev: RequestTimed) -> None:
-        key = (ev.prompt_class, ev.upstream, ev.upstream_url or NO_UPSTREAM)
-        self.requests.labels(*key, str(ev.status)).inc()
+        key = (ev.prompt_class, ev.upstream, upstream_label(ev.upstream_url) if ev.upstream_url else NO_UPSTREAM)
+        self.statuses[(*key, str(ev.status))] += 1
         if ev.routed:
-            self.failovers.labels(ev.prompt_class, ev.routed, ev.upstream).inc()
+            self.failovers[(ev.prompt_class, ev.routed, ev.upstream)] += 1
         if not 200 <= ev.status < 300:
             return
         self.totals[key] = self.totals.get(key, RequestTotals()) + ev
         if isinstance(ev.predicted_n, int):
-            self.generated[key] = self.generated.get(key, 0) + ev.predicted_n
-        if ev.draft_n is not None and ev.draft_n_accepted is not None:
-            # each target step emits one token of its own beside the drafts it accepted (vLLM counts them)
-            own = ev.spec_steps if ev.spec_steps is not None else (ev.predicted_n or 0) - ev.draft_n_accepted
-            self.steps[key] = self.steps.get(key, 0) + max(0, own)
+            self.generated[key] += ev.predicted_n
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    def keys(self) -> list[Key]:
+        """Every (class, side, member) the policy and the pools allow, then any a reload left behind."""
+        members = [(side, upstream_label(m.url)) for side, pool in self.pools.items() for m in pool.members]
+        known = [(c.name, side, url) for c in self.router.policy.classes for side, url in members]
+        return list(dict.fromkeys(known + list(self.totals)))
+
+
+def _families(specs) -> dict[str, Metric]:
+    return {name: kind(name, doc, labels=labels) for kind, name, doc, labels in specs}
+
+
+C, G = CounterMetricFamily, GaugeMetricFamily
+REPLY_FAMILIES = (
+    (C, "specmon_generation_tokens", "Tokens generated, over the successful replies that said", REPLY),
+    (C, "specmon_spec_decode_num_draft_tokens", "Draft tokens proposed (the upstream's count)", REPLY),
+    (C, "specmon_spec_decode_num_accepted_tokens", "Draft tokens the upstream's target accepted", REPLY),
+    (C, "specmon_spec_decode_num_drafts", "Verification steps, where the upstream counts them (vLLM)", REPLY),
+    (C, "specmon_rounds", "Target steps of the replies that reported their drafts", REPLY),
+    (
+        C,
+        "specmon_spec_decode_num_accepted_tokens_per_pos",
+        "Steps whose accepted prefix reached past this 0-based position (vLLM)",
+        [*REPLY, "position"],
+    ),
+    (C, "specmon_decode_tokens", "Tokens timed on the clock (goodput's numerator)", [*REPLY, "clock"]),
+    (
+        C,
+        "specmon_decode_seconds",
+        "Decode time on the clock: server, the server's own; proxy, a stream's first to last byte "
+        "(its tokens after the first) or a whole reply's arrival to last byte",
+        [*REPLY, "clock"],
+    ),
+)
 
 
 class _Collector:
@@ -90,72 +122,77 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         yield from self._replies()
+        yield from self._requests()
         yield from self._routes()
-        up = GaugeMetricFamily(
-            "specmon_upstream_up", "1 while the upstream answers, 0 while it is down", labels=["side", "upstream"]
-        )
+        up = G("specmon_upstream_up", "1 while the upstream answers, 0 while it is down", labels=["side", "upstream"])
         for side, pool in self.m.pools.items():
             for member in pool.members:
-                up.add_metric([side, member.url], 0.0 if member.down else 1.0)
+                up.add_metric([side, upstream_label(member.url)], 0.0 if member.down else 1.0)
         yield up
 
     def _replies(self) -> Iterator[Metric]:
-        m = self.m
-        c = {
-            name: CounterMetricFamily(name, doc, labels=labels)
-            for name, doc, labels in (
-                ("specmon_generation_tokens", "Tokens generated, over the successful replies that said", REPLY),
-                ("specmon_spec_decode_num_draft_tokens", "Draft tokens proposed (the upstream's count)", REPLY),
-                ("specmon_spec_decode_num_accepted_tokens", "Draft tokens the upstream's target accepted", REPLY),
-                ("specmon_spec_decode_num_drafts", "Verification steps, where the upstream counts them (vLLM)", REPLY),
-                ("specmon_rounds", "Target steps of the replies that reported their drafts", REPLY),
-                (
-                    "specmon_spec_decode_num_accepted_tokens_per_pos",
-                    "Steps whose accepted prefix reached past this 0-based position (vLLM)",
-                    [*REPLY, "position"],
-                ),
-                (
-                    "specmon_decode_tokens",
-                    "Tokens timed on the clock, over the replies timed on it (goodput's numerator)",
-                    [*REPLY, "clock"],
-                ),
-                (
-                    "specmon_decode_seconds",
-                    "Decode time on the clock: the server's own, or the proxy's first to last byte",
-                    [*REPLY, "clock"],
-                ),
-            )
-        }
-        for key, t in m.totals.items():
-            labels = list(key)
-            c["specmon_generation_tokens"].add_metric(labels, m.generated.get(key, 0))
-            if t.reported:
-                c["specmon_spec_decode_num_draft_tokens"].add_metric(labels, t.draft_n)
-                c["specmon_spec_decode_num_accepted_tokens"].add_metric(labels, t.draft_n_accepted)
-                c["specmon_rounds"].add_metric(labels, m.steps.get(key, 0))
+        m, f = self.m, _families(REPLY_FAMILIES)
+        for key in m.keys():
+            t, labels = m.totals.get(key, RequestTotals()), list(key)
+            f["specmon_generation_tokens"].add_metric(labels, m.generated[key])
+            f["specmon_spec_decode_num_draft_tokens"].add_metric(labels, t.draft_n)
+            f["specmon_spec_decode_num_accepted_tokens"].add_metric(labels, t.draft_n_accepted)
+            f["specmon_rounds"].add_metric(labels, t.steps)
             if t.stepped:
-                c["specmon_spec_decode_num_drafts"].add_metric(labels, t.spec_steps)
+                f["specmon_spec_decode_num_drafts"].add_metric(labels, t.spec_steps)
             for position, n in enumerate(t.accepted_per_pos):
-                c["specmon_spec_decode_num_accepted_tokens_per_pos"].add_metric([*labels, str(position)], n)
-            for clock, tokens, ms, n in (
-                (SERVER_CLOCK, t.predicted_n, t.predicted_ms, t.timed),
-                (PROXY_CLOCK, t.clocked_n, t.clocked_ms, t.clocked),
+                f["specmon_spec_decode_num_accepted_tokens_per_pos"].add_metric([*labels, str(position)], n)
+            for clock, tokens, ms in (
+                (SERVER_CLOCK, t.predicted_n, t.predicted_ms),
+                (PROXY_CLOCK, t.clocked_n, t.clocked_ms),
             ):
-                if n:
-                    c["specmon_decode_tokens"].add_metric([*labels, clock], tokens)
-                    c["specmon_decode_seconds"].add_metric([*labels, clock], ms / 1e3)
-        yield from c.values()
+                f["specmon_decode_tokens"].add_metric([*labels, clock], tokens)
+                f["specmon_decode_seconds"].add_metric([*labels, clock], ms / 1e3)
+        yield from f.values()
+
+    def _requests(self) -> Iterator[Metric]:
+        m = self.m
+        requests = C(
+            "specmon_proxy_requests",
+            "Requests proxied, by status: the upstream's HTTP status; 0 no member answered (the client got a 502); "
+            "499 the client left; 502 the reply broke off; 504 the upstream went silent",
+            labels=[*REPLY, "status"],
+        )
+        for labels in dict.fromkeys([(*key, ANSWERED) for key in m.keys()] + list(m.statuses)):
+            requests.add_metric(list(labels), m.statuses[labels])
+        yield requests
+        refused = C(
+            "specmon_proxy_requests_refused", "Requests the proxy refused itself, by HTTP status", labels=["status"]
+        )
+        for status, n in sorted(m.refused.items()):
+            refused.add_metric([status], n)
+        yield refused
+        names = [c.name for c in m.router.policy.classes]
+        failovers = C(
+            "specmon_failovers",
+            "Requests answered by the other side: none of the routed side's answered",
+            labels=["class", "routed", "side"],
+        )
+        moves = [(SPEC, PLAIN), (PLAIN, SPEC)] if PLAIN in m.pools else []
+        for key in dict.fromkeys([(n, a, b) for n in names for a, b in moves] + list(m.failovers)):
+            failovers.add_metric(list(key), m.failovers[key])
+        yield failovers
+        decisions = C(
+            "specmon_policy_decisions", "Routing decisions (applied = false: advise mode)", labels=["class", "applied"]
+        )
+        applied = str(m.router.enforced).lower()
+        for key in dict.fromkeys([(n, applied) for n in names] + list(m.decisions)):
+            decisions.add_metric(list(key), m.decisions[key])
+        yield decisions
 
     def _routes(self) -> Iterator[Metric]:
         router = self.m.router
-        side = GaugeMetricFamily(
+        side = G(
             "specmon_route_side",
             "1 for the side the class is routed to now (both: alternating, learning)",
             labels=["class", "side"],
         )
-        share = GaugeMetricFamily(
-            "specmon_route_plain_share", "The share of the class's requests sent plain now", labels=["class"]
-        )
+        share = G("specmon_route_plain_share", "The share of the class's requests sent plain now", labels=["class"])
         for name in (c.name for c in router.policy.classes):
             now = router.route_of(name)
             for s in SIDES:
@@ -163,15 +200,27 @@ class _Collector:
             share.add_metric([name], router.share(name))
         yield side
         yield share
-        bounds = {
-            "": "spec/plain goodput over the requests the class's last move cited",
-            "_low": "the low bound of its 95% interval (NaN: too few requests for one)",
-            "_high": "the high bound of its 95% interval (NaN: too few requests for one)",
+        yield from self._estimates()
+
+    def _estimates(self) -> Iterator[Metric]:
+        """The last move's spec/plain ratio and interval, while the class is where that move put it (a reload
+        that started it again, or dropped it, leaves none)."""
+        router, docs = (
+            self.m.router,
+            {
+                "": "spec/plain goodput over the requests the class's last move cited",
+                "_low": "the low bound of its 95% interval (NaN: too few requests for one)",
+                "_high": "the high bound of its 95% interval (NaN: too few requests for one)",
+            },
+        )
+        current = {
+            name: d.route
+            for name, d in self.m.last_move.items()
+            if name in router.classes and router.classes[name].side == d.route.side_to
         }
-        for suffix, doc in bounds.items():
-            gauge = GaugeMetricFamily(f"specmon_route_spec_over_plain{suffix}", doc, labels=["class"])
-            for name, decision in self.m.last_choice.items():
-                choice = decision.route
+        for suffix, doc in docs.items():
+            gauge = G(f"specmon_route_spec_over_plain{suffix}", doc, labels=["class"])
+            for name, choice in current.items():
                 value = {"": choice.ratio, "_low": choice.low, "_high": choice.high}[suffix]
                 gauge.add_metric([name], math.nan if value is None else value)
             yield gauge

@@ -83,7 +83,8 @@ class Router:
             return float(self.has_plain and cls.speculate == "off")
         if not self.enforced:
             return self.advise_share
-        side, explore = self._state(name).side, self.policy.routing.explore_share
+        st = self.classes.get(name)  # read only: a scrape asks it of every class
+        side, explore = (st.side if st is not None else BOTH), self.policy.routing.explore_share
         return {BOTH: 0.5, SPEC: explore, PLAIN: 1.0 - explore}[side]
 
     def observe(self, ev: RequestTimed) -> Decision | None:

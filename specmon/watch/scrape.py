@@ -12,6 +12,8 @@ from specmon.events.schema import ServerScraped
 from specmon.watch.exposition import KINDS, NotMetrics, kind_of, read, samples
 
 TIMEOUT_S = 5.0  # a server that takes longer to list its counters is as good as down for a watch
+PROXY_SAMPLE = "specmon_upstream_up"  # only a specmon proxy's own page has it, from its start (proxy.exported)
+UPSTREAM_PAGE = "/upstream/metrics"  # where a specmon proxy relays its upstream's page (proxy.app)
 NO_PAGE = (404, 501)  # the server answers, but has no /metrics there
 
 
@@ -43,10 +45,13 @@ def client(api_key: str | None = None, timeout_s: float = TIMEOUT_S) -> httpx.Cl
     return httpx.Client(headers=headers, timeout=timeout_s, follow_redirects=True, trust_env=False)
 
 
-def scrape(http: httpx.Client, url: str, kind: str = "auto", session_id: str = "") -> ServerScraped:
-    """Read url's /metrics once. `kind`: "auto" detects it from the names on the page. A failed read
-    is an event too, with `error` set (its one line) and no counters."""
-    address = metrics_url(url)
+def scrape(
+    http: httpx.Client, url: str, kind: str = "auto", session_id: str = "", address: str | None = None
+) -> ServerScraped:
+    """Read url's /metrics once (or `address`). `kind`: "auto" detects it from the names on the page. A
+    failed read is an event too, with `error` set (its one line) and no counters. A specmon proxy's own
+    page is per class and side: its upstream's page, at /upstream/metrics, is read instead."""
+    address = address or metrics_url(url)
     t = time.time()
     try:
         reply = http.get(address)
@@ -58,6 +63,8 @@ def scrape(http: httpx.Client, url: str, kind: str = "auto", session_id: str = "
         names = samples(reply.text)
     except NotMetrics as exc:
         return _failed(session_id, t, url, kind, f"{address} is not a Prometheus /metrics page ({exc})")
+    if PROXY_SAMPLE in names and not address.endswith(UPSTREAM_PAGE):
+        return scrape(http, url, kind, session_id, base_url(address.removesuffix("/metrics")) + UPSTREAM_PAGE)
     found = kind_of(names) if kind == "auto" else kind
     if found is None:
         return _failed(session_id, t, url, kind, f"{address} has no llama-server, vLLM or specmon metrics")
