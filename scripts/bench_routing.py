@@ -4,7 +4,8 @@ one plain, behind `specmon proxy --plain-upstream` (its own process, routing on)
 held-out prompts sent directly to each server. Per prompt the three requests are interleaved and
 their order rotates. Per class (as the proxy classified it): each path's decode goodput (Σ tokens /
 Σ the server's own predicted_ms), the proxy's over the better server's, how many of its requests
-went to the worse side (learning and exploring), and the time to first byte the proxy adds (each
+went to the worse side (learning and exploring), its decode against the same prompts sent direct to the
+server that answered each (the proxy's own cost, apart from routing), and the time to first byte the proxy adds (each
 proxied request against the direct request of the same prompt to the server it was routed to).
 
     bash scripts/setup-llama-server
@@ -92,12 +93,18 @@ def figures(rows: list[dict], log: Path) -> dict:
         }
         better = max(("spec", "plain"), key=good.get)
         added = [r["proxy"]["ttfb_ms"] - r[side]["ttfb_ms"] for r, side in zip(c["rows"], c["sides"])]
+        # the proxied requests' decode against the same prompt sent direct to the server that answered them:
+        # the proxy's own cost to decoding, apart from where it routed
+        same = sum(r[side]["n"] for r, side in zip(c["rows"], c["sides"])) / sum(
+            r[side]["ms"] for r, side in zip(c["rows"], c["sides"])
+        )
         out["classes"][name] = {
             "requests": len(c["rows"]),
             "tok_s": good,
             "better": better,
             "proxy_over_better": good["proxy"] / good[better],
             "to_worse_side": sum(side != better for side in c["sides"]),
+            "proxy_over_same_server": good["proxy"] / (same * 1e3),
             "added_ttfb_p50_ms": statistics.median(added),
             "added_ttfb_p99_ms": percentile(added, 0.99),
         }
@@ -110,7 +117,8 @@ def report(found: dict) -> None:
         print(
             f"{name}: {c['requests']} requests; tok/s spec {t['spec']:.1f}, plain {t['plain']:.1f}, through the "
             f"proxy {t['proxy']:.1f} = {c['proxy_over_better']:.3f}x the better ({c['better']}); "
-            f"{c['to_worse_side']} sent to the other side; proxy adds {c['added_ttfb_p50_ms']:.1f} ms "
+            f"{c['to_worse_side']} sent to the other side; {c['proxy_over_same_server']:.3f}x the same requests direct "
+            f"to the server that answered them; proxy adds {c['added_ttfb_p50_ms']:.1f} ms "
             f"to first byte (p50), {c['added_ttfb_p99_ms']:.1f} ms (p99)"
         )
     for line in found["decisions"]:
