@@ -71,6 +71,8 @@ def test_headless_a_line_per_request_and_the_table_and_advice_at_ctrl_c(tmp_path
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            # Ctrl-C as from a terminal: a pytest started in the background (`&`) ignores SIGINT, and so would it
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         try:
             said = ""

@@ -217,8 +217,6 @@ class ServerMetrics:
         self.policy_k.clear()
         for cls in classes:
             self.set_policy(cls.name, cls.speculate, cls.draft_len)
-            for applied in ("true", "false"):  # at 0 from the start: a rate sees the class's first decision
-                self.decisions.labels(cls.name, applied)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
