@@ -181,17 +181,10 @@ def draw_timeseries(fig, panel: dict, found: dict, start: float, end: float) -> 
     colours = [PALETTE[i % len(PALETTE)] for i in range(len(series))]
     below = 0.4 + LEGEND_LINE_IN * len(legend_lines(list(zip(names, colours)), box[2]))
     ax = axes_in(fig, box, 0.75, below)
-    custom = panel["fieldConfig"]["defaults"].get("custom", {})
-    stacked: dict[datetime, float] = {}  # each step's bars so far (Grafana's normal stacking)
     for (target, s), colour in zip(series, colours):
         times, values = points(s)
-        if custom.get("drawStyle") == "bars":
-            under = [stacked.get(t, 0.0) for t in times]
-            ax.bar(times, values, bottom=under, width=STEP_S / 86400, color=colour, align="edge")
-            stacked.update((t, u + v) for t, u, v in zip(times, under, values))
-        else:
-            dashed = target["refId"] != "A"  # a second target (the share set, beside the share sent)
-            ax.plot(times, values, color=colour, linewidth=1.4, linestyle="--" if dashed else "-")
+        dashed = target["refId"] != "A"  # a second target (the share set, beside the share sent)
+        ax.plot(times, values, color=colour, linewidth=1.4, linestyle="--" if dashed else "-")
     ax.set_xlim(datetime.fromtimestamp(start), datetime.fromtimestamp(end))
     ax.set_ylim(bottom=panel["fieldConfig"]["defaults"].get("min", None))
     ax.yaxis.set_major_formatter(unit_format(panel["fieldConfig"]["defaults"].get("unit", "")))

@@ -27,7 +27,6 @@ from specmon.proxy.routing import Router
 REPLY = ["class", "side", "upstream"]  # a reply's labels: its class, the side and the member that answered
 NO_UPSTREAM = "none"  # the upstream label of a request no member answered
 SIDES = (BOTH, SPEC, PLAIN)
-CLOCKS = (SERVER_CLOCK, PROXY_CLOCK)
 ANSWERED = "200"  # the status every (class, side, member) starts with at 0
 Key = tuple[str, str, str]  # (class, side, upstream)
 
