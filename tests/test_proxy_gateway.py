@@ -16,6 +16,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpcore
 import httpx
 import pytest
 from standins import TabbyStandin, VllmStandin, from_counts, from_histogram
@@ -32,6 +33,8 @@ from specmon.events.log import read_log
 from specmon.events.schema import Decision
 from specmon.policy.schema import load_policy, parse_policy
 from specmon.proxy import pool as pools
+from specmon.proxy.orphans import reclaim
+from specmon.proxy.server import upstream_client
 from specmon.proxy.routing import PLAIN, SPEC
 from specmon.proxy.tables import log_summary
 
@@ -252,7 +255,8 @@ def test_clients_that_leave_at_random_points_leave_no_connection_or_descriptor_b
         member = p.state.pools[SPEC].members[0]
         wait_until(lambda: member.outstanding == 0, "every upstream request given back", timeout=30)
         assert p.client._transport._pool.connections == []  # httpx's pool holds no upstream connection
-        assert p.server.server_state.connections == set()  # nor uvicorn a client's
+        # nor uvicorn a client's, once the loop has seen each client's socket close
+        wait_until(lambda: p.server.server_state.connections == set(), "uvicorn holds no client connection")
         wait_until(lambda: _open_files() <= idle, f"open files back to {idle}: {_files()}", timeout=60)
         assert chat(p.url).status_code == 200
     assert _open_files() <= idle
@@ -413,3 +417,31 @@ def test_a_busy_member_past_its_idle_timeout_is_waited_for_while_its_health_answ
         assert not p.state.pools[SPEC].members[0].down
     assert [(r.status_code, r.content) for r in replies] == [(200, events)] * 2
     assert not any("is down" in line for line in lines)
+
+
+def test_reclaim_takes_out_only_the_connections_no_request_holds():
+    """httpcore#1093's orphan (a connection whose request was cancelled before it took it) is closed and
+    dropped; a connection a request is waiting on is left alone and its reply still comes."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    async def go():
+        client = upstream_client()
+        pool = client._transport._pool
+        waiting = asyncio.ensure_future(client.get(f"http://127.0.0.1:{port}/health", timeout=10))
+        conn, _ = await asyncio.to_thread(listener.accept)  # the request's connection is open, unanswered
+        orphan = httpcore.AsyncHTTPConnection(httpcore.Origin(b"http", b"127.0.0.1", port))
+        pool._connections.append(orphan)  # as a request cancelled between assignment and connect leaves it
+        assert await reclaim(client) == 1
+        assert orphan not in pool.connections and len(pool.connections) == 1
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        reply = await waiting
+        conn.close()
+        await client.aclose()
+        return reply.text, pool.connections
+
+    try:
+        text, left = asyncio.run(go())
+    finally:
+        listener.close()
+    assert (text, left) == ("ok", [])

@@ -91,7 +91,8 @@ def measure_costs(
     disturbed = sum(not n for n in quiet)
     best = [b if n else d for b, d, n in zip(best, busy, quiet)]
     plain = best[0]
-    verify = [plain, *(ms - plain for ms in best[1:])]
+    # a pass over more positions never costs less than a plain step: a lower figure had a disturbed plain step
+    verify = [plain, *(max(ms - plain, plain) for ms in best[1:])]
     for t in range(max_positions - 2, 0, -1):  # more positions never cost less: a dearer shorter pass was disturbed
         verify[t] = min(verify[t], verify[t + 1])
     return Costs(tuple(verify), _draft_ms(drafter, context, max_positions - 1), disturbed)

@@ -20,6 +20,7 @@ from typing import Awaitable, Callable, TypeVar
 import anyio
 import httpx
 
+from specmon.proxy.orphans import reclaim
 from specmon.proxy.reads import family_of
 from specmon.proxy.relay import reason
 from specmon.server.errors import ApiError
@@ -191,6 +192,7 @@ async def send(
             raise unreachable(member.url, reason(exc)) from None
         except BaseException:  # cancelled (the client left): the slot is free again
             member.outstanding -= 1
+            await reclaim(client)  # and so is the upstream connection httpcore may have left behind
             raise
         pool.answered(member)
         return member, reply
