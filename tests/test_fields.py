@@ -203,6 +203,7 @@ FIELDS = {
         "min_requests",
         "window",
         "clock",
+        "borrowed",
     ],
     LogRotated: ["session_id", "t", "part", "next_name", "next_log_id"],
 }

@@ -202,6 +202,7 @@ class RouteChoice(msgspec.Struct, tag="route", array_like=True, frozen=True):
     min_requests: int  # the thresholds it was decided with (routing.*)
     window: int
     clock: str = "server"  # goodputs timed on "server" (its decode time) | "proxy" (metrics.served.timing)
+    borrowed: int = 0  # of the cited requests, those of other classes (the class had too few of its own)
 
 
 class Decision(Event, tag="decision", kw_only=True):

@@ -87,25 +87,34 @@ class Router:
         side, explore = (st.side if st is not None else BOTH), self.policy.routing.explore_share
         return {BOTH: 0.5, SPEC: explore, PLAIN: 1.0 - explore}[side]
 
-    def observe(self, ev: RequestTimed) -> Decision | None:
-        """Take a request's reply as evidence; a Decision when its class moves (or, advised, would)."""
+    def observe(self, ev: RequestTimed) -> list[Decision]:
+        """Take a request's reply as evidence; a Decision for each class it moves (or, advised, would):
+        its own, and any still alternating that the other classes' requests now send to one side."""
         found = timing(ev)  # on the server's clock where the reply gave its decode time, else the proxy's
         if not self.has_plain or ev.upstream not in (SPEC, PLAIN) or found is None:
-            return None
+            return []
         if self._class(ev.prompt_class).speculate != "auto" or ev.prompt_class not in self._names():
-            return None
+            return []
         st = self._state(ev.prompt_class)
         (st.unclocked if found.clock == PROXY_CLOCK else st.clocked)[ev.upstream] += 1
         if _gives_no_decode_time(st, ev.upstream) and ev.upstream not in st.clockless:
             st.clock = PROXY_CLOCK  # from now on for this class: the windows hold both sides on one clock
             st.clockless.append(ev.upstream)
         st.recent[ev.upstream].append(ev)
-        return self._decide(ev.prompt_class, st)
+        moved = [self._decide(ev.prompt_class, st)]
+        alternating = [c.name for c in self.policy.classes if c.speculate == "auto" and c.name != ev.prompt_class]
+        moved += [
+            self._decide(n, self._state(n))
+            for n in alternating
+            if n not in self.classes or self.classes[n].side == BOTH
+        ]
+        return [d for d in moved if d is not None]
 
     def _decide(self, name: str, st: ClassRoute) -> Decision | None:
         r = self.policy.routing
-        spec = [ev for ev in st.recent[SPEC] if route.timed(ev, st.clock)]  # the requests the estimate is of
-        plain = [ev for ev in st.recent[PLAIN] if route.timed(ev, st.clock)]
+        own = {side: [ev for ev in st.recent[side] if route.timed(ev, st.clock)] for side in (SPEC, PLAIN)}
+        lent = {side: self._lent(name, side, st.clock, r.min_requests - len(own[side])) for side in (SPEC, PLAIN)}
+        spec, plain = lent[SPEC] + own[SPEC], lent[PLAIN] + own[PLAIN]  # the requests the estimate is of
         est = route.estimate(spec, plain, st.clock)
         side_to = route.choose(st.side, est, r.min_requests)
         if side_to == st.side:
@@ -123,6 +132,7 @@ class Router:
             r.min_requests,
             r.window,
             st.clock,
+            len(lent[SPEC]) + len(lent[PLAIN]),
         )
         st.side, st.sent = side_to, 0
         self.decisions += 1
@@ -140,7 +150,7 @@ class Router:
             round_ids=[],
             applied=self.enforced,
             policy_sha256=self.policy.sha256,
-            reason=_reason(choice, st.clockless),
+            reason=_reason(choice, st.clockless, sorted({ev.prompt_class for ev in lent[SPEC] + lent[PLAIN]})),
             request_ids=[ev.request_id for ev in spec + plain],
             rule=choice,
         )
@@ -174,6 +184,15 @@ class Router:
             st = self.classes[name] = ClassRoute(recent=recent)
         return st
 
+    def _lent(self, name: str, side: str, clock: str, need: int) -> list[RequestTimed]:
+        """A thin class's window on `side` topped up to min_requests with the latest requests the other
+        classes sent there (the same server pair): it goes where the pair as a whole is faster until
+        its own requests, taking the borrowed ones' places as they come, say otherwise."""
+        if need <= 0:
+            return []
+        pooled = [ev for other, st in self.classes.items() if other != name for ev in st.recent[side]]
+        return sorted((ev for ev in pooled if route.timed(ev, clock)), key=lambda ev: ev.t)[-need:]
+
     def _names(self) -> set[str]:
         return {c.name for c in self.policy.classes}
 
@@ -200,9 +219,11 @@ def clock_words(clock: str, clockless: list[str]) -> str:
     return f"on {CLOCK_WORDS[clock]}{why}"
 
 
-def _reason(c: RouteChoice, clockless: list[str]) -> str:
+def _reason(c: RouteChoice, clockless: list[str], lenders: list[str]) -> str:
     """The decision in words: where the class goes, on which clock, and why."""
     sides = f"{c.spec_requests} spec vs {c.plain_requests} plain requests"
+    if c.borrowed:
+        sides += f" ({c.borrowed} of them {', '.join(lenders)}'s: it had too few of its own)"
     fewest = min(c.spec_requests, c.plain_requests)
     if c.side_from == BOTH and fewest < c.min_requests:
         why = f"its 95% interval excludes 1.0 after {fewest} requests on each side"

@@ -167,8 +167,7 @@ class Proxying(OnThread):
             record, *notice = request_lines(event, sides=bool(self.options.plain_upstreams))
             for line in [for_terminal(record), *notice]:  # the notice's lines are made safe one by one
                 self.options.line(line)
-        decision = self.router.observe(event)
-        if decision is not None:
+        for decision in self.router.observe(event):
             self.state.metrics.observe(decision)
             self.publish(decision)
             if self.options.line is not None:
