@@ -17,9 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 from llama_server import free_port
-from test_proxy import PATHS, proxy
+from test_proxy import PATHS, POLICY, proxy
 from test_proxy_upstream import FakeUpstream, request_body
 from waiting import wait_until
+
+from specmon.policy.schema import parse_policy
 
 INTERVAL_S = 1  # scrape and rule evaluation interval
 CLASSES = ("chat", "code-edit", "rewrite")
@@ -158,7 +160,9 @@ def traffic(url: str, requests: int, offset: int = 0) -> None:
 @contextmanager
 def fleet(tmp: Path, requests: int = 48, rule_files: tuple[Path, ...] = ()) -> Iterator[Fleet]:
     """Two proxies, each before its own spec and plain stand-in llama-servers, with `requests` each (the
-    second proxy's traffic starts elsewhere in the rotation), and a Prometheus that scraped both after."""
+    second proxy's traffic starts elsewhere in the rotation), and a Prometheus that scraped both after.
+    The first routes (every class goes plain: spec is slower in every recorded reply); the second only
+    advises, so every class is routed spec there with a fixed share plain."""
     needs_prometheus()
     with ExitStack() as stack:
         proxies, logs = [], []
@@ -166,7 +170,9 @@ def fleet(tmp: Path, requests: int = 48, rule_files: tuple[Path, ...] = ()) -> I
             spec = stack.enter_context(FakeUpstream())
             plain = stack.enter_context(FakeUpstream("-plain"))
             logs.append(tmp / f"proxy{n}.specmon")
-            proxies.append(stack.enter_context(proxy(logs[-1], spec.url, plain.url)))
+            mode = ("enforce", "advise")[n]  # one routes; one sends every class to spec, a share plain
+            policy = parse_policy(POLICY.text.replace('mode = "enforce"', f'mode = "{mode}"'), f"{mode}.toml")
+            proxies.append(stack.enter_context(proxy(logs[-1], spec.url, plain.url, policy=policy)))
         instances = [p.url.removeprefix("http://") for p in proxies]
         prom = stack.enter_context(prometheus(tmp, instances, rule_files))
         for n, p in enumerate(proxies):
