@@ -111,14 +111,8 @@ def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation
         True,
         f"{c.side_from} -> {side}: spec/plain {ratio_interval(est.ratio, est.low, est.high, 3)} from "
         f"{count(est.prompts_spec, 'spec request')} and {count(est.prompts_plain, 'plain request')} "
-        f"{_lenders(d, cited)}on {CLOCK_WORDS[c.clock]}",
+        f"{route.borrowed_words(d.prompt_class, cited)}on {CLOCK_WORDS[c.clock]}",
     )
-
-
-def _lenders(d: Decision, cited: list[RequestTimed]) -> str:
-    """`(6 of them chat's) `: the cited requests of other classes, which a thin class borrowed."""
-    lent = [r for r in cited if r.prompt_class != d.prompt_class]
-    return f"({len(lent)} of them {', '.join(sorted({r.prompt_class for r in lent}))}'s) " if lent else ""
 
 
 def _same(logged: float | None, again: float | None) -> bool:

@@ -60,6 +60,13 @@ def choose(side: str, est: SpeedupEstimate, min_requests: int) -> str:
     return side
 
 
+def borrowed_words(name: str, cited: Iterable[RequestTimed]) -> str:
+    """`(6 of them chat's) `: how many of a decision's cited requests were other classes', which a class
+    with too few of its own borrowed (proxy.routing); "" where none were."""
+    lent = [r for r in cited if r.prompt_class != name]
+    return f"({len(lent)} of them {', '.join(sorted({r.prompt_class for r in lent}))}'s) " if lent else ""
+
+
 def explore_to(side: str, n: int, share: float) -> bool:
     """Whether a class's request n (0-based, counted since its last decision) goes to the side it
     is not on: spread evenly, so after n requests floor(n·share) went there (BOTH: every other one)."""

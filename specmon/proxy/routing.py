@@ -150,7 +150,7 @@ class Router:
             round_ids=[],
             applied=self.enforced,
             policy_sha256=self.policy.sha256,
-            reason=_reason(choice, st.clockless, sorted({ev.prompt_class for ev in lent[SPEC] + lent[PLAIN]})),
+            reason=_reason(choice, st.clockless, route.borrowed_words(name, spec + plain)),
             request_ids=[ev.request_id for ev in spec + plain],
             rule=choice,
         )
@@ -219,11 +219,9 @@ def clock_words(clock: str, clockless: list[str]) -> str:
     return f"on {CLOCK_WORDS[clock]}{why}"
 
 
-def _reason(c: RouteChoice, clockless: list[str], lenders: list[str]) -> str:
+def _reason(c: RouteChoice, clockless: list[str], borrowed: str) -> str:
     """The decision in words: where the class goes, on which clock, and why."""
-    sides = f"{c.spec_requests} spec vs {c.plain_requests} plain requests"
-    if c.borrowed:
-        sides += f" ({c.borrowed} of them {', '.join(lenders)}'s: it had too few of its own)"
+    sides = f"{c.spec_requests} spec vs {c.plain_requests} plain requests {borrowed}".rstrip()
     fewest = min(c.spec_requests, c.plain_requests)
     if c.side_from == BOTH and fewest < c.min_requests:
         why = f"its 95% interval excludes 1.0 after {fewest} requests on each side"
