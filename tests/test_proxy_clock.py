@@ -125,7 +125,9 @@ def test_a_plain_side_without_decode_times_is_routed_on_the_proxys_clock_and_say
     events, lines, log = proxied(tmp_path, spec_timing)
     requests = [e for e in events if isinstance(e, RequestTimed)]
     assert all(e.predicted_ms is None for e in requests if e.upstream == PLAIN)  # the plain side gave none
-    (d,) = [e for e in events if isinstance(e, Decision)]
+    (d,) = [e for e in events if isinstance(e, Decision) and e.prompt_class == "chat"]
+    lent = [e for e in events if isinstance(e, Decision) and e.prompt_class != "chat"]
+    assert lent and all((e.route.side_to, e.route.clock) == (PLAIN, PROXY_CLOCK) for e in lent)  # on chat's
     c = d.route
     assert (c.side_from, c.side_to, c.clock, d.applied) == (BOTH, PLAIN, PROXY_CLOCK, True)
     before = sum(isinstance(e, RequestTimed) for e in events[: events.index(d)])
@@ -144,7 +146,7 @@ def test_a_plain_side_without_decode_times_is_routed_on_the_proxys_clock_and_say
         text=True,
         timeout=120,
     )
-    assert said.returncode == 0 and said.stdout.count("reproduces") == 1, said.stdout + said.stderr
+    assert said.returncode == 0 and said.stdout.count("reproduces") == 1 + len(lent), said.stdout + said.stderr
     assert "on the proxy's clock" in said.stdout, said.stdout
 
     shown = rendered(log_summary(read_log(log)))  # log info
@@ -248,3 +250,7 @@ def test_one_reply_without_decode_time_does_not_move_a_class_to_the_proxys_clock
     assert other.classes["chat"].clock == SERVER_CLOCK  # one reply is not yet a side that gives none
     other.observe(reply(1, PLAIN, None))
     assert other.classes["chat"].clock == PROXY_CLOCK and other.classes["chat"].clockless == [PLAIN]
+    # a side that gives no decode time does so for every class: the next class starts on the shared clock
+    other.observe(request_timed(request_id="r2", prompt_class="rewrite", upstream=SPEC, predicted_n=64,
+                                predicted_ms=800.0, total_ms=900.0, stream=False))  # fmt: skip
+    assert (other.classes["rewrite"].clock, other.classes["rewrite"].clockless) == (PROXY_CLOCK, [PLAIN])

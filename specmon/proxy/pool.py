@@ -224,6 +224,7 @@ async def watched(client: httpx.AsyncClient, member: Upstream, work: Awaitable[T
         if not task.done():
             task.cancel()
             await asyncio.wait({task})
+            await reclaim(client)  # a send cancelled here can leave httpcore's orphan too (proxy.orphans)
         elif not handed and not task.cancelled() and task.exception() is None:
             with anyio.CancelScope(shield=True):
                 await task.result().aclose()

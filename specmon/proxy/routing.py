@@ -98,8 +98,10 @@ class Router:
         st = self._state(ev.prompt_class)
         (st.unclocked if found.clock == PROXY_CLOCK else st.clocked)[ev.upstream] += 1
         if _gives_no_decode_time(st, ev.upstream) and ev.upstream not in st.clockless:
-            st.clock = PROXY_CLOCK  # from now on for this class: the windows hold both sides on one clock
-            st.clockless.append(ev.upstream)
+            for each in self.classes.values():  # a side that gives no decode time gives it to no class
+                each.clock = PROXY_CLOCK  # from now on: the windows hold both sides on one clock
+                if ev.upstream not in each.clockless:
+                    each.clockless.append(ev.upstream)
         st.recent[ev.upstream].append(ev)
         moved = [self._decide(ev.prompt_class, st)]
         alternating = [c.name for c in self.policy.classes if c.speculate == "auto" and c.name != ev.prompt_class]
@@ -115,6 +117,8 @@ class Router:
         own = {side: [ev for ev in st.recent[side] if route.timed(ev, st.clock)] for side in (SPEC, PLAIN)}
         lent = {side: self._lent(name, side, st.clock, r.min_requests - len(own[side])) for side in (SPEC, PLAIN)}
         spec, plain = lent[SPEC] + own[SPEC], lent[PLAIN] + own[PLAIN]  # the requests the estimate is of
+        if min(len(spec), len(plain)) < r.min_requests // 2:
+            return None  # route.choose moves nothing on so few: no bootstrap on every reply of a thin class
         est = route.estimate(spec, plain, st.clock)
         side_to = route.choose(st.side, est, r.min_requests)
         if side_to == st.side:
@@ -182,6 +186,10 @@ class Router:
             window = self.policy.routing.window
             recent = {SPEC: collections.deque(maxlen=window), PLAIN: collections.deque(maxlen=window)}
             st = self.classes[name] = ClassRoute(recent=recent)
+            # a side that gives no decode time does so for every class: a new one starts on the shared clock
+            known = next((c for c in self.classes.values() if c.clock == PROXY_CLOCK), None)
+            if known is not None:
+                st.clock, st.clockless = PROXY_CLOCK, list(known.clockless)
         return st
 
     def _lent(self, name: str, side: str, clock: str, need: int) -> list[RequestTimed]:
