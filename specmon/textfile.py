@@ -1,8 +1,11 @@
 """Reading a file a user wrote (profile, prompts): UTF-8 with or without a byte-order mark, and
-one clear line naming the file and line when it cannot be read."""
+one clear line naming the file and line when it cannot be read; replacing a file whole, atomically."""
 
 from __future__ import annotations
 
+import errno
+import os
+import tempfile
 from pathlib import Path
 
 from specmon.errors import SpecmonError
@@ -19,3 +22,33 @@ def read_user_text(path: Path, what: str) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise SpecmonError(f"{what} {path}, line {line}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    """Write text (UTF-8) in place of the file at once: a temporary file beside it, fsynced, renamed
+    over it, and the directory fsynced so the rename itself survives a crash. A symlink stays a
+    symlink: its target is replaced."""
+    target = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, os.stat(target).st_mode & 0o777 if target.exists() else 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):  # some file systems cannot sync a directory
+            raise
+    finally:
+        os.close(fd)

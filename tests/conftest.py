@@ -31,6 +31,13 @@ def private_runtime_dir(tmp_path_factory):
         os.environ["XDG_RUNTIME_DIR"] = old
 
 
+@pytest.fixture(autouse=True)
+def private_state_dir(tmp_path_factory, monkeypatch):
+    """Each test's memory store (memory.store) is its own: what one test's sessions learned never
+    starts another's warm, and the user's own store is never read or written."""
+    monkeypatch.setenv("SPECMON_STATE", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """(profile, pair) of the tiny model, for the serve tests; sessions take turns with it."""

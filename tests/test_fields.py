@@ -13,6 +13,7 @@ from specmon.events.schema import (
     Decision,
     Equivalence,
     GateChoice,
+    Recall,
     RouteChoice,
     LogRotated,
     PolicyLoaded,
@@ -190,7 +191,9 @@ FIELDS = {
         "curve_disturbed",
         "kept_from",
         "kept_to",
+        "recalled",
     ],
+    Recall: ["session_id", "rounds", "tried", "taken", "pool_tried", "pool_taken"],
     RouteChoice: [
         "side_from",
         "side_to",
@@ -224,6 +227,7 @@ TAGS = {
     Equivalence: None,
     ClassInForce: None,
     GateChoice: "gate",
+    Recall: None,
     RouteChoice: "route",
     LogRotated: "rotated",
 }
@@ -351,6 +355,7 @@ SAMPLES = [
             3,
             [0, 4, 8],
             [0, 2, 8],
+            Recall("20261206T201500-4d2a", 40, [4.0, 2.5, 0.0], [1.0, 2.0, 0.0], [6.0, 2.5, 1.0], [2.0, 2.0, 0.5]),
         ),
     ),
     QueueSample(

@@ -13,7 +13,7 @@ LAYERS = (
     ("errors", "data"),
     ("textfile", "console", "hangup"),
     ("events", "telemetry"),
-    ("metrics",),
+    ("metrics", "memory"),
     ("engine", "tables"),
     ("backends", "policy", "transport"),
     ("sched",),

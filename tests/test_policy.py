@@ -227,11 +227,11 @@ class ScriptedTokenizer:
 class PolicySession:
     """The live path on the scripted pair: PolicyScheduler feeding a SessionDriver, round by round."""
 
-    def __init__(self, policy, clock: ScriptedClock, costs: Costs):
+    def __init__(self, policy, clock: ScriptedClock, costs: Costs, shelf=None, session_id="s"):
         self.events: list = []
         self.target = ScriptedTarget(clock)
-        self.engine = PolicyEngine(policy, "s", costs)
-        driver = SessionDriver("s", self.target, ScriptedTokenizer(), self.events.append, near_tie_margin=0.0)
+        self.engine = PolicyEngine(policy, session_id, costs, shelf)
+        driver = SessionDriver(session_id, self.target, ScriptedTokenizer(), self.events.append, near_tie_margin=0.0)
         self.scheduler = PolicyScheduler(driver, self.engine, RepeatDrafter(), on_reload=None)
         self.prompts = 0
 
@@ -279,7 +279,7 @@ def session(monkeypatch):
     """A new policy session per call, its round loop timed by the scripted clock."""
     clock = ScriptedClock()
     monkeypatch.setattr(rounds_module, "time", clock)
-    return lambda policy, costs: PolicySession(policy, clock, costs)
+    return lambda policy, costs, **memory: PolicySession(policy, clock, costs, **memory)
 
 
 def test_drafts_that_fail_on_a_steep_engine_are_cut_to_plain_steps_and_explain_recomputes_it(session, tmp_path):

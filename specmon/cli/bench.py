@@ -21,6 +21,7 @@ from specmon.policy.schema import load_policy
 from specmon.metrics.contention import tally
 from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, prompt_phases, run_bench
 from specmon.tables import CLASS_WIDTH, Note, compact_table
+from specmon.cli.memoryflags import memory_options
 from specmon.transport.session import live_session
 
 
@@ -47,10 +48,10 @@ def cmd_bench(args) -> int:
 
     with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
         pair = load_pair(profile, spec)
-    with live_session(pair, profile, pair.drafter, args.log, policy=policy) as session:
-        scheduler = PolicyScheduler(
-            session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter
-        )
+    remembers = memory_options(args, profile, pair.drafter.name, spec)
+    with live_session(pair, profile, pair.drafter, args.log, policy=policy, **remembers) as session:
+        engine = PolicyEngine(policy, session.session_id, session.costs, session.policy_shelf(sampling))
+        scheduler = PolicyScheduler(session.driver, engine, pair.drafter)
         what = f"policy and k={','.join(map(str, ks))}"
         try:
             with progress(escape(what), len(prompts) * args.repeat) as done:

@@ -14,6 +14,7 @@ from specmon.backends.profiles import DEFAULT_PROFILE, MAX_INT, MAX_SEED
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
 from specmon.cli.logflags import add_log_rotation
+from specmon.cli.memoryflags import add_memory_flags
 from specmon.cli.proxy import add_proxy
 from specmon.cli.signals import Terminated, ending_signals
 from specmon.cli.tools import Teaching, add_bench_tools, add_policy_tune
@@ -246,6 +247,7 @@ def _add_run(sub) -> None:
         help="let a TOML policy classify prompts and choose k per class, each prompt decoded once "
         "(no plain run beside it; a file, or `default` for the shipped one; hot-reloaded while running)",
     )
+    add_memory_flags(run)
     run.add_argument(
         "--listen",
         metavar="127.0.0.1:PORT",
@@ -266,6 +268,7 @@ def _add_serve(sub) -> None:
         "--profile", default=DEFAULT_PROFILE, help=f"a profile .toml path or name (default: {DEFAULT_PROFILE})"
     )
     serve.add_argument("--policy", type=Path, help="TOML policy file or shipped name (default: default)")
+    add_memory_flags(serve)
     serve.add_argument(
         "-k", "--draft-len", type=whole(0, MAX_DRAFT_LEN), help="serve at this fixed k instead of a policy"
     )
@@ -333,6 +336,7 @@ def _add_bench(sub) -> None:
     )
     _add_inputs(policy)
     policy.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
+    add_memory_flags(policy)
     policy.add_argument("--drafter", choices=["ngram", "layerskip", "model"], help="override the profile's drafter")
     policy.add_argument("--layers", type=whole(1), help="layer-skip draft depth")
     policy.add_argument(

@@ -23,6 +23,7 @@ from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import prompts_path
 from specmon.transport.serve import parse_listen
+from specmon.cli.memoryflags import memory_options
 from specmon.transport.session import live_session
 from specmon.tui.beside import decode_under_tui
 
@@ -61,11 +62,13 @@ def cmd_run(args) -> int:
     title = f"{profile.name}: {pair.drafter.name} {mode}, {_sampling_text(sampling)}"
     tui = _wants_tui(args)
     interrupted: KeyboardInterrupt | None = None
-    with live_session(pair, profile, pair.drafter, args.log, listen=listen, policy=policy, viewer=tui) as session:
+    remembers = memory_options(args, profile, pair.drafter.name, spec) if policy else {}
+    with live_session(
+        pair, profile, pair.drafter, args.log, listen=listen, policy=policy, viewer=tui, **remembers
+    ) as session:
         if policy is not None:
-            scheduler = PolicyScheduler(
-                session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter
-            )
+            engine = PolicyEngine(policy, session.session_id, session.costs, session.policy_shelf(sampling))
+            scheduler = PolicyScheduler(session.driver, engine, pair.drafter)
             work: Work = lambda done: scheduler.run(prompts, sampling, max_new_tokens, done)  # noqa: E731
         else:
             work = functools.partial(

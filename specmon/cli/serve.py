@@ -16,6 +16,7 @@ from specmon.console import err, notice, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import load_policy
 from specmon.server.auth import check_host, read_api_key
+from specmon.cli.memoryflags import memory_options
 from specmon.transport.session import live_session
 from specmon.tui.beside import serve_under_tui
 
@@ -58,6 +59,7 @@ def cmd_serve(args) -> int:
             keep_events=False,
             viewer=tui,
             rotation=log_rotation(args),
+            **(memory_options(args, profile, pair.drafter.name) if policy else {}),
         ) as session:
             serving = Serving(session, pair, profile, options, policy)
             mode = f"policy {Path(policy.source).name}" if policy else f"fixed k={options.draft_len}"

@@ -48,13 +48,16 @@ def measure_costs(
     reps: int = REPS,
     context_len: int = CONTEXT,
     stall: Callable[[], float | None] | None = None,
+    done: Callable[[int], None] | None = None,
 ) -> Costs:
     """Time the target (and a model drafter) on the spot, as decoding runs it: a plain step right
     after another, and a pass over T positions together with the plain step after it, less a plain
     step. An engine that reuses its last pass's graph (llama.cpp) rebuilds it on both sides of a
     draft round (a T = 4 round cost 3.0 steps in decoding, 3.0 timed so, 2.6 timed apart).
     One warm round of every shape, then `reps` rounds taken on a quiet host (a timing the host
-    disturbed is taken again, up to EXTRA_ROUNDS more rounds); the least of each is kept."""
+    disturbed is taken again, up to EXTRA_ROUNDS more rounds); the least of each is kept.
+    `done(n)` hears how many of timings_total(max_positions, reps) are done (a retaken one counts
+    as done already)."""
     room = min(context_len, target.max_len - max_positions - 1)
     context = [(100 + i) % target.vocab_size for i in range(room)]
     target.prefill(context[:-1])
@@ -76,6 +79,7 @@ def measure_costs(
     best = [float("inf")] * max_positions  # best[0]: a plain step; best[T-1]: a T pass and the step after it
     busy = [float("inf")] * max_positions  # the least disturbed timing: used only where no quiet one came
     quiet = [0] * max_positions
+    total, taken = timings_total(max_positions, reps), 0
     for rep in range(reps + 1 + EXTRA_ROUNDS):
         if rep > reps and min(quiet) >= reps:
             break
@@ -88,6 +92,9 @@ def measure_costs(
                 busy[t] = min(busy[t], ms)
             elif rep:
                 best[t], quiet[t] = min(best[t], ms), quiet[t] + 1
+            taken += 1
+            if done:
+                done(min(taken, total))
     disturbed = sum(not n for n in quiet)
     best = [b if n else d for b, d, n in zip(best, busy, quiet)]
     plain = best[0]
@@ -96,6 +103,11 @@ def measure_costs(
     for t in range(max_positions - 2, 0, -1):  # more positions never cost less: a dearer shorter pass was disturbed
         verify[t] = min(verify[t], verify[t + 1])
     return Costs(tuple(verify), _draft_ms(drafter, context, max_positions - 1), disturbed)
+
+
+def timings_total(max_positions: int, reps: int = REPS) -> int:
+    """The timings measure_costs takes on a quiet host: a warm round and `reps` of every shape."""
+    return (reps + 1) * max_positions
 
 
 def _draft_ms(drafter, context: Sequence[int], k: int) -> float:

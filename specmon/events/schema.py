@@ -167,6 +167,19 @@ class PolicyLoaded(Event, tag="policy", kw_only=True):
     changed: list[str] = []  # a reload: the classes it changed (they start again from the file), "policy" for [policy]
 
 
+class Recall(msgspec.Struct, array_like=True, frozen=True):
+    """Stored evidence a decision stood on (memory.store): what the classes learned in earlier sessions,
+    as positions per reach bucket (their age already weighed in, policy.gate.top_up), topping up the
+    class's own counts and the session's, as its own rounds do."""
+
+    session_id: str  # the session that learned the class's own ("": none stored for this class)
+    rounds: int  # drafting rounds behind the class's own
+    tried: list[float]  # the class's own stored positions taken
+    taken: list[float]
+    pool_tried: list[float]  # every class's, added to the session's counts
+    pool_taken: list[float]
+
+
 class GateChoice(msgspec.Struct, tag="gate", array_like=True, frozen=True):
     """The live rule's decision (policy.gate): a class's cut table, recomputed from the cited rounds
     with these constants. `kept_*[m]`: tokens a whole draft keeps after a match of m, before and after
@@ -185,6 +198,7 @@ class GateChoice(msgspec.Struct, tag="gate", array_like=True, frozen=True):
     curve_disturbed: int  # timings of the curve above that other work on the host disturbed
     kept_from: list[int]
     kept_to: list[int]
+    recalled: Recall | None = None  # stored evidence added to the class's own (None: none was kept, or --fresh)
 
 
 class RouteChoice(msgspec.Struct, tag="route", array_like=True, frozen=True):

@@ -6,10 +6,7 @@ and the file is left exactly as it was."""
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import tomlkit
@@ -17,6 +14,7 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import AoT
 
 from specmon.errors import SpecmonError
+from specmon.textfile import replace_atomically
 from specmon.policy.schema import PolicyError, load_toml, parse_policy, read_policy_text
 
 _STEP = re.compile(r"([A-Za-z0-9_\-]+)(?:\[(\d+)\])?")
@@ -123,33 +121,3 @@ def _parse_value(value: str, path: Path):
         f"policy {path}: VALUE {value[:60]!r} is not one TOML value ({reason}); "
         "a string with spaces or symbols needs quotes: '\"text\"'"
     )
-
-
-def replace_atomically(path: Path, text: str) -> None:
-    """Write text (UTF-8) in place of the file at once: a temporary file beside it, fsynced, renamed
-    over it, and the directory fsynced so the rename itself survives a crash. A symlink stays a
-    symlink: its target is replaced."""
-    target = Path(os.path.realpath(path))
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, os.stat(target).st_mode & 0o777 if target.exists() else 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):  # some file systems cannot sync a directory
-            raise
-    finally:
-        os.close(fd)

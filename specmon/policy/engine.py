@@ -5,21 +5,49 @@ A class's decision is its cut table: for a draft after a match of m tokens, how 
 tokens to verify (none: a plain step). Every class's table is recomputed every CHECK_EVERY drafting
 rounds of the session (a class starts from the session's rates, so another class's rounds move it
 too), and a change is a Decision event citing every round its rates came from. A draft the table
-cuts is sometimes verified anyway, within the class's exploration budget (explore.py)."""
+cuts is sometimes verified anyway, within the class's exploration budget (explore.py).
+
+With a memory shelf (memory.store), what each class learned in earlier sessions tops up its own
+evidence (gate.top_up) from the first round: a class whose stored evidence changes its first table
+is decided at once, citing that session, and every decision while the stored evidence counts cites
+it too. What the classes learn is kept there as the session goes and when it ends."""
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import time
 from dataclasses import dataclass, field
 
+import msgspec
+
 from specmon.engine.costs import Costs
-from specmon.events.schema import ClassInForce, Decision, GateChoice, PolicyLoaded, RoundVerified
+from specmon.events.schema import ClassInForce, Decision, GateChoice, PolicyLoaded, Recall, RoundVerified
+from specmon.memory.store import Shelf, age_weight
 from specmon.policy import gate
 from specmon.policy.explore import Budget
 from specmon.policy.classify import classify, named_class
 from specmon.policy.reload import changed_classes, loaded_event, reread
 from specmon.policy.schema import Policy, PromptClass, file_stamp
+
+
+KEEP_EVERY_S = 10.0  # the store is replaced at most this often as a session goes (and once at its end)
+
+
+class Learned(msgspec.Struct):
+    """What a class learned, as stored: positions tried and accepted per reach bucket."""
+
+    tried: list[float]
+    taken: list[float]
+    rounds: int  # drafting rounds behind it
+    session_id: str  # the session that learned it
+    t: float  # when
+    matches: str  # the class's match rules (matches_of): evidence of other prompts is not read
+
+
+def matches_of(cls: PromptClass) -> str:
+    """Which prompts a class takes, as a digest: a store learned under other rules measured other prompts."""
+    return hashlib.sha256(msgspec.json.encode([cls.match, cls.default])).hexdigest()[:16]
 
 
 @dataclass
@@ -28,12 +56,16 @@ class ClassState:
     table: gate.Table  # the cut table in force (advised, in advise mode)
     counts: gate.Counts = field(default_factory=gate.Counts)
     budget: Budget = field(default_factory=Budget)  # what verifying cut drafts may still cost
+    stored: Learned | None = None  # what an earlier session learned of the class (memory.store)
 
 
 class PolicyEngine:
-    def __init__(self, policy: Policy, session_id: str, costs: Costs):
-        self.policy, self.session_id, self.costs = policy, session_id, costs
+    def __init__(self, policy: Policy, session_id: str, costs: Costs, shelf: Shelf | None = None):
+        self.policy, self.session_id, self.costs, self.shelf = policy, session_id, costs, shelf
         self.states: dict[str, ClassState] = {}
+        recalled = shelf.recall(dict[str, Learned]) if shelf is not None else None
+        self.stored: dict[str, Learned] = recalled.body if recalled is not None else {}
+        self._kept_at = -float("inf")  # monotonic time of the last write: the first learning is kept at once
         self.shared = gate.Counts()  # every class's windows together: a new class starts from these
         self.decisions = 0
         self.fresh = 0  # drafting rounds of the session since every class's table was computed
@@ -41,6 +73,9 @@ class PolicyEngine:
         self.prior = gate.PRIOR_POSITIONAL if self.positional else gate.PRIOR
         self._mtime = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
         self.in_force()  # every class's first table, drawn now: from the prior alone, wherever it is read
+        # a class whose stored evidence moves it from there is decided before its first round
+        auto = [c.name for c in policy.classes if c.speculate == "auto" and self.state(c.name)]
+        self.opening = [d for name in auto if self.stored and (d := self.decide(name))]
 
     # -- classes -----------------------------------------------------------------------------
     def classify(self, text: str, tag: str | None = None, named: str | None = None) -> tuple[str, str]:
@@ -55,7 +90,9 @@ class PolicyEngine:
             table = gate.cut_table(
                 gate.rates(gate.Counts(), self.shared, self.prior), self.steps(cls), self.policy.settings.min_gain
             )
-            st = self.states[name] = ClassState(collections.deque(), table)
+            stored = self.stored.get(name) if cls.speculate == "auto" else None
+            stored = stored if stored is not None and stored.matches == matches_of(cls) else None
+            st = self.states[name] = ClassState(collections.deque(), table, stored=stored)
         return st
 
     def steps(self, cls: PromptClass) -> list[float]:
@@ -130,7 +167,10 @@ class PolicyEngine:
 
     def decide(self, name: str) -> Decision | None:
         cls, st = self._class(name), self.state(name)
-        rate, steps = gate.rates(st.counts, self.shared, self.prior), self.steps(cls)
+        recall = self._recall(name)
+        own = st.counts.plus(recall.tried, recall.taken) if recall else st.counts
+        shared = self.shared.plus(recall.pool_tried, recall.pool_taken) if recall else self.shared
+        rate, steps = gate.rates(own, shared, self.prior), self.steps(cls)
         table = gate.cut_table(rate, steps, self.policy.settings.min_gain)
         if table == st.table:
             return None
@@ -149,6 +189,7 @@ class PolicyEngine:
             curve_disturbed=self.costs.disturbed,  # the host's state while the steps were timed
             kept_from=gate.kept(st.table),
             kept_to=gate.kept(table),
+            recalled=recall,
         )
         st.table = table
         event = Decision(
@@ -172,6 +213,54 @@ class PolicyEngine:
         )
         self.decisions += 1
         return event
+
+    # -- memory across sessions ------------------------------------------------------------------
+    def _top_up(self, st: ClassState) -> tuple[list[float], list[float]] | None:
+        """The stored positions a class's estimate takes now (gate.top_up), None where it takes none."""
+        if st.stored is None:
+            return None
+        tried, taken = gate.top_up(st.stored.tried, st.stored.taken, st.counts, age_weight(st.stored.t))
+        return (tried, taken) if any(tried) else None
+
+    def _recall(self, name: str) -> Recall | None:
+        """What a decision of class `name` takes from the store: its own, and every class's for the
+        session's counts (None where no class takes any)."""
+        ups = {n: up for n, st in self.states.items() if (up := self._top_up(st))}
+        if not ups:
+            return None
+        zero = [0.0] * gate.BUCKETS
+        pool_tried = [sum(col) for col in zip(zero, *(t for t, _ in ups.values()))]
+        pool_taken = [sum(col) for col in zip(zero, *(k for _, k in ups.values()))]
+        tried, taken = ups.get(name, (zero, zero))
+        stored = self.states[name].stored if name in ups else None
+        return Recall(
+            stored.session_id if stored else "", stored.rounds if stored else 0, tried, taken, pool_tried, pool_taken
+        )
+
+    def learned(self) -> dict[str, Learned]:
+        """What to store: a class that drafted this session, its own window and the stored evidence it
+        still takes (so older evidence fades as it is carried on); any other class as it was stored."""
+        out, now = dict(self.stored), time.time()
+        for name, st in self.states.items():
+            if not st.window:
+                continue
+            up = self._top_up(st)
+            own = st.counts.plus(*up) if up else st.counts
+            rounds = len(st.window) + (st.stored.rounds if up else 0)
+            tried, taken = list(map(float, own.tried)), list(map(float, own.taken))
+            out[name] = Learned(tried, taken, rounds, self.session_id, now, matches_of(self._class(name)))
+        return out
+
+    def remember(self, final: bool = False) -> None:
+        """Replace the store with what the classes have learned: at most every KEEP_EVERY_S as the
+        session goes, and when it ends (`final`)."""
+        if self.shelf is None or not any(st.window for st in self.states.values()):
+            return
+        clock = time.monotonic()
+        if not final and clock - self._kept_at < KEEP_EVERY_S:
+            return
+        self._kept_at = clock
+        self.shelf.keep(self.session_id, self.learned())
 
     # -- the policy in force and hot reload ----------------------------------------------------
     def in_force(self) -> list[ClassInForce]:
@@ -207,6 +296,7 @@ class PolicyEngine:
 
     def _forget(self, name: str) -> None:
         st = self.states.pop(name, None)
+        self.stored.pop(name, None)  # learned under the class as it was
         for draft in st.window if st is not None else ():
             self.shared.add(draft, -1)
 

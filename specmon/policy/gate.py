@@ -32,6 +32,10 @@ SHARED_WEIGHT = 8.0  # the session's rate at a reach is worth this many of a cla
 # an n-gram draft needs a match of 2 tokens or more, as the plain lookup's: drafts after 1-token
 # matches lost 6-9% on torch's test half (real runs), more than the rates above foresaw
 MIN_MATCH = 2
+# positions per reach bucket that evidence stored by earlier sessions (memory.store) may stand for,
+# at its age's weight, less the class's own fresh positions there: it opens a class's first table and
+# gives way to the session's own rounds as they come (a bucket's 32 fresh positions replace it)
+STORED_CAP = 32.0
 CHECK_EVERY = 4  # drafting rounds of a class between recomputing its table (a 64-token prompt has ~10)
 
 
@@ -82,6 +86,13 @@ class Counts:
             self.tried[b] += sign
             self.taken[b] += sign * (position <= draft.accepted)
 
+    def plus(self, tried: Sequence[float], taken: Sequence[float]) -> Counts:
+        """These counts with more positions added (stored evidence: fractional counts)."""
+        out = Counts()
+        out.tried = [a + b for a, b in zip(self.tried, tried)]
+        out.taken = [a + b for a, b in zip(self.taken, taken)]
+        return out
+
     def __iadd__(self, other: Counts) -> Counts:
         self.tried = [a + b for a, b in zip(self.tried, other.tried)]
         self.taken = [a + b for a, b in zip(self.taken, other.taken)]
@@ -93,6 +104,19 @@ def counts_of(drafts: Sequence[Draft]) -> Counts:
     for draft in drafts:
         counts.add(draft)
     return counts
+
+
+def top_up(
+    stored_tried: Sequence[float], stored_taken: Sequence[float], own: Counts, weight: float
+) -> tuple[list[float], list[float]]:
+    """The stored positions a class's estimate takes per bucket: up to STORED_CAP * weight (its age's
+    weight) less the class's own fresh positions there, at the stored acceptance."""
+    tried, taken = [], []
+    for b in range(BUCKETS):
+        n = min(stored_tried[b], max(0.0, STORED_CAP * weight - own.tried[b]))
+        tried.append(n)
+        taken.append(stored_taken[b] * n / stored_tried[b] if stored_tried[b] else 0.0)
+    return tried, taken
 
 
 def rates(

@@ -22,7 +22,7 @@ from specmon.metrics.predict import (
     verify_cost_by_len,
 )
 from specmon.metrics.stats import CellKey, RunStats, cell_stats
-from specmon.policy.edit import replace_atomically
+from specmon.textfile import replace_atomically
 from specmon.policy.schema import parse_policy
 
 

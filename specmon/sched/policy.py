@@ -83,6 +83,8 @@ class PolicyScheduler:
         self.poll_s = policy_poll_s() if poll_s is None else poll_s
         self._looked = -float("inf")  # perf_counter of the last look at the policy file
         driver.emit(loaded_event(engine.policy, driver.session_id, engine.in_force()))
+        for decision in engine.opening:  # what earlier sessions learned, in force before the first round
+            driver.emit(decision)
 
     def decode(self, prompt: Prompt, sampling: Sampling, max_new_tokens: int, **options) -> Decoded:
         """Classify, plan, decode and finish one prompt under the policy."""
@@ -131,6 +133,7 @@ class PolicyScheduler:
         self.policy_ms += gated.spent_ms
         driver.finish(done, UNCHECKED)
         driver.sample_resources()
+        self.engine.remember()  # as the session goes: a crash loses at most KEEP_EVERY_S of learning
         return done
 
     def configure_drafter(self, name: str, drafter: Drafter | None = None) -> None:
@@ -148,10 +151,13 @@ class PolicyScheduler:
         on_prompt: Callable[[int], None] | None = None,
     ) -> None:
         self.driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
-        for index, prompt in enumerate(prompts):
-            self.decode(prompt, sampling, max_new_tokens)
-            if on_prompt:
-                on_prompt(index + 1)
+        try:
+            for index, prompt in enumerate(prompts):
+                self.decode(prompt, sampling, max_new_tokens)
+                if on_prompt:
+                    on_prompt(index + 1)
+        finally:
+            self.engine.remember(final=True)
 
     def _after_round(self, driver: SessionDriver) -> Callable[[RoundVerified], None]:
         """Each round: feed it to the policy; the decisions it brings take effect from the next round."""

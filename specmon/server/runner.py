@@ -108,9 +108,10 @@ class Serving(OnThread):
         driver = session.driver
         self.session, self.options = session, options
         self.metrics = ServerMetrics()
+        shelf = session.policy_shelf(profile.sampling.to_event())  # requests sample as they ask: the default
         session.channel.on_event(self.metrics.observe)
         self.policy = (
-            PolicyScheduler(driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter)
+            PolicyScheduler(driver, PolicyEngine(policy, session.session_id, session.costs, shelf), pair.drafter)
             if policy
             else None
         )

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from specmon import __version__
-from specmon.console import notice, print_error
+from specmon.console import notice, print_error, progress
 from specmon.engine.driver import Cancelled, SessionDriver, host_facts, new_session_id
-from specmon.engine.costs import Costs, measure_costs
+from specmon.engine.costs import Costs, measure_costs, timings_total
 from specmon.engine.drafters import Drafter
 from specmon.events.log import Rotation, default_log_path, refuse_taken_parts
-from specmon.events.schema import AnyEvent, SessionFinished, SessionStarted
+from specmon.events.schema import AnyEvent, Sampling, SessionFinished, SessionStarted
+from specmon.memory.store import Memory, Shelf, accept_key, costs_key
 from specmon.transport.channel import Channel, LogSink, LogWriteFailed, Subscription
 from specmon.transport.serve import EventServer, runtime_dir
 
@@ -39,6 +40,16 @@ class LiveSession:
     keep_events: bool = True  # False for a long-lived session (a server): only the log keeps them
     costs: Costs | None = None  # the engine's costs, measured at load under a policy
     observed_id: str = ""  # the session id where there is no driver
+    memory: Memory | None = None  # what earlier sessions learned (memory.store); None: nothing kept
+    engine_key: dict[str, str] = field(default_factory=dict)  # what the engine's figures depend on
+
+    def shelf(self, kind: str, key: dict[str, str]) -> Shelf | None:
+        """This session's place in the store for `kind` (None where it keeps nothing)."""
+        return Shelf(self.memory, kind, key) if self.memory is not None else None
+
+    def policy_shelf(self, sampling: Sampling) -> Shelf | None:
+        """Where a policy keeps what its classes learned on this engine, sampling so."""
+        return self.shelf("accept", accept_key(self.engine_key, sampling))
 
     def _observe(self, event: AnyEvent) -> None:
         if self.keep_events:
@@ -76,12 +87,17 @@ def live_session(
     viewer: bool = False,
     keep_events: bool = True,
     rotation: Rotation | None = None,
+    memory: Memory | None = None,
+    engine_key: dict[str, str] | None = None,
 ) -> Iterator[LiveSession]:
     """Open the log (and the attach socket when `serve`), publish SessionStarted, and yield the
     session; on leaving, finish and close everything, raising a log-write failure if there was one.
-    With a `rotation`, the log goes on in new parts (events.log), and SIGUSR1 rotates it too."""
+    With a `rotation`, the log goes on in new parts (events.log), and SIGUSR1 rotates it too. With a
+    `memory` and the `engine_key` its figures are stored under, what earlier sessions learned on this
+    engine is read (the engine's costs here, and a policy's classes) and what this one learns is kept."""
     session = _open(pair, profile, log_path, serve, listen, viewer, rotation)
     session.keep_events = keep_events
+    session.memory, session.engine_key = (memory, engine_key) if engine_key else (None, {})
     in_flight: BaseException | None = None
     try:
         if announce:
@@ -89,15 +105,7 @@ def live_session(
         started = session.driver.started_event(profile, drafter)
         if policy is not None:
             started.policy_text, started.policy_hash = policy.text, policy.sha256
-            longest = max(c.draft_len for c in policy.classes)
-            pinned = getattr(profile, "verify_costs", None)  # a profile may pin them: reproducible decisions
-            if announce and not pinned:  # seconds on a quiet host, minutes on a busy one: say what the wait is
-                notice(f"timing the engine for the policy (a verify pass over 1..{max(2, longest + 1)} positions)")
-            session.costs = (
-                Costs(tuple(pinned), max(profile.draft_cost, 0.0))  # pinned: plain steps, drafts' too
-                if pinned
-                else measure_costs(session.driver.target, drafter, max(2, longest + 1))
-            )
+            session.costs = _costs(session, profile, drafter, policy, started.host, announce)
             started.verify_ms, started.draft_ms = list(session.costs.verify_ms), session.costs.draft_ms
             started.verify_disturbed = session.costs.disturbed
             if session.costs.disturbed and announce:
@@ -116,6 +124,34 @@ def live_session(
         raise
     finally:
         _end(session, in_flight)
+
+
+def _costs(session: LiveSession, profile, drafter: Drafter, policy, host: dict[str, str], announce: bool) -> Costs:
+    """The engine's costs for a policy: pinned by the profile, else as this host's store has them for
+    this engine (unless --retime), else timed now with a progress bar, and stored."""
+    pinned = getattr(profile, "verify_costs", None)  # a profile may pin them: reproducible decisions
+    if pinned:
+        return Costs(tuple(pinned), max(profile.draft_cost, 0.0))  # pinned: plain steps, drafts' too
+    positions = max(2, max(c.draft_len for c in policy.classes) + 1)
+    shelf = session.shelf("costs", costs_key(session.engine_key, host))
+    recalled = shelf.recall(Costs) if shelf is not None and not shelf.memory.retime else None
+    if recalled is not None and len(recalled.body.verify_ms) >= positions and not recalled.body.disturbed:
+        if announce:
+            notice(
+                f"the engine's costs as session {recalled.session_id} timed them on this host (--retime: time again)"
+            )
+        return recalled.body
+    what = f"timing the engine for the policy (a verify pass over 1..{positions} positions)"
+    with progress(what, timings_total(positions)) if announce else _no_progress() as done:
+        costs = measure_costs(session.driver.target, drafter, positions, done=done)
+    if shelf is not None and not costs.disturbed:  # a curve the host disturbed is timed again next time
+        shelf.keep(session.session_id, costs)
+    return costs
+
+
+@contextmanager
+def _no_progress() -> Iterator[Callable[[int], None]]:
+    yield lambda done: None
 
 
 @contextmanager
