@@ -27,6 +27,7 @@ from specmon.events.schema import (
     Sampling,
     SessionFinished,
     SessionStarted,
+    StoredReply,
     decode,
     encode,
 )
@@ -207,7 +208,9 @@ FIELDS = {
         "window",
         "clock",
         "borrowed",
+        "recalled",
     ],
+    StoredReply: ["session_id", "request_id", "side", "clock", "tokens", "ms"],
     LogRotated: ["session_id", "t", "part", "next_name", "next_log_id"],
 }
 # The tag is the first element of an event's array: renaming one orphans it in old logs too.
@@ -229,6 +232,7 @@ TAGS = {
     GateChoice: "gate",
     Recall: None,
     RouteChoice: "route",
+    StoredReply: None,
     LogRotated: "rotated",
 }
 
@@ -410,7 +414,21 @@ VARIANTS = [
     msgspec.structs.replace(
         next(e for e in SAMPLES if isinstance(e, Decision)),
         decision_id=4,
-        rule=RouteChoice("both", "plain", 0.05, 0.91, 0.85, 0.97, 8, 8, 8, 8, "proxy"),
+        rule=RouteChoice(
+            "both",
+            "plain",
+            0.05,
+            0.91,
+            0.85,
+            0.97,
+            8,
+            8,
+            8,
+            8,
+            "proxy",
+            2,
+            [StoredReply("20250101-110000-fed321", "9a8b7c6d5e4f3a2b", "spec", "proxy", 33, 1240.5)],
+        ),
     ),
 ]
 

@@ -34,6 +34,7 @@ from specmon.metrics.served import SERVED_BACKENDS
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.edit import set_value
 from specmon.policy.explain import Explanation, explain_log, moves, what_changed
+from specmon.policy.route import cited_words
 from specmon.policy.schema import PolicyError, load_policy
 from specmon.metrics.contention import tally
 from specmon.sched.bench import bench_results
@@ -204,7 +205,8 @@ def event_line(ev) -> str | None:
         )
     if isinstance(ev, Decision):
         applied = "" if ev.applied else " (advised, not applied)"
-        cited = count(len(ev.request_ids), "request") if ev.route is not None else count(len(ev.round_ids), "round")
+        route = ev.route
+        cited = cited_words(ev.request_ids, route.recalled) if route else count(len(ev.round_ids), "round")
         return (
             f"decision {ev.decision_id} [{ev.prompt_class}] {what_changed(ev)}{applied} by {ev.rule_key}, from {cited}"
         )

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from specmon.cli.logflags import add_log_rotation, log_rotation
+from specmon.memory.store import state_dir
 from specmon.proxy.deadlines import IDLE_TIMEOUT_S, WHOLE_REPLY_FACTOR
 
 
@@ -69,6 +70,12 @@ def add_proxy(sub, whole, finite) -> None:
         help=f"an upstream that sends no byte for this long is hung: its request ends in a 504, it is left out "
         f"until its /health answers (default {IDLE_TIMEOUT_S:.0f}; a reply not streamed gets {WHOLE_REPLY_FACTOR}x, "
         "since it is sent whole at its end)",
+    )
+    proxy.add_argument(
+        "--fresh",
+        action="store_true",
+        help="route from nothing: ignore the replies earlier sessions kept of this upstream pair (under "
+        f"{state_dir() / 'memory'}; this session's still replace them)",
     )
     proxy.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
     add_log_rotation(proxy)

@@ -201,6 +201,18 @@ class GateChoice(msgspec.Struct, tag="gate", array_like=True, frozen=True):
     recalled: Recall | None = None  # stored evidence added to the class's own (None: none was kept, or --fresh)
 
 
+class StoredReply(msgspec.Struct, array_like=True, frozen=True):
+    """A timed reply of an earlier proxy session against the same upstream pair (memory.store), as a
+    routing decision cites it: this log holds no RequestTimed of it, so these are the figures taken."""
+
+    session_id: str  # the session it was answered in
+    request_id: str
+    side: str  # "spec" | "plain"
+    clock: str  # what `ms` was timed on: "server" | "proxy" (metrics.served.timing)
+    tokens: int
+    ms: float
+
+
 class RouteChoice(msgspec.Struct, tag="route", array_like=True, frozen=True):
     """A proxy's routing decision (policy.route): the class's side before and after, and the
     estimate over the cited requests that moved it."""
@@ -217,6 +229,7 @@ class RouteChoice(msgspec.Struct, tag="route", array_like=True, frozen=True):
     window: int
     clock: str = "server"  # goodputs timed on "server" (its decode time) | "proxy" (metrics.served.timing)
     borrowed: int = 0  # of the cited requests, those of other classes (the class had too few of its own)
+    recalled: list[StoredReply] = []  # earlier sessions' replies of the class the estimate also took (memory.store)
 
 
 class Decision(Event, tag="decision", kw_only=True):

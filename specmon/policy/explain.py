@@ -83,20 +83,22 @@ def moves(change: str) -> list[str]:
 
 
 def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation:
-    """A proxy's routing decision: the estimate over the requests it cites, drawn again, and the
+    """A proxy's routing decision: the estimate over the requests it cites (and the replies of earlier
+    sessions it cites with their figures: this log holds no request of them), drawn again, and the
     side the rule takes from it."""
     c = d.route
     missing = [rid for rid in d.request_ids if rid not in requests]
     if missing:
         return Explanation(d, False, f"{count(len(missing), 'cited request')} not in the log (first: {missing[0]})")
     cited = [requests[rid] for rid in d.request_ids]
+    estimated = cited + [route.stored_request(r, d.prompt_class) for r in c.recalled]
     if c.clock not in CLOCK_WORDS:  # an older log's decision reads as on the server's clock (the default)
         return Explanation(d, False, f"timed on a clock this specmon does not know ({c.clock!r})")
-    untimed = [r.request_id for r in cited if not route.timed(r, c.clock)]
+    untimed = [r.request_id for r in estimated if not route.timed(r, c.clock)]
     if untimed:
         return Explanation(d, False, f"cited request {untimed[0]} is not timed on {CLOCK_WORDS[c.clock]}")
     est = route.estimate(
-        [r for r in cited if r.upstream == route.SPEC], [r for r in cited if r.upstream == route.PLAIN], c.clock
+        [r for r in estimated if r.upstream == route.SPEC], [r for r in estimated if r.upstream == route.PLAIN], c.clock
     )
     side = route.choose(c.side_from, est, c.min_requests)
     if side != c.side_to:
@@ -111,7 +113,7 @@ def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation
         True,
         f"{c.side_from} -> {side}: spec/plain {ratio_interval(est.ratio, est.low, est.high, 3)} from "
         f"{count(est.prompts_spec, 'spec request')} and {count(est.prompts_plain, 'plain request')} "
-        f"{route.borrowed_words(d.prompt_class, cited)}on {CLOCK_WORDS[c.clock]}",
+        f"{route.borrowed_words(d.prompt_class, cited)}{route.stored_words(c.recalled)}on {CLOCK_WORDS[c.clock]}",
     )
 
 

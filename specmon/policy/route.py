@@ -9,7 +9,9 @@ for a class one of whose replies gave no decode time, over the proxy's clock for
 - a class starts on BOTH sides (its requests alternate) until each has `min_requests` timed ones;
   then it goes where the point estimate is higher;
 - it moves (from BOTH too, once each side has half of `min_requests`) when the 95% interval of
-  spec/plain over each side's last `window` requests excludes 1.0 (the interval is the hysteresis)."""
+  spec/plain over each side's last `window` requests excludes 1.0 (the interval is the hysteresis).
+Replies an earlier session stored (proxy.recall) enter the estimate as requests too (stored_request),
+each with the figures the decision cites, so explain draws the same estimate again."""
 
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ import math
 from collections.abc import Iterable
 from fractions import Fraction
 
-from specmon.events.schema import RequestTimed
+from specmon.events.schema import RequestTimed, StoredReply
+from specmon.metrics.format import count
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
-from specmon.metrics.served import SERVER_CLOCK, timing
+from specmon.metrics.served import PROXY_CLOCK, SERVER_CLOCK, timing
 
 SPEC, PLAIN, BOTH = "spec", "plain", "both"
 
@@ -65,6 +68,45 @@ def borrowed_words(name: str, cited: Iterable[RequestTimed]) -> str:
     with too few of its own borrowed (proxy.routing); "" where none were."""
     lent = [r for r in cited if r.prompt_class != name]
     return f"({len(lent)} of them {', '.join(sorted({r.prompt_class for r in lent}))}'s) " if lent else ""
+
+
+def stored_request(reply: StoredReply, name: str) -> RequestTimed:
+    """A stored reply as the request it stands for: timed on its clock with its tokens and ms, and on
+    no other (a proxy-clock figure is a whole reply's, as sent; metrics.served.timing)."""
+    proxy = reply.clock == PROXY_CLOCK
+    return RequestTimed(
+        session_id=reply.session_id,
+        t=0.0,
+        request_id=reply.request_id,
+        prompt_class=name,
+        class_rule="",
+        upstream=reply.side,
+        endpoint="chat",
+        status=200,
+        stream=False,
+        predicted_n=reply.tokens,
+        predicted_ms=None if proxy else reply.ms,
+        total_ms=reply.ms if proxy else None,
+    )
+
+
+def stored_words(recalled: Iterable[StoredReply]) -> str:
+    """`(5 of them stored by session S) `: how many of a decision's requests were earlier sessions'
+    (proxy.recall), and whose; "" where none were."""
+    by: dict[str, int] = {}
+    for reply in recalled:
+        by[reply.session_id] = by.get(reply.session_id, 0) + 1
+    if len(by) <= 1:
+        return "".join(f"({n} of them stored by session {sid}) " for sid, n in by.items())
+    sessions = ", ".join(f"{n} by session {sid}" for sid, n in sorted(by.items()))
+    return f"({sum(by.values())} of them stored: {sessions}) "
+
+
+def cited_words(request_ids: list[str], recalled: list[StoredReply]) -> str:
+    """`12 requests (8 of them stored)`: what a routing decision was drawn from (its Decision names the
+    requests in the log, its RouteChoice the stored ones with their figures)."""
+    stored = f" ({len(recalled)} of them stored)" if recalled else ""
+    return f"{count(len(request_ids) + len(recalled), 'request')}{stored}"
 
 
 def explore_to(side: str, n: int, share: float) -> bool:

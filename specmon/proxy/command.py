@@ -13,10 +13,12 @@ from rich.markup import escape
 
 from specmon.console import Hanging, err, out, print_line
 from specmon.errors import SpecmonError
+from specmon.memory.store import Memory
 from specmon.policy.schema import Policy, load_policy
 from specmon.proxy.reads import family_at, family_of
 from specmon.proxy.pool import PROBE_TIMEOUT_S
 from specmon.proxy.relay import reason
+from specmon.proxy.routing import PLAIN, SPEC
 from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import tally_summary
 from specmon.server.auth import check_host, read_api_key
@@ -36,8 +38,7 @@ def run_proxy(args) -> int:
     )
     check_host(args.host, api_key is not None)
     kind = probe_pool(upstreams, "--upstream")
-    if plain:
-        probe_pool(plain, "--plain-upstream")
+    plain_kind = probe_pool(plain, "--plain-upstream") if plain else ""
     tui = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
     listening = bind(args.host, args.port)  # before the session: a port in use opens no log
     try:
@@ -46,6 +47,8 @@ def run_proxy(args) -> int:
         )
         options.line = None if tui else print_line
         options.idle_timeout_s = args.idle_timeout
+        options.memory = Memory(fresh=args.fresh)  # routing starts from what it learned of this pair before
+        options.families = {SPEC: kind, PLAIN: plain_kind}
         with observer_session(
             lambda sid: observed_header(sid, "proxy", upstreams[0], kind, policy),
             args.log,

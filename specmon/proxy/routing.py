@@ -10,7 +10,11 @@ The policy file is the one `run` and `serve` read: its classes sort requests, `s
 A class is judged on the servers' own decode time while every timed reply of it gave one; from the
 first that did not (vLLM without --enable-per-request-metrics, say) on the proxy's clock, both sides
 and every request in its windows (metrics.served.timing), so the two are never on clocks of their own
-and a side that gives no decode time never leaves its class alternating."""
+and a side that gives no decode time never leaves its class alternating.
+
+With a memory shelf (proxy.recall), a class's replies in earlier sessions against the same upstream
+pair fill its side windows ahead of other classes' loans: a class they decide is decided at once
+(`opening`), and every decision drawn partly from them cites them (RouteChoice.recalled)."""
 
 from __future__ import annotations
 
@@ -18,13 +22,15 @@ import collections
 import time
 from dataclasses import dataclass, field
 
-from specmon.events.schema import Decision, PolicyLoaded, RequestTimed, RouteChoice
+from specmon.events.schema import Decision, PolicyLoaded, RequestTimed, RouteChoice, StoredReply
+from specmon.memory.store import Shelf
 from specmon.metrics.format import ratio_interval
 from specmon.metrics.served import CLOCK_WORDS, PROXY_CLOCK, SERVER_CLOCK, timing
 from specmon.policy import route
 from specmon.policy.reload import changed_classes, loaded_event, reread
 from specmon.policy.route import BOTH, PLAIN, SPEC
 from specmon.policy.schema import Policy, PromptClass, file_stamp
+from specmon.proxy import recall
 
 __all__ = ["BOTH", "PLAIN", "SPEC", "Router"]
 
@@ -38,15 +44,22 @@ class ClassRoute:
     clockless: list[str] = field(default_factory=list)  # the sides that give no decode time
     clocked: collections.Counter = field(default_factory=collections.Counter)  # side -> replies with decode ms
     unclocked: collections.Counter = field(default_factory=collections.Counter)  # side -> replies without
+    stored: dict[str, list[StoredReply]] = field(default_factory=dict)  # side -> earlier sessions' (proxy.recall)
 
 
 class Router:
-    def __init__(self, policy: Policy, session_id: str, has_plain: bool, advise_share: float = 0.25):
+    def __init__(
+        self, policy: Policy, session_id: str, has_plain: bool, advise_share: float = 0.25, shelf: Shelf | None = None
+    ):
         self.policy, self.session_id, self.has_plain = policy, session_id, has_plain
         self.advise_share = advise_share  # advise mode's fixed plain share, as before the policy routed
         self.classes: dict[str, ClassRoute] = {}
         self.decisions = 0
         self._stamp = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
+        self.memory = recall.Recollection(shelf, session_id)
+        # a class whose stored replies decide it goes there before its first request
+        held = [c.name for c in self.policy.classes if c.speculate == "auto" and self.memory.holds(c.name)]
+        self.opening = [d for n in held if has_plain and (d := self._decide(n, self._state(n))) is not None]
 
     @property
     def enforced(self) -> bool:
@@ -114,9 +127,11 @@ class Router:
 
     def _decide(self, name: str, st: ClassRoute) -> Decision | None:
         r = self.policy.routing
-        own = {side: [ev for ev in st.recent[side] if route.timed(ev, st.clock)] for side in (SPEC, PLAIN)}
-        lent = {side: self._lent(name, side, st.clock, r.min_requests - len(own[side])) for side in (SPEC, PLAIN)}
-        spec, plain = lent[SPEC] + own[SPEC], lent[PLAIN] + own[PLAIN]  # the requests the estimate is of
+        kept, own = self._own(st)
+        room = {side: r.min_requests - len(own[side]) - len(kept[side]) for side in (SPEC, PLAIN)}
+        lent = {side: self._lent(name, side, st.clock, room[side]) for side in (SPEC, PLAIN)}
+        cited = {side: lent[side] + own[side] for side in (SPEC, PLAIN)}  # in this log: the decision names them
+        spec, plain = (cited[side] + [route.stored_request(x, name) for x in kept[side]] for side in (SPEC, PLAIN))
         if min(len(spec), len(plain)) < r.min_requests // 2:
             return None  # route.choose moves nothing on so few: no bootstrap on every reply of a thin class
         est = route.estimate(spec, plain, st.clock)
@@ -137,7 +152,9 @@ class Router:
             r.window,
             st.clock,
             len(lent[SPEC]) + len(lent[PLAIN]),
+            kept[SPEC] + kept[PLAIN],
         )
+        stored = route.stored_words(choice.recalled)
         st.side, st.sent = side_to, 0
         self.decisions += 1
         return Decision(
@@ -154,8 +171,8 @@ class Router:
             round_ids=[],
             applied=self.enforced,
             policy_sha256=self.policy.sha256,
-            reason=_reason(choice, st.clockless, route.borrowed_words(name, spec + plain)),
-            request_ids=[ev.request_id for ev in spec + plain],
+            reason=_reason(choice, st.clockless, route.borrowed_words(name, spec + plain) + stored),
+            request_ids=[ev.request_id for ev in cited[SPEC] + cited[PLAIN]],
             rule=choice,
         )
 
@@ -178,6 +195,7 @@ class Router:
             changed += ["routing"] if old.routing != new.routing else []
         for name in list(self.classes) if whole else changed:
             self.classes.pop(name, None)
+            self.memory.forget(name)
         return loaded_event(new, self.session_id, changed=changed)
 
     def _state(self, name: str) -> ClassRoute:
@@ -185,12 +203,38 @@ class Router:
         if st is None:
             window = self.policy.routing.window
             recent = {SPEC: collections.deque(maxlen=window), PLAIN: collections.deque(maxlen=window)}
-            st = self.classes[name] = ClassRoute(recent=recent)
+            st = self.classes[name] = ClassRoute(recent=recent, stored=self.memory.replies(self._class(name)))
             # a side that gives no decode time does so for every class: a new one starts on the shared clock
-            known = next((c for c in self.classes.values() if c.clock == PROXY_CLOCK), None)
-            if known is not None:
-                st.clock, st.clockless = PROXY_CLOCK, list(known.clockless)
+            clock, clockless = self._clock()
+            st.clock, st.clockless = clock, list(clockless)
         return st
+
+    def _clock(self) -> tuple[str, list[str]]:
+        """The clock classes are compared on now, and the sides that give no decode time: the proxy's once
+        one gave none, in this session or (the same pair) as stored; else the servers' own."""
+        known = next((c for c in self.classes.values() if c.clock == PROXY_CLOCK), None)
+        if known is not None:
+            return PROXY_CLOCK, known.clockless
+        return self.memory.stored.clock, self.memory.stored.clockless
+
+    def _own(self, st: ClassRoute) -> tuple[dict[str, list[StoredReply]], dict[str, list[RequestTimed]]]:
+        """A class's windows on its clock: the stored replies that fill what its own leave of each, and its own."""
+        own = {side: [ev for ev in st.recent[side] if route.timed(ev, st.clock)] for side in (SPEC, PLAIN)}
+        room = {side: self.policy.routing.window - len(own[side]) for side in (SPEC, PLAIN)}
+        return {side: recall.taken(st.stored.get(side, []), st.clock, room[side]) for side in (SPEC, PLAIN)}, own
+
+    def remember(self, final: bool = False) -> None:
+        """Keep each class's windows of this session (proxy.recall): at most every KEEP_EVERY_S as the
+        session goes, and when it ends (`final`)."""
+        if not self.memory.due(final):
+            return
+        learned = {}
+        for name, st in self.classes.items():
+            if any(st.recent.values()):
+                kept, own = self._own(st)
+                mine = {side: [recall.stored_reply(ev, st.clock) for ev in own[side]] for side in (SPEC, PLAIN)}
+                learned[name] = kept[SPEC] + mine[SPEC] + kept[PLAIN] + mine[PLAIN]
+        self.memory.remember(learned, {name: self._class(name) for name in learned}, *self._clock())
 
     def _lent(self, name: str, side: str, clock: str, need: int) -> list[RequestTimed]:
         """A thin class's window on `side` topped up to min_requests with the latest requests the other

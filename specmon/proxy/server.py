@@ -15,13 +15,15 @@ import httpx
 import msgspec
 import uvicorn
 
-from specmon.events.schema import PolicyLoaded
+from specmon.events.schema import Decision, PolicyLoaded
+from specmon.memory.store import Memory
 from specmon.policy.reload import print_reload
 from specmon.policy.schema import Policy
 from specmon.proxy.app import ProxyState, build_app
 from specmon.proxy.deadlines import IDLE_TIMEOUT_S
 from specmon.proxy.exported import ProxyMetrics
 from specmon.proxy.pool import Pool, Upstream
+from specmon.proxy.recall import routes_shelf
 from specmon.proxy.relay import UPSTREAM_BROKE, Exchange, QuietUpstreamBroke
 from specmon.proxy.routing import PLAIN, SPEC, Router
 from specmon.proxy.reads import UpstreamReads, print_notice
@@ -49,6 +51,8 @@ class ProxyOptions:
     line: Callable[[str], None] | None = None  # the headless line of each request
     scrape_s: float | None = SCRAPE_S  # how often the upstream's /metrics is read (None: never)
     idle_timeout_s: float = IDLE_TIMEOUT_S  # the longest silence from an upstream before it is taken as hung
+    memory: Memory | None = None  # where routing keeps what it learned of this pair (None: nothing read or kept)
+    families: dict[str, str] = field(default_factory=dict)  # side -> the family it named at start: the store's key
 
 
 def connection_cap(wanted: int) -> int:
@@ -116,7 +120,8 @@ class Proxying(OnThread):
         pools = {SPEC: Pool(SPEC, options.upstreams, say)}
         if options.plain_upstreams:
             pools[PLAIN] = Pool(PLAIN, options.plain_upstreams, say)
-        self.router = Router(policy, session_id, PLAIN in pools, options.plain_share)
+        shelf = routes_shelf(options.memory, options.upstreams, options.plain_upstreams, options.families)
+        self.router = Router(policy, session_id, PLAIN in pools, options.plain_share, shelf)
         self.client = upstream_client()
         for pool in pools.values():
             pool.client = self.client  # its probes of members that are down
@@ -145,12 +150,15 @@ class Proxying(OnThread):
             lambda: options.line is not None,
         )
         self.server = _Uvicorn(config, self.client, self.reads.run if options.scrape_s else None, pools.values())
+        for decision in self.router.opening:  # what earlier sessions learned of the pair, in force from the start
+            self._decided(decision)
 
     def run(self) -> None:
         """Serve until a signal (or stop())."""
         try:
             self.server.run(sockets=[self.socket])
         finally:
+            self.router.remember(final=True)
             self.socket.close()
 
     def _done(self, exchange: Exchange, member: Upstream | None) -> None:
@@ -168,10 +176,14 @@ class Proxying(OnThread):
             for line in [for_terminal(record), *notice]:  # the notice's lines are made safe one by one
                 self.options.line(line)
         for decision in self.router.observe(event):
-            self.state.metrics.observe(decision)
-            self.publish(decision)
-            if self.options.line is not None:
-                self.options.line(for_terminal(f"class {decision.prompt_class}: {decision.reason}"))
+            self._decided(decision)
+        self.router.remember()  # as the session goes: a crash loses at most KEEP_EVERY_S of learning
+
+    def _decided(self, decision: Decision) -> None:
+        self.state.metrics.observe(decision)
+        self.publish(decision)
+        if self.options.line is not None:
+            self.options.line(for_terminal(f"class {decision.prompt_class}: {decision.reason}"))
 
     def _policy(self, event: PolicyLoaded) -> None:
         self.publish(event)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from specmon.events.schema import Decision, PolicyLoaded, RoundVerified
 from specmon.policy.explain import what_changed
+from specmon.policy.route import cited_words
 
 
 def policy_history(events) -> list[dict]:
@@ -22,7 +23,7 @@ def policy_history(events) -> list[dict]:
 
 
 def _decision(d: Decision, rounds: int) -> dict:
-    cited = f"{len(d.request_ids)} requests" if d.request_ids else f"{len(d.round_ids)} rounds"
+    cited = cited_words(d.request_ids, d.route.recalled) if d.route is not None else f"{len(d.round_ids)} rounds"
     return {
         "kind": "decision",
         "id": d.decision_id,

@@ -9,6 +9,7 @@ from rich.text import Text
 from specmon.events.schema import Decision
 from specmon.metrics.contention import clock
 from specmon.metrics.format import MISSING, count, cut, fmt, ratio_interval
+from specmon.policy.route import cited_words
 from specmon.tables import VERDICT_MARKS
 from specmon.tui.fit import joined_width, shortened
 from specmon.tui.panes import verdict_style
@@ -162,7 +163,7 @@ def render_decision(d: Decision, cited: list) -> str:
     applied = "" if d.applied else " (advised, not applied)"
     head = f"decision {d.decision_id} [{d.prompt_class}] {decision_row(d)[1]}{applied} by {d.rule_key} (policy line {d.rule_line})"
     if d.route is not None:
-        return f"{head}\n{d.reason}\ncited {count(len(d.request_ids), 'request')}"
+        return f"{head}\n{d.reason}\ncited {cited_words(d.request_ids, d.route.recalled)}"
     by_k: dict[int, list] = {}
     for ev in cited:
         by_k.setdefault(ev.draft_len, []).append(ev.round_id)

@@ -1,0 +1,113 @@
+"""What the proxy's routing learned in earlier sessions against the same upstream pair (memory.store):
+each class's last timed replies per side, as the figures its estimate takes (StoredReply), and the
+clock its sides were compared on.
+
+The key is the upstream pair as the proxy knows it at start (each side's URLs and the family its
+/health or /v1/models named), nothing of this host: another pair's replies are never read. A class
+whose match rules changed (policy.engine.matches_of) does not read what the old rules measured.
+
+At start a class's stored replies fill its side windows ahead of other classes' loans, the newest
+round(n x age_weight) of each side's n, so a week-old store counts half; its own replies take their
+places as they come. What the classes judge on is kept as the session goes and when it ends."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from specmon.events.schema import RequestTimed, StoredReply
+from specmon.memory.store import Memory, Shelf, age_weight
+from specmon.metrics.served import SERVER_CLOCK, timing
+from specmon.policy.engine import matches_of
+from specmon.policy.route import PLAIN, SPEC
+from specmon.policy.schema import PromptClass
+
+KIND = "routes"
+KEEP_EVERY_S = 10.0  # the store is replaced at most this often as a session goes (and once at its end)
+
+
+class StoredClass(msgspec.Struct):
+    """A class's replies as stored: each side's last timed ones, oldest first."""
+
+    replies: list[StoredReply]
+    session_id: str  # the session that wrote it (a reply names the session it was answered in)
+    t: float  # when: the replies count less as it ages (memory.store.age_weight)
+    matches: str  # the class's match rules (matches_of): replies to other prompts are not read
+
+
+class StoredRoutes(msgspec.Struct):
+    classes: dict[str, StoredClass]
+    clock: str = SERVER_CLOCK  # the proxy's once a side gave no decode time: it will again
+    clockless: list[str] = []  # the sides that gave none
+
+
+def routes_key(spec: list[str], plain: list[str], families: dict[str, str]) -> dict[str, str]:
+    """What a side's goodput depends on: the servers at these URLs (a pool's in any order) and their family."""
+    key = {f"{SPEC}.url": " ".join(sorted(spec)), f"{PLAIN}.url": " ".join(sorted(plain))}
+    return key | {f"{side}.family": families.get(side, "") for side in (SPEC, PLAIN)}
+
+
+def routes_shelf(memory: Memory | None, spec: list[str], plain: list[str], families: dict[str, str]) -> Shelf | None:
+    """The routing's place in `memory` for this pair; None without a memory or a plain side (nothing is routed)."""
+    return Shelf(memory, KIND, routes_key(spec, plain, families)) if memory is not None and plain else None
+
+
+def stored_reply(ev: RequestTimed, clock: str) -> StoredReply | None:
+    """A reply as the store keeps it: its figures on `clock`, None where it is not timed there."""
+    found = timing(ev, clock)
+    if found is None:
+        return None
+    return StoredReply(ev.session_id, ev.request_id, ev.upstream, found.clock, found.tokens, found.ms)
+
+
+def taken(stored: list[StoredReply], clock: str, room: int) -> list[StoredReply]:
+    """The newest `room` of a side's stored replies timed on `clock`: what a window with room left takes."""
+    usable = [r for r in stored if r.clock == clock]
+    return usable[-room:] if room > 0 else []
+
+
+class Recollection:
+    """The routing's place in the store (None: nothing read or kept): what it recalled at start, and
+    what it keeps as it goes."""
+
+    def __init__(self, shelf: Shelf | None, session_id: str):
+        self.shelf, self.session_id = shelf, session_id
+        recalled = shelf.recall(StoredRoutes) if shelf is not None else None
+        self.stored = recalled.body if recalled is not None else StoredRoutes({})
+        self._kept_at = time.monotonic()
+
+    def holds(self, name: str) -> bool:
+        return name in self.stored.classes
+
+    def replies(self, cls: PromptClass) -> dict[str, list[StoredReply]]:
+        """A class's stored replies per side, oldest first, as its estimate may take them: none where its
+        match rules changed; of each side's n, the newest round(n x age_weight)."""
+        held = self.stored.classes.get(cls.name)
+        if held is None or held.matches != matches_of(cls):
+            return {}
+        weight = age_weight(held.t)
+        sides = {side: [r for r in held.replies if r.side == side] for side in (SPEC, PLAIN)}
+        return {side: got[len(got) - round(len(got) * weight) :] for side, got in sides.items()}
+
+    def forget(self, name: str) -> None:
+        self.stored.classes.pop(name, None)  # measured under the class as it was
+
+    def due(self, final: bool) -> bool:
+        """Whether to write now: at most every KEEP_EVERY_S as the session goes, and when it ends (`final`)."""
+        return self.shelf is not None and (final or time.monotonic() - self._kept_at >= KEEP_EVERY_S)
+
+    def remember(
+        self, learned: dict[str, list[StoredReply]], classes: dict[str, PromptClass], clock: str, clockless: list[str]
+    ) -> None:
+        """Replace the store with each class's replies `learned` this session (the others as they were
+        stored), on `clock` (and the sides that gave no decode time); a session that learned nothing
+        leaves the store as it was."""
+        if self.shelf is None or not learned:
+            return
+        self._kept_at, now = time.monotonic(), time.time()
+        fresh = {
+            name: StoredClass(got, self.session_id, now, matches_of(classes[name])) for name, got in learned.items()
+        }
+        # what was recalled stays as read: a class made later must not take this session's replies as stored
+        self.shelf.keep(self.session_id, StoredRoutes(self.stored.classes | fresh, clock, list(clockless)))
