@@ -27,9 +27,14 @@ HALF_LIFE_S = 7 * 86400.0  # stored evidence counts half as much a week after it
 T = TypeVar("T")
 
 
+# host facts a curve does not hang on: how stalls are read, and torch's pad_from, measured at each load,
+# which flips between neighbours where padding from either costs the same (2 and 3 on 2 cores)
+NOT_KEYED = ("cpu_stall", "pad_from")
+
+
 def costs_key(engine: dict[str, str], host: dict[str, str]) -> dict[str, str]:
     """An engine's cost curve holds on this host only, as the engine's threads run there."""
-    return engine | {f"host.{name}": value for name, value in host.items() if name != "cpu_stall"}
+    return engine | {f"host.{name}": value for name, value in host.items() if name not in NOT_KEYED}
 
 
 def accept_key(engine: dict[str, str], sampling: Sampling) -> dict[str, str]:
@@ -111,7 +116,12 @@ class Memory:
         """Replace the stored figures for this key; a store that cannot be written is one warning."""
         path = self.path(kind, key)
         entry = Entry(
-            version=VERSION, kind=kind, key=key, session_id=session_id, t=time.time(), body=msgspec.Raw(msgspec.json.encode(body))
+            version=VERSION,
+            kind=kind,
+            key=key,
+            session_id=session_id,
+            t=time.time(),
+            body=msgspec.Raw(msgspec.json.encode(body)),
         )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
