@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -71,7 +72,8 @@ def llama_server(binary: Path, log_dir: Path):
 @contextmanager
 def proxy(upstream: str, log_dir: Path, extra: tuple[str, ...] = ()):
     """`specmon proxy --headless --port 0` (and `extra` flags) in its own process, logging to
-    log_dir/proxy.specmon; yields its base URL."""
+    log_dir/proxy.specmon, its memory store in log_dir/state (empty: it starts cold, and the user's own
+    store is neither read nor written); yields its base URL."""
     err = open(log_dir / "proxy.err", "w+")
     process = subprocess.Popen(
         [sys.executable, "-m", "specmon.cli", "proxy", "--upstream", upstream, "--port", "0", "--headless"]
@@ -79,6 +81,7 @@ def proxy(upstream: str, log_dir: Path, extra: tuple[str, ...] = ()):
         stdout=subprocess.DEVNULL,
         stderr=err,
         cwd=ROOT,
+        env={**os.environ, "SPECMON_STATE": str(log_dir / "state")},
     )
     try:
         found: list[str] = []

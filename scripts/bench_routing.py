@@ -58,15 +58,28 @@ def request(client: httpx.Client, base: str, prompt: str, max_tokens: int) -> di
     return {"ttfb_ms": (first - start) * 1e3, "n": timings["predicted_n"], "ms": timings["predicted_ms"]}
 
 
-def measure(spec: str, plain: str, proxied: str, prompts: list, cycles: int, max_tokens: int) -> list[dict]:
-    """Every prompt, `cycles` times, to each of the three paths in rotating order."""
+def sent(prompts: list, cycles: int, thin: dict[str, int]) -> list:
+    """Every prompt, `cycles` times over, in order; a label in `thin` only N times in all, spread
+    evenly over the run (a thin class among larger ones, #60)."""
+    order = [prompts[i % len(prompts)] for i in range(cycles * len(prompts))]
+    keep = set(range(len(order)))
+    for label, n in thin.items():
+        at = [i for i, p in enumerate(order) if p.prompt_class == label]
+        if not at:
+            raise SystemExit(f"--thin {label}: no held-out prompt has that label")
+        chosen = {at[round(j * (len(at) - 1) / max(n - 1, 1))] for j in range(min(n, len(at)))}
+        keep -= set(at) - chosen
+    return [p for i, p in enumerate(order) if i in keep]
+
+
+def measure(spec: str, plain: str, proxied: str, order: list, max_tokens: int) -> list[dict]:
+    """Each prompt of `order` to each of the three paths, their order rotating."""
     out = []
     limits = httpx.Limits(max_keepalive_connections=0)
     with httpx.Client(timeout=600, limits=limits, trust_env=False) as client:
         paths = [("spec", spec), ("plain", plain), ("proxy", proxied)]
-        total = cycles * len(prompts)
-        for i in range(total):
-            p = prompts[i % len(prompts)]
+        total = len(order)
+        for i, p in enumerate(order):
             turn = paths[i % 3 :] + paths[: i % 3]
             got = {name: request(client, base, p.text, max_tokens) for name, base in turn}
             out.append({"prompt": p.id, "label": p.prompt_class, **got})
@@ -86,6 +99,7 @@ def figures(rows: list[dict], log: Path) -> dict:
         c["rows"].append(row)
         c["sides"].append(ev.upstream)
     out = {"classes": {}, "decisions": [f"{d.prompt_class}: {d.reason}" for d in decisions]}
+    out["all"] = all_traffic(classes)
     for name, c in classes.items():
         good = {
             path: sum(r[path]["n"] for r in c["rows"]) / sum(r[path]["ms"] for r in c["rows"]) * 1e3
@@ -111,6 +125,27 @@ def figures(rows: list[dict], log: Path) -> dict:
     return out
 
 
+def all_traffic(classes: dict[str, dict]) -> dict:
+    """Every request together: the proxy's goodput over each class sent to its better server (what a
+    router that knew could do) and over the better single server."""
+
+    def rate(pairs) -> float:
+        pairs = list(pairs)
+        return sum(n for n, _ in pairs) / sum(ms for _, ms in pairs) * 1e3
+
+    rows = [r for c in classes.values() for r in c["rows"]]
+    side = {p: rate((r[p]["n"], r[p]["ms"]) for r in rows) for p in ("spec", "plain", "proxy")}
+    oracle = []
+    for c in classes.values():
+        better = max(("spec", "plain"), key=lambda p: rate((r[p]["n"], r[p]["ms"]) for r in c["rows"]))
+        oracle += [(r[better]["n"], r[better]["ms"]) for r in c["rows"]]
+    return {
+        "requests": len(rows),
+        "proxy_over_class_better": side["proxy"] / rate(oracle),
+        "proxy_over_better_server": side["proxy"] / max(side["spec"], side["plain"]),
+    }
+
+
 def report(found: dict) -> None:
     for name, c in found["classes"].items():
         t = c["tok_s"]
@@ -121,6 +156,11 @@ def report(found: dict) -> None:
             f"to the server that answered them; proxy adds {c['added_ttfb_p50_ms']:.1f} ms "
             f"to first byte (p50), {c['added_ttfb_p99_ms']:.1f} ms (p99)"
         )
+    a = found["all"]
+    print(
+        f"all traffic: {a['requests']} requests; through the proxy {a['proxy_over_class_better']:.3f}x each class at "
+        f"its better server, {a['proxy_over_better_server']:.3f}x the better single server"
+    )
     for line in found["decisions"]:
         print(f"decision: {line}")
 
@@ -136,6 +176,14 @@ def main() -> int:
         default=1,
         help="each llama-server's threads (default 1: on 2 cores, 2 each leave the proxy and client none)",
     )
+    parser.add_argument(
+        "--thin",
+        action="append",
+        default=[],
+        metavar="LABEL=N",
+        help="send the held-out prompts labelled LABEL only N times in all, spread over the run: a thin class "
+        "among larger ones (repeatable; e.g. --thin code-edit=3)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here (scripts/bench-docs reads them)")
     args = parser.parse_args()
     binary = find_server()
@@ -143,6 +191,8 @@ def main() -> int:
         print("no llama-server: bash scripts/setup-llama-server; nothing measured")
         return 0
     prompts = [p for p in prompt_set(shipped_prompts("holdout"), None) if p.prompt_class in PAYS + LOSES]
+    thin = {label: int(n) for label, _, n in (t.partition("=") for t in args.thin)}
+    order = sent(prompts, args.cycles, thin)
     model = modelstore.resolve(modelstore.SMOLLM2.name)
     with tempfile.TemporaryDirectory() as tmp:
         print(f"host CPU pressure before: {cpu_pressure()}")
@@ -152,7 +202,7 @@ def main() -> int:
                 s.wait_ready()
             spec, plain = (f"http://127.0.0.1:{s.port}" for s in servers)
             with proxy(spec, Path(tmp), ["--plain-upstream", plain]) as proxied:
-                rows = measure(spec, plain, proxied, prompts, args.cycles, args.max_tokens)
+                rows = measure(spec, plain, proxied, order, args.max_tokens)
         finally:
             for s in servers:
                 s.stop()
@@ -161,6 +211,7 @@ def main() -> int:
             "max_tokens": args.max_tokens,
             "spec_type": args.spec_type,
             "threads": args.threads,
+            "thin": thin,
         }
         print(f"host CPU pressure after:  {cpu_pressure()}")
     report(found)

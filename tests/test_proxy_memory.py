@@ -25,7 +25,7 @@ from specmon.metrics.served import PROXY_CLOCK, SERVER_CLOCK
 from specmon.policy.engine import matches_of
 from specmon.policy.explain import explain_log, explain_route
 from specmon.policy.schema import load_policy
-from specmon.proxy import recall
+from specmon.memory import store
 from specmon.proxy.recall import KIND, StoredClass, StoredRoutes, routes_key, routes_shelf
 from specmon.proxy.routing import BOTH, PLAIN, SPEC, Router
 from specmon.replay.report_policy import policy_history
@@ -161,10 +161,13 @@ def test_another_upstream_pair_fresh_and_a_damaged_store_start_cold():
 
 def test_the_store_is_written_as_the_session_goes_at_most_every_keep_every_s(monkeypatch):
     router = Router(POLICY, "s1", has_plain=True, shelf=shelf())
-    answer(router, "s1", 4)
+    answer(router, "s1", 2)
+    router.remember()  # the first learning is kept at once
+    assert len(shelf().recall(StoredRoutes).body.classes["chat"].replies) == 2
+    answer(router, "s1", 2, start=2)
     router.remember()
-    assert not Memory().path(KIND, routes_key(*PAIR)).exists()  # within KEEP_EVERY_S of the start
-    monkeypatch.setattr(recall, "KEEP_EVERY_S", 0.0)
+    assert len(shelf().recall(StoredRoutes).body.classes["chat"].replies) == 2  # within KEEP_EVERY_S of it
+    monkeypatch.setattr(store, "KEEP_EVERY_S", 0.0)
     router.remember()
     assert [r.request_id for r in shelf().recall(StoredRoutes).body.classes["chat"].replies] == [
         "s1-r0",
@@ -308,6 +311,8 @@ def test_the_command_keys_the_store_by_the_pair_and_fresh_ignores_it(tmp_path):
                     said += proc.stderr.readline()
                     assert proc.poll() is None, said
                 url = re.search(r"proxying (http://[\d.]+:\d+)/v1", said).group(1)
+                # serving, so uvicorn's handler takes the Ctrl-C (one that lands before is lost in a weakref callback)
+                assert httpx.get(url + "/health").status_code == 200
                 for _ in range(requests):
                     assert httpx.post(url + "/v1/chat/completions", json=request_body("chat")).status_code == 200
             finally:

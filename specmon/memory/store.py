@@ -23,6 +23,7 @@ from specmon.textfile import replace_atomically
 
 VERSION = 1  # a store of another version is not read (its figures may mean something else)
 HALF_LIFE_S = 7 * 86400.0  # stored evidence counts half as much a week after it was written
+KEEP_EVERY_S = 10.0  # a store is replaced at most this often as a session goes (and once at its end)
 
 T = TypeVar("T")
 
@@ -135,16 +136,22 @@ class Memory:
             self.warn(f"warning: the memory store {path} is not used: {why}")
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Shelf:
     """One key's place in the store: what a component reads at start and replaces as it learns."""
 
     memory: Memory
     kind: str
     key: dict[str, str]
+    kept_at: float = -float("inf")  # monotonic time of the last write: the first learning is kept at once
 
     def recall(self, body_type: type[T]) -> Recalled | None:
         return self.memory.recall(self.kind, self.key, body_type)
 
+    def due(self, final: bool = False) -> bool:
+        """Whether to write now: at most every KEEP_EVERY_S as the session goes, and when it ends (`final`)."""
+        return final or time.monotonic() - self.kept_at >= KEEP_EVERY_S
+
     def keep(self, session_id: str, body: object) -> None:
+        self.kept_at = time.monotonic()
         self.memory.keep(self.kind, self.key, session_id, body)

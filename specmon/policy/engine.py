@@ -31,9 +31,6 @@ from specmon.policy.reload import changed_classes, loaded_event, reread
 from specmon.policy.schema import Policy, PromptClass, file_stamp
 
 
-KEEP_EVERY_S = 10.0  # the store is replaced at most this often as a session goes (and once at its end)
-
-
 class Learned(msgspec.Struct):
     """What a class learned, as stored: positions tried and accepted per reach bucket."""
 
@@ -65,7 +62,6 @@ class PolicyEngine:
         self.states: dict[str, ClassState] = {}
         recalled = shelf.recall(dict[str, Learned]) if shelf is not None else None
         self.stored: dict[str, Learned] = recalled.body if recalled is not None else {}
-        self._kept_at = -float("inf")  # monotonic time of the last write: the first learning is kept at once
         self.shared = gate.Counts()  # every class's windows together: a new class starts from these
         self.decisions = 0
         self.fresh = 0  # drafting rounds of the session since every class's table was computed
@@ -252,14 +248,10 @@ class PolicyEngine:
         return out
 
     def remember(self, final: bool = False) -> None:
-        """Replace the store with what the classes have learned: at most every KEEP_EVERY_S as the
-        session goes, and when it ends (`final`)."""
-        if self.shelf is None or not any(st.window for st in self.states.values()):
+        """Replace the store with what the classes have learned: at most every memory.store.KEEP_EVERY_S
+        as the session goes, and when it ends (`final`)."""
+        if self.shelf is None or not self.shelf.due(final) or not any(st.window for st in self.states.values()):
             return
-        clock = time.monotonic()
-        if not final and clock - self._kept_at < KEEP_EVERY_S:
-            return
-        self._kept_at = clock
         self.shelf.keep(self.session_id, self.learned())
 
     # -- the policy in force and hot reload ----------------------------------------------------

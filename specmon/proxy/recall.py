@@ -24,7 +24,6 @@ from specmon.policy.route import PLAIN, SPEC
 from specmon.policy.schema import PromptClass
 
 KIND = "routes"
-KEEP_EVERY_S = 10.0  # the store is replaced at most this often as a session goes (and once at its end)
 
 
 class StoredClass(msgspec.Struct):
@@ -75,7 +74,6 @@ class Recollection:
         self.shelf, self.session_id = shelf, session_id
         recalled = shelf.recall(StoredRoutes) if shelf is not None else None
         self.stored = recalled.body if recalled is not None else StoredRoutes({})
-        self._kept_at = time.monotonic()
 
     def holds(self, name: str) -> bool:
         return name in self.stored.classes
@@ -94,8 +92,8 @@ class Recollection:
         self.stored.classes.pop(name, None)  # measured under the class as it was
 
     def due(self, final: bool) -> bool:
-        """Whether to write now: at most every KEEP_EVERY_S as the session goes, and when it ends (`final`)."""
-        return self.shelf is not None and (final or time.monotonic() - self._kept_at >= KEEP_EVERY_S)
+        """Whether to write now (memory.store.Shelf.due)."""
+        return self.shelf is not None and self.shelf.due(final)
 
     def remember(
         self, learned: dict[str, list[StoredReply]], classes: dict[str, PromptClass], clock: str, clockless: list[str]
@@ -105,7 +103,7 @@ class Recollection:
         leaves the store as it was."""
         if self.shelf is None or not learned:
             return
-        self._kept_at, now = time.monotonic(), time.time()
+        now = time.time()
         fresh = {
             name: StoredClass(got, self.session_id, now, matches_of(classes[name])) for name, got in learned.items()
         }

@@ -224,7 +224,7 @@ class Router:
         return {side: recall.taken(st.stored.get(side, []), st.clock, room[side]) for side in (SPEC, PLAIN)}, own
 
     def remember(self, final: bool = False) -> None:
-        """Keep each class's windows of this session (proxy.recall): at most every KEEP_EVERY_S as the
+        """Keep each class's windows of this session (proxy.recall): at most every memory.store.KEEP_EVERY_S as the
         session goes, and when it ends (`final`)."""
         if not self.memory.due(final):
             return
