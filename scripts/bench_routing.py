@@ -30,6 +30,8 @@ from bench_proxy import cpu_pressure, percentile, proxy
 
 from specmon.backends import modelstore
 from specmon.engine.prompts import prompt_set
+from specmon.policy.classify import classify
+from specmon.policy.schema import load_policy
 from specmon.sched.bench import shipped_prompts
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RequestTimed
@@ -59,14 +61,16 @@ def request(client: httpx.Client, base: str, prompt: str, max_tokens: int) -> di
 
 
 def sent(prompts: list, cycles: int, thin: dict[str, int]) -> list:
-    """Every prompt, `cycles` times over, in order; a label in `thin` only N times in all, spread
-    evenly over the run (a thin class among larger ones, #60)."""
+    """Every prompt, `cycles` times over, in order; a class in `thin` (as the shipped policy sorts the
+    prompts, as the proxy will) only N times in all, spread evenly over the run (a thin class among
+    larger ones, #60)."""
+    policy = load_policy("default")
     order = [prompts[i % len(prompts)] for i in range(cycles * len(prompts))]
     keep = set(range(len(order)))
-    for label, n in thin.items():
-        at = [i for i, p in enumerate(order) if p.prompt_class == label]
+    for name, n in thin.items():
+        at = [i for i, p in enumerate(order) if classify(policy, p.text)[0] == name]
         if not at:
-            raise SystemExit(f"--thin {label}: no held-out prompt has that label")
+            raise SystemExit(f"--thin {name}: the shipped policy puts no held-out prompt in that class")
         chosen = {at[round(j * (len(at) - 1) / max(n - 1, 1))] for j in range(min(n, len(at)))}
         keep -= set(at) - chosen
     return [p for i, p in enumerate(order) if i in keep]
@@ -180,9 +184,9 @@ def main() -> int:
         "--thin",
         action="append",
         default=[],
-        metavar="LABEL=N",
-        help="send the held-out prompts labelled LABEL only N times in all, spread over the run: a thin class "
-        "among larger ones (repeatable; e.g. --thin code-edit=3)",
+        metavar="CLASS=N",
+        help="send the held-out prompts the shipped policy puts in CLASS only N times in all, spread over the "
+        "run: a thin class among larger ones (repeatable; e.g. --thin code-edit=3)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures here (scripts/bench-docs reads them)")
     args = parser.parse_args()
@@ -191,7 +195,7 @@ def main() -> int:
         print("no llama-server: bash scripts/setup-llama-server; nothing measured")
         return 0
     prompts = [p for p in prompt_set(shipped_prompts("holdout"), None) if p.prompt_class in PAYS + LOSES]
-    thin = {label: int(n) for label, _, n in (t.partition("=") for t in args.thin)}
+    thin = {name: int(n) for name, _, n in (t.partition("=") for t in args.thin)}
     order = sent(prompts, args.cycles, thin)
     model = modelstore.resolve(modelstore.SMOLLM2.name)
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,6 +3,7 @@ it, and explain reproduces its decisions; a store of another key, --fresh, or a 
 read (the last a warning line); stored evidence weighs less with age and gives way to fresh rounds."""
 
 import time
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -163,3 +164,43 @@ def test_the_engines_costs_are_timed_once_per_host_and_engine_and_again_on_retim
     assert costs("third", retime=True) is not first and len(timed) == 2
     bf16 = msgspec.structs.replace(profile, dtype="bfloat16")  # another engine setting: another key
     assert engine_key(bf16, pair.drafter.name) != engine_key(profile, pair.drafter.name)
+
+
+def test_bench_policy_a_second_time_reads_the_costs_and_classes_the_first_kept_and_fresh_reads_nothing(tmp_path):
+    """The command itself, three times on the tiny model: the store the first run left is read by the
+    second (its costs not timed again, its decisions citing the first session and reproduced by
+    explain), and --fresh reads none of it."""
+    import os
+    import subprocess
+    import sys
+
+    from specmon.events.log import read_log
+    from tinymodel import tiny_profile
+
+    profile = tiny_profile(tmp_path)
+
+    def bench(name: str, *more: str) -> tuple[subprocess.CompletedProcess, list]:
+        log = tmp_path / f"{name}.specmon"
+        argv = ["bench", "policy", "--profile", str(profile), "--classes", "rewrite,chat", "--repeat", "1"]
+        argv += ["--ks", "0,2", "--max-new-tokens", "12", "--log", str(log), *more]
+        done = subprocess.run(
+            [sys.executable, "-m", "specmon.cli", *argv], capture_output=True, text=True, cwd=tmp_path, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        return done, list(read_log(log))
+
+    first, first_events = bench("first")
+    first_id = first_events[0].session_id
+    store = Path(os.environ["SPECMON_STATE"]) / "memory"
+    assert len(list(store.glob("accept-*.json"))) == 1
+    timed_quietly = bool(list(store.glob("costs-*.json")))  # a curve the host disturbed is not kept
+    second, events = bench("second")
+    assert ("timing the engine" not in second.stderr) == timed_quietly, second.stderr
+    assert (f"costs as session {first_id}" in " ".join(second.stderr.split())) == timed_quietly
+    cited = [d.gate.recalled for d in events if isinstance(d, Decision) and d.gate.recalled is not None]
+    assert cited and all(r.session_id in (first_id, "") for r in cited)  # "": a class the first run did not store
+    assert any(r.session_id == first_id and r.rounds > 0 for r in cited)
+    explained = explain_log(tmp_path / "second.specmon")
+    assert explained and all(e.reproduces for e in explained), [e.detail for e in explained]
+    _, cold = bench("third", "--fresh")
+    assert all(d.gate.recalled is None for d in cold if isinstance(d, Decision))

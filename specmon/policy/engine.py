@@ -69,9 +69,11 @@ class PolicyEngine:
         self.prior = gate.PRIOR_POSITIONAL if self.positional else gate.PRIOR
         self._mtime = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
         self.in_force()  # every class's first table, drawn now: from the prior alone, wherever it is read
+        for c in policy.classes if self.stored else ():
+            self.state(c.name)  # each with its stored evidence, which counts toward every class's
         # a class whose stored evidence moves it from there is decided before its first round
-        auto = [c.name for c in policy.classes if c.speculate == "auto" and self.state(c.name)]
-        self.opening = [d for name in auto if self.stored and (d := self.decide(name))]
+        auto = [c.name for c in policy.classes if c.speculate == "auto" and self.stored]
+        self.opening = [d for name in auto if (d := self.decide(name))]
 
     # -- classes -----------------------------------------------------------------------------
     def classify(self, text: str, tag: str | None = None, named: str | None = None) -> tuple[str, str]:

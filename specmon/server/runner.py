@@ -150,6 +150,8 @@ class Serving(OnThread):
         finally:
             self.worker.close()
             self.socket.close()
+            if self.policy is not None:
+                self.policy.engine.remember(final=True)  # what it learned since the last write, for the next session
         if self.worker.failure is not None:
             raise self.worker.failure
 
