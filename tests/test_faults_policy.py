@@ -23,7 +23,7 @@ from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.prompts import Prompt, builtin_suite
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, PolicyLoaded, PromptFinished, PromptStarted, RoundVerified, SessionFinished
-from specmon.policy import edit as edit_module
+from specmon import textfile  # where the policy edit replaces its file
 from specmon.policy.edit import set_value
 from specmon.engine.costs import Costs
 from specmon.policy.engine import PolicyEngine
@@ -251,8 +251,8 @@ def test_policy_set_fsyncs_the_directory_after_the_rename(policy_file, monkeypat
         real_replace(src, dst)
         renamed.append(dst)
 
-    monkeypatch.setattr(edit_module.os, "fsync", fsync)
-    monkeypatch.setattr(edit_module.os, "replace", replace)
+    monkeypatch.setattr(textfile.os, "fsync", fsync)
+    monkeypatch.setattr(textfile.os, "replace", replace)
     set_value(policy_file, "policy.min_gain", "0.05")
     assert synced == [("file", False), ("dir", True)]
 

@@ -141,7 +141,7 @@ def _costs(session: LiveSession, profile, drafter: Drafter, policy, host: dict[s
                 f"the engine's costs as session {recalled.session_id} timed them on this host (--retime: time again)"
             )
         return recalled.body
-    what = f"timing the engine for the policy (a verify pass over 1..{positions} positions)"
+    what = "timing the engine for the policy"  # a verify pass over 1..positions positions: one short line a tenth
     with progress(what, timings_total(positions)) if announce else _no_progress() as done:
         costs = measure_costs(session.driver.target, drafter, positions, done=done)
     if shelf is not None and not costs.disturbed:  # a curve the host disturbed is timed again next time
