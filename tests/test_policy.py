@@ -342,6 +342,31 @@ def test_a_model_drafter_is_asked_only_for_the_tokens_its_class_verifies():
     assert PolicyEngine(engine.policy, "s", FLAT).draft_len("chat") == 8  # a free drafter is asked for 8, then cut
 
 
+def engine_at(two_positions: float, draft_ms: float = 0.0) -> Costs:
+    """An engine whose 2-position verify costs `two_positions` plain steps, and each position after
+    that as much again (a CPU's curve: llama.cpp's STEEP is 1.28, 1.72, 2.12, ...)."""
+    return Costs(tuple(10.0 + 10.0 * (two_positions - 1) * t for t in range(9)), draft_ms=draft_ms)
+
+
+@pytest.mark.parametrize("draft_ms", [0.0, 0.5], ids=["n-gram", "model"])
+def test_before_any_round_a_class_drafts_what_the_engines_curve_and_the_prior_pay_and_less_on_a_dearer_engine(
+    draft_ms,
+):
+    policy = parse_policy(ONE_CLASS.format(mode="enforce", speculate="auto"))
+    dearer = [1.0, 1.05, 1.2, 1.35, 1.5, 1.75, 2.0, 2.5]
+    engines = [PolicyEngine(policy, "s", engine_at(s, draft_ms)) for s in dearer]
+    tables = [e.state("chat").table for e in engines]
+    for cheaper, dear in zip(tables, tables[1:]):  # one rule for every engine: a dearer one verifies no draft more
+        assert all(d <= c for rc, rd in zip(cheaper, dear) for c, d in zip(rc, rd))
+    opening = dict(zip(dearer, (e.class_in_force("chat") for e in engines)))
+    assert opening[1.05].speculate and opening[1.05].draft_len > 1  # nearly free to verify: it starts drafting
+    assert not opening[2.5].speculate  # no draft of the prior's pays 1.5 steps a position: it starts plain
+    if draft_ms:  # a model draft's first token is accepted by the prior at 1/2: 1.5 tokens do not pay 1.5 steps
+        assert not opening[1.5].speculate and opening[1.2].speculate
+    else:  # an n-gram draft after a 2-token match is, at 3/5: 1.6 tokens pay 1.5 steps, 2.24 do not pay 2
+        assert gate.kept(tables[dearer.index(1.5)])[2] == 1
+
+
 def test_a_run_looks_at_its_policy_file_at_a_prompts_start_once_a_quarter_second_passed(tmp_path):
     """A look is a stat: one per prompt of a fast prompt set at most every poll_s, never between rounds."""
     from types import SimpleNamespace

@@ -16,7 +16,10 @@ learned from every drafted position, prices a draft of any length after a match 
 
 a(b) for a class is its own accepted / tried at that reach, shrunk toward the session's (all
 classes) by SHARED_WEIGHT positions, which is shrunk toward PRIOR by PRIOR_WEIGHT: a class
-starts from what the session has seen, and its own evidence takes over as it comes.
+starts from what the session has seen, and its own evidence takes over as it comes. Before any
+round, the table is this rule on the prior alone, so the engine's curve decides the start: where
+each verified position costs half a plain step (a CPU), a model drafter's 1 + 1/2 tokens do not
+pay and its class starts plain; where a position costs 0.05 (a GPU's flat pass), it drafts.
 
 For each match length m and proposal length n, the round verifies the j <= n with the best
 G(j), or nothing (a plain step) unless some j beats G(0) by min_gain. That table is the class's
