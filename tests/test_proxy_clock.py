@@ -244,13 +244,39 @@ def test_one_reply_without_decode_time_does_not_move_a_class_to_the_proxys_clock
     for i, side in enumerate([SPEC, PLAIN, SPEC]):
         router.observe(reply(i, side, 800.0))
     router.observe(reply(3, PLAIN, None))  # one odd reply of a side that gave decode times
-    assert router.classes["chat"].clock == SERVER_CLOCK
+    assert router.clock == SERVER_CLOCK
     other = Router(load_policy("default"), "s", has_plain=True)
     other.observe(reply(0, PLAIN, None))
-    assert other.classes["chat"].clock == SERVER_CLOCK  # one reply is not yet a side that gives none
+    assert other.clock == SERVER_CLOCK  # one reply is not yet a side that gives none
     other.observe(reply(1, PLAIN, None))
-    assert other.classes["chat"].clock == PROXY_CLOCK and other.classes["chat"].clockless == [PLAIN]
-    # a side that gives no decode time does so for every class: the next class starts on the shared clock
+    assert other.clock == PROXY_CLOCK and other.clockless == [PLAIN]
+    # a side that gives no decode time does so for every class: the next class is on the shared clock,
+    # and a reply that gave its decode time does not move it back
     other.observe(request_timed(request_id="r2", prompt_class="rewrite", upstream=SPEC, predicted_n=64,
                                 predicted_ms=800.0, total_ms=900.0, stream=False))  # fmt: skip
-    assert (other.classes["rewrite"].clock, other.classes["rewrite"].clockless) == (PROXY_CLOCK, [PLAIN])
+    assert (other.clock, other.clockless) == (PROXY_CLOCK, [PLAIN])
+
+
+def test_a_policy_edit_restarts_the_classes_but_not_what_the_sides_are_timed_on(tmp_path):
+    """The sides' clock is the server pair's, not a class's: after an edit of [routing] drops every class,
+    a side that gave no decode time still gives none, and the next decision is on the proxy's clock."""
+    from specmon.proxy.routing import Router
+
+    path = tmp_path / "p.toml"
+    path.write_text(load_policy("default").text)
+    router = Router(load_policy(path), "s", has_plain=True)
+    for i in range(2):
+        router.observe(
+            request_timed(request_id=f"r{i}", upstream=PLAIN, predicted_n=64, predicted_ms=None, total_ms=900.0)
+        )
+    assert (router.clock, router.clockless) == (PROXY_CLOCK, [PLAIN])
+    path.write_text(path.read_text().replace("explore_share = 0.05", "explore_share = 0.1"))
+    assert router.maybe_reload().accepted and router.classes == {} and router.clock == PROXY_CLOCK
+    decisions = []
+    for i in range(2, 20):
+        side = router.side("chat")
+        decode_ms = None if side == PLAIN else 800.0  # spec still gives its decode time, plain never
+        ev = request_timed(request_id=f"r{i}", upstream=side, predicted_n=64, predicted_ms=decode_ms, total_ms=900.0)
+        decisions += router.observe(ev)
+    assert decisions and all(d.route.clock == PROXY_CLOCK for d in decisions)
+    assert all("plain gives no decode time" in d.reason for d in decisions)

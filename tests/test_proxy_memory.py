@@ -190,7 +190,7 @@ def test_a_pair_judged_on_the_proxys_clock_starts_there_and_its_stored_decision_
     (d,) = second.opening
     assert (d.route.clock, d.route.side_to) == (PROXY_CLOCK, PLAIN)
     assert {r.clock for r in d.route.recalled} == {PROXY_CLOCK} and d.route.recalled[0].ms == TOKENS / 23.0 * 1e3 + 40
-    assert (second.classes["chat"].clock, second.classes["chat"].clockless) == (PROXY_CLOCK, [PLAIN])
+    assert (second.clock, second.clockless) == (PROXY_CLOCK, [PLAIN])
     assert "on the proxy's clock (plain gives no decode time)" in d.reason and explain_route(d, {}).reproduces
 
 

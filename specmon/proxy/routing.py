@@ -7,10 +7,11 @@ and nothing moves: a fixed share (--plain-share) goes plain, as a baseline to co
 The policy file is the one `run` and `serve` read: its classes sort requests, `speculate = "on"` or
 `"off"` pins a class to a side, and an edit is taken at the next request (hot reload).
 
-A class is judged on the servers' own decode time while every timed reply of it gave one; from the
-first that did not (vLLM without --enable-per-request-metrics, say) on the proxy's clock, both sides
-and every request in its windows (metrics.served.timing), so the two are never on clocks of their own
-and a side that gives no decode time never leaves its class alternating.
+Classes are judged on the servers' own decode time while both sides give it; from the first side that
+does not (vLLM without --enable-per-request-metrics, say) every class on the proxy's clock, both sides
+and every request in its windows (metrics.served.timing), for the rest of the session (a policy edit
+included), so the two are never on clocks of their own and a side that gives no decode time never
+leaves a class alternating.
 
 With a memory shelf (proxy.recall), a class's replies in earlier sessions against the same upstream
 pair fill its side windows ahead of other classes' loans: a class they decide is decided at once
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from specmon.events.schema import Decision, PolicyLoaded, RequestTimed, RouteChoice, StoredReply
 from specmon.memory.store import Shelf
 from specmon.metrics.format import ratio_interval
-from specmon.metrics.served import CLOCK_WORDS, PROXY_CLOCK, SERVER_CLOCK, timing
+from specmon.metrics.served import CLOCK_WORDS, PROXY_CLOCK, timing
 from specmon.policy import route
 from specmon.policy.reload import changed_classes, loaded_event, reread
 from specmon.policy.route import BOTH, PLAIN, SPEC
@@ -40,8 +41,6 @@ class ClassRoute:
     side: str = BOTH  # where the class goes (advised, in advise mode)
     sent: int = 0  # requests routed since the last decision: the interleave's count
     recent: dict[str, collections.deque] = field(default_factory=dict)  # side -> its last timed requests
-    clock: str = SERVER_CLOCK  # what the sides are compared on: the proxy's once a side gives no decode ms
-    clockless: list[str] = field(default_factory=list)  # the sides that give no decode time
     clocked: collections.Counter = field(default_factory=collections.Counter)  # side -> replies with decode ms
     unclocked: collections.Counter = field(default_factory=collections.Counter)  # side -> replies without
     stored: dict[str, list[StoredReply]] = field(default_factory=dict)  # side -> earlier sessions' (proxy.recall)
@@ -57,6 +56,9 @@ class Router:
         self.decisions = 0
         self._stamp = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
         self.memory = recall.Recollection(shelf, session_id)
+        # what every class's sides are compared on: the proxy's clock once a side gave no decode ms, in
+        # this session or (the same pair) as stored; the sides that gave none
+        self.clock, self.clockless = self.memory.stored.clock, list(self.memory.stored.clockless)
         # a class whose stored replies decide it goes there before its first request
         held = [c.name for c in self.policy.classes if c.speculate == "auto" and self.memory.holds(c.name)]
         self.opening = [d for n in held if has_plain and (d := self._decide(n, self._state(n))) is not None]
@@ -110,11 +112,11 @@ class Router:
             return []
         st = self._state(ev.prompt_class)
         (st.unclocked if found.clock == PROXY_CLOCK else st.clocked)[ev.upstream] += 1
-        if _gives_no_decode_time(st, ev.upstream) and ev.upstream not in st.clockless:
-            for each in self.classes.values():  # a side that gives no decode time gives it to no class
-                each.clock = PROXY_CLOCK  # from now on: the windows hold both sides on one clock
-                if ev.upstream not in each.clockless:
-                    each.clockless.append(ev.upstream)
+        if _gives_no_decode_time(st, ev.upstream) and ev.upstream not in self.clockless:
+            # a side that gives no decode time gives it to no class: from now on every class's windows
+            # hold both sides on the proxy's clock
+            self.clock = PROXY_CLOCK
+            self.clockless.append(ev.upstream)
         st.recent[ev.upstream].append(ev)
         moved = [self._decide(ev.prompt_class, st)]
         alternating = [c.name for c in self.policy.classes if c.speculate == "auto" and c.name != ev.prompt_class]
@@ -129,12 +131,12 @@ class Router:
         r = self.policy.routing
         kept, own = self._own(st)
         room = {side: r.min_requests - len(own[side]) - len(kept[side]) for side in (SPEC, PLAIN)}
-        lent = {side: self._lent(name, side, st.clock, room[side]) for side in (SPEC, PLAIN)}
+        lent = {side: self._lent(name, side, room[side]) for side in (SPEC, PLAIN)}
         cited = {side: lent[side] + own[side] for side in (SPEC, PLAIN)}  # in this log: the decision names them
         spec, plain = (cited[side] + [route.stored_request(x, name) for x in kept[side]] for side in (SPEC, PLAIN))
         if min(len(spec), len(plain)) < r.min_requests // 2:
             return None  # route.choose moves nothing on so few: no bootstrap on every reply of a thin class
-        est = route.estimate(spec, plain, st.clock)
+        est = route.estimate(spec, plain, self.clock)
         side_to = route.choose(st.side, est, r.min_requests)
         if side_to == st.side:
             return None
@@ -150,7 +152,7 @@ class Router:
             len(plain),
             r.min_requests,
             r.window,
-            st.clock,
+            self.clock,
             len(lent[SPEC]) + len(lent[PLAIN]),
             kept[SPEC] + kept[PLAIN],
         )
@@ -171,7 +173,7 @@ class Router:
             round_ids=[],
             applied=self.enforced,
             policy_sha256=self.policy.sha256,
-            reason=_reason(choice, st.clockless, route.borrowed_words(name, spec + plain) + stored),
+            reason=_reason(choice, self.clockless, route.borrowed_words(name, spec + plain) + stored),
             request_ids=[ev.request_id for ev in cited[SPEC] + cited[PLAIN]],
             rule=choice,
         )
@@ -204,24 +206,13 @@ class Router:
             window = self.policy.routing.window
             recent = {SPEC: collections.deque(maxlen=window), PLAIN: collections.deque(maxlen=window)}
             st = self.classes[name] = ClassRoute(recent=recent, stored=self.memory.replies(self._class(name)))
-            # a side that gives no decode time does so for every class: a new one starts on the shared clock
-            clock, clockless = self._clock()
-            st.clock, st.clockless = clock, list(clockless)
         return st
-
-    def _clock(self) -> tuple[str, list[str]]:
-        """The clock classes are compared on now, and the sides that give no decode time: the proxy's once
-        one gave none, in this session or (the same pair) as stored; else the servers' own."""
-        known = next((c for c in self.classes.values() if c.clock == PROXY_CLOCK), None)
-        if known is not None:
-            return PROXY_CLOCK, known.clockless
-        return self.memory.stored.clock, self.memory.stored.clockless
 
     def _own(self, st: ClassRoute) -> tuple[dict[str, list[StoredReply]], dict[str, list[RequestTimed]]]:
         """A class's windows on its clock: the stored replies that fill what its own leave of each, and its own."""
-        own = {side: [ev for ev in st.recent[side] if route.timed(ev, st.clock)] for side in (SPEC, PLAIN)}
+        own = {side: [ev for ev in st.recent[side] if route.timed(ev, self.clock)] for side in (SPEC, PLAIN)}
         room = {side: self.policy.routing.window - len(own[side]) for side in (SPEC, PLAIN)}
-        return {side: recall.taken(st.stored.get(side, []), st.clock, room[side]) for side in (SPEC, PLAIN)}, own
+        return {side: recall.taken(st.stored.get(side, []), self.clock, room[side]) for side in (SPEC, PLAIN)}, own
 
     def remember(self, final: bool = False) -> None:
         """Keep each class's windows of this session (proxy.recall): at most every memory.store.KEEP_EVERY_S as the
@@ -232,18 +223,18 @@ class Router:
         for name, st in self.classes.items():
             if any(st.recent.values()):
                 kept, own = self._own(st)
-                mine = {side: [recall.stored_reply(ev, st.clock) for ev in own[side]] for side in (SPEC, PLAIN)}
+                mine = {side: [recall.stored_reply(ev, self.clock) for ev in own[side]] for side in (SPEC, PLAIN)}
                 learned[name] = kept[SPEC] + mine[SPEC] + kept[PLAIN] + mine[PLAIN]
-        self.memory.remember(learned, {name: self._class(name) for name in learned}, *self._clock())
+        self.memory.remember(learned, {name: self._class(name) for name in learned}, self.clock, self.clockless)
 
-    def _lent(self, name: str, side: str, clock: str, need: int) -> list[RequestTimed]:
+    def _lent(self, name: str, side: str, need: int) -> list[RequestTimed]:
         """A thin class's window on `side` topped up to min_requests with the latest requests the other
         classes sent there (the same server pair): it goes where the pair as a whole is faster until
         its own requests, taking the borrowed ones' places as they come, say otherwise."""
         if need <= 0:
             return []
         pooled = [ev for other, st in self.classes.items() if other != name for ev in st.recent[side]]
-        return sorted((ev for ev in pooled if route.timed(ev, clock)), key=lambda ev: ev.t)[-need:]
+        return sorted((ev for ev in pooled if route.timed(ev, self.clock)), key=lambda ev: ev.t)[-need:]
 
     def _names(self) -> set[str]:
         return {c.name for c in self.policy.classes}
