@@ -22,7 +22,7 @@ from specmon.events.log import read_log
 from specmon.events.schema import Decision, RequestTimed, StoredReply, decode, encode
 from specmon.memory.store import HALF_LIFE_S, Memory, Shelf
 from specmon.metrics.served import PROXY_CLOCK, SERVER_CLOCK
-from specmon.policy.engine import matches_of
+from specmon.policy.classify import matches_of
 from specmon.policy.explain import explain_log, explain_route
 from specmon.policy.schema import load_policy
 from specmon.memory import store

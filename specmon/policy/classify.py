@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import unicodedata
+
+import msgspec
 
 from specmon.errors import SpecmonError
 from specmon.policy import regex
 from specmon.policy.features import prompt_features
 from specmon.policy.schema import Policy, PromptClass
+
+
+def matches_of(cls: PromptClass) -> str:
+    """Which prompts a class takes, as a digest: a store learned under other rules measured other prompts."""
+    return hashlib.sha256(msgspec.json.encode([cls.match, cls.default])).hexdigest()[:16]
 
 
 def classify(policy: Policy, text: str, tag: str | None = None) -> tuple[str, str]:

@@ -15,7 +15,6 @@ it too. What the classes learn is kept there as the session goes and when it end
 from __future__ import annotations
 
 import collections
-import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -26,7 +25,7 @@ from specmon.events.schema import ClassInForce, Decision, GateChoice, PolicyLoad
 from specmon.memory.store import Shelf, age_weight
 from specmon.policy import gate
 from specmon.policy.explore import Budget
-from specmon.policy.classify import classify, named_class
+from specmon.policy.classify import classify, matches_of, named_class
 from specmon.policy.reload import changed_classes, loaded_event, reread
 from specmon.policy.schema import Policy, PromptClass, file_stamp
 
@@ -40,11 +39,6 @@ class Learned(msgspec.Struct):
     session_id: str  # the session that learned it
     t: float  # when
     matches: str  # the class's match rules (matches_of): evidence of other prompts is not read
-
-
-def matches_of(cls: PromptClass) -> str:
-    """Which prompts a class takes, as a digest: a store learned under other rules measured other prompts."""
-    return hashlib.sha256(msgspec.json.encode([cls.match, cls.default])).hexdigest()[:16]
 
 
 @dataclass

@@ -4,7 +4,7 @@ clock its sides were compared on.
 
 The key is the upstream pair as the proxy knows it at start (each side's URLs and the family its
 /health or /v1/models named), nothing of this host: another pair's replies are never read. A class
-whose match rules changed (policy.engine.matches_of) does not read what the old rules measured.
+whose match rules changed (policy.classify.matches_of) does not read what the old rules measured.
 
 At start a class's stored replies fill its side windows ahead of other classes' loans, the newest
 round(n x age_weight) of each side's n, so a week-old store counts half; its own replies take their
@@ -19,7 +19,7 @@ import msgspec
 from specmon.events.schema import RequestTimed, StoredReply
 from specmon.memory.store import Memory, Shelf, age_weight
 from specmon.metrics.served import SERVER_CLOCK, timing
-from specmon.policy.engine import matches_of
+from specmon.policy.classify import matches_of
 from specmon.policy.route import PLAIN, SPEC
 from specmon.policy.schema import PromptClass
 
