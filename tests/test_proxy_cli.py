@@ -4,16 +4,13 @@ log is opened; headless, a line per request and, at Ctrl-C, the per-class table 
 from __future__ import annotations
 
 import importlib
-import os
 import re
-import signal
 import socket
-import subprocess
-import sys
 
 import httpx
 import pytest
 from test_proxy_upstream import FakeUpstream, request_body
+from proxycli import proxy_command
 from waiting import wait_until
 
 
@@ -64,28 +61,11 @@ def test_headless_a_line_per_request_and_the_table_and_advice_at_ctrl_c(tmp_path
     with FakeUpstream() as spec, FakeUpstream("-plain") as plain:
         argv = ["--upstream", spec.url, "--plain-upstream", plain.url, "--plain-share", "0.5"]
         argv += ["--port", "0", "--headless", "--log", str(log)]
-        env = {**os.environ, "COLUMNS": "100"}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "specmon.cli", "proxy", *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            # Ctrl-C as from a terminal: a pytest started in the background (`&`) ignores SIGINT, and so would it
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-        try:
-            said = ""
-            while "proxying" not in said:
-                said += proc.stderr.readline()
-                assert proc.poll() is None, said
-            url = re.search(r"proxying (http://[\d.]+:\d+)/v1", said).group(1)
+        with proxy_command(*argv) as run:
             for _ in range(4):
-                assert httpx.post(url + "/v1/chat/completions", json=request_body("chat")).status_code == 200
+                assert httpx.post(run.url + "/v1/chat/completions", json=request_body("chat")).status_code == 200
             wait_until(lambda: log.stat().st_size > 0 and len(plain.requests) == 2, "four requests logged")
-        finally:
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=60)
+    out, err, proc = run.out, run.err, run.proc
     lines = [line for line in out.splitlines() if re.match(r"specmon: 200 [0-9a-f]{8} chat ", line)]
     assert len(lines) == 4 and " chat upstream=spec acc=24/24 tokens=32 " in lines[0]
     assert " chat upstream=plain acc=- tokens=32 " in lines[1]

@@ -5,11 +5,7 @@ store start cold. Each test's store is its own (conftest points SPECMON_STATE at
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 
 import httpx
@@ -17,6 +13,7 @@ import msgspec
 import pytest
 
 from events import request_timed
+from proxycli import proxy_command
 from specmon.cli.inspect import event_line
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RequestTimed, StoredReply, decode, encode
@@ -297,29 +294,11 @@ def test_the_command_keys_the_store_by_the_pair_and_fresh_ignores_it(tmp_path):
 
         def run(name: str, requests: int, *more: str) -> str:
             log = tmp_path / f"{name}.specmon"
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "specmon.cli", "proxy", *argv, "--log", str(log), *more],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env={**os.environ, "COLUMNS": "300"},
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-            )
-            try:
-                said = ""
-                while "proxying" not in said:
-                    said += proc.stderr.readline()
-                    assert proc.poll() is None, said
-                url = re.search(r"proxying (http://[\d.]+:\d+)/v1", said).group(1)
-                # serving, so uvicorn's handler takes the Ctrl-C (one that lands before is lost in a weakref callback)
-                assert httpx.get(url + "/health").status_code == 200
+            with proxy_command(*argv, "--log", str(log), *more, columns=300) as proxy:
                 for _ in range(requests):
-                    assert httpx.post(url + "/v1/chat/completions", json=request_body("chat")).status_code == 200
-            finally:
-                proc.send_signal(signal.SIGINT)
-                out, err = proc.communicate(timeout=60)
-            assert proc.returncode == 130, err
-            return out
+                    assert httpx.post(proxy.url + "/v1/chat/completions", json=request_body("chat")).status_code == 200
+            assert proxy.proc.returncode == 130, proxy.err
+            return proxy.out
 
         run("one", 8)
         sid = next(iter(read_log(tmp_path / "one.specmon"))).session_id
