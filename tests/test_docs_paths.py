@@ -39,3 +39,25 @@ def test_a_missing_path_is_said_with_its_doc_and_line(tmp_path):
         "docs/page.md:2: docs/none.md",
         "docs/page.md:3: docs/other.md",
     ]
+
+
+def _development_guide() -> str:
+    return " ".join((REPO / "docs" / "development.md").read_text().split())  # its prose, unwrapped
+
+
+def test_the_development_guide_names_every_slow_test_file_and_no_other():
+    said = re.search(r"\*\*Slow tests\*\*(.*?)\n?- \*\*Skipped", _development_guide())
+    named = set(re.findall(r"`(test_\w+\.py)`", said.group(1)))
+    marked = re.compile(
+        r"^\s*(@|pytestmark = )?pytest\.mark\.slow\b", re.MULTILINE
+    )  # a decorator, a module's, a param's
+    slow = {p.name for p in (REPO / "tests").glob("test_*.py") if marked.search(p.read_text())}
+    assert len(slow) > 10 and named == slow, (sorted(slow - named), sorted(named - slow))
+
+
+def test_the_development_guide_gives_the_layers_test_layout_checks():
+    from test_layout import LAYERS
+
+    prose = re.search(r"LAYERS, low to high: (.*?)\. So nothing", _development_guide()).group(1)
+    said = tuple(tuple(re.split(r", | and ", layer.strip())) for layer in prose.split(";"))
+    assert said == LAYERS
