@@ -23,7 +23,7 @@ from specmon.policy import route
 from specmon.policy.schema import load_policy
 from specmon.proxy.advice import advise
 from specmon.proxy.routing import BOTH, PLAIN, SPEC
-from specmon.proxy.tables import log_summary, proxy_summary, tally_summary
+from specmon.proxy.tables import log_summary, proxy_summary, request_line, tally_summary
 from specmon.proxy.tally import WINDOW, Tally
 
 POLICY = load_policy("default")
@@ -65,6 +65,22 @@ def test_one_rule_says_whether_a_reply_is_timed_and_on_which_clock_and_every_use
     (advice,) = advise([ev, request_timed(request_id="p", upstream=PLAIN, predicted_n=40, predicted_ms=900.0)])
     assert advice.estimate.prompts_spec == int(clock is not None)  # the advice's, on the class's clock
     assert advice.clock == (PROXY_CLOCK if clock == PROXY_CLOCK else SERVER_CLOCK)
+
+
+@pytest.mark.parametrize("decode_ms", [360.0, None])  # the server's clock; none given: the proxy's, marked
+def test_a_tok_s_is_one_figure_on_the_headless_line_in_log_info_and_in_the_view(decode_ms):
+    from specmon.tui.served_panes import render_classes
+    from specmon.tui.served_state import ServedState
+
+    ev = request_timed(predicted_n=40, predicted_ms=decode_ms, total_ms=360.0)  # 111.1 tok/s on either clock
+    line = dict(field.split("=") for field in request_line(ev).split() if "=" in field)
+    [row] = [row.split() for row in rendered(proxy_summary([ev], POLICY)).splitlines() if row.startswith("chat ")]
+    state = ServedState()
+    state.apply([ev])
+    pane = render_classes(state, 36).plain.splitlines()  # the pane's width at 80x24
+    [pane_row] = [row.split() for row in pane if row.startswith("chat ")]
+    assert {line["tok/s"], row[-1], pane_row[-1]} == {"111.1" + ("" if decode_ms else "*")}
+    assert max(map(len, pane)) <= 36, pane
 
 
 def test_a_decision_logged_before_the_clock_was_recorded_reads_as_on_the_servers_clock():

@@ -16,7 +16,7 @@ import msgspec
 
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics import rates
-from specmon.metrics.format import fmt
+from specmon.metrics.format import MISSING, fmt
 
 COUNTERS = ("drafts", "draft_tokens", "accepted", "generation_tokens")
 RECENT_S = 60.0  # the "recent" figures' span: long enough to hold a few whole requests
@@ -182,6 +182,7 @@ def requests_cell(requests: int, timed: int, reported: int) -> str:
 
 SERVER_CLOCK, PROXY_CLOCK = "server", "proxy"  # which clock a reply's tokens were timed on
 CLOCK_WORDS = {SERVER_CLOCK: "the servers' own decode time", PROXY_CLOCK: "the proxy's clock"}
+CLOCKED = "*"  # marks a tok/s on the proxy's clock
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,12 @@ def judged_on(*sides: RequestTotals) -> str:
     """The clock a class's sides are compared on: the servers' own while every timed reply gave it, the
     proxy's from the first that did not (one clock both sides share, never one clock each)."""
     return PROXY_CLOCK if any(t.proxy_only for t in sides) else SERVER_CLOCK
+
+
+def tok_per_s_text(speed: float | None, clock: str, missing: str = MISSING) -> str:
+    """A reply's or a class's decode tok/s, timed on `clock`, as every table, line and pane writes it: one
+    decimal, marked CLOCKED on the proxy's clock; `missing` where no reply gave the times."""
+    return missing if speed is None else f"{speed:.1f}{CLOCKED if clock == PROXY_CLOCK else ''}"
 
 
 @dataclass(frozen=True)

@@ -135,9 +135,8 @@ def markdown(s: dict) -> list[str]:
 
 def _markdown_row(r: dict) -> str:
     told = r["reported"] > 0
-    speed = fmt(r["tok_per_s"], "{:.1f}")
-    if r["tok_per_s"] is None and r["clocked_tok_per_s"] is not None:
-        speed = f"{r['clocked_tok_per_s']:.1f}*"
+    on = served.SERVER_CLOCK if r["tok_per_s"] is not None else served.PROXY_CLOCK
+    speed = served.tok_per_s_text(r["tok_per_s"] if on == served.SERVER_CLOCK else r["clocked_tok_per_s"], on)
     return (
         f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {served.requests_cell(r['requests'], r['timed'], r['reported'])} | {r['drafted'] if told else '-'} | "
         f"{r['accepted'] if told else '-'} | {fmt(r['acceptance']) if told else 'not reported'} | "

@@ -17,8 +17,16 @@ from specmon.server.records import millis, notice_text, short_id
 from specmon.tables import compact_table
 from specmon.errors import SpecmonError
 from specmon.events.schema import RequestTimed, SessionStarted
-from specmon.metrics.format import MISSING, count, fmt, ratio_interval
-from specmon.metrics.served import CLOCK_WORDS, PROXY_CLOCK, RequestTotals, judged_on, requests_cell
+from specmon.metrics.format import count, fmt, ratio_interval
+from specmon.metrics.served import (
+    CLOCK_WORDS,
+    CLOCKED,
+    PROXY_CLOCK,
+    RequestTotals,
+    judged_on,
+    requests_cell,
+    tok_per_s_text,
+)
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import ClassAdvice, advise, applied_line
 from specmon.proxy.tally import Tally
@@ -28,7 +36,6 @@ from specmon.metrics.unreported import SPEC, SessionLines, silent
 COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "tok/s")
 OUTCOMES = {499: "client left", 502: "upstream broke off", 504: "upstream went silent", 0: "upstream unreachable"}
 NOT_REPORTED = "not reported"
-CLOCKED = "*"  # marks a tok/s on the proxy's clock
 CLOCK_NOTE = (
     f"{CLOCKED} tok/s on the proxy's clock (a stream's tokens after the first / first to last byte; a whole reply's "
     "tokens / arrival to last byte): a reply of the class gave no decode time, so both its sides are judged on it"
@@ -52,22 +59,16 @@ def request_line(ev: RequestTimed, sides: bool = False) -> str:
     the plain side), tokens, decode tok/s, time to first byte (a stream's alone: a reply sent whole has
     it at its end) and in all."""
     totals = RequestTotals() + ev
+    on = judged_on(totals)  # the reply's own clock (metrics.served.timing)
     missing = "n/r" if silent(ev) else "-"  # the plain side is not meant to draft
     missing = "unmeasured" if ev.unmeasured else missing  # its figures were out of range: its notice says why
     drafted = missing if ev.draft_n is None else f"{ev.draft_n_accepted or 0}/{ev.draft_n}"
     fields = [str(ev.status), short_id(ev.request_id), ev.prompt_class]
     fields += [f"upstream={ev.upstream}"] if sides else []
     fields += [f"acc={drafted}", f"tokens={ev.predicted_n if ev.predicted_n is not None else '-'}"]
-    fields += [f"tok/s={_speed(totals, '-')}"]
+    fields += [f"tok/s={tok_per_s_text(totals.tok_per_s_on(on), on, '-')}"]
     fields += [f"ttfb={millis(ev.first_byte_ms)}"] if ev.stream else []
     return " ".join([*fields, f"total={millis(ev.total_ms)}"])
-
-
-def _speed(t: RequestTotals, missing: str = MISSING, clock: str | None = None) -> str:
-    """Tok/s on `clock`, the proxy's marked (None: the reply's own, metrics.served.timing); else missing."""
-    clock = clock or judged_on(t)
-    speed = t.tok_per_s_on(clock)
-    return missing if speed is None else f"{speed:.1f}{CLOCKED if clock == PROXY_CLOCK else ''}"
 
 
 def class_table(tally: Tally, title: str = "requests per class") -> Table:
@@ -75,7 +76,7 @@ def class_table(tally: Tally, title: str = "requests per class") -> Table:
     on the clock the class is judged on."""
     table = compact_table(escape(title), COLUMNS, left=("class", "upstream"), tight=True)  # fits 80 columns
     for (name, upstream), t in sorted(tally.totals.items()):
-        told = t.reported > 0
+        told, on = t.reported > 0, tally.clock(name)
         missing = NOT_REPORTED if upstream == SPEC else "-"  # the plain side is not meant to draft
         table.add_row(
             escape(name),
@@ -85,7 +86,7 @@ def class_table(tally: Tally, title: str = "requests per class") -> Table:
             str(t.draft_n_accepted) if told else "-",
             fmt(t.acceptance) if told else missing,
             fmt(t.tokens_per_step),
-            _speed(t, clock=tally.clock(name)),
+            tok_per_s_text(t.tok_per_s_on(on), on),
         )
     return table
 

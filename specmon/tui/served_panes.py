@@ -241,10 +241,13 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
     if not state.requests:
         seen = f" ({count(state.requests_seen, 'request')}, none answered 2xx)" if state.requests_seen else ""
         return Text(f"no proxied requests{seen}", style="dim")
-    name_width = max(width - 26, 6)  # the figures take 26 columns: at 80x24 a class name keeps 10
-    head = f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4} {'t/st':>4} {'tok/s':>5}"
+    clocks = {key: state.clock(key[0]) for key in state.requests}
+    speeds = {key: served.tok_per_s_text(t.tok_per_s_on(clocks[key]), clocks[key]) for key, t in state.requests.items()}
+    speed_width = max(5, *map(len, speeds.values()))  # a `111.1*` takes its column from the name
+    name_width = max(width - 21 - speed_width, 6)  # 26 columns of figures: at 80x24 a name keeps 10
+    head = f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4} {'t/st':>4} {'tok/s':>{speed_width}}"
     blocks = [
-        _class_block(cls, upstream, totals, name_width, width, state.clock(cls))
+        _class_block(cls, upstream, totals, name_width, width, speeds[(cls, upstream)].rjust(speed_width))
         for (cls, upstream), totals in sorted(state.requests.items())
     ]
     for cls, d in sorted(state.routes.items()):
@@ -258,13 +261,14 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
     return text
 
 
-def _class_block(cls: str, upstream: str, totals, name_width: int, width: int, on: str) -> list[tuple[str, str]]:
-    """One (class, upstream)'s row, and its acceptance by position where its replies gave histograms."""
+def _class_block(cls: str, upstream: str, totals, name_width: int, width: int, speed: str) -> list[tuple[str, str]]:
+    """One (class, upstream)'s row, `speed` its tok/s cell, and its acceptance by position where its replies
+    gave histograms."""
     missing = "n/r" if upstream == unreported.SPEC else "-"  # the plain side is not meant to draft
     acc = fmt(totals.acceptance) if totals.reported else missing
     row = (
         f"{cut(cls, name_width):<{name_width}} {cut(upstream, 5):<5} {totals.requests:>3} {acc:>4} "
-        f"{fmt(totals.tokens_per_step):>4} {_speed(totals, on):>5}"
+        f"{fmt(totals.tokens_per_step):>4} {speed}"
     )
     block = [(row, "")]
     if totals.accepted_per_pos:
@@ -307,16 +311,8 @@ def _route_line(cls: str, d) -> str:
     ratio on the proxy's clock marked *, as the rows)."""
     r = d.route
     advised = "" if d.applied else " (advised)"
-    on = "*" if r.clock == PROXY_CLOCK else ""
+    on = served.CLOCKED if r.clock == PROXY_CLOCK else ""
     return f"{cls} → {r.side_to}{advised} {ratio_interval(r.ratio, r.low, r.high)}{on} at {clock(d.t)}"
-
-
-def _speed(totals, on: str) -> str:
-    """Tok/s on the clock the class is judged on: the server's decode time, or the proxy's marked *; else N/A."""
-    speed = totals.tok_per_s_on(on)
-    if speed is None:
-        return MISSING
-    return f"{speed:.0f}*" if on == PROXY_CLOCK else fmt(speed, "{:.1f}")
 
 
 def classes_rows(state: ServedState) -> list[tuple[str, str, int, float | None, float | None, float | None]]:
