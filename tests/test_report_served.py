@@ -69,3 +69,41 @@ def test_report_says_what_lies_beside_a_servers_page(tmp_path, capsys):
     assert main(["report", str(_proxy_log(tmp_path / "proxy.specmon")), "--out", str(out)]) == 0
     assert not (out / "timing.png").exists()
     assert capsys.readouterr().out.strip() == f"report: {out / 'report.md'} (report.json beside it)"
+
+
+def test_a_missing_draft_count_is_said_one_way_in_the_line_log_info_the_report_and_the_view(tmp_path):
+    """metrics.unreported.missing_counts: not reported (n/r where narrow) on the speculating side, `-` on the
+    plain side and for a reply that failed (the report once said `not reported` on the plain side too)."""
+    import io
+
+    from rich.console import Console
+
+    from specmon.metrics.served_summary import markdown, served_summary
+    from specmon.proxy.tables import proxy_summary, request_line
+    from specmon.tui.served_panes import render_classes
+    from specmon.tui.served_state import ServedState
+
+    timed = {"session_id": "w", "prompt_class": "chat", "predicted_n": 40, "predicted_ms": 400.0}
+    spec, plain, failed = (
+        request_timed(**timed, t=T0 + 1, request_id="r0", upstream="spec"),
+        request_timed(**timed, t=T0 + 2, request_id="r1", upstream="plain"),
+        request_timed(**timed, t=T0 + 3, request_id="r2", upstream="spec", status=502),
+    )
+    events = [header("proxy"), spec, plain, failed]
+    short, long = {"spec": "n/r", "plain": "-"}, {"spec": "not reported", "plain": "-"}
+
+    lines = {ev.request_id: dict(f.split("=") for f in request_line(ev).split() if "=" in f) for ev in events[1:]}
+    assert {rid: line["acc"] for rid, line in lines.items()} == {"r0": "n/r", "r1": "-", "r2": "-"}
+    state = ServedState()
+    state.apply(events)
+    pane = [row.split() for row in render_classes(state, 36).plain.splitlines() if row.startswith("chat ")]
+    assert {row[1]: row[3] for row in pane} == short
+    console = Console(file=io.StringIO(), width=100, color_system=None)
+    console.print(proxy_summary(events, None))
+    table = {
+        row.split()[1]: row.split()[5:7] for row in console.file.getvalue().splitlines() if row.startswith("chat ")
+    }
+    assert table["spec"] == long["spec"].split() and table["plain"][0] == long["plain"]  # acceptance, after accepted
+    page = markdown(served_summary(write_log(tmp_path / "proxy.specmon", events)))
+    cells = [[c.strip() for c in row.split("|")[1:-1]] for row in page if row.startswith("| chat |")]
+    assert {row[1]: row[5] for row in cells} == long

@@ -11,7 +11,7 @@ from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics import served
 from specmon.metrics.format import clock, count, fmt
-from specmon.metrics.unreported import notices
+from specmon.metrics.unreported import missing_counts, notices
 
 
 def logged(log: Path) -> list:
@@ -139,7 +139,7 @@ def _markdown_row(r: dict) -> str:
     speed = served.tok_per_s_text(r["tok_per_s"] if on == served.SERVER_CLOCK else r["clocked_tok_per_s"], on)
     return (
         f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {served.requests_cell(r['requests'], r['timed'], r['reported'])} | {r['drafted'] if told else '-'} | "
-        f"{r['accepted'] if told else '-'} | {fmt(r['acceptance']) if told else 'not reported'} | "
+        f"{r['accepted'] if told else '-'} | {fmt(r['acceptance']) if told else missing_counts(r['upstream'], short=False)} | "
         f"{fmt(r['tokens_per_step'])} | {' '.join(fmt(x) for x in r['position_rates']) or '-'} | {speed} |"
     )
 

@@ -66,6 +66,15 @@ def drafting(ev: RequestTimed, drafts: int | None, reported: bool = False) -> bo
 DRAFTED_NOTHING, ELSEWHERE, NOT_REPORTED = "drafted nothing", "reported elsewhere", "not reported"
 
 
+def missing_counts(upstream: str, answered: bool = True, short: bool = True) -> str:
+    """What stands for draft counts a reply did not give, in a line, a table or a pane: not reported (`n/r`,
+    or the words where there is room) where the speculating side answered; `-` on the plain side, which is
+    not meant to draft, or where nothing answered."""
+    if upstream != SPEC or not answered:
+        return "-"
+    return "n/r" if short else NOT_REPORTED
+
+
 def verdict(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
     """What an upstream's silent replies mean: its requests drafted nothing (drafting), it gave counts in
     other replies (`reported`) but not these, or it reports none."""

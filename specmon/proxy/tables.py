@@ -30,12 +30,11 @@ from specmon.metrics.served import (
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import ClassAdvice, advise, applied_line
 from specmon.proxy.tally import Tally
-from specmon.metrics.unreported import SPEC, SessionLines, silent
+from specmon.metrics.unreported import SessionLines, missing_counts
 
 # tok/s: each request's own decode speed (the server's decode time), not the server's throughput (a watch's)
 COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "tok/s")
 OUTCOMES = {499: "client left", 502: "upstream broke off", 504: "upstream went silent", 0: "upstream unreachable"}
-NOT_REPORTED = "not reported"
 CLOCK_NOTE = (
     f"{CLOCKED} tok/s on the proxy's clock (a stream's tokens after the first / first to last byte; a whole reply's "
     "tokens / arrival to last byte): a reply of the class gave no decode time, so both its sides are judged on it"
@@ -60,7 +59,7 @@ def request_line(ev: RequestTimed, sides: bool = False) -> str:
     it at its end) and in all."""
     totals = RequestTotals() + ev
     on = judged_on(totals)  # the reply's own clock (metrics.served.timing)
-    missing = "n/r" if silent(ev) else "-"  # the plain side is not meant to draft
+    missing = missing_counts(ev.upstream, answered=200 <= ev.status < 300)
     missing = "unmeasured" if ev.unmeasured else missing  # its figures were out of range: its notice says why
     drafted = missing if ev.draft_n is None else f"{ev.draft_n_accepted or 0}/{ev.draft_n}"
     fields = [str(ev.status), short_id(ev.request_id), ev.prompt_class]
@@ -77,14 +76,13 @@ def class_table(tally: Tally, title: str = "requests per class") -> Table:
     table = compact_table(escape(title), COLUMNS, left=("class", "upstream"), tight=True)  # fits 80 columns
     for (name, upstream), t in sorted(tally.totals.items()):
         told, on = t.reported > 0, tally.clock(name)
-        missing = NOT_REPORTED if upstream == SPEC else "-"  # the plain side is not meant to draft
         table.add_row(
             escape(name),
             upstream,
             requests_cell(t.requests, t.timed, t.reported),
             str(t.draft_n) if told else "-",
             str(t.draft_n_accepted) if told else "-",
-            fmt(t.acceptance) if told else missing,
+            fmt(t.acceptance) if told else missing_counts(upstream, short=False),
             fmt(t.tokens_per_step),
             tok_per_s_text(t.tok_per_s_on(on), on),
         )

@@ -264,8 +264,7 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
 def _class_block(cls: str, upstream: str, totals, name_width: int, width: int, speed: str) -> list[tuple[str, str]]:
     """One (class, upstream)'s row, `speed` its tok/s cell, and its acceptance by position where its replies
     gave histograms."""
-    missing = "n/r" if upstream == unreported.SPEC else "-"  # the plain side is not meant to draft
-    acc = fmt(totals.acceptance) if totals.reported else missing
+    acc = fmt(totals.acceptance) if totals.reported else unreported.missing_counts(upstream)
     row = (
         f"{cut(cls, name_width):<{name_width}} {cut(upstream, 5):<5} {totals.requests:>3} {acc:>4} "
         f"{fmt(totals.tokens_per_step):>4} {speed}"
