@@ -173,11 +173,11 @@ async def test_llama_servers_positions_no_draft_reached_are_one_cell():
 
 def test_positions_that_do_not_fit_are_counted():
     rates = [0.9 - 0.03 * i for i in range(20)]  # 20 positions, every one reached by some draft
-    assert sp.position_lines(rates, 36, 2) == [
+    assert sp.fitted_position_rates(rates, 36, 2) == [
         "by position 0.90 0.87 0.84 0.81 0.78",
         "            0.75 0.72 0.69 0.66 …+11",
     ]
-    assert sp.position_lines(rates, 36) == [
+    assert sp.fitted_position_rates(rates, 36) == [
         "by position 0.90 0.87 0.84 0.81 0.78",
         "            0.75 0.72 0.69 0.66 0.63",
         "            0.60 0.57 0.54 0.51 0.48",

@@ -89,7 +89,7 @@ def class_table(tally: Tally, title: str = "requests per class") -> Table:
     return table
 
 
-def position_lines(tally: Tally) -> list[str]:
+def positions_by_class(tally: Tally) -> list[str]:
     """Acceptance by draft position per (class, upstream), where the replies gave histograms (vLLM)."""
     lines = []
     for (name, upstream), t in sorted(tally.totals.items()):
@@ -127,7 +127,7 @@ def proxy_summary(events: Iterable, policy: Policy | None) -> Group:
 def tally_summary(tally: Tally, policy: Policy | None) -> Group:
     """The table, what it leaves out, and the advice per class: `specmon proxy`'s end and `log info`.
     Reads of the upstream's /metrics in the tally tell a notice whether the upstream drafts."""
-    lines = [Hanging(line) for line in position_lines(tally)]  # a wrapped line goes on under itself
+    lines = [Hanging(line) for line in positions_by_class(tally)]  # a wrapped line goes on under itself
     if any(tally.clock(name) == PROXY_CLOCK for name, _ in tally.totals):
         lines.append(Hanging(CLOCK_NOTE))
     lines += [Hanging(line) for line in [uncounted_line(tally.outcomes), *tally.silence.notices()] if line]

@@ -125,20 +125,21 @@ def _append_lines(text: Text, lines: list[Text]) -> None:
 
 def render_positions(state: ServedState, width: int, height: int | None = None) -> Text:
     """Acceptance at each draft position over the recent span: drafts that got past it / drafts. A bar
-    each, in as many columns as `height` needs; where bars no longer fit, the rates alone (position_lines)."""
+    each, in as many columns as `height` needs; where bars no longer fit, the rates alone
+    (fitted_position_rates)."""
     w = state.recent()
     if w is None or not w.drafts:
         return Text(f"no drafts in the {recent_span(w)}", style="dim")
     rates = w.position_rates()
     cells = served.position_cells(rates)
     if not cells:  # the page counts drafts but not per position (no `_per_pos` metric): no bar to draw
-        return Text("\n".join(position_lines(rates, width, height, "pos")))
+        return Text("\n".join(fitted_position_rates(rates, width, height, "pos")))
     columns = -(-len(cells) // height) if height else 1
     rows = -(-len(cells) // columns)
     label_width = max(2, *(len(label) for label, _, _ in cells))
     bar_width = (width - 1 - COLUMN_GAP * (columns - 1)) // columns - label_width - 6  # label, bar, rate, blanks
     if bar_width < MIN_BAR:
-        return Text("\n".join(position_lines(rates, width, height, "pos")))
+        return Text("\n".join(fitted_position_rates(rates, width, height, "pos")))
     text = Text()
     for row in range(rows):
         for column, (label, rate, _) in enumerate(cells[row::rows]):
@@ -152,7 +153,7 @@ def render_positions(state: ServedState, width: int, height: int | None = None) 
     return text
 
 
-def position_lines(rates: list[float | None], width: int, most: int | None = None, label: str = "by position"):
+def fitted_position_rates(rates: list[float | None], width: int, most: int | None = None, label: str = "by position"):
     """`label` and each position's rate, wrapped under the first rate to `width`; past `most` lines the
     positions left out are counted at the end (…+N), never dropped unsaid."""
     cells = [(served.position_cell_text(*cell), cell[2]) for cell in served.position_cells(rates)]
@@ -175,7 +176,7 @@ def position_lines(rates: list[float | None], width: int, most: int | None = Non
 
 
 def _position_line(label: str, cells: list[tuple[str, int]], continued: bool) -> str:
-    """One line of position_lines: the label, or blanks under it on a continued line, then the cells."""
+    """One line of fitted_position_rates: the label, or blanks under it on a continued line, then the cells."""
     return " ".join([" " * len(label) if continued else label, *(word for word, _ in cells)])
 
 
@@ -223,7 +224,7 @@ def render_totals(state: ServedState, width: int, height: int | None = None) -> 
     text = Text()
     _append_lines(text, head)
     most = None if height is None else max(height - len(head), 1)  # the rows the lines above leave, as drawn
-    text.append("\n".join(position_lines(w.position_rates(), max(width, 1), most)))
+    text.append("\n".join(fitted_position_rates(w.position_rates(), max(width, 1), most)))
     return text
 
 
@@ -271,7 +272,9 @@ def _class_block(cls: str, upstream: str, totals, name_width: int, width: int, s
     )
     block = [(row, "")]
     if totals.accepted_per_pos:
-        block += [(line, "dim") for line in position_lines(totals.position_rates(), max(width, 1), 2, "  by position")]
+        block += [
+            (line, "dim") for line in fitted_position_rates(totals.position_rates(), max(width, 1), 2, "  by position")
+        ]
     return block
 
 
