@@ -315,11 +315,3 @@ def _route_line(cls: str, d) -> str:
     advised = "" if d.applied else " (advised)"
     on = served.CLOCKED if r.clock == PROXY_CLOCK else ""
     return f"{cls} → {r.side_to}{advised} {ratio_interval(r.ratio, r.low, r.high)}{on} at {clock(d.t)}"
-
-
-def classes_rows(state: ServedState) -> list[tuple[str, str, int, float | None, float | None, float | None]]:
-    """The table's figures, for tests and log info: (class, upstream, requests, acceptance, tokens/step, tok/s)."""
-    out = []
-    for (cls, upstream), t in sorted(state.requests.items()):
-        out.append((cls, upstream, t.requests, t.acceptance, t.tokens_per_step, t.tok_per_s))
-    return out
