@@ -28,7 +28,7 @@ from specmon.proxy.command import end_of_proxy
 from specmon.proxy.evidence import ReplyReader
 from specmon.proxy.routing import SPEC
 from specmon.proxy.tables import log_summary, request_line, request_lines
-from specmon.metrics.unreported import SessionLines, notices
+from specmon.metrics.unreported import Silence, notices
 from specmon.tui import served_panes
 from specmon.tui.served_state import ServedState
 from events import request_timed
@@ -300,22 +300,28 @@ def _read(content: bytes, content_type: str, sizes: list[int]):
     return reader.evidence
 
 
-def test_a_session_is_told_once_per_upstream_and_each_session_apart():
-    from specmon.events.schema import RequestTimed
-
-    def ev(session: str, draft_n: int | None, upstream: str = SPEC) -> RequestTimed:
-        return request_timed(session_id=session, upstream=upstream, draft_n=draft_n, family="vllm")
-
-    told = SessionLines()
-    said = [told.observe(e) for e in [ev("a", None), ev("a", None), ev("b", None), ev("a", None, "plain")]]
-    assert [s is not None for s in said] == [True, False, True, False]  # the plain side is never told
-    assert told.observe(ev("c", 4)) is None and told.observe(ev("c", None)) is None  # it did report once
+def test_a_session_is_told_once_per_upstream_and_each_session_apart(tmp_path):
+    """The headless line's fold is its proxy's (Proxying.told), not the process's: two proxies in one
+    process before one silent upstream each tell it once, however many of its replies they relay."""
+    told = Silence()
+    said = [told.observe(request_timed(upstream=side, family="vllm")) for side in (SPEC, SPEC, "plain")]
+    assert [s is not None for s in said] == [True, False, False]  # the plain side is never told
+    assert told.observe(request_timed(draft_n=4, family="vllm")) is None  # it did report once
+    lines: dict[str, list[str]] = {"a": [], "b": []}
+    with FakeUpstream("-plain") as upstream, proxy(tmp_path / "a.specmon", upstream.url) as a:
+        with proxy(tmp_path / "b.specmon", upstream.url) as b:
+            a.options.line, b.options.line = lines["a"].append, lines["b"].append
+            for p in (a, a, b, a, b):
+                ask(p.url, "chat", False, "beta please")
+    records = {name: sum(line.startswith("200 ") for line in printed) for name, printed in lines.items()}
+    assert records == {"a": 3, "b": 2}
+    assert {name: len(lines[name]) - n for name, n in records.items()} == {"a": 1, "b": 1}  # a notice each
 
 
 def test_the_headless_record_fits_80_columns_and_its_notice_follows_on_lines_of_its_own():
     """The trial's `proxy --headless` line, with the notice appended after `; `, was 362 columns: the record
     stays one line a script can split (status, short id, class, then key=value) and the notice is wrapped."""
-    told = SessionLines()
+    told = Silence()
     told.read(ServerScraped(session_id="p", t=0.0, url="http://127.0.0.1:8080", kind="llama-server", drafts=6))
     ev = request_timed(
         session_id="p",

@@ -25,7 +25,7 @@ from waiting import wait_until
 
 from specmon.events.log import read_log
 from specmon.events.schema import RequestTimed, decode, encode
-from specmon.metrics.unreported import SessionLines, notices, silent
+from specmon.metrics.unreported import Silence, notices, silent
 from specmon.proxy import evidence
 from specmon.proxy.evidence import LLAMA_SERVER, TABBYAPI, VLLM, Evidence, ReplyReader
 from specmon.proxy.tables import request_line
@@ -240,7 +240,7 @@ def test_an_upstream_that_sent_figures_out_of_range_is_said_once_and_stays_measu
     again = request_timed(upstream_url=url, family=LLAMA_SERVER, unmeasured="predicted_ms is nan", request_id="b")
     good = request_timed(upstream_url=url, family=LLAMA_SERVER, draft_n=8, draft_n_accepted=6, predicted_n=10)
     plain = request_timed(upstream="plain", upstream_url="http://h:2", unmeasured="predicted_n is past 2**32")
-    told = SessionLines()
+    told = Silence()
     said = [told.observe(ev) for ev in (first, good, again, plain, good)]
     once = f"upstream {url} (spec, llama-server) sent figures out of range (accepted 25 > drafted 4) in 1 reply: "
     once += "it was relayed as sent and left unmeasured"

@@ -11,7 +11,7 @@ import pytest
 from specmon.events.schema import RequestTimed, ServerScraped, SessionFinished
 from specmon.metrics import unreported
 from specmon.metrics.format import clock
-from specmon.metrics.unreported import SessionLines, notices
+from specmon.metrics.unreported import Silence, notices
 from specmon.proxy.tables import request_line
 from specmon.tui import served_panes as sp
 from specmon.tui.factory import make_app
@@ -99,7 +99,7 @@ def test_a_server_whose_counters_show_drafts_is_not_told_to_start_drafting():
 
 
 def test_the_headless_line_reads_the_counters_too():
-    told = SessionLines()
+    told = Silence()
     told.read(counters(0, 4, [3, 2, 1, 0, 0, 0, 0, 0]))
     said = told.observe(silent_reply(0, "chat"))
     assert said is not None and "drafts (4 drafts on its /metrics) but no request through the proxy drafted" in said
@@ -337,7 +337,7 @@ def test_log_info_and_the_headless_line_say_the_same_beside_a_class_that_drafted
         "the proxy drafted nothing: it gives draft_n only to a request that drafted, so those are counted, not measured"
     )
     assert notices(BESIDE_A_DRAFT, reads) == [drafted_nothing]
-    told = SessionLines()
+    told = Silence()
     assert [told.observe(ev) for ev in BESIDE_A_DRAFT[1:]] == [None, drafted_nothing]
     assert notices(BESIDE_A_DRAFT[1:2] + BESIDE_A_DRAFT[:1], reads) == [drafted_nothing]
 
@@ -365,7 +365,7 @@ def test_a_server_that_reports_counts_elsewhere_is_not_told_how_to_turn_them_on(
         "those are counted, not measured"
     )
     assert notices(replies) == [elsewhere]
-    told = SessionLines()
+    told = Silence()
     assert [told.observe(ev) for ev in replies] == [None, elsewhere]
     state = ServedState()
     state.apply([header("proxy"), *replies])
@@ -379,7 +379,7 @@ def test_the_headless_line_says_a_changed_verdict_once_as_log_info_ends_up_sayin
     """A silent reply before any counted one is told how to turn counts on, as the view says then; once a
     reply of it gave counts, the line says what the view and log info now say, once."""
     replies = [vllm_reply(0, "chat"), vllm_reply(1, "code", draft_n=40, draft_n_accepted=20), vllm_reply(2, "chat")]
-    told = SessionLines()
+    told = Silence()
     said = [told.observe(ev) for ev in replies]
     assert "--per-request-spec-decode-metrics" in said[0] and said[2] is None
     assert said[1] == notices(replies)[0] and "gave draft counts in other replies" in said[1]

@@ -213,26 +213,3 @@ def notices(events: Iterable[RequestTimed], reads: Iterable[ServerScraped] = ())
     for read in reads:
         folded.read(read)
     return folded.notices()
-
-
-class SessionLines:
-    """The headless proxy's folds (Silence), per session (a process may run several: the tests do)."""
-
-    KEPT = 64  # sessions remembered: enough for any process, bounded for a long-lived one
-
-    def __init__(self) -> None:
-        self.sessions: dict[str, Silence] = {}
-
-    def observe(self, ev: RequestTimed) -> str | None:
-        return self._session(ev.session_id).observe(ev)
-
-    def read(self, scrape: ServerScraped) -> None:
-        self._session(scrape.session_id).read(scrape)
-
-    def _session(self, session_id: str) -> Silence:
-        folded = self.sessions.get(session_id)
-        if folded is None:
-            if len(self.sessions) >= self.KEPT:
-                self.sessions.pop(next(iter(self.sessions)))
-            folded = self.sessions[session_id] = Silence()
-        return folded

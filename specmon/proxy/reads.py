@@ -14,9 +14,9 @@ import httpx
 import msgspec
 
 from specmon.events.schema import ServerScraped
-from specmon.proxy.tables import LIVE_LINES
 from specmon.watch.fold import ReadFold
 from specmon.metrics.served import NO_METRICS
+from specmon.metrics.unreported import Silence
 from specmon.watch.scrape import no_page
 from specmon.watch.scrape import client as scrape_client
 from specmon.watch.scrape import scrape
@@ -77,7 +77,8 @@ class UpstreamReads:
     """Reads `url`'s /metrics every `every_s` and publishes the reads that changed something (ReadFold);
     keeps the last read that found the counters (does it draft at all: a failed read says nothing).
     `family`: the upstream's, where the caller knows it (else asked of the upstream when /metrics is
-    missing); `say`: where that is said (default: stderr, when headless)."""
+    missing); `say`: where that is said (default: stderr, when headless); `told`: the session's fold for
+    its headless line, told each read (does the upstream draft)."""
 
     def __init__(
         self,
@@ -89,10 +90,11 @@ class UpstreamReads:
         lines: Callable[[], bool],
         family: str | None = None,
         say: Callable[[str], None] | None = None,
+        told: Silence | None = None,
     ):
         self.session_id, self.url, self.publish, self.every_s = session_id, url, publish, every_s
-        self.key, self.lines = key, lines  # lines(): headless, whose notices read the counters too
-        self.family, self.say = family, say
+        self.key, self.lines = key, lines  # lines(): headless, where a missing /metrics is said on stderr
+        self.family, self.say, self.told = family, say, told
         self.last_counted: ServerScraped | None = None
         self.fold = ReadFold()
         self.no_metrics = False  # the upstream had no /metrics page when first read, and still has none
@@ -123,8 +125,8 @@ class UpstreamReads:
             self.publish(passed)
         if read.drafts is not None:
             self.last_counted = read
-        if self.lines():
-            LIVE_LINES.read(read)  # the headless line's notice says whether the upstream drafts
+        if self.told is not None:
+            self.told.read(read)  # the headless line's notice says whether the upstream drafts
 
     def _missing(self, read: ServerScraped) -> tuple[ServerScraped, bool]:
         """A first read that finds no /metrics page is said once, and its line is the read's error (the

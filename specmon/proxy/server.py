@@ -17,6 +17,7 @@ import uvicorn
 
 from specmon.events.schema import Decision, PolicyLoaded
 from specmon.memory.store import Memory
+from specmon.metrics.unreported import Silence
 from specmon.policy.reload import print_reload
 from specmon.policy.schema import Policy
 from specmon.proxy.app import ProxyState, build_app
@@ -116,6 +117,7 @@ class Proxying(OnThread):
     def __init__(self, session_id: str, publish: Callable, policy: Policy, options: ProxyOptions):
         self.session_id, self.publish, self.options = session_id, publish, options
         self.tally = Tally(plain_given=bool(options.plain_upstreams))  # the end table's running sums: no request kept
+        self.told = Silence()  # the headless line's: each silent upstream's notice is told once this session
         say = self._say if options.line else print_notice
         pools = {SPEC: Pool(SPEC, options.upstreams, say)}
         if options.plain_upstreams:
@@ -148,6 +150,7 @@ class Proxying(OnThread):
             options.scrape_s or 0.0,
             options.upstream_key,
             lambda: options.line is not None,
+            told=self.told,
         )
         self.server = _Uvicorn(config, self.client, self.reads.run if options.scrape_s else None, pools.values())
         for decision in self.router.opening:  # what earlier sessions learned of the pair, in force from the start
@@ -172,7 +175,7 @@ class Proxying(OnThread):
         self.state.metrics.observe(event)
         self.publish(event)
         if self.options.line is not None:
-            record, *notice = request_lines(event, sides=bool(self.options.plain_upstreams))
+            record, *notice = request_lines(event, self.told, sides=bool(self.options.plain_upstreams))
             for line in [for_terminal(record), *notice]:  # the notice's lines are made safe one by one
                 self.options.line(line)
         for decision in self.router.observe(event):

@@ -30,7 +30,7 @@ from specmon.metrics.served import (
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import ClassAdvice, advise, applied_line
 from specmon.proxy.tally import Tally
-from specmon.metrics.unreported import SessionLines, missing_counts
+from specmon.metrics.unreported import Silence, missing_counts
 
 # tok/s: each request's own decode speed (the server's decode time), not the server's throughput (a watch's)
 COLUMNS = ("class", "upstream", "requests", "drafted", "accepted", "acceptance", "tok/step", "tok/s")
@@ -39,16 +39,13 @@ CLOCK_NOTE = (
     f"{CLOCKED} tok/s on the proxy's clock (a stream's tokens after the first / first to last byte; a whole reply's "
     "tokens / arrival to last byte): a reply of the class gave no decode time, so both its sides are judged on it"
 )
-LIVE_LINES = SessionLines()  # the headless proxy's: each silent upstream's notice is told once per session
 
 
-def request_lines(
-    ev: RequestTimed, told: SessionLines | None = LIVE_LINES, width: int | None = None, sides: bool = False
-) -> list[str]:
+def request_lines(ev: RequestTimed, told: Silence, width: int | None = None, sides: bool = False) -> list[str]:
     """One request as the headless proxy prints it: its record, then, where it leaves its upstream with a
-    notice the line has not told this session (`told`: the view's and log info's fold), that notice,
-    wrapped to `width` on lines of its own."""
-    said = told.observe(ev) if told is not None else None
+    notice the line has not told this session (`told`: the session's fold, as the view's and log info's),
+    that notice, wrapped to `width` on lines of its own."""
+    said = told.observe(ev)
     return [request_line(ev, sides)] + ([notice_text(said, width)] if said else [])
 
 
