@@ -161,7 +161,7 @@ def test_suggested_policy_is_valid_and_names_the_sweep(sweep):
     policy = load_policy(args.suggest_policy)
     text = args.suggest_policy.read_text()
     for name in ("rewrite", "code-edit"):
-        cls = policy.classes[policy.class_index(name)]
+        cls = policy.class_named(name)
         assert cls.speculate in ("on", "off")
         assert f"# sweep {args.log.name}:" in text.split(f'name = "{name}"')[1].split("[[classes]]")[0]
     assert "# Classes are tried in order" in text  # the default policy's comments survive

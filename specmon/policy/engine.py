@@ -26,8 +26,8 @@ from specmon.memory.store import Shelf, age_weight
 from specmon.policy import gate
 from specmon.policy.explore import Budget
 from specmon.policy.classify import classify, matches_of, named_class
-from specmon.policy.reload import changed_classes, loaded_event, reread
-from specmon.policy.schema import Policy, PromptClass, file_stamp
+from specmon.policy.reload import Edit, PolicyWatch, loaded_event
+from specmon.policy.schema import Policy, PromptClass
 
 
 class Learned(msgspec.Struct):
@@ -61,7 +61,7 @@ class PolicyEngine:
         self.fresh = 0  # drafting rounds of the session since every class's table was computed
         self.positional = costs.draft_ms > 0  # a model drafter: its tokens cost, and it reports no match
         self.prior = gate.PRIOR_POSITIONAL if self.positional else gate.PRIOR
-        self._mtime = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
+        self.watch = PolicyWatch(policy)
         self.in_force()  # every class's first table, drawn now: from the prior alone, wherever it is read
         for c in policy.classes if self.stored else ():
             self.state(c.name)  # each with its stored evidence, which counts toward every class's
@@ -78,7 +78,7 @@ class PolicyEngine:
     def state(self, name: str) -> ClassState:
         st = self.states.get(name)
         if st is None:
-            cls = self._class(name)
+            cls = self.policy.class_named(name)
             table = gate.cut_table(
                 gate.rates(gate.Counts(), self.shared, self.prior), self.steps(cls), self.policy.settings.min_gain
             )
@@ -99,7 +99,7 @@ class PolicyEngine:
         """k asked of the drafter for this class's next round: off 0; on its draft_len; auto, a
         free drafter (n-gram) its draft_len, cut once its match is known; a model drafter, whose
         tokens cost, the longest draft the table verifies."""
-        cls = self._class(name)
+        cls = self.policy.class_named(name)
         if cls.speculate == "off":
             return 0
         if not self._gated(cls) or not self.costs.draft_ms:
@@ -111,7 +111,7 @@ class PolicyEngine:
     def cut(self, name: str, matched: int, proposed: int) -> tuple[int, bool]:
         """Tokens of a `proposed`-token draft after a match of `matched` to verify, and whether
         they are explored: a draft the table cuts whole, verified within the class's budget."""
-        cls = self._class(name)
+        cls = self.policy.class_named(name)
         if not self._gated(cls) or not proposed:
             return proposed, False
         st = self.state(name)
@@ -128,12 +128,12 @@ class PolicyEngine:
     def confidence(self, name: str) -> tuple[int, int, bool] | None:
         """The n-gram drafter's setting for this class: under auto a match of MIN_MATCH tokens or
         more drafts up to k and the table cuts it; else the plain lookup (None)."""
-        return (gate.MIN_MATCH, 1, True) if self._class(name).speculate == "auto" else None
+        return (gate.MIN_MATCH, 1, True) if self.policy.class_named(name).speculate == "auto" else None
 
     def observe(self, ev: RoundVerified) -> list[Decision]:
         """Take a round: it earns its class's exploration budget (an explored one gives back what
         it had accepted) and, if it drafted, is evidence; every class's table is recomputed when due."""
-        cls = self._class(ev.prompt_class)
+        cls = self.policy.class_named(ev.prompt_class)
         if cls.speculate != "auto":
             return []
         st = self.state(ev.prompt_class)
@@ -154,11 +154,15 @@ class PolicyEngine:
         if self.fresh < gate.CHECK_EVERY:
             return []
         self.fresh = 0
-        decided = (self.decide(name) for name, st in list(self.states.items()) if self._class(name).speculate == "auto")
+        decided = (
+            self.decide(name)
+            for name, st in list(self.states.items())
+            if self.policy.class_named(name).speculate == "auto"
+        )
         return [d for d in decided if d is not None]
 
     def decide(self, name: str) -> Decision | None:
-        cls, st = self._class(name), self.state(name)
+        cls, st = self.policy.class_named(name), self.state(name)
         recall = self._recall(name)
         own = st.counts.plus(recall.tried, recall.taken) if recall else st.counts
         shared = self.shared.plus(recall.pool_tried, recall.pool_taken) if recall else self.shared
@@ -240,7 +244,7 @@ class PolicyEngine:
             own = st.counts.plus(*up) if up else st.counts
             rounds = len(st.window) + (st.stored.rounds if up else 0)
             tried, taken = list(map(float, own.tried)), list(map(float, own.taken))
-            out[name] = Learned(tried, taken, rounds, self.session_id, now, matches_of(self._class(name)))
+            out[name] = Learned(tried, taken, rounds, self.session_id, now, matches_of(self.policy.class_named(name)))
         return out
 
     def remember(self, final: bool = False) -> None:
@@ -257,7 +261,7 @@ class PolicyEngine:
         return [self.class_in_force(c.name) for c in self.policy.classes]
 
     def class_in_force(self, name: str) -> ClassInForce:
-        c = self._class(name)
+        c = self.policy.class_named(name)
         if self._gated(c):
             return ClassInForce(c.name, *gate.summary(self.state(name).table, self.positional))
         return ClassInForce(c.name, c.speculate != "off", c.draft_len if c.speculate != "off" else 0, 0)
@@ -267,20 +271,14 @@ class PolicyEngine:
         runs by it from its next prompt), an invalid one is refused and reported. A class whose
         table changed starts again from the file, its evidence dropped (the rounds gathered under
         the old table measured another class); the others keep what they learned."""
-        mtime = file_stamp(self.policy.source)
-        if mtime == self._mtime:
-            return None
-        self._mtime = mtime
-        new = reread(self.policy.source, self.session_id)
-        if isinstance(new, PolicyLoaded):
-            return new
-        old, self.policy = self.policy, new
-        changed = changed_classes(old, new)
-        if old.settings != new.settings:
-            changed.append("policy")
-        for name in list(self.states) if old.settings != new.settings else changed:
+        edit = self.watch.edit(self.policy, self.session_id)
+        if not isinstance(edit, Edit):
+            return edit
+        self.policy = edit.policy
+        whole = "policy" in edit.sections  # [routing] is the proxy's: no class here runs by it
+        for name in list(self.states) if whole else edit.classes:
             self._forget(name)
-        return loaded_event(new, self.session_id, self.in_force(), changed)
+        return loaded_event(edit.policy, self.session_id, self.in_force(), edit.classes + ["policy"] * whole)
 
     def _forget(self, name: str) -> None:
         st = self.states.pop(name, None)
@@ -290,10 +288,4 @@ class PolicyEngine:
 
     def class_of(self, name: str) -> PromptClass:
         """The class by name, as the policy in force has it (the default class if a reload removed it)."""
-        return self._class(name)
-
-    def _class(self, name: str) -> PromptClass:
-        for c in self.policy.classes:
-            if c.name == name:
-                return c
-        return next(c for c in self.policy.classes if c.default)
+        return self.policy.class_named(name)

@@ -1,17 +1,19 @@
-"""Hot reload's edges: when the policy file changed, and the events and lines that report a reload
-taken or refused. The engine decides whether to take it (policy.engine.maybe_reload)."""
+"""Hot reload's edges: when the policy file changed and what an edit changed (PolicyWatch), and the
+events and lines that report a reload taken or refused. What a session drops of what it learned is
+its own to decide (policy.engine and proxy.routing maybe_reload)."""
 
 from __future__ import annotations
 
 import sys
 import time
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from specmon.console import HANGING, error_width, hanging_lines
 from specmon.errors import SpecmonError
 from specmon.events.schema import ClassInForce, PolicyLoaded
-from specmon.policy.schema import MAX_POLICY_BYTES, Policy, load_policy
+from specmon.policy.schema import MAX_POLICY_BYTES, Policy, file_stamp, load_policy
 
 
 def loaded_event(
@@ -37,6 +39,39 @@ def reread(source: str, session_id: str) -> Policy | PolicyLoaded:
         return refused_event(source, session_id, str(exc))
     except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the run
         return refused_event(source, session_id, f"{source}: cannot load it ({exc!r})")
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A valid edit of the policy file: the policy now, the classes it changed or removed (by name), and
+    the sections every class runs by that it changed ("policy", "routing")."""
+
+    policy: Policy
+    classes: list[str]
+    sections: list[str]
+
+
+class PolicyWatch:
+    """The file a session's policy came from, looked at between prompts or requests: None while it is as
+    last seen, then the Edit, or the event refusing it (a reload never ends the session)."""
+
+    def __init__(self, policy: Policy):
+        self.stamp = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
+
+    def edit(self, policy: Policy, session_id: str) -> Edit | PolicyLoaded | None:
+        stamp = file_stamp(policy.source)
+        if stamp == self.stamp:
+            return None
+        self.stamp = stamp
+        new = reread(policy.source, session_id)
+        if isinstance(new, PolicyLoaded):
+            return new
+        sections = [
+            name
+            for name, was, now in (("policy", policy.settings, new.settings), ("routing", policy.routing, new.routing))
+            if was != now
+        ]
+        return Edit(new, changed_classes(policy, new), sections)
 
 
 def changed_classes(old: Policy, new: Policy) -> list[str]:

@@ -109,8 +109,9 @@ class Policy:
     def line_of(self, *path) -> int:
         return locate(self.text, path)[0]
 
-    def class_index(self, name: str) -> int:
-        return next(i for i, c in enumerate(self.classes) if c.name == name)
+    def class_named(self, name: str) -> PromptClass:
+        """The class by name, or the default class where none has it (a reload removed it)."""
+        return next((c for c in self.classes if c.name == name), None) or next(c for c in self.classes if c.default)
 
 
 class PolicyError(SpecmonError):

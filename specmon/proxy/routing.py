@@ -28,9 +28,9 @@ from specmon.memory.store import Shelf
 from specmon.metrics.format import ratio_interval
 from specmon.metrics.served import CLOCK_WORDS, PROXY_CLOCK, timing
 from specmon.policy import route
-from specmon.policy.reload import changed_classes, loaded_event, reread
+from specmon.policy.reload import Edit, PolicyWatch, loaded_event
 from specmon.policy.route import BOTH, PLAIN, SPEC
-from specmon.policy.schema import Policy, PromptClass, file_stamp
+from specmon.policy.schema import Policy
 from specmon.proxy import recall
 
 __all__ = ["BOTH", "PLAIN", "SPEC", "Router"]
@@ -54,7 +54,7 @@ class Router:
         self.advise_share = advise_share  # advise mode's fixed plain share, as before the policy routed
         self.classes: dict[str, ClassRoute] = {}
         self.decisions = 0
-        self._stamp = policy.stamp if policy.stamp is not None else file_stamp(policy.source)
+        self.watch = PolicyWatch(policy)
         self.memory = recall.Recollection(shelf, session_id)
         # what every class's sides are compared on: the proxy's clock once a side gave no decode ms, in
         # this session or (the same pair) as stored; the sides that gave none
@@ -69,7 +69,7 @@ class Router:
 
     def side(self, name: str) -> str:
         """The side this request of class `name` goes to."""
-        cls = self._class(name)
+        cls = self.policy.class_named(name)
         if not self.has_plain or cls.speculate == "on":
             return SPEC
         if cls.speculate == "off":
@@ -85,7 +85,7 @@ class Router:
     def route_of(self, name: str) -> str:
         """Where the class goes now: its pinned side, or as routing moved it (both: alternating, learning);
         in advise mode, spec (a fixed share goes plain: `share`)."""
-        cls = self._class(name)
+        cls = self.policy.class_named(name)
         if not self.has_plain or cls.speculate != "auto":
             return PLAIN if self.has_plain and cls.speculate == "off" else SPEC
         st = self.classes.get(name)
@@ -93,7 +93,7 @@ class Router:
 
     def share(self, name: str) -> float:
         """The share of the class's requests that go plain now."""
-        cls = self._class(name)
+        cls = self.policy.class_named(name)
         if not self.has_plain or cls.speculate != "auto":
             return float(self.has_plain and cls.speculate == "off")
         if not self.enforced:
@@ -108,7 +108,7 @@ class Router:
         found = timing(ev)  # on the server's clock where the reply gave its decode time, else the proxy's
         if not self.has_plain or ev.upstream not in (SPEC, PLAIN) or found is None:
             return []
-        if self._class(ev.prompt_class).speculate != "auto" or ev.prompt_class not in self._names():
+        if self.policy.class_named(ev.prompt_class).speculate != "auto" or ev.prompt_class not in self._names():
             return []
         st = self._state(ev.prompt_class)
         (st.unclocked if found.clock == PROXY_CLOCK else st.clocked)[ev.upstream] += 1
@@ -182,30 +182,23 @@ class Router:
         """If the file changed: a valid edit takes over from the next request, an invalid one is
         refused and reported. A class whose entry changed, or all of them when [policy] or [routing]
         did, starts again from BOTH (what was measured belonged to the old classes)."""
-        stamp = file_stamp(self.policy.source)
-        if stamp == self._stamp:
-            return None
-        self._stamp = stamp
-        new = reread(self.policy.source, self.session_id)
-        if isinstance(new, PolicyLoaded):
-            return new
-        old, self.policy = self.policy, new
-        changed = changed_classes(old, new)
-        whole = old.settings != new.settings or old.routing != new.routing
-        if whole:
-            changed += ["policy"] if old.settings != new.settings else []
-            changed += ["routing"] if old.routing != new.routing else []
-        for name in list(self.classes) if whole else changed:
+        edit = self.watch.edit(self.policy, self.session_id)
+        if not isinstance(edit, Edit):
+            return edit
+        self.policy = edit.policy
+        for name in list(self.classes) if edit.sections else edit.classes:
             self.classes.pop(name, None)
             self.memory.forget(name)
-        return loaded_event(new, self.session_id, changed=changed)
+        return loaded_event(edit.policy, self.session_id, changed=edit.classes + edit.sections)
 
     def _state(self, name: str) -> ClassRoute:
         st = self.classes.get(name)
         if st is None:
             window = self.policy.routing.window
             recent = {SPEC: collections.deque(maxlen=window), PLAIN: collections.deque(maxlen=window)}
-            st = self.classes[name] = ClassRoute(recent=recent, stored=self.memory.replies(self._class(name)))
+            st = self.classes[name] = ClassRoute(
+                recent=recent, stored=self.memory.replies(self.policy.class_named(name))
+            )
         return st
 
     def _own(self, st: ClassRoute) -> tuple[dict[str, list[StoredReply]], dict[str, list[RequestTimed]]]:
@@ -225,7 +218,9 @@ class Router:
                 kept, own = self._own(st)
                 mine = {side: [recall.stored_reply(ev, self.clock) for ev in own[side]] for side in (SPEC, PLAIN)}
                 learned[name] = kept[SPEC] + mine[SPEC] + kept[PLAIN] + mine[PLAIN]
-        self.memory.remember(learned, {name: self._class(name) for name in learned}, self.clock, self.clockless)
+        self.memory.remember(
+            learned, {name: self.policy.class_named(name) for name in learned}, self.clock, self.clockless
+        )
 
     def _lent(self, name: str, side: str, need: int) -> list[RequestTimed]:
         """A thin class's window on `side` topped up to min_requests with the latest requests the other
@@ -238,12 +233,6 @@ class Router:
 
     def _names(self) -> set[str]:
         return {c.name for c in self.policy.classes}
-
-    def _class(self, name: str) -> PromptClass:
-        for c in self.policy.classes:
-            if c.name == name:
-                return c
-        return next(c for c in self.policy.classes if c.default)
 
 
 UNCLOCKED_REPLIES = 2  # a side gives no decode time after this many replies without one and none with
