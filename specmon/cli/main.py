@@ -4,7 +4,6 @@ terminal's width) and a non-zero exit."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from specmon.cli.logflags import add_log_rotation
 from specmon.cli.memoryflags import add_memory_flags
 from specmon.cli.proxy import add_proxy
 from specmon.cli.signals import Terminated, ending_signals
-from specmon.cli.tools import Teaching, add_bench_tools, add_policy_tune
+from specmon.cli.tools import Teaching, add_bench_tools, add_policy_tune, lazy
 from specmon.cli.watch import add_watch
 from specmon.console import print_error
 from specmon.engine.draft_len import MAX_DRAFT_LEN
@@ -386,16 +385,11 @@ def _kept(args) -> str:
     return getattr(args, "log_keeps", "every finished round")
 
 
-def _lazy(module: str, name: str):
-    """A command whose module is imported when it runs, so `specmon --help` and `specmon log info` start fast."""
-    return lambda args: getattr(importlib.import_module(module), name)(args)
-
-
 COMMANDS = {
-    "run": _lazy("specmon.cli.run", "cmd_run"),
-    "serve": _lazy("specmon.cli.serve", "cmd_serve"),
-    "sweep": _lazy("specmon.cli.sweep", "cmd_sweep"),
-    "bench": _lazy("specmon.cli.bench", "cmd_bench"),
+    "run": lazy("specmon.cli.run", "cmd_run"),
+    "serve": lazy("specmon.cli.serve", "cmd_serve"),
+    "sweep": lazy("specmon.cli.sweep", "cmd_sweep"),
+    "bench": lazy("specmon.cli.bench", "cmd_bench"),
     "replay": cmd_replay,
     "report": cmd_report,
     "models": cmd_models,

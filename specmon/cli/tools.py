@@ -4,6 +4,7 @@ Each command's module is imported when it runs, so `--help` is fast."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import textwrap
 from pathlib import Path
@@ -99,7 +100,7 @@ def add_policy_tune(policy) -> None:
         "more run as 9 padded rows (0: none; default: as the log's session header says)",
     )
     tune.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
-    tune.set_defaults(handler=_run("specmon.cli.tune", "cmd_tune"))
+    tune.set_defaults(handler=lazy("specmon.cli.tune", "cmd_tune"))
 
 
 def _add_verify(bench) -> None:
@@ -130,7 +131,7 @@ def _add_verify(bench) -> None:
         help="rows the packed weights are laid out for (the profile key packed_rows; default 9)",
     )
     verify.add_argument("--json", type=Path, help="also write the costs as JSON here")
-    verify.set_defaults(handler=_run("specmon.cli.bench_verify", "cmd_bench_verify"))
+    verify.set_defaults(handler=lazy("specmon.cli.bench_verify", "cmd_bench_verify"))
 
 
 def _add_engines(bench) -> None:
@@ -170,7 +171,7 @@ def _add_engines(bench) -> None:
         "--reference", metavar="BIN", help="llama.cpp's own loop, built from scripts/llamacpp_reference.cpp"
     )
     engines.add_argument("--json", type=Path, help="also write the per-engine figures as JSON here")
-    engines.set_defaults(handler=_run("specmon.cli.bench_engines", "cmd_bench_engines"))
+    engines.set_defaults(handler=lazy("specmon.cli.bench_engines", "cmd_bench_engines"))
 
 
 def _add_serve(bench) -> None:
@@ -196,7 +197,7 @@ def _add_serve(bench) -> None:
     serve.add_argument("--clients", type=_positive, default=4, help="concurrent clients of the last pass (default 4)")
     serve.add_argument("--log", type=Path, help="session log (default: a temporary file)")
     serve.add_argument("--json", type=Path, help="also write the table as JSON here")
-    serve.set_defaults(handler=_run("specmon.cli.bench_serve", "cmd_bench_serve"))
+    serve.set_defaults(handler=lazy("specmon.cli.bench_serve", "cmd_bench_serve"))
 
 
 def _positive(text: str) -> int:
@@ -209,12 +210,6 @@ def _positive(text: str) -> int:
     return value
 
 
-def _run(module: str, name: str):
-    """A handler that imports its command's module only when it runs."""
-
-    def handler(args) -> int:
-        import importlib
-
-        return getattr(importlib.import_module(module), name)(args)
-
-    return handler
+def lazy(module: str, name: str):
+    """A command whose module is imported when it runs, so `specmon --help` and `specmon log info` start fast."""
+    return lambda args: getattr(importlib.import_module(module), name)(args)

@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from specmon.tui import panes, rows
 from specmon.tui.driver import driver_for
-from specmon.tui.feed import Feed
+from specmon.tui.feed import Feed, alerts
 from specmon.tui.requests import render_requests, requests_subtitle, requests_title
 from specmon.tui.screens import DecisionScreen, HelpScreen, Overlay
 from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
@@ -288,14 +288,6 @@ class SpecmonApp(App):
         table.call_after_refresh(lambda: setattr(table.vertical_scrollbar, "position", table.scroll_y))
 
     # -- the title -----------------------------------------------------------------------------
-    def _alerts(self) -> list[str]:
-        alerts = ["VIEW PAUSED"] if self.paused else []
-        if self.feed.skipped:
-            alerts.append(f"view skipped {self.feed.skipped} events")
-        if self.feed.error:
-            alerts.append(self.feed.error)
-        return alerts
-
     def _lead(self) -> str:
         """What goes before the session's name in the title (the replay's position)."""
         return ""
@@ -305,7 +297,9 @@ class SpecmonApp(App):
         return ""
 
     def _title(self, width: int = 0):
-        return rows.status_line(self.state, self.feed.title, self._alerts(), self._lead(), self._tail(), width)
+        return rows.status_line(
+            self.state, self.feed.title, alerts(self.feed, self.paused), self._lead(), self._tail(), width
+        )
 
     def _status(self) -> str:
         return self._title().plain

@@ -35,6 +35,17 @@ class Feed:
         return self.subscription.skipped
 
 
+def alerts(feed, paused: bool) -> list[str]:
+    """What a view's title warns of: the view paused, events it skipped (it drew slower than they came), the
+    feed's error. `feed`: a Feed, or a log's player (replay.player.ReplayFeed), which has the same three."""
+    said = ["VIEW PAUSED"] if paused else []
+    if feed.skipped:
+        said.append(f"view skipped {feed.skipped} events")
+    if feed.error:
+        said.append(feed.error)
+    return said
+
+
 def thread_feed(events: Callable[[], Iterable], title: str, maxlen: int = 100_000) -> Feed:
     """Run `events()` on a thread and buffer what it yields (attach, replay)."""
     feed = Feed(Subscription(maxlen), title)

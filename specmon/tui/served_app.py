@@ -10,6 +10,7 @@ from textual.widgets import Footer
 
 from specmon.tui import served_panes as sp
 from specmon.tui.driver import driver_for
+from specmon.tui.feed import alerts
 from specmon.tui.panes import Pane, TitleBar
 from specmon.tui.served_state import ServedState
 
@@ -95,20 +96,12 @@ class ServedApp(App):
         self.query_one("#title", TitleBar).redraw()
         self.sub_title = self._title().plain
 
-    def _alerts(self) -> list[str]:
-        alerts = ["VIEW PAUSED"] if self.paused else []
-        if getattr(self.feed, "skipped", 0):
-            alerts.append(f"view skipped {self.feed.skipped} events")
-        if self.feed.error:
-            alerts.append(self.feed.error)
-        return alerts
-
     def _lead(self) -> str:
         """What goes before the server's name in the title (a replay's state)."""
         return ""
 
     def _title(self, width: int = 0):
-        return sp.title(self.state, self.feed.title, self._alerts(), width or 200, self._lead())
+        return sp.title(self.state, self.feed.title, alerts(self.feed, self.paused), width or 200, self._lead())
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
