@@ -1,23 +1,16 @@
 """The CLI as a user meets it: real subprocesses, real model, one-line errors."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from specmon.events.log import read_log
 from specmon.metrics.stats import class_stats, summary
+from specmoncli import specmon
 from tinymodel import write_tiny_gguf
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def specmon(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, cwd=cwd or REPO, timeout=600
-    )
 
 
 def assert_one_line_error(done, *fragments):
@@ -152,13 +145,7 @@ def test_committed_v1_log_still_replays():
 
 def test_attach_without_a_running_session_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-m", "specmon.cli", "attach", "--headless"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**__import__("os").environ, "XDG_RUNTIME_DIR": str(tmp_path)},
-    )
+    done = specmon("attach", "--headless", env={**__import__("os").environ, "XDG_RUNTIME_DIR": str(tmp_path)})
     assert_one_line_error(done, "no running session")
 
 
@@ -223,9 +210,7 @@ def test_attach_headless_prints_the_busy_host_line_under_its_table_as_run_does(t
             writer.write(round_verified(round_id=i, t=float(i), host_stall_ms=stall))
         writer.write(SessionFinished(session_id="s", t=10.0, rounds=10, reason="done"))
     env = {**os.environ, "COLUMNS": "80"}
-    done = subprocess.run(
-        [sys.executable, "-m", "specmon.cli", "attach", "--headless", str(log)], capture_output=True, text=True, env=env
-    )
+    done = specmon("attach", "--headless", log, env=env)
     assert done.returncode == 0, done.stderr
     assert "per class" in done.stdout
     assert done.stderr.startswith("host busy: 6 of 10 rounds disturbed (60.0%), peak 50% of a round"), done.stderr

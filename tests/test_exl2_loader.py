@@ -11,7 +11,8 @@ from specmon.backends.hf_folder import export_hf_folder
 from specmon.errors import SpecmonError
 from specmon.backends.profiles import load_profile
 from specmon.data import shipped
-from test_cli import assert_one_line_error, specmon, write_profile
+from specmoncli import specmon
+from test_cli import assert_one_line_error, write_profile
 from tinymodel import write_tiny_gguf
 
 EXL2 = 'name = "g"\nbackend = "exllamav2"\ndevice = "cuda"\nmax_new_tokens = 8\n'

@@ -12,7 +12,6 @@ import re
 import signal
 import stat
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from specmon.events.schema import PromptStarted, Sampling, SessionFinished, Sess
 from specmon.transport.attach import attach_events
 from specmon.transport.channel import Channel, LogSink
 from specmon.transport.serve import EventServer, parse_listen
+import specmoncli
 from tinymodel import tiny_profile, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,14 +47,8 @@ def environment(env: dict | None = None, unset: tuple = ()) -> dict:
 
 
 def specmon(*args: str, timeout: float = 300):
-    return subprocess.run(
-        [sys.executable, "-m", "specmon.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=environment(),
-        timeout=timeout,
-    )
+    """`specmon ARGS` run to its end in this file's environment: this checkout's code, no stray token."""
+    return specmoncli.specmon(*args, env=environment(), timeout=timeout)
 
 
 # Rich's last frame, and the progress lines printed instead of a bar when stderr is piped
@@ -409,28 +403,9 @@ def test_the_token_is_in_a_0600_file_and_attach_reads_it_from_file_or_environmen
 
 def test_run_listen_prints_the_token_file_never_the_token(tmp_path):
     prompts = jsonl(tmp_path / "p.jsonl", [{"id": str(n), "prompt": f"count to {n}"} for n in range(4)])
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specmon.cli",
-            "run",
-            "--headless",
-            "--profile",
-            str(tiny_profile(tmp_path, max_new_tokens=200)),
-            "--prompts",
-            str(prompts),
-            "--listen",
-            "127.0.0.1:0",
-            "--log",
-            str(tmp_path / "x.specmon"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=environment(),
-    )
+    profile = tiny_profile(tmp_path, max_new_tokens=200)
+    flags = ["--prompts", prompts, "--listen", "127.0.0.1:0", "--log", tmp_path / "x.specmon"]
+    run = specmoncli.started("run", "--headless", "--profile", profile, *flags, env=environment())
     try:
         seen = []
         # the line wraps at 80 columns: the flag and its path may be a line apart
@@ -873,14 +848,7 @@ def _markup_cases(tmp: Path, files: dict[str, Path]) -> list[Case]:
 def _try(case: Case, log: Path) -> Outcome:
     args = [str(log) if arg == LOG else arg for arg in case.args]
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "specmon.cli", *args],
-            capture_output=True,
-            text=True,
-            cwd=case.cwd or REPO,
-            env=environment(case.env, case.unset),
-            timeout=HANG_S,
-        )
+        done = specmoncli.specmon(*args, cwd=case.cwd, env=environment(case.env, case.unset), timeout=HANG_S)
     except subprocess.TimeoutExpired:
         return Outcome(case, "hang")
     if "Traceback" in done.stderr:

@@ -28,6 +28,7 @@ from specmon.policy.edit import set_value
 from specmon.engine.costs import Costs
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import PolicyError, load_policy, parse_policy
+from specmoncli import started
 from tinymodel import tiny_profile
 from waiting import wait_until
 
@@ -540,32 +541,9 @@ def test_hot_reload_fuzz_never_ends_the_run(tmp_path):
             for i in range(600)
         )
     )
-    lines = Lines(
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "specmon.cli",
-                "run",
-                "--headless",
-                "--profile",
-                str(tiny_profile(tmp_path)),
-                "--policy",
-                str(path),
-                "--max-new-tokens",
-                "6",
-                "--prompts",
-                str(prompts),
-                "--log",
-                str(log),
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "SPECMON_POLICY_POLL_S": "0"},
-        )
-    )  # a look every prompt, as many writes as can land
+    flags = ["--policy", path, "--max-new-tokens", 6, "--prompts", prompts, "--log", log]
+    env = {**os.environ, "SPECMON_POLICY_POLL_S": "0"}  # a look every prompt, as many writes as can land
+    lines = Lines(started("run", "--headless", "--profile", tiny_profile(tmp_path), *flags, env=env))
     proc = lines.proc
     wait_until(lambda: proc.poll() is not None or (log.exists() and log.stat().st_size >= 4000), "decoding has begun")
     in_place, read_before = 0, len(lines.reloads)

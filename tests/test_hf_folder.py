@@ -11,10 +11,9 @@ from safetensors import safe_open
 from specmon.backends.gguf_weights import load_gguf_llama
 from specmon.backends.hf_folder import export_hf_folder, load_hf_llama
 from specmon.backends.llama import Llama
-from specmon.events.log import read_log
-from specmon.events.schema import PromptFinished
 from specmon.backends.tokenizer import load_hf_tokenizer, load_tokenizer
-from test_cli import assert_one_line_error, specmon
+from specmoncli import decoded, finished_prompts, specmon
+from test_cli import assert_one_line_error
 from tinymodel import write_tiny_gguf
 
 
@@ -82,12 +81,8 @@ def test_torch_backend_runs_a_folder_like_its_gguf(tiny, tmp_path):
     for path in (tiny, folder):
         profile = tmp_path / f"{path.name}.toml"
         profile.write_text(f'name = "t"\nmax_new_tokens = 12\n[target]\npath = "{path}"\n')
-        log = tmp_path / f"{path.name}.specmon"
-        done = specmon(
-            "run", "--headless", "--profile", str(profile), "--prompts", str(_prompts(tmp_path)), "--log", str(log)
-        )
-        assert done.returncode == 0, done.stderr
-        outputs.append([(e.draft_len, e.generated) for e in read_log(log) if isinstance(e, PromptFinished)])
+        events = decoded(tmp_path / f"{path.name}.specmon", "--profile", profile, "--prompts", _prompts(tmp_path))
+        outputs.append([(e.draft_len, e.generated) for e in finished_prompts(events)])
     assert outputs[0] == outputs[1]
     assert len(outputs[0]) == 2 and len(outputs[0][0][1]) == 12
 

@@ -10,8 +10,6 @@ and draft alike whatever the host's speed."""
 
 import json
 from contextlib import contextmanager
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -25,6 +23,7 @@ from specmon.policy.schema import load_policy
 from specmon.sched.bench import shipped_prompts
 from specmon.server.runner import ServeOptions, Serving
 from specmon.transport.session import live_session
+from specmoncli import decoded
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_NEW = 32
@@ -78,35 +77,6 @@ def pinned(tmp_path_factory):
     profile = load_profile(str(path))
     assert profile.pad_from == 2 and profile.verify_costs == COSTS
     return path, profile, load_pair(profile)
-
-
-def _run(tmp_path: Path, profile: Path, policy: Path, prompts: Path) -> list:
-    log = tmp_path / "run.specmon"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "specmon.cli",
-            "run",
-            "--headless",
-            "--profile",
-            str(profile),
-            "--policy",
-            str(policy),
-            "--prompts",
-            str(prompts),
-            "--max-new-tokens",
-            str(MAX_NEW),
-            "--log",
-            str(log),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return list(read_log(log))
 
 
 @contextmanager
@@ -166,7 +136,8 @@ def test_run_and_serve_decode_the_same_prompts_into_the_same_rounds_and_decision
     path, profile, pair = pinned
     policy, prompts = tmp_path / "p.toml", _prompts(tmp_path)
     policy.write_text(POLICY)
-    ran = _run(tmp_path, path, policy, prompts)
+    flags = ["--profile", path, "--policy", policy, "--prompts", prompts, "--max-new-tokens", MAX_NEW]
+    ran = decoded(tmp_path / "run.specmon", *flags)
     served = _serve(tmp_path, profile, pair, policy, prompts)
     assert [e.classes for e in ran if isinstance(e, PolicyLoaded)] == [
         e.classes for e in served if isinstance(e, PolicyLoaded)

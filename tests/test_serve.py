@@ -3,8 +3,6 @@ test can hold the decoder at a known point), the official `openai` client and ra
 model, and every answer checked against the session's log."""
 
 import json
-import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,9 +15,9 @@ from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, 
 from specmon.policy.schema import load_policy
 from specmon.server.runner import ServeOptions, Serving
 from specmon.transport.session import live_session
+from specmoncli import decoded, finished_prompts
 from waiting import wait_until  # the shared wait; test_serve_* import it from here too
 
-REPO = Path(__file__).resolve().parent.parent
 HELLO = [{"role": "user", "content": "Say hello to the world."}]
 
 
@@ -97,6 +95,13 @@ def test_chat_streamed_equals_whole_and_names_its_rounds(tmp_path, tiny):
     assert isinstance(events(log)[-1], SessionFinished)
 
 
+def plain_decoding(tmp_path, prompt: str, max_new_tokens: int, *args) -> PromptFinished:
+    """`specmon run -k 0 ARGS` of `prompt` alone, in a process of its own: the prompt its log says it decoded."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "p", "prompt": prompt, "max_new_tokens": max_new_tokens}) + "\n")
+    return finished_prompts(decoded(tmp_path / "run.specmon", *args, "--prompts", prompts, "-k", 0))[0]
+
+
 def test_greedy_reply_equals_specmon_runs_plain_decoding(tmp_path, tiny):
     profile, _ = tiny
     prompt = "Write a Python function that adds two numbers."
@@ -105,32 +110,7 @@ def test_greedy_reply_equals_specmon_runs_plain_decoding(tmp_path, tiny):
             model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=40, temperature=0
         )
     assert any(r.draft_len > 0 for r in rounds_of(log, reply.id)), "the policy should have speculated some rounds"
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text(json.dumps({"id": "p", "prompt": prompt, "max_new_tokens": 40}) + "\n")
-    run_log = tmp_path / "run.specmon"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "specmon.cli",
-            "run",
-            "--headless",
-            "--profile",
-            profile.source,
-            "--prompts",
-            str(prompts),
-            "-k",
-            "0",
-            "--log",
-            str(run_log),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    plain = next(e for e in read_log(run_log) if isinstance(e, PromptFinished))
+    plain = plain_decoding(tmp_path, prompt, 40, "--profile", profile.source)
     _, pair = tiny
     tokens = [t for t in plain.generated if t != pair.tokenizer.eos_id]
     assert reply.choices[0].message.content == pair.tokenizer.decode(tokens)
@@ -208,30 +188,7 @@ def test_the_embedded_model_served_streamed_and_whole_equal_plain_decoding(tmp_p
     assert text == whole.choices[0].message.content and "France" in text
     assert whole.choices[0].finish_reason == "stop"  # the model ended its reply (eos) within 32 tokens
     assert whole.specmon["prompt_class"] == "non-english"
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text(json.dumps({"id": "p", "prompt": prompt, "max_new_tokens": 32}) + "\n")
-    run_log = tmp_path / "run.specmon"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "specmon.cli",
-            "run",
-            "--headless",
-            "--prompts",
-            str(prompts),
-            "-k",
-            "0",
-            "--log",
-            str(run_log),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    plain = next(e for e in read_log(run_log) if isinstance(e, PromptFinished))
+    plain = plain_decoding(tmp_path, prompt, 32)
     tokens = [t for t in plain.generated if t != pair.tokenizer.eos_id]
     assert whole.choices[0].message.content == pair.tokenizer.decode(tokens)
     assert whole.usage.completion_tokens == len(tokens)  # the tokens sent: the end token never is

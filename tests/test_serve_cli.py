@@ -5,7 +5,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,24 +13,14 @@ import openai
 import pytest
 
 from specmon.events.log import read_log
-from specmon.events.schema import PromptFinished, SessionFinished
+from specmon.events.schema import SessionFinished
 from specmon.server.records import short_id
 from specmon.server.runner import request_line
+from specmoncli import finished_prompts, specmon, started
 from tinymodel import tiny_profile
 from waiting import wait_until
 
-REPO = Path(__file__).resolve().parent.parent
 HELLO = [{"role": "user", "content": "Say hello."}]
-
-
-def specmon(*args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "specmon.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=timeout,
-    )
 
 
 def one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -77,29 +66,8 @@ def test_a_policy_and_a_fixed_k_are_refused_together(profile):
 
 def test_headless_serving_then_sigterm_leaves_a_log_every_command_reads(tmp_path, profile):
     key, log = "k3y-for-tests", tmp_path / "serve.specmon"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specmon.cli",
-            "serve",
-            "--headless",
-            "--profile",
-            str(profile),
-            "--host",
-            "0.0.0.0",
-            "--port",
-            "0",
-            "--api-key-file",
-            str(key_file(tmp_path, key)),
-            "--log",
-            str(log),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
+    listen = ["--host", "0.0.0.0", "--port", 0, "--api-key-file", key_file(tmp_path, key)]
+    proc = started("serve", "--headless", "--profile", profile, *listen, "--log", log)
     try:
         banner = ""
         while not banner.startswith("specmon: serving"):
@@ -122,7 +90,7 @@ def test_headless_serving_then_sigterm_leaves_a_log_every_command_reads(tmp_path
     assert lines[2].startswith(f"specmon: 200 {short_id(streamed[0].id)} ")
     assert key not in out + err + banner
     events = list(read_log(log))
-    assert [e.prompt_id for e in events if isinstance(e, PromptFinished)] == [reply.id, streamed[0].id]
+    assert [e.prompt_id for e in finished_prompts(events)] == [reply.id, streamed[0].id]
     assert isinstance(events[-1], SessionFinished) and events[-1].reason == "interrupted"
     info = specmon("log", "info", log)
     assert info.returncode == 0 and "integrity        ok" in info.stdout
@@ -153,25 +121,7 @@ def test_sigterm_while_the_model_loads_says_no_log_was_written(tmp_path, profile
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = tmp_path / "serve.specmon"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specmon.cli",
-            "serve",
-            "--headless",
-            "--profile",
-            str(profile),
-            "--port",
-            str(port),
-            "--log",
-            str(log),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
+    proc = started("serve", "--headless", "--profile", profile, "--port", port, "--log", log)
     try:
         wait_for_listener(port, proc)
     finally:

@@ -13,8 +13,6 @@ the table of what each figure is on each side)."""
 import os
 import re
 import signal
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,12 +24,12 @@ import pytest
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import PromptFinished, RoundVerified
 from specmon.metrics.stats import class_stats
+from specmoncli import REPO, finished_prompts, specmon, started
 from tables_text import printed_rows
 from test_serve import wait_until
 from test_serve_queue import samples
 from tinymodel import write_tiny_gguf
 
-REPO = Path(__file__).resolve().parent.parent
 POLICY = """[policy]
 mode = "enforce"
 
@@ -75,28 +73,8 @@ def chat(api, text: str, **kw):
 @contextmanager
 def serve(profile: Path, policy: Path, log: Path):
     """`specmon serve --headless` on a free port; yields its base URL; SIGTERM at the end."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specmon.cli",
-            "serve",
-            "--headless",
-            "--profile",
-            str(profile),
-            "--policy",
-            str(policy),
-            "--port",
-            "0",
-            "--log",
-            str(log),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "SPECMON_POLICY_POLL_S": "0"},
-    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SPECMON_POLICY_POLL_S": "0"}
+    proc = started("serve", "--headless", "--profile", profile, "--policy", policy, "--port", 0, "--log", log, env=env)
     try:
         banner = ""
         while not banner.startswith("specmon: serving"):
@@ -172,14 +150,7 @@ def session(tmp_path_factory):
             chat(api, REWRITE, max_tokens=24, temperature=0.9, seed=5, extra_body={"specmon_class": "rewrite"}),
         ]
         exposed = samples(httpx.get(url + "/metrics").text)
-    info = subprocess.run(
-        [sys.executable, "-m", "specmon.cli", "log", "info", str(log)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
-    )
+    info = specmon("log", "info", log, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}, timeout=120)
     assert info.returncode == 0, info.stderr
     return exposed, log, replies, info.stdout
 
@@ -187,7 +158,7 @@ def session(tmp_path_factory):
 def cut_tokens(log: Path, replies) -> Counter:
     """Per (class, k): tokens the rounds emitted that no client was sent (a stop string's cut), taken
     from each request's last rounds backwards."""
-    rounds, finished = defaultdict(list), {e.prompt_id: e for e in read_log(log) if isinstance(e, PromptFinished)}
+    rounds, finished = defaultdict(list), {e.prompt_id: e for e in finished_prompts(read_log(log))}
     for ev in read_log(log):
         if isinstance(ev, RoundVerified):
             rounds[ev.prompt_id].append(ev)
@@ -245,7 +216,7 @@ def test_every_class_and_k_counts_the_same_rounds_on_metrics_and_in_log_info(ses
 
 def test_requests_and_generated_tokens_agree_less_the_cut(session):
     exposed, log, replies, stdout = session
-    finished = [e for e in read_log(log) if isinstance(e, PromptFinished)]
+    finished = finished_prompts(read_log(log))
     requests = total(exposed, "specmon_requests_total")
     assert requests == len(finished) == len(replies)
     assert re.search(rf"PromptFinished\s+{len(finished)}\b", stdout), stdout

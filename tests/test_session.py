@@ -8,7 +8,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import msgspec
 import pytest
 
 from specmon.events.log import LogWriter, read_log
-from specmon.events.schema import Decision, PromptFinished, RoundVerified, SessionFinished
+from specmon.events.schema import Decision, RoundVerified, SessionFinished
 from specmon.metrics.contention import disturbed, stall_share, tally
 from specmon.metrics.stats import class_stats, summary
 from specmon.replay.player import ReplayFeed
@@ -25,21 +24,11 @@ from specmon.transport.channel import Channel, LogSink
 from specmon.transport.serve import EventServer
 from specmon.transport.sessions import live_sessions
 from specmon.tui.state import ViewState
+from specmoncli import finished_prompts, specmon
 from test_tui_view import FIXTURES, TUI_EVENTS
 from tinymodel import tiny_profile
 
-REPO = Path(__file__).resolve().parent.parent
 WRITE_FAILED = "writing the session log failed"
-
-
-def specmon(*args, cwd=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "specmon.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd or REPO,
-        timeout=timeout,
-    )
 
 
 def as_json(value):
@@ -111,7 +100,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_keeps_what_was_written(tmp_p
     rounds = sum(isinstance(e, RoundVerified) for e in events)
     assert rounds > 0 and re.search(rf"RoundVerified\s+{rounds}\n", info.stdout)
     # The disk filled mid-run: not every prompt finished, and the session never said it had.
-    assert 0 < sum(isinstance(e, PromptFinished) for e in events) < 40
+    assert 0 < len(finished_prompts(events)) < 40
     assert not any(isinstance(e, SessionFinished) for e in events)
     # The count the error line promises is the count a reader gets back.
     promised = int(re.search(r"the (\d+) events before it are intact", last).group(1))
@@ -281,30 +270,8 @@ def test_a_busy_listen_port_leaves_no_log_and_no_socket(tmp_path):
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
     log = tmp_path / "x.specmon"
     try:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "specmon.cli",
-                "run",
-                "--headless",
-                "--profile",
-                str(tiny_profile(tmp_path)),
-                "--classes",
-                "rewrite",
-                "--max-new-tokens",
-                "4",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--log",
-                str(log),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=env,
-            timeout=300,
-        )
+        flags = ["--classes", "rewrite", "--max-new-tokens", 4, "--listen", f"127.0.0.1:{port}", "--log", log]
+        done = specmon("run", "--headless", "--profile", tiny_profile(tmp_path), *flags, env=env)
     finally:
         busy.close()
     assert done.returncode == 2 and "Traceback" not in done.stderr
@@ -352,13 +319,7 @@ def test_attach_with_several_sessions_lists_them_and_asks_for_one(tmp_path):
     running = [serving(folder, name, started) for name in ("a", "b")]
     rounds = sum(isinstance(e, RoundVerified) for e in started)
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "specmon.cli", "attach", "--headless"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)},
-        )
+        done = specmon("attach", "--headless", env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}, timeout=60)
     finally:
         for channel, server in running:
             server.close()
@@ -379,13 +340,7 @@ def test_attach_with_no_session_alive_names_the_newest_log_and_when_it_ended(tmp
     logs.mkdir()
     shutil.copy(FIXTURES / "session-tui.specmon", logs / "s.specmon")
     env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "SPECMON_LOGS": str(logs), "TZ": "UTC"}
-    done = subprocess.run(
-        [sys.executable, "-m", "specmon.cli", "attach", "--headless"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    done = specmon("attach", "--headless", env=env, timeout=60)
     ended = next(e for e in TUI_EVENTS if isinstance(e, SessionFinished)).t
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert (

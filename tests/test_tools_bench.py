@@ -3,22 +3,13 @@ the tiny model: what their --json says, what their --help teaches, and their one
 
 import importlib.util
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from specmoncli import specmon
 from tinymodel import tiny_profile
 
-REPO = Path(__file__).resolve().parent.parent
 HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
-
-
-def specmon(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "specmon.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=300
-    )
 
 
 def assert_one_line_error(done, *fragments):

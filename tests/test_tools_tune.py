@@ -15,7 +15,8 @@ from specmon.engine.prompts import builtin_suite
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, Sampling, bench_fixed_k
 from specmon.replay.tune import STEP_MS, ModelledRounds, ReplayTarget, cost_of, read_bench_log
-from test_tools_bench import assert_one_line_error, specmon
+from specmoncli import specmon
+from test_tools_bench import assert_one_line_error
 from tinymodel import tiny_profile
 
 REPO = Path(__file__).resolve().parent.parent
