@@ -18,7 +18,7 @@ import httpx
 import pytest
 from llama_server import free_port
 from test_proxy import PATHS, POLICY, proxy
-from test_proxy_upstream import FakeUpstream, request_body
+from upstream import FakeUpstream, request_body
 from waiting import wait_until
 
 from specmon.policy.schema import parse_policy

@@ -18,7 +18,7 @@ import pytest
 from llama_server import free_port
 from prometheus import CLASSES, fleet, prometheus, traffic
 from test_proxy import proxy
-from test_proxy_upstream import FakeUpstream
+from upstream import FakeUpstream
 
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RoundVerified

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_proxy import PATHS, POLICY, proxy, timed
-from test_proxy_upstream import FIXTURES, FakeUpstream, request_body
+from upstream import FIXTURES, FakeUpstream, request_body
 from llama_server import free_port
 
 from specmon.metrics.served import by_class

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_proxy_upstream import recorded, reply_timings
+from upstream import recorded, reply_timings
 
 from specmon.events.schema import RequestTimed
 from specmon.policy.schema import load_policy

@@ -1,8 +1,6 @@
 """specmon watch: reading /metrics pages (recorded from a real llama-server, written from vLLM's docs,
 produced by specmon serve's own registry), the poll loop against a stand-in server, and the command."""
 
-import http.server
-import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from specmon.watch.exposition import NotMetrics
 from specmon.watch import lines
 from specmon.watch.lines import clock
 from specmon.watch.poll import Watcher
+from upstream import FakeUpstream
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 
@@ -85,43 +84,6 @@ def test_pages_that_are_not_metrics_are_said_so():
 # -- a stand-in server: a page we set, served over real HTTP -----------------------------------------------
 
 
-class Standin:
-    """An HTTP server on 127.0.0.1 whose /metrics answers `page` with `status`; stop() and start() again on
-    the same port play a server going down and coming back."""
-
-    def __init__(self, key: str | None = None):
-        self.page, self.status, self.key, self.port = "", 200, key, 0
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        standin = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                wanted = standin.key is None or self.headers.get("Authorization") == f"Bearer {standin.key}"
-                status = standin.status if wanted else 401
-                body = standin.page.encode() if status == 200 else b"no"
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def llama_page(drafts, tokens, accepted, per_pos, generated, running=0, waiting=0) -> str:
     """A llama-server page with these counters (names and layout as in llama-server-after.txt)."""
     text = "".join(
@@ -142,19 +104,18 @@ def llama_page(drafts, tokens, accepted, per_pos, generated, running=0, waiting=
 
 @pytest.fixture
 def standin():
-    server = Standin()
-    yield server
-    server.stop()
+    with FakeUpstream() as server:
+        yield server
 
 
 def test_the_watcher_says_down_back_and_restarted_once_each_and_no_total_spans_the_restart(standin):
     published: list[ServerScraped] = []
     with client() as http_client:
         watcher = Watcher(http_client, standin.url, "auto", published.append)
-        standin.page = llama_page(0, 0, 0, [], 0)
+        standin.metrics_text = llama_page(0, 0, 0, [], 0)
         said = watcher.step()
         assert said == [f"{clock(published[0].t)}  watching {standin.url} (llama-server)"]
-        standin.page = llama_page(10, 40, 30, [9, 8, 7, 6], 50, running=1)
+        standin.metrics_text = llama_page(10, 40, 30, [9, 8, 7, 6], 50, running=1)
         [line] = watcher.step()
         assert "drafts 10  draft tokens 40  accepted 30  acceptance 0.75  accepted/draft 3.00" in line
         assert "pos 0.90 0.80 0.70 0.60" in line and line.endswith("running 1 waiting 0")
@@ -162,10 +123,10 @@ def test_the_watcher_says_down_back_and_restarted_once_each_and_no_total_spans_t
         assert watcher.step()[0].endswith(f"{standin.url}: down: connection refused")
         assert watcher.step() == []  # still down: said once
         standin.start()  # the same port, counters from zero: a restart
-        standin.page = llama_page(2, 8, 4, [2, 1, 1, 0], 10)
+        standin.metrics_text = llama_page(2, 8, 4, [2, 1, 1, 0], 10)
         [back] = watcher.step()
         assert "is back, restarted" in back
-        standin.page = llama_page(6, 24, 12, [5, 4, 2, 1], 30)
+        standin.metrics_text = llama_page(6, 24, 12, [5, 4, 2, 1], 30)
         assert "drafts 4  draft tokens 16  accepted 8" in watcher.step()[0]
     assert [bool(s.error) for s in published] == [False, False, True, True, False, False]
     total = served.total(published)
@@ -179,16 +140,16 @@ def test_the_watcher_says_down_back_and_restarted_once_each_and_no_total_spans_t
 def test_a_page_that_is_not_metrics_and_a_missing_key_are_one_line_each(standin):
     with client() as http_client:
         watcher = Watcher(http_client, standin.url, "auto", lambda ev: None)
-        standin.page = "<!doctype html>\n<html><body>llama.cpp</body></html>\n"
+        standin.metrics_text = "<!doctype html>\n<html><body>llama.cpp</body></html>\n"
         [line] = watcher.step()
         assert line.endswith(
             f"  {standin.url}/metrics is not a Prometheus /metrics page (invalid metric name:<!doctype html>)"
         )
-        standin.status = 501
+        standin.metrics_status = 501
         assert "HTTP 501 from" in watcher.step()[0] and "only with --metrics" in watcher.last.error
-        standin.status, standin.page = 200, llama_page(0, 0, 0, [], 0)
+        standin.metrics_status, standin.metrics_text = 200, llama_page(0, 0, 0, [], 0)
         assert "is back (llama-server)" in watcher.step()[0]
-    standin.key = "sekret"
+    standin.api_key = "sekret"
     with client() as http_client:
         assert "--api-key-file" in Watcher(http_client, standin.url, "auto", lambda ev: None).step()[0]
     with client("sekret") as http_client:
@@ -196,7 +157,7 @@ def test_a_page_that_is_not_metrics_and_a_missing_key_are_one_line_each(standin)
 
 
 def test_a_forced_kind_without_spec_counters_says_so(standin):
-    standin.page = page("vllm.txt")
+    standin.metrics_text = page("vllm.txt")
     with client() as http_client:
         ev = scrape(http_client, standin.url, "llama-server")
     assert ev.drafts is None and ev.error.endswith("has no speculative-decoding counters: is speculation on?")
@@ -239,7 +200,7 @@ def test_headless_lines_say_a_run_of_positions_at_n_a_once_and_wrap_to_the_termi
     import subprocess
     import sys
 
-    standin.page = llama_page(0, 0, 0, [0] * 48, 12, running=1)
+    standin.metrics_text = llama_page(0, 0, 0, [0] * 48, 12, running=1)
     args = ["watch", "--headless", "--duration", "1.5", "--log", str(tmp_path / "w.specmon"), standin.url]
     env = {**os.environ, "COLUMNS": "80"}
     done = subprocess.run(
@@ -256,9 +217,9 @@ def test_headless_lines_say_a_run_of_positions_at_n_a_once_and_wrap_to_the_termi
 def test_a_window_with_tokens_and_no_draft_fits_80_columns(standin):
     with client() as http_client:
         watcher = Watcher(http_client, standin.url, "auto", lambda ev: None)
-        standin.page = llama_page(0, 0, 0, [0] * 48, 0)
+        standin.metrics_text = llama_page(0, 0, 0, [0] * 48, 0)
         watcher.step()
-        standin.page = llama_page(0, 0, 0, [0] * 48, 12)
+        standin.metrics_text = llama_page(0, 0, 0, [0] * 48, 12)
         [line] = watcher.step()
     shown = lines.fitted(line, 80)
     assert len(shown) > 1 and all(len(part) <= 80 for part in shown), shown
