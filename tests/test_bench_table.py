@@ -6,9 +6,9 @@ from pathlib import Path
 from rich.console import Console
 
 from specmon.cli.bench import bench_table, interval_line, overall_line
-from specmon.events.schema import BENCH_FIXED_RULE, PromptStarted, Sampling
+from specmon.events.schema import BENCH_FIXED_RULE
 from specmon.sched.bench import bench_results, overall_figures
-from events import round_verified
+from events import prompt_started, round_verified
 
 LOG = Path("logs/20261206-025454-22b7b6.specmon")
 TITLE = "goodput, tokens/s: ngram, policy default.toml, 16 new tokens, 6 prompts (test half) x 1"
@@ -20,9 +20,7 @@ def _decode(prompt_class: str, prompt: int, k: int | None, emitted: int, verify_
     run = {"session_id": "s", "t": 0.0, "prompt_id": f"{prompt_class}-{prompt}", "prompt_class": prompt_class}
     draft_len = 8 if k is None else k
     fixed = {} if k is None else {"class_rule": f"{BENCH_FIXED_RULE}{k}", "bench_k": k}
-    started = PromptStarted(
-        **run, **fixed, draft_len=draft_len, drafter="ngram", sampling=Sampling(), prompt_tokens=5, max_new_tokens=16
-    )
+    started = prompt_started(**run, **fixed, draft_len=draft_len, max_new_tokens=16)
     shape = {"proposed": [1] * 8, "accepted": emitted - 1, "rejection_pos": emitted - 1} if draft_len else {}
     shape |= {"draft_len": draft_len, "emitted": [1] * emitted, "verify_ms": verify_ms}
     return [started, *(round_verified(**run, **shape) for _ in range(8))]

@@ -8,10 +8,10 @@ import json
 
 from specmon.cli.main import main
 from specmon.events.log import LogWriter, read_log
-from specmon.events.schema import PromptStarted, RoundVerified, Sampling
+from specmon.events.schema import RoundVerified
 from specmon.metrics.stats import class_stats, summary
 from tables_text import printed_rows
-from events import round_verified
+from events import prompt_started, round_verified
 
 # (class, k, prompts, rounds a prompt, accepted a round): chat plain, then at k=4, then edited to k=2
 PLAN = [("chat", 0, 2, 6, 0), ("chat", 4, 3, 8, 2), ("chat", 2, 2, 5, 1), ("code", 3, 1, 7, 3)]
@@ -22,19 +22,7 @@ def several_k_events(t0: float = 1_700_000_000.0) -> list:
     for cls, k, prompts, rounds, accepted in PLAN:
         for p in range(prompts):
             prompt_id = f"{cls}-{k}-{p}"
-            events.append(
-                PromptStarted(
-                    session_id="s",
-                    t=t0 + rid,
-                    prompt_id=prompt_id,
-                    prompt_class=cls,
-                    draft_len=k,
-                    drafter="ngram",
-                    sampling=Sampling(),
-                    prompt_tokens=5,
-                    max_new_tokens=64,
-                )
-            )
+            events.append(prompt_started(t=t0 + rid, prompt_id=prompt_id, prompt_class=cls, draft_len=k))
             for i in range(rounds):
                 proposed = list(range(k - (i % 2))) if k else []  # odd rounds propose one short
                 events.append(

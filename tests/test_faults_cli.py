@@ -27,10 +27,11 @@ from specmon.backends.profiles import load_profile
 from specmon.cli.main import build_parser, main
 from specmon.engine.prompts import load_prompts
 from specmon.errors import SpecmonError
-from specmon.events.schema import PromptStarted, Sampling, SessionFinished, SessionStarted, decode, encode
+from specmon.events.schema import SessionFinished, decode, encode
 from specmon.transport.attach import attach_events
 from specmon.transport.channel import Channel, LogSink
 from specmon.transport.serve import EventServer, parse_listen
+from events import prompt_started, session_started
 import specmoncli
 from tinymodel import tiny_profile, write_tiny_gguf
 
@@ -125,14 +126,10 @@ def test_a_prompt_row_the_loader_accepts_is_one_the_log_reader_accepts(tmp_path,
     except SpecmonError as exc:
         assert str(exc).startswith(f"prompts file {path}, line 1: ")
         return
-    started = PromptStarted(
-        session_id="s",
-        t=0.0,
+    started = prompt_started(
         prompt_id=prompt.id,
         prompt_class=prompt.prompt_class,
         draft_len=4,
-        drafter="ngram",
-        sampling=Sampling(),
         prompt_tokens=3,
         max_new_tokens=prompt.max_new_tokens or 32,
     )
@@ -359,20 +356,7 @@ def _served_session(tmp_path):
     sink = LogSink(tmp_path / "s.specmon")
     channel = Channel(sink)
     server = EventServer(sink, tmp_path / "s.sock", parse_listen("127.0.0.1:0"))
-    channel.publish(
-        SessionStarted(
-            session_id="s",
-            t=0.0,
-            specmon_version="x",
-            profile_name="[/]",
-            profile_text="",
-            backend="torch",
-            target="t",
-            drafter="ngram",
-            dtype="float32",
-            device="cpu",
-        )
-    )
+    channel.publish(session_started(specmon_version="x", profile_name="[/]"))
     channel.publish(SessionFinished(session_id="s", t=1.0, rounds=0, reason="done"))
     return channel, server
 

@@ -7,7 +7,7 @@ import pytest
 from specmon.telemetry import host
 from specmon.metrics.contention import clock
 from specmon.telemetry.host import StallClock, psi_stall_us, stall_ms, stat_us
-from events import round_verified
+from events import prompt_started, round_verified
 
 PSI = b"some avg10=1.50 avg60=2.11 avg300=0.76 total=2827120\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
 
@@ -115,24 +115,10 @@ def test_a_run_beside_a_hog_on_every_core_says_it_was_disturbed(tmp_path):
 
 def _paired_rounds(stall_ms_of, t0=1_700_000_000.0):
     """Four prompts of chat, each plain then at k=4, 10 rounds a side; stall_ms_of(i) per round."""
-    from specmon.events.schema import PromptStarted, Sampling
-
     events, rid = [], 0
     for p in range(4):
         for k in (0, 4):
-            events.append(
-                PromptStarted(
-                    session_id="s",
-                    t=t0 + rid,
-                    prompt_id=f"chat-{p}",
-                    prompt_class="chat",
-                    draft_len=k,
-                    drafter="ngram",
-                    sampling=Sampling(),
-                    prompt_tokens=5,
-                    max_new_tokens=64,
-                )
-            )
+            events.append(prompt_started(t=t0 + rid, prompt_id=f"chat-{p}", draft_len=k))
             for i in range(10):
                 proposed = [1, 2, 3, 4] if k else []
                 events.append(

@@ -23,6 +23,7 @@ from specmon.sched.bench import shipped_prompts
 from specmon.sched.policy import PolicyScheduler
 from specmon.transport.session import live_session
 from specmon.tui.state import ViewState
+from events import policy_loaded
 from test_one_path import MAX_NEW, ask, serving
 from waiting import wait_for_screen, wait_until
 
@@ -208,9 +209,7 @@ def test_metrics_show_the_policy_in_force_and_no_series_for_a_class_a_reload_rem
     from specmon.server.metrics import ServerMetrics
 
     def loaded(*classes) -> PolicyLoaded:
-        return PolicyLoaded(
-            session_id="s", t=0.0, source="p.toml", sha256="a" * 64, text="", accepted=True, classes=list(classes)
-        )
+        return policy_loaded(classes=list(classes))
 
     metrics = ServerMetrics()
     metrics.observe(loaded(ClassInForce("code-edit", True, 8), ClassInForce("chat", False, 6)))

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from events import request_timed
+from events import request_timed, session_started
 from specmon.errors import SpecmonError
 from specmon.events.log import Rotation, follow_log, log_parts, read_log
 from specmon.events.schema import LogRotated, RequestTimed, SessionFinished, SessionStarted, decode, encode
@@ -28,12 +28,10 @@ THREADS, EACH = 4, 400
 
 
 def header(session_id: str = "s") -> SessionStarted:
-    return SessionStarted(
+    return session_started(
         session_id=session_id,
         t=1.0,
-        specmon_version="0",
         profile_name="proxy",
-        profile_text="",
         backend="proxy",
         target="http://u",
         drafter="llama-server",

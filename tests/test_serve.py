@@ -15,6 +15,7 @@ from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, 
 from specmon.policy.schema import load_policy
 from specmon.server.runner import ServeOptions, Serving
 from specmon.transport.session import live_session
+from events import policy_loaded
 from specmoncli import decoded, finished_prompts
 from waiting import wait_until  # the shared wait; test_serve_* import it from here too
 
@@ -298,13 +299,10 @@ def test_models_retrieve_and_the_sampling_values_other_servers_send(tmp_path, ti
 
 def test_a_refused_policy_edit_wraps_to_the_terminal_and_stays_whole_when_piped(monkeypatch, capsys):
     """The trial's refused-edit line ran to 164 columns on an 80-column terminal."""
-    from specmon.events.schema import PolicyLoaded
     from specmon.policy.reload import print_reload
 
     error = "/tmp/srv2.toml:11:1: policy.min_gain = -1.5 is out of range: a number above -1 and below 10"
-    refused = PolicyLoaded(
-        session_id="s", t=0.0, source="/tmp/srv2.toml", sha256="", text="", accepted=False, error=error
-    )
+    refused = policy_loaded(source="/tmp/srv2.toml", sha256="", accepted=False, error=error)
     monkeypatch.setenv("COLUMNS", "80")
     print_reload(refused)
     assert capsys.readouterr().err.splitlines() == [

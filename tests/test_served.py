@@ -7,7 +7,7 @@ from specmon.events.log import read_log
 from specmon.events.schema import ServerScraped, SessionFinished, SessionStarted
 from specmon.metrics import served
 from specmon.transport.session import observer_session
-from events import request_timed
+from events import request_timed, session_started
 
 
 def scrape(t, drafts, tokens, accepted, per_pos, generated=None, **kw):
@@ -105,12 +105,10 @@ def test_per_class_sums_of_timings_give_acceptance_tokens_per_step_and_goodput()
 
 def test_an_observer_session_logs_its_header_what_it_publishes_and_how_it_ended(tmp_path):
     def header(session_id):
-        return SessionStarted(
+        return session_started(
             session_id=session_id,
-            t=0.0,
             specmon_version="t",
             profile_name="watch",
-            profile_text="",
             backend="watch",
             target="http://127.0.0.1:8080",
             drafter="",

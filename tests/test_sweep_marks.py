@@ -7,10 +7,10 @@ import pytest
 from rich.console import Console
 
 from specmon.replay.sweep_tables import break_even_table, paths_note, results_table
-from specmon.events.schema import PromptStarted, Sampling
+from specmon.events.schema import Sampling
 from specmon.metrics.contention import tally
 from specmon.replay.sweep_report import cell_rows, goodput_figure, predicted_figure
-from events import round_verified
+from events import prompt_started, round_verified
 
 T0 = 1_700_000_000.0
 
@@ -30,7 +30,7 @@ def _cell_events(
     for p in range(prompts):
         run = {"session_id": "s", "t": T0, "prompt_id": f"{prompt_class}-{p}", "prompt_class": prompt_class}
         run |= {"draft_len": k, "sampling": Sampling()}
-        events.append(PromptStarted(**run, drafter="ngram", prompt_tokens=5, max_new_tokens=64))
+        events.append(prompt_started(**run))
         taken = min(k, accepted)
         drafted = {"proposed": [1] * k, "accepted": taken, "rejection_pos": taken if taken < k else None}
         drafted |= {"emitted": [1] * (taken + 1), "draft_ms": 0.01 * k, "target_probs": [0.5] * k}

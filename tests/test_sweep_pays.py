@@ -4,10 +4,10 @@ rounds the host left alone, and `eq. 1 pays` says so where the cell's measured s
 import pytest
 from rich.console import Console
 
-from specmon.events.schema import PromptStarted, Sampling
+from specmon.events.schema import Sampling
 from specmon.replay.sweep_report import cell_rows
 from specmon.replay.sweep_tables import break_even_table
-from events import round_verified
+from events import prompt_started, round_verified
 
 
 def _rounds(prompt_class: str, k: int, kinds: list[dict], prompts: int = 3) -> list:
@@ -16,7 +16,7 @@ def _rounds(prompt_class: str, k: int, kinds: list[dict], prompts: int = 3) -> l
     for p in range(prompts):
         run = {"session_id": "s", "t": 0.0, "prompt_id": f"{prompt_class}-{p}", "prompt_class": prompt_class}
         run |= {"draft_len": k, "sampling": Sampling()}
-        events.append(PromptStarted(**run, drafter="ngram", prompt_tokens=5, max_new_tokens=64))
+        events.append(prompt_started(**run))
         events += [round_verified(**run, **kind, round_id=i, round_index=i) for i, kind in enumerate(kinds)]
     return events
 

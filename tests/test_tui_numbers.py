@@ -5,14 +5,14 @@ specmon.metrics, never read back from the TUI's own state."""
 
 from __future__ import annotations
 
-from specmon.events.schema import Decision, PromptFinished, PromptStarted, RoundVerified, Sampling, SessionStarted
+from specmon.events.schema import Decision, PromptFinished, RoundVerified, Sampling
 from specmon.metrics.rates import acceptance_rate
 from specmon.metrics.stats import class_stats
 from specmon.tui.panes import bar_line, render_acceptance, render_speed
 from specmon.tui.state import ViewState
 from test_tui_view import POLICY_EVENTS, TUI_EVENTS, chat_in_view, prefilled, region_lines
 from waiting import drawn
-from events import round_verified
+from events import prompt_started, round_verified, session_started
 
 LAST_CHAT = max(i for i, e in enumerate(POLICY_EVENTS) if isinstance(e, PromptFinished) and e.prompt_class == "chat")
 
@@ -105,34 +105,13 @@ def test_speed_pane_says_not_yet_known_with_one_prompt():
 def noisy_session() -> list:
     """Speculative rounds that emit more than accepted + 1 tokens: a ratio its counts cannot give."""
     sampling = Sampling()
-    events = [
-        SessionStarted(
-            session_id="20260101-000000-n0153e",
-            t=0.0,
-            specmon_version="0",
-            profile_name="p",
-            profile_text="",
-            backend="torch",
-            target="t",
-            drafter="ngram",
-            dtype="float32",
-            device="cpu",
-        )
-    ]
+    events = [session_started(session_id="20260101-000000-n0153e")]
     round_id = 0
     for prompt in range(2):
         for k in (0, 2):
             events.append(
-                PromptStarted(
-                    session_id="s",
-                    t=0.0,
-                    prompt_id=f"x-{prompt}",
-                    prompt_class="x",
-                    draft_len=k,
-                    drafter="ngram",
-                    sampling=sampling,
-                    prompt_tokens=5,
-                    max_new_tokens=9,
+                prompt_started(
+                    prompt_id=f"x-{prompt}", prompt_class="x", draft_len=k, sampling=sampling, max_new_tokens=9
                 )
             )
             for i in range(4):

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from specmon.events.log import LogWriter, read_log
 from decisions import gate_decision
+from events import policy_loaded, prompt_started
 
-from specmon.events.schema import ClassInForce, Decision, PolicyLoaded, PromptStarted, Sampling
+from specmon.events.schema import ClassInForce, Decision, PolicyLoaded, PromptStarted
 from specmon.replay.player import ReplayFeed
 from specmon.transport.channel import Subscription
 from specmon.tui import app as app_module
@@ -31,20 +32,11 @@ CHANGED_TEXT = "changed rewrite, code-edit; in force from each class's next prom
 
 def reload(classes: list[ClassInForce], changed: list[str], sha: str = "b") -> PolicyLoaded:
     """An edit taken as the fixture's session ends (its notice is news for RELOAD_NOTICE_S of the session's time)."""
-    return PolicyLoaded(
-        session_id="s",
-        t=POLICY_EVENTS[-1].t,
-        source=FIRST.source,
-        sha256=sha * 64,
-        text="",
-        accepted=True,
-        classes=classes,
-        changed=changed,
-    )
+    return policy_loaded(t=POLICY_EVENTS[-1].t, source=FIRST.source, sha256=sha * 64, classes=classes, changed=changed)
 
 
 def refused(error: str = ERROR) -> PolicyLoaded:
-    return PolicyLoaded(session_id="s", t=0.0, source=FIRST.source, sha256="", text="", accepted=False, error=error)
+    return policy_loaded(source=FIRST.source, sha256="", accepted=False, error=error)
 
 
 # rewrite switched off and code-edit at k=3 by the edit; chat still off by d0, the others as they were
@@ -61,17 +53,7 @@ RELOAD = reload(
 
 
 def prompt(name: str, k: int) -> PromptStarted:
-    return PromptStarted(
-        session_id="s",
-        t=0.0,
-        prompt_id=f"{name}-9",
-        prompt_class=name,
-        draft_len=k,
-        drafter="ngram",
-        sampling=Sampling(),
-        prompt_tokens=5,
-        max_new_tokens=8,
-    )
+    return prompt_started(prompt_id=f"{name}-9", prompt_class=name, draft_len=k, max_new_tokens=8)
 
 
 def decision(name: str, on: bool, k_from: int, k_to: int, decision_id: int = 2) -> Decision:

@@ -9,7 +9,6 @@ from specmon.events.log import read_log
 from specmon.events.schema import (
     Decision,
     PromptFinished,
-    PromptStarted,
     RoundVerified,
     Sampling,
     SessionFinished,
@@ -21,7 +20,7 @@ from specmon.tui.factory import make_app
 from specmon.tui.feed import Feed
 from specmon.tui.screens import DecisionScreen, HelpScreen, JumpScreen
 from waiting import drawn, resized, screen_lines, shown_until
-from events import round_verified
+from events import prompt_started, round_verified, session_started
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 POLICY_LOG = FIXTURES / "session-policy.specmon"
@@ -201,30 +200,8 @@ def k7_session(rounds: int = 40) -> list:
     some rounds that proposed nothing."""
     sampling = Sampling()
     events = [
-        SessionStarted(
-            session_id="20260101-000000-abc123",
-            t=0.0,
-            specmon_version="0",
-            profile_name="p",
-            profile_text="",
-            backend="torch",
-            target="t",
-            drafter="ngram",
-            dtype="float32",
-            device="cpu",
-            host={"hostname": "box"},
-        ),
-        PromptStarted(
-            session_id="s",
-            t=0.0,
-            prompt_id="code-0",
-            prompt_class="code",
-            draft_len=7,
-            drafter="ngram",
-            sampling=sampling,
-            prompt_tokens=5,
-            max_new_tokens=500,
-        ),
+        session_started(session_id="20260101-000000-abc123", host={"hostname": "box"}),
+        prompt_started(prompt_id="code-0", prompt_class="code", draft_len=7, sampling=sampling, max_new_tokens=500),
     ]
     for i in range(rounds):
         proposed = [] if i % 9 == 8 else [1] * 7

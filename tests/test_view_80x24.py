@@ -23,6 +23,7 @@ from specmon.tui.factory import make_app
 from specmon.tui.rows import status_line
 from specmon.tui.screens import DecisionScreen, HelpScreen
 from specmon.tui.state import ViewState
+from events import policy_loaded
 from test_tui_view import prefilled, region_lines, with_more_decisions
 from waiting import drawn, screen_lines, shown_until, wait_for_screen
 
@@ -239,15 +240,8 @@ def policy_starts_chat_off(events) -> list:
         for e in events
         if not (getattr(e, "prompt_class", "") == "chat" and (e.prompt_id, e.draft_len) in spec and e.draft_len)
     ]
-    policy = PolicyLoaded(
-        session_id=events[0].session_id,
-        t=events[0].t,
-        source="p.toml",
-        sha256="a" * 64,
-        text="",
-        accepted=True,
-        classes=[ClassInForce("chat", False, 3), ClassInForce("rewrite", True, 3)],
-    )
+    classes = [ClassInForce("chat", False, 3), ClassInForce("rewrite", True, 3)]
+    policy = policy_loaded(session_id=events[0].session_id, t=events[0].t, classes=classes)
     return kept[:1] + [policy] + kept[1:]
 
 

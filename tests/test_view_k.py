@@ -5,29 +5,17 @@ yet" all session, with 92 rounds in the log (a new user's trial, 2026-12-04)."""
 
 from decisions import gate_decision
 
-from specmon.events.schema import ClassInForce, PolicyLoaded, PromptStarted, RoundVerified, Sampling
+from specmon.events.schema import ClassInForce, PolicyLoaded, PromptStarted, RoundVerified
 from specmon.tui.state import ViewState
-from events import round_verified
+from events import policy_loaded, prompt_started, round_verified
 
 
 def loaded(*classes: ClassInForce) -> PolicyLoaded:
-    return PolicyLoaded(
-        session_id="s", t=0.0, source="p.toml", sha256="a" * 64, text="", accepted=True, classes=list(classes)
-    )
+    return policy_loaded(classes=list(classes))
 
 
 def prompt(name: str, k: int, n: int = 0) -> PromptStarted:
-    return PromptStarted(
-        session_id="s",
-        t=0.0,
-        prompt_id=f"{name}-{n}",
-        prompt_class=name,
-        draft_len=k,
-        drafter="ngram",
-        sampling=Sampling(),
-        prompt_tokens=5,
-        max_new_tokens=8,
-    )
+    return prompt_started(prompt_id=f"{name}-{n}", prompt_class=name, draft_len=k, max_new_tokens=8)
 
 
 def round_(name: str, k: int, i: int, proposed: int, accepted: int) -> RoundVerified:
