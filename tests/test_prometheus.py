@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus import CLASSES, INTERVAL_S, Fleet, Prometheus, fleet
 from test_proxy import PATHS
-from test_proxy_upstream import request_body
+from upstream import request_body
 
 from specmon.events.log import read_log
 from specmon.metrics.served import RequestTotals

@@ -1,5 +1,5 @@
 """specmon proxy against a stand-in upstream that replays replies recorded from a real llama-server
-(test_proxy_upstream.FakeUpstream): the relay is byte for byte, each request is classified, routed and
+(upstream.FakeUpstream): the relay is byte for byte, each request is classified, routed and
 logged with the timings its reply carried, and what breaks (an upstream down, a client gone) is said."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from rich.console import Console
-from test_proxy_upstream import FakeUpstream, recorded, reply_timings, request_body
+from upstream import FakeUpstream, recorded, reply_timings, request_body
 from waiting import wait_until
 
 from specmon.events.log import read_log

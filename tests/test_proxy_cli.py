@@ -9,7 +9,7 @@ import socket
 
 import httpx
 import pytest
-from test_proxy_upstream import FakeUpstream, request_body
+from upstream import FakeUpstream, request_body
 from proxycli import proxy_command
 from waiting import wait_until
 

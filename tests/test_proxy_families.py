@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 from standins import Figures, TabbyStandin, VllmStandin, carried, from_counts, from_histogram, positions
 from test_proxy import PATHS, _rendered, proxy, timed
-from test_proxy_upstream import FakeUpstream
+from upstream import FakeUpstream
 
 from specmon.events.log import read_log
 from specmon.events.schema import ServerScraped

@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
-from test_proxy_upstream import FakeUpstream, recorded, reply_timings, request_body
+from upstream import FakeUpstream, recorded, reply_timings, request_body
 from threaded import Threaded
 from waiting import wait_until
 

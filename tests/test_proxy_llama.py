@@ -10,7 +10,7 @@ import httpx
 import pytest
 from llama_server import llama_server, self_draft
 from test_proxy import PATHS, _rendered, proxy, timed
-from test_proxy_upstream import reply_timings
+from upstream import reply_timings
 
 from specmon.events.log import read_log
 from specmon.metrics.served import by_class

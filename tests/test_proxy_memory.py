@@ -287,7 +287,7 @@ def test_through_the_proxy_another_pair_fresh_and_a_damaged_store_start_cold(tmp
 def test_the_command_keys_the_store_by_the_pair_and_fresh_ignores_it(tmp_path):
     """`specmon proxy` itself, twice against the same two servers and once with --fresh: the second run's
     headless line for chat says where it went at start and from which session's replies."""
-    from test_proxy_upstream import FakeUpstream, request_body
+    from upstream import FakeUpstream, request_body
 
     with FakeUpstream() as spec, FakeUpstream("-plain") as plain:
         argv = ["--upstream", spec.url, "--plain-upstream", plain.url, "--port", "0", "--headless"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from standins import TabbyStandin, from_counts
 from test_proxy import proxy
-from test_proxy_upstream import FakeUpstream
+from upstream import FakeUpstream
 from waiting import wait_until
 
 from specmon.events.log import read_log

@@ -2,7 +2,7 @@
 for byte, timings and all."""
 
 import httpx
-from upstream import FakeUpstream, recorded, reply_timings, request_body  # test_proxy* import them from here too
+from upstream import FakeUpstream, recorded, reply_timings, request_body
 
 
 def test_the_fake_replays_the_recorded_stream_byte_for_byte():

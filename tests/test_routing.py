@@ -192,7 +192,7 @@ def test_through_the_proxy_a_dead_member_is_left_out_said_once_and_the_busy_one_
     """Real sockets: a pool of two stand-ins and a port nothing listens on."""
     from test_proxy import PATHS, timed
     from test_proxy_cli import refused_port
-    from test_proxy_upstream import FakeUpstream, request_body
+    from upstream import FakeUpstream, request_body
 
     from specmon.proxy.server import ProxyOptions, Proxying
     from specmon.transport.session import observed_header, observer_session
