@@ -107,3 +107,28 @@ def test_a_missing_draft_count_is_said_one_way_in_the_line_log_info_the_report_a
     page = markdown(served_summary(write_log(tmp_path / "proxy.specmon", events)))
     cells = [[c.strip() for c in row.split("|")[1:-1]] for row in page if row.startswith("| chat |")]
     assert {row[1]: row[5] for row in cells} == long
+
+
+def test_the_reports_tok_s_is_on_the_clock_log_info_judges_the_class_on(tmp_path):
+    """A class whose plain side gives no decode time is judged on the proxy's clock, both sides: the report's
+    rows say the same figures, marked *, as log info's table (the report once chose a clock row by row)."""
+    import io
+
+    from rich.console import Console
+
+    from specmon.metrics.served_summary import markdown, served_summary
+    from specmon.proxy.tables import proxy_summary
+
+    def reply(i: int, side: str, decode_ms: float | None):
+        return request_timed(session_id="w", t=T0 + i, request_id=f"r{i}", prompt_class="chat", upstream=side,
+                             predicted_n=40, predicted_ms=decode_ms, total_ms=500.0 + 10 * i)  # fmt: skip
+
+    events = [header("proxy"), *(reply(i, "spec" if i % 2 else "plain", 400.0 if i % 2 else None) for i in range(6))]
+    console = Console(file=io.StringIO(), width=100, color_system=None)
+    console.print(proxy_summary(events, None))
+    table = {row.split()[1]: row.split()[-1] for row in console.file.getvalue().splitlines() if row.startswith("chat ")}
+    page = markdown(served_summary(write_log(tmp_path / "proxy.specmon", events)))
+    cells = {
+        c[1]: c[-1] for c in ([x.strip() for x in row.split("|")[1:-1]] for row in page if row.startswith("| chat |"))
+    }
+    assert table == cells and all(speed.endswith("*") for speed in cells.values()) and len(cells) == 2, (table, cells)

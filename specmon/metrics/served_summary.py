@@ -50,6 +50,7 @@ def served_summary(log: Path) -> dict:
     runs = served.runs(scrapes)
     failed = [s for s in scrapes if s.error or s.drafts is None]
     total = served.total(scrapes)
+    clocks = _clocks(requests)
     return {
         "url": scrapes[0].url if scrapes else "",
         "kind": next((s.kind for s in scrapes if s.kind), ""),
@@ -59,13 +60,22 @@ def served_summary(log: Path) -> dict:
         "restarts": max(len(runs) - 1, 0),
         "total": None if total is None else _window(total),
         "total_line": "" if total is None else f"{clock(total.start)}, {total.seconds:.0f} s: {figures(total)}",
-        "classes": [_class_row(cls, upstream, t) for (cls, upstream), t in sorted(requests.items())],
+        "classes": [_class_row(cls, upstream, t, clocks[cls]) for (cls, upstream), t in sorted(requests.items())],
         "unreported": notices(timed, scrapes),
     }
 
 
-def _class_row(cls: str, upstream: str, t: served.RequestTotals) -> dict:
-    """One (class, upstream)'s sums and ratios; drafted and accepted are None where no reply reported them."""
+def _clocks(requests: dict[tuple[str, str], served.RequestTotals]) -> dict[str, str]:
+    """The clock each class is judged on (served.judged_on over all its sides), as log info and the pane take it."""
+    sides: dict[str, list[served.RequestTotals]] = {}
+    for (cls, _), t in requests.items():
+        sides.setdefault(cls, []).append(t)
+    return {cls: served.judged_on(*totals) for cls, totals in sides.items()}
+
+
+def _class_row(cls: str, upstream: str, t: served.RequestTotals, clock: str) -> dict:
+    """One (class, upstream)'s sums and ratios; drafted and accepted are None where no reply reported them;
+    tok/s on the clock the class is judged on."""
     return {
         "class": cls,
         "upstream": upstream,
@@ -81,6 +91,7 @@ def _class_row(cls: str, upstream: str, t: served.RequestTotals) -> dict:
         "position_rates": t.position_rates(),
         "tok_per_s": t.tok_per_s,
         "clocked_tok_per_s": t.clocked_tok_per_s,  # the proxy's clock, where the server gave no decode time
+        "clock": clock,
     }
 
 
@@ -127,7 +138,7 @@ def markdown(s: dict) -> list[str]:
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         lines += [_markdown_row(r) for r in s["classes"]]
-        if any(r["tok_per_s"] is None and r["clocked_tok_per_s"] is not None for r in s["classes"]):
+        if any(r["clock"] == served.PROXY_CLOCK for r in s["classes"]):
             lines += ["", "tok/s marked * is the proxy's clock (first to last byte of streams): no decode time given."]
         lines += ["", *s["unreported"]] if s["unreported"] else []
     return lines
@@ -135,7 +146,7 @@ def markdown(s: dict) -> list[str]:
 
 def _markdown_row(r: dict) -> str:
     told = r["reported"] > 0
-    on = served.SERVER_CLOCK if r["tok_per_s"] is not None else served.PROXY_CLOCK
+    on = r["clock"]
     speed = served.tok_per_s_text(r["tok_per_s"] if on == served.SERVER_CLOCK else r["clocked_tok_per_s"], on)
     return (
         f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {served.requests_cell(r['requests'], r['timed'], r['reported'])} | {r['drafted'] if told else '-'} | "
