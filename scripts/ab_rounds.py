@@ -7,8 +7,9 @@ runs of a pair alike; more pairs narrow the interval.
 
     .venv/bin/python scripts/ab_rounds.py a31209c HEAD --pairs 6
 
-Each commit is checked out in a temporary git worktree beside this one and run from there with this
-venv. Figures are printed, never asserted."""
+Each commit is checked out in a git worktree under a temporary folder and run from there with this venv
+(its own `specmon` is imported: the working directory comes first on sys.path); this checkout reads
+the logs, so compare commits no newer than it. Figures are printed, never asserted."""
 
 from __future__ import annotations
 
@@ -22,27 +23,31 @@ from pathlib import Path
 from specmon.events.log import read_log
 
 ROOT = Path(__file__).resolve().parent.parent
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}  # two-sided, by df
+# Student's t, two-sided 95%, by degrees of freedom; past 30, 30's (a little wide, never narrow)
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
+       15: 2.13, 20: 2.09, 30: 2.04}  # fmt: skip
 
 
 def figures(log: Path) -> tuple[float, float]:
     """(mean ms of a drafting round, plain tok/s) of one `run --headless` log."""
-    k, spec_ms, tokens, plain_ms = 0, [], 0, 0.0
+    spec_ms, tokens, plain_ms = [], 0, 0.0
     for ev in read_log(log):
         kind = type(ev).__name__
-        if kind == "PromptStarted":
-            k = ev.draft_len
-        elif kind == "RoundVerified" and k:
+        if kind == "RoundVerified" and ev.draft_len:
             spec_ms.append(ev.draft_ms + ev.verify_ms + ev.overhead_ms)
-        elif kind == "PromptFinished" and not k:
+        elif kind == "PromptFinished" and not ev.draft_len:
             tokens += len(ev.generated)
             plain_ms += ev.decode_ms
+    if not spec_ms or not plain_ms:
+        sys.exit(f"ab_rounds: {log} has no {'drafting rounds' if not spec_ms else 'plain prompts'} to compare")
     return statistics.mean(spec_ms), tokens / plain_ms * 1e3
 
 
 def run(tree: Path, log: Path, extra: list[str]) -> tuple[float, float]:
     argv = [sys.executable, "-m", "specmon.cli", "run", "--headless", "--log", str(log), *extra]
-    subprocess.run(argv, cwd=tree, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(argv, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        sys.exit(f"ab_rounds: `specmon run` at {tree.name} failed: {done.stderr.strip()[-400:]}")
     return figures(log)
 
 
@@ -50,7 +55,8 @@ def interval(ratios: list[float]) -> str:
     mean = statistics.mean(ratios)
     if len(ratios) < 2:
         return f"{mean:.3f}"
-    half = T95.get(len(ratios) - 1, 2.0) * statistics.stdev(ratios) / len(ratios) ** 0.5
+    t = T95[max(df for df in T95 if df <= len(ratios) - 1)]
+    half = t * statistics.stdev(ratios) / len(ratios) ** 0.5
     return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]"
 
 
@@ -63,16 +69,18 @@ def main() -> int:
     args = parser.parse_args()
     extra = ["--max-new-tokens", args.max_new_tokens]
     with tempfile.TemporaryDirectory(prefix="ab-rounds-") as tmp:
-        trees = {}
-        for name in (args.a, args.b):
-            tree = Path(tmp) / name
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), name], check=True)
-            trees[name] = tree
+        trees: dict[str, Path] = {}
         try:
+            for name in (args.a, args.b):
+                tree = Path(tmp) / name.replace("/", "_")
+                added = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), name])
+                if added.returncode:
+                    sys.exit(f"ab_rounds: cannot check out {name}")
+                trees[name] = tree
             ratios: dict[str, list[float]] = {"round ms": [], "plain tok/s": []}
             for i in range(args.pairs):
                 order = [args.a, args.b] if i % 2 == 0 else [args.b, args.a]
-                got = {name: run(trees[name], Path(tmp) / f"{name}-{i}.specmon", extra) for name in order}
+                got = {name: run(trees[name], Path(tmp) / f"{trees[name].name}-{i}.specmon", extra) for name in order}
                 (ms_a, tok_a), (ms_b, tok_b) = got[args.a], got[args.b]
                 ratios["round ms"].append(ms_b / ms_a)
                 ratios["plain tok/s"].append(tok_b / tok_a)

@@ -154,11 +154,7 @@ class PolicyEngine:
         if self.fresh < gate.CHECK_EVERY:
             return []
         self.fresh = 0
-        decided = (
-            self.decide(name)
-            for name, st in list(self.states.items())
-            if self.policy.class_named(name).speculate == "auto"
-        )
+        decided = (self.decide(name) for name in list(self.states) if self.policy.class_named(name).speculate == "auto")
         return [d for d in decided if d is not None]
 
     def decide(self, name: str) -> Decision | None:
@@ -275,17 +271,13 @@ class PolicyEngine:
         if not isinstance(edit, Edit):
             return edit
         self.policy = edit.policy
-        whole = "policy" in edit.sections  # [routing] is the proxy's: no class here runs by it
-        for name in list(self.states) if whole else edit.classes:
+        sections = [s for s in edit.sections if s == "policy"]  # [routing] is the proxy's: no class here runs by it
+        for name in list(self.states) if sections else edit.classes:
             self._forget(name)
-        return loaded_event(edit.policy, self.session_id, self.in_force(), edit.classes + ["policy"] * whole)
+        return loaded_event(edit.policy, self.session_id, self.in_force(), edit.classes + sections)
 
     def _forget(self, name: str) -> None:
         st = self.states.pop(name, None)
         self.stored.pop(name, None)  # learned under the class as it was
         for draft in st.window if st is not None else ():
             self.shared.add(draft, -1)
-
-    def class_of(self, name: str) -> PromptClass:
-        """The class by name, as the policy in force has it (the default class if a reload removed it)."""
-        return self.policy.class_named(name)

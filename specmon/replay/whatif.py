@@ -76,7 +76,7 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
                 )
             diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).logged.append(describe(ev))
     for name, diff in diffs.items():
-        allowed = engine.class_of(name).draft_len
+        allowed = engine.policy.class_named(name).draft_len
         if allowed > longest.get(name, 0):
             diff.missing.add(allowed)
     return diffs

@@ -37,7 +37,8 @@ class Feed:
 
 def alerts(feed, paused: bool) -> list[str]:
     """What a view's title warns of: the view paused, events it skipped (it drew slower than they came), the
-    feed's error. `feed`: a Feed, or a log's player (replay.player.ReplayFeed), which has the same three."""
+    feed's error. `feed`: a Feed, or a log's player (replay.player.ReplayFeed): both count what they skipped
+    and hold their error."""
     said = ["VIEW PAUSED"] if paused else []
     if feed.skipped:
         said.append(f"view skipped {feed.skipped} events")

@@ -245,7 +245,7 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
     clocks = {key: state.clock(key[0]) for key in state.requests}
     speeds = {key: served.tok_per_s_text(t.tok_per_s_on(clocks[key]), clocks[key]) for key, t in state.requests.items()}
     speed_width = max(5, *map(len, speeds.values()))  # a `111.1*` takes its column from the name
-    name_width = max(width - 21 - speed_width, 6)  # 26 columns of figures: at 80x24 a name keeps 10
+    name_width = max(width - 21 - speed_width, 6)  # 26 columns of figures or more: at 80x24 a name keeps 10
     head = f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4} {'t/st':>4} {'tok/s':>{speed_width}}"
     blocks = [
         _class_block(cls, upstream, totals, name_width, width, speeds[(cls, upstream)].rjust(speed_width))
