@@ -14,6 +14,9 @@ from specmon.backends.profiles import DEFAULT_PROFILE
 
 EXAMPLE = re.compile(r"(?P<lead> +)(?P<command>\S.*?)  +(?P<note>\S.*)")  # `  specmon run   what it does`
 NOTE_INDENT = "    "  # a note that cannot sit beside its example goes on under it, this much further in
+SHELL_WORD = re.compile(r"""'[^']*'|"[^"]*"|\S+""")  # a quoted argument stays one word
+USAGE_PARTS = re.compile(r"\(.*?\)+(?=\s|$)|\[.*?\]+(?=\s|$)|\S+")  # argparse's own: a group whole, or a word
+USAGE_INDENT = "    "
 
 
 class Teaching(argparse.HelpFormatter):
@@ -32,12 +35,50 @@ class Teaching(argparse.HelpFormatter):
             return line
         if not line.startswith(" "):
             return "\n".join(words_wrapped(line, width, indent))
+        if len(line) <= width:
+            return line  # a command is copied as written where it fits
         example = EXAMPLE.fullmatch(line)
-        if example is None or len(line) <= width:
-            return line  # a command is copied as written: never wrapped
-        under = example["lead"] + NOTE_INDENT
-        note = words_wrapped(example["note"], width, under)
-        return "\n".join([example["lead"] + example["command"], *note])
+        if example is None:
+            lead = line[: len(line) - len(line.lstrip())]
+            return "\n".join(continued(lead, line.strip(), width))
+        note = words_wrapped(example["note"], width, example["lead"] + NOTE_INDENT)
+        return "\n".join([*continued(example["lead"], example["command"], width), *note])
+
+    def _format_usage(self, usage, actions, groups, prefix) -> str:
+        """argparse's usage, its options packed under a short indent where a part would run past the width
+        under the command's name (`[--llamacpp-profile LLAMACPP_PROFILE]` after `usage: specmon bench engines`)."""
+        text = super()._format_usage(usage, actions, groups, prefix)
+        if all(len(line) <= self._width for line in text.splitlines()):
+            return text
+        head, _, parts = " ".join(text.split()).partition(" [")  # `usage: PROG POSITIONAL...` then the options
+        lines = [head]
+        for part in USAGE_PARTS.findall("[" + parts) if parts else ():
+            if len(lines[-1]) + 1 + len(part) <= self._width:
+                lines[-1] += " " + part
+            else:
+                lines.append(USAGE_INDENT + part)
+        return "\n".join(lines) + "\n\n"
+
+
+def continued(lead: str, command: str, width: int) -> list[str]:
+    """A shell command too long for `width`, broken before an option or a pipe (else between words, never
+    inside quotes) into lines that end in ` \\`, as a shell takes them when pasted."""
+    ends_continued = command.endswith(" \\")
+    tokens = SHELL_WORD.findall(command.removesuffix(" \\"))
+    units: list[list[str]] = []
+    for token in tokens:  # an option with its value, or a pipe with its command, is one unit
+        if not units or token.startswith("-") or token == "|":
+            units.append([token])
+        else:
+            units[-1].append(token)
+    lines, line, cont = [], lead, lead + NOTE_INDENT
+    for unit in units:
+        for piece in [" ".join(unit)] if len(cont + " ".join(unit) + " \\") <= width else unit:
+            if line.strip() and len(line + " " + piece + " \\") > width:
+                lines.append(line + " \\")
+                line = cont
+            line += piece if not line.strip() else " " + piece
+    return lines + [line + (" \\" if ends_continued else "")]
 
 
 def words_wrapped(text: str, width: int, indent: str = "") -> list[str]:
