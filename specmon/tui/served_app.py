@@ -91,9 +91,11 @@ class ServedApp(App):
             self.refresh_panes()
 
     def refresh_panes(self) -> None:
-        for pane in self.query(Pane):
+        main = self.screen_stack[0]  # the view, under any screen opened over it
+        for pane in main.query(Pane):
             pane.redraw()
-        self.query_one("#title", TitleBar).redraw()
+        for bar in main.query("#title").results(TitleBar):  # none while the view is still being mounted
+            bar.redraw()
         self.sub_title = self._title().plain
 
     def _lead(self) -> str:
