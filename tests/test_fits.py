@@ -134,6 +134,16 @@ def _lines_past(text, width: int) -> list[str]:
     return [f"{cell_len(line)} > {width}: {line}" for line in plain.splitlines() if cell_len(line) > width]
 
 
+def _past_every_width(renderers: dict) -> dict:
+    """(renderer, width) -> its lines past the width, for each renderer (width -> text) at every PANE_WIDTHS."""
+    return {
+        (name, w): lines
+        for name, render in renderers.items()
+        for w in PANE_WIDTHS
+        if (lines := _lines_past(render(w), w))
+    }
+
+
 def test_every_pane_of_the_live_view_fits_every_width(monkeypatch):
     from specmon.events.log import read_log
     from specmon.tui import panes, rows
@@ -152,13 +162,7 @@ def test_every_pane_of_the_live_view_fits_every_width(monkeypatch):
             **{f"acceptance {m}": (lambda w, m=m: panes.render_acceptance(state, m, w)) for m in ACCEPTANCE_METRICS},
             **{f"caption {m}": (lambda w, m=m: panes.sparkline_caption(state, m, w)) for m in ACCEPTANCE_METRICS},
         }
-        past = {
-            (name, w): lines
-            for name, render in renderers.items()
-            for w in PANE_WIDTHS
-            if (lines := _lines_past(render(w), w))
-        }
-        assert past == {}, fixture
+        assert _past_every_width(renderers) == {}, fixture
 
 
 def test_every_pane_of_the_served_view_fits_every_width():
@@ -182,10 +186,4 @@ def test_every_pane_of_the_served_view_fits_every_width():
             "classes": lambda w: sp.render_classes(state, w),
             "title": lambda w: sp.title(state, "proxy.specmon", ["VIEW PAUSED"], w),
         }
-        past = {
-            (what, w): lines
-            for what, render in renderers.items()
-            for w in PANE_WIDTHS
-            if (lines := _lines_past(render(w), w))
-        }
-        assert past == {}, name
+        assert _past_every_width(renderers) == {}, name
