@@ -72,8 +72,16 @@ def hanging_lines(text: str, width: int, indent: str, whole: Iterable[str] = ())
     for phrase in whole:
         if phrase and len(phrase) <= room:
             text = text.replace(phrase, phrase.replace(" ", GLUE))
-    lines = textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
-    return [line.replace(GLUE, " ") for line in lines]
+    return [line.replace(GLUE, " ") for line in words_wrapped(text, width, "", indent, fold_long=False)]
+
+
+def words_wrapped(text: str, width: int, first: str = "", then: str = "", fold_long: bool = True) -> list[str]:
+    """The one wrap of words to a width: `text` broken at spaces only, never at a hyphen (a value such as
+    `torch-nopad` or a command stays whole), its first line after `first` and the rest after `then`; a word
+    longer than a line folded across lines, or kept whole where `fold_long` is False."""
+    return textwrap.wrap(
+        text, width, initial_indent=first, subsequent_indent=then, break_long_words=fold_long, break_on_hyphens=False
+    )
 
 
 class Hanging:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
-import textwrap
 from pathlib import Path
 
 from specmon.backends.profiles import DEFAULT_PROFILE
+from specmon.console import words_wrapped
 
 
 EXAMPLE = re.compile(r"(?P<lead> +)(?P<command>\S.*?)  +(?P<note>\S.*)")  # `  specmon run   what it does`
@@ -28,20 +28,20 @@ class Teaching(argparse.HelpFormatter):
         return "\n".join(self._fill_line(line, width, indent) for line in text.splitlines())
 
     def _split_lines(self, text: str, width: int) -> list[str]:
-        return words_wrapped(text, width)
+        return prose(text, width)
 
     def _fill_line(self, line: str, width: int, indent: str) -> str:
         if not line.strip():
             return line
         if not line.startswith(" "):
-            return "\n".join(words_wrapped(line, width, indent))
+            return "\n".join(prose(line, width, indent))
         if len(line) <= width:
             return line  # a command is copied as written where it fits
         example = EXAMPLE.fullmatch(line)
         if example is None:
             lead = line[: len(line) - len(line.lstrip())]
             return "\n".join(continued(lead, line.strip(), width))
-        note = words_wrapped(example["note"], width, example["lead"] + NOTE_INDENT)
+        note = prose(example["note"], width, example["lead"] + NOTE_INDENT)
         return "\n".join([*continued(example["lead"], example["command"], width), *note])
 
     def _format_usage(self, usage, actions, groups, prefix) -> str:
@@ -81,10 +81,9 @@ def continued(lead: str, command: str, width: int) -> list[str]:
     return lines + [line + (" \\" if ends_continued else "")]
 
 
-def words_wrapped(text: str, width: int, indent: str = "") -> list[str]:
-    """`text`'s words in lines of `width`, breaking at spaces only (argparse's own wrap breaks at hyphens)."""
-    flat = " ".join(text.split())
-    return textwrap.wrap(flat, width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False)
+def prose(text: str, width: int, indent: str = "") -> list[str]:
+    """A help text's words in lines of `width` under `indent` (argparse's own wrap breaks at hyphens)."""
+    return words_wrapped(" ".join(text.split()), width, indent, indent)
 
 
 def add_bench_tools(bench) -> None:

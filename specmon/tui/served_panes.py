@@ -5,11 +5,10 @@ fewer), or the whole session."""
 from __future__ import annotations
 
 import re
-import textwrap
 
 from rich.text import Text
 
-from specmon.console import hanging_text
+from specmon.console import hanging_text, words_wrapped
 from specmon.metrics import served, unreported
 from specmon.metrics.format import MISSING, clock, count, cut, fmt, ratio_interval
 from specmon.tui.fit import joined_width, shortened
@@ -289,7 +288,7 @@ def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
     keys += ["→ routed, by spec/plain goodput"] if state.routes else []
     lines = [(cut("; ".join(keys), max(width, 1)), "dim")] if keys else []
     for notice in notices:
-        lines += [(line, "yellow") for line in textwrap.wrap(notice, max(width, 1))]
+        lines += [(line, "yellow") for line in words_wrapped(notice, max(width, 1))]
     return lines
 
 
