@@ -1,6 +1,6 @@
 """The layout rules of docs/development.md, checked on the source (function-level imports included):
 packages import only downwards through LAYERS, no import cycles, Textual only in specmon/tui/, torch,
-exllamav2 and llama_cpp only in specmon/backends/."""
+exllamav2, exllamav3 and llama_cpp only in specmon/backends/."""
 
 import ast
 from pathlib import Path
@@ -125,5 +125,5 @@ def test_heavy_imports_stay_in_their_packages():
         roots = {n.split(".")[0] for n in names}
         if "textual" in roots:
             assert module.startswith("specmon.tui"), module
-        if roots & {"torch", "exllamav2", "llama_cpp"}:
+        if roots & {"torch", "exllamav2", "exllamav3", "llama_cpp"}:
             assert module.startswith("specmon.backends"), module

@@ -1,187 +1,29 @@
-"""Load an ExLlamaV2 target/draft pair from a profile: the only module that imports exllamav2.
+"""ExLlamaV2's side of `gpu_pair`: the only module that calls into exllamav2.
 
-Every check a user can fail (folders, vocabularies, CUDA, the extension build, VRAM) is made
-before anything large is loaded, and each one ends in a single SpecmonError line.
-"""
+A folder becomes an `ExLlamaV2` model with an fp16 `ExLlamaV2Cache` of max_seq_len positions,
+split over the visible GPUs by `load_autosplit`."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
-import torch
-
-from specmon.backends.exl2 import Exl2Drafter, Exl2Target
-from specmon.backends.hf_folder import folder_for_gguf, read_hf_config
-from specmon.backends.pair import Pair, check_same_vocab
-from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
-from specmon.errors import SpecmonError
-from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
-from specmon.backends.tokenizer import ChatTokenizer, load_hf_tokenizer
-
-GIB = 2**30
-RESERVE_BYTES = 512 * 2**20  # activations, logits and ExLlamaV2's own scratch space
+from specmon.backends.exllama import Exl2Runner
+from specmon.backends.gpu_pair import GpuEngine, load_gpu_pair
+from specmon.backends.pair import Pair
+from specmon.backends.profiles import DrafterSpec, Profile
 
 
-def load_exl2_pair(profile: Profile, spec: DrafterSpec) -> Pair:
-    target_dir = model_folder(profile.target, profile)
-    tokenizer = load_hf_tokenizer(target_dir)
-    draft_dir = draft_folder(spec, profile, tokenizer)
-    require_cuda()
-    exl = import_exllamav2()
-    folders = [target_dir] + ([draft_dir] if draft_dir else [])
-    check_fits(folders, profile.max_seq_len, *torch.cuda.mem_get_info(), torch.cuda.get_device_name())
-    vocab = min([tokenizer.vocab_size] + [read_hf_config(f).get("vocab_size", tokenizer.vocab_size) for f in folders])
-    model, cache = _load(exl, target_dir, profile.max_seq_len)
-    target = Exl2Target(
-        model,
-        cache,
-        profile.target.describe(),
-        tokenizer.eos_id,
-        vocab,
-        cache_bytes=cache_bytes(read_hf_config(target_dir), profile.max_seq_len),
-    )
-    loaded: dict[Path, Exl2Drafter] = {}
-
-    def make(other: DrafterSpec) -> Drafter:
-        """The profile's drafter, or another one on the same target (sweeps)."""
-        if other.kind != "model":
-            return simple_drafter(other, profile)
-        folder = draft_folder(other, profile, tokenizer)
-        if folder not in loaded:
-            d_model, d_cache = _load(exl, folder, profile.max_seq_len)
-            loaded[folder] = Exl2Drafter(
-                d_model,
-                d_cache,
-                f"model:{other.target.describe()}",
-                vocab,
-                cache_bytes=cache_bytes(read_hf_config(folder), profile.max_seq_len),
-            )
-        return loaded[folder]
-
-    return Pair(target, make(spec), tokenizer, make)
-
-
-def simple_drafter(spec: DrafterSpec, profile: Profile) -> Drafter:
-    if spec.kind == "none":
-        return NoDrafter()
-    if spec.kind == "ngram":
-        return NgramDrafter(spec.ngram_sizes)
-    raise SpecmonError(
-        f'profile {profile.source}: drafter.kind = "layerskip" runs on the torch backend only; '
-        'with exllamav2 use "model" (a draft folder) or "ngram"'
-    )
-
-
-def model_folder(ref: ModelRef, profile: Profile) -> Path:
-    """ExLlamaV2 loads folders; a GGUF (the embedded model) is written out as an FP16 one once."""
-    path = resolve_model_path(ref, profile)
-    if path.suffix == ".gguf":
-        return folder_for_gguf(path, ref.layers)
-    if ref.layers:
-        raise SpecmonError(
-            f"profile {profile.source}: `layers` cuts a GGUF model; for a folder, "
-            "point the draft at a smaller model of the same family"
-        )
-    if not path.is_dir():
-        raise SpecmonError(f"profile {profile.source}: {path} is neither a model folder nor a .gguf file")
-    read_hf_config(path)
-    return path
-
-
-def draft_folder(spec: DrafterSpec, profile: Profile, tokenizer: ChatTokenizer) -> Path | None:
-    """The draft model's folder, checked to share the target's vocabulary."""
-    if spec.kind != "model":
-        simple_drafter(spec, profile)  # refuses layerskip before anything loads
-        return None
-    folder = model_folder(spec.target, profile)
-    check_same_vocab(tokenizer, load_hf_tokenizer(folder), folder, profile)
-    return folder
-
-
-def cuda_problem(torch_version: str, torch_cuda: str | None, device_count: int) -> str | None:
-    if torch_cuda is None:
-        return (
-            f"this torch ({torch_version}) is a CPU build; install a CUDA one, e.g. "
-            "pip install torch --index-url https://download.pytorch.org/whl/cu128"
-        )
-    if device_count == 0:
-        return "torch sees no CUDA device (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
-    return None
-
-
-def require_cuda() -> None:
-    problem = cuda_problem(
-        torch.__version__, torch.version.cuda, torch.cuda.device_count() if torch.version.cuda else 0
-    )
-    if problem:
-        raise SpecmonError(f"backend exllamav2 needs an NVIDIA GPU: {problem}")
-
-
-def build_failure(exc: BaseException, which=shutil.which, env=os.environ, torch_cuda: str | None = "") -> str:
-    """What stopped exllamav2's JIT extension build, named by the missing tool where we can tell."""
-    missing = []
-    if torch_cuda is None:
-        missing.append("a CUDA build of torch")
-    if not which("nvcc") and not env.get("CUDA_HOME"):
-        missing.append("nvcc (install the CUDA toolkit matching torch's CUDA, or set CUDA_HOME)")
-    if not which("ninja"):
-        missing.append("ninja (pip install ninja)")
-    if missing:
-        return "exllamav2's CUDA extension cannot be built: missing " + "; ".join(missing)
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower()]
-    detail = (errors or lines or [type(exc).__name__])[0][:200]
-    return f"exllamav2's CUDA extension failed to build or load: {detail}"
-
-
-def import_exllamav2():
-    """Import on first use: the import compiles the extension (minutes, once per machine)."""
-    try:
-        import exllamav2
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] == "exllamav2":
-            raise SpecmonError("exllamav2 is not installed: pip install 'specmon[gpu]'") from None
-        raise SpecmonError(f"exllamav2 needs the {exc.name} package: pip install {exc.name}") from None
-    except Exception as exc:  # the JIT build raises RuntimeError, OSError or subprocess errors
-        raise SpecmonError(build_failure(exc, torch_cuda=torch.version.cuda)) from None
-    return exllamav2
-
-
-def cache_bytes(config: dict, max_seq_len: int) -> int:
-    """Keys and values in fp16 for every layer and position (ExLlamaV2Cache's layout)."""
-    heads = config.get("num_attention_heads", 1)
-    head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
-    kv_heads = config.get("num_key_value_heads", heads)
-    return 2 * config.get("num_hidden_layers", 0) * kv_heads * head_dim * max_seq_len * 2
-
-
-def weight_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
-
-
-def check_fits(folders: list[Path], max_seq_len: int, free: int, total: int, gpu: str) -> None:
-    """Refuse before loading when weights plus caches cannot fit in the free VRAM."""
-    weights = sum(weight_bytes(f) for f in folders)
-    caches = sum(cache_bytes(read_hf_config(f), max_seq_len) for f in folders)
-    needed = weights + caches + RESERVE_BYTES
-    if needed > free:
-        names = " + ".join(f.name for f in folders)
-        raise SpecmonError(
-            f"{names} need about {needed / GIB:.1f} GiB of VRAM (weights {weights / GIB:.1f}, caches "
-            f"{caches / GIB:.1f} at max_seq_len {max_seq_len}) but {free / GIB:.1f} of {total / GIB:.1f} GiB "
-            f"is free on {gpu}; lower max_seq_len or pick a smaller quantisation"
-        )
-
-
-def _load(exl, folder: Path, max_seq_len: int):
+def _load(exl, folder: Path, max_seq_len: int) -> Exl2Runner:
     config = exl.ExLlamaV2Config(str(folder))
     config.max_seq_len = max_seq_len
     model = exl.ExLlamaV2(config)
     cache = exl.ExLlamaV2Cache(model, max_seq_len=max_seq_len, lazy=True)
-    try:
-        model.load_autosplit(cache)
-    except torch.cuda.OutOfMemoryError:
-        raise SpecmonError(f"{folder.name}: ran out of VRAM while loading; lower max_seq_len") from None
-    return model, cache
+    model.load_autosplit(cache)
+    return Exl2Runner(model, cache)
+
+
+EXL2 = GpuEngine("exllamav2", "pip install 'specmon[gpu]'", ("hf", "exl2"), _load)
+
+
+def load_exl2_pair(profile: Profile, spec: DrafterSpec) -> Pair:
+    return load_gpu_pair(profile, spec, EXL2)

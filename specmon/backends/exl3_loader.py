@@ -1,0 +1,59 @@
+"""ExLlamaV3's side of `gpu_pair`: the only module that calls into exllamav3.
+
+A folder (EXL3, or unquantised) becomes a `Model` with an fp16 `Cache` of max_seq_len positions
+rounded up to whole pages, loaded over the visible GPUs. Follows exllamav3 1.6.5's
+`model/config.py` (`Config.from_directory`), `model/model.py` (`Model.from_config`, `load`,
+`get_recurrent_layers`, `caps`) and `cache/cache.py` (`Cache(model, max_num_tokens)`).
+Models a rejected draft cannot be rolled back on are refused before their weights load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specmon.backends.exllama import CHUNK, MAX_ROWS, PAGE_SIZE, Exl3Runner
+from specmon.backends.gpu_pair import GpuEngine, load_gpu_pair
+from specmon.backends.pair import Pair
+from specmon.backends.profiles import DrafterSpec, Profile
+from specmon.errors import SpecmonError
+
+HEAD_DRAFTERS = ("mtp_draft", "dflash_draft", "dflash2_draft", "attach_target")  # caps of draft heads
+
+
+def cache_len(max_seq_len: int) -> int:
+    return -(-max_seq_len // PAGE_SIZE) * PAGE_SIZE
+
+
+def refuse_unrollable(model, folder: Path) -> None:
+    """A recurrent or hybrid model's state cannot be rewound by writing at an earlier position, and a
+    draft head (MTP, DFlash) drafts from the target's hidden states inside ExLlamaV3's generator."""
+    arch = getattr(model.config, "architecture", None) or folder.name
+    if any(model.caps.get(cap) for cap in HEAD_DRAFTERS):
+        raise SpecmonError(
+            f"{folder.name}: a draft head ({arch}) that reads the target's hidden states inside ExLlamaV3's "
+            'generator; specmon drafts with a separate draft model of the same family or kind = "ngram"'
+        )
+    if model.get_recurrent_layers() or model.recurrent_state_cls is not None:
+        raise SpecmonError(
+            f"{folder.name}: {arch} keeps recurrent state, which specmon cannot roll back after a rejected "
+            "draft; pick a transformer-only model"
+        )
+
+
+def _load(exl, folder: Path, max_seq_len: int) -> Exl3Runner:
+    try:
+        config = exl.Config.from_directory(str(folder))
+    except (AssertionError, ValueError, KeyError) as exc:  # an architecture or config it does not know
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise SpecmonError(f"{folder.name}: exllamav3 cannot load it: {detail}") from None
+    model = exl.Model.from_config(config)
+    refuse_unrollable(model, folder)
+    cache = exl.Cache(model, max_num_tokens=cache_len(max_seq_len))
+    model.load(max_chunk_size=CHUNK, max_output_size=MAX_ROWS)
+    return Exl3Runner(model, cache)
+
+
+EXL3 = GpuEngine("exllamav3", "pip install 'specmon[exl3]'", ("hf", "exl3"), _load)
+
+
+def load_exl3_pair(profile: Profile, spec: DrafterSpec) -> Pair:
+    return load_gpu_pair(profile, spec, EXL3)

@@ -1,0 +1,183 @@
+"""ExLlamaV2 and ExLlamaV3 target and draft models behind the engine's protocols, one round at a time.
+
+The engines' generators keep only per-job totals, so specmon drives each model's forward itself and
+rolls a cache back by writing the next pass at an earlier position: a pass at `past_len` overwrites
+whatever a rejected draft left beyond it. One `Runner` per engine says how a forward is called;
+everything else (the valid prefix, the draft cache's ledger, logits cut to the tokenizer's
+vocabulary, one sync per phase) is shared. Neither engine is imported here: the runners take the
+loaded model and cache, so this bookkeeping runs on the CPU against recording fakes in the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from specmon.engine.draft_cache import CacheLedger, choose_draft_token
+from specmon.engine.drafters import Proposal
+from specmon.engine.draft_len import MAX_DRAFT_LEN
+from specmon.events.schema import Sampling
+from specmon.telemetry.memory import vram_bytes
+
+PAGE_SIZE = 256  # ExLlamaV3's flash-attn cache: its length is a whole number of pages (constants.PAGE_SIZE)
+CHUNK = 2048  # longest prefill pass, ExLlamaV3's default max_chunk_size
+MAX_ROWS = MAX_DRAFT_LEN + 1  # logit rows of the widest verify pass (k drafts and the last context token)
+
+
+def cuda_sync() -> None:
+    """The engines run on their own streams: wait for all of them before reading the clock."""
+    torch.cuda.synchronize()
+
+
+def _ids(tokens: Sequence[int]) -> torch.Tensor:
+    return torch.tensor([list(tokens)], dtype=torch.long)  # both engines take [batch, q_len] on the CPU
+
+
+def _rows(logits: torch.Tensor, vocab_size: int) -> np.ndarray:
+    """[1, q_len, padded vocab] logits -> fp32 [q_len, tokenizer vocab]."""
+    return logits[0, :, :vocab_size].float().cpu().numpy()
+
+
+class Runner(Protocol):
+    max_len: int  # positions the cache holds
+
+    def prefill(self, tokens: Sequence[int]) -> None: ...
+
+    def logits(self, tokens: Sequence[int], past_len: int, last_only: bool = False) -> torch.Tensor: ...
+
+
+class Exl2Runner:
+    """ExLlamaV2: `forward(ids, cache, ...)` writes at `cache.current_seq_len` and advances it."""
+
+    def __init__(self, model, cache):
+        self.model, self.cache = model, cache
+        self.max_len = cache.max_seq_len
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        self.cache.current_seq_len = 0
+        if tokens:
+            self.model.forward(_ids(tokens), self.cache, preprocess_only=True)
+
+    def logits(self, tokens: Sequence[int], past_len: int, last_only: bool = False) -> torch.Tensor:
+        self.cache.current_seq_len = past_len
+        return self.model.forward(_ids(tokens), self.cache, last_id_only=last_only)
+
+
+class Exl3Runner:
+    """ExLlamaV3: `forward(ids, params)` on a one-sequence flash-attn cache, written at `past_len`.
+
+    Follows exllamav3 1.6.5: `model/model.py` (`prefill`, `forward`), `modules/attn.py`
+    (`prepare_flash_attn`: `batch_shape`, `past_len`, a length in whole pages) and
+    `model/model_ls.py` (`last_tokens_only`)."""
+
+    def __init__(self, model, cache):
+        self.model, self.cache = model, cache
+        self.max_len = cache.max_num_tokens
+
+    def _params(self, past_len: int) -> dict:
+        return {"attn_mode": "flash_attn", "cache": self.cache, "past_len": past_len, "batch_shape": (1, self.max_len)}
+
+    def prefill(self, tokens: Sequence[int], past_len: int = 0) -> None:
+        for start in range(0, len(tokens), CHUNK):
+            self.model.prefill(_ids(tokens[start : start + CHUNK]), self._params(past_len + start))
+
+    def logits(self, tokens: Sequence[int], past_len: int, last_only: bool = False) -> torch.Tensor:
+        if len(tokens) > CHUNK:  # a draft model's first pass is the whole prompt: all but a chunk is prefill
+            head = len(tokens) - CHUNK
+            self.prefill(tokens[:head], past_len)
+            tokens, past_len = tokens[head:], past_len + head
+        params = self._params(past_len)
+        if last_only:
+            params["last_tokens_only"] = 1
+        return self.model.forward(_ids(tokens), params)
+
+
+class KvTarget:
+    """A model and its cache behind a Runner; positions [0, length) hold valid keys/values."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        name: str,
+        eos_id: int,
+        vocab_size: int,
+        sync: Callable[[], None] = cuda_sync,
+        cache_bytes: int = 0,
+    ):
+        self.runner, self.name = runner, name
+        self.eos_id = eos_id
+        self.vocab_size = vocab_size  # the tokenizer's; a config's may be padded wider
+        self.max_len = runner.max_len
+        self.length = 0
+        self._sync = sync
+        self._cache_bytes = cache_bytes
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        self.runner.prefill(tokens)
+        self.length = len(tokens)
+        self._sync()
+
+    def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
+        if start > self.length:
+            raise RuntimeError(f"target cache holds {self.length} positions, asked to write at {start}")
+        self.length = start  # positions a rejected draft left behind are overwritten
+        if not tokens:
+            return np.zeros((0, self.vocab_size), dtype=np.float32)
+        logits = self.runner.logits(tokens, start)
+        self.length = start + len(tokens)
+        self._sync()
+        return _rows(logits, self.vocab_size)
+
+    def truncate(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+    def memory_bytes(self) -> int:
+        """VRAM in use on the device per NVML (all processes); torch's own allocations without a driver."""
+        used, _ = vram_bytes()
+        return used if used is not None else int(torch.cuda.memory_allocated())
+
+    def cache_bytes(self) -> dict[str, int]:
+        return {"target": self._cache_bytes}
+
+
+class KvDrafter:
+    """A separate draft model with its own cache: k single-token forwards per round.
+
+    The cache is rolled back to the longest prefix it shares with the context, so after a round
+    where all k drafts were accepted it is fed the last draft token (never fed: its logits were
+    not needed) together with the target's bonus token."""
+
+    def __init__(
+        self, runner: Runner, name: str, vocab_size: int, sync: Callable[[], None] = cuda_sync, cache_bytes: int = 0
+    ):
+        self.runner, self.name = runner, name
+        self.vocab_size = vocab_size
+        self.ledger = CacheLedger()
+        self._sync = sync
+        self._cache_bytes = cache_bytes
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.ledger.reset()
+
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
+        if k <= 0:
+            return Proposal([], None)
+        keep, pending = self.ledger.plan(context)
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        for _ in range(k):
+            logits = self.runner.logits(pending, keep, last_only=True)
+            keep += len(pending)
+            self.ledger.feed(pending)
+            token, q_row = choose_draft_token(_rows(logits[:, -1:], self.vocab_size), sampling, rng)
+            tokens.append(token)
+            if q_row is not None:
+                rows.append(q_row)
+            pending = [token]
+        self._sync()
+        return Proposal(tokens, np.stack(rows) if rows else None)
+
+    def cache_bytes(self) -> dict[str, int]:
+        return {"draft": self._cache_bytes}
