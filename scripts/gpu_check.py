@@ -1,15 +1,19 @@
 """The GPU check's sessions and table; scripts/gpu-check installs everything, then runs this.
 
-Three configurations decode the same built-in prompts (one of each class first), each one
-plainly (k = 0) and speculatively, interleaved per prompt by the engine:
+For each engine asked for (--engines exl2,exl3) and the torch backend, the same built-in prompts
+(one of each class first) are decoded plainly (k = 0) and speculatively, interleaved per prompt:
 
   exl2 model   ExLlamaV2: SmolLM2 FP16 folder, drafted by an 8-layer FP16 folder of itself
   exl2 ngram   ExLlamaV2: the same target, drafted by n-gram prompt lookup
+  exl3 model   ExLlamaV3: the same two folders
+  exl3 ngram   ExLlamaV3: the same target, n-gram drafts
   torch model  the torch backend on CUDA (float16) with the same two folders
 
-It prints one table (tokens/s, acceptance, draft and verify ms, VRAM), whether each speculative
-output equals its own plain greedy output, and how ExLlamaV2's plain output compares with torch's.
-Exits 1 if any ExLlamaV2 speculative output leaves plain decoding other than at a near-tie.
+It prints one table (tokens/s, acceptance, draft and verify ms, the most VRAM NVML saw in a round)
+as Markdown for the README, whether each speculative output equals its own plain greedy output,
+how each engine's plain output compares with torch's, then a short `specmon bench policy` per
+engine (the held-out half of the bench set, k in 0,2,4, one pass). Exits 1 if any ExLlamaV2 or
+ExLlamaV3 speculative output leaves plain decoding other than at a near-tie.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,16 +47,22 @@ def _profile(tmp: Path, name: str, body: str):
     return load_profile(str(path))
 
 
-def configurations(tmp: Path, target_dir: Path, draft_dir: Path) -> dict:
-    exl2 = 'backend = "exllamav2"\ndevice = "cuda"\ndtype = "float16"\n'
-    torch_cuda = 'backend = "torch"\ndevice = "cuda"\ndtype = "float16"\n'
-    model_draft = f'[drafter]\nkind = "model"\n[drafter.target]\npath = "{draft_dir}"\n'
+BACKENDS = {"exl2": "exllamav2", "exl3": "exllamav3"}
+
+
+def configurations(tmp: Path, target_dir: Path, draft_dir: Path, engines: list[str]) -> dict:
+    target = f'device = "cuda"\ndtype = "float16"\n[target]\npath = "{target_dir}"\n'
+    drafters = {
+        "model": f'[drafter]\nkind = "model"\n[drafter.target]\npath = "{draft_dir}"\n',
+        "ngram": '[drafter]\nkind = "ngram"\n',
+    }
+    chosen = [(engine, BACKENDS[engine], drafter) for engine in engines for drafter in drafters]
+    chosen.append(("torch", "torch", "model"))
     return {
-        "exl2 model": _profile(tmp, "exl2-model", exl2 + f'[target]\npath = "{target_dir}"\n' + model_draft),
-        "exl2 ngram": _profile(
-            tmp, "exl2-ngram", exl2 + f'[target]\npath = "{target_dir}"\n[drafter]\nkind = "ngram"\n'
-        ),
-        "torch model": _profile(tmp, "torch-model", torch_cuda + f'[target]\npath = "{target_dir}"\n' + model_draft),
+        f"{engine} {drafter}": _profile(
+            tmp, f"{engine}-{drafter}", f'backend = "{backend}"\n' + target + drafters[drafter]
+        )
+        for engine, backend, drafter in chosen
     }
 
 
@@ -118,8 +129,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompts", type=int, default=10, help="built-in prompts to decode (default 10)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("-k", type=int, default=4, help="draft length (default 4)")
-    parser.add_argument("--build-seconds", type=int, default=None, help="extension build time, for the table")
+    parser.add_argument("--engines", default="exl2,exl3", help="engines whose extension built (default exl2,exl3)")
+    parser.add_argument("--build-seconds", default="-", help="extension build times, for the table")
+    parser.add_argument("--no-bench", action="store_true", help="skip the short bench policy per engine")
     return parser
+
+
+def bench_policy(profile, out: Path | None) -> str:
+    """A short `specmon bench policy` on this profile: its figures' last lines, and how long it took."""
+    command = [sys.executable, "-m", "specmon.cli", "bench", "policy", "--profile", str(profile.source)]
+    command += ["--prompts", "bench", "--half", "test", "--ks", "0,2,4", "--repeat", "1", "--max-new-tokens", "48"]
+    command += ["--fresh"] + (["--json", str(out)] if out else [])
+    t0 = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    text = done.stdout if done.returncode == 0 else f"exit {done.returncode}: {done.stderr.strip()[-600:]}"
+    return f"{text.rstrip()}\n({time.perf_counter() - t0:.0f} s)"
+
+
+def markdown(rows: dict, columns: list[str]) -> list[str]:
+    lines = ["| config | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1)]
+    return lines + ["| " + " | ".join([name] + [fmt(row[c]) for c in columns]) + " |" for name, row in rows.items()]
 
 
 def main() -> int:
@@ -132,18 +161,24 @@ def main() -> int:
     t0 = time.perf_counter()
     target_dir, draft_dir = folder_for_gguf(gguf), folder_for_gguf(gguf, DRAFT_LAYERS)
     export_s = time.perf_counter() - t0
-    rows, plain_out = {}, {}
+    engines = [e for e in args.engines.split(",") if e]
+    out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    rows, plain_out, benches = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, profile in configurations(Path(tmp), target_dir, draft_dir).items():
+        profiles = configurations(Path(tmp), target_dir, draft_dir, engines)
+        for name, profile in profiles.items():
             t0 = time.perf_counter()
             events = run_config(profile, prompts, args.k, args.max_new_tokens)
             rows[name] = fold(events, args.k) | {"wall s": time.perf_counter() - t0}
             plain_out[name] = outputs(events)
+        for engine in [] if args.no_bench else engines:
+            json_out = out / f"bench-policy-{engine}.json" if out else None
+            benches[engine] = bench_policy(profiles[f"{engine} model"], json_out)
     gpu = torch.cuda.get_device_name()
     print(
         f"\nspecmon GPU check on {gpu} (torch {torch.__version__}), SmolLM2-135M FP16 folders, "
         f"draft = first {DRAFT_LAYERS} layers, k = {args.k}, greedy, {len(prompts)} prompts x "
-        f"{args.max_new_tokens} new tokens; export {export_s:.1f}s, extension build {fmt(args.build_seconds)}s"
+        f"{args.max_new_tokens} new tokens; export {export_s:.1f}s, extension builds {args.build_seconds}"
     )
     columns = [
         "plain tok/s",
@@ -158,18 +193,19 @@ def main() -> int:
         "wall s",
         "spec vs plain",
     ]
-    print(" | ".join(["config"] + columns))
-    for name, row in rows.items():
-        print(" | ".join([name] + [fmt(row[c]) for c in columns]))
-    cross = agreement(plain_out["exl2 model"], plain_out["torch model"])
-    print(f"plain greedy, ExLlamaV2 vs torch (both FP16, different kernels): {cross}")
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "gpu-check.json").write_text(
-            json.dumps(
-                {"gpu": gpu, "torch": torch.__version__, "rows": rows, "exl2_vs_torch": cross}, indent=1, default=str
-            )
+    table = markdown(rows, columns)
+    print("\n".join(table))
+    cross = {e: agreement(plain_out[f"{e} model"], plain_out["torch model"]) for e in engines}
+    for engine, said in cross.items():
+        print(f"plain greedy, {BACKENDS[engine]} vs torch (both FP16, different kernels): {said}")
+    for engine, said in benches.items():
+        print(f"\nspecmon bench policy on {BACKENDS[engine]}:\n{said}")
+    if out:
+        (out / "gpu-check.md").write_text("\n".join(table) + "\n")
+        (out / "gpu-check.json").write_text(
+            json.dumps({"gpu": gpu, "torch": torch.__version__, "rows": rows, "vs_torch": cross}, indent=1, default=str)
         )
-    bad = [n for n in rows if n.startswith("exl2") and rows[n]["spec vs plain"].get("diverged")]
+    bad = [n for n in rows if n.split()[0] in BACKENDS and rows[n]["spec vs plain"].get("diverged")]
     if bad:
         print(f"FAIL: speculative output left plain greedy decoding beyond near-ties in {', '.join(bad)}")
     return 1 if bad else 0
