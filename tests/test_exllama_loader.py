@@ -2,11 +2,14 @@
 
 import json
 import re
+import sys
 
 import pytest
 import torch
 
+from specmon.backends import gpu_pair
 from specmon.backends.gpu_pair import build_failure, cache_bytes, check_fits, cuda_problem
+from specmon.backends.loader import load_pair
 from specmon.backends.hf_folder import export_hf_folder
 from specmon.errors import SpecmonError
 from specmon.backends.profiles import load_profile
@@ -40,20 +43,44 @@ def _run(tmp_path, body):
     return specmon("run", "--headless", "--profile", str(write_profile(tmp_path, body)))
 
 
+@pytest.fixture
+def cuda_here(monkeypatch, backend):
+    """A machine with CUDA but without the engine installed: loading stops at the import, after
+    every check of the profile's folders."""
+    monkeypatch.setattr(gpu_pair, "require_cuda", lambda backend: None)
+    monkeypatch.setitem(sys.modules, backend, None)
+
+
+def _refusal(tmp_path, body) -> str:
+    with pytest.raises(SpecmonError) as raised:
+        load_pair(load_profile(str(write_profile(tmp_path, body))))
+    assert "\n" not in str(raised.value)
+    return str(raised.value)
+
+
 def test_a_gpu_backend_needs_a_cuda_device_in_the_profile(tmp_path, folders, backend):
     body = head(backend).replace('"cuda"', '"cpu"') + f'[target]\npath = "{folders[0]}"\n'
     assert_one_line_error(_run(tmp_path, body), f'backend = "{backend}"', 'device = "cuda"')
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks how far a machine without CUDA gets")
-def test_a_gguf_is_written_out_as_folders_once_then_cuda_is_asked_for(tmp_path, monkeypatch, backend):
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without CUDA gets")
+def test_no_cuda_is_one_line_before_anything_is_read_or_written(tmp_path, monkeypatch, backend):
+    monkeypatch.setenv("SPECMON_CACHE", str(tmp_path / "cache"))
+    body = head(backend) + f'[target]\npath = "{tmp_path / "nowhere"}"\n'  # not there either: CUDA is said first
+    assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU", "CPU build", "download.pytorch.org")
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", layers=2)
+    assert_one_line_error(_run(tmp_path, head(backend) + f'[target]\npath = "{gguf}"\n'), "needs an NVIDIA GPU")
+    assert not (tmp_path / "cache" / "hf").exists()  # no folder written out for a GPU this machine lacks
+
+
+def test_a_gguf_is_written_out_as_folders_once_then_the_engine_is_imported(tmp_path, monkeypatch, backend, cuda_here):
     monkeypatch.setenv("SPECMON_CACHE", str(tmp_path / "cache"))
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf", layers=2)
     body = (
         head(backend)
         + f'[target]\npath = "{gguf}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{gguf}"\nlayers = 1\n'
     )
-    assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU")
+    assert f"{backend} is not installed" in _refusal(tmp_path, body)
     written = sorted((tmp_path / "cache" / "hf").iterdir())
     layers = {
         re.sub(r"-[0-9a-f]{10}$", "", p.name): json.loads((p / "config.json").read_text())["num_hidden_layers"]
@@ -61,40 +88,30 @@ def test_a_gguf_is_written_out_as_folders_once_then_cuda_is_asked_for(tmp_path, 
     }
     assert layers == {"tiny": 2, "tiny-1l": 1}
     stamps = [p.stat().st_mtime_ns for p in written]
-    assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU")
+    assert f"{backend} is not installed" in _refusal(tmp_path, body)
     assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "cache" / "hf").iterdir())] == stamps  # not rewritten
 
 
-def test_layers_on_a_folder_is_refused(tmp_path, folders, backend):
-    body = head(backend) + f'[target]\npath = "{folders[0]}"\nlayers = 1\n'
-    assert_one_line_error(_run(tmp_path, body), "`layers` cuts a GGUF model")
-
-
-def test_layerskip_is_refused_before_loading(tmp_path, folders, backend):
-    body = head(backend) + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "layerskip"\n'
-    assert_one_line_error(_run(tmp_path, body), "layerskip", "torch backend only")
-
-
-def test_draft_vocabulary_that_differs(tmp_path, folders, backend):
-    body = (
-        head(backend)
-        + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[2]}"\n'
-    )
-    assert_one_line_error(_run(tmp_path, body), "draft vocabulary (4 tokens, other)", "259 tokens")
-
-
-def test_a_file_instead_of_a_folder(tmp_path, folders, backend):
-    body = head(backend) + f'[target]\npath = "{folders[0] / "config.json"}"\n'
-    assert_one_line_error(_run(tmp_path, body), "config.json is neither a model folder nor a .gguf file")
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without CUDA gets")
-def test_no_cuda_is_one_line(tmp_path, folders, backend):
-    body = (
-        head(backend)
-        + f'[target]\npath = "{folders[0]}"\n[drafter]\nkind = "model"\n[drafter.target]\npath = "{folders[1]}"\n'
-    )
-    assert_one_line_error(_run(tmp_path, body), "needs an NVIDIA GPU", "CPU build", "download.pytorch.org")
+@pytest.mark.parametrize(
+    "which, table, fragments",
+    [
+        (0, "layers = 1\n", ["`layers` cuts a GGUF model"]),
+        (0, '[drafter]\nkind = "layerskip"\n', ["layerskip", "torch backend only"]),
+        (
+            0,
+            '[drafter]\nkind = "model"\n[drafter.target]\npath = "OTHER"\n',
+            ["draft vocabulary (4 tokens, other)", "259 tokens"],
+        ),
+        ("file", "", ["config.json is neither a model folder nor a .gguf file"]),
+    ],
+)
+def test_a_profile_s_folders_are_checked_before_the_engine_is_imported(
+    tmp_path, folders, backend, cuda_here, which, table, fragments
+):
+    target = folders[0] / "config.json" if which == "file" else folders[which]
+    body = head(backend) + f'[target]\npath = "{target}"\n' + table.replace("OTHER", str(folders[2]))
+    message = _refusal(tmp_path, body)
+    assert all(f in message for f in fragments), message
 
 
 def test_cuda_problems_are_named():

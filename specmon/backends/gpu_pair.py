@@ -1,7 +1,7 @@
 """Load an ExLlamaV2 or ExLlamaV3 target/draft pair: every check first, then one engine's loading.
 
-Every check a user can fail (folders, their format, vocabularies, CUDA, the extension build, VRAM)
-is made before anything large is loaded, and each one ends in a single SpecmonError line. What
+Every check a user can fail (CUDA, folders, their format, vocabularies, the extension build, VRAM)
+is made before anything large is loaded, in that order, and each one ends in a single SpecmonError line. What
 differs per engine (its package, how a folder becomes a model, cache and Runner) is a `GpuEngine`,
 supplied by `exl2_loader` or `exl3_loader`, the only modules that import an engine.
 """
@@ -38,11 +38,11 @@ class GpuEngine:
 
 
 def load_gpu_pair(profile: Profile, spec: DrafterSpec, engine: GpuEngine) -> Pair:
+    require_cuda(engine.backend)  # first: without a GPU no other fix helps (nor a model download)
     target_dir = model_folder(profile.target, profile, engine)
     tokenizer = load_hf_tokenizer(target_dir)
     draft_dir = draft_folder(spec, profile, tokenizer, engine)
-    require_cuda(engine.backend)
-    package = import_engine(engine)
+    package = import_engine(engine)  # after the folders: the import may compile for minutes
     folders = [target_dir] + ([draft_dir] if draft_dir else [])
     check_fits(folders, profile.max_seq_len, *torch.cuda.mem_get_info(), torch.cuda.get_device_name())
     vocab = min([tokenizer.vocab_size] + [read_hf_config(f).get("vocab_size", tokenizer.vocab_size) for f in folders])
