@@ -36,7 +36,12 @@ PAIR = (["http://spec:8080"], ["http://plain:8081"], {SPEC: "llama-server", PLAI
 
 
 def shelf(memory: Memory | None = None, pair=PAIR) -> Shelf:
-    return routes_shelf(memory or Memory(), *pair)
+    return routes_shelf(memory or Memory(), pair[0], pair[1])
+
+
+def session_router(sid: str, memory: Memory | None = None, pair=PAIR, policy=POLICY) -> Router:
+    """A session's Router against `pair` (spec URLs, plain URLs, the family each side named at start)."""
+    return Router(policy, sid, has_plain=True, shelf=shelf(memory, pair), families=pair[2])
 
 
 def answer(router: Router, sid: str, n: int, start: int = 0, speeds=SPEEDS, name: str = "chat", **timing):
@@ -63,7 +68,7 @@ def answer(router: Router, sid: str, n: int, start: int = 0, speeds=SPEEDS, name
 
 def first_session(memory: Memory | None = None, n: int = 16) -> dict[str, RequestTimed]:
     """Session s1: chat learns the pair (it goes plain after 4 requests a side), and its store is kept."""
-    router = Router(POLICY, "s1", has_plain=True, shelf=shelf(memory))
+    router = session_router("s1", memory)
     _, decisions, seen = answer(router, "s1", n)
     assert [(d.prompt_class, d.route.side_to) for d in decisions][0] == ("chat", PLAIN)
     router.remember(final=True)
@@ -75,7 +80,7 @@ def test_a_second_session_decides_a_class_before_its_first_request_citing_the_fi
     seen = first_session()
     spec_ids = [rid for rid, ev in seen.items() if ev.upstream == SPEC]
     plain_ids = [rid for rid, ev in seen.items() if ev.upstream == PLAIN]
-    router = Router(POLICY, "s2", has_plain=True, shelf=shelf())
+    router = session_router("s2")
     (d,) = router.opening
     c = d.route
     assert (d.prompt_class, c.side_from, c.side_to, d.applied, d.request_ids) == ("chat", BOTH, PLAIN, True, [])
@@ -97,7 +102,7 @@ def test_a_second_session_decides_a_class_before_its_first_request_citing_the_fi
 
 def test_its_own_replies_take_the_stored_ones_places_and_a_later_decision_says_whose_were_whose():
     first_session()
-    second = Router(POLICY, "s2", has_plain=True, shelf=shelf())
+    second = session_router("s2")
     answer(second, "s2", 3, start=100)  # three plain replies of its own
     second.remember(final=True)
     kept = shelf().recall(StoredRoutes)
@@ -106,7 +111,7 @@ def test_its_own_replies_take_the_stored_ones_places_and_a_later_decision_says_w
     plain = [r.request_id for r in replies if r.side == PLAIN]
     assert plain == [f"s1-r{i}" for i in range(11, 16)] + [f"s2-r{i}" for i in range(100, 103)]
     assert len([r for r in replies if r.side == SPEC]) == 4  # spec had room for all of them
-    third = Router(POLICY, "s3", has_plain=True, shelf=shelf())
+    third = session_router("s3")
     (d,) = third.opening
     assert "(12 of them stored: 9 by session s1, 3 by session s2)" in d.reason, d.reason
     assert "9 by session s1, 3 by session s2" in explain_route(d, {}).detail
@@ -122,7 +127,7 @@ def test_stored_replies_count_less_as_they_age():
     for age_s, each, decided in [(HALF_LIFE_S, 4, True), (3 * HALF_LIFE_S, 1, False)]:
         stored = StoredRoutes({"chat": StoredClass(replies, "old", time.time() - age_s, matches_of(chat))})
         shelf().keep("old", stored)
-        router = Router(POLICY, "s", has_plain=True, shelf=shelf())
+        router = session_router("s")
         assert bool(router.opening) is decided
         newest = {side: [f"o{side}{i}" for i in range(8 - each, 8)] for side in (SPEC, PLAIN)}
         assert {side: [r.request_id for r in got] for side, got in router.classes["chat"].stored.items()} == newest
@@ -135,7 +140,7 @@ def test_stored_replies_count_less_as_they_age():
 def test_a_class_whose_match_rules_changed_does_not_read_what_the_old_rules_measured():
     first_session()
     changed = policy(chat="match = { min_chars = 3 }")
-    router = Router(changed, "s2", has_plain=True, shelf=shelf())
+    router = session_router("s2", policy=changed)
     assert router.opening == [] and answer(router, "s2", 2, start=100)[0] == [SPEC, PLAIN]
 
 
@@ -143,21 +148,41 @@ def test_another_upstream_pair_fresh_and_a_damaged_store_start_cold():
     first_session()
     other = (PAIR[0], ["http://elsewhere:8081"], PAIR[2])
     relabelled = (PAIR[0], PAIR[1], {SPEC: "vllm", PLAIN: "vllm"})
+    said: list[str] = []
     for pair in (other, relabelled):
-        assert Router(POLICY, "s2", has_plain=True, shelf=shelf(pair=pair)).opening == []
-    fresh = Router(POLICY, "s3", has_plain=True, shelf=shelf(Memory(fresh=True)))
+        assert session_router("s2", Memory(warn=said.append), pair).opening == []
+    # another server now at the spec side's URL (the first side that differs is named): one line
+    assert said == [
+        "warning: the routing stored for http://spec:8080 is not used: it was measured on llama-server, "
+        "and vllm answers there now"
+    ]
+    fresh = session_router("s3", Memory(fresh=True))
     assert fresh.opening == [] and answer(fresh, "s3", 2, start=100)[0] == [SPEC, PLAIN]
     fresh.remember(final=True)  # --fresh reads nothing, and still keeps what it learns
     assert shelf().recall(StoredRoutes).session_id == "s3"
-    Memory().path(KIND, routes_key(*PAIR)).write_text('{"version": 1, "kind": "routes", "key": ')
-    said: list[str] = []
-    damaged = Router(POLICY, "s4", has_plain=True, shelf=shelf(Memory(warn=said.append)))
+    Memory().path(KIND, routes_key(PAIR[0], PAIR[1])).write_text('{"version": 1, "kind": "routes", "key": ')
+    said.clear()
+    damaged = session_router("s4", Memory(warn=said.append))
     assert damaged.opening == [] and answer(damaged, "s4", 2, start=200)[0] == [SPEC, PLAIN]
     assert len(said) == 1 and said[0].startswith("warning: the memory store ") and "it is damaged" in said[0]
 
 
+def test_a_side_still_loading_at_start_reads_what_the_same_urls_taught_and_keeps_their_family():
+    """A proxy started beside its servers (/health 503: no family named yet) opens from the store the
+    last session wrote, and writes the family that store knew, for the next session to compare."""
+    first_session()
+    (known,) = session_router("s2").opening
+    loading = (PAIR[0], PAIR[1], {SPEC: "", PLAIN: ""})
+    second = session_router("s2", pair=loading)
+    (d,) = second.opening
+    assert d.route.side_to == PLAIN and d.route.recalled and d.route.recalled == known.route.recalled
+    answer(second, "s2", 2, start=100)
+    second.remember(final=True)
+    assert shelf().recall(StoredRoutes).body.families == {SPEC: "llama-server", PLAIN: "llama-server"}
+
+
 def test_the_store_is_written_as_the_session_goes_at_most_every_keep_every_s(monkeypatch):
-    router = Router(POLICY, "s1", has_plain=True, shelf=shelf())
+    router = session_router("s1")
     answer(router, "s1", 2)
     router.remember()  # the first learning is kept at once
     assert len(shelf().recall(StoredRoutes).body.classes["chat"].replies) == 2
@@ -179,11 +204,11 @@ def test_a_pair_judged_on_the_proxys_clock_starts_there_and_its_stored_decision_
     starts there (it would else wait for two more replies without one) and its stored replies hold
     their proxy-clock figures."""
     no_decode_ms = dict(predicted_ms=lambda side, ms: ms if side == SPEC else None, total_ms=lambda side, ms: ms + 40)
-    router = Router(POLICY, "s1", has_plain=True, shelf=shelf())
+    router = session_router("s1")
     _, decisions, _ = answer(router, "s1", 16, **no_decode_ms)
     assert decisions[0].route.clock == PROXY_CLOCK
     router.remember(final=True)
-    second = Router(POLICY, "s2", has_plain=True, shelf=shelf())
+    second = session_router("s2")
     (d,) = second.opening
     assert (d.route.clock, d.route.side_to) == (PROXY_CLOCK, PLAIN)
     assert {r.clock for r in d.route.recalled} == {PROXY_CLOCK} and d.route.recalled[0].ms == TOKENS / 23.0 * 1e3 + 40
@@ -193,7 +218,7 @@ def test_a_pair_judged_on_the_proxys_clock_starts_there_and_its_stored_decision_
 
 def test_a_decision_citing_stored_replies_round_trips_through_the_codec():
     first_session()
-    (d,) = Router(POLICY, "s2", has_plain=True, shelf=shelf()).opening
+    (d,) = session_router("s2").opening
     back = decode(encode(d))
     assert back == d and isinstance(back.route.recalled[0], StoredReply) and len(back.route.recalled) == 12
     old = msgspec.msgpack.encode(["route", "both", "spec", 0.05, 1.3, 1.2, 1.4, 4, 4, 8, 8, "server", 2])
@@ -269,7 +294,7 @@ def test_through_the_proxy_another_pair_fresh_and_a_damaged_store_start_cold(tmp
     said: list[str] = []
     with spec as s, plain as p, other as o:
         proxied(tmp_path, "one", s.url, p.url, Memory(), 10)
-        path = Memory().path(KIND, routes_key([s.url], [p.url], {SPEC: "vllm", PLAIN: "vllm"}))
+        path = Memory().path(KIND, routes_key([s.url], [p.url]))
         kept = path.read_bytes()
         runs = {
             "elsewhere": proxied(tmp_path, "elsewhere", s.url, o.url, Memory(), 2)[0],

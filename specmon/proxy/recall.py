@@ -2,8 +2,10 @@
 each class's last timed replies per side, as the figures its estimate takes (StoredReply), and the
 clock its sides were compared on.
 
-The key is the upstream pair as the proxy knows it at start (each side's URLs and the family its
-/health or /v1/models named), nothing of this host: another pair's replies are never read. A class
+The key is the upstream pair's URLs (a pool's in any order), nothing of this host: another pair's
+replies are never read. The family each side named at start (/health or /v1/models) is kept with
+them: a store whose side was another family (a different server now at that URL) is not read, but
+a side that named none (still loading its model) reads what the same URLs taught. A class
 whose match rules changed (policy.classify.matches_of) does not read what the old rules measured.
 
 At start a class's stored replies fill its side windows ahead of other classes' loans, the newest
@@ -39,17 +41,23 @@ class StoredRoutes(msgspec.Struct):
     classes: dict[str, StoredClass]
     clock: str = SERVER_CLOCK  # the proxy's once a side gave no decode time: it will again
     clockless: list[str] = []  # the sides that gave none
+    families: dict[str, str] = {}  # side -> the family it named ("" none yet)
 
 
-def routes_key(spec: list[str], plain: list[str], families: dict[str, str]) -> dict[str, str]:
-    """What a side's goodput depends on: the servers at these URLs (a pool's in any order) and their family."""
-    key = {f"{SPEC}.url": " ".join(sorted(spec)), f"{PLAIN}.url": " ".join(sorted(plain))}
-    return key | {f"{side}.family": families.get(side, "") for side in (SPEC, PLAIN)}
+def routes_key(spec: list[str], plain: list[str]) -> dict[str, str]:
+    """What a side's goodput depends on: the servers at these URLs (a pool's in any order)."""
+    return {f"{SPEC}.url": " ".join(sorted(spec)), f"{PLAIN}.url": " ".join(sorted(plain))}
 
 
-def routes_shelf(memory: Memory | None, spec: list[str], plain: list[str], families: dict[str, str]) -> Shelf | None:
+def routes_shelf(memory: Memory | None, spec: list[str], plain: list[str]) -> Shelf | None:
     """The routing's place in `memory` for this pair; None without a memory or a plain side (nothing is routed)."""
-    return Shelf(memory, KIND, routes_key(spec, plain, families)) if memory is not None and plain else None
+    return Shelf(memory, KIND, routes_key(spec, plain)) if memory is not None and plain else None
+
+
+def changed_family(stored: dict[str, str], now: dict[str, str]) -> str | None:
+    """A side whose server named another family when the store was written than it names now; None
+    where every side agrees or one of the two named none."""
+    return next((s for s in (SPEC, PLAIN) if stored.get(s) and now.get(s) and stored[s] != now[s]), None)
 
 
 def stored_reply(ev: RequestTimed, clock: str) -> StoredReply | None:
@@ -70,10 +78,20 @@ class Recollection:
     """The routing's place in the store (None: nothing read or kept): what it recalled at start, and
     what it keeps as it goes."""
 
-    def __init__(self, shelf: Shelf | None, session_id: str):
+    def __init__(self, shelf: Shelf | None, session_id: str, families: dict[str, str] | None = None):
         self.shelf, self.session_id = shelf, session_id
         recalled = shelf.recall(StoredRoutes) if shelf is not None else None
         self.stored = recalled.body if recalled is not None else StoredRoutes({})
+        self.families = families or {}
+        side = changed_family(self.stored.families, self.families)
+        if side is not None:  # another server at the same URL: what the old one taught is not its goodput
+            shelf.memory.warn(
+                f"warning: the routing stored for {shelf.key[f'{side}.url']} is not used: it was measured on "
+                f"{self.stored.families[side]}, and {self.families[side]} answers there now"
+            )
+            self.stored = StoredRoutes({})
+        # a side that named no family at start (loading) keeps the one the store knew
+        self.families = {s: self.families.get(s) or self.stored.families.get(s, "") for s in (SPEC, PLAIN)}
 
     def holds(self, name: str) -> bool:
         return name in self.stored.classes
@@ -108,4 +126,5 @@ class Recollection:
             name: StoredClass(got, self.session_id, now, matches_of(classes[name])) for name, got in learned.items()
         }
         # what was recalled stays as read: a class made later must not take this session's replies as stored
-        self.shelf.keep(self.session_id, StoredRoutes(self.stored.classes | fresh, clock, list(clockless)))
+        kept = StoredRoutes(self.stored.classes | fresh, clock, list(clockless), self.families)
+        self.shelf.keep(self.session_id, kept)

@@ -48,14 +48,20 @@ class ClassRoute:
 
 class Router:
     def __init__(
-        self, policy: Policy, session_id: str, has_plain: bool, advise_share: float = 0.25, shelf: Shelf | None = None
+        self,
+        policy: Policy,
+        session_id: str,
+        has_plain: bool,
+        advise_share: float = 0.25,
+        shelf: Shelf | None = None,
+        families: dict[str, str] | None = None,  # side -> the family it named at start (proxy.recall)
     ):
         self.policy, self.session_id, self.has_plain = policy, session_id, has_plain
         self.advise_share = advise_share  # advise mode's fixed plain share, as before the policy routed
         self.classes: dict[str, ClassRoute] = {}
         self.decisions = 0
         self.watch = PolicyWatch(policy)
-        self.memory = recall.Recollection(shelf, session_id)
+        self.memory = recall.Recollection(shelf, session_id, families)
         # what every class's sides are compared on: the proxy's clock once a side gave no decode ms, in
         # this session or (the same pair) as stored; the sides that gave none
         self.clock, self.clockless = self.memory.stored.clock, list(self.memory.stored.clockless)

@@ -53,7 +53,7 @@ class ProxyOptions:
     scrape_s: float | None = SCRAPE_S  # how often the upstream's /metrics is read (None: never)
     idle_timeout_s: float = IDLE_TIMEOUT_S  # the longest silence from an upstream before it is taken as hung
     memory: Memory | None = None  # where routing keeps what it learned of this pair (None: nothing read or kept)
-    families: dict[str, str] = field(default_factory=dict)  # side -> the family it named at start: the store's key
+    families: dict[str, str] = field(default_factory=dict)  # side -> the family it named at start (proxy.recall)
 
 
 def connection_cap(wanted: int) -> int:
@@ -122,8 +122,8 @@ class Proxying(OnThread):
         pools = {SPEC: Pool(SPEC, options.upstreams, say)}
         if options.plain_upstreams:
             pools[PLAIN] = Pool(PLAIN, options.plain_upstreams, say)
-        shelf = routes_shelf(options.memory, options.upstreams, options.plain_upstreams, options.families)
-        self.router = Router(policy, session_id, PLAIN in pools, options.plain_share, shelf)
+        shelf = routes_shelf(options.memory, options.upstreams, options.plain_upstreams)
+        self.router = Router(policy, session_id, PLAIN in pools, options.plain_share, shelf, options.families)
         self.client = upstream_client()
         for pool in pools.values():
             pool.client = self.client  # its probes of members that are down
