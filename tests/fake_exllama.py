@@ -80,23 +80,29 @@ class Exl3Cache:
 
 
 class Exl3Model(FakeLogits):
-    def __init__(self, config=None, vocab: int = 50, disagree_every: int = 0, soft: bool = False):
+    def __init__(self, config=None, vocab: int = 50, disagree_every: int = 0, soft: bool = False, swa_full=False):
         super().__init__(config.vocab_size if config else vocab, disagree_every, soft)
         self.config = config
-        self.caps = {"supports_tp": True, **(config.caps if config else {})}
-        self.recurrent_state_cls = config.recurrent_state_cls if config else None
+        caps, state, layers, swa = KNOWN[config.architecture] if config else ({}, None, [], False)
+        self.caps = {"supports_tp": True, **caps}
+        # sliding-window layers are recurrent state unless swa_full (gpt_oss.py, gemma4.py)
+        self.recurrent_state_cls = "SWAState" if swa and not swa_full else state
+        self.recurrent_layers = layers
         self.caches: list[Exl3Cache] = []
-        self.loaded: dict | None = None
+        self.loaded: dict | None = None  # load's arguments, and the caches attached by then
 
     @staticmethod
     def from_config(config, component: str = "text", **kwargs):
-        return Exl3Model(config)
+        return Exl3Model(config, swa_full=kwargs.get("swa_full", False))
 
     def get_recurrent_layers(self):
-        return ["linear_attn"] if self.recurrent_state_cls else []
+        return self.recurrent_layers
 
-    def load(self, *args, **kwargs):
-        self.loaded = kwargs
+    def load(self, device=None, max_chunk_size: int = 2048, max_output_size: int = 32, **kwargs):
+        for cache in self.caches:  # the autosplit's measuring pass: batch_shape (1, max_chunk_size) on the cache
+            assert max_chunk_size % PAGE_SIZE == 0, f"cache seq len must be a multiple of {PAGE_SIZE}"
+            assert max_chunk_size <= cache.max_num_tokens, "Cache too small for batch shape"
+        self.loaded = {"max_chunk_size": max_chunk_size, "max_output_size": max_output_size, "caches": len(self.caches)}
 
     def _where(self, input_ids, params: dict) -> tuple[Exl3Cache, list[int], int]:
         cache = params["cache"]
@@ -115,10 +121,12 @@ class Exl3Model(FakeLogits):
         return self._pass(cache.slots, tokens, start, False, bool(params.get("last_tokens_only")))
 
 
-KNOWN = {  # architecture -> (caps, recurrent_state_cls) as ExLlamaV3 sets them
-    "LlamaForCausalLM": ({}, None),
-    "Qwen3NextForCausalLM": ({}, "GDNState"),
-    "Glm4MoeMTPForCausalLM": ({"mtp_draft": True, "attach_target": True}, None),
+KNOWN = {  # architecture -> (caps, recurrent_state_cls, recurrent layers, sliding-window layers) as set
+    "LlamaForCausalLM": ({}, None, [], False),
+    "Qwen3NextForCausalLM": ({"recurrent_states": True}, "GDNState", ["linear_attn"], False),  # qwen3_next.py
+    "GptOssForCausalLM": ({}, None, [], True),  # gpt_oss.py: SWAState unless swa_full
+    "Gemma4AssistantForCausalLM": ({"mtp_draft": True}, None, [], False),  # gemma4_assistant.py
+    "DFlashDraftModel": ({"dflash_draft": True, "attach_target": True}, None, [], False),  # dflash.py
 }
 
 
@@ -128,7 +136,6 @@ class Exl3Config:
         arch = raw["architectures"][0]
         assert arch in KNOWN, f"Unknown architecture {arch} in {directory}/config.json"
         self.architecture, self.vocab_size = arch, raw["vocab_size"]
-        self.caps, self.recurrent_state_cls = KNOWN[arch]
 
     @staticmethod
     def from_directory(directory: str, **kwargs):

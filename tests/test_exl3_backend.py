@@ -46,7 +46,9 @@ def folders(tmp_path_factory):
         "target": _mark(export_hf_folder(gguf, tmp / "target"), **exl3),
         "draft": _mark(export_hf_folder(gguf, tmp / "draft", layers=1), **exl3),
         "hybrid": _mark(export_hf_folder(gguf, tmp / "hybrid"), architectures=["Qwen3NextForCausalLM"]),
-        "mtp": _mark(export_hf_folder(gguf, tmp / "mtp"), architectures=["Glm4MoeMTPForCausalLM"]),
+        "assistant": _mark(export_hf_folder(gguf, tmp / "assistant"), architectures=["Gemma4AssistantForCausalLM"]),
+        "dflash": _mark(export_hf_folder(gguf, tmp / "dflash"), architectures=["DFlashDraftModel"]),
+        "windowed": _mark(export_hf_folder(gguf, tmp / "windowed"), architectures=["GptOssForCausalLM"]),
         "unknown": _mark(export_hf_folder(gguf, tmp / "unknown"), architectures=["NoSuchForCausalLM"]),
         "exl2": _mark(export_hf_folder(gguf, tmp / "exl2"), quantization_config={"quant_method": "exl2"}),
     }
@@ -57,24 +59,32 @@ def fake_engine(monkeypatch):
     """A CUDA machine with exllamav3 installed, as far as specmon's loader can tell."""
     monkeypatch.setitem(sys.modules, "exllamav3", fake_exllama.exllamav3_module())
     monkeypatch.setattr(gpu_pair, "require_cuda", lambda backend: None)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (8 * 2**30, 8 * 2**30))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "fake GPU")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 * 2**30, 8 * 2**30))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "fake GPU")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
 
 
-def test_a_folder_loads_with_its_cache_in_whole_pages_and_room_for_the_widest_verify(folders):
-    runner = exl3_loader._load(fake_exllama.exllamav3_module(), folders["target"], 1000)
+@pytest.mark.parametrize("max_seq_len, pages", [(1000, 4), (2048, 8), (5000, 20)])
+def test_a_folder_loads_with_its_cache_in_whole_pages_and_room_for_the_widest_verify(folders, max_seq_len, pages):
+    runner = exl3_loader._load(fake_exllama.exllamav3_module(), folders["target"], max_seq_len)
     assert isinstance(runner, Exl3Runner)
-    assert runner.cache.max_num_tokens == runner.max_len == 1024  # 1000 rounded up to 4 pages
-    assert runner.model.caches == [runner.cache]  # the cache is attached before the weights load
-    assert runner.model.loaded["max_output_size"] == MAX_ROWS
+    assert runner.cache.max_num_tokens == runner.max_len == pages * 256  # rounded up to whole pages
+    # the cache is attached before the weights load, whose measuring pass fits it
+    assert runner.model.loaded == {"max_chunk_size": min(2048, pages * 256), "max_output_size": MAX_ROWS, "caches": 1}
+
+
+def test_sliding_window_layers_load_as_windowed_attention_not_refused_as_recurrent_state(folders):
+    runner = exl3_loader._load(fake_exllama.exllamav3_module(), folders["windowed"], 512)
+    assert runner.model.recurrent_state_cls is None and runner.model.loaded is not None
 
 
 @pytest.mark.parametrize(
     "which, fragments",
     [
         ("hybrid", ("Qwen3NextForCausalLM keeps recurrent state", "roll back")),
-        ("mtp", ("draft head (Glm4MoeMTPForCausalLM)", "separate draft model")),
+        ("assistant", ("draft head (Gemma4AssistantForCausalLM)", "separate draft model")),
+        ("dflash", ("draft head (DFlashDraftModel)", "separate draft model")),
         ("unknown", ("exllamav3 cannot load it", "Unknown architecture NoSuchForCausalLM")),
     ],
 )
@@ -82,7 +92,7 @@ def test_models_it_cannot_roll_back_or_read_are_one_line_before_their_weights(fo
     module = fake_exllama.exllamav3_module()
     loads = []
     module.Model = type("Model", (fake_exllama.Exl3Model,), {"load": lambda self, **kw: loads.append(kw)})
-    module.Model.from_config = staticmethod(lambda config, **kw: module.Model(config))
+    module.Model.from_config = staticmethod(lambda config, **kw: module.Model(config, swa_full=kw.get("swa_full")))
     with pytest.raises(SpecmonError) as raised:
         exl3_loader._load(module, folders[which], 512)
     message = str(raised.value)
@@ -162,8 +172,8 @@ def test_models_list_says_how_to_get_exl3_weights_and_where_they_go():
 
 
 def test_running_out_of_vram_while_loading_is_one_line(tmp_path, folders, fake_engine):
-    def out_of_memory(self, **kwargs):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    def out_of_memory(self, **kwargs):  # the autosplit caught CUDA's error on every GPU (model_ls.py)
+        raise RuntimeError("Insufficient VRAM in split for model and cache")
 
     sys.modules["exllamav3"].Model = type("Model", (fake_exllama.Exl3Model,), {"load": out_of_memory})
     sys.modules["exllamav3"].Model.from_config = staticmethod(

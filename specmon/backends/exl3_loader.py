@@ -4,7 +4,10 @@ A folder (EXL3, or unquantised) becomes a `Model` with an fp16 `Cache` of max_se
 rounded up to whole pages, loaded over the visible GPUs. Follows exllamav3 1.6.5's
 `model/config.py` (`Config.from_directory`), `model/model.py` (`Model.from_config`, `load`,
 `get_recurrent_layers`, `caps`) and `cache/cache.py` (`Cache(model, max_num_tokens)`).
-Models a rejected draft cannot be rolled back on are refused before their weights load."""
+Models a rejected draft cannot be rolled back on are refused before their weights load: recurrent
+and hybrid ones (GDN, linear attention, ...), and the draft heads that read a target's hidden states
+inside ExLlamaV3's generator (DFlash draft models, Gemma 4's assistant). A target's own MTP layers
+are a component `from_config` does not build: such a target loads, its head unused."""
 
 from __future__ import annotations
 
@@ -45,10 +48,14 @@ def _load(exl, folder: Path, max_seq_len: int) -> Exl3Runner:
     except (AssertionError, ValueError, KeyError) as exc:  # an architecture or config it does not know
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise SpecmonError(f"{folder.name}: exllamav3 cannot load it: {detail}") from None
-    model = exl.Model.from_config(config)
+    # sliding-window layers as plain windowed attention (rolled back by past_len like the rest), not
+    # as the recurrent state ExLlamaV3 keeps them in by default (gpt-oss, Gemma 4, ...); others ignore it
+    model = exl.Model.from_config(config, swa_full=True)
     refuse_unrollable(model, folder)
-    cache = exl.Cache(model, max_num_tokens=cache_len(max_seq_len))
-    model.load(max_chunk_size=CHUNK, max_output_size=MAX_ROWS)
+    positions = cache_len(max_seq_len)
+    cache = exl.Cache(model, max_num_tokens=positions)
+    # loading measures a (1, max_chunk_size) pass against the cache: no longer than the cache holds
+    model.load(max_chunk_size=min(CHUNK, positions), max_output_size=MAX_ROWS)
     return Exl3Runner(model, cache)
 
 

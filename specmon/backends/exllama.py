@@ -85,6 +85,7 @@ class Exl3Runner:
 
     def logits(self, tokens: Sequence[int], past_len: int, last_only: bool = False) -> torch.Tensor:
         if len(tokens) > CHUNK:  # a draft model's first pass is the whole prompt: all but a chunk is prefill
+            assert last_only, "a verify pass is never longer than a chunk (MAX_ROWS)"
             head = len(tokens) - CHUNK
             self.prefill(tokens[:head], past_len)
             tokens, past_len = tokens[head:], past_len + head

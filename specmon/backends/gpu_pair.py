@@ -44,7 +44,7 @@ def load_gpu_pair(profile: Profile, spec: DrafterSpec, engine: GpuEngine) -> Pai
     draft_dir = draft_folder(spec, profile, tokenizer, engine)
     package = import_engine(engine)  # after the folders: the import may compile for minutes
     folders = [target_dir] + ([draft_dir] if draft_dir else [])
-    check_fits(folders, profile.max_seq_len, *torch.cuda.mem_get_info(), torch.cuda.get_device_name())
+    check_fits(folders, profile.max_seq_len, *vram_free())
     vocab = min([tokenizer.vocab_size] + [read_hf_config(f).get("vocab_size", tokenizer.vocab_size) for f in folders])
     target = KvTarget(
         _loaded(engine, package, target_dir, profile.max_seq_len),
@@ -75,7 +75,11 @@ def load_gpu_pair(profile: Profile, spec: DrafterSpec, engine: GpuEngine) -> Pai
 def _loaded(engine: GpuEngine, package, folder: Path, max_seq_len: int) -> Runner:
     try:
         return engine.load(package, folder, max_seq_len)
-    except torch.cuda.OutOfMemoryError:
+    except (torch.cuda.OutOfMemoryError, RuntimeError) as exc:
+        # both engines' autosplit catch CUDA's out-of-memory and try the next GPU; past the last one
+        # they raise RuntimeError("Insufficient VRAM ...")
+        if not isinstance(exc, torch.cuda.OutOfMemoryError) and "Insufficient VRAM" not in str(exc):
+            raise
         raise SpecmonError(f"{folder.name}: ran out of VRAM while loading; lower max_seq_len") from None
 
 
@@ -174,6 +178,14 @@ def cache_bytes(config: dict, max_seq_len: int) -> int:
     head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
     kv_heads = config.get("num_key_value_heads", heads)
     return 2 * config.get("num_hidden_layers", 0) * kv_heads * head_dim * max_seq_len * 2
+
+
+def vram_free() -> tuple[int, int, str]:
+    """Free and total VRAM over the visible GPUs (both engines split layers over all of them), and their name."""
+    count = torch.cuda.device_count()
+    free, total = (sum(got) for got in zip(*(torch.cuda.mem_get_info(i) for i in range(count))))
+    name = torch.cuda.get_device_name(0)
+    return free, total, name if count == 1 else f"{count} GPUs ({name}, ...)"
 
 
 def weight_bytes(folder: Path) -> int:
