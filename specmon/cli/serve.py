@@ -22,7 +22,7 @@ from specmon.tui.beside import serve_under_tui
 
 
 def cmd_serve(args) -> int:
-    from specmon.server.runner import ServeOptions, Serving, bind
+    from specmon.server.runner import ServeOptions, Serving, bind, interrupt_when_up
 
     profile = load_profile(args.profile)
     if args.policy is not None and args.draft_len is not None:
@@ -66,11 +66,13 @@ def cmd_serve(args) -> int:
             what = f"{pair.target.name} ({pair.drafter.name}, {mode}) on {serving.url}/v1"
             keyed = "" if api_key is None else "; clients must send the API key"
             # The address first: it is what a client needs, and a long model path cannot push it off the first line.
-            notice(f"serving on {serving.url}/v1: {pair.target.name} ({pair.drafter.name}, {mode}){keyed}")
             if tui:
+                notice(f"serving on {serving.url}/v1: {pair.target.name} ({pair.drafter.name}, {mode}){keyed}")
                 serve_under_tui(session, serving, f"serve: {what}")
             else:
-                serving.run()
+                with interrupt_when_up(serving.server):
+                    notice(f"serving on {serving.url}/v1: {pair.target.name} ({pair.drafter.name}, {mode}){keyed}")
+                    serving.run()
     finally:
         listening.close()  # Serving.run closes it too; a failure before that must not leave it open
     return 0

@@ -22,7 +22,7 @@ from specmon.proxy.routing import PLAIN, SPEC
 from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import tally_summary
 from specmon.server.auth import check_host, read_api_key
-from specmon.server.runner import bind
+from specmon.server.runner import bind, interrupt_when_up
 from specmon.transport.session import observed_header, observer_session
 from specmon.tui.beside import serve_under_tui
 from specmon.watch.scrape import base_url
@@ -56,12 +56,15 @@ def run_proxy(args) -> int:
             rotation=args.rotation,
         ) as session:
             proxying = Proxying(session.session_id, session.channel.publish, policy, options)
-            _say_where(proxying, upstreams, plain, policy, args.plain_share, api_key is not None)
+            where = (proxying, upstreams, plain, policy, args.plain_share, api_key is not None)
             try:
                 if tui:
+                    _say_where(*where)
                     serve_under_tui(session, proxying, f"proxy: {proxying.url}/v1 -> {upstreams[0]}", "proxy")
                 else:
-                    proxying.run()
+                    with interrupt_when_up(proxying.server):
+                        _say_where(*where)
+                        proxying.run()
             finally:  # Ctrl-C (or q in the view) is how a proxy ends: the table is still worth printing
                 out.print(end_of_proxy(proxying, session.log_path))
     finally:

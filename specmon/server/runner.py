@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import uvicorn
 
@@ -70,6 +72,29 @@ class _Uvicorn(uvicorn.Server):
     async def shutdown(self, sockets=None) -> None:
         await asyncio.to_thread(self.before_shutdown)
         await super().shutdown(sockets)
+
+
+@contextmanager
+def interrupt_when_up(server: uvicorn.Server) -> Iterator[None]:
+    """Until uvicorn's own handler is in, a Ctrl-C asks `server` to exit as soon as it is up instead of
+    raising wherever it lands (in a weakref callback Python prints it and drops it: the Ctrl-C right
+    after the start line was lost); raised as KeyboardInterrupt once the body ends, as a Ctrl-C is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum, frame) -> None:
+        caught.append(signum)
+        server.should_exit = True
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield  # uvicorn puts its handler in while serving, and hands a Ctrl-C it took back here at its end
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 class OnThread:
