@@ -58,7 +58,7 @@ def tmux_replay(log: Path, shown, what: str, name: str) -> str:
     cmd = f"cd {REPO} && TERM=xterm-256color {sys.executable} -m specmon.cli replay {log}; sleep 60"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd], check=True)
     try:
-        return wait_for_screen(session, shown, what, timeout=120)
+        return wait_for_screen(session, shown, what, timeout=120, still=True)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 

@@ -26,13 +26,18 @@ def tmux_screen(session: str) -> str:
     return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
 
 
-def wait_for_screen(session: str, shown: Callable[[str], object], what: str, timeout: float = 240.0) -> str:
-    """The first screen of `session` for which shown(screen) is true; on timeout, the failure shows the last."""
+def wait_for_screen(
+    session: str, shown: Callable[[str], object], what: str, timeout: float = 240.0, still: bool = False
+) -> str:
+    """The first screen of `session` for which shown(screen) is true; `still`: and the same on two looks
+    in a row (a view that stops changing, drawn whole: a look can fall between two writes of one frame);
+    on timeout, the failure shows the last."""
     last = [""]
 
     def showing() -> bool:
-        last[0] = tmux_screen(session)
-        return bool(shown(last[0]))
+        screen, before = tmux_screen(session), last[0]
+        last[0] = screen
+        return bool(shown(screen)) and (not still or screen == before)
 
     try:
         wait_until(showing, what, timeout, poll_s=0.2)
