@@ -101,7 +101,9 @@ def render_acceptance(state: ServedState, width: int) -> Text:
         text.append(f"no drafts in the {recent_span(w)}\n", style="dim")
     else:
         _append_lines(text, acceptance_lines(w, width, ""))
-        text.append(f"{count(w.drafts, 'draft')}, {w.draft_tokens} drafted, {w.accepted} accepted\n")
+        _append_lines(
+            text, _wrapped(f"{count(w.drafts, 'draft')}, {w.draft_tokens} drafted, {w.accepted} accepted", width)
+        )
     rates = [None if x is None or not x.drafts else x.acceptance for x in state.windows]
     text.append(bar_line(rates, width, top=1.0) + "\n", style="cyan")
     text.append("a mark per read; · no drafts", style="dim")
@@ -180,24 +182,26 @@ def _position_line(label: str, cells: list[tuple[str, int]], continued: bool) ->
 
 
 def render_rates(state: ServedState, width: int) -> Text:
-    text = Text()
     last, w = state.last_good, state.last_window()
     if w is None or last is None:
-        return Text("one more read and the first window is known", style="dim")
-    tok_s = fmt(w.tokens_per_s, "{:.1f}")  # the server's throughput, over all its slots
-    text.append(f"{fmt(w.drafts_per_s, '{:.1f}')} drafts/s  {tok_s} tok/s, all slots\n", style="bold")
-    text.append(f"window {clock(w.start)}-{clock(w.start + w.seconds)} ({w.seconds:.1f} s)\n", style="dim")
+        return _joined(_wrapped("one more read and the first window is known", width, "dim"))
+    drafts, tok_s = f"{fmt(w.drafts_per_s, '{:.1f}')} drafts/s", f"{fmt(w.tokens_per_s, '{:.1f}')} tok/s"
+    lines = _wrapped(f"{drafts}  {tok_s}, all slots", width, "bold", [drafts, tok_s])  # over all its slots
+    span = f"({w.seconds:.1f} s)"
+    lines += _wrapped(f"window {clock(w.start)}-{clock(w.start + w.seconds)} {span}", width, "dim", [span])
     recent = state.recent()
     if recent is not None:
-        text.append(
-            f"{recent_span(recent)}: {fmt(recent.drafts_per_s, '{:.1f}')} drafts/s "
-            f"{fmt(recent.tokens_per_s, '{:.1f}')} tok/s\n"
-        )
+        pair = [f"{fmt(recent.drafts_per_s, '{:.1f}')} drafts/s", f"{fmt(recent.tokens_per_s, '{:.1f}')} tok/s"]
+        lines += _wrapped(f"{recent_span(recent)}: {' '.join(pair)}", width, whole=pair)
     running = MISSING if last.running is None else str(last.running)
     waiting = MISSING if last.waiting is None else str(last.waiting)
-    text.append(f"running {running}  waiting {waiting}", style="bold")
-    text.append(f" at {clock(last.t)}", style="dim")
-    return text
+    now = Text(f"running {running}  waiting {waiting}", style="bold").append(f" at {clock(last.t)}", style="dim")
+    return _joined(lines + hanging_text(now, max(width, 1), "  "))
+
+
+def _joined(lines: list[Text]) -> Text:
+    """Lines as one Text, a newline between each (none after the last)."""
+    return Text("\n").join(lines)
 
 
 def render_server(state: ServedState, width: int) -> Text:
@@ -216,7 +220,7 @@ def render_totals(state: ServedState, width: int, height: int | None = None) -> 
     w = state.total()
     span = f"{count(state.restarts, 'restart')}, {count(state.failed_reads, 'failed read')}"
     if w is None:
-        return Text(f"no two good reads yet ({span})", style="dim")
+        return _joined(_wrapped(f"no two good reads yet ({span})", width, "dim"))
     head = [*_wrapped(f"since {clock(w.start)}, {w.seconds:.0f} s read", width, "dim"), *_wrapped(span, width, "dim")]
     head += _wrapped(f"drafts {w.drafts}  drafted {w.draft_tokens}  accepted {w.accepted}", width)
     head += acceptance_lines(w, width)
@@ -227,9 +231,10 @@ def render_totals(state: ServedState, width: int, height: int | None = None) -> 
     return text
 
 
-def _wrapped(line: str, width: int, style: str = "") -> list[Text]:
-    """`line` at words within `width`, as the pane would draw it, so its rows can be counted."""
-    return hanging_text(Text(line, style=style), max(width, 1), "  ")
+def _wrapped(line: str, width: int, style: str = "", whole: list[str] | None = None) -> list[Text]:
+    """`line` at words within `width`, as the pane would draw it, so its rows can be counted; a phrase of
+    `whole` (a figure and its unit) kept on one line."""
+    return hanging_text(Text(line, style=style), max(width, 1), "  ", whole=whole or [])
 
 
 def render_classes(state: ServedState, width: int, height: int | None = None) -> Text:
