@@ -15,7 +15,7 @@ from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.rounds import RoundContext
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
-from roundloop import decode_prompt
+from roundloop import assert_proposals_follow_the_draft, decode_prompt
 
 VOCAB = 50
 GREEDY = Sampling(0.0, 1.0, 0, 0)
@@ -81,13 +81,7 @@ def test_greedy_speculative_equals_plain(engine, k, disagree_every):
     draft_model = fake(engine, disagree_every)
     target, run, events = _decode(engine, fake(engine), _draft(engine, draft_model), k, PROMPT)
     assert run.generated == _plain(engine)
-    context = list(PROMPT)
-    for event in events:  # every proposal is what the draft gives on the true context: no stale cache
-        expected = []
-        for _ in range(k):
-            expected.append(draft_model.next_token(context + expected))
-        assert event.proposed == expected
-        context += event.emitted
+    assert_proposals_follow_the_draft(events, PROMPT, draft_model.next_token, k)
     # the target cache ends holding every token but the last (which the next round would feed);
     # a last round cut short by max_new_tokens may leave accepted tokens past it, all valid
     sequence = PROMPT + run.generated

@@ -12,7 +12,7 @@ from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import NgramDrafter, NoDrafter
 from specmon.engine.rounds import RoundContext
 from specmon.events.schema import Sampling
-from roundloop import decode_prompt
+from roundloop import assert_proposals_follow_the_draft, decode_prompt
 
 VOCAB = 50
 GREEDY = Sampling(0.0, 1.0, 0, 0)
@@ -74,13 +74,7 @@ def test_greedy_draft_model_rounds_equal_plain(k, disagree_every):
     draft = FakeContext(disagree_every=disagree_every)
     target, run, events = _decode(LlamaCppDrafter(draft, "fake-draft", VOCAB), k)
     assert run.generated == _plain()
-    context = list(PROMPT)
-    for event in events:  # every proposal is the draft's on the true context: no stale draft cache
-        expected = []
-        for _ in range(k):
-            expected.append(draft.next_token(context + expected))
-        assert event.proposed == expected
-        context += event.emitted
+    assert_proposals_follow_the_draft(events, PROMPT, draft.next_token, k)
     sequence = PROMPT + run.generated
     assert target.context.cached[: len(sequence) - 1] == sequence[:-1]  # past it: stale, dropped on the next write
     if disagree_every:
