@@ -66,12 +66,13 @@ def cmd_serve(args) -> int:
             what = f"{pair.target.name} ({pair.drafter.name}, {mode}) on {serving.url}/v1"
             keyed = "" if api_key is None else "; clients must send the API key"
             # The address first: it is what a client needs, and a long model path cannot push it off the first line.
+            start = f"serving on {serving.url}/v1: {pair.target.name} ({pair.drafter.name}, {mode}){keyed}"
             if tui:
-                notice(f"serving on {serving.url}/v1: {pair.target.name} ({pair.drafter.name}, {mode}){keyed}")
+                notice(start)
                 serve_under_tui(session, serving, f"serve: {what}")
             else:
                 with interrupt_when_up(serving.server):
-                    notice(f"serving on {serving.url}/v1: {pair.target.name} ({pair.drafter.name}, {mode}){keyed}")
+                    notice(start)
                     serving.run()
     finally:
         listening.close()  # Serving.run closes it too; a failure before that must not leave it open

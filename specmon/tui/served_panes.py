@@ -185,18 +185,23 @@ def render_rates(state: ServedState, width: int) -> Text:
     last, w = state.last_good, state.last_window()
     if w is None or last is None:
         return _joined(_wrapped("one more read and the first window is known", width, "dim"))
-    drafts, tok_s = f"{fmt(w.drafts_per_s, '{:.1f}')} drafts/s", f"{fmt(w.tokens_per_s, '{:.1f}')} tok/s"
-    lines = _wrapped(f"{drafts}  {tok_s}, all slots", width, "bold", [drafts, tok_s])  # over all its slots
+    pair = _rates(w)
+    lines = _wrapped(f"{pair[0]}  {pair[1]}, all slots", width, "bold", pair)  # over all the server's slots
     span = f"({w.seconds:.1f} s)"
     lines += _wrapped(f"window {clock(w.start)}-{clock(w.start + w.seconds)} {span}", width, "dim", [span])
     recent = state.recent()
     if recent is not None:
-        pair = [f"{fmt(recent.drafts_per_s, '{:.1f}')} drafts/s", f"{fmt(recent.tokens_per_s, '{:.1f}')} tok/s"]
+        pair = _rates(recent)
         lines += _wrapped(f"{recent_span(recent)}: {' '.join(pair)}", width, whole=pair)
     running = MISSING if last.running is None else str(last.running)
     waiting = MISSING if last.waiting is None else str(last.waiting)
     now = Text(f"running {running}  waiting {waiting}", style="bold").append(f" at {clock(last.t)}", style="dim")
     return _joined(lines + hanging_text(now, max(width, 1), "  "))
+
+
+def _rates(w: served.Window) -> list[str]:
+    """A window's drafts/s and tok/s, each a figure with its unit (kept on one line)."""
+    return [f"{fmt(w.drafts_per_s, '{:.1f}')} drafts/s", f"{fmt(w.tokens_per_s, '{:.1f}')} tok/s"]
 
 
 def _joined(lines: list[Text]) -> Text:
