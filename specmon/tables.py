@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specmon.console import Hanging
+from specmon.text import Hanging
 from specmon.metrics.format import fmt as _num
 
 CLASS_WIDTH = 16

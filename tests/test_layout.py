@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent / "specmon"
 # specmon's packages and top-level modules, low to high: each imports only from layers below its own,
 # never from one beside it or above it. A new package is placed here before it can be imported.
 LAYERS = (
-    ("errors", "data"),
+    ("errors", "data", "text"),
     ("textfile", "console", "hangup"),
     ("events", "telemetry"),
     ("metrics", "memory"),

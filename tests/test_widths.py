@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from specmon.console import hanging_lines
 from specmon.data import shipped
 from tinymodel import tiny_profile
 from waiting import wait_until
@@ -76,15 +75,6 @@ def test_replay_headless_report_and_policy_check_fit_80_columns(tmp_path):
     assert wide_lines(at_80("replay", "--headless", str(FIXTURES / "session-serve.specmon"))) == []
     assert wide_lines(at_80("report", str(FIXTURES / "session-tui.specmon"), "--out", str(tmp_path / "r"))) == []
     assert wide_lines(at_80("policy", "check", str(REPO / "policies" / "default.toml"))) == []
-
-
-def test_a_start_line_wraps_at_words_under_a_hanging_indent_keeping_a_command_whole():
-    sock = "/run/user/1000/specmon/20261206-022954-8be60d.sock"
-    text = f"specmon: logging to logs/20261206-022954-8be60d.specmon; watch with: specmon attach {sock}"
-    assert hanging_lines(text, 80, "  ", [f"specmon attach {sock}"]) == [
-        "specmon: logging to logs/20261206-022954-8be60d.specmon; watch with:",
-        f"  specmon attach {sock}",
-    ]
 
 
 @pytest.fixture
@@ -463,7 +453,7 @@ def test_a_word_longer_than_the_line_is_folded_under_the_indent_not_cut():
 
     from rich.console import Console
 
-    from specmon.console import Hanging
+    from specmon.text import Hanging
 
     path = "/tmp/pytest-of-root/pytest-415/a_very_long_directory_name/x.specmon"
     printed = io.StringIO()

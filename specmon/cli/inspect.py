@@ -12,8 +12,9 @@ from pathlib import Path
 from rich.markup import escape
 from rich.text import Text
 
-from specmon.console import Hanging, err, hanging_lines, out, print_error
+from specmon.console import err, out, print_error
 from specmon.tables import Note, class_table
+from specmon.text import Hanging, wrapped_lines
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, default_log_path, read_log
@@ -282,7 +283,7 @@ CONTINUED = 4  # a wrapped line with no label to hang under: two columns further
 def print_hanging(label: str, value: str, style: str = "", indent: int | None = None) -> None:
     """A line of `log info` at the console's width, wrapped at words, each continuation line under the
     value (or `indent` columns in), not at column 0; `style` colours the value; text, never markup."""
-    lines = hanging_lines(label + value, out.width, " " * (len(label) if indent is None else indent))
+    lines = wrapped_lines(label + value, out.width, " " * (len(label) if indent is None else indent))
     text = Text("\n".join(lines))
     text.stylize(style, len(label))
     out.print(text)

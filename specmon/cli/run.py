@@ -13,8 +13,9 @@ from typing import Callable
 from rich.markup import escape
 
 from specmon.backends.profiles import load_profile, overrides
-from specmon.console import HANGING, err, hanging_lines, out, progress
+from specmon.console import err, out, progress
 from specmon.tables import class_table, divergence_lines
+from specmon.text import wrapped_lines
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
@@ -102,7 +103,7 @@ def titled_with_log(title: str, log_path: Path) -> str:
     """The table's title and `(log: PATH)`, wrapped at words to the console's width: the log's phrase
     whole on an indented line where they do not fit on one."""
     log = f"(log: {log_path})"
-    return "\n".join(hanging_lines(f"{title}  {log}", out.width, HANGING, [log]))
+    return "\n".join(wrapped_lines(f"{title}  {log}", out.width, whole=[log]))
 
 
 def check_new_log(path: Path | None) -> None:

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from specmon.backends.profiles import DEFAULT_PROFILE
-from specmon.console import words_wrapped
+from specmon.text import wrapped_lines
 
 
 EXAMPLE = re.compile(r"(?P<lead> +)(?P<command>\S.*?)  +(?P<note>\S.*)")  # `  specmon run   what it does`
@@ -83,7 +83,7 @@ def continued(lead: str, command: str, width: int) -> list[str]:
 
 def prose(text: str, width: int, indent: str = "") -> list[str]:
     """A help text's words in lines of `width` under `indent` (argparse's own wrap breaks at hyphens)."""
-    return words_wrapped(" ".join(text.split()), width, indent, indent)
+    return wrapped_lines(indent + " ".join(text.split()), width, indent, fold=True)
 
 
 def add_bench_tools(bench) -> None:

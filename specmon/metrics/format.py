@@ -26,8 +26,3 @@ def count(n: int, noun: str) -> str:
 def clock(t: float | None) -> str:
     """Wall-clock time of day, as titles, tables and the watch's lines show it."""
     return "?" if t is None else time.strftime("%H:%M:%S", time.localtime(t))
-
-
-def cut(text: str, width: int) -> str:
-    """`text` within `width` columns, ending in … where it was cut (a cut name must not pass for another)."""
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"

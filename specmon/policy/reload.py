@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specmon.console import HANGING, error_width, hanging_lines
+from specmon.text import line_width, wrapped_lines
 from specmon.errors import SpecmonError
 from specmon.events.schema import ClassInForce, PolicyLoaded
 from specmon.policy.schema import MAX_POLICY_BYTES, Policy, file_stamp, load_policy
@@ -108,6 +108,6 @@ def reload_line(event: PolicyLoaded) -> str:
 def print_reload(event: PolicyLoaded) -> None:
     """reload_line on stderr, looked up at each call: under the TUI, Textual redirects it off the screen. A
     message, not a record: wrapped at words to a terminal with a hanging indent, whole when piped."""
-    line, width = reload_line(event), error_width()
-    for part in hanging_lines(line, width, HANGING) if width else [line]:
+    line, width = reload_line(event), line_width(sys.stderr)
+    for part in wrapped_lines(line, width) if width else [line]:
         print(part, file=sys.stderr, flush=True)

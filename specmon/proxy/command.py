@@ -11,7 +11,8 @@ import httpx
 from rich.console import Group
 from rich.markup import escape
 
-from specmon.console import Hanging, err, out, print_line
+from specmon.console import err, out, print_line
+from specmon.text import Hanging
 from specmon.errors import SpecmonError
 from specmon.memory.store import Memory
 from specmon.policy.schema import Policy, load_policy

@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from specmon.console import Hanging
+from specmon.text import Hanging
 from specmon.server.records import millis, notice_text, short_id
 from specmon.tables import compact_table
 from specmon.errors import SpecmonError

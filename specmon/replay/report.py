@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specmon.console import words_wrapped
+from specmon.text import wrapped_lines
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import RoundVerified
@@ -202,7 +202,9 @@ def _plot_goodput(data: dict, path: Path) -> None:
             ax.errorbar([k], [value], yerr=yerr, fmt="o" if k else "s", capsize=3, color="C0" if k else "C1")
         if not ks:  # an empty frame would look like a broken plot
             ax.text(0.5, 0.5, "no rounds", ha="center", va="center", transform=ax.transAxes)
-        ax.set_title(_label("\n".join(words_wrapped(cls, 20))), fontsize=9)  # a 40-character name, on 2 lines
+        ax.set_title(
+            _label("\n".join(wrapped_lines(cls, 20, "", fold=True))), fontsize=9
+        )  # a 40-character name, on 2 lines
         ax.set_xticks(ks)
         ax.set_xlim(min(ks, default=0) - 0.6, max(ks, default=0) + 0.6)
         ax.set_xlabel("k", fontsize=8)

@@ -4,11 +4,11 @@ request goes after its record, on lines of its own."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 
-from specmon.console import HANGING, NOTICE_WIDTH, hanging_lines, stream_width
+from specmon.console import NOTICE_WIDTH
 from specmon.server.errors import for_terminal
+from specmon.text import line_width, terminal_width, wrap
 
 SHORT_ID = 8  # hex characters of a request id shown: enough to find it in a client's log or the session's
 PREFIX = "specmon: "  # what console.print_line puts before each line it prints
@@ -27,13 +27,12 @@ def millis(ms: float | None) -> str:
 def notice_text(notice: str, width: int | None = None) -> str:
     """A notice as one text for print_line (whose prefix starts its first line): wrapped at words to `width`
     (80, or the terminal's where narrower) under a hanging indent, each line made safe for a terminal."""
-    width = width or min(NOTICE_WIDTH, shutil.get_terminal_size().columns)
-    lines = [for_terminal(line) for line in hanging_lines(PREFIX + notice, width, HANGING)]
-    return "\n".join(lines)[len(PREFIX) :]
+    width = width or terminal_width(NOTICE_WIDTH)
+    return "\n".join(for_terminal(line.plain) for line in wrap(notice, width, start=len(PREFIX), fold=False))
 
 
 def message_text(message: str) -> str:
     """A message (a refused request), not a record, for print_line: notice_text wrapped to the terminal
     behind stdout, whole when piped (as records are)."""
-    width = stream_width(sys.stdout)
+    width = line_width(sys.stdout)
     return notice_text(message, width) if width else for_terminal(message)

@@ -10,6 +10,7 @@ from textual.widgets import DataTable, Static
 
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.interval import SpeedupEstimate
+from specmon.text import first_fitting
 from specmon.tui.state import ViewState
 
 TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cyan", "plain": "default", "prompt": "dim"}
@@ -45,10 +46,6 @@ def _spark(values: list[float | None], width: int, top: float | None, style: str
     return text
 
 
-def _fit(long: str, short: str, width: int) -> str:
-    return long if len(long) <= width else short
-
-
 DEFINITIONS = {
     "acceptance rate": ("acceptance rate", "Σacc/Σprop"),
     "mean accepted length": ("mean accepted length", "Σacc/rounds"),
@@ -59,11 +56,6 @@ DEFINITIONS = {
 OFF_NOTE = "the class is off"  # a class the policy runs plain has no speculative round coming
 
 
-def fitted(title: str, short: str, width: int) -> str:
-    """`title` where it fits `width`, else `short` (the neighbouring panes name what it leaves out)."""
-    return title if len(title) <= width else short
-
-
 def run_title(state: ViewState, what: str, width: int = 80) -> str:
     """A pane's title naming its round set: the current class at the k it shows (the class is
     left out where the title would not fit; the neighbouring panes name it)."""
@@ -71,10 +63,12 @@ def run_title(state: ViewState, what: str, width: int = 80) -> str:
     if not name:
         return what
     if not k:  # never speculated: switched off before it ran a draft, or not at its k yet
-        return fitted(f"{what} · {name}" + (" (off)" if state.switched_off(name) else ""), what, width)
+        return first_fitting(width, f"{what} · {name}" + (" (off)" if state.switched_off(name) else ""), what)
     off = "" if state.is_on(name) else " (off)"
-    fits = [t for t in (f"{what} · {name} k={k}{off}", f"{what} · k={k}{off}", f"{what} k={k}{off}") if len(t) <= width]
-    return fits[0] if fits else f"{what} k={k}"  # narrower still: the classes table says on or off
+    # narrowest, the classes table says on or off
+    return first_fitting(
+        width, f"{what} · {name} k={k}{off}", f"{what} · k={k}{off}", f"{what} k={k}{off}", f"{what} k={k}"
+    )
 
 
 def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
@@ -83,10 +77,10 @@ def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
     if run is None:
         return OFF_NOTE if state.switched_off(state.current_class) else "no speculative round yet"
     drafted = run.rounds - run.empty_rounds
-    return _fit(
+    return first_fitting(
+        width,
         f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} proposed nothing",
         f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} empty",
-        width,
     )
 
 
@@ -121,8 +115,8 @@ def sparkline_caption(state: ViewState, metric: str, width: int = DEFAULT_WIDTH,
     shown = min(len(state.acceptance_series(metric)), width if drawn is None else drawn)
     if not shown:
         return ""
-    return _fit(
-        f"last {count(shown, 'round')}; {EMPTY_MARK} proposed nothing", f"last {shown}; {EMPTY_MARK} empty", width
+    return first_fitting(
+        width, f"last {count(shown, 'round')}; {EMPTY_MARK} proposed nothing", f"last {shown}; {EMPTY_MARK} empty"
     )
 
 
@@ -138,10 +132,10 @@ def rejections_caption(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
     if run is None or not run.proposed_gt:
         return ""
     drafted = run.rounds - run.empty_rounds
-    return _fit(
+    return first_fitting(
+        width,
         f"{count(drafted, 'round')} proposed; {run.empty_rounds} empty, apart",
         f"{drafted} proposed, {run.empty_rounds} empty",
-        width,
     )
 
 

@@ -8,10 +8,10 @@ from rich.text import Text
 
 from specmon.events.schema import Decision
 from specmon.metrics.contention import clock
-from specmon.metrics.format import MISSING, count, cut, fmt, ratio_interval
+from specmon.metrics.format import MISSING, count, fmt, ratio_interval
 from specmon.policy.route import cited_words
 from specmon.tables import VERDICT_MARKS
-from specmon.tui.fit import joined_width, shortened
+from specmon.text import Part, cut, title
 from specmon.tui.panes import verdict_style
 from specmon.tui.state import ViewState
 
@@ -200,7 +200,8 @@ def host_labels(state: ViewState) -> list[str]:
         hit, recent = sum(state.host_recent), len(state.host_recent)
         return [f"host busy: {hit}/{recent} rounds", f"busy {hit}/{recent}", "busy"]
     if state.host_busy:
-        return [f"host was busy {clock(state.host_busy[0])}-{clock(state.host_busy[1])}", "was busy"]
+        span = f"{clock(state.host_busy[0])}-{clock(state.host_busy[1])}"
+        return [f"host was busy {span}", f"was busy {span}", "was busy"]
     return []
 
 
@@ -211,10 +212,9 @@ def ended_labels(state: ViewState) -> list[str]:
     return [f"ended at {at}{reason}", f"ended {at}{reason}", f"ended{reason}"]
 
 
-# A title part: its wordings, longest first, and its style.
-Part = tuple[list[str], str]
-# what gives way, a step at a time, where the title is too narrow: the host's state to its marker first
-SHORTEN_STEPS = ("host", "host", "ended", "session", "ended", "session")
+# what gives way, a step at a time, where the title is too narrow: the host's state to its marker first;
+# last the marker itself, before the session's own short id is cut
+SHORTEN_STEPS = ("tail", "host", "host", "ended", "session", "ended", "session", "host")
 
 
 def status_line(
@@ -223,38 +223,24 @@ def status_line(
     """The title bar, most important first so a narrow terminal cuts the least: the replay's
     position, alerts, the host's state, the session (short id, profile, host), its drafter and mode
     ("policy" or the k in force), when and how it ended, rounds; then `tail` where the width leaves
-    room. Too wide, the host's state shrinks to a marker, then `ended at`, the session's host, the
-    time it ended and its profile go, and last the host's marker."""
-    parts: dict[str, Part] = {"lead": ([lead], "bold")} if lead else {}
-    parts.update({f"alert{i}": ([alert], "bold red") for i, alert in enumerate(alerts)})
+    room. Too wide, the tail goes, the host's state shrinks to a marker, then `ended at`, the session's
+    host, the time it ended and its profile go, and last the host's marker."""
+    parts = [Part("lead", [lead], "bold")] if lead else []
+    parts += [Part(f"alert{i}", [alert], "bold red") for i, alert in enumerate(alerts)]
     if host := host_labels(state):
-        parts["host"] = (host, "bold yellow")
+        parts.append(Part("host", [*host, ""], "bold yellow"))
     label = state.session_label() or source
     profile = label.split("@", 1)[0]
-    parts["session"] = ([label, profile, profile.split(" ", 1)[0]], "bold")  # last, the short id alone
+    parts.append(Part("session", [label, profile, profile.split(" ", 1)[0]], "bold"))  # last, the short id alone
     mode = state.mode_label()
     if state.session is not None:
         mode = f"{state.drafter_label()} {mode}".strip()
     if mode:
-        parts["mode"] = ([mode], "")
+        parts.append(Part("mode", [mode]))
     if state.finished:  # before the round count: on a narrow screen, that it ended matters more
-        parts["ended"] = (ended_labels(state), "bold" if state.finished.reason == "done" else "bold yellow")
-    parts["rounds"] = ([count(state.rounds_seen, "round")], "")
-    chosen = _fit_parts(parts, width)
-    text = Text(no_wrap=True)
-    for i, (key, wording) in enumerate(chosen.items()):
-        text.append(" · " if i else "").append(wording, style=parts[key][1])
-    if tail and (not width or len(text) + 3 + len(tail) <= width):
-        text.append(" · ").append(tail, style="dim")
-    if width and len(text) > width:
-        text.truncate(width - 1)
-        text.append("…")
-    return text
-
-
-def _fit_parts(parts: dict[str, Part], width: int) -> dict[str, str]:
-    """Each part's wording: the longest, shortened by SHORTEN_STEPS while the line is wider than `width`."""
-    wordings = shortened({key: words for key, (words, _) in parts.items()}, SHORTEN_STEPS, width or 10**6)
-    if width and joined_width(wordings) > width:  # the host's marker goes before the session's own fields are cut
-        wordings.pop("host", None)
-    return wordings
+        style = "bold" if state.finished.reason == "done" else "bold yellow"
+        parts.append(Part("ended", ended_labels(state), style))
+    parts.append(Part("rounds", [count(state.rounds_seen, "round")]))
+    if tail:
+        parts.append(Part("tail", [tail, ""], "dim"))
+    return title(parts, SHORTEN_STEPS, width or None)

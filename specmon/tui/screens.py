@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from specmon.console import HANGING, Hanging
+from specmon.text import HANGING, Hanging
 from specmon.errors import SpecmonError
 
 HELP = """[b]specmon[/b]: speculative decoding, round by round, every pane from events

@@ -8,13 +8,12 @@ import re
 
 from rich.text import Text
 
-from specmon.console import hanging_text, words_wrapped
 from specmon.metrics import served, unreported
-from specmon.metrics.format import MISSING, clock, count, cut, fmt, ratio_interval
-from specmon.tui.fit import joined_width, shortened
+from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
 from specmon.tui.panes import bar_line
 from specmon.metrics.served import PROXY_CLOCK
 from specmon.metrics.served import NO_METRICS, RECENT_S
+from specmon.text import Part, cut, title as titled, wrap
 from specmon.tui.served_state import ServedState
 
 RECENT = f"last {RECENT_S:.0f} s"
@@ -40,8 +39,6 @@ def server_state(state: ServedState) -> tuple[list[str], str]:
     return [f"up, seen since {clock(state.up_since or last.t)}", "up"], "green"
 
 
-# A title part: (key, its wordings, longest first, its style).
-TitlePart = tuple[str, list[str], str]
 # what gives way, a step at a time, where the title is too narrow: the name's schemes, the proxy's own
 # address, when the server was seen up since, its kind; then the name is cut, never the lead or an alert
 SHORTEN_STEPS = ("name", "name", "state", "kind")
@@ -50,35 +47,19 @@ SHORTEN_STEPS = ("name", "name", "state", "kind")
 def title(state: ServedState, feed_title: str, alerts: list[str], width: int, lead: str = "") -> Text:
     """`watch http://… · llama-server · up, seen since 12:03:04 · ALERTS`, after a replay's `lead`, within
     `width`: too wide, SHORTEN_STEPS give way, then the name is cut with …."""
-    parts = _title_parts(state, feed_title, alerts, lead)
-    chosen = _fitted_title(parts, max(width, 1))
-    text = Text(no_wrap=True)
-    for key, _, style in parts:
-        if chosen[key]:
-            text.append(" · " if text else "").append(chosen[key], style=style)
-    text.truncate(max(width, 1), overflow="ellipsis")  # a title of alerts alone wider than the terminal
-    return text
+    return titled(_title_parts(state, feed_title, alerts, lead), SHORTEN_STEPS, max(width, 1), cut_part="name")
 
 
-def _title_parts(state: ServedState, feed_title: str, alerts: list[str], lead: str) -> list[TitlePart]:
+def _title_parts(state: ServedState, feed_title: str, alerts: list[str], lead: str) -> list[Part]:
     started = state.started
     kind = (state.last_good.kind if state.last_good else "") or (started.drafter if started else "")
     name = feed_title or (f"{state.backend} {started.target}" if started else "specmon")
     words, style = server_state(state)
-    parts: list[TitlePart] = [("lead", [lead], "bold")] if lead else []
-    parts.append(("name", shorter_names(name), "bold"))
-    parts += [("kind", [kind, ""], "")] if kind else []
-    parts.append(("state", words, style))
-    return parts + [(f"alert{i}", [alert], "bold yellow") for i, alert in enumerate(alerts)]
-
-
-def _fitted_title(parts: list[TitlePart], width: int) -> dict[str, str]:
-    """Each part's wording: the longest, shortened by SHORTEN_STEPS while the line is wider than `width`,
-    then the name cut to what is left."""
-    fitted = shortened({key: words for key, words, _ in parts}, SHORTEN_STEPS, width)
-    over = max(joined_width(fitted) - width, 0)
-    fitted["name"] = cut(fitted["name"], max(len(fitted["name"]) - over, 2))
-    return fitted
+    parts = [Part("lead", [lead], "bold")] if lead else []
+    parts.append(Part("name", shorter_names(name), "bold"))
+    parts += [Part("kind", [kind, ""])] if kind else []
+    parts.append(Part("state", words, style))
+    return parts + [Part(f"alert{i}", [alert], "bold yellow") for i, alert in enumerate(alerts)]
 
 
 def shorter_names(name: str) -> list[str]:
@@ -115,7 +96,7 @@ def acceptance_lines(w: served.Window, width: int, rest: str = "bold") -> list[T
     (a value alone at column 0 reads as a line of its own), the continuation indented."""
     text = Text().append(f"acceptance {fmt(w.acceptance)}", style="bold")
     text.append(f"  accepted/draft {fmt(w.accepted_per_draft)}", style=rest)
-    return hanging_text(text, max(width, 1), "  ", whole=text.plain.split("  "))
+    return wrap(text, max(width, 1), whole=text.plain.split("  "))
 
 
 def _append_lines(text: Text, lines: list[Text]) -> None:
@@ -196,7 +177,7 @@ def render_rates(state: ServedState, width: int) -> Text:
     running = MISSING if last.running is None else str(last.running)
     waiting = MISSING if last.waiting is None else str(last.waiting)
     now = Text(f"running {running}  waiting {waiting}", style="bold").append(f" at {clock(last.t)}", style="dim")
-    return _joined(lines + hanging_text(now, max(width, 1), "  "))
+    return _joined(lines + wrap(now, max(width, 1)))
 
 
 def _rates(w: served.Window) -> list[str]:
@@ -239,7 +220,7 @@ def render_totals(state: ServedState, width: int, height: int | None = None) -> 
 def _wrapped(line: str, width: int, style: str = "", whole: list[str] | None = None) -> list[Text]:
     """`line` at words within `width`, as the pane would draw it, so its rows can be counted; a phrase of
     `whole` (a figure and its unit) kept on one line."""
-    return hanging_text(Text(line, style=style), max(width, 1), "  ", whole=whole or [])
+    return wrap(Text(line, style=style), max(width, 1), whole=whole or [])
 
 
 def render_classes(state: ServedState, width: int, height: int | None = None) -> Text:
@@ -298,7 +279,7 @@ def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
     keys += ["→ routed, by spec/plain goodput"] if state.routes else []
     lines = [(cut("; ".join(keys), max(width, 1)), "dim")] if keys else []
     for notice in notices:
-        lines += [(line, "yellow") for line in words_wrapped(notice, max(width, 1))]
+        lines += [(line.plain, "yellow") for line in wrap(notice, max(width, 1), indent="")]
     return lines
 
 

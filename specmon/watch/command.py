@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from specmon.console import stream_width
+from specmon.text import line_width
 from specmon.errors import SpecmonError
 from specmon.events.schema import ServerScraped
 from specmon.server.auth import read_api_key
@@ -50,7 +50,7 @@ def run_watch(args) -> int:
 
 def say(line: str) -> None:
     """A line on stdout, wrapped to the terminal (or COLUMNS) at its fields."""
-    for part in fitted(line, stream_width(sys.stdout)):  # piped: each record stays one line
+    for part in fitted(line, line_width(sys.stdout)):  # piped: each record stays one line
         print(part, flush=True)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from specmon.console import HANGING, hanging_lines
+from specmon.text import wrapped_lines
 from specmon.events.schema import ServerScraped
 from specmon.metrics import served
 from specmon.metrics.format import clock, count
@@ -68,4 +68,4 @@ def fitted(line: str, width: int | None) -> list[str]:
     if width is None or width < MIN_WRAP:
         return [line]
     fields = [*line.split("  "), *re.findall(r"\d+-\d+: \S+", line)]
-    return hanging_lines(line, width, HANGING, fields)
+    return wrapped_lines(line, width, whole=fields)

@@ -1,0 +1,169 @@
+"""The one text model: a line is a styled Text, or a title of named Parts, and these functions fit it to
+one width got from one place (line_width). Every screen, pane, table note, `--help`, notice and record
+fits its text here:
+
+- wrap: a message or note broken at words, its continuation lines under a hanging indent, each phrase of
+  `whole` (a figure with its unit, a command to copy) kept on one line where a line can hold it;
+- title: a one-line title of parts, each with its wordings, longest first, that give way in a stated
+  order, then a part cut with …, then the line itself;
+- first_fitting: the first of a few wordings that fits.
+
+A piped stream gets no width (line_width gives None): a record stays one line for a script."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from typing import Iterable
+
+from rich.text import Text
+
+HANGING = "  "  # a wrapped line's continuation, indented under the text it continues
+ELLIPSIS = "…"  # marks every cut: a shortened name must not pass for another
+
+
+def line_width(stream, piped: int | None = None, most: int | None = None) -> int | None:
+    """The width text for `stream` fits: COLUMNS where it asks for one, else the terminal's behind the stream;
+    `piped` where it is a pipe or a file (None: a line stays whole for a script or a log reader); at most `most`."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        width: int | None = int(columns)
+    else:
+        try:
+            width = os.get_terminal_size(stream.fileno()).columns
+        except (AttributeError, ValueError, OSError):  # not a terminal, or no file behind the stream
+            width = piped
+    return width if width is None or most is None else min(width, most)
+
+
+def terminal_width(most: int) -> int:
+    """The terminal's width, at most `most`; `most` where there is no terminal (a start line fits 80 columns)."""
+    return min(most, shutil.get_terminal_size((most, 24)).columns)
+
+
+def wrap(
+    text: str | Text,
+    width: int,
+    indent: str = HANGING,
+    whole: Iterable[str] = (),
+    start: int = 0,
+    fold: bool = True,
+) -> list[Text]:
+    """`text` broken at blanks (never at a hyphen: `torch-nopad` stays whole) into lines of `width`, the
+    first starting at column `start`, the rest after `indent`; each line keeps the styles of its words.
+    A phrase of `whole` that a line can hold is never parted. A word longer than a line starts a line and
+    is folded under the indent (`fold`) or left whole past the width for a terminal to fold."""
+    text = Text(text) if isinstance(text, str) else text
+    flat = Text(re.sub(r"\s", " ", text.plain), style=text.style, spans=list(text.spans))
+    lines: list[Text] = []
+    then = max(width - len(indent), 1)  # a continuation line's room
+    first, last, room = 0, None, width - start  # the current line's span in `flat`, and its room
+    for s, e in _words(flat.plain, whole, then):
+        if last is not None and e - first <= room:
+            last = e
+            continue
+        if last is not None:
+            lines.append(_line(flat, first, last, lines, indent))
+            first, room = s, then
+        if fold and e - first > room > 0:  # a word no line holds: folded, its last piece a line of its own
+            while e - first > room:
+                lines.append(_line(flat, first, first + room, lines, indent))
+                first, room = first + room, then
+            room = e - first
+        last = e
+    if last is not None:
+        lines.append(_line(flat, first, last, lines, indent))
+    return lines
+
+
+def wrapped_lines(
+    text: str, width: int, indent: str = HANGING, whole: Iterable[str] = (), fold: bool = False
+) -> list[str]:
+    """wrap's lines as plain strings (a long word left whole, for a terminal or a log reader to fold)."""
+    return [line.plain for line in wrap(text, width, indent, whole, fold=fold)]
+
+
+def _words(plain: str, whole: Iterable[str], room: int) -> list[tuple[int, int]]:
+    """The (start, end) of each run of non-blanks in `plain`, runs inside one phrase of `whole` that fits
+    `room` joined into one; the first starts at 0, so a line's own leading blanks stay with it."""
+    words = [[m.start(), m.end()] for m in re.finditer(r"\S+", plain)]
+    for phrase in {p for p in whole if p and len(p) <= room}:
+        for m in re.finditer(re.escape(phrase), plain):
+            inside = [w for w in words if w[0] < m.end() and w[1] > m.start()]
+            if len(inside) > 1:
+                inside[0][1] = inside[-1][1]
+                words = [w for w in words if w not in inside[1:]]
+    if words:
+        words[0][0] = 0
+    return [(s, e) for s, e in words]
+
+
+def _line(flat: Text, s: int, e: int, done: list[Text], indent: str) -> Text:
+    line = (Text(indent) if done else Text()) + flat[s:e]
+    line.no_wrap = True
+    return line
+
+
+class Hanging:
+    """A line (plain or styled) that wraps at words to the width it is drawn at, its continuation lines
+    `further` columns in from where it starts, each phrase of `whole` on one line where it fits (a rich
+    renderable: Text wraps to column 0)."""
+
+    def __init__(self, line: str | Text, further: int = len(HANGING), whole: Iterable[str] = ()) -> None:
+        self.line = line if isinstance(line, Text) else Text(line)
+        self.further, self.whole = further, tuple(whole)
+
+    def __rich_console__(self, console, options):
+        plain = self.line.plain
+        indent = " " * (len(plain) - len(plain.lstrip()) + self.further)
+        yield from wrap(self.line, options.max_width, indent, self.whole) or [Text()]
+
+
+@dataclass
+class Part:
+    """A part of a title: its wordings, longest first ("" leaves it out), and its style."""
+
+    key: str
+    wordings: list[str]
+    style: str = ""
+
+
+def title(parts: list[Part], steps: tuple[str, ...], width: int | None, cut_part: str = "", sep: str = " · ") -> Text:
+    """The parts joined by `sep` within `width` (None: no limit). Too wide, each key of `steps` in turn
+    moves its part to its next wording (a part with none left spends the step); still too wide, the part
+    `cut_part` is cut to what is left; last, the line itself, each cut marked with …."""
+    step = {p.key: 0 for p in parts}
+    chosen = lambda: {p.key: p.wordings[step[p.key]] for p in parts}  # noqa: E731
+    over = lambda: width is not None and _joined(chosen(), sep) > width  # noqa: E731
+    for key in steps:
+        if not over():
+            break
+        if step.get(key, -1) + 1 < len(next((p.wordings for p in parts if p.key == key), ())):
+            step[key] += 1
+    words = chosen()
+    if cut_part in words and width is not None:
+        excess = max(_joined(words, sep) - width, 0)
+        words[cut_part] = cut(words[cut_part], max(len(words[cut_part]) - excess, 2))
+    line = Text(no_wrap=True)
+    for p in parts:
+        if words[p.key]:
+            line.append(sep if line else "").append(words[p.key], style=p.style)
+    if width is not None:
+        line.truncate(max(width, 1), overflow="ellipsis")
+    return line
+
+
+def _joined(words: dict[str, str], sep: str) -> int:
+    return len(sep.join(word for word in words.values() if word))
+
+
+def cut(text: str, width: int) -> str:
+    """`text` within `width` columns, ending in … where it was cut."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + ELLIPSIS
+
+
+def first_fitting(width: int, *wordings: str) -> str:
+    """The first of `wordings` (longest first) that fits `width`; the last, cut with …, where none does."""
+    return next((w for w in wordings if len(w) <= width), cut(wordings[-1], width))
