@@ -217,14 +217,14 @@ def test_served_lines_wrap_under_their_value(monkeypatch):
         "total_line": "21:38:33, 37 s: drafts 1  draft tokens 17  accepted 4  acceptance 0.24",
         "first_failure": "",
     }
-    for line in info_lines(served):
-        inspect.print_labelled(line)
-    assert printed.getvalue().splitlines() == [
-        "  served traffic   http://127.0.0.1:8080 (llama-server), 38 reads: 0 restarts, 0",
-        "                   failed reads",
-        "  totals           21:38:33, 37 s: drafts 1  draft tokens 17  accepted 4",
-        "                   acceptance 0.24",
-    ]
+    lines = info_lines(served)
+    for label, value in lines:
+        inspect.print_hanging(label, value)
+    printed = printed.getvalue().splitlines()
+    assert all(len(line) <= WIDTH for line in printed) and len(printed) > len(lines), printed
+    starts = [i for i, line in enumerate(printed) if not line.startswith(" " * 19)]
+    assert [printed[i][:19] for i in starts] == [label for label, _ in lines]  # each value goes on under itself
+    assert " ".join(printed).split() == " ".join(label + value for label, value in lines).split()
 
 
 def test_a_proxy_logs_table_and_advice_fit_80_columns_whole_and_hung():

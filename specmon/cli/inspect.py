@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections import Counter
@@ -289,16 +288,6 @@ def print_hanging(label: str, value: str, style: str = "", indent: int | None = 
     out.print(text)
 
 
-def print_labelled(line: str) -> None:
-    """A `  label   value` line hung under its value; a line with no label column, CONTINUED-style."""
-    labelled = re.match(r" *\S.*?  +(?=\S)", line)
-    if labelled:
-        print_hanging(line[: labelled.end()], line[labelled.end() :])
-    else:
-        lead = len(line) - len(line.lstrip())
-        print_hanging(line[:lead], line[lead:], indent=lead + 2)
-
-
 def _print_reloads(policies: list[PolicyLoaded], start: float) -> None:
     """Each edit after the first policy: when, taken (what it changed) or refused (why), a line each
     wrapped under its text; then the policy in force at the end, where it is not the first."""
@@ -321,8 +310,8 @@ def _print_served(log: Path) -> None:
     from specmon.metrics.served_summary import info_lines, logged, served_summary
 
     s = served_summary(log)
-    for line in info_lines(s):
-        print_labelled(line)
+    for label, value in info_lines(s):
+        print_hanging(label, value)
     if s["classes"]:
         from specmon.proxy.tables import log_summary
 

@@ -109,17 +109,18 @@ def _window(w: served.Window) -> dict:
     }
 
 
-def info_lines(s: dict) -> list[str]:
-    """log info's served-traffic lines (the proxy's table and advice follow, from proxy.tables)."""
+def info_lines(s: dict) -> list[tuple[str, str]]:
+    """log info's served-traffic lines, each a (label, value) that wraps under its value (the proxy's table
+    and advice follow, from proxy.tables)."""
     if not s["reads"]:
         return []
     what = f"{s['url']} ({s['kind'] or 'unknown'}), {count(s['reads'], 'read')}"
     span = f"{count(s['restarts'], 'restart')}, {count(s['failed_reads'], 'failed read')}"
     lines = [
-        f"  served traffic   {what}: {span}",
-        f"  totals           {s['total_line'] or 'no two good reads: nothing to sum'}",
+        ("  served traffic   ", f"{what}: {span}"),
+        ("  totals           ", s["total_line"] or "no two good reads: nothing to sum"),
     ]
-    return lines + ([f"  first failure    {s['first_failure']}"] if s["first_failure"] else [])
+    return lines + ([("  first failure    ", s["first_failure"])] if s["first_failure"] else [])
 
 
 def markdown(s: dict) -> list[str]:

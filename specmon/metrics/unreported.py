@@ -25,25 +25,29 @@ from specmon.metrics.format import count
 SPEC = "spec"  # RequestTimed.upstream of the speculating side (policy.route.SPEC)
 NAMES = {"llama-server": "llama-server", "vllm": "vLLM", "tabbyapi": "TabbyAPI", "": "an unrecognised server"}
 OMITS_WHEN_NONE = {"llama-server"}  # families whose reply leaves draft counts out only when it drafted nothing
+# how to turn counts on, per family: the whole advice for a line, and the view's short form (a pane 36
+# columns wide at 80x24 gives it two lines, the upstream named by its host)
 HOW = {
-    "llama-server": "it gives draft_n only to a request that drafted, and none has: if it runs without "
-    "--spec-type, start it with a draft model (--spec-type draft-simple -md FILE) or n-gram drafting "
-    "(--spec-type ngram-simple)",
-    "vllm": "start it with --per-request-spec-decode-metrics summary (streams carry them on the usage chunk "
-    "only: add --enable-force-include-usage, or clients send stream_options.include_usage)",
-    "tabbyapi": "load a draft model (draft_model_name in its config); it sends usage only to requests that "
-    "set stream_options.include_usage",
-    "": "specmon reads llama-server's timings, vLLM's metrics.speculative_decoding and TabbyAPI's "
-    "usage.completion_tokens_details",
-}
-
-
-# the view's short form (a pane 36 columns wide at 80x24): two lines, the upstream named by its host
-PANE_HOW = {
-    "llama-server": "has reported no draft yet",  # an n-gram --spec-type drafts only where it finds a match
-    "vllm": "needs --per-request-spec-decode-metrics (streams: include_usage)",
-    "tabbyapi": "sends none: load a draft model, ask include_usage",
-    "": "sends no draft counts specmon reads",
+    "llama-server": (
+        "it gives draft_n only to a request that drafted, and none has: if it runs without --spec-type, start "
+        "it with a draft model (--spec-type draft-simple -md FILE) or n-gram drafting (--spec-type ngram-simple)",
+        "has reported no draft yet",  # an n-gram --spec-type drafts only where it finds a match
+    ),
+    "vllm": (
+        "start it with --per-request-spec-decode-metrics summary (streams carry them on the usage chunk "
+        "only: add --enable-force-include-usage, or clients send stream_options.include_usage)",
+        "needs --per-request-spec-decode-metrics (streams: include_usage)",
+    ),
+    "tabbyapi": (
+        "load a draft model (draft_model_name in its config); it sends usage only to requests that "
+        "set stream_options.include_usage",
+        "sends none: load a draft model, ask include_usage",
+    ),
+    "": (
+        "specmon reads llama-server's timings, vLLM's metrics.speculative_decoding and TabbyAPI's "
+        "usage.completion_tokens_details",
+        "sends no draft counts specmon reads",
+    ),
 }
 
 
@@ -86,7 +90,18 @@ def verdict(ev: RequestTimed, drafts: int | None = None, reported: bool = False)
 def notice(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
     """The one line for an upstream whose replies gave no draft counts; `drafts`: its /metrics' count, where
     read; `reported`: other replies of it gave draft counts."""
+    return _said(ev, drafts, reported)[0]
+
+
+def pane_notice(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
+    """notice, short enough for the view's requests pane: it explains that pane's n/r."""
+    return _said(ev, drafts, reported)[1]
+
+
+def _said(ev: RequestTimed, drafts: int | None, reported: bool) -> tuple[str, str]:
+    """What is said of a silent upstream, whole and in the pane's short form, verdict by verdict."""
     who = f"upstream {where(ev)} ({ev.upstream}, {NAMES.get(ev.family, ev.family)})"
+    host = where(ev).split("://", 1)[-1]
     said = verdict(ev, drafts, reported)
     if said == DRAFTED_NOTHING:
         evidence = f"{count(drafts, 'draft')} on its /metrics" if drafts else "replies of it gave draft counts"
@@ -96,28 +111,19 @@ def notice(ev: RequestTimed, drafts: int | None = None, reported: bool = False) 
             silent_ones, counted = "no request through the proxy drafted", "its requests are"
         return (
             f"{who} drafts ({evidence}) but {silent_ones}: it gives draft_n only to a request that drafted, "
-            f"so {counted} counted, not measured"
+            f"so {counted} counted, not measured",
+            f"n/r: {host} drafts, but these requests drafted nothing",
         )
     if said == ELSEWHERE:  # its counts are on: these replies carried none (a stream without its usage chunk)
         return (
             f"{who} gave draft counts in other replies but none in some requests' replies: those are counted, "
-            "not measured"
+            "not measured",
+            f"n/r: {host} gave these replies no draft counts",
         )
-    return (
-        f"{who} reports no draft counts per request, so its requests are counted, not measured: "
-        f"{HOW.get(ev.family, HOW[''])}"
+    how, short = HOW.get(ev.family, HOW[""])
+    return f"{who} reports no draft counts per request, so its requests are counted, not measured: {how}", (
+        f"n/r: {host} {short}"
     )
-
-
-def pane_notice(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
-    """notice, short enough for the view's requests pane: it explains that pane's n/r."""
-    host = where(ev).split("://", 1)[-1]
-    said = verdict(ev, drafts, reported)
-    if said == DRAFTED_NOTHING:
-        return f"n/r: {host} drafts, but these requests drafted nothing"
-    if said == ELSEWHERE:
-        return f"n/r: {host} gave these replies no draft counts"
-    return f"n/r: {host} {PANE_HOW.get(ev.family, PANE_HOW[''])}"
 
 
 def silent(ev: RequestTimed) -> bool:

@@ -170,6 +170,8 @@ class SpecmonApp(App):
     # -- the timer --------------------------------------------------------------------------
     def drain(self) -> None:
         """Apply everything buffered since the last tick as one batch, then redraw once."""
+        if not self.is_running:  # a tick while the app closes: its panes are going, nothing to draw
+            return
         batch = self.feed.drain()
         if batch:
             self.state.apply(batch)

@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Static
 
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.interval import SpeedupEstimate
-from specmon.text import first_fitting
+from specmon.text import first_fitting, wrap
 from specmon.tui.state import ViewState
 
 TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cyan", "plain": "default", "prompt": "dim"}
@@ -81,6 +81,7 @@ def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
         width,
         f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} proposed nothing",
         f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} empty",
+        f"{count(run.rounds, 'round')}, {run.empty_rounds} empty",
     )
 
 
@@ -94,9 +95,9 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
         "mean accepted length": run.mean_accepted_len if run else None,
         "alpha-hat": run.alpha_hat if run else None,
     }[metric]
-    text = Text(f"{name} {fmt(overall)} ", style="bold")
-    text.append(f"({definition})\n", style="dim")
-    text.append(round_set(state, width) + "\n", style="dim")
+    headline = Text(f"{name} {fmt(overall)}", style="bold").append(f" ({definition})", style="dim")
+    text = _wrapped(headline, width, [f"{name} {fmt(overall)}", f"({definition})"])
+    text.append("\n" + round_set(state, width) + "\n", style="dim")
     if metric == "alpha-hat" and run is not None and not run.alpha_rounds:
         text.append("no α̂: this drafter gives no distribution", style="dim")
         return text
@@ -201,27 +202,35 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_
     stats = state.classes.get(name)
     run, base = state.current_run(), (stats.baseline if stats else None)
     estimate = state.speedup_estimate(name, k)
-    text = Text()
+    head = Text()
     if estimate is None or estimate.ratio is None:
-        text.append("speedup N/A", style="bold")
-        text.append(f": {_missing_side(state, run, base)}\n", style="dim")
+        head.append("speedup N/A", style="bold")
+        head.append(f": {_missing_side(state, run, base)}", style="dim")
     else:
         style = verdict_style(estimate)
-        text.append(f"{estimate.ratio:.2f}×", style=style)
+        head.append(f"{estimate.ratio:.2f}×", style=style)
         if estimate.low is not None:
-            text.append(f" [{estimate.low:.2f}–{estimate.high:.2f}]")
-        text.append(f" {estimate.verdict}", style=style)
+            head.append(f" [{estimate.low:.2f}–{estimate.high:.2f}]")
+        head.append(f" {estimate.verdict}", style=style)
         if estimate.verdict == "noise":
-            text.append(f" > {estimate.bound:.2f}×", style="dim")
+            head.append(f" > {estimate.bound:.2f}×", style="dim")
         elif estimate.low is None:
-            text.append(" (1 prompt)", style="dim")
-        text.append("\n")
-    if rows < FULL_ROWS:
-        return text.append_text(_sides_short(run, base))
+            head.append(" (1 prompt)", style="dim")
+    text = _wrapped(head, width, [estimate.verdict, "(1 prompt)"] if estimate else []).append("\n")
+    if rows < FULL_ROWS or width < SIDES_WIDTH:
+        return text.append_text(_wrapped(_sides_short(run, base), width))
     text.append(f"{'goodput':<7}{'tok/s':>6}{'rounds':>8}{'prompts':>9}\n", style="dim")
     text.append(_side("spec", run) + "\n")
     text.append(_side("plain", base))
     return text
+
+
+SIDES_WIDTH = 30  # the goodput table's columns; narrower, the sides in the short form
+
+
+def _wrapped(text: Text, width: int, whole: list[str] = ()) -> Text:
+    """Each line of `text` wrapped at words to `width` (a phrase of `whole` kept on one line), as one Text."""
+    return Text("\n").join(part for line in text.split("\n") for part in wrap(line, max(width, 1), whole=whole))
 
 
 def _sides_short(run, base) -> Text:

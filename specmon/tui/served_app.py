@@ -45,7 +45,10 @@ class ServedApp(App):
         yield TitleBar(self._title, id="title")
         with Grid(id="served"):
             yield Pane(
-                "acceptance", self._draw(sp.render_acceptance), self._recent_title("acceptance"), id="acceptance"
+                "acceptance",
+                self._draw_fitted(sp.render_acceptance, "acceptance"),
+                self._recent_title("acceptance"),
+                id="acceptance",
             )
             yield Pane(
                 "by position",
@@ -82,6 +85,8 @@ class ServedApp(App):
 
     def drain(self) -> None:
         """Apply everything buffered since the last tick as one batch, then redraw once."""
+        if not self.is_running:  # a tick while the app closes: its panes are going, nothing to draw
+            return
         batch = self.feed.drain()
         if batch:
             self.state.apply(batch)

@@ -13,12 +13,13 @@ from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
 from specmon.tui.panes import bar_line
 from specmon.metrics.served import PROXY_CLOCK
 from specmon.metrics.served import NO_METRICS, RECENT_S
-from specmon.text import Part, cut, title as titled, wrap
+from specmon.text import Part, cut, first_fitting, title as titled, wrap
 from specmon.tui.served_state import ServedState
 
 RECENT = f"last {RECENT_S:.0f} s"
 FULL, EMPTY = "█", "░"
 COLUMN_GAP = 2  # blanks between columns of position bars
+MIN_NAME = 6  # a class name's column where tokens/step keeps its own; without it, a column narrower by one
 MIN_BAR = 4  # a bar shorter than this says less than the rate beside it: the rates alone then
 
 
@@ -75,7 +76,8 @@ def recent_span(w: served.Window | None) -> str:
     return RECENT if w is None or w.seconds >= RECENT_S else f"last {w.seconds:.0f} s"
 
 
-def render_acceptance(state: ServedState, width: int) -> Text:
+def render_acceptance(state: ServedState, width: int, height: int | None = None) -> Text:
+    """Acceptance over the recent span, a mark per read, then the marks' key where `height` leaves it a line."""
     w = state.recent()
     text = Text()
     if w is None or not w.drafts:
@@ -86,8 +88,9 @@ def render_acceptance(state: ServedState, width: int) -> Text:
             text, _wrapped(f"{count(w.drafts, 'draft')}, {w.draft_tokens} drafted, {w.accepted} accepted", width)
         )
     rates = [None if x is None or not x.drafts else x.acceptance for x in state.windows]
-    text.append(bar_line(rates, width, top=1.0) + "\n", style="cyan")
-    text.append("a mark per read; · no drafts", style="dim")
+    text.append(bar_line(rates, width, top=1.0), style="cyan")
+    if height is None or len(text.plain.splitlines()) < height:
+        text.append("\n" + first_fitting(width, "a mark per read; · no drafts", "a mark a read; · none"), style="dim")
     return text
 
 
@@ -235,10 +238,12 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
     clocks = {key: state.clock(key[0]) for key in state.requests}
     speeds = {key: served.tok_per_s_text(t.tok_per_s_on(clocks[key]), clocks[key]) for key, t in state.requests.items()}
     speed_width = max(5, *map(len, speeds.values()))  # a `111.1*` takes its column from the name
-    name_width = max(width - 21 - speed_width, 6)  # 26 columns of figures or more: at 80x24 a name keeps 10
-    head = f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4} {'t/st':>4} {'tok/s':>{speed_width}}"
+    per_step = width - 21 - speed_width >= MIN_NAME  # narrower (a 60-column terminal), tokens/step gives way
+    name_width = max(width - (21 if per_step else 16) - speed_width, MIN_NAME - 1)  # at 80x24 a name keeps 10
+    t_st = f" {'t/st':>4}" if per_step else ""
+    head = f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4}{t_st} {'tok/s':>{speed_width}}"
     blocks = [
-        _class_block(cls, upstream, totals, name_width, width, speeds[(cls, upstream)].rjust(speed_width))
+        _class_block(cls, upstream, totals, name_width, width, speeds[(cls, upstream)].rjust(speed_width), per_step)
         for (cls, upstream), totals in sorted(state.requests.items())
     ]
     for cls, d in sorted(state.routes.items()):
@@ -252,14 +257,14 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
     return text
 
 
-def _class_block(cls: str, upstream: str, totals, name_width: int, width: int, speed: str) -> list[tuple[str, str]]:
-    """One (class, upstream)'s row, `speed` its tok/s cell, and its acceptance by position where its replies
-    gave histograms."""
+def _class_block(
+    cls: str, upstream: str, totals, name_width: int, width: int, speed: str, per_step: bool = True
+) -> list[tuple[str, str]]:
+    """One (class, upstream)'s row, `speed` its tok/s cell (tokens/step before it where `per_step`), and its
+    acceptance by position where its replies gave histograms."""
     acc = fmt(totals.acceptance) if totals.reported else unreported.missing_counts(upstream)
-    row = (
-        f"{cut(cls, name_width):<{name_width}} {cut(upstream, 5):<5} {totals.requests:>3} {acc:>4} "
-        f"{fmt(totals.tokens_per_step):>4} {speed}"
-    )
+    t_st = f" {fmt(totals.tokens_per_step):>4}" if per_step else ""
+    row = f"{cut(cls, name_width):<{name_width}} {cut(upstream, 5):<5} {totals.requests:>3} {acc:>4}{t_st} {speed}"
     block = [(row, "")]
     if totals.accepted_per_pos:
         block += [
