@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from specmon.tui import panes, rows
 from specmon.tui.driver import driver_for
-from specmon.tui.feed import Feed, alerts
+from specmon.tui.feed import Draining, Feed, alerts
 from specmon.tui.requests import render_requests, requests_subtitle, requests_title
 from specmon.tui.screens import DecisionScreen, HelpScreen, Overlay
 from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
@@ -25,7 +25,7 @@ ROOMY_HEIGHT = 28  # from here on the top panes have FULL_ROWS; below, 3 rows so
 RELOAD_NOTICE_S = 10.0  # a taken reload is news for a while; a refused edit stays until one is taken
 
 
-class SpecmonApp(App):
+class SpecmonApp(Draining, App):
     CSS_PATH = "app.tcss"
     TITLE = "specmon"
     AUTO_FOCUS = None  # nothing grabs focus on start, so the footer is the same on every start
@@ -44,10 +44,8 @@ class SpecmonApp(App):
         self.state = state or ViewState()
         self.metric = ACCEPTANCE_METRICS[0]
         self.paused = False
-        self.ticks = 0  # timer ticks that applied a batch
         self.redraws = 0  # pane refreshes: the rate the benchmark reads
         self._text_version = -1
-        self._drawn_end = False  # once the feed has ended and been drawn, idle ticks draw nothing
         self._cursor_class = ""  # the class the classes table's cursor was last moved to
         self._reloads_seen = 0  # state.policies_loaded when the notice was last drawn
         self._reload_until = 0.0  # monotonic time until which the last reload taken is shown
@@ -166,20 +164,6 @@ class SpecmonApp(App):
         if grid.has_class("serving") != serving:
             grid.set_class(serving, "serving")
             self._fit_to(self.size.width, self.size.height)
-
-    # -- the timer --------------------------------------------------------------------------
-    def drain(self) -> None:
-        """Apply everything buffered since the last tick as one batch, then redraw once."""
-        if not self.is_running:  # a tick while the app closes: its panes are going, nothing to draw
-            return
-        batch = self.feed.drain()
-        if batch:
-            self.state.apply(batch)
-            self.ticks += 1
-        ended_unseen = self.feed.done.is_set() and not self._drawn_end
-        if not self.paused and (batch or ended_unseen):
-            self._drawn_end = self.feed.done.is_set() and not batch  # the feed is over and fully drawn
-            self.refresh_panes()
 
     def refresh_panes(self) -> None:
         self.redraws += 1

@@ -35,6 +35,26 @@ class Feed:
         return self.subscription.skipped
 
 
+class Draining:
+    """The views' timer tick (a mixin for a Textual App with `feed`, `state`, `paused` and `refresh_panes`):
+    everything buffered since the last tick applied as one batch, then one redraw."""
+
+    ticks = 0  # timer ticks that applied a batch
+    _drawn_end = False  # once the feed has ended and been drawn, idle ticks draw nothing
+
+    def drain(self) -> None:
+        if not self.is_running:  # a tick while the app closes: its panes are going, nothing to draw
+            return
+        batch = self.feed.drain()
+        if batch:
+            self.state.apply(batch)
+            self.ticks += 1
+        ended_unseen = self.feed.done.is_set() and not self._drawn_end
+        if not self.paused and (batch or ended_unseen):
+            self._drawn_end = self.feed.done.is_set() and not batch  # the feed is over and fully drawn
+            self.refresh_panes()
+
+
 def alerts(feed, paused: bool) -> list[str]:
     """What a view's title warns of: the view paused, events it skipped (it drew slower than they came), the
     feed's error. `feed`: a Feed, or a log's player (replay.player.ReplayFeed): both count what they skipped

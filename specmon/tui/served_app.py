@@ -10,14 +10,14 @@ from textual.widgets import Footer
 
 from specmon.tui import served_panes as sp
 from specmon.tui.driver import driver_for
-from specmon.tui.feed import alerts
+from specmon.tui.feed import Draining, alerts
 from specmon.tui.panes import Pane, TitleBar
 from specmon.tui.served_state import ServedState
 
 DRAIN_INTERVAL_S = 1 / 10  # a watch reads once a second: ten redraws a second at most is plenty
 
 
-class ServedApp(App):
+class ServedApp(Draining, App):
     TITLE = "specmon"
     AUTO_FOCUS = None
     CSS = """
@@ -36,7 +36,6 @@ class ServedApp(App):
         self.feed = feed
         self.state = state or ServedState()
         self.paused = False
-        self._drawn_end = False
 
     def get_driver_class(self):
         return driver_for(super().get_driver_class())  # a terminal that hangs up ends the app as `q` does
@@ -82,18 +81,6 @@ class ServedApp(App):
     def on_mount(self) -> None:
         self.set_interval(DRAIN_INTERVAL_S, self.drain)
         self.refresh_panes()
-
-    def drain(self) -> None:
-        """Apply everything buffered since the last tick as one batch, then redraw once."""
-        if not self.is_running:  # a tick while the app closes: its panes are going, nothing to draw
-            return
-        batch = self.feed.drain()
-        if batch:
-            self.state.apply(batch)
-        ended_unseen = self.feed.done.is_set() and not self._drawn_end
-        if not self.paused and (batch or ended_unseen):
-            self._drawn_end = self.feed.done.is_set() and not batch
-            self.refresh_panes()
 
     def refresh_panes(self) -> None:
         main = self.screen_stack[0]  # the view, under any screen opened over it
