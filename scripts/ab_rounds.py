@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Does a change cost each round something? Two commits' `specmon run --headless` on the same host and
 venv, run after run in turn (the order swapped every pair), each run's mean drafting-round ms (draft +
-verify + overhead of every k > 0 round) and plain tok/s read from its own log; per pair the ratio B / A,
-and over the pairs their mean with a 95% t-interval. A host whose speed drifts over minutes moves both
+verify + overhead of every k > 0 round), plain tok/s and the mean overhead of every round (specmon's own
+work beside the model's: bookkeeping, emitting the event, the policy) read from its own log; per pair the
+ratio B / A, and over the pairs their mean with a 95% t-interval. A host whose speed drifts over minutes moves both
 runs of a pair alike; more pairs narrow the interval.
 
     .venv/bin/python scripts/ab_rounds.py a31209c HEAD --pairs 6
@@ -28,11 +29,13 @@ T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 
        15: 2.13, 20: 2.09, 30: 2.04}  # fmt: skip
 
 
-def figures(log: Path) -> tuple[float, float]:
-    """(mean ms of a drafting round, plain tok/s) of one `run --headless` log."""
-    spec_ms, tokens, plain_ms = [], 0, 0.0
+def figures(log: Path) -> tuple[float, float, float]:
+    """(mean ms of a drafting round, plain tok/s, mean overhead ms of a round) of one `run --headless` log."""
+    spec_ms, overhead_ms, tokens, plain_ms = [], [], 0, 0.0
     for ev in read_log(log):
         kind = type(ev).__name__
+        if kind == "RoundVerified":
+            overhead_ms.append(ev.overhead_ms)
         if kind == "RoundVerified" and ev.draft_len:
             spec_ms.append(ev.draft_ms + ev.verify_ms + ev.overhead_ms)
         elif kind == "PromptFinished" and not ev.draft_len:
@@ -40,10 +43,10 @@ def figures(log: Path) -> tuple[float, float]:
             plain_ms += ev.decode_ms
     if not spec_ms or not plain_ms:
         sys.exit(f"ab_rounds: {log} has no {'drafting rounds' if not spec_ms else 'plain prompts'} to compare")
-    return statistics.mean(spec_ms), tokens / plain_ms * 1e3
+    return statistics.mean(spec_ms), tokens / plain_ms * 1e3, statistics.mean(overhead_ms)
 
 
-def run(tree: Path, log: Path, extra: list[str]) -> tuple[float, float]:
+def run(tree: Path, log: Path, extra: list[str]) -> tuple[float, float, float]:
     argv = [sys.executable, "-m", "specmon.cli", "run", "--headless", "--log", str(log), *extra]
     done = subprocess.run(argv, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:
@@ -77,16 +80,18 @@ def main() -> int:
                 if added.returncode:
                     sys.exit(f"ab_rounds: cannot check out {name}")
                 trees[name] = tree
-            ratios: dict[str, list[float]] = {"round ms": [], "plain tok/s": []}
+            ratios: dict[str, list[float]] = {"round ms": [], "plain tok/s": [], "overhead ms": []}
             for i in range(args.pairs):
                 order = [args.a, args.b] if i % 2 == 0 else [args.b, args.a]
                 got = {name: run(trees[name], Path(tmp) / f"{trees[name].name}-{i}.specmon", extra) for name in order}
-                (ms_a, tok_a), (ms_b, tok_b) = got[args.a], got[args.b]
+                (ms_a, tok_a, over_a), (ms_b, tok_b, over_b) = got[args.a], got[args.b]
                 ratios["round ms"].append(ms_b / ms_a)
                 ratios["plain tok/s"].append(tok_b / tok_a)
+                ratios["overhead ms"].append(over_b / over_a)
                 print(
                     f"pair {i + 1}: round ms {ms_a:.2f} -> {ms_b:.2f} ({ms_b / ms_a:.3f}), "
-                    f"plain tok/s {tok_a:.2f} -> {tok_b:.2f} ({tok_b / tok_a:.3f})",
+                    f"plain tok/s {tok_a:.2f} -> {tok_b:.2f} ({tok_b / tok_a:.3f}), "
+                    f"overhead ms {over_a:.3f} -> {over_b:.3f}",
                     flush=True,
                 )
             for what, values in ratios.items():
