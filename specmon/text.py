@@ -15,9 +15,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Iterable
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 HANGING = "  "  # a wrapped line's continuation, indented under the text it continues
@@ -57,21 +60,23 @@ def wrap(
     is folded under the indent (`fold`) or left whole past the width for a terminal to fold."""
     text = Text(text) if isinstance(text, str) else text
     flat = Text(re.sub(r"\s", " ", text.plain), style=text.style, spans=list(text.spans))
+    at = list(accumulate((cell_len(ch) for ch in flat.plain), initial=0))  # columns before each character
     lines: list[Text] = []
-    then = max(width - len(indent), 1)  # a continuation line's room
+    then = max(width - cell_len(indent), 1)  # a continuation line's room
     first, last, room = 0, None, width - start  # the current line's span in `flat`, and its room
     for s, e in _words(flat.plain, whole, then):
-        if last is not None and e - first <= room:
+        if last is not None and at[e] - at[first] <= room:
             last = e
             continue
         if last is not None:
             lines.append(_line(flat, first, last, lines, indent))
             first, room = s, then
-        if fold and e - first > room > 0:  # a word no line holds: folded, its last piece a line of its own
-            while e - first > room:
-                lines.append(_line(flat, first, first + room, lines, indent))
-                first, room = first + room, then
-            room = e - first
+        if fold and at[e] - at[first] > room > 0:  # a word no line holds: folded, its last piece a line of its own
+            while at[e] - at[first] > room:
+                end = max(bisect_right(at, at[first] + room) - 1, first + 1)  # the most characters the room holds
+                lines.append(_line(flat, first, end, lines, indent))
+                first, room = end, then
+            room = at[e] - at[first]
         last = e
     if last is not None:
         lines.append(_line(flat, first, last, lines, indent))
@@ -89,7 +94,7 @@ def _words(plain: str, whole: Iterable[str], room: int) -> list[tuple[int, int]]
     """The (start, end) of each run of non-blanks in `plain`, runs inside one phrase of `whole` that fits
     `room` joined into one; the first starts at 0, so a line's own leading blanks stay with it."""
     words = [[m.start(), m.end()] for m in re.finditer(r"\S+", plain)]
-    for phrase in {p for p in whole if p and len(p) <= room}:
+    for phrase in {p for p in whole if p and cell_len(p) <= room}:
         for m in re.finditer(re.escape(phrase), plain):
             inside = [w for w in words if w[0] < m.end() and w[1] > m.start()]
             if len(inside) > 1:
@@ -145,7 +150,7 @@ def title(parts: list[Part], steps: tuple[str, ...], width: int | None, cut_part
     words = chosen()
     if cut_part in words and width is not None:
         excess = max(_joined(words, sep) - width, 0)
-        words[cut_part] = cut(words[cut_part], max(len(words[cut_part]) - excess, 2))
+        words[cut_part] = cut(words[cut_part], max(cell_len(words[cut_part]) - excess, 2))
     line = Text(no_wrap=True)
     for p in parts:
         if words[p.key]:
@@ -156,14 +161,14 @@ def title(parts: list[Part], steps: tuple[str, ...], width: int | None, cut_part
 
 
 def _joined(words: dict[str, str], sep: str) -> int:
-    return len(sep.join(word for word in words.values() if word))
+    return cell_len(sep.join(word for word in words.values() if word))
 
 
 def cut(text: str, width: int) -> str:
     """`text` within `width` columns, ending in … where it was cut."""
-    return text if len(text) <= width else text[: max(width - 1, 0)] + ELLIPSIS
+    return text if cell_len(text) <= width else set_cell_size(text, max(width - 1, 0)).rstrip() + ELLIPSIS
 
 
 def first_fitting(width: int, *wordings: str) -> str:
     """The first of `wordings` (longest first) that fits `width`; the last, cut with …, where none does."""
-    return next((w for w in wordings if len(w) <= width), cut(wordings[-1], width))
+    return next((w for w in wordings if cell_len(w) <= width), cut(wordings[-1], width))

@@ -100,3 +100,16 @@ def test_first_fitting_takes_the_longest_that_fits_else_cuts_the_last(width):
         assert width < len("speed · k=4") or chosen != "speed k=4"
     else:
         assert chosen == cut("speed k=4", width) and (chosen.endswith("…") or not chosen)
+
+
+@pytest.mark.parametrize("width", range(4, 30))
+def test_wide_characters_are_measured_in_columns(width):
+    """A class named in Japanese takes two columns a character: lines, titles and cuts count columns."""
+    from rich.cells import cell_len
+
+    name = "日本語のクラス名 は とても 長い です"
+    lines = wrapped_lines(name, width, fold=True)
+    assert all(cell_len(line) <= width for line in lines), lines
+    assert "".join("".join(lines).split()) == "".join(name.split())
+    assert cell_len(cut(name, width)) <= width
+    assert cell_len(title([Part("name", [name])], (), width, cut_part="name").plain) <= width
