@@ -151,8 +151,11 @@ def test_a_long_address_leaves_the_queue_out_before_it_is_cut():
     from specmon.tui.requests import Requests, requests_title
 
     url = "http://[2001:db8::1234:5678:9abc]:8000/v1"
-    assert requests_title(Requests(), 80, url) == f"requests on {url} · 0 waiting"
-    assert requests_title(Requests(), 50, url) == f"requests on {url}"
+    head = f"requests on {url}"
+    for width in range(20, 90):
+        title = requests_title(Requests(), width, url)
+        assert len(title) <= width and title in (f"{head} · 0 waiting", head) or title.endswith("…"), title
+        assert ("waiting" in title) == (len(f"{head} · 0 waiting") <= width)  # the queue goes before the address
     assert requests_title(None, 80, "") == "requests"
 
 

@@ -14,6 +14,7 @@ from specmon.events.schema import AnyEvent, PromptFinished, PromptStarted, Queue
 from specmon.metrics.format import MISSING, count
 from specmon.metrics.rates import time_to_first_token_s
 from specmon.server.records import short_id
+from specmon.text import first_fitting
 
 TTFT_KEPT = 50  # recent requests whose time to first token the median is over
 
@@ -98,7 +99,7 @@ def requests_title(requests: Requests | None, width: int = 80, url: str = "") ->
         return head
     title = f"{head} · {requests.waiting} waiting"
     busy = f"{title} · {requests.served} served"
-    return busy if requests.in_flight is not None and len(busy) <= width else title if len(title) <= width else head
+    return first_fitting(width, *([busy] if requests.in_flight is not None else []), title, head)
 
 
 def requests_subtitle(requests: Requests | None) -> str:
