@@ -265,8 +265,10 @@ def test_a_proxy_logs_table_and_advice_fit_80_columns_whole_and_hung():
         ["chat", "plain"],
     ]  # the plain side is not meant to draft: '-', not 'not reported'
     advice = lines[lines.index("advice per class (95% intervals over requests):") + 1 :]
-    long_one = advice.index("  a-long-name-here: spec/plain goodput 1.13x [1.07, 1.20], 3 spec vs 2 plain")
-    assert advice[long_one + 1 :][:2] == ["      requests", "    speculation pays; change: keep speculation on"]
+    (at,) = [i for i, line in enumerate(advice) if line.startswith("  a-long-name-here: ")]
+    assert_hung(advice, at, 6, "a-long-name-here: spec/plain goodput 1.13x [1.07, 1.20], 3 spec vs 2 plain requests")
+    verdict = next(line for line in advice[at + 1 :] if not line.startswith(" " * 6))
+    assert verdict.startswith("    speculation pays;"), advice  # the verdict on a line of its own, hung under the class
     assert advice[-3].startswith("advice only: ") and advice[-2].startswith("  nothing is changed"), advice
 
 
