@@ -87,11 +87,11 @@ def main() -> int:
                 (ms_a, tok_a, over_a), (ms_b, tok_b, over_b) = got[args.a], got[args.b]
                 ratios["round ms"].append(ms_b / ms_a)
                 ratios["plain tok/s"].append(tok_b / tok_a)
-                ratios["overhead ms"].append(over_b / over_a)
+                ratios["overhead ms"].append(over_b / over_a if over_a else 1.0)  # none in either: no change
                 print(
                     f"pair {i + 1}: round ms {ms_a:.2f} -> {ms_b:.2f} ({ms_b / ms_a:.3f}), "
                     f"plain tok/s {tok_a:.2f} -> {tok_b:.2f} ({tok_b / tok_a:.3f}), "
-                    f"overhead ms {over_a:.3f} -> {over_b:.3f}",
+                    f"overhead ms {over_a:.3f} -> {over_b:.3f} ({ratios['overhead ms'][-1]:.3f})",
                     flush=True,
                 )
             for what, values in ratios.items():

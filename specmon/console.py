@@ -10,11 +10,11 @@ from typing import Callable, Iterable, Iterator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from specmon.text import line_width, terminal_width, wrapped_lines
+from specmon.text import line_width, wrapped_lines
 
 err = Console(stderr=True)
 PIPED_WIDTH = 200  # piped output is not cut to 80 columns, unless COLUMNS asks for a width
-out = Console(width=line_width(sys.stdout, piped=PIPED_WIDTH))
+out = Console(width=None if line_width(sys.stdout) else PIPED_WIDTH)  # a terminal's: Rich follows its resizes
 
 
 def print_line(line: str) -> None:
@@ -29,7 +29,8 @@ NOTICE_WIDTH = 80  # a start line fits the narrowest terminal in common use, wha
 def notice(text: str, commands: Iterable[str] = ()) -> None:
     """A start line (`specmon: text`) on stderr, wrapped at words to 80 columns (fewer on a narrower
     terminal) with a hanging indent; each of `commands` (for the user to copy) on one line where it fits."""
-    for line in wrapped_lines(f"specmon: {text}", terminal_width(NOTICE_WIDTH), whole=commands):
+    width = line_width(sys.stderr, piped=NOTICE_WIDTH, most=NOTICE_WIDTH)
+    for line in wrapped_lines(f"specmon: {text}", width, whole=commands):
         print(line, file=sys.stderr, flush=True)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
@@ -25,11 +24,14 @@ from rich.text import Text
 
 HANGING = "  "  # a wrapped line's continuation, indented under the text it continues
 ELLIPSIS = "…"  # marks every cut: a shortened name must not pass for another
+BLANK = re.compile(r"[ \t\n\r\f\v]")  # where a line may break: ASCII blanks (a no-break space holds, as in textwrap)
+WORD = re.compile(r"[^ \t\n\r\f\v]+")
 
 
 def line_width(stream, piped: int | None = None, most: int | None = None) -> int | None:
-    """The width text for `stream` fits: COLUMNS where it asks for one, else the terminal's behind the stream;
-    `piped` where it is a pipe or a file (None: a line stays whole for a script or a log reader); at most `most`."""
+    """The one width text for `stream` fits: COLUMNS where it asks for one, else the terminal's behind the
+    stream; `piped` where it is a pipe or a file (None: a line stays whole for a script or a log reader);
+    at most `most` (a start line fits 80 columns, whatever the terminal's width)."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit():
         width: int | None = int(columns)
@@ -39,11 +41,6 @@ def line_width(stream, piped: int | None = None, most: int | None = None) -> int
         except (AttributeError, ValueError, OSError):  # not a terminal, or no file behind the stream
             width = piped
     return width if width is None or most is None else min(width, most)
-
-
-def terminal_width(most: int) -> int:
-    """The terminal's width, at most `most`; `most` where there is no terminal (a start line fits 80 columns)."""
-    return min(most, shutil.get_terminal_size((most, 24)).columns)
 
 
 def wrap(
@@ -56,19 +53,30 @@ def wrap(
 ) -> list[Text]:
     """`text` broken at blanks (never at a hyphen: `torch-nopad` stays whole) into lines of `width`, the
     first starting at column `start`, the rest after `indent`; each line keeps the styles of its words.
-    A phrase of `whole` that a line can hold is never parted. A word longer than a line starts a line and
-    is folded under the indent (`fold`) or left whole past the width for a terminal to fold."""
+    A phrase of `whole` that a line can hold is never parted. A word longer than a line starts a line (a
+    path stays together as far as it can) and is folded under the indent (`fold`) or left whole past the
+    width for a terminal to fold."""
     text = Text(text) if isinstance(text, str) else text
-    flat = Text(re.sub(r"\s", " ", text.plain), style=text.style, spans=list(text.spans))
+    flat = Text(BLANK.sub(" ", text.plain), style=text.style, spans=list(text.spans))
     at = list(accumulate((cell_len(ch) for ch in flat.plain), initial=0))  # columns before each character
     lines: list[Text] = []
     then = max(width - cell_len(indent), 1)  # a continuation line's room
-    first, last, room = 0, None, width - start  # the current line's span in `flat`, and its room
+    first, last, room = (
+        0,
+        None,
+        width - start,
+    )  # the current line's span in `flat` (its own leading blanks in), its room
     for s, e in _words(flat.plain, whole, then):
-        if last is not None and at[e] - at[first] <= room:
+        if at[e] - at[first] <= room:
             last = e
             continue
-        if last is not None:
+        if last is None and at[e] - at[s] <= room:  # the first word fits without the line's leading blanks
+            first, last = s, e
+            continue
+        if last is None and start:  # the first word fits only a whole line: the first holds the prefix alone
+            lines.append(Text())
+            first, room = s, then
+        elif last is not None:
             lines.append(_line(flat, first, last, lines, indent))
             first, room = s, then
         if fold and at[e] - at[first] > room > 0:  # a word no line holds: folded, its last piece a line of its own
@@ -80,7 +88,7 @@ def wrap(
         last = e
     if last is not None:
         lines.append(_line(flat, first, last, lines, indent))
-    return lines
+    return lines or [Text()]  # a blank text is one blank line
 
 
 def wrapped_lines(
@@ -92,16 +100,14 @@ def wrapped_lines(
 
 def _words(plain: str, whole: Iterable[str], room: int) -> list[tuple[int, int]]:
     """The (start, end) of each run of non-blanks in `plain`, runs inside one phrase of `whole` that fits
-    `room` joined into one; the first starts at 0, so a line's own leading blanks stay with it."""
-    words = [[m.start(), m.end()] for m in re.finditer(r"\S+", plain)]
+    `room` joined into one."""
+    words = [[m.start(), m.end()] for m in WORD.finditer(plain)]
     for phrase in {p for p in whole if p and cell_len(p) <= room}:
         for m in re.finditer(re.escape(phrase), plain):
             inside = [w for w in words if w[0] < m.end() and w[1] > m.start()]
             if len(inside) > 1:
                 inside[0][1] = inside[-1][1]
                 words = [w for w in words if w not in inside[1:]]
-    if words:
-        words[0][0] = 0
     return [(s, e) for s, e in words]
 
 
@@ -123,7 +129,7 @@ class Hanging:
     def __rich_console__(self, console, options):
         plain = self.line.plain
         indent = " " * (len(plain) - len(plain.lstrip()) + self.further)
-        yield from wrap(self.line, options.max_width, indent, self.whole) or [Text()]
+        yield from wrap(self.line, options.max_width, indent, self.whole)
 
 
 @dataclass
@@ -162,6 +168,11 @@ def title(parts: list[Part], steps: tuple[str, ...], width: int | None, cut_part
 
 def _joined(words: dict[str, str], sep: str) -> int:
     return cell_len(sep.join(word for word in words.values() if word))
+
+
+def fill(text: str, width: int) -> str:
+    """`text` in exactly `width` columns: cut with … where longer, padded with blanks where shorter (a table cell)."""
+    return set_cell_size(cut(text, width), width)
 
 
 def cut(text: str, width: int) -> str:

@@ -124,10 +124,8 @@ def test_the_checks_catch_a_line_one_column_too_wide_a_silent_cut_and_a_parted_l
 
 
 # -- every pane's renderer, at every width a pane may get ------------------------------------------
-# a pane is half the terminal less its border: 28 columns at 60, 38 at 80, 78 at 160. The served view's
-# fit from 28 (its classes table from 32: a name, a side and four figures); under 50 columns the live
-# view's renderers still print lines the pane wraps (a table's header, a prose line): issue 61's text model
-PANE_WIDTHS = range(26, 79)  # a pane of a 60-column terminal has 26
+# a pane's content is half the terminal less its border and padding: 26 columns at 60, 36 at 80, 76 at 160
+PANE_WIDTHS = range(26, 79)
 
 
 def _lines_past(text, width: int) -> list[str]:

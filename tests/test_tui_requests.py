@@ -154,7 +154,7 @@ def test_a_long_address_leaves_the_queue_out_before_it_is_cut():
     head = f"requests on {url}"
     for width in range(20, 90):
         title = requests_title(Requests(), width, url)
-        assert len(title) <= width and title in (f"{head} · 0 waiting", head) or title.endswith("…"), title
+        assert len(title) <= width and (title in (f"{head} · 0 waiting", head) or title.endswith("…")), title
         assert ("waiting" in title) == (len(f"{head} · 0 waiting") <= width)  # the queue goes before the address
     assert requests_title(None, 80, "") == "requests"
 

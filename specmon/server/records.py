@@ -8,7 +8,7 @@ import sys
 
 from specmon.console import NOTICE_WIDTH
 from specmon.server.errors import for_terminal
-from specmon.text import line_width, terminal_width, wrap
+from specmon.text import line_width, wrap
 
 SHORT_ID = 8  # hex characters of a request id shown: enough to find it in a client's log or the session's
 PREFIX = "specmon: "  # what console.print_line puts before each line it prints
@@ -25,14 +25,10 @@ def millis(ms: float | None) -> str:
 
 
 def notice_text(notice: str, width: int | None = None) -> str:
-    """A notice as one text for print_line (whose prefix starts its first line): wrapped at words to `width`
-    (80, or the terminal's where narrower) under a hanging indent, each line made safe for a terminal."""
-    width = width or terminal_width(NOTICE_WIDTH)
+    """A notice or a message (a refused request) as one text for print_line (whose prefix starts its first
+    line), each line made safe for a terminal: wrapped at words under a hanging indent to `width` (default:
+    80, or the terminal's where narrower), whole where stdout is piped (as records are)."""
+    width = width or line_width(sys.stdout, most=NOTICE_WIDTH)
+    if width is None:
+        return for_terminal(notice)
     return "\n".join(for_terminal(line.plain) for line in wrap(notice, width, start=len(PREFIX), fold=False))
-
-
-def message_text(message: str) -> str:
-    """A message (a refused request), not a record, for print_line: notice_text wrapped to the terminal
-    behind stdout, whole when piped (as records are)."""
-    width = line_width(sys.stdout)
-    return notice_text(message, width) if width else for_terminal(message)

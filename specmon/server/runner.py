@@ -27,7 +27,7 @@ from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import BODY_TIMEOUT_S, HEAD_TIMEOUT_S, MAX_CONNECTIONS, guarded_h11
 from specmon.server.jobs import Decoder, Finished, Job, Worker
 from specmon.server.metrics import ServerMetrics
-from specmon.server.records import message_text, millis, short_id
+from specmon.server.records import millis, notice_text, short_id
 from specmon.transport.session import LiveSession
 
 MAX_BODY_BYTES = 1 << 20  # a chat far past any context this serves still fits; a runaway upload does not
@@ -194,8 +194,8 @@ class Serving(OnThread):
             self.options.line(for_terminal(request_line(job, done, status)))
 
     def _refused(self, path: str, error: ApiError) -> None:
-        # a message, wrapped to a terminal; made safe (message_text): both may hold what a client sent
-        self.options.line(message_text(f"{error.status} {path}: {error.message}"))
+        # a message, wrapped to a terminal; made safe (notice_text): both may hold what a client sent
+        self.options.line(notice_text(f"{error.status} {path}: {error.message}"))
 
 
 def request_line(job: Job, done: Finished, status: int = 200, took_s: float | None = None) -> str:

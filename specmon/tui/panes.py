@@ -194,6 +194,9 @@ def verdict_style(estimate: SpeedupEstimate | None) -> str:
     return VERDICT_STYLES.get(estimate.verdict if estimate else "", "bold")
 
 
+SIDES_WIDTH = 30  # the goodput table's columns; narrower, the sides in the short form
+
+
 def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_ROWS) -> Text:
     """The speedup (specmon.metrics' estimate: goodput at k over plain, same class), its 95%
     interval over prompts and what it allows one to say; then each side's goodput and sample (in
@@ -223,9 +226,6 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_
     text.append(_side("spec", run) + "\n")
     text.append(_side("plain", base))
     return text
-
-
-SIDES_WIDTH = 30  # the goodput table's columns; narrower, the sides in the short form
 
 
 def _wrapped(text: Text, width: int, whole: list[str] = ()) -> Text:

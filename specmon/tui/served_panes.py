@@ -13,7 +13,7 @@ from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
 from specmon.tui.panes import bar_line
 from specmon.metrics.served import PROXY_CLOCK
 from specmon.metrics.served import NO_METRICS, RECENT_S
-from specmon.text import Part, cut, first_fitting, title as titled, wrap
+from specmon.text import Part, cut, fill, first_fitting, title as titled, wrap
 from specmon.tui.served_state import ServedState
 
 RECENT = f"last {RECENT_S:.0f} s"
@@ -97,9 +97,9 @@ def render_acceptance(state: ServedState, width: int, height: int | None = None)
 def acceptance_lines(w: served.Window, width: int, rest: str = "bold") -> list[Text]:
     """`acceptance 0.58  accepted/draft 25.00` within `width`: wrapped between the pairs, never inside one
     (a value alone at column 0 reads as a line of its own), the continuation indented."""
-    text = Text().append(f"acceptance {fmt(w.acceptance)}", style="bold")
-    text.append(f"  accepted/draft {fmt(w.accepted_per_draft)}", style=rest)
-    return wrap(text, max(width, 1), whole=text.plain.split("  "))
+    pair = (f"acceptance {fmt(w.acceptance)}", f"accepted/draft {fmt(w.accepted_per_draft)}")
+    text = Text().append(pair[0], style="bold").append(f"  {pair[1]}", style=rest)
+    return wrap(text, max(width, 1), whole=pair)
 
 
 def _append_lines(text: Text, lines: list[Text]) -> None:
@@ -264,7 +264,7 @@ def _class_block(
     acceptance by position where its replies gave histograms."""
     acc = fmt(totals.acceptance) if totals.reported else unreported.missing_counts(upstream)
     t_st = f" {fmt(totals.tokens_per_step):>4}" if per_step else ""
-    row = f"{cut(cls, name_width):<{name_width}} {cut(upstream, 5):<5} {totals.requests:>3} {acc:>4}{t_st} {speed}"
+    row = f"{fill(cls, name_width)} {fill(upstream, 5)} {totals.requests:>3} {acc:>4}{t_st} {speed}"
     block = [(row, "")]
     if totals.accepted_per_pos:
         block += [
