@@ -18,12 +18,12 @@ from rich.console import Console
 from events import request_timed
 from specmon.events.log import read_log
 from specmon.events.schema import Decision, RequestTimed, RouteChoice, ServerScraped
-from specmon.metrics.served import PROXY_CLOCK, SERVER_CLOCK, RequestTotals, by_class, timing
+from specmon.metrics.served import PROXY_CLOCK, SERVER_CLOCK, RequestTotals, add_request, timing
 from specmon.policy import route
 from specmon.policy.schema import load_policy
 from specmon.proxy.advice import advise
 from specmon.proxy.routing import BOTH, PLAIN, SPEC
-from specmon.proxy.tables import log_summary, proxy_summary, request_line, tally_summary
+from specmon.proxy.tables import log_summary, request_line, tally_summary
 from specmon.proxy.tally import WINDOW, Tally
 
 POLICY = load_policy("default")
@@ -74,7 +74,9 @@ def test_a_tok_s_is_one_figure_on_the_headless_line_in_log_info_and_in_the_view(
 
     ev = request_timed(predicted_n=40, predicted_ms=decode_ms, total_ms=360.0)  # 111.1 tok/s on either clock
     line = dict(field.split("=") for field in request_line(ev).split() if "=" in field)
-    [row] = [row.split() for row in rendered(proxy_summary([ev], POLICY)).splitlines() if row.startswith("chat ")]
+    [row] = [
+        row.split() for row in rendered(tally_summary(Tally.of([ev]), POLICY)).splitlines() if row.startswith("chat ")
+    ]
     state = ServedState()
     state.apply([ev])
     pane = render_classes(state, 36).plain.splitlines()  # the pane's width at 80x24
@@ -209,10 +211,13 @@ def test_the_tallys_end_table_is_the_one_of_every_event():
         tally.add(ev)
         if i == 60:
             rendered(tally_summary(tally, POLICY))  # read midway (a live view might): nothing changes in it
-    whole = rendered(proxy_summary(events, POLICY))
+    whole = rendered(tally_summary(Tally.of(events), POLICY))
     assert rendered(tally_summary(tally, POLICY)) == whole
     requests = [e for e in events if isinstance(e, RequestTimed)]
-    assert tally.totals == by_class(requests)  # the running sums are the sums of every request
+    summed: dict = {}
+    for ev in requests:
+        add_request(summed, ev)
+    assert tally.totals == summed  # the running sums are the sums of every request
     assert tally.outcomes == {502: 2, 499: 2}
     assert "requests not counted above: client left 2, upstream broke off 2" in whole
     for advice in advise(tally):  # the bootstrap over the window is the one over every timed request

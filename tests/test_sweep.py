@@ -17,7 +17,7 @@ from specmon.engine.prompts import builtin_suite
 from specmon.engine.rounds import RoundContext
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, PromptStarted, RoundVerified, Sampling
-from specmon.metrics.predict import break_even_alpha, mix_tokens_per_round, predicted_speedup, tokens_per_round
+from specmon.metrics.predict import break_even_alpha, mix_tokens_per_round, tokens_per_round
 from specmon.policy.schema import load_policy
 from specmon.replay.sweep_report import cell_rows
 from tinymodel import tiny_profile
@@ -170,9 +170,8 @@ def test_suggested_policy_is_valid_and_names_the_sweep(sweep):
 def test_prediction_formulas():
     assert tokens_per_round(0.0, 4) == 1.0 and tokens_per_round(1.0, 4) == 5.0
     assert tokens_per_round(0.5, 2) == pytest.approx(1.75)
-    assert predicted_speedup(0.5, 2, 0.1, 1.2) == pytest.approx(1.75 / 1.4)
     alpha = break_even_alpha(4, 0.05, 1.6)
-    assert predicted_speedup(alpha, 4, 0.05, 1.6) == pytest.approx(1.0, abs=1e-9)
+    assert tokens_per_round(alpha, 4) / (4 * 0.05 + 1.6) == pytest.approx(1.0, abs=1e-9)  # the predicted speedup: 1
     assert break_even_alpha(2, 2.0, 1.5) is None  # 3 tokens at best, 5.5 steps of cost: never pays
 
 

@@ -241,7 +241,8 @@ def test_a_proxy_logs_table_and_advice_fit_80_columns_whole_and_hung():
     from rich.console import Console
 
     from events import request_timed
-    from specmon.proxy.tables import proxy_summary
+    from specmon.proxy.tables import tally_summary
+    from specmon.proxy.tally import Tally
 
     events = []
     for name in ("chat", "a-long-name-here"):  # 16 characters of the 40 a class name may have
@@ -254,7 +255,7 @@ def test_a_proxy_logs_table_and_advice_fit_80_columns_whole_and_hung():
                 )
             )  # fmt: skip
     printed = io.StringIO()
-    Console(file=printed, width=WIDTH).print(proxy_summary(events, None))
+    Console(file=printed, width=WIDTH).print(tally_summary(Tally.of(events), None))
     lines = printed.getvalue().splitlines()
     assert all(cell_len(line) <= WIDTH for line in lines), lines
     header = next(line for line in lines if line.startswith("class"))

@@ -16,10 +16,6 @@ def tokens_per_round(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def predicted_speedup(alpha: float, k: int, c: float, v: float) -> float:
-    return tokens_per_round(alpha, k) / (k * c + v)
-
-
 def break_even_alpha(k: int, c: float, v: float) -> float | None:
     """Smallest α at which speculation at k pays (predicted speedup ≥ 1); None if even α = 1 loses."""
     cost = k * c + v

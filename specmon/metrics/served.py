@@ -9,7 +9,7 @@ first scrape after it)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import msgspec
@@ -345,16 +345,8 @@ def _added(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     return tuple((a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n))
 
 
-def by_class(events: Iterable[RequestTimed]) -> dict[tuple[str, str], RequestTotals]:
-    """(class, upstream) -> the sums of its successful requests' timings."""
-    out: dict[tuple[str, str], RequestTotals] = {}
-    for ev in events:
-        add_request(out, ev)
-    return out
-
-
 def add_request(totals: dict[tuple[str, str], RequestTotals], ev: RequestTimed) -> None:
-    """Count one request into by_class's sums (a live view adds them as they come)."""
+    """Count one request into (class, upstream) -> its successful requests' sums (added as they come)."""
     if 200 <= ev.status < 300:
         key = (ev.prompt_class, ev.upstream)
         totals[key] = totals.get(key, RequestTotals()) + ev

@@ -116,11 +116,6 @@ def advice_lines(advice: ClassAdvice, policy: Policy | None) -> list[str]:
     ]
 
 
-def proxy_summary(events: Iterable, policy: Policy | None) -> Group:
-    """tally_summary of a list of events (requests, and reads of the upstream's /metrics)."""
-    return tally_summary(Tally.of(events), policy)
-
-
 def tally_summary(tally: Tally, policy: Policy | None) -> Group:
     """The table, what it leaves out, and the advice per class: `specmon proxy`'s end and `log info`.
     Reads of the upstream's /metrics in the tally tell a notice whether the upstream drafts."""

@@ -35,9 +35,6 @@ from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 from specmon.sched.turns import lanes as make_lanes, rotated, take_turns
 
 
-HALVES = ("tune", "test")
-
-
 def prompt_phases(prompts: Sequence[Prompt]) -> dict[str, str]:
     """Each prompt's phase, where the set gives phases (a drift stream); else empty: per class."""
     return {p.id: p.phase for p in prompts if p.phase}

@@ -227,7 +227,7 @@ def _wrapped(line: str, width: int, style: str = "", whole: list[str] | None = N
 
 
 def render_classes(state: ServedState, width: int, height: int | None = None) -> Text:
-    """Requests by (class, upstream), with what the upstream's replies said (served.by_class's sums):
+    """Requests by (class, upstream), with what the upstream's replies said (served.add_request's sums):
     acceptance "n/r" where none reported draft counts, tok/s marked * where the class is judged on the
     proxy's clock (both its sides, metrics.served.judged_on), acceptance
     by draft position where the replies gave histograms, and each silent upstream named once. Fitted to
