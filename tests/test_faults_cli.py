@@ -591,22 +591,17 @@ def _profile_cases(tmp: Path, files: dict[str, Path]) -> list[Case]:
         "model-not-gguf": (f'name = "t"\n[target]\npath = "{files["prompts"]}"\n', "not a readable GGUF"),
         "model-a-folder": (f'name = "t"\n[target]\npath = "{tmp / "folder"}"\n', "tokenizer.json"),
     }
+
+    def run_profile(path: Path) -> list[str]:
+        return ["run", "--headless", "--profile", str(path), "--prompts", str(files["prompts"]), "--log", LOG]
+
     cases = []
     for name, (body, fragment) in bodies.items():
         (tmp / f"{name}.toml").write_text(body)
         cases.append(
             Case(
                 "profiles",
-                [
-                    "run",
-                    "--headless",
-                    "--profile",
-                    str(tmp / f"{name}.toml"),
-                    "--prompts",
-                    str(files["prompts"]),
-                    "--log",
-                    LOG,
-                ],
+                run_profile(tmp / f"{name}.toml"),
                 expect=fragment,
             )
         )
@@ -617,16 +612,7 @@ def _profile_cases(tmp: Path, files: dict[str, Path]) -> list[Case]:
         cases.append(
             Case(
                 "profiles",
-                [
-                    "run",
-                    "--headless",
-                    "--profile",
-                    str(tmp / f"{name}.toml"),
-                    "--prompts",
-                    str(files["prompts"]),
-                    "--log",
-                    LOG,
-                ],
+                run_profile(tmp / f"{name}.toml"),
                 valid=valid,
                 expect="" if valid else "not UTF-8",
             )
