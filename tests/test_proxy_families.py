@@ -23,11 +23,12 @@ from upstream import FakeUpstream
 
 from specmon.events.log import read_log
 from specmon.events.schema import ServerScraped
-from specmon.metrics.served import by_class
+from specmon.proxy.tally import Tally
 from specmon.proxy.command import end_of_proxy
 from specmon.proxy.evidence import ReplyReader
 from specmon.proxy.routing import SPEC
 from specmon.proxy.tables import log_summary, request_line, request_lines
+from specmon.metrics import unreported
 from specmon.metrics.unreported import Silence, notices
 from specmon.tui import served_panes
 from specmon.tui.served_state import ServedState
@@ -93,7 +94,7 @@ def assert_sums(log: Path, received: dict[str, list[dict]], family: str) -> None
     """The log's events, its per-class sums, and `log info`'s rows hold what the replies carried."""
     events = timed(log)
     assert {ev.family for ev in events} == {family} and all(ev.status == 200 for ev in events)
-    totals = by_class(events)
+    totals = Tally.of(events).totals
     rows = {tuple(line.split()[:5]) for line in log_info(log)}
     for name, replies in received.items():
         t = totals[(name, SPEC)]
@@ -122,7 +123,7 @@ def test_vllm_per_class_sums_in_the_log_and_log_info_are_the_replies(tmp_path):
     with VllmStandin(vllm_figures) as vllm, proxy(log, vllm.url) as p:
         received = drive(p.url)
     assert_sums(log, received, "vllm")
-    totals = by_class(timed(log))
+    totals = Tally.of(timed(log)).totals
     for name, replies in received.items():
         t = totals[(name, SPEC)]
         steps = sum(r["steps"] for r in replies)
@@ -143,7 +144,7 @@ def test_tabbyapi_per_class_sums_in_the_log_and_log_info_are_the_replies(tmp_pat
     assert_sums(log, received, "tabbyapi")
     for ev in timed(log):  # TabbyAPI counts no steps and gives no histogram; its decode time is completion_time
         assert (ev.spec_steps, ev.accepted_per_pos, ev.predicted_ms) == (None, [], 120.0)
-    code = by_class(timed(log))[("code-edit", SPEC)]
+    code = Tally.of(timed(log)).totals[("code-edit", SPEC)]
     assert code.tokens_per_step == pytest.approx(code.predicted_n / (code.predicted_n - code.draft_n_accepted))
 
 
@@ -187,7 +188,7 @@ def test_an_upstream_whose_replies_carry_no_figures_is_said_once_and_never_measu
     assert len(lines) == len(ASKS) * 2 + 1  # a record per request, and the notice on lines of its own
     events = timed(log)
     assert all(ev.draft_n is None and ev.draft_n_accepted is None for ev in events)
-    t = by_class(events)[("chat", SPEC)]
+    t = Tally.of(events).totals[("chat", SPEC)]
     assert (t.requests, t.reported, t.acceptance, t.tokens_per_step) == (8, 0, None, None)
     [row] = [line for line in log_info(log) if line.split()[:2] == ["chat", SPEC]]
     assert row.split()[2:6] == ["8", "-", "-", "not"] and "not reported" in row  # no 0 drafted, no 0% accepted
@@ -266,7 +267,7 @@ def test_without_a_decode_time_the_proxys_clock_is_shown_as_such(tmp_path):
     (ev,) = timed(log)
     assert (ev.predicted_n, ev.predicted_ms) == (carried(raw)["generated"], None)
     assert ev.total_ms - ev.first_byte_ms >= 250  # the stand-in's delay, spread over its chunks
-    t = by_class([ev])[("chat", SPEC)]
+    t = Tally.of([ev]).totals[("chat", SPEC)]
     assert t.tok_per_s is None and t.clocked_tok_per_s == pytest.approx((ev.predicted_n - 1) / (t.clocked_ms / 1e3))
     shown = _rendered(log_summary(read_log(log)))
     assert f"{t.clocked_tok_per_s:.1f}*" in shown and "the proxy's clock" in shown
@@ -336,13 +337,10 @@ def test_the_headless_record_fits_80_columns_and_its_notice_follows_on_lines_of_
     )
     record, *notice = request_lines(ev, told, width=80)
     assert record == "200 c676e3f6 chat acc=n/r tokens=32 tok/s=47.9 total=794ms"
-    assert notice == [
-        "upstream http://127.0.0.1:8080 (spec, llama-server) drafts (6 drafts on\n"
-        "  its /metrics) but no request through the proxy drafted: it gives draft_n only\n"
-        "  to a request that drafted, so its requests are counted, not measured"
-    ]
     printed = f"specmon: {notice[0]}".splitlines()
     assert all(len(line) <= 80 for line in [f"specmon: {record}", *printed]), printed
+    assert len(printed) > 1 and all(line.startswith("  ") for line in printed[1:]), printed  # hung under itself
+    assert " ".join(notice[0].split()) == unreported.notice(ev, drafts=6)  # the notice's words, every one
     streamed = msgspec.structs.replace(ev, stream=True, draft_n=48, draft_n_accepted=2, first_byte_ms=90.0)
     assert request_lines(streamed, told, width=80, sides=True) == [
         "200 c676e3f6 chat upstream=spec acc=2/48 tokens=32 tok/s=47.9 ttfb=90ms total=794ms"
