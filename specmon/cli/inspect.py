@@ -153,7 +153,7 @@ def pick_session(ask: bool) -> str:
         raise _none_alive()
     err.print(f"{len(sessions)} sessions are running:", highlight=False)
     for i, info in enumerate(sessions, 1):
-        err.print(f"  {i}. {info.line()}", highlight=False, markup=False)  # wraps at words past the width
+        err.print(Hanging(f"  {i}. {info.line()}", further=len(f"{i}. ")))  # wraps under its text, not at column 0
     if not ask:
         raise SpecmonError(
             "several sessions are running; name one: specmon attach SOCKET, with SOCKET one of "
