@@ -25,7 +25,7 @@ from specmon.events.log import read_log
 from specmon.events.schema import ServerScraped
 from specmon.proxy.tally import Tally
 from specmon.proxy.command import end_of_proxy
-from specmon.proxy.evidence import ReplyReader
+from specmon.proxy.reader import ReplyReader
 from specmon.proxy.routing import SPEC
 from specmon.proxy.tables import log_summary, request_line, request_lines
 from specmon.metrics import unreported

@@ -26,8 +26,8 @@ from waiting import wait_until
 from specmon.events.log import read_log
 from specmon.events.schema import RequestTimed, decode, encode
 from specmon.metrics.unreported import Silence, notices, silent
-from specmon.proxy import evidence
-from specmon.proxy.evidence import LLAMA_SERVER, TABBYAPI, VLLM, Evidence, ReplyReader
+from specmon.proxy.evidence import LLAMA_SERVER, TABBYAPI, VLLM, Evidence
+from specmon.proxy.reader import ReplyReader
 from specmon.proxy.tables import request_line
 from specmon.tui.served_state import ServedState
 
@@ -209,7 +209,7 @@ def test_the_reader_never_raises_into_the_relay(monkeypatch):
     def broken(body: bytes):
         raise RuntimeError("a reading bug")
 
-    monkeypatch.setattr(evidence, "reply_evidence", broken)
+    monkeypatch.setattr("specmon.proxy.reader.reply_evidence", broken)  # the name the reader calls
     for stream in (True, False):
         reader = ReplyReader("text/event-stream" if stream else "application/json")
         body = SHAPES[LLAMA_SERVER][0](LLAMA_GOOD, stream)

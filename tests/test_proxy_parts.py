@@ -12,7 +12,7 @@ from specmon.events.schema import RequestTimed
 from specmon.policy.schema import load_policy
 from specmon.proxy.advice import COSTS, PAYS, UNKNOWN, advise, draft_maximum
 from specmon.proxy.classes import body_fields, chat_text, completion_text, request_class
-from specmon.proxy.evidence import ReplyReader
+from specmon.proxy.reader import ReplyReader
 from specmon.server.errors import ApiError
 from events import request_timed
 

@@ -1,6 +1,6 @@
 """What an upstream said about one request's speculation, read from its reply in whichever of the
-three shapes it comes (a JSON reply, or any server-sent event of a stream). Reading never alters what
-is forwarded: the relay yields each chunk first and feeds a copy here afterwards.
+three shapes it comes (a JSON reply, or any server-sent event of a stream; proxy.reader finds them in
+the copies the relay feeds it, after each chunk is sent on, so reading never alters what is forwarded).
 
 - llama-server: `timings` {draft_n, draft_n_accepted, predicted_n, predicted_ms, prompt_n, prompt_ms},
   on a JSON reply and on a stream's last event. draft_n is absent where a request drafted nothing.
@@ -30,10 +30,6 @@ import math
 
 import msgspec
 
-MAX_PENDING_BYTES = 1 << 20  # an event larger than this is no server's figures: stop looking, keep relaying
-MAX_JSON_BYTES = 16 << 20  # a JSON reply larger than this is relayed unread
-# an event without one of these carries neither figures nor a family's mark: skip its JSON decode
-MARKS = (b'"timings"', b'"metrics"', b'"usage"', b'"stop_reason"', b'"eos_reason"')
 LLAMA_SERVER, VLLM, TABBYAPI = "llama-server", "vllm", "tabbyapi"
 MAX_COUNT = 1 << 32  # tokens or steps of one request: past this a figure counts nothing real
 MAX_DRAFT = 256  # draft tokens one step proposes: past any server's --draft-max / num_speculative_tokens
@@ -320,92 +316,3 @@ def _dense(sparse: dict) -> list:
         raise OutOfRange("acceptance_histogram has a key that is no draft position")
     counts = {int(j): n for j, n in sparse.items()}
     return [counts.get(j, 0) for j in range(max(counts, default=-1) + 1)]
-
-
-class ReplyReader:
-    """Reads a reply's evidence from the copies it is fed: a JSON body once whole, or each complete
-    server-sent event of a stream (the family from the first event that shows one; the figures from
-    the last event that carries them: llama-server's last chunk, vLLM's and TabbyAPI's usage chunk)."""
-
-    def __init__(self, content_type: str):
-        """ "" for a reply nobody needs the evidence of (a pass-through path): it is not read at all."""
-        self.stream = content_type.split(";")[0].strip().lower() == "text/event-stream"
-        self.family = ""
-        self.found: Evidence | None = None
-        self.unmeasured = ""  # the first reason an event's figures were out of range: the reply's, whatever follows
-        self._pending = bytearray()
-        self._given_up = not content_type
-        self._scanned = 0  # bytes of _pending already searched for an event's end
-
-    @property
-    def evidence(self) -> Evidence | None:
-        """None where no event or body had any shape read here."""
-        if self.unmeasured:
-            return Evidence(self.family, unmeasured=self.unmeasured)
-        if self.found is None:
-            return Evidence(self.family) if self.family else None
-        return msgspec.structs.replace(self.found, family=self.family or self.found.family)
-
-    def feed(self, chunk: bytes) -> None:
-        if self._given_up:
-            return
-        self._pending += chunk
-        try:
-            if self.stream:
-                self._read_events()
-            elif len(self._pending) > MAX_JSON_BYTES:
-                self._give_up()
-        except Exception as exc:  # noqa: BLE001 - the relay calls this between sends: reading must never break it
-            self._failed(exc)
-
-    def close(self) -> None:
-        """The reply ended: a JSON body is read now; a stream's unterminated last event is read too."""
-        if self._given_up:
-            return
-        try:
-            if self.stream:
-                self._read_event(bytes(self._pending))
-            else:
-                self._take(reply_evidence(bytes(self._pending)))
-        except Exception as exc:  # noqa: BLE001 - as feed: a reply the reader cannot read is unmeasured, not lost
-            self._failed(exc)
-        self._pending.clear()
-
-    def _read_events(self) -> None:
-        while (stop := event_end(self._pending, max(0, self._scanned - 3))) > 0:
-            self._read_event(bytes(self._pending[:stop]))
-            del self._pending[:stop]
-            self._scanned = 0
-        self._scanned = len(self._pending)  # the next feed searches only what it adds (and a separator's start)
-        if len(self._pending) > MAX_PENDING_BYTES:
-            self._give_up()
-
-    def _read_event(self, event: bytes) -> None:
-        if not any(mark in event for mark in MARKS):
-            return  # most chunks carry only text: skip the JSON decode
-        data = b"\n".join(line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:"))
-        self._take(reply_evidence(data))
-
-    def _take(self, found: Evidence | None) -> None:
-        if found is None:
-            return
-        self.family = self.family or found.family
-        if found.unmeasured:
-            self.unmeasured = self.unmeasured or found.unmeasured
-        elif found.has_figures:
-            self.found = found
-
-    def _failed(self, exc: Exception) -> None:
-        self.unmeasured = self.unmeasured or f"unreadable ({type(exc).__name__})"
-        self._give_up()
-
-    def _give_up(self) -> None:
-        self._given_up = True
-        self._pending = bytearray()
-
-
-def event_end(buf: bytes | bytearray, start: int = 0) -> int:
-    """Where the first complete server-sent event ends, its blank line included (searched from `start`);
-    0 while none is complete. The reader and the usage cut (proxy.usage) split a stream by it."""
-    found = [(i, len(sep)) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.find(sep, start)) >= 0]
-    return sum(min(found)) if found else 0

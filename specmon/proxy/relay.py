@@ -20,7 +20,8 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from specmon.events.schema import RequestTimed
-from specmon.proxy.evidence import Evidence, ReplyReader
+from specmon.proxy.evidence import Evidence
+from specmon.proxy.reader import ReplyReader
 from specmon.proxy.usage import UsageCut
 
 HOP_BY_HOP = frozenset(

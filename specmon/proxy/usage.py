@@ -23,7 +23,8 @@ from typing import Any
 
 import msgspec
 
-from specmon.proxy.evidence import LLAMA_SERVER, TABBYAPI, event_end
+from specmon.proxy.evidence import LLAMA_SERVER, TABBYAPI
+from specmon.proxy.reader import event_end
 
 MARK = b'"usage"'
 MAX_EVENT_BYTES = 1 << 20  # a usage chunk is a few hundred bytes; a longer event is relayed as it comes
