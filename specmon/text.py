@@ -61,11 +61,8 @@ def wrap(
     at = list(accumulate((cell_len(ch) for ch in flat.plain), initial=0))  # columns before each character
     lines: list[Text] = []
     then = max(width - cell_len(indent), 1)  # a continuation line's room
-    first, last, room = (
-        0,
-        None,
-        width - start,
-    )  # the current line's span in `flat` (its own leading blanks in), its room
+    # the current line's span in `flat` (its own leading blanks in), and its room
+    first, last, room = 0, None, width - start
     for s, e in _words(flat.plain, whole, then):
         if at[e] - at[first] <= room:
             last = e
