@@ -27,26 +27,9 @@ from starlette.routing import Route
 from specmon.events.schema import PolicyLoaded
 from specmon.proxy.classes import body_fields, request_class
 from specmon.proxy.exported import ProxyMetrics
-from specmon.proxy.deadlines import (
-    CONNECT_TIMEOUT_S,
-    IDLE_TIMEOUT_S,
-    LOOKUP_TIMEOUT_S,
-    WHOLE_REPLY_FACTOR,
-    WRITE_TIMEOUT_S,
-)
-from specmon.proxy.pool import (
-    Hung,
-    Pool,
-    Upstream,
-    anyone,
-    candidates,
-    failed_over,
-    send,
-    timed_out,
-    unreachable,
-    watched,
-)
-from specmon.proxy.relay import CLIENT_LEFT, UNREACHABLE, UPSTREAM_STALLED, Exchange, Opened, Relay, reason, sent_on
+from specmon.proxy.deadlines import CONNECT_TIMEOUT_S, LOOKUP_TIMEOUT_S, WHOLE_REPLY_FACTOR, WRITE_TIMEOUT_S
+from specmon.proxy.pool import Pool, Upstream, failed_over, no_reply, send, watched
+from specmon.proxy.relay import CLIENT_LEFT, NOT_SENT_ON, UNREACHABLE, UPSTREAM_STALLED, Exchange, Opened, Relay
 from specmon.proxy.usage import UsageCut, ask_upstream, asking
 from specmon.proxy.routing import Router
 from specmon.server.app import authorize, class_header, disconnected, error_response, read_body
@@ -73,14 +56,14 @@ class ProxyState:
     client: httpx.AsyncClient
     router: Router  # the policy: classes, where each goes, hot reload
     on_request: Callable[[Exchange, Upstream | None], None]  # each classified request once its reply is over
+    metrics: ProxyMetrics  # GET /metrics
+    idle_timeout_s: float  # the longest silence from an upstream before it is taken as hung
     api_key: bytes | None = None
     upstream_key: bytes | None = None  # sent to the upstreams in place of any client's Authorization
     max_body_bytes: int = MAX_BODY_BYTES
     body_timeout_s: float = BODY_TIMEOUT_S
     on_refused: Callable[[str, ApiError], None] | None = None  # the headless line of a refused request
     on_policy: Callable[[PolicyLoaded], None] = lambda event: None  # a reload taken or refused
-    idle_timeout_s: float = IDLE_TIMEOUT_S
-    metrics: ProxyMetrics | None = None  # GET /metrics (None: relayed to the upstream, as any other path)
 
     def deadline(self, read_s: float) -> httpx.Timeout:
         return httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=read_s, write=WRITE_TIMEOUT_S, pool=None)
@@ -106,15 +89,10 @@ def build_app(state: ProxyState) -> Starlette:
                 request.method, member.url + path, headers=headers, content=body, timeout=timeout
             )
 
-        order = anyone if request.url.path in ANYONE_PATHS else candidates  # a server's own counters: spec's
-        watch_s = None if lookup else state.idle_timeout_s
-        sent = await _unless_client_leaves(
-            request, _open(state, list(state.pools.values()), build, order, lookup, watch_s)
-        )
+        any_side = request.url.path in ANYONE_PATHS  # else a server's own counters: spec's first
+        sent = await _unless_client_leaves(request, _open(state, list(state.pools.values()), build, any_side, lookup))
         if sent is None:
             return Response(status_code=CLIENT_LEFT)
-        if isinstance(sent, ApiError):
-            raise sent
         member, opened = sent
         idle_s = None if lookup else state.idle_timeout_s
         return Relay(opened, None, lambda exchange: _give_back(member), on_stall=state.stalled(member), idle_s=idle_s)
@@ -125,7 +103,7 @@ def build_app(state: ProxyState) -> Starlette:
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def api_error(request: Request, exc: ApiError) -> Response:
-        if state.metrics is not None and exc.status < 500:  # a 502 or 504 is the upstream's, logged with its request
+        if exc.status < 500:  # a 502 or 504 is the upstream's, logged with its request
             state.metrics.refusal(exc.status)
         if state.on_refused is not None:
             state.on_refused(request.url.path, exc)
@@ -137,9 +115,7 @@ def build_app(state: ProxyState) -> Starlette:
         )
 
     routes = [Route(path, classified, methods=["POST"]) for path in ENDPOINTS]
-    if state.metrics is not None:
-        routes.append(Route("/metrics", metrics, methods=["GET"]))
-    routes.append(Route("/{path:path}", passed, methods=METHODS))
+    routes += [Route("/metrics", metrics, methods=["GET"]), Route("/{path:path}", passed, methods=METHODS)]
     return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
 
 
@@ -151,14 +127,13 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
     fields = body_fields(body)
     name, rule = request_class(state.router.policy, endpoint, fields, class_header(request))
     side = state.router.side(name)
-    stream = fields.get("stream") is True
     exchange = Exchange(
         request_id=uuid.uuid4().hex[:16],
         prompt_class=name,
         class_rule=rule,
         upstream=side,
         endpoint=endpoint,
-        stream=stream,
+        stream=fields.get("stream") is True,
         arrived=arrived,
     )
     pools = [state.pools[side], *(pool for other, pool in state.pools.items() if other != side)]
@@ -172,17 +147,17 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
             asked.add(member.url)
         return state.client.build_request("POST", member.url + path, headers=headers, content=content, timeout=timeout)
 
-    watch_s = state.idle_timeout_s  # while it waits (a queue, a prefill, a reply sent whole): is the member alive
-    sent = await _unless_client_leaves(request, _open(state, pools, build, candidates, False, watch_s))
+    try:
+        sent = await _unless_client_leaves(request, _open(state, pools, build))
+    except ApiError as exc:
+        exchange.status = UPSTREAM_STALLED if exc.status == UPSTREAM_STALLED else UNREACHABLE
+        exchange.ended = time.perf_counter()  # how long the client waited for it
+        state.on_request(exchange, None)  # logged as such
+        raise
     if sent is None:  # a reply not begun (llama-server sends a JSON reply's head at its end): the client left first
         exchange.status, exchange.ended = CLIENT_LEFT, time.perf_counter()
         state.on_request(exchange, None)
         return Response(status_code=CLIENT_LEFT)
-    if isinstance(sent, ApiError):
-        exchange.status = UPSTREAM_STALLED if sent.status == UPSTREAM_STALLED else UNREACHABLE
-        exchange.ended = time.perf_counter()  # how long the client waited for it
-        state.on_request(exchange, None)  # logged as such
-        raise sent
     member, opened = sent
     exchange.upstream = member.side
     exchange.routed = side if failed_over(pools[0], member) else ""
@@ -202,37 +177,33 @@ async def _open(
     state: ProxyState,
     pools: list[Pool],
     build: Callable[[Upstream], httpx.Request],
-    order,
-    lookup: bool,
-    watch_s: float | None = None,
+    any_side: bool = False,
+    lookup: bool = False,
 ) -> tuple[Upstream, Opened]:
     """The first member that answers, with its reply's first bytes read; a 504 where they do not come
-    in time (the member marked down), a 502 where nothing answers."""
-    member, reply = await send(state.client, pools, build, order, retry_timeouts=lookup, watch_s=watch_s)
+    in time (the member marked down where its /health is silent too), a 502 where nothing answers."""
+    watch_s = None if lookup else state.idle_timeout_s  # while it waits (a queue, a prefill): is the member alive
+    member, reply = await send(state.client, pools, build, any_side, retry_timeouts=lookup, watch_s=watch_s)
     try:
         return member, await watched(state.client, member, Opened.read(reply), watch_s)
     except BaseException as exc:
         _give_back(member)
         with anyio.CancelScope(shield=True):
             await reply.aclose()
-        if isinstance(exc, Hung):
-            state.pools[member.side].failed(member, reason(exc))
-            raise timed_out(member.url) from None
+        if not isinstance(exc, httpx.TransportError):
+            raise
         if isinstance(exc, httpx.TimeoutException):
-            state.pools[member.side].suspect(member, reason(exc))  # slow, perhaps: down if /health is silent
-            raise timed_out(member.url) from None
-        if isinstance(exc, httpx.TransportError):
-            raise unreachable(member.url, reason(exc)) from None
-        raise
+            state.pools[member.side].missed(member, exc)
+        raise no_reply(member.url, exc) from None
 
 
 def _give_back(member: Upstream) -> None:
     member.outstanding -= 1
 
 
-async def _unless_client_leaves(request: Request, sending: Coroutine) -> tuple[Upstream, Opened] | ApiError | None:
+async def _unless_client_leaves(request: Request, sending: Coroutine) -> tuple[Upstream, Opened] | None:
     """The upstream's reply, opened, or None if the client disconnected first (the upstream request is
-    then cancelled, so the upstream stops decoding); an upstream that did not answer as its ApiError."""
+    then cancelled, so the upstream stops decoding)."""
     sending = asyncio.ensure_future(sending)
     gone = asyncio.ensure_future(disconnected(request))
     try:
@@ -241,10 +212,7 @@ async def _unless_client_leaves(request: Request, sending: Coroutine) -> tuple[U
             sending.cancel()
             await asyncio.wait({sending})  # its reply is closed before the client's slot is given back
             return None
-        try:
-            return sending.result()
-        except ApiError as exc:
-            return exc
+        return sending.result()
     finally:
         gone.cancel()
 
@@ -257,6 +225,9 @@ def _path(request: Request) -> str:
 
 
 def _headers(request: Request, state: ProxyState) -> list[tuple[bytes, bytes]]:
-    if state.upstream_key is None:
-        return sent_on(request, keep_auth=state.api_key is None)
-    return [*sent_on(request, keep_auth=False), (b"authorization", b"Bearer " + state.upstream_key)]
+    """The client's headers for the upstream: its Authorization only where the proxy neither took it
+    itself nor sends the upstream's key in its place."""
+    keep_auth = state.api_key is None and state.upstream_key is None
+    dropped = NOT_SENT_ON if keep_auth else NOT_SENT_ON | {b"authorization"}
+    kept = [(k, v) for k, v in request.headers.raw if k.lower() not in dropped]
+    return kept if state.upstream_key is None else [*kept, (b"authorization", b"Bearer " + state.upstream_key)]

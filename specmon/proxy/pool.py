@@ -48,16 +48,15 @@ class Upstream:
 
 
 class Pool:
-    def __init__(self, side: str, urls: list[str], say: Callable[[str], None] = lambda line: None):
-        self.side, self.say = side, say
+    def __init__(self, side: str, urls: list[str], say: Callable[[str], None], client: httpx.AsyncClient | None = None):
+        self.side, self.say, self.client = side, say, client  # client: the probes' (None: no probes)
         self.members = [Upstream(url, side) for url in urls]
-        self.client: httpx.AsyncClient | None = None  # for the probes; set by whoever owns the client
         self.failing_over = False  # said once per outage of the whole side
         self._probes: dict[str, asyncio.Task] = {}
 
     def up(self) -> list[Upstream]:
         """Members up, fewest outstanding first."""
-        return sorted((u for u in self.members if not u.down), key=lambda u: (u.outstanding, u.sent))
+        return sorted((u for u in self.members if not u.down), key=_load)
 
     def failed(self, member: Upstream, why: str) -> None:
         """It did not answer: left out and probed until it does; said when it first goes."""
@@ -75,6 +74,14 @@ class Pool:
         /health is silent too is."""
         if self.client is not None and not member.down:
             asyncio.get_running_loop().create_task(self._check(member, why))
+
+    def missed(self, member: Upstream, exc: httpx.TransportError) -> None:
+        """No reply came: a member that gave nothing back, or is Hung, is down; one past another deadline
+        only where its /health is silent too (slow is not down)."""
+        if isinstance(exc, (Hung, *NOT_ANSWERED)):
+            self.failed(member, reason(exc))
+        elif isinstance(exc, httpx.TimeoutException):
+            self.suspect(member, reason(exc))
 
     async def _check(self, member: Upstream, why: str) -> None:
         if not await _answers(self.client, member):
@@ -132,16 +139,13 @@ class Pool:
             task.cancel()
 
 
-def candidates(pools: Sequence[Pool]) -> list[Upstream]:
-    """In the order a request tries them: the first side's members up, then the other side's, then
-    those down (nothing else answers: one may be back before its probe says so)."""
+def candidates(pools: Sequence[Pool], any_side: bool = False) -> list[Upstream]:
+    """In the order a request tries them: the first side's members up, then the other side's (`any_side`,
+    for a path with no side such as /health: every member up, fewest outstanding first), then those down
+    (nothing else answers: one may be back before its probe says so)."""
     up = [u for pool in pools for u in pool.up()]
-    return up + [u for pool in pools for u in pool.members if u.down]
-
-
-def anyone(pools: Sequence[Pool]) -> list[Upstream]:
-    """For a path passed through (no side: /health, /v1/models): every member up, fewest outstanding first."""
-    up = sorted((u for pool in pools for u in pool.up()), key=lambda u: (u.outstanding, u.sent))
+    if any_side:
+        up.sort(key=_load)
     return up + [u for pool in pools for u in pool.members if u.down]
 
 
@@ -149,52 +153,32 @@ async def send(
     client: httpx.AsyncClient,
     pools: Sequence[Pool],
     request: Callable[[Upstream], httpx.Request],
-    order: Callable[[Sequence[Pool]], list[Upstream]] = candidates,
+    any_side: bool = False,
     retry_timeouts: bool = False,
     watch_s: float | None = None,
 ) -> tuple[Upstream, httpx.Response]:
-    """The reply head of the first member that answers, its `outstanding` counted (the caller gives it
-    back); a 502 where none answers, a 504 where the one that took the request sent nothing in time
-    (`retry_timeouts`: an idempotent request asks the next member instead; `watch_s`: see _sent)."""
+    """The reply head of the first member that answers (in `candidates` order), its `outstanding` counted
+    (the caller gives it back); a 502 where none answers, a 504 where the one that took the request sent
+    nothing in time (`retry_timeouts`: an idempotent request asks the next member instead; `watch_s`:
+    see watched)."""
     by_side = {pool.side: pool for pool in pools}
     why, where = "no upstream", pools[0].members[0].url
-    for member in order(pools):
-        pool = by_side[member.side]
+    for member in candidates(pools, any_side):
         member.outstanding += 1
         member.sent += 1
         try:
             reply = await watched(client, member, client.send(request(member), stream=True), watch_s)
-        except Hung as exc:  # nothing came, and its /health is silent too: hung
-            member.outstanding -= 1
-            pool.failed(member, reason(exc))
-            if retry_timeouts:
-                why, where = reason(exc), member.url
-                continue
-            raise timed_out(member.url) from None
-        except httpx.TimeoutException as exc:
-            member.outstanding -= 1
-            if isinstance(exc, httpx.ConnectTimeout):
-                why, where = reason(exc), member.url
-                pool.failed(member, why)
-                continue
-            pool.suspect(member, reason(exc))  # slow is not down: down only if its /health is silent too
-            if retry_timeouts:
-                why, where = reason(exc), member.url
-                continue
-            raise timed_out(member.url) from None
-        except NOT_ANSWERED as exc:
-            member.outstanding -= 1
+        except BaseException as exc:
+            member.outstanding -= 1  # the slot is free again
+            if not isinstance(exc, httpx.TransportError):  # cancelled (the client left)
+                await reclaim(client)  # and so is the upstream connection httpcore may have left behind
+                raise
+            by_side[member.side].missed(member, exc)
             why, where = reason(exc), member.url
-            pool.failed(member, why)
-            continue
-        except httpx.TransportError as exc:
-            member.outstanding -= 1
-            raise unreachable(member.url, reason(exc)) from None
-        except BaseException:  # cancelled (the client left): the slot is free again
-            member.outstanding -= 1
-            await reclaim(client)  # and so is the upstream connection httpcore may have left behind
-            raise
-        pool.answered(member)
+            if isinstance(exc, NOT_ANSWERED) or (retry_timeouts and isinstance(exc, httpx.TimeoutException)):
+                continue
+            raise no_reply(member.url, exc) from None
+        by_side[member.side].answered(member)
         return member, reply
     members = sum(len(pool.members) for pool in pools)
     raise unreachable(where if members == 1 else "every upstream", why)
@@ -247,6 +231,15 @@ def failed_over(routed: Pool, member: Upstream) -> bool:
         routed.failing_over = True
         routed.say(f"no {routed.side} upstream answers: its requests go to the {member.side} side until one does")
     return True
+
+
+def _load(member: Upstream) -> tuple[int, int]:
+    return member.outstanding, member.sent
+
+
+def no_reply(where: str, exc: httpx.TransportError) -> ApiError:
+    """A 504 where a deadline passed, else a 502."""
+    return timed_out(where) if isinstance(exc, httpx.TimeoutException) else unreachable(where, reason(exc))
 
 
 def unreachable(where: str, why: str) -> ApiError:

@@ -15,7 +15,6 @@ from typing import Callable
 
 import anyio
 import httpx
-from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -103,12 +102,6 @@ class Exchange:
         )
 
 
-def sent_on(request: Request, keep_auth: bool) -> list[tuple[bytes, bytes]]:
-    """The client's headers for the upstream; its Authorization only when the proxy did not take it itself."""
-    dropped = NOT_SENT_ON if keep_auth else NOT_SENT_ON | {b"authorization"}
-    return [(k, v) for k, v in request.headers.raw if k.lower() not in dropped]
-
-
 class Opened:
     """An upstream's reply with its first body bytes already read (or b"" for an empty body): a reply
     that stalls before them can still be a 504, since nothing has gone to the client yet."""
@@ -116,9 +109,6 @@ class Opened:
     def __init__(self, reply: httpx.Response, first: bytes, rest: AsyncIterator[bytes]):
         self.reply, self.first, self.rest = reply, first, rest
         self.at = time.perf_counter()  # the first body byte, on the relay's clock
-
-    async def aclose(self) -> None:
-        await self.reply.aclose()
 
     @classmethod
     async def read(cls, reply: httpx.Response) -> Opened:

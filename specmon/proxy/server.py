@@ -81,9 +81,7 @@ def upstream_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(  # each request carries its own deadlines (proxy.app)
         limits=httpx.Limits(max_keepalive_connections=0),
         trust_env=False,
-        headers={
-            "accept-encoding": "identity"
-        },  # else httpx asks for gzip itself, and a gzip reply's timings are unread
+        headers={"accept-encoding": "identity"},  # else httpx asks for gzip, and a gzip reply's timings are unread
     )
 
 
@@ -119,25 +117,23 @@ class Proxying(OnThread):
         self.tally = Tally(plain_given=bool(options.plain_upstreams))  # the end table's running sums: no request kept
         self.told = Silence()  # the headless line's: each silent upstream's notice is told once this session
         say = self._say if options.line else print_notice
-        pools = {SPEC: Pool(SPEC, options.upstreams, say)}
+        self.client = upstream_client()
+        pools = {SPEC: Pool(SPEC, options.upstreams, say, self.client)}
         if options.plain_upstreams:
-            pools[PLAIN] = Pool(PLAIN, options.plain_upstreams, say)
+            pools[PLAIN] = Pool(PLAIN, options.plain_upstreams, say, self.client)
         shelf = routes_shelf(options.memory, options.upstreams, options.plain_upstreams)
         self.router = Router(policy, session_id, PLAIN in pools, options.plain_share, shelf, options.families)
-        self.client = upstream_client()
-        for pool in pools.values():
-            pool.client = self.client  # its probes of members that are down
         self.state = ProxyState(
             pools,
             self.client,
             self.router,
             self._done,
+            ProxyMetrics(self.router, pools),
+            options.idle_timeout_s,
             options.api_key,
             options.upstream_key,
             on_refused=self._refused if options.line else None,
             on_policy=self._policy,
-            idle_timeout_s=options.idle_timeout_s,
-            metrics=ProxyMetrics(self.router, pools),
         )
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
