@@ -48,10 +48,10 @@ class ProxyMetrics:
         self.statuses: Counter[tuple[str, str, str, str]] = Counter()  # (class, side, upstream, status) -> requests
         self.failovers: Counter[tuple[str, str, str]] = Counter()  # (class, routed, side) -> requests
         self.decisions: Counter[tuple[str, str]] = Counter()  # (class, applied) -> decisions
-        self.refused: Counter[str] = Counter()  # status -> requests the proxy refused itself (4xx)
+        self.refused: Counter[tuple[str]] = Counter()  # (status,) -> requests the proxy refused itself (4xx)
         self.last_move: dict[str, Decision] = {}  # class -> its last routing decision
         self.registry = CollectorRegistry()
-        self.registry.register(_Collector(self))
+        self.registry.register(self)  # collect(), at scrape time
 
     def observe(self, event) -> None:
         if isinstance(event, RequestTimed):
@@ -62,7 +62,7 @@ class ProxyMetrics:
                 self.last_move[event.prompt_class] = event
 
     def refusal(self, status: int) -> None:
-        self.refused[str(status)] += 1
+        self.refused[(str(status),)] += 1
 
     def _request(self, ev: RequestTimed) -> None:
         key = (ev.prompt_class, ev.upstream, upstream_label(ev.upstream_url) if ev.upstream_url else NO_UPSTREAM)
@@ -84,56 +84,22 @@ class ProxyMetrics:
         known = [(c.name, side, url) for c in self.router.policy.classes for side, url in members]
         return list(dict.fromkeys(known + list(self.totals)))
 
-
-def _families(specs) -> dict[str, Metric]:
-    return {name: kind(name, doc, labels=labels) for kind, name, doc, labels in specs}
-
-
-C, G = CounterMetricFamily, GaugeMetricFamily
-REPLY_FAMILIES = (
-    (C, "specmon_generation_tokens", "Tokens generated, over the successful replies that said", REPLY),
-    (C, "specmon_spec_decode_num_draft_tokens", "Draft tokens proposed (the upstream's count)", REPLY),
-    (C, "specmon_spec_decode_num_accepted_tokens", "Draft tokens the upstream's target accepted", REPLY),
-    (C, "specmon_spec_decode_num_drafts", "Verification steps, where the upstream counts them (vLLM)", REPLY),
-    (C, "specmon_rounds", "Target steps of the replies that reported their drafts", REPLY),
-    (
-        C,
-        "specmon_spec_decode_num_accepted_tokens_per_pos",
-        "Steps whose accepted prefix reached past this 0-based position (vLLM)",
-        [*REPLY, "position"],
-    ),
-    (C, "specmon_decode_tokens", "Tokens timed on the clock (goodput's numerator)", [*REPLY, "clock"]),
-    (
-        C,
-        "specmon_decode_seconds",
-        "Decode time on the clock: server, the server's own; proxy, a stream's first to last byte "
-        "(its tokens after the first) or a whole reply's arrival to last byte",
-        [*REPLY, "clock"],
-    ),
-)
-
-
-class _Collector:
-    """The stored sums as counters, and the routing and upstream state as gauges, at scrape time."""
-
-    def __init__(self, metrics: ProxyMetrics):
-        self.m = metrics
-
     def collect(self) -> Iterator[Metric]:
+        """The stored sums as counters, and the routing and upstream state as gauges, at scrape time."""
         yield from self._replies()
         yield from self._requests()
         yield from self._routes()
         up = G("specmon_upstream_up", "1 while the upstream answers, 0 while it is down", labels=["side", "upstream"])
-        for side, pool in self.m.pools.items():
+        for side, pool in self.pools.items():
             for member in pool.members:
                 up.add_metric([side, upstream_label(member.url)], 0.0 if member.down else 1.0)
         yield up
 
     def _replies(self) -> Iterator[Metric]:
-        m, f = self.m, _families(REPLY_FAMILIES)
-        for key in m.keys():
-            t, labels = m.totals.get(key, RequestTotals()), list(key)
-            f["specmon_generation_tokens"].add_metric(labels, m.generated[key])
+        f = {name: C(name, doc, labels=labels) for name, doc, labels in REPLY_FAMILIES}
+        for key in self.keys():
+            t, labels = self.totals.get(key, RequestTotals()), list(key)
+            f["specmon_generation_tokens"].add_metric(labels, self.generated[key])
             f["specmon_spec_decode_num_draft_tokens"].add_metric(labels, t.draft_n)
             f["specmon_spec_decode_num_accepted_tokens"].add_metric(labels, t.draft_n_accepted)
             f["specmon_rounds"].add_metric(labels, t.steps)
@@ -150,42 +116,41 @@ class _Collector:
         yield from f.values()
 
     def _requests(self) -> Iterator[Metric]:
-        m = self.m
-        requests = C(
+        names = [c.name for c in self.router.policy.classes]
+        moves = [(SPEC, PLAIN), (PLAIN, SPEC)] if PLAIN in self.pools else []
+        applied = str(self.router.enforced).lower()
+        yield _counter(
             "specmon_proxy_requests",
             "Requests proxied, by status: the upstream's HTTP status; 0 no member answered (the client got a 502); "
             "499 the client left; 502 the reply broke off; 504 the upstream went silent",
-            labels=[*REPLY, "status"],
+            [*REPLY, "status"],
+            self.statuses,
+            [(*key, ANSWERED) for key in self.keys()],
         )
-        for labels in dict.fromkeys([(*key, ANSWERED) for key in m.keys()] + list(m.statuses)):
-            requests.add_metric(list(labels), m.statuses[labels])
-        yield requests
-        refused = C(
-            "specmon_proxy_requests_refused", "Requests the proxy refused itself, by HTTP status", labels=["status"]
+        yield _counter(
+            "specmon_proxy_requests_refused",
+            "Requests the proxy refused itself, by HTTP status",
+            ["status"],
+            self.refused,
+            sorted(self.refused),
         )
-        for status, n in sorted(m.refused.items()):
-            refused.add_metric([status], n)
-        yield refused
-        names = [c.name for c in m.router.policy.classes]
-        failovers = C(
+        yield _counter(
             "specmon_failovers",
             "Requests answered by the other side: none of the routed side's answered",
-            labels=["class", "routed", "side"],
+            ["class", "routed", "side"],
+            self.failovers,
+            [(n, a, b) for n in names for a, b in moves],
         )
-        moves = [(SPEC, PLAIN), (PLAIN, SPEC)] if PLAIN in m.pools else []
-        for key in dict.fromkeys([(n, a, b) for n in names for a, b in moves] + list(m.failovers)):
-            failovers.add_metric(list(key), m.failovers[key])
-        yield failovers
-        decisions = C(
-            "specmon_policy_decisions", "Routing decisions (applied = false: advise mode)", labels=["class", "applied"]
+        yield _counter(
+            "specmon_policy_decisions",
+            "Routing decisions (applied = false: advise mode)",
+            ["class", "applied"],
+            self.decisions,
+            [(n, applied) for n in names],
         )
-        applied = str(m.router.enforced).lower()
-        for key in dict.fromkeys([(n, applied) for n in names] + list(m.decisions)):
-            decisions.add_metric(list(key), m.decisions[key])
-        yield decisions
 
     def _routes(self) -> Iterator[Metric]:
-        router = self.m.router
+        router = self.router
         side = G(
             "specmon_route_side",
             "1 for the side the class is routed to now (both: alternating, learning)",
@@ -199,27 +164,51 @@ class _Collector:
             share.add_metric([name], router.share(name))
         yield side
         yield share
-        yield from self._estimates()
-
-    def _estimates(self) -> Iterator[Metric]:
-        """The last move's spec/plain ratio and interval, while the class is where that move put it (a reload
-        that started it again, or dropped it, leaves none)."""
-        router, docs = (
-            self.m.router,
-            {
-                "": "spec/plain goodput over the requests the class's last move cited",
-                "_low": "the low bound of its 95% interval (NaN: too few requests for one)",
-                "_high": "the high bound of its 95% interval (NaN: too few requests for one)",
-            },
-        )
+        # the last move's ratio and interval, while the class is where that move put it (a reload that
+        # started it again, or dropped it, leaves none)
         current = {
             name: d.route
-            for name, d in self.m.last_move.items()
+            for name, d in self.last_move.items()
             if name in router.classes and router.classes[name].side == d.route.side_to
         }
-        for suffix, doc in docs.items():
+        for suffix, field, doc in ESTIMATES:
             gauge = G(f"specmon_route_spec_over_plain{suffix}", doc, labels=["class"])
             for name, choice in current.items():
-                value = {"": choice.ratio, "_low": choice.low, "_high": choice.high}[suffix]
+                value = getattr(choice, field)
                 gauge.add_metric([name], math.nan if value is None else value)
             yield gauge
+
+
+def _counter(name: str, doc: str, labels: list[str], counts: Counter, zeros: list[tuple]) -> Metric:
+    """A counter with a series for each key of `zeros` (at 0 until counted), then each key counted."""
+    counter = C(name, doc, labels=labels)
+    for key in dict.fromkeys([*zeros, *counts]):
+        counter.add_metric(list(key), counts[key])
+    return counter
+
+
+C, G = CounterMetricFamily, GaugeMetricFamily
+REPLY_FAMILIES = (  # (name, doc, labels) of each counter of replies
+    ("specmon_generation_tokens", "Tokens generated, over the successful replies that said", REPLY),
+    ("specmon_spec_decode_num_draft_tokens", "Draft tokens proposed (the upstream's count)", REPLY),
+    ("specmon_spec_decode_num_accepted_tokens", "Draft tokens the upstream's target accepted", REPLY),
+    ("specmon_spec_decode_num_drafts", "Verification steps, where the upstream counts them (vLLM)", REPLY),
+    ("specmon_rounds", "Target steps of the replies that reported their drafts", REPLY),
+    (
+        "specmon_spec_decode_num_accepted_tokens_per_pos",
+        "Steps whose accepted prefix reached past this 0-based position (vLLM)",
+        [*REPLY, "position"],
+    ),
+    ("specmon_decode_tokens", "Tokens timed on the clock (goodput's numerator)", [*REPLY, "clock"]),
+    (
+        "specmon_decode_seconds",
+        "Decode time on the clock: server, the server's own; proxy, a stream's first to last byte "
+        "(its tokens after the first) or a whole reply's arrival to last byte",
+        [*REPLY, "clock"],
+    ),
+)
+ESTIMATES = (  # the last move's spec/plain ratio and its interval: (name's suffix, RouteChoice's field, doc)
+    ("", "ratio", "spec/plain goodput over the requests the class's last move cited"),
+    ("_low", "low", "the low bound of its 95% interval (NaN: too few requests for one)"),
+    ("_high", "high", "the high bound of its 95% interval (NaN: too few requests for one)"),
+)
