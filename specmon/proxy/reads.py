@@ -76,9 +76,7 @@ def print_notice(line: str) -> None:
 class UpstreamReads:
     """Reads `url`'s /metrics every `every_s` and publishes the reads that changed something (ReadFold);
     keeps the last read that found the counters (does it draft at all: a failed read says nothing).
-    `family`: the upstream's, where the caller knows it (else asked of the upstream when /metrics is
-    missing); `say`: where that is said (default: stderr, when headless); `told`: the session's fold for
-    its headless line, told each read (does the upstream draft)."""
+    `told`: the session's fold for its headless line, told each read (does the upstream draft)."""
 
     def __init__(
         self,
@@ -88,13 +86,11 @@ class UpstreamReads:
         every_s: float,
         key: bytes | None,
         lines: Callable[[], bool],
-        family: str | None = None,
-        say: Callable[[str], None] | None = None,
-        told: Silence | None = None,
+        told: Silence,
     ):
         self.session_id, self.url, self.publish, self.every_s = session_id, url, publish, every_s
-        self.key, self.lines = key, lines  # lines(): headless, where a missing /metrics is said on stderr
-        self.family, self.say, self.told = family, say, told
+        self.key, self.lines, self.told = key, lines, told  # lines(): headless, where a missing /metrics is said
+        self.family = ""  # the upstream's, asked of it where /metrics is missing
         self.last_counted: ServerScraped | None = None
         self.fold = ReadFold()
         self.no_metrics = False  # the upstream had no /metrics page when first read, and still has none
@@ -105,7 +101,7 @@ class UpstreamReads:
             try:
                 while True:
                     read = await self._read(http)
-                    if no_page(read) and not self.read_any and self.family is None:
+                    if no_page(read) and not self.read_any:
                         self.family = await asyncio.to_thread(family_at, http, self.url)
                     self.take(read)
                     await asyncio.sleep(NO_METRICS_RETRY_S if self.no_metrics else self.every_s)
@@ -125,8 +121,7 @@ class UpstreamReads:
             self.publish(passed)
         if read.drafts is not None:
             self.last_counted = read
-        if self.told is not None:
-            self.told.read(read)  # the headless line's notice says whether the upstream drafts
+        self.told.read(read)  # the headless line's notice says whether the upstream drafts
 
     def _missing(self, read: ServerScraped) -> tuple[ServerScraped, bool]:
         """A first read that finds no /metrics page is said once, and its line is the read's error (the
@@ -138,14 +133,8 @@ class UpstreamReads:
             return read, False
         if not (first or self.no_metrics):
             return read, False  # a page that was there and went: a failed read like any other
-        line = no_metrics_line(self.url, self.family or "")
-        if first:
-            self._say(line)
+        line = no_metrics_line(self.url, self.family)
+        if first and self.lines():  # under the view, the read's line is shown there
+            print_notice(line)
         self.no_metrics = True
         return msgspec.structs.replace(read, error=line), not first
-
-    def _say(self, line: str) -> None:
-        if self.say is not None:
-            self.say(line)
-        elif self.lines():  # under the view, the read's line is shown there
-            print_notice(line)
