@@ -93,9 +93,6 @@ class Recollection:
         # a side that named no family at start (loading) keeps the one the store knew
         self.families = {s: self.families.get(s) or self.stored.families.get(s, "") for s in (SPEC, PLAIN)}
 
-    def holds(self, name: str) -> bool:
-        return name in self.stored.classes
-
     def replies(self, cls: PromptClass) -> dict[str, list[StoredReply]]:
         """A class's stored replies per side, oldest first, as its estimate may take them: none where its
         match rules changed; of each side's n, the newest round(n x age_weight)."""

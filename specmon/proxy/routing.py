@@ -66,7 +66,7 @@ class Router:
         # this session or (the same pair) as stored; the sides that gave none
         self.clock, self.clockless = self.memory.stored.clock, list(self.memory.stored.clockless)
         # a class whose stored replies decide it goes there before its first request
-        held = [c.name for c in self.policy.classes if c.speculate == "auto" and self.memory.holds(c.name)]
+        held = [c.name for c in self.policy.classes if c.speculate == "auto" and c.name in self.memory.stored.classes]
         self.opening = [d for n in held if has_plain and (d := self._decide(n, self._state(n))) is not None]
 
     @property
@@ -75,11 +75,8 @@ class Router:
 
     def side(self, name: str) -> str:
         """The side this request of class `name` goes to."""
-        cls = self.policy.class_named(name)
-        if not self.has_plain or cls.speculate == "on":
-            return SPEC
-        if cls.speculate == "off":
-            return PLAIN
+        if (pinned := self._pinned(name)) is not None:
+            return pinned
         st = self._state(name)
         n, st.sent = st.sent, st.sent + 1
         if not self.enforced:
@@ -91,30 +88,36 @@ class Router:
     def route_of(self, name: str) -> str:
         """Where the class goes now: its pinned side, or as routing moved it (both: alternating, learning);
         in advise mode, spec (a fixed share goes plain: `share`)."""
-        cls = self.policy.class_named(name)
-        if not self.has_plain or cls.speculate != "auto":
-            return PLAIN if self.has_plain and cls.speculate == "off" else SPEC
-        st = self.classes.get(name)
-        return (st.side if st is not None else BOTH) if self.enforced else SPEC
+        pinned = self._pinned(name)
+        if pinned is not None or not self.enforced:
+            return pinned or SPEC
+        st = self.classes.get(name)  # read only: a scrape asks it of every class
+        return st.side if st is not None else BOTH
 
     def share(self, name: str) -> float:
         """The share of the class's requests that go plain now."""
-        cls = self.policy.class_named(name)
-        if not self.has_plain or cls.speculate != "auto":
-            return float(self.has_plain and cls.speculate == "off")
+        if (pinned := self._pinned(name)) is not None:
+            return float(pinned == PLAIN)
         if not self.enforced:
             return self.advise_share
-        st = self.classes.get(name)  # read only: a scrape asks it of every class
-        side, explore = (st.side if st is not None else BOTH), self.policy.routing.explore_share
-        return {BOTH: 0.5, SPEC: explore, PLAIN: 1.0 - explore}[side]
+        explore = self.policy.routing.explore_share
+        return {BOTH: 0.5, SPEC: explore, PLAIN: 1.0 - explore}[self.route_of(name)]
+
+    def _pinned(self, name: str) -> str | None:
+        """The side all of a class's requests go to: spec without a plain side, else the one its
+        `speculate` pins; None where routing decides."""
+        speculate = self.policy.class_named(name).speculate
+        if not self.has_plain or speculate == "on":
+            return SPEC
+        return PLAIN if speculate == "off" else None
 
     def observe(self, ev: RequestTimed) -> list[Decision]:
         """Take a request's reply as evidence; a Decision for each class it moves (or, advised, would):
         its own, and any still alternating that the other classes' requests now send to one side."""
         found = timing(ev)  # on the server's clock where the reply gave its decode time, else the proxy's
-        if not self.has_plain or ev.upstream not in (SPEC, PLAIN) or found is None:
+        if ev.upstream not in (SPEC, PLAIN) or found is None or self._pinned(ev.prompt_class) is not None:
             return []
-        if self.policy.class_named(ev.prompt_class).speculate != "auto" or ev.prompt_class not in self._names():
+        if ev.prompt_class not in {c.name for c in self.policy.classes}:
             return []
         st = self._state(ev.prompt_class)
         (st.unclocked if found.clock == PROXY_CLOCK else st.clocked)[ev.upstream] += 1
@@ -198,14 +201,10 @@ class Router:
         return loaded_event(edit.policy, self.session_id, changed=edit.classes + edit.sections)
 
     def _state(self, name: str) -> ClassRoute:
-        st = self.classes.get(name)
-        if st is None:
-            window = self.policy.routing.window
-            recent = {SPEC: collections.deque(maxlen=window), PLAIN: collections.deque(maxlen=window)}
-            st = self.classes[name] = ClassRoute(
-                recent=recent, stored=self.memory.replies(self.policy.class_named(name))
-            )
-        return st
+        if name not in self.classes:
+            recent = {side: collections.deque(maxlen=self.policy.routing.window) for side in (SPEC, PLAIN)}
+            self.classes[name] = ClassRoute(recent=recent, stored=self.memory.replies(self.policy.class_named(name)))
+        return self.classes[name]
 
     def _own(self, st: ClassRoute) -> tuple[dict[str, list[StoredReply]], dict[str, list[RequestTimed]]]:
         """A class's windows on its clock: the stored replies that fill what its own leave of each, and its own."""
@@ -236,9 +235,6 @@ class Router:
             return []
         pooled = [ev for other, st in self.classes.items() if other != name for ev in st.recent[side]]
         return sorted((ev for ev in pooled if route.timed(ev, self.clock)), key=lambda ev: ev.t)[-need:]
-
-    def _names(self) -> set[str]:
-        return {c.name for c in self.policy.classes}
 
 
 UNCLOCKED_REPLIES = 2  # a side gives no decode time after this many replies without one and none with
