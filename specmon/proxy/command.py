@@ -15,7 +15,7 @@ from specmon.console import err, out, print_line
 from specmon.text import Hanging
 from specmon.errors import SpecmonError
 from specmon.memory.store import Memory
-from specmon.policy.schema import Policy, load_policy
+from specmon.policy.schema import load_policy
 from specmon.proxy.reads import family_at, family_of
 from specmon.proxy.pool import PROBE_TIMEOUT_S
 from specmon.proxy.relay import reason
@@ -57,14 +57,13 @@ def run_proxy(args) -> int:
             rotation=args.rotation,
         ) as session:
             proxying = Proxying(session.session_id, session.channel.publish, policy, options)
-            where = (proxying, upstreams, plain, policy, args.plain_share, api_key is not None)
             try:
                 if tui:
-                    _say_where(*where)
+                    _say_where(proxying)
                     serve_under_tui(session, proxying, f"proxy: {proxying.url}/v1 -> {upstreams[0]}", "proxy")
                 else:
                     with interrupt_when_up(proxying.server):
-                        _say_where(*where)
+                        _say_where(proxying)
                         proxying.run()
             finally:  # Ctrl-C (or q in the view) is how a proxy ends: the table is still worth printing
                 out.print(end_of_proxy(proxying, session.log_path))
@@ -114,18 +113,18 @@ def probe(url: str, flag: str) -> str:
         raise SpecmonError(f"{flag} {url}: cannot reach it ({reason(exc)}); is the server running?") from None
 
 
-def _say_where(
-    proxying: Proxying, spec: list[str], plain: list[str], policy: Policy, share: float, keyed: bool
-) -> None:
+def _say_where(proxying: Proxying) -> None:
+    options, policy = proxying.options, proxying.router.policy
+    spec, plain = options.upstreams, options.plain_upstreams
     where = spec[0] if len(spec) == 1 else f"{len(spec)} upstreams ({', '.join(spec)})"
     if not plain:
         routed = ""
     elif policy.settings.mode == "advise":
-        routed = f"; advise mode: {share:.0%} of each class to {', '.join(plain)}, routing nothing"
+        routed = f"; advise mode: {options.plain_share:.0%} of each class to {', '.join(plain)}, routing nothing"
     else:
         routed = (
             f"; the policy routes each class to {', '.join(plain)} or not, by measured goodput "
             f"({policy.routing.explore_share:.0%} explores the other side)"
         )
-    key = "; clients must send the API key" if keyed else ""
+    key = "; clients must send the API key" if options.api_key is not None else ""
     print(f"specmon: proxying {proxying.url}/v1 to {where}{routed}{key}", file=sys.stderr, flush=True)
