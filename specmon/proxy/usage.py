@@ -19,6 +19,7 @@ whole keeps its `usage`: it is the standard object there."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -29,16 +30,13 @@ from specmon.proxy.reader import event_end
 MARK = b'"usage"'
 MAX_EVENT_BYTES = 1 << 20  # a usage chunk is a few hundred bytes; a longer event is relayed as it comes
 LLAMA_TIMINGS = b'"timings"'  # llama-server sends usage unasked, beside its timings: never its to cut
-
-
-def client_asked(fields: dict[str, Any]) -> bool:
-    options = fields.get("stream_options")
-    return isinstance(options, dict) and options.get("include_usage") is True
+SPACE = re.compile(r"[ \t\r\n]*")  # JSON's whitespace
 
 
 def ask_upstream(fields: dict[str, Any], family: str) -> bool:
     """Whether to add include_usage for an upstream of `family` ("" while unknown)."""
-    if not fields or client_asked(fields):
+    options = fields.get("stream_options")
+    if not fields or (isinstance(options, dict) and options.get("include_usage") is True):  # the client asked
         return False
     if fields.get("stream") is True:
         return family != LLAMA_SERVER
@@ -134,6 +132,4 @@ def _members(text: str) -> list[tuple[str, int, int]]:
 
 
 def _skip_space(text: str, i: int) -> int:
-    while i < len(text) and text[i] in " \t\r\n":
-        i += 1
-    return i
+    return SPACE.match(text, i).end()
