@@ -62,7 +62,9 @@ def test_one_rule_says_whether_a_reply_is_timed_and_on_which_clock_and_every_use
     assert (totals.timed, totals.proxy_only) == (int(server), int(clock == PROXY_CLOCK))
     assert route.timed(ev) is (clock is not None) and route.timed(ev, SERVER_CLOCK) is server
     assert route.request_totals([ev], SERVER_CLOCK).prompts == int(server)  # the routing's bootstrap units
-    (advice,) = advise([ev, request_timed(request_id="p", upstream=PLAIN, predicted_n=40, predicted_ms=900.0)])
+    (advice,) = advise(
+        Tally.of([ev, request_timed(request_id="p", upstream=PLAIN, predicted_n=40, predicted_ms=900.0)])
+    )
     assert advice.estimate.prompts_spec == int(clock is not None)  # the advice's, on the class's clock
     assert advice.clock == (PROXY_CLOCK if clock == PROXY_CLOCK else SERVER_CLOCK)
 
@@ -93,10 +95,10 @@ def test_a_decision_logged_before_the_clock_was_recorded_reads_as_on_the_servers
 def test_the_advice_never_asks_for_the_plain_side_it_was_given():
     spec = [request_timed(request_id=f"s{i}", predicted_n=40, predicted_ms=900.0) for i in range(6)]
     plain = [request_timed(request_id=f"p{i}", upstream=PLAIN, predicted_n=None) for i in range(6)]  # no usage
-    (advice,) = advise(spec + plain)
+    (advice,) = advise(Tally.of(spec + plain))
     said = advice.change(POLICY)
     assert said == "none (no plain reply said how many tokens it generated: nothing to time)", said
-    (advice,) = advise(spec)
+    (advice,) = advise(Tally.of(spec))
     assert "give --plain-upstream" in advice.change(POLICY)  # no plain side at all: then it is the thing to do
 
 

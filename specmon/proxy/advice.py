@@ -13,7 +13,6 @@ drafting is the user's to make."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specmon.metrics.interval import SpeedupEstimate
@@ -98,10 +97,9 @@ def draft_maximum(acceptance: float | None) -> int | None:
     return max(1, math.floor(math.log(UNLIKELY_NEXT) / math.log(acceptance)))
 
 
-def advise(source: Tally | Iterable) -> list[ClassAdvice]:
+def advise(tally: Tally) -> list[ClassAdvice]:
     """Per class seen (in order of first appearance), spec against plain, on the clock the class is judged
-    on, over each side's last window of timed requests (a Tally, or the events to make one of)."""
-    tally = source if isinstance(source, Tally) else Tally.of(source)
+    on, over each side's last window of timed requests."""
     out = []
     for name in tally.classes:
         clock = tally.clock(name)
