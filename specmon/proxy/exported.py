@@ -38,8 +38,7 @@ def upstream_label(url: str) -> str:
 
 
 class ProxyMetrics:
-    """Fed each request's RequestTimed, each Decision and each refusal on the proxy's loop; read by GET
-    /metrics."""
+    """Fed each RequestTimed, Decision and refusal on the proxy's loop; read by GET /metrics."""
 
     def __init__(self, router: Router, pools: dict[str, Pool]):
         self.router, self.pools = router, pools

@@ -159,8 +159,7 @@ async def send(
 ) -> tuple[Upstream, httpx.Response]:
     """The reply head of the first member that answers (in `candidates` order), its `outstanding` counted
     (the caller gives it back); a 502 where none answers, a 504 where the one that took the request sent
-    nothing in time (`retry_timeouts`: an idempotent request asks the next member instead; `watch_s`:
-    see watched)."""
+    nothing in time (`retry_timeouts`: an idempotent request asks the next member instead)."""
     by_side = {pool.side: pool for pool in pools}
     why, where = "no upstream", pools[0].members[0].url
     for member in candidates(pools, any_side):

@@ -122,9 +122,10 @@ class Opened:
 
 
 class Relay(StreamingResponse):
-    """The upstream's reply, byte for byte as it arrives (less the usage the client did not ask for,
-    where `cut` is given); `on_end(exchange)` (None for a path passed through) once it is over, however it ended (whole, the client gone:
-    499, the upstream gone mid-reply: 502, or silent past its idle deadline: 504, `on_stall` called)."""
+    """The upstream's reply, byte for byte as it arrives (less the usage the client did not ask for, where
+    `cut` is given); `on_end(exchange)` (None for a path passed through) once it is over, however it ended
+    (whole, the client gone: 499, the upstream gone mid-reply: 502, or silent past its idle deadline: 504,
+    `on_stall` called)."""
 
     def __init__(
         self,

@@ -29,7 +29,7 @@ from specmon.metrics.served import (
 )
 from specmon.policy.schema import Policy, parse_policy
 from specmon.proxy.advice import ClassAdvice, advise, applied_line
-from specmon.proxy.tally import Tally
+from specmon.proxy.tally import WINDOW, Tally
 from specmon.metrics.unreported import Silence, missing_counts
 
 # tok/s: each request's own decode speed (the server's decode time), not the server's throughput (a watch's)
@@ -125,7 +125,7 @@ def tally_summary(tally: Tally, policy: Policy | None) -> Group:
     lines += [Hanging(line) for line in [uncounted_line(tally.outcomes), *tally.silence.notices()] if line]
     advice = advise(tally)
     if advice:
-        over = f"each side's last {tally.window} requests" if tally.windowed else "requests"
+        over = f"each side's last {WINDOW} requests" if tally.windowed else "requests"
         lines.append(Hanging(f"advice per class (95% intervals over {over}):"))
         for a in advice:  # a class's line goes on past its verdict line's indent, not level with it
             head, verdict = advice_lines(a, policy)
@@ -135,8 +135,7 @@ def tally_summary(tally: Tally, policy: Policy | None) -> Group:
 
 
 def log_summary(events: Iterable) -> Group:
-    """tally_summary of a proxy log, under the policy its header recorded: what `log info` prints. The log
-    is read once, one event at a time, into a Tally."""
+    """tally_summary of a proxy log (read once, an event at a time), under the policy its header recorded."""
     tally, header = Tally(), None
     for ev in events:
         tally.add(ev)

@@ -24,8 +24,7 @@ class Tally:
     """What the end table and the advice need of a session's events, in memory that does not grow with
     its requests (classes and upstreams are the policy's and the command line's)."""
 
-    def __init__(self, window: int = WINDOW, plain_given: bool | None = None):
-        self.window = window
+    def __init__(self, plain_given: bool | None = None):
         self.plain_given = plain_given  # None: inferred from a request that went plain
         self.totals: dict[tuple[str, str], RequestTotals] = {}  # (class, side) -> its successful replies' sums
         self.outcomes: Counter[int] = Counter()  # status -> requests with no successful reply
@@ -62,8 +61,8 @@ class Tally:
         add_request(self.totals, ev)
         if timing(ev) is not None:
             key = (ev.prompt_class, ev.upstream)
-            kept = self.recent.setdefault(key, deque(maxlen=self.window))
-            self.windowed = self.windowed or len(kept) == self.window
+            kept = self.recent.setdefault(key, deque(maxlen=WINDOW))
+            self.windowed = self.windowed or len(kept) == WINDOW
             kept.append(ev)
 
     def side(self, name: str, side: str) -> RequestTotals:
@@ -74,5 +73,5 @@ class Tally:
         return judged_on(self.side(name, SPEC), self.side(name, PLAIN))
 
     def last(self, name: str, side: str) -> list[RequestTimed]:
-        """The class's last `window` timed requests to `side`: the advice's bootstrap units."""
+        """The class's last WINDOW timed requests to `side`: the advice's bootstrap units."""
         return list(self.recent.get((name, side), ()))
