@@ -247,11 +247,11 @@ def test_an_interrupted_server_command_says_what_its_log_keeps(command, kept, mo
 
     from specmon.cli.main import main
 
-    module = importlib.import_module(f"specmon.cli.{command[0]}")
+    module = importlib.import_module(f"specmon.{command[0]}.command")
 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(module, f"cmd_{command[0]}", interrupted)
+    monkeypatch.setattr(module, f"run_{command[0]}", interrupted)
     assert main(command) == 130
     assert capsys.readouterr().err.strip() == f"specmon: interrupted; the session log keeps {kept}"

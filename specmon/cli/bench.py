@@ -21,7 +21,7 @@ from specmon.policy.schema import load_policy
 from specmon.metrics.contention import tally
 from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, prompt_phases, run_bench
 from specmon.tables import CLASS_WIDTH, Note, compact_table
-from specmon.cli.memoryflags import memory_options
+from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
 
 

@@ -224,10 +224,6 @@ def kept_whole(ev) -> list[str]:
 
 
 def cmd_log(args) -> int:
-    if getattr(args, "log_command", None) == "dump":  # replay --headless prints `log info` too
-        from specmon.cli.dump import cmd_log_dump
-
-        return cmd_log_dump(args)
     counts: Counter[str] = Counter()
     kept, policies, first, last, damage, started, rotated = [], [], None, None, None, None, None
     try:

@@ -4,16 +4,14 @@ terminal's width) and a non-zero exit."""
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 from specmon import __version__
-from specmon.backends.profiles import DEFAULT_PROFILE, MAX_INT, MAX_SEED
+from specmon.backends.profiles import MAX_SEED
+from specmon.cli.flags import add_inputs, add_log_rotation, add_memory_flags, add_profile, finite, log_rotation, whole
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
-from specmon.cli.logflags import add_log_rotation
-from specmon.cli.memoryflags import add_memory_flags
 from specmon.cli.proxy import add_proxy
 from specmon.cli.signals import Terminated, ending_signals
 from specmon.cli.tools import Teaching, add_bench_tools, add_policy_tune, lazy
@@ -59,76 +57,15 @@ class Parser(argparse.ArgumentParser):
         self.exit(2)
 
 
-def whole(low: int, high: int = MAX_INT):
-    """An argparse type: an integer in low..high, refused in one line naming the flag."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(
-                f"must be >= {low}, not {value}" if high == MAX_INT else f"must be {low}..{high}, not {value}"
-            )
-        return value
-
-    return parse
-
-
-def finite(low: float, high: float = math.inf, *, above_low: bool = False):
-    """An argparse type: a finite number (no nan, no inf) in [low, high] (or (low, high])."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
-        if not math.isfinite(value) or value < low or (above_low and value == low) or value > high:
-            low_text = f"> {low:g}" if above_low else f">= {low:g}"
-            raise argparse.ArgumentTypeError(
-                f"must be a finite number {low_text}"
-                + (f" and <= {high:g}" if high < math.inf else "")
-                + f", not {text}"
-            )
-        return value
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="specmon",
-        description="Watch speculative decoding and find where it pays.",
-        epilog=EPILOG,
-        formatter_class=Teaching,
-    )
+    parser = Parser(prog="specmon", description="Watch speculative decoding and find where it pays.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_run, _add_serve, add_models, _add_attach, _add_policy, _add_bench, _add_sweep, _add_logs):
         add(sub)
-    add_watch(sub, finite(0.0, above_low=True))
-    add_proxy(sub, whole, finite)
+    add_watch(sub)
+    add_proxy(sub)
     return parser
-
-
-def _add_inputs(command) -> None:
-    """The model pair and the prompt set: the same three flags for run, sweep and bench."""
-    command.add_argument(
-        "--profile",
-        default=DEFAULT_PROFILE,
-        help="a profile .toml path, or a name (working "
-        f"directory first, then the shipped profiles; default: {DEFAULT_PROFILE})",
-    )
-    command.add_argument(
-        "--prompts",
-        type=Path,
-        help="JSON lines: id, prompt, optional class, max_new_tokens (default: the built-in suite)",
-    )
-    command.add_argument(
-        "--classes",
-        help="comma-separated classes to run: built-in ones, or with --prompts the file's own (default: all)",
-    )
 
 
 def _add_attach(sub) -> None:
@@ -159,7 +96,7 @@ def _add_sweep(sub) -> None:
         "interleaved). Prints measured and predicted speedup per cell and the break-even "
         "acceptance; Ctrl-C keeps what finished.",
     )
-    _add_inputs(sweep)
+    add_inputs(sweep)
     sweep.add_argument(
         "--drafters",
         default="ngram",
@@ -214,6 +151,7 @@ def _add_logs(sub) -> None:
         "      each round's accepted draft tokens",
     )
     dump.add_argument("log", type=Path)
+    dump.set_defaults(handler=lazy("specmon.cli.dump", "cmd_log_dump"))
 
 
 def _add_run(sub) -> None:
@@ -225,7 +163,7 @@ def _add_run(sub) -> None:
         "logged as an event under logs/.",
     )
     run.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
-    _add_inputs(run)
+    add_inputs(run)
     run.add_argument(
         "--drafter", choices=["ngram", "layerskip", "model", "none"], help="override the profile's drafter"
     )
@@ -263,9 +201,7 @@ def _add_serve(sub) -> None:
         "is a prompt of one live session: classified by the policy (or named by the request's "
         "specmon_class / X-Specmon-Class), decoded one at a time, logged round by round.",
     )
-    serve.add_argument(
-        "--profile", default=DEFAULT_PROFILE, help=f"a profile .toml path or name (default: {DEFAULT_PROFILE})"
-    )
+    add_profile(serve, "a profile .toml path or name")
     serve.add_argument("--policy", type=Path, help="TOML policy file or shipped name (default: default)")
     add_memory_flags(serve)
     serve.add_argument(
@@ -333,7 +269,7 @@ def _add_bench(sub) -> None:
         "Prints goodput per class for each k, the best fixed k and the policy (what it spends "
         "learning counted), and logs every run (`specmon policy explain LOG` works on it).",
     )
-    _add_inputs(policy)
+    add_inputs(policy)
     policy.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
     add_memory_flags(policy)
     policy.add_argument("--drafter", choices=["ngram", "layerskip", "model"], help="override the profile's drafter")
@@ -365,6 +301,9 @@ def _add_bench(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if hasattr(args, "log_max_mb"):  # serve, proxy, watch: their rotation flags as one Rotation
+        args.rotation = log_rotation(args)
+    kept = getattr(args, "log_keeps", "every finished round")  # a proxy's requests, a watch's reads
     try:
         with ending_signals():
             handler = getattr(args, "handler", None) or COMMANDS[args.command]  # a tool's own, else the command's
@@ -373,16 +312,11 @@ def main(argv: list[str] | None = None) -> int:
         print_error(str(exc), getattr(exc, "whole", ()))  # one message, no traceback; its phrases kept whole
         return 2
     except Terminated as exc:
-        print_error(f"ended by {exc}; the session log keeps {_kept(args)}")
+        print_error(f"ended by {exc}; the session log keeps {kept}")
         return 128 + exc.signum
     except KeyboardInterrupt:
-        print_error(f"interrupted; the session log keeps {_kept(args)}")
+        print_error(f"interrupted; the session log keeps {kept}")
         return 130
-
-
-def _kept(args) -> str:
-    """What a session log keeps of a command cut short: a run's rounds, a proxy's requests, a watch's reads."""
-    return getattr(args, "log_keeps", "every finished round")
 
 
 COMMANDS = {
@@ -396,6 +330,8 @@ COMMANDS = {
     "log": cmd_log,
     "attach": cmd_attach,
     "policy": cmd_policy,
+    "proxy": lazy("specmon.proxy.command", "run_proxy"),  # the HTTP client and server load only when proxying
+    "watch": lazy("specmon.watch.command", "run_watch"),
 }
 
 

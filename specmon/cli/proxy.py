@@ -4,15 +4,14 @@ upstream, routes each class where its measured goodput is higher."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from specmon.cli.logflags import add_log_rotation, log_rotation
+from specmon.cli.flags import add_log_rotation, finite, whole
 from specmon.memory.store import state_dir
 from specmon.proxy.deadlines import IDLE_TIMEOUT_S, WHOLE_REPLY_FACTOR
 
 
-def add_proxy(sub, whole, finite) -> None:
+def add_proxy(sub) -> None:
     proxy = sub.add_parser(
         "proxy",
         help="pass OpenAI requests to llama-server, vLLM or TabbyAPI, measure speculation per class, route by it",
@@ -80,11 +79,4 @@ def add_proxy(sub, whole, finite) -> None:
     proxy.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
     add_log_rotation(proxy)
     proxy.add_argument("--headless", action="store_true", help="print one line per request instead of the TUI")
-    proxy.set_defaults(handler=cmd_proxy, log_keeps="every finished request")
-
-
-def cmd_proxy(args: argparse.Namespace) -> int:
-    from specmon.proxy.command import run_proxy  # the HTTP client and server load only when proxying
-
-    args.rotation = log_rotation(args)
-    return run_proxy(args)
+    proxy.set_defaults(log_keeps="every finished request")

@@ -24,7 +24,7 @@ from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import prompts_path
 from specmon.transport.serve import parse_listen
-from specmon.cli.memoryflags import memory_options
+from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
 from specmon.tui.beside import decode_under_tui
 

@@ -11,12 +11,11 @@ from pathlib import Path
 from rich.markup import escape
 
 from specmon.backends.profiles import load_profile
-from specmon.cli.logflags import log_rotation
 from specmon.console import err, notice, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import load_policy
 from specmon.server.auth import check_host, read_api_key
-from specmon.cli.memoryflags import memory_options
+from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
 from specmon.tui.beside import serve_under_tui
 
@@ -58,7 +57,7 @@ def cmd_serve(args) -> int:
             policy=policy,
             keep_events=False,
             viewer=tui,
-            rotation=log_rotation(args),
+            rotation=args.rotation,
             **(memory_options(args, profile, pair.drafter.name) if policy else {}),
         ) as session:
             serving = Serving(session, pair, profile, options, policy)

@@ -8,7 +8,7 @@ import importlib
 import re
 from pathlib import Path
 
-from specmon.backends.profiles import DEFAULT_PROFILE
+from specmon.cli.flags import add_profile, whole
 from specmon.text import wrapped_lines
 
 
@@ -96,7 +96,6 @@ def add_policy_tune(policy) -> None:
     tune = policy.add_parser(
         "tune",
         help="replay a bench log's greedy texts under the policy and every fixed k, with modelled costs",
-        formatter_class=Teaching,
         description="Tune a policy without timing noise. Greedy decoding emits the same tokens at every k, so what each "
         "round of the policy and of every fixed k proposes and accepts is replayed exactly from the plain "
         "texts of a `specmon bench policy` log; only its time is modelled: a round proposing L tokens "
@@ -112,11 +111,7 @@ def add_policy_tune(policy) -> None:
     )
     tune.add_argument("log", type=Path, help="a `specmon bench policy` log (its plain runs give the texts)")
     tune.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
-    tune.add_argument(
-        "--profile",
-        default=DEFAULT_PROFILE,
-        help=f"the profile whose tokenizer the log used (default: {DEFAULT_PROFILE})",
-    )
+    add_profile(tune, "the profile whose tokenizer the log used")
     tune.add_argument(
         "--prompts",
         type=Path,
@@ -126,7 +121,7 @@ def add_policy_tune(policy) -> None:
     tune.add_argument("--classes", help="comma-separated classes to replay (default: all)")
     tune.add_argument("--half", choices=["tune", "test"], help="only the prompts of one half of the set")
     tune.add_argument("--ks", default="0,2,4,7,8", help="fixed draft lengths (plain, k=0, always; default 0,2,4,7,8)")
-    tune.add_argument("--repeat", type=_positive, default=1, help="passes over the prompts (default 1)")
+    tune.add_argument("--repeat", type=whole(1), default=1, help="passes over the prompts (default 1)")
     tune.add_argument(
         "--costs",
         help="cost of a round proposing L = 1, 2, ... tokens, in plain steps "
@@ -147,7 +142,6 @@ def _add_verify(bench) -> None:
     verify = bench.add_parser(
         "verify",
         help="cost of one target pass over T = 1..9 positions, in plain steps",
-        formatter_class=Teaching,
         description="Measure what a verify pass costs: one target pass over T positions (a round at k = T-1 verifies "
         "T) relative to a one-position plain step, the v(k) of the predicted speedup, timed as a session "
         "times it at load (a T pass and the plain step after it, less a plain step). With a torch "
@@ -156,17 +150,15 @@ def _add_verify(bench) -> None:
         epilog="example:\n  specmon bench verify --context 300 --reps 5 --json verify.json\n"
         "  specmon bench verify --profile smollm2-llamacpp      llama.cpp's kernels alone",
     )
+    add_profile(verify, "a profile name or file")
+    verify.add_argument("--context", type=whole(1), default=300, help="tokens already in the cache (default 300)")
     verify.add_argument(
-        "--profile", default=DEFAULT_PROFILE, help=f"a profile name or file (default: {DEFAULT_PROFILE})"
+        "--reps", type=whole(1), default=5, help="timed rounds of every T; the least is kept (default 5)"
     )
-    verify.add_argument("--context", type=_positive, default=300, help="tokens already in the cache (default 300)")
-    verify.add_argument(
-        "--reps", type=_positive, default=5, help="timed rounds of every T; the least is kept (default 5)"
-    )
-    verify.add_argument("--max-positions", type=_positive, default=9, help="largest T (default 9)")
+    verify.add_argument("--max-positions", type=whole(1), default=9, help="largest T (default 9)")
     verify.add_argument(
         "--packed-rows",
-        type=_positive,
+        type=whole(1),
         default=9,
         help="rows the packed weights are laid out for (the profile key packed_rows; default 9)",
     )
@@ -178,7 +170,6 @@ def _add_engines(bench) -> None:
     engines = bench.add_parser(
         "engines",
         help="engines side by side: plain tok/s and n-gram speedup over each engine's own plain",
-        formatter_class=Teaching,
         description="Decode the built-in suite greedily on every engine (torch fp32, with and without packed verify "
         "weights, packed without padding 2-3 position passes; llama.cpp where llama-cpp-python is "
         "installed), plainly and with the n-gram drafter at --draft-len, interleaved per prompt so machine "
@@ -194,19 +185,17 @@ def _add_engines(bench) -> None:
         default="torch-fp32,torch-nopack,torch-nopad,llamacpp",
         help="comma-separated, of torch-fp32, torch-nopack, torch-nopad, llamacpp (default: all)",
     )
-    engines.add_argument(
-        "--profile", default=DEFAULT_PROFILE, help=f"the torch engines' profile (default: {DEFAULT_PROFILE})"
-    )
+    add_profile(engines, "the torch engines' profile")
     engines.add_argument(
         "--llamacpp-profile",
         default="smollm2-llamacpp",
         help="the llamacpp engine's profile (default: smollm2-llamacpp)",
     )
     engines.add_argument("--classes", help="comma-separated built-in classes (default: all)")
-    engines.add_argument("--tokens", type=_positive, default=64, help="new tokens per prompt (default 64)")
-    engines.add_argument("--draft-len", type=_positive, default=4, help="the n-gram drafter's k (default 4)")
+    engines.add_argument("--tokens", type=whole(1), default=64, help="new tokens per prompt (default 64)")
+    engines.add_argument("--draft-len", type=whole(1), default=4, help="the n-gram drafter's k (default 4)")
     engines.add_argument("--threads", type=int, default=0, help="CPU threads for every engine (0: torch's default)")
-    engines.add_argument("--reps", type=_positive, default=1, help="passes over the prompts (default 1)")
+    engines.add_argument("--reps", type=whole(1), default=1, help="passes over the prompts (default 1)")
     engines.add_argument(
         "--reference", metavar="BIN", help="llama.cpp's own loop, built from scripts/llamacpp_reference.cpp"
     )
@@ -218,7 +207,6 @@ def _add_serve(bench) -> None:
     serve = bench.add_parser(
         "serve",
         help="tokens/s streamed through `specmon serve` against direct decoding of the same prompts",
-        formatter_class=Teaching,
         description="Measure what serving costs: tokens/s of prompts streamed through the OpenAI-compatible server "
         "(the official openai client, in a child process, on loopback) against direct decoding of the "
         "same prompts by the session driver, interleaved prompt by prompt; then --clients concurrent "
@@ -226,28 +214,16 @@ def _add_serve(bench) -> None:
         "latency are measured at the client. Needs the openai package.",
         epilog="example:\n  specmon bench serve --count 10 --max-tokens 64 --repeat 2 --json serve.json",
     )
-    serve.add_argument(
-        "--profile", default=DEFAULT_PROFILE, help=f"a profile name or file (default: {DEFAULT_PROFILE})"
-    )
+    add_profile(serve, "a profile name or file")
     serve.add_argument("-k", "--draft-len", type=int, help="fixed k for both paths (default: the profile's)")
     serve.add_argument("--prompts", type=Path, help="JSON lines prompt file (default: the built-in suite)")
-    serve.add_argument("--count", type=_positive, default=10, help="prompts taken, spread over the set (default 10)")
-    serve.add_argument("--max-tokens", type=_positive, default=64, help="new tokens per request (default 64)")
-    serve.add_argument("--repeat", type=_positive, default=2, help="passes over the prompts at 1 client (default 2)")
-    serve.add_argument("--clients", type=_positive, default=4, help="concurrent clients of the last pass (default 4)")
+    serve.add_argument("--count", type=whole(1), default=10, help="prompts taken, spread over the set (default 10)")
+    serve.add_argument("--max-tokens", type=whole(1), default=64, help="new tokens per request (default 64)")
+    serve.add_argument("--repeat", type=whole(1), default=2, help="passes over the prompts at 1 client (default 2)")
+    serve.add_argument("--clients", type=whole(1), default=4, help="concurrent clients of the last pass (default 4)")
     serve.add_argument("--log", type=Path, help="session log (default: a temporary file)")
     serve.add_argument("--json", type=Path, help="also write the table as JSON here")
     serve.set_defaults(handler=lazy("specmon.cli.bench_serve", "cmd_bench_serve"))
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
-    return value
 
 
 def lazy(module: str, name: str):

@@ -3,15 +3,15 @@ specmon serve), read from its /metrics every interval and logged as ServerScrape
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from specmon.cli.logflags import add_log_rotation, log_rotation
+from specmon.cli.flags import add_log_rotation, finite
 
 KINDS = ("auto", "llama-server", "vllm", "specmon")
 
 
-def add_watch(sub, positive_seconds) -> None:
+def add_watch(sub) -> None:
+    positive_seconds = finite(0.0, above_low=True)
     watch = sub.add_parser(
         "watch",
         help="watch a running llama-server, vLLM or specmon serve through its /metrics",
@@ -34,11 +34,4 @@ def add_watch(sub, positive_seconds) -> None:
     add_log_rotation(watch)
     watch.add_argument("--listen", metavar="127.0.0.1:PORT", help="also serve events over TCP (as run --listen)")
     watch.add_argument("--headless", action="store_true", help="print one line per window instead of the TUI")
-    watch.set_defaults(handler=cmd_watch, log_keeps="every read")
-
-
-def cmd_watch(args: argparse.Namespace) -> int:
-    from specmon.watch.command import run_watch  # the HTTP client and the app load only when watching
-
-    args.rotation = log_rotation(args)
-    return run_watch(args)
+    watch.set_defaults(log_keeps="every read")
