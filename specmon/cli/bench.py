@@ -12,13 +12,13 @@ from rich.table import Table
 from specmon.backends.profiles import load_profile
 from specmon.console import err, out, progress
 from specmon.backends.profiles import check_model_drafter
-from specmon.cli.run import check_writable, write_json
+from specmon.cli.inspect import print_host_line
+from specmon.cli.run import check_json, load_saying, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.errors import SpecmonError
 from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
-from specmon.metrics.contention import tally
 from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, prompt_phases, run_bench
 from specmon.tables import CLASS_WIDTH, Note, compact_table
 from specmon.cli.flags import memory_options
@@ -41,13 +41,9 @@ def cmd_bench(args) -> int:
     if spec.kind == "none":
         raise SpecmonError(f"profile {profile.source} has no drafter; pick one with --drafter")
     check_model_drafter(spec, profile)
-    if args.json:
-        check_writable(args.json, "--json")
+    check_json(args.json)
     sampling = profile.sampling.to_event()
-    from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
-
-    with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
-        pair = load_pair(profile, spec)
+    pair = load_saying(profile, spec)
     remembers = memory_options(args, profile, pair.drafter.name, spec)
     with live_session(pair, profile, pair.drafter, args.log, policy=policy, **remembers) as session:
         engine = PolicyEngine(policy, session.session_id, session.costs, session.policy_shelf(sampling))
@@ -60,40 +56,32 @@ def cmd_bench(args) -> int:
             session.finish("interrupted")
             err.print("bench interrupted: the table covers the prompts that finished")
     phases = prompt_phases(prompts)  # a drift stream: each phase reported apart
-    results = bench_results(session.events, phases)
+    results, by = bench_results(session.events, phases), "phase" if phases else "class"
     half = f" ({args.half} half)" if args.half else ""
     title = (
         f"goodput, tokens/s: {pair.drafter.name}, policy {Path(policy.source).name}, {args.max_new_tokens} new tokens, "
         f"{len(prompts)} prompts{half} x {args.repeat}"
     )
-    out.print(bench_table(results, ks, title, "phase" if phases else "class", session.log_path))
+    out.print(bench_table(results, ks, title, by, session.log_path))
     out.print(interval_line(results))
     out.print(explore_line(results))
-    stalls = tally(session.events)
-    if stalls.line():
-        err.print(Note(stalls.line(), "yellow"))
+    stalls = print_host_line(session.events)
     overall = overall_figures(results, ks)
-    work = policy_work(scheduler.policy_ms, results)
+    work = rates.ratio(scheduler.policy_ms, sum(c.auto.round_ms for c in results.values()))  # of its rounds' time
     out.print(overall_line(overall, scheduler.policy_ms, work))
-    if args.json:
-        write_json(
-            args.json,
-            {
-                "classes": {n: c.to_json() for n, c in results.items()},
-                "by": "phase" if phases else "class",  # what the keys of "classes" are
-                "overall": overall,
-                "policy_ms": scheduler.policy_ms,
-                "policy_work_share": work,
-                "disturbed_rounds": stalls.disturbed,
-                "measured_rounds": stalls.measured,
-            },
-        )
+    write_json(
+        args.json,
+        {
+            "classes": {n: c.to_json() for n, c in results.items()},
+            "by": by,  # what the keys of "classes" are
+            "overall": overall,
+            "policy_ms": scheduler.policy_ms,
+            "policy_work_share": work,
+            "disturbed_rounds": stalls.disturbed,
+            "measured_rounds": stalls.measured,
+        },
+    )
     return 0
-
-
-def policy_work(policy_ms: float, results: dict[str, BenchClass]) -> float | None:
-    """The policy's own work as a share of the round time of the prompts it ran."""
-    return rates.ratio(policy_ms, sum(c.auto.round_ms for c in results.values()))
 
 
 def interval_line(results: dict[str, BenchClass]) -> Note:
@@ -119,17 +107,14 @@ def overall_line(overall: dict, policy_ms: float, work: float | None) -> Note:
     policy's own work cost; a figure is kept with its label and its interval."""
     auto = f"auto {fmt(overall['auto'], '{:.1f}')} tok/s"
     best = f"k={overall['best_k']} {fmt(overall['best'], '{:.1f}')}"
-    ratio = f"{fmt(overall['auto_over_best'], '{:.3f}')}{interval_text(overall['auto_over_best_interval'])}"
+    bounds = overall["auto_over_best_interval"]
+    ratio = fmt(overall["auto_over_best"], "{:.3f}") + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
     spent = f"{policy_ms:.1f} ms = {fmt(work, '{:.3%}')}"
     return Note(
         f"all classes: {auto}; best single fixed {best}; auto/best single {ratio}; "
         f"policy work {spent} of the policy's round time",
         whole=(auto, best, f"auto/best single {ratio}", spent),
     )
-
-
-def interval_text(bounds: list[float] | None) -> str:
-    return f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else ""
 
 
 K_COLUMNS = 9  # fixed k a table row holds: 9 of them and a 16-character class fit 80 columns
@@ -176,12 +161,6 @@ def _ratio_table(results: dict[str, BenchClass], names: dict[str, str], by: str)
         figures = c.to_json()
         best = c.best_k
         best_text = MISSING if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
-        table.add_row(
-            escape(names[name]),
-            best_text,
-            fmt(figures["auto"], "{:.1f}"),
-            fmt(figures["best_over_plain"], "{:.3f}"),
-            fmt(figures["auto_over_plain"], "{:.3f}"),
-            fmt(figures["auto_over_best"], "{:.3f}"),
-        )
+        ratios = (fmt(figures[r], "{:.3f}") for r in ("best_over_plain", "auto_over_plain", "auto_over_best"))
+        table.add_row(escape(names[name]), best_text, fmt(figures["auto"], "{:.1f}"), *ratios)
     return table

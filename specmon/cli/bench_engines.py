@@ -10,7 +10,7 @@ from rich.table import Table
 
 from specmon.backends.profiles import load_profile, resolve_model_path
 from specmon.console import err, out, progress
-from specmon.cli.run import check_writable, write_json
+from specmon.cli.run import check_json, write_json
 from specmon.engine.prompts import builtin_suite
 from specmon.errors import SpecmonError
 from specmon.metrics.format import fmt
@@ -19,11 +19,10 @@ from specmon.sched import engines as eng
 
 def cmd_bench_engines(args) -> int:
     names = eng.engine_names(args.engines)
-    if args.json:
-        check_writable(args.json, "--json")
+    check_json(args.json)
     if args.threads < 0:
         raise SpecmonError(f"--threads must be >= 0 (0: torch's default), not {args.threads}")
-    check_reference(args.reference)
+    reference = check_reference(args.reference, args.llamacpp_profile)
     prompts = builtin_suite([c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None)
     from specmon.backends.loader import set_threads  # torch: only once every input is checked
 
@@ -40,7 +39,7 @@ def cmd_bench_engines(args) -> int:
     if not drivers:
         raise SpecmonError("no engine could be loaded: " + "; ".join(f"{n}: {r}" for n, r in skipped.items()))
     eng.warm_up(drivers)
-    reference = _reference(args.reference, args.llamacpp_profile, threads)
+    reference = (*reference, threads) if reference else None  # on the engines' thread count
     err.print(
         f"threads {threads}, {len(prompts)} prompts x {args.reps} reps, {args.tokens} new tokens, "
         "greedy, engines interleaved per prompt",
@@ -49,32 +48,28 @@ def cmd_bench_engines(args) -> int:
     with progress("engines", len(prompts) * args.reps) as done:
         bench = eng.run(drivers, prompts, args.reps, args.tokens, args.draft_len, reference, done)
     result = eng.figures(bench, prompts)
-    out.print(
-        engines_table(
-            result, args.draft_len, f"engines, {len(prompts)} prompts x {args.reps}, {args.tokens} new tokens, greedy"
-        )
-    )
+    title = f"engines, {len(prompts)} prompts x {args.reps}, {args.tokens} new tokens, greedy"
+    out.print(engines_table(result, args.draft_len, title))
     out.print(classes_table(result, args.draft_len))
-    if args.json:
-        write_json(
-            args.json,
-            {
-                **result,
-                "skipped": skipped,
-                "draft_len": args.draft_len,
-                "tokens": args.tokens,
-                "reps": args.reps,
-                "threads": threads,
-            },
-        )
+    write_json(
+        args.json,
+        {
+            **result,
+            "skipped": skipped,
+            "draft_len": args.draft_len,
+            "tokens": args.tokens,
+            "reps": args.reps,
+            "threads": threads,
+        },
+    )
     return 0
 
 
-def check_reference(binary: str | None) -> None:
-    """--reference is a program this user can run, and the binding it was built against is here:
-    checked before any model loads, not after the bench."""
+def check_reference(binary: str | None, profile_name: str) -> tuple[str, str] | None:
+    """(--reference, the llamacpp profile's GGUF) for llama.cpp's own loop, or None; the program is one this
+    user can run, and the binding it was built against is here: checked before any model loads, not after."""
     if not binary:
-        return
+        return None
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
         raise SpecmonError(
             f"--reference {binary}: no such program (build scripts/llamacpp_reference.cpp; see that file)"
@@ -82,14 +77,8 @@ def check_reference(binary: str | None) -> None:
     from specmon.backends.llamacpp_loader import import_llama_cpp
 
     import_llama_cpp()  # its one-line SpecmonError says how to install it
-
-
-def _reference(binary: str | None, profile_name: str, threads: int) -> tuple[str, str, int] | None:
-    """(binary, the llamacpp profile's GGUF, threads) for llama.cpp's own loop, or None."""
-    if not binary:
-        return None
     profile = load_profile(profile_name)
-    return binary, str(resolve_model_path(profile.target, profile)), threads
+    return binary, str(resolve_model_path(profile.target, profile))
 
 
 def engines_table(result: dict, k: int, title: str) -> Table:

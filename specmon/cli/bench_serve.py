@@ -27,7 +27,8 @@ from specmon.backends.profiles import load_profile
 from specmon.sched.bench import prompts_path
 from specmon.sched.turns import rotated
 from specmon.console import err, out, progress
-from specmon.cli.run import check_new_log, check_writable, write_json
+from specmon.cli.inspect import say
+from specmon.cli.run import check_new_log, check_json, write_json
 from specmon.cli.serve_clients import Streamed
 from specmon.engine.draft_len import FixedDraftLen, check_draft_len
 from specmon.engine.driver import UNCHECKED
@@ -72,8 +73,7 @@ def cmd_bench_serve(args) -> int:
         raise SpecmonError(
             "bench serve streams through the official openai client, which is not installed: pip install openai"
         )
-    if args.json:
-        check_writable(args.json, "--json")
+    check_json(args.json)
     check_new_log(args.log)  # before a minute of model loading, not after
     profile = load_profile(args.profile)
     k = check_draft_len(profile.drafter.draft_len if args.draft_len is None else args.draft_len, "-k")
@@ -85,13 +85,11 @@ def cmd_bench_serve(args) -> int:
         events = list(read_log(log))
     result = figures(runs, events)
     out.print(serve_table(result, f"serving vs direct: {profile.name}, k={k}, greedy, {args.max_tokens} tokens max"))
-    out.print(
+    say(
         f"medians: prefill {result['prefill_ms']:.1f} ms, first round {result['first_round_ms']:.1f} ms "
-        f"(TTFT aim at 1 client: <= {result['prefill_ms'] + result['first_round_ms'] + 5:.1f} ms)",
-        highlight=False,
+        f"(TTFT aim at 1 client: <= {result['prefill_ms'] + result['first_round_ms'] + 5:.1f} ms)"
     )
-    if args.json:
-        write_json(args.json, {**result, "profile": profile.name, "draft_len": k, "max_tokens": args.max_tokens})
+    write_json(args.json, {**result, "profile": profile.name, "draft_len": k, "max_tokens": args.max_tokens})
     return 0
 
 
@@ -188,27 +186,11 @@ def figures(runs: dict, events: list) -> dict:
 def serve_table(result: dict, title: str) -> Table:
     table = Table(title=escape(title), title_justify="left")
     table.caption = "tok/s at the client; TTFT and per-token latency at the client (queue wait included)"
-    cols = [
-        "path",
-        "clients",
-        "requests",
-        "tok/s",
-        "vs direct",
-        "TTFT p50 ms",
-        "TTFT p99 ms",
-        "per-token p50 ms",
-        "per-token p99 ms",
-    ]
-    for col in cols:
+    columns = ["path", "clients", "requests", "tok/s", "vs direct"]
+    columns += [f"{what} p{q} ms" for what in ("TTFT", "per-token") for q in (50, 99)]  # the rows' *_ms, in order
+    for col in columns:
         table.add_column(col, justify="left" if col == "path" else "right")
     for r in result["rows"]:
-        cells = [r["ttft_p50_ms"], r["ttft_p99_ms"], r["per_token_p50_ms"], r["per_token_p99_ms"]]
-        table.add_row(
-            r["path"],
-            str(r["clients"]),
-            str(r["requests"]),
-            f"{r['tok_s']:.1f}",
-            f"{r['vs_direct']:.3f}x",
-            *("-" if v is None else f"{v:.1f}" for v in cells),
-        )
+        cells = [r["path"], str(r["clients"]), str(r["requests"]), f"{r['tok_s']:.1f}", f"{r['vs_direct']:.3f}x"]
+        table.add_row(*cells, *("-" if v is None else f"{v:.1f}" for k, v in r.items() if k.endswith("_ms")))
     return table

@@ -13,45 +13,34 @@ from rich.table import Table
 
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.console import err, out, progress
-from specmon.cli.run import check_writable, write_json
+from specmon.cli.run import check_json, write_json
 from specmon.engine.costs import time_passes
 from specmon.metrics.format import fmt
 from specmon.metrics.rates import ratio
 
 
 def cmd_bench_verify(args) -> int:
-    if args.json:
-        check_writable(args.json, "--json")
+    check_json(args.json)
     profile = load_profile(args.profile)
     targets = _load_targets(profile, args.packed_rows)
     with progress("timing verify passes", args.reps) as done:
         ms = time_passes(targets, args.context, args.reps, args.max_positions, done)
     costs = {name: {t: ratio(ms[name][t], ms[name][1]) for t in ms[name]} for name in ms}
-    out.print(
-        verify_table(
-            ms,
-            costs,
-            f"verify pass cost: {profile.target.describe()} ({profile.backend}), "
-            f"{args.context} tokens of context, least of {args.reps}",
-        )
+    title = (
+        f"verify pass cost: {profile.target.describe()} ({profile.backend}), "
+        f"{args.context} tokens of context, least of {args.reps}"
     )
-    if args.json:
-        write_json(
-            args.json,
-            {
-                "profile": profile.name,
-                "context": args.context,
-                "reps": args.reps,
-                "layouts": {
-                    name: {
-                        "ms": {str(t): v for t, v in ms[name].items()},
-                        "cost": {str(t): v for t, v in costs[name].items()},
-                    }
-                    for name in ms
-                },
-                "pad_from": _pad_from(targets),
-            },
-        )
+    out.print(verify_table(ms, costs, title))
+    write_json(
+        args.json,
+        {
+            "profile": profile.name,
+            "context": args.context,
+            "reps": args.reps,
+            "layouts": {name: {"ms": ms[name], "cost": costs[name]} for name in ms},  # json writes T as a string
+            "pad_from": _pad_from(targets),
+        },
+    )
     return 0
 
 

@@ -36,11 +36,16 @@ from specmon.policy.edit import set_value
 from specmon.policy.explain import Explanation, explain_log, moves, what_changed
 from specmon.policy.route import cited_words
 from specmon.policy.schema import PolicyError, load_policy
-from specmon.metrics.contention import tally
+from specmon.metrics.contention import HostTally, tally
 from specmon.sched.bench import bench_results
 from specmon.transport.attach import attach_events, read_token
 from specmon.transport.serve import runtime_dir
 from specmon.transport.sessions import describe, live_sessions, newest_log
+
+
+def say(line: str) -> None:
+    """A line on stdout as written: names from user files and logs are never read as markup."""
+    out.print(line, highlight=False, markup=False)
 
 
 def cmd_policy(args) -> int:
@@ -58,23 +63,19 @@ def cmd_policy(args) -> int:
                 f"specmon policy show {args.file.stem} > my.toml"
             )
         set_value(args.file, args.key, args.value)
-        out.print(f"{args.file}: {args.key} = {args.value}", highlight=False, markup=False)
+        say(f"{args.file}: {args.key} = {args.value}")
         return 0
     damage: list[LogDamaged] = []
     explanations = explain_log(args.log, args.decision, damage.append)
     if damage:  # a cut copy or a full disk: the decisions before it still explain
         out.print(f"[yellow]{escape(str(damage[0]))}; explaining what precedes it[/]", highlight=False)
     if not explanations:
-        out.print(
-            f"{args.log} holds no policy decisions" + (" before the damage" if damage else ""),
-            highlight=False,
-            markup=False,
-        )
+        say(f"{args.log} holds no policy decisions" + (" before the damage" if damage else ""))
         return 1 if damage else 0
     for e in explanations:
         print_explanation(e)
     good = sum(e.reproduces for e in explanations)
-    out.print(f"{good} of {len(explanations)} decisions reproduce from what they cite", highlight=False)
+    say(f"{good} of {len(explanations)} decisions reproduce from what they cite")
     return 0 if good == len(explanations) and not damage else 1
 
 
@@ -87,11 +88,9 @@ def check_policy(file: Path) -> int:
             print_error(str(problem))
         return 2
     for warning in policy.warnings:
-        out.print(f"warning: {warning}", highlight=False, markup=False)  # regexes hold brackets
-    out.print(
-        f"{file}: ok, {len(policy.classes)} class{'es' if len(policy.classes) != 1 else ''}, mode {policy.settings.mode}",
-        highlight=False,
-        markup=False,
+        say(f"warning: {warning}")  # regexes hold brackets
+    say(
+        f"{file}: ok, {len(policy.classes)} class{'es' if len(policy.classes) != 1 else ''}, mode {policy.settings.mode}"
     )
     return 0
 
@@ -114,7 +113,7 @@ def cmd_attach(args) -> int:
         )
     token = read_token(args.token_file)
     target = args.target or pick_session(ask=sys.stdin.isatty() and sys.stderr.isatty())
-    if not args.headless and sys.stdout.isatty() and sys.stdin.isatty():
+    if wants_tui(args):
         from specmon.tui.factory import make_app
         from specmon.tui.feed import thread_feed
 
@@ -136,11 +135,16 @@ def cmd_attach(args) -> int:
     return 0
 
 
-def print_host_line(events) -> None:
-    """The busy-host warning `run` prints under the same table, on stderr as there; nothing on a quiet host."""
-    host = tally(events).line()
-    if host:
-        err.print(Note(host, "yellow"))
+def print_host_line(events) -> HostTally:
+    """The busy-host warning under a run's table, on stderr; nothing on a quiet host. Returns the tally."""
+    host = tally(events)
+    if host.line():
+        err.print(Note(host.line(), "yellow"))
+    return host
+
+
+def wants_tui(args) -> bool:
+    return not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
 
 
 def pick_session(ask: bool) -> str:
@@ -243,9 +247,9 @@ def cmd_log(args) -> int:
     if started is not None:
         _print_header(started, drafters_of(started, kept))
     for name, n in sorted(counts.items()):
-        out.print(f"  {name:<16} {n}", highlight=False)
+        say(f"  {name:<16} {n}")
     if first is not None:
-        out.print(f"  time span        {last - first:.1f} s", highlight=False)
+        say(f"  time span        {last - first:.1f} s")
     if len(policies) > 1:  # the first PolicyLoaded is the policy the run started with
         _print_reloads(policies, first)
     print_hanging("  integrity        ", str(damage or "ok"), "red" if damage else "green")
@@ -288,7 +292,7 @@ def _print_reloads(policies: list[PolicyLoaded], start: float) -> None:
     """Each edit after the first policy: when, taken (what it changed) or refused (why), a line each
     wrapped under its text; then the policy in force at the end, where it is not the first."""
     refused = sum(not ev.accepted for ev in policies)
-    out.print(f"  policy reloads   {len(policies) - 1 - refused} taken, {refused} refused", highlight=False)
+    say(f"  policy reloads   {len(policies) - 1 - refused} taken, {refused} refused")
     for ev in policies[1:]:
         what = (
             f"taken, changed {', '.join(ev.changed) or 'nothing a class runs by'}"
@@ -298,7 +302,7 @@ def _print_reloads(policies: list[PolicyLoaded], start: float) -> None:
         print_hanging(f"    +{ev.t - start:.1f} s ", what)
     in_force = [ev for ev in policies if ev.accepted][-1]
     if in_force is not policies[0]:
-        out.print(f"  policy at the end sha256 {in_force.sha256[:16]}…", highlight=False)
+        say(f"  policy at the end sha256 {in_force.sha256[:16]}…")
 
 
 def _print_served(log: Path) -> None:
@@ -324,18 +328,14 @@ def drafters_of(started: SessionStarted, events) -> str:
 
 def _print_header(ev: SessionStarted, drafters: str) -> None:
     # Names come from user files (profiles, hosts): printed as they are, never parsed as markup.
-    out.print(
-        f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}",
-        highlight=False,
-        markup=False,
-    )
+    say(f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}")
     model = f"  {ev.dtype} on {ev.device}" if ev.dtype or ev.device else ""  # a watch or proxy decodes nothing
     print_hanging("  ", f"target {ev.target}  drafter {drafters}{model}  backend {ev.backend}", indent=CONTINUED)
     if ev.host:
         host = ", ".join(f"{k} {v}" for k, v in ev.host.items())
         print_hanging("  host: ", host)
     if ev.policy_hash:
-        out.print(f"  policy sha256 {ev.policy_hash[:16]}…", highlight=False)
+        say(f"  policy sha256 {ev.policy_hash[:16]}…")
     if ev.verify_ms:
         curve = " ".join(f"{ms / ev.verify_ms[0]:.2f}" for ms in ev.verify_ms)
         timed = "pinned by the profile" if ev.verify_ms[0] == 1.0 else f"timed at load, a step {ev.verify_ms[0]:.1f} ms"
@@ -387,5 +387,5 @@ def cmd_report(args) -> int:
     page = build_report(args.log, args.out or Path("reports") / args.log.stem)
     drawn = any((page.parent / name).exists() for name in ROUND_PLOTS)  # a server's report draws none
     beside = "plots and report.json" if drawn else "report.json"
-    out.print(f"report: {page} ({beside} beside it)", highlight=False, markup=False)
+    say(f"report: {page} ({beside} beside it)")
     return 0

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from specmon.backends import modelstore
+from specmon.cli.inspect import say
 from specmon.console import err, notice, out
 from specmon.errors import SpecmonError
 
@@ -88,9 +89,5 @@ def _export_model(args) -> int:
     ):
         folder = export_hf_folder(source, args.out.expanduser(), args.layers, args.dtype)
     size = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
-    out.print(
-        f"{folder}: {size:.0f} MiB (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)",
-        highlight=False,
-        markup=False,
-    )
+    say(f"{folder}: {size:.0f} MiB (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)")
     return 0

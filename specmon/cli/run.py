@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -19,11 +18,11 @@ from specmon.text import wrapped_lines
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
-from specmon.metrics.contention import tally
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import prompts_path
 from specmon.transport.serve import parse_listen
+from specmon.cli.inspect import print_host_line, say, wants_tui
 from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
 from specmon.tui.beside import decode_under_tui
@@ -51,17 +50,13 @@ def cmd_run(args) -> int:
     prompts = prompt_set(prompts_path(args.prompts), args.classes)
     listen = parse_listen(args.listen) if args.listen else None
     policy = load_policy(args.policy) if args.policy else None
-    if args.json:
-        check_writable(args.json, "--json")  # before the run, not after it
+    check_json(args.json)  # before the run, not after it
     check_new_log(args.log)
     max_new_tokens = profile.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
-    from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
-
-    with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
-        pair = load_pair(profile, spec)
+    pair = load_saying(profile, spec)
     mode = f"policy {Path(policy.source).name}" if policy else f"k={spec.draft_len}"
     title = f"{profile.name}: {pair.drafter.name} {mode}, {_sampling_text(sampling)}"
-    tui = _wants_tui(args)
+    tui = wants_tui(args)
     interrupted: KeyboardInterrupt | None = None
     remembers = memory_options(args, profile, pair.drafter.name, spec) if policy else {}
     with live_session(
@@ -88,15 +83,20 @@ def cmd_run(args) -> int:
     table = summary(class_stats(session.events))
     out.print(class_table(table, titled_with_log(title, session.log_path)))
     for line in divergence_lines(session.events):
-        out.print(line, highlight=False, markup=False)
-    host = tally(session.events).line()
-    if host:
-        err.print(f"[yellow]{escape(host)}[/]")
-    if args.json:
-        write_json(args.json, table)
+        say(line)
+    print_host_line(session.events)
+    write_json(args.json, table)
     if interrupted is not None:
         raise interrupted  # the table is out; main says how it ended and exits 130 (or 128 + the signal)
     return 0
+
+
+def load_saying(profile, spec=None):
+    """The profile's pair, loaded under a status line that names the target, its dtype and device."""
+    from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
+
+    with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
+        return load_pair(profile, spec)
 
 
 def titled_with_log(title: str, log_path: Path) -> str:
@@ -112,8 +112,10 @@ def check_new_log(path: Path | None) -> None:
         raise SpecmonError(f"{path} exists; pick a new file or remove it")
 
 
-def check_writable(path: Path, what: str) -> None:
-    """An output file's folder exists and can be written, checked before a run spends minutes."""
+def check_json(path: Path | None) -> None:
+    """--json's folder exists and can be written, checked before a run spends minutes."""
+    if path is None:
+        return
     folder = path.parent
     if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
         reason = (
@@ -123,18 +125,17 @@ def check_writable(path: Path, what: str) -> None:
             if not folder.is_dir()
             else f"folder {folder} is not writable"
         )
-        raise SpecmonError(f"{what} {path}: cannot write there ({reason})")
+        raise SpecmonError(f"--json {path}: cannot write there ({reason})")
 
 
-def write_json(path, data: dict) -> None:
+def write_json(path: Path | None, data: dict) -> None:
+    """The figures as JSON at --json's path, if one was given."""
+    if path is None:
+        return
     try:
         path.write_text(json.dumps(data, indent=2))
     except OSError as exc:
         raise SpecmonError(f"{path}: cannot write the JSON summary ({exc.strerror})") from None
-
-
-def _wants_tui(args) -> bool:
-    return not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
 
 
 def _sampling_text(sampling: Sampling) -> str:

@@ -8,14 +8,15 @@ import signal
 import sys
 from pathlib import Path
 
-from rich.markup import escape
 
 from specmon.backends.profiles import load_profile
-from specmon.console import err, notice, print_line
+from specmon.console import notice, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import load_policy
 from specmon.server.auth import check_host, read_api_key
 from specmon.cli.flags import memory_options
+from specmon.cli.inspect import wants_tui
+from specmon.cli.run import load_saying
 from specmon.transport.session import live_session
 from specmon.tui.beside import serve_under_tui
 
@@ -29,7 +30,7 @@ def cmd_serve(args) -> int:
     policy = load_policy(args.policy or "default") if args.draft_len is None else None
     api_key = read_api_key(args.api_key_file) if args.api_key_file else None
     check_host(args.host, api_key is not None)
-    tui = not args.headless and _tty()
+    tui = wants_tui(args)
     # Listen before loading: a port in use is one line at once, not after the model loads, and opens no log.
     listening = bind(args.host, args.port)
     try:
@@ -43,10 +44,7 @@ def cmd_serve(args) -> int:
             socket=listening,
         )
         try:
-            from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
-
-            with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
-                pair = load_pair(profile)
+            pair = load_saying(profile)
         except KeyboardInterrupt as exc:  # Terminated too: no session has begun, so there is no log to speak of
             return _ended_while_loading(exc)
         with live_session(
@@ -85,10 +83,6 @@ def _ended_while_loading(exc: KeyboardInterrupt) -> int:
         file=sys.stderr,
     )
     return 128 + signum
-
-
-def _tty() -> bool:
-    return sys.stdout.isatty() and sys.stdin.isatty()
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # requests are tokenized on threads of their own

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 
@@ -53,27 +53,19 @@ def _round_of(info: dict) -> int | None:
 
 def batch(api, texts: list[str], clients: int, max_tokens: int) -> dict:
     """`texts` shared round-robin among `clients` threads, each streaming its share in turn."""
-    results: list[Streamed] = []
-    errors: list[str] = []
-    lock = threading.Lock()
 
-    def run(share: list[str]) -> None:
-        mine, failed = [], []
+    def run(share: list[str]) -> tuple[list[Streamed], list[str]]:
         try:
-            mine = [stream(api, text, max_tokens) for text in share]
+            return [stream(api, text, max_tokens) for text in share], []
         except Exception as exc:  # the parent says it in one line: a lost request must not pass unnoticed
-            failed.append(f"{type(exc).__name__}: {exc}")
-        with lock:
-            results.extend(mine)
-            errors.extend(failed)
+            return [], [f"{type(exc).__name__}: {exc}"]
 
     start = time.perf_counter()
-    threads = [threading.Thread(target=run, args=(texts[c::clients],)) for c in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return {"wall": time.perf_counter() - start, "results": [asdict(r) for r in results], "errors": errors}
+    with ThreadPoolExecutor(clients) as pool:
+        shares = list(pool.map(run, [texts[c::clients] for c in range(clients)]))
+    wall = time.perf_counter() - start
+    results = [asdict(r) for streamed, _ in shares for r in streamed]
+    return {"wall": wall, "results": results, "errors": [e for _, failed in shares for e in failed]}
 
 
 def main(url: str) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.console import err, out, progress
+from specmon.cli.inspect import print_host_line
 from specmon.cli.run import check_new_log
 from specmon.data import read_shipped
 from specmon.engine.draft_len import MAX_DRAFT_LEN
@@ -14,7 +15,6 @@ from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.sched.bench import prompts_path
 from specmon.events.schema import Sampling
-from specmon.metrics.contention import tally
 from specmon.replay.sweep_report import cell_rows, suggest_policy, sweep_plots
 from specmon.replay.sweep_tables import break_even_table, paths_note, results_table
 from specmon.tables import Note
@@ -98,9 +98,7 @@ def cmd_sweep(args) -> int:
     out.print(break_even_table(rows))
     plots = sweep_plots(rows, args.out or Path("reports") / f"{session.session_id}-sweep")
     out.print(paths_note(session.log_path, plots))
-    host = tally(session.events).line()
-    if host:
-        err.print(Note(host, "yellow"))
+    print_host_line(session.events)
     if args.suggest_policy:
         base = (
             _read_policy(args.suggest_policy) if args.suggest_policy.exists() else read_shipped("policies", "default")

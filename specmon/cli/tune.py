@@ -11,7 +11,8 @@ from rich.table import Table
 from specmon.backends.tokenizer import profile_tokenizer
 from specmon.sched.bench import prompts_path
 from specmon.console import out, progress
-from specmon.cli.run import check_writable, write_json
+from specmon.cli.inspect import say
+from specmon.cli.run import check_json, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
@@ -22,8 +23,7 @@ from specmon.sched.bench import prompt_half
 
 
 def cmd_tune(args) -> int:
-    if args.json:
-        check_writable(args.json, "--json")
+    check_json(args.json)
     policy, ks = load_policy(args.policy), parse_ks(args.ks)
     bench = read_bench_log(args.log)
     costs = parse_costs(args.costs) if args.costs else bench.costs
@@ -39,44 +39,33 @@ def cmd_tune(args) -> int:
         if p.id in bench.texts and (not args.half or prompt_half(p.id) == args.half)
     ]
     check_prompts(prompts, bench, tokenizer, args.log)
-    out.print(
+    say(
         f"pad_from {pad_from}: a confident draft fills a padded verify pass"
         if pad_from
-        else "no padded verify passes: a confident draft stops at its match",
-        highlight=False,
+        else "no padded verify passes: a confident draft stops at its match"
     )
-    out.print(
-        "cost of L proposed tokens, plain steps: " + " ".join(f"{n}:{c:.2f}" for n, c in sorted(costs.items())),
-        highlight=False,
-    )
+    say("cost of L proposed tokens, plain steps: " + " ".join(f"{n}:{c:.2f}" for n, c in sorted(costs.items())))
     with progress("replaying", len(prompts) * args.repeat) as done:
         tuned = replay(policy, prompts, bench, tokenizer, cost_of(costs), pad_from, ks, args.repeat, done)
     result = figures(tuned, ks)
-    out.print(
-        tune_table(
-            result,
-            ks,
-            f"goodput over plain, modelled costs: {Path(policy.source).name}, {len(prompts)} prompts x {args.repeat}",
-        )
-    )
+    title = f"goodput over plain, modelled costs: {Path(policy.source).name}, {len(prompts)} prompts x {args.repeat}"
+    out.print(tune_table(result, ks, title))
     overall = result["overall"]
-    out.print(
+    say(
         f"auto against the best single k (k={overall['best_k']}) over all classes: "
-        f"{fmt(overall['auto_over_best'], '{:.3f}')}; {result['decisions']} decisions",
-        highlight=False,
+        f"{fmt(overall['auto_over_best'], '{:.3f}')}; {result['decisions']} decisions"
     )
-    if args.json:
-        write_json(
-            args.json,
-            {
-                **result,
-                "costs": {str(n): c for n, c in sorted(costs.items())},
-                "pad_from": pad_from,
-                "ks": ks,
-                "prompts": len(prompts),
-                "repeat": args.repeat,
-            },
-        )
+    write_json(
+        args.json,
+        {
+            **result,
+            "costs": dict(sorted(costs.items())),
+            "pad_from": pad_from,
+            "ks": ks,
+            "prompts": len(prompts),
+            "repeat": args.repeat,
+        },
+    )
     return 0
 
 
