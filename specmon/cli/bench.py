@@ -9,9 +9,8 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from specmon.backends.profiles import load_profile
+from specmon.backends.profiles import check_model_drafter, load_profile
 from specmon.console import err, out, progress
-from specmon.backends.profiles import check_model_drafter
 from specmon.cli.inspect import print_host_line
 from specmon.cli.run import check_json, load_saying, write_json
 from specmon.cli.sweep import parse_ks

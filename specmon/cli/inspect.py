@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections import Counter
@@ -351,7 +350,7 @@ def cmd_replay(args) -> int:
     if args.policy:
         return _print_what_if(args.log, load_policy(args.policy))
     if args.headless or not sys.stdout.isatty():
-        return cmd_log(argparse.Namespace(log=args.log))
+        return cmd_log(args)  # log info, which reads only args.log
     from specmon.replay.player import ReplayFeed
     from specmon.tui.factory import make_app
 

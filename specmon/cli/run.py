@@ -117,15 +117,15 @@ def check_json(path: Path | None) -> None:
     if path is None:
         return
     folder = path.parent
-    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-        reason = (
-            "is a folder"
-            if path.is_dir()
-            else f"folder {folder} does not exist"
-            if not folder.is_dir()
-            else f"folder {folder} is not writable"
-        )
-        raise SpecmonError(f"--json {path}: cannot write there ({reason})")
+    if path.is_dir():
+        reason = "is a folder"
+    elif not folder.is_dir():
+        reason = f"folder {folder} does not exist"
+    elif not os.access(folder, os.W_OK):
+        reason = f"folder {folder} is not writable"
+    else:
+        return
+    raise SpecmonError(f"--json {path}: cannot write there ({reason})")
 
 
 def write_json(path: Path | None, data: dict) -> None:

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specmon.backends.tokenizer import profile_tokenizer
-from specmon.sched.bench import prompts_path
+from specmon.sched.bench import prompt_half, prompts_path
 from specmon.console import out, progress
 from specmon.cli.inspect import say
 from specmon.cli.run import check_json, write_json
@@ -19,7 +19,6 @@ from specmon.errors import SpecmonError
 from specmon.metrics.format import fmt
 from specmon.policy.schema import load_policy
 from specmon.replay.tune import check_prompts, cost_of, figures, read_bench_log, replay
-from specmon.sched.bench import prompt_half
 
 
 def cmd_tune(args) -> int:
