@@ -108,8 +108,7 @@ def add_log_rotation(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_MB,
         metavar="N|off",
         help="past N MB the log goes on in a new file under its name, the old part "
-        "renamed LOG.1.specmon, LOG.2.specmon...; SIGUSR1 rotates too (default 64; off: "
-        "only SIGUSR1)",
+        "renamed LOG.1.specmon, LOG.2.specmon...; SIGUSR1 rotates too (default 64; off: only SIGUSR1)",
     )
     parser.add_argument(
         "--log-keep",

