@@ -365,9 +365,8 @@ def _print_what_if(log: Path, policy) -> int:
 
     from specmon.replay.whatif import what_if
 
-    table = Table(title=escape(f"what if {policy.source} had decided on {log.name}"), title_justify="left")
-    for col in ("class", "logged decisions", "other policy's decisions", "differs", "missing evidence"):
-        table.add_column(col)
+    columns = ("class", "logged decisions", "other policy's decisions", "differs", "missing evidence")
+    table = Table(*columns, title=escape(f"what if {policy.source} had decided on {log.name}"), title_justify="left")
     for name, diff in what_if(log, policy).items():
         missing = ", ".join(f"drafts of {k} never verified" for k in sorted(diff.missing)) or "-"
         table.add_row(

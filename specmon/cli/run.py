@@ -7,7 +7,6 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import Callable
 
 from rich.markup import escape
 
@@ -26,8 +25,6 @@ from specmon.cli.inspect import print_host_line, say, wants_tui
 from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
 from specmon.tui.beside import decode_under_tui
-
-Work = Callable[[Callable[[int], None] | None], None]  # decodes every prompt, reporting how many are done
 
 
 def cmd_run(args) -> int:
@@ -62,10 +59,10 @@ def cmd_run(args) -> int:
     with live_session(
         pair, profile, pair.drafter, args.log, listen=listen, policy=policy, viewer=tui, **remembers
     ) as session:
-        if policy is not None:
+        if policy is not None:  # work(done) decodes every prompt, reporting how many are done
             engine = PolicyEngine(policy, session.session_id, session.costs, session.policy_shelf(sampling))
             scheduler = PolicyScheduler(session.driver, engine, pair.drafter)
-            work: Work = lambda done: scheduler.run(prompts, sampling, max_new_tokens, done)  # noqa: E731
+            work = functools.partial(scheduler.run, prompts, sampling, max_new_tokens)
         else:
             work = functools.partial(
                 run_paired, session.driver, prompts, pair.drafter, spec.draft_len, sampling, max_new_tokens
