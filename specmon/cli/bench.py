@@ -55,7 +55,8 @@ def cmd_bench(args) -> int:
             session.finish("interrupted")
             err.print("bench interrupted: the table covers the prompts that finished")
     phases = prompt_phases(prompts)  # a drift stream: each phase reported apart
-    results, by = bench_results(session.events, phases), "phase" if phases else "class"
+    results = bench_results(session.events, phases)
+    by = "phase" if phases else "class"
     half = f" ({args.half} half)" if args.half else ""
     title = (
         f"goodput, tokens/s: {pair.drafter.name}, policy {Path(policy.source).name}, {args.max_new_tokens} new tokens, "

@@ -187,10 +187,15 @@ def serve_table(result: dict, title: str) -> Table:
     table = Table(title=escape(title), title_justify="left")
     table.caption = "tok/s at the client; TTFT and per-token latency at the client (queue wait included)"
     columns = ["path", "clients", "requests", "tok/s", "vs direct"]
-    columns += [f"{what} p{q} ms" for what in ("TTFT", "per-token") for q in (50, 99)]  # the rows' *_ms, in order
+    latencies = [
+        (f"{what} p{q} ms", f"{key}_p{q}_ms")
+        for what, key in (("TTFT", "ttft"), ("per-token", "per_token"))
+        for q in (50, 99)
+    ]
+    columns += [column for column, _ in latencies]
     for col in columns:
         table.add_column(col, justify="left" if col == "path" else "right")
     for r in result["rows"]:
         cells = [r["path"], str(r["clients"]), str(r["requests"]), f"{r['tok_s']:.1f}", f"{r['vs_direct']:.3f}x"]
-        table.add_row(*cells, *("-" if v is None else f"{v:.1f}" for k, v in r.items() if k.endswith("_ms")))
+        table.add_row(*cells, *("-" if r[key] is None else f"{r[key]:.1f}" for _, key in latencies))
     return table

@@ -27,7 +27,9 @@ def whole(low: int, high: int = MAX_INT):
             raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(
-                f"must be >= {low}, not {value}" if high == MAX_INT else f"must be {low}..{high}, not {value}"
+                f"must be {low}..{high}, not {value}"
+                if high < MAX_INT or value > high
+                else f"must be >= {low}, not {value}"
             )
         return value
 
