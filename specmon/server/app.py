@@ -8,6 +8,7 @@ on a decode. Streams are server-sent events, one chunk per round that adds text,
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import time
 from dataclasses import dataclass
@@ -33,11 +34,12 @@ from specmon.server.protocol import (
     ModelList,
     encoder,
 )
-from specmon.server.reply import ChatReply, CompletionReply, Reply
+from specmon.server.reply import Reply
 from specmon.server.text import ReplyText, reply_decoder
 
 JSON = "application/json"
 CLASS_HEADER = "x-specmon-class"
+SHUT_DOWN = ApiError(503, "the server shut down during this request", type="server_error")  # its decode cancelled
 
 
 @dataclass
@@ -54,38 +56,28 @@ class ServeState:
 
 
 def build_app(state: ServeState) -> Starlette:
-    async def chat(request: Request) -> Response:
-        return await _complete(request, state, ChatCompletionRequest, state.admission.chat, ChatReply)
-
-    async def completions(request: Request) -> Response:
-        return await _complete(request, state, CompletionRequest, state.admission.completion, CompletionReply)
+    served = Model(state.admission.model_id, state.created, max_model_len=state.admission.context_len)
 
     async def models(request: Request) -> Response:
         authorize(request, state)
-        model = Model(state.admission.model_id, state.created, max_model_len=state.admission.context_len)
-        return _json(ModelList([model]))
+        return _json(ModelList([served]))
 
     async def model(request: Request) -> Response:
         """One model by id, as `client.models.retrieve(id)` asks for it."""
         authorize(request, state)
-        if request.path_params["model_id"] != state.admission.model_id:
+        if (asked := request.path_params["model_id"]) != state.admission.model_id:
             raise ApiError(
                 404,
-                f"the model {request.path_params['model_id'][:80]!r} does not exist; this server "
-                f"serves {state.admission.model_id!r}",
+                f"the model {asked[:80]!r} does not exist; this server serves {state.admission.model_id!r}",
                 param="model",
                 code="model_not_found",
                 type="not_found_error",
             )
-        return _json(Model(state.admission.model_id, state.created, max_model_len=state.admission.context_len))
+        return _json(served)
 
     async def health(request: Request) -> Response:
-        worker = state.worker
-        return _json(
-            Health(
-                "ok", state.session_id, state.admission.model_id, len(worker.waiting), int(worker.in_flight is not None)
-            )
-        )
+        busy = int(state.worker.in_flight is not None)
+        return _json(Health("ok", state.session_id, state.admission.model_id, len(state.worker.waiting), busy))
 
     async def metrics(request: Request) -> Response:
         authorize(request, state)
@@ -105,8 +97,8 @@ def build_app(state: ServeState) -> Starlette:
         )
 
     routes = [
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", functools.partial(_complete, state=state, chat=True), methods=["POST"]),
+        Route("/v1/completions", functools.partial(_complete, state=state, chat=False), methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
@@ -193,22 +185,21 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     return b"".join(chunks)
 
 
-async def _complete(request: Request, state: ServeState, kind, admit, reply_type: type[Reply]) -> Response:
+async def _complete(request: Request, state: ServeState, chat: bool) -> Response:
     authorize(request, state)
     body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
     try:
-        parsed = msgspec.json.decode(body, type=kind)
+        parsed = msgspec.json.decode(body, type=ChatCompletionRequest if chat else CompletionRequest)
     except msgspec.DecodeError as exc:
         raise from_decode_error(exc) from None
     except RecursionError:  # nesting inside a free-form field (metadata, tools): the decoder's stack ran out
         raise too_deep() from None
+    admit = state.admission.chat if chat else state.admission.completion
     admitted = await anyio.to_thread.run_sync(admit, parsed, class_header(request))
-    tok = state.admission.tokenizer
-    job = Job(
-        admitted, asyncio.get_running_loop(), ReplyText(reply_decoder(tok), admitted.prompt.end_ids, admitted.stops)
-    )
+    text = ReplyText(reply_decoder(state.admission.tokenizer), admitted.prompt.end_ids, admitted.stops)
+    job = Job(admitted, asyncio.get_running_loop(), text)
     state.worker.submit(job)
-    reply = reply_type(admitted.id, int(time.time()), state.admission.model_id)  # OpenAI's: when this completion began
+    reply = Reply(admitted.id, int(time.time()), state.admission.model_id, chat)  # OpenAI's: when this completion began
     if parsed.stream:
         usage = parsed.stream_options is not None and parsed.stream_options.include_usage
         return StreamingResponse(
@@ -222,7 +213,7 @@ async def _complete(request: Request, state: ServeState, kind, admit, reply_type
     if isinstance(item, Failed):
         raise item.error
     if item.finish_reason == "cancelled":  # decoded in part, so reported by the worker: not a refusal too
-        return error_response(ApiError(503, "the server shut down during this request", type="server_error"))
+        return error_response(SHUT_DOWN)
     return _json(reply.whole(item))
 
 
@@ -262,11 +253,7 @@ async def _events(job: Job, reply: Reply, state: ServeState, path: str, include_
                 continue
             finished = True
             if isinstance(item, Failed) or item.finish_reason == "cancelled":
-                error = (
-                    item.error
-                    if isinstance(item, Failed)
-                    else ApiError(503, "the server shut down during this request", type="server_error")
-                )
+                error = item.error if isinstance(item, Failed) else SHUT_DOWN
                 yield b"data: " + error.body() + b"\n\n"
             else:
                 yield _sse(reply.closing(item))
