@@ -43,95 +43,77 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class ServerMetrics:
     def __init__(self):
         self.registry = r = CollectorRegistry()
-        self.rounds = Counter(
-            "specmon_rounds", "Rounds decoded (k = 0: plain decoding steps); log info's rounds", CLASS_K, registry=r
-        )
-        self.drafts = Counter(
+
+        def counter(name: str, help: str, labels=CLASS_K) -> Counter:
+            return Counter(name, help, labels, registry=r)
+
+        def gauge(name: str, help: str, labels=()) -> Gauge:
+            return Gauge(name, help, labels, registry=r)
+
+        self.rounds = counter("specmon_rounds", "Rounds decoded (k = 0: plain decoding steps); log info's rounds")
+        self.drafts = counter(
             "specmon_spec_decode_num_drafts",
             "Rounds that proposed at least one draft token; log info's rounds less its empty ones",
-            CLASS_K,
-            registry=r,
         )
-        self.draft_tokens = Counter(
-            "specmon_spec_decode_num_draft_tokens", "Draft tokens proposed; log info's proposed", CLASS_K, registry=r
+        self.draft_tokens = counter(
+            "specmon_spec_decode_num_draft_tokens", "Draft tokens proposed; log info's proposed"
         )
-        self.accepted = Counter(
+        self.accepted = counter(
             "specmon_spec_decode_num_accepted_tokens",
-            "Draft tokens accepted and sent (log "
-            "info's accepted counts those a stop string or max_tokens cut too: "
+            "Draft tokens accepted and sent (log info's accepted counts those a stop string or max_tokens cut too: "
             "specmon_spec_decode_num_verified_accepted_tokens)",
-            CLASS_K,
-            registry=r,
         )
-        self.verified_accepted = Counter(
+        self.verified_accepted = counter(
             "specmon_spec_decode_num_verified_accepted_tokens",
-            "Draft tokens the target accepted, including those "
-            "a stop string or max_tokens then cut; log info's accepted",
-            CLASS_K,
-            registry=r,
+            "Draft tokens the target accepted, including those a stop string or max_tokens then cut; log info's accepted",
         )
-        self.per_pos = Counter(
+        self.per_pos = counter(
             "specmon_spec_decode_num_accepted_tokens_per_pos",
             "Rounds whose sent accepted prefix reached past this 0-based position",
-            CLASS_K + ["position"],
-            registry=r,
+            [*CLASS_K, "position"],
         )
-        self.emitted = Counter(
+        self.emitted = counter(
             "specmon_emitted_tokens",
-            "Tokens sent from rounds (accepted + 1 each, less what a "
-            "stop string or max_tokens cut; the log keeps a stop string's cut)",
-            CLASS_K,
-            registry=r,
+            "Tokens sent from rounds (accepted + 1 each, less what a stop string or max_tokens cut; the log keeps a "
+            "stop string's cut)",
         )
-        self.round_seconds = Counter(
-            "specmon_round_seconds", "Round wall time: draft + verify + overhead", CLASS_K, registry=r
-        )
+        self.round_seconds = counter("specmon_round_seconds", "Round wall time: draft + verify + overhead")
         # goodput's two sums as counters, in the proxy's names (docs/metrics.md): rate(tokens) / rate(seconds)
-        self.decode_tokens = Counter(
+        self.decode_tokens = counter(
             "specmon_decode_tokens",
             "Tokens the rounds emitted, as decoded (a stop string's cut included); goodput's numerator",
             [*CLASS_K, "clock"],
-            registry=r,
         )
-        self.decode_seconds = Counter(
-            "specmon_decode_seconds",
-            "Round time (the server's own clock); goodput's denominator",
-            [*CLASS_K, "clock"],
-            registry=r,
+        self.decode_seconds = counter(
+            "specmon_decode_seconds", "Round time (the server's own clock); goodput's denominator", [*CLASS_K, "clock"]
         )
-        self.goodput = Gauge(
+        self.goodput = gauge(
             "specmon_goodput_tokens_per_second",
-            "Tokens the rounds emitted (a stop string's cut "
-            "included) / round seconds over the session; log info's tok/s",
+            "Tokens the rounds emitted (a stop string's cut included) / round seconds over the session; log info's tok/s",
             CLASS_K,
-            registry=r,
         )
-        self.policy_k = Gauge(
+        self.policy_k = gauge(
             "specmon_policy_draft_len",
             "The longest draft the policy verifies for the class now (its cut table; up to the class's draft_len)",
             ["class"],
-            registry=r,
         )
-        self.policy_on = Gauge(
-            "specmon_policy_speculate", "1 while the policy has speculation on for the class", ["class"], registry=r
+        self.policy_on = gauge(
+            "specmon_policy_speculate", "1 while the policy has speculation on for the class", ["class"]
         )
-        self.decisions = Counter(
-            "specmon_policy_decisions",
-            "Policy decisions (applied = false: advise mode)",
-            ["class", "applied"],
-            registry=r,
+        self.decisions = counter(
+            "specmon_policy_decisions", "Policy decisions (applied = false: advise mode)", ["class", "applied"]
         )
-        self.queue_depth = Gauge("specmon_queue_depth", "Requests waiting for the decoder", registry=r)
-        self.running = Gauge("specmon_requests_running", "Requests being decoded (batch 1: 0 or 1)", registry=r)
-        self.requests = Counter(
-            "specmon_requests", "Requests decoded, by how they ended", ["endpoint", "finish_reason"], registry=r
+        self.queue_depth = gauge("specmon_queue_depth", "Requests waiting for the decoder")
+        self.running = gauge("specmon_requests_running", "Requests being decoded (batch 1: 0 or 1)")
+        self.requests = counter(
+            "specmon_requests", "Requests decoded, by how they ended", ["endpoint", "finish_reason"]
         )
-        self.refused = Counter(
-            "specmon_requests_refused", "Requests refused before decoding, by HTTP status", ["status"], registry=r
+        self.refused = counter(
+            "specmon_requests_refused", "Requests refused before decoding, by HTTP status", ["status"]
         )
-        self.prompt_tokens = Counter("specmon_prompt_tokens", "Prompt tokens of decoded requests", registry=r)
-        self.generation_tokens = Counter(
-            "specmon_generation_tokens", "Tokens sent to clients (usage's completion_tokens)", registry=r
+        self.prompt_tokens = counter("specmon_prompt_tokens", "Prompt tokens of decoded requests", ())
+        self.generation_tokens = counter(
+            "specmon_generation_tokens", "Tokens sent to clients (usage's completion_tokens)", ()
         )
         self.ttft = Histogram(
             "specmon_time_to_first_token_seconds",
@@ -147,14 +129,14 @@ class ServerMetrics:
             buckets=TOKEN_BUCKETS,
             registry=r,
         )
-        self.rss = Gauge("specmon_process_resident_memory_bytes", "Resident memory of the server process", registry=r)
-        self.vram_used = Gauge("specmon_vram_used_bytes", "GPU memory in use (NaN: no GPU)", registry=r)
-        self.vram_total = Gauge("specmon_vram_total_bytes", "GPU memory in all (NaN: no GPU)", registry=r)
+        self.rss = gauge("specmon_process_resident_memory_bytes", "Resident memory of the server process")
+        self.vram_used = gauge("specmon_vram_used_bytes", "GPU memory in use (NaN: no GPU)")
+        self.vram_total = gauge("specmon_vram_total_bytes", "GPU memory in all (NaN: no GPU)")
         # (class, k) -> [tokens the rounds emitted, round ms]: RunStats' emitted and round_ms, without its per-prompt
         # dicts (a server runs for weeks)
         self._sums: dict[tuple[str, str], list[float]] = {}
-        for gauge in (self.rss, self.vram_used, self.vram_total):
-            gauge.set(math.nan)
+        for unread in (self.rss, self.vram_used, self.vram_total):
+            unread.set(math.nan)
 
     def observe(self, event: AnyEvent) -> None:
         """Every published event, in the decode thread (a channel callback: a few counter bumps). Rounds
@@ -192,12 +174,8 @@ class ServerMetrics:
             self.draft_tokens.labels(*labels).inc(proposed)
             self.accepted.labels(*labels).inc(accepted)
             self.verified_accepted.labels(*labels).inc(ev.accepted)
-            for position in range(proposed):
-                counter = self.per_pos.labels(*labels, str(position))
-                if position < accepted:
-                    counter.inc()
-                else:
-                    counter.inc(0)  # the position was offered: its series exists, at 0 until one is accepted
+            for position in range(proposed):  # an offered position's series exists, at 0 until one is accepted
+                self.per_pos.labels(*labels, str(position)).inc(int(position < accepted))
         sums = self._sums.setdefault(labels, [0, 0.0])
         sums[0] += len(ev.emitted)  # as decoded, like log info's tok/s: a stop string's cut is in the log
         sums[1] += ms
