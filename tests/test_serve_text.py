@@ -22,7 +22,7 @@ def detokenize(ids: list[int]) -> str:
 
 
 def streamed(text: str, stops=(), per_round: int = 1) -> tuple[list[str], ReplyText]:
-    reply = ReplyText(detokenize, EOS, stops)
+    reply = ReplyText(detokenize, (EOS,), stops)
     tokens = utf8_tokens(text)
     pieces = [reply.add(tokens[i : i + per_round]) for i in range(0, len(tokens), per_round)]
     pieces.append(reply.finish())
@@ -45,7 +45,7 @@ def test_a_stop_string_ends_the_text_before_it_and_is_never_sent(per_round):
 
 
 def test_a_tail_that_could_start_a_stop_string_waits_until_it_cannot():
-    reply = ReplyText(detokenize, EOS, ["END"])
+    reply = ReplyText(detokenize, (EOS,), ["END"])
     assert reply.add(utf8_tokens("abc E")) == "abc "
     assert reply.add(utf8_tokens("N")) == ""
     assert reply.add(utf8_tokens("x")) == "ENx"

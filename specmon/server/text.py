@@ -19,31 +19,22 @@ class ReplyText:
     holds back what a later token could still change: a trailing incomplete character, and a tail
     that could be the start of a stop string. End tokens (eos, stop_token_ids) are not text."""
 
-    def __init__(
-        self, detokenize: Callable[[list[int]], str], end_ids: int | Collection[int], stops: Sequence[str] = ()
-    ):
-        self.detokenize = detokenize
-        self.end_ids = frozenset([end_ids] if isinstance(end_ids, int) else end_ids)
-        self.stops = [s for s in stops if s]
+    def __init__(self, detokenize: Callable[[list[int]], str], end_ids: Collection[int], stops: Sequence[str] = ()):
+        self.detokenize, self.end_ids, self.stops = detokenize, frozenset(end_ids), stops  # admission drops ""
         self.generated: list[int] = []  # every token taken, end tokens included
+        self.text = ""  # the reply as it stands, cut before a stop string if one appeared
         self.sent = ""
         self.stopped = False  # a stop string appeared: the reply ends before it
         self.billed = 0  # tokens of the reply: all taken, or once stopped, those the cut text needs
-        self._full = ""
 
-    @property
-    def tokens(self) -> list[int]:
-        """The text tokens taken (end tokens left out)."""
-        return self._text_tokens(len(self.generated))
-
-    def _text_tokens(self, count: int) -> list[int]:
-        return [t for t in self.generated[:count] if t not in self.end_ids]
+    def _text_of(self, count: int) -> str:
+        return self.detokenize([t for t in self.generated[:count] if t not in self.end_ids])
 
     def add(self, tokens: Sequence[int]) -> str:
         """Take one round's tokens; return the text that may now be sent (possibly "")."""
         if not self.stopped:
             self.generated.extend(tokens)
-            self._full = self.detokenize(self.tokens)
+            self.text = self._text_of(len(self.generated))
             self._find_stop()
             self.billed = self._needed() if self.stopped else len(self.generated)
         return self._advance(self._sendable())
@@ -52,7 +43,7 @@ class ReplyText:
         """The fewest leading tokens whose text holds the reply cut before its stop string (the cut
         is near the end, so this walks back over a round or two)."""
         count = len(self.generated)
-        while count > 0 and self.detokenize(self._text_tokens(count - 1)).startswith(self._full):
+        while count > 0 and self._text_of(count - 1).startswith(self.text):
             count -= 1
         return count
 
@@ -60,22 +51,17 @@ class ReplyText:
         """The rest, once no token will follow."""
         return self._advance(self.text)
 
-    @property
-    def text(self) -> str:
-        """The reply as it stands, cut before a stop string if one appeared."""
-        return self._full
-
     def _find_stop(self) -> None:
         start = max(0, len(self.sent) - max((len(s) for s in self.stops), default=0))
-        found = [i for i in (self._full.find(s, start) for s in self.stops) if i >= 0]
+        found = [i for i in (self.text.find(s, start) for s in self.stops) if i >= 0]
         if found:
-            self._full = self._full[: min(found)]
+            self.text = self.text[: min(found)]
             self.stopped = True
 
     def _sendable(self) -> str:
         if self.stopped:
-            return self._full
-        text = self._full.rstrip(REPLACEMENT)
+            return self.text
+        text = self.text.rstrip(REPLACEMENT)
         hold = max((n for s in self.stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
         return text[: len(text) - hold]
 
