@@ -100,13 +100,13 @@ def test_a_client_that_leaves_mid_stream_stops_its_decode_within_one_round(tmp_p
                 wait_until(lambda: server.worker.in_flight is not None, "the request is decoding")
                 job = server.worker.in_flight
                 while not job.text.sent:  # one round at a time until a round has sent text
-                    done = len(job.round_ids)
+                    done = len(job.rounds)
                     steps.release()
-                    wait_until(lambda: len(job.round_ids) > done, "one more round")
+                    wait_until(lambda: len(job.rounds) > done, "one more round")
                 assert any('"content"' in line for line in lines if line.startswith("data:") and '"specmon"' in line)
                 http.close()  # the client goes away mid-stream
             wait_until(job.cancelled.is_set, "the server noticed the client left")
-            rounds_at_cancel = len(job.round_ids)
+            rounds_at_cancel = len(job.rounds)
             steps.release(10_000)
             wait_until(lambda: server.worker.in_flight is not job, "the cancelled decode ended")
         after = client(server).chat.completions.create(model="t", messages=HELLO, max_tokens=3)

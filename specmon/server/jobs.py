@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import math
 import sys
 import threading
@@ -15,6 +16,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
+from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.driver import UNCHECKED, Decoded, SessionDriver
 from specmon.engine.prompts import Prompt
 from specmon.errors import SpecmonError
@@ -77,8 +79,6 @@ class Job:
     arrived: float = field(default_factory=time.perf_counter)
     queued_at: float = field(default_factory=time.time)  # wall clock, as the log's times: TTFT counts from it
     rounds: list[RoundVerified] = field(default_factory=list)  # counted in /metrics when the request ends
-    round_ids: list[int] = field(default_factory=list)
-    draft_lens: list[int] = field(default_factory=list)
     last_round_at: float | None = None
     ttft_s: float | None = None
 
@@ -106,8 +106,6 @@ class Decoder:
                 )
             except UnknownClass as exc:  # a reload since admission removed the class it names
                 raise unknown_class(exc) from None
-        from specmon.engine.draft_len import FixedDraftLen
-
         done = self.driver.decode(
             req.prompt,
             self.drafter,
@@ -138,8 +136,8 @@ class Worker:
         decoder: Decoder,
         metrics: ServerMetrics,
         max_queue: int,
-        on_done: Callable[[Job, Finished], None] | None = None,
-        on_fatal: Callable[[BaseException], None] | None = None,
+        on_done: Callable[[Job, Finished], None],
+        on_fatal: Callable[[BaseException], None],
     ):
         self.decoder, self.metrics, self.max_queue = decoder, metrics, max_queue
         self.on_done, self.on_fatal = on_done, on_fatal
@@ -147,7 +145,7 @@ class Worker:
         self.in_flight: Job | None = None
         self.failure: BaseException | None = None
         self._cond = threading.Condition()
-        self._closing = False
+        self.closing = False  # refuse new work: the server is shutting down
         self._moved = False  # requests arrived or left since the last QueueSample
         self._mean_s = 1.0  # recent seconds per request, for Retry-After
         self.thread = threading.Thread(target=self._run, name="specmon-serve-decode", daemon=True)
@@ -162,7 +160,7 @@ class Worker:
     def submit(self, job: Job) -> None:
         """Queue a job, or refuse it: 429 when full, 503 once the server is closing."""
         with self._cond:
-            if self._closing:
+            if self.closing:
                 raise ApiError(503, "the server is shutting down", type="server_error", code="shutting_down")
             if self.held >= self.max_queue:
                 wait = max(1, math.ceil(self._mean_s * self.held))
@@ -179,10 +177,6 @@ class Worker:
             self._moved = True
             self._cond.notify()
 
-    @property
-    def closing(self) -> bool:
-        return self._closing
-
     def cancel(self, job: Job) -> bool:
         """The client left: a waiting job leaves the queue (True: it was never decoded); a decoding one
         stops after its round (False: the decode ends as `cancelled`, reported like any other)."""
@@ -197,19 +191,11 @@ class Worker:
 
     def close(self) -> None:
         """Refuse new work, fail what waits, stop the decode in flight, and wait for the thread."""
+        why = "the server shut down before this request's turn"
         with self._cond:
-            self._closing = True
+            self.closing = True
             for job in self.waiting:
-                job.post(
-                    Failed(
-                        ApiError(
-                            503,
-                            "the server shut down before this request's turn",
-                            type="server_error",
-                            code="shutting_down",
-                        )
-                    )
-                )
+                job.post(Failed(ApiError(503, why, type="server_error", code="shutting_down")))
             self.waiting.clear()
             if self.in_flight is not None:
                 self.in_flight.cancelled.set()
@@ -226,9 +212,9 @@ class Worker:
             self._sample(None, 0)  # serving has started, or its last request is done (or the server closed)
         while True:
             with self._cond:
-                if not self.waiting and not self._closing:
+                if not self.waiting and not self.closing:
                     self._cond.wait(IDLE_LOOK_S)
-                if self._closing:
+                if self.closing:
                     return None
                 if self.waiting:
                     self.in_flight = self.waiting.popleft()
@@ -265,14 +251,13 @@ class Worker:
                 self._serve(job)
         except BaseException as exc:  # the log failed (or worse): no request can be served any more
             self.failure = exc
-            if self.on_fatal is not None:
-                self.on_fatal(exc)
+            self.on_fatal(exc)
 
     def _serve(self, job: Job) -> None:
         started = time.perf_counter()
         try:
             self._sample_queue(job, taken=True)  # here, so a log that fails now still answers the request
-            done = self.decoder.decode(job.request, self._on_round(job), lambda: _stop(job))
+            done = self.decoder.decode(job.request, functools.partial(self._on_round, job), lambda: _stop(job))
         except LogWriteFailed as exc:
             self._failed(job, ApiError(503, f"the server cannot log any more: {exc}", type="server_error"))
             raise
@@ -289,36 +274,28 @@ class Worker:
         finished = self._finished(job, done)
         self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - started)
         job.post(finished)
-        if self.on_done is not None:
-            self.on_done(job, finished)
+        self.on_done(job, finished)
 
     def _failed(self, job: Job, error: ApiError) -> None:
         """The client gets an error, not text: its rounds (if any ran) count, none of their tokens as sent."""
         self.metrics.count_rounds(job.rounds, 0)
         job.post(Failed(error))
 
-    def _on_round(self, job: Job) -> Callable[[RoundVerified], None]:
-        labels = self.metrics
-
-        def on_round(ev: RoundVerified) -> None:
-            now, name = time.perf_counter(), ev.prompt_class
-            job.rounds.append(ev)
-            job.round_ids.append(ev.round_id)
-            job.draft_lens.append(ev.draft_len)
-            if job.last_round_at is None:
-                job.ttft_s = time_to_first_token_s(job.queued_at, ev.t)  # the TUI's figure, from the same times
-                labels.ttft.labels(name).observe(job.ttft_s)
-            elif ev.emitted:
-                per_token = (now - job.last_round_at) / len(ev.emitted)
-                for _ in ev.emitted:
-                    labels.per_token.labels(name).observe(per_token)
-            job.last_round_at = now
-            self._sample_queue(job)
-            piece = job.text.add(ev.emitted)
-            if piece:
-                job.post(Piece(piece, SpecmonRound(ev.round_id, ev.draft_len, len(ev.proposed), ev.accepted)))
-
-        return on_round
+    def _on_round(self, job: Job, ev: RoundVerified) -> None:
+        now, name = time.perf_counter(), ev.prompt_class
+        job.rounds.append(ev)
+        if job.last_round_at is None:
+            job.ttft_s = time_to_first_token_s(job.queued_at, ev.t)  # the TUI's figure, from the same times
+            self.metrics.ttft.labels(name).observe(job.ttft_s)
+        elif ev.emitted:
+            per_token = (now - job.last_round_at) / len(ev.emitted)
+            for _ in ev.emitted:
+                self.metrics.per_token.labels(name).observe(per_token)
+        job.last_round_at = now
+        self._sample_queue(job)
+        piece = job.text.add(ev.emitted)
+        if piece:
+            job.post(Piece(piece, SpecmonRound(ev.round_id, ev.draft_len, len(ev.proposed), ev.accepted)))
 
     def _finished(self, job: Job, done: Decoded) -> Finished:
         req, run = job.request, done.run
@@ -332,8 +309,8 @@ class Worker:
             prompt_class=done.started.prompt_class,
             class_rule=done.started.class_rule,
             draft_len=done.started.draft_len,
-            round_ids=job.round_ids,
-            draft_lens=job.draft_lens,
+            round_ids=[ev.round_id for ev in job.rounds],
+            draft_lens=[ev.draft_len for ev in job.rounds],
             stop_reason=run.stop_reason,
         )
         reason = FINISH_REASONS.get(run.stop_reason, run.stop_reason)
