@@ -41,14 +41,14 @@ class Admission:
         tok = self.tokenizer
         text = render_chat(tok.chat_template, messages, eos_token=tok.tokenizer.id_to_token(tok.eos_id) or "")
         ids = tok.encode(text)
-        return self._admit("chat", "chatcmpl-", last_user_text(messages), ids, request, _limit(request), named_class)
+        return self._admit("chat", last_user_text(messages), ids, request, named_class)
 
     def completion(self, request: CompletionRequest, named_class: str | None) -> Admitted:
         check_unsupported(request)
         text, ids = completion_prompt(request, self.tokenizer.encode)
         self._check_ids(ids, "prompt")
         text = text or self.tokenizer.decode(ids)
-        return self._admit("completion", "cmpl-", text, ids, request, _limit(request) or 16, named_class)
+        return self._admit("completion", text, ids, request, named_class, default_max=16)
 
     def _check_ids(self, ids: list[int], param: str) -> None:
         bad = next((t for t in ids if not 0 <= t < self.tokenizer.vocab_size), None)
@@ -67,17 +67,9 @@ class Admission:
         eos = () if request.ignore_eos else (self.tokenizer.eos_id,)
         return tuple(dict.fromkeys([*eos, *extra]))
 
-    def _admit(
-        self,
-        endpoint: str,
-        prefix: str,
-        text: str,
-        ids: list[int],
-        request,
-        max_tokens: int | None,
-        named_class: str | None,
-    ) -> Admitted:
+    def _admit(self, endpoint: str, text: str, ids: list[int], request, named_class, default_max=None) -> Admitted:
         stops = _stops(request.stop)
+        max_tokens = request.max_completion_tokens or request.max_tokens or default_max  # OpenAI's newer name wins
         room = self.context_len - len(ids)
         if max_tokens is None and room >= 1:
             max_tokens = room  # as OpenAI: up to the end of the context
@@ -100,7 +92,7 @@ class Admission:
             )
         named = request.specmon_class or named_class or None  # "": none named
         name, rule = self.classify(text, named)
-        request_id = prefix + uuid.uuid4().hex[:24]
+        request_id = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
         ends = self.end_ids(request)
         prompt = Prompt(
             id=request_id,
@@ -124,11 +116,6 @@ class Admission:
             top_k=max(d.top_k if request.top_k is None else request.top_k, 0),  # vLLM's -1 is our 0: no cut
             seed=secrets.randbelow(2**31) if request.seed is None else request.seed,  # logged: reproducible
         )
-
-
-def _limit(request) -> int | None:
-    """The reply's token limit: max_completion_tokens (OpenAI's newer name) wins over max_tokens."""
-    return request.max_completion_tokens or request.max_tokens
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:

@@ -106,11 +106,7 @@ def completion_prompt(request: CompletionRequest, encode) -> tuple[str, list[int
                 code="unsupported_value",
             )
         prompt = prompt[0]
-    if isinstance(prompt, str):
-        ids = encode(prompt)
-        text = prompt
-    else:
-        ids, text = list(prompt), ""
+    ids, text = (encode(prompt), prompt) if isinstance(prompt, str) else (list(prompt), "")
     if not ids:
         raise ApiError(400, "`prompt` is empty", param="prompt", code="invalid_value")
     return text, ids

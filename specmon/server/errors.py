@@ -11,8 +11,7 @@ from specmon.server.protocol import UNSUPPORTED, UNSUPPORTED_WHY, ErrorBody, Err
 
 INVALID = "invalid_request_error"
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
-_MISSING = re.compile(r"Object missing required field `([^`]+)`")
-_UNKNOWN = re.compile(r"Object contains unknown field `([^`]+)`")
+_FIELD = re.compile(r"Object (missing required|contains unknown) field `([^`]+)`")
 
 
 class ApiError(Exception):
@@ -41,14 +40,12 @@ def from_decode_error(exc: msgspec.DecodeError) -> ApiError:
     text = str(exc)
     if not isinstance(exc, msgspec.ValidationError):
         return ApiError(400, f"the request body is not valid JSON ({text})", code="invalid_json")
-    missing, unknown = _MISSING.search(text), _UNKNOWN.search(text)
     path = _PATH.search(text)
     where = path.group(1) if path else ""
-    if missing:
-        field = f"{where}.{missing.group(1)}" if where else missing.group(1)
-        return ApiError(400, f"missing required field `{field}`", param=field, code="missing_required_parameter")
-    if unknown:
-        field = f"{where}.{unknown.group(1)}" if where else unknown.group(1)
+    if named := _FIELD.search(text):
+        field = f"{where}.{named.group(2)}" if where else named.group(2)
+        if named.group(1) == "missing required":
+            return ApiError(400, f"missing required field `{field}`", param=field, code="missing_required_parameter")
         return ApiError(
             400,
             f"`{field}` is not a parameter specmon serve knows, so it cannot honour it; leave it out",

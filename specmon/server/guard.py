@@ -7,7 +7,6 @@ the app (a 408 in the one error shape), since only the app knows when it reads o
 from __future__ import annotations
 
 import asyncio
-import functools
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -20,7 +19,7 @@ MAX_CONNECTIONS = 256  # far above batch-1 serving's needs, far below a process'
 
 
 class GuardedH11(H11Protocol):
-    def __init__(self, *args, head_timeout_s: float = HEAD_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS, **kwargs):
+    def __init__(self, *args, head_timeout_s: float, max_connections: int, **kwargs):
         super().__init__(*args, **kwargs)
         self.head_timeout_s, self.max_connections = head_timeout_s, max_connections
         self._head_deadline: asyncio.TimerHandle | None = None
@@ -86,8 +85,3 @@ class GuardedH11(H11Protocol):
             except h11.LocalProtocolError:
                 pass  # mid-head: h11 has nothing to close politely
             self.transport.close()
-
-
-def guarded_h11(head_timeout_s: float, max_connections: int):
-    """The protocol class uvicorn's Config takes as `http`, with these limits."""
-    return functools.partial(GuardedH11, head_timeout_s=head_timeout_s, max_connections=max_connections)

@@ -4,7 +4,7 @@ vLLM's protocol.py and TabbyAPI mirror), plus specmon's own `specmon` field and 
 Requests are decoded and validated in one step (msgspec.json.decode(body, type=...)); a field of
 the wrong type or out of range is named in the error. Every top-level field is one of three kinds:
 honoured, refused by name unless at its "not used" value (UNSUPPORTED), or harmless metadata
-accepted on purpose (METADATA); a field the API does not define is refused by name, never ignored."""
+accepted on purpose (user, metadata, ...); a field the API does not define is refused by name, never ignored."""
 
 from __future__ import annotations
 
@@ -58,8 +58,6 @@ UNSUPPORTED_WHY: dict[str, str] = {
     "which the round loop's sampling does not do",
     "reasoning_effort": "the served model is not a reasoning model",
 }
-# Accepted on purpose and not used: they change nothing a client gets back.
-METADATA = ("user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key")
 
 
 class StreamOptions(msgspec.Struct, forbid_unknown_fields=True):
@@ -99,7 +97,7 @@ class _Sampled(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     min_tokens: MinTokens = 0  # vLLM's: the end tokens cannot be chosen before this many tokens
     stop_token_ids: list[TokenId] | None = None  # vLLM's: these tokens end the reply too
     specmon_class: str | None = None  # names the class (a policy tag or class name); clients send it in extra_body
-    user: str | None = None
+    user: str | None = None  # it and the five below: accepted on purpose and not used (they change nothing sent back)
     metadata: Metadata | None = None
     store: bool | None = None
     service_tier: str | None = None

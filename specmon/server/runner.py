@@ -6,6 +6,7 @@ lets uvicorn finish the responses."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import socket
@@ -18,13 +19,13 @@ from typing import Callable, Iterator
 
 import uvicorn
 
-from specmon.sched.policy import PolicyDraftLen
+from specmon.errors import SpecmonError
+from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 from specmon.server.admit import Admission
 from specmon.server.app import ServeState, build_app
-from specmon.sched.policy import PolicyScheduler
 from specmon.server.classes import fixed_class, policy_class
 from specmon.server.errors import ApiError, for_terminal
-from specmon.server.guard import BODY_TIMEOUT_S, HEAD_TIMEOUT_S, MAX_CONNECTIONS, guarded_h11
+from specmon.server.guard import BODY_TIMEOUT_S, HEAD_TIMEOUT_S, MAX_CONNECTIONS, GuardedH11
 from specmon.server.jobs import Decoder, Finished, Job, Worker
 from specmon.server.metrics import ServerMetrics
 from specmon.server.records import millis, notice_text, short_id
@@ -58,7 +59,7 @@ def uvicorn_config(app, head_timeout_s: float, max_connections: int) -> uvicorn.
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=GRACE_S,
-        http=guarded_h11(head_timeout_s, max_connections),
+        http=functools.partial(GuardedH11, head_timeout_s=head_timeout_s, max_connections=max_connections),
     )
 
 
@@ -216,8 +217,6 @@ def request_line(job: Job, done: Finished, status: int = 200, took_s: float | No
 
 def bind(host: str, port: int) -> socket.socket:
     """The listening socket, or one line saying why not (e.g. the port is taken)."""
-    from specmon.errors import SpecmonError
-
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         sock = socket.create_server((host, port), family=family, reuse_port=False)
