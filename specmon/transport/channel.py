@@ -33,14 +33,12 @@ class Subscription:
         self._buf: collections.deque = collections.deque(maxlen=maxlen)
         self._lock = threading.Lock()
         self.skipped = 0
-        self.received = 0
 
     def offer(self, event: AnyEvent) -> None:
         with self._lock:
             if len(self._buf) == self._buf.maxlen:
                 self.skipped += 1  # the deque drops its oldest entry
             self._buf.append(event)
-            self.received += 1
 
     def drain(self) -> list[AnyEvent]:
         with self._lock:
@@ -133,7 +131,6 @@ class Channel:
         self.log = log
         self._subs: list[Subscription] = []
         self._callbacks: list[Callable[[AnyEvent], None]] = []
-        self.published = 0
 
     def subscribe(self, maxlen: int = 10_000) -> Subscription:
         sub = Subscription(maxlen)
@@ -155,7 +152,6 @@ class Channel:
             sub.offer(event)
         for callback in self._callbacks:
             callback(event)
-        self.published += 1
 
     def close(self) -> None:
         if self.log is not None:

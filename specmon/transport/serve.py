@@ -67,23 +67,23 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 class EventServer:
-    def __init__(self, sink: LogSink, unix_path: Path | None = None, tcp: tuple[str, int] | None = None):
-        self.sink = sink
+    def __init__(self, sink: LogSink, unix_path: Path, tcp: tuple[str, int] | None = None):
+        self.sink, self.unix_path = sink, unix_path
         self.token = secrets.token_hex(16) if tcp else None  # in memory and in token_path, never printed
         self.token_path: Path | None = None
-        self._listeners: list[socket.socket] = []
-        self._stopping = threading.Event()
-        self.unix_path = unix_path
         self.log_link: Path | None = None
         self.tcp_address = None
+        self._listeners: list[socket.socket] = []
+        self._stopping = threading.Event()
         try:
-            if unix_path is not None:
-                self._listeners.append(_unix_listener(unix_path))
-                self.log_link = _link_log(unix_path.with_suffix(".log"), Path(sink.path))
+            self._listeners.append(_unix_listener(unix_path))
+            # a link beside the socket to the session's log, so `attach` can list sessions with their history
+            self.log_link = unix_path.with_suffix(".log")
+            self.log_link.unlink(missing_ok=True)
+            os.symlink(Path(sink.path).resolve(), self.log_link)
             if tcp is not None:
                 self._listeners.append(self._tcp_listener(tcp))
-                base = unix_path or runtime_dir() / f"tcp-{self.tcp_address[1]}.sock"
-                self.token_path = write_token(base.with_suffix(".token"), self.token)
+                self.token_path = write_token(unix_path.with_suffix(".token"), self.token)
         except BaseException:
             self.close()  # no listener or socket file outlives a failed start
             raise
@@ -168,13 +168,6 @@ def write_token(path: Path, token: str) -> Path:
         os.fchmod(fh.fileno(), 0o600)  # whatever the umask
         fh.write(token + "\n")
     return path
-
-
-def _link_log(link: Path, log: Path) -> Path:
-    """A link beside the socket to the session's log, so `attach` can list sessions with their history."""
-    link.unlink(missing_ok=True)
-    os.symlink(log.resolve(), link)
-    return link
 
 
 def _unix_listener(path: Path) -> socket.socket:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -34,12 +34,12 @@ class LiveSession:
     channel: Channel
     sink: LogSink
     server: EventServer | None
+    session_id: str
     view: Subscription | None = None  # the TUI's bounded buffer, subscribed before the first event
     events: list[AnyEvent] = field(default_factory=list)  # everything published, for the final tables
     finished: SessionFinished | None = None
     keep_events: bool = True  # False for a long-lived session (a server): only the log keeps them
     costs: Costs | None = None  # the engine's costs, measured at load under a policy
-    observed_id: str = ""  # the session id where there is no driver
     memory: Memory | None = None  # what earlier sessions learned (memory.store); None: nothing kept
     engine_key: dict[str, str] = field(default_factory=dict)  # what the engine's figures depend on
 
@@ -54,10 +54,6 @@ class LiveSession:
     def _observe(self, event: AnyEvent) -> None:
         if self.keep_events:
             self.events.append(event)
-
-    @property
-    def session_id(self) -> str:
-        return self.driver.session_id if self.driver is not None else self.observed_id
 
     @property
     def log_path(self) -> Path:
@@ -98,10 +94,8 @@ def live_session(
     session = _open(pair, profile, log_path, serve, listen, viewer, rotation)
     session.keep_events = keep_events
     session.memory, session.engine_key = (memory, engine_key) if engine_key else (None, {})
-    in_flight: BaseException | None = None
-    try:
-        if announce:
-            _announce(session)
+
+    def header() -> SessionStarted:
         started = session.driver.started_event(profile, drafter)
         if policy is not None:
             started.policy_text, started.policy_hash = policy.text, policy.sha256
@@ -114,16 +108,10 @@ def live_session(
                     f"{len(session.costs.verify_ms)} points timed under contention): the policy may misjudge "
                     "what a draft costs"
                 )
-        session.channel.publish(started)
-        with rotate_on_signal(session, rotation):
-            yield session
-        session.finish("done")
-    except BaseException as exc:
-        in_flight = exc
-        _finish_quietly(session, "interrupted" if isinstance(exc, (KeyboardInterrupt, Cancelled)) else "error")
-        raise
-    finally:
-        _end(session, in_flight)
+        return started
+
+    with _running(session, header, announce, rotation):
+        yield session
 
 
 def _costs(session: LiveSession, profile, drafter: Drafter, policy, host: dict[str, str], announce: bool) -> Costs:
@@ -142,16 +130,11 @@ def _costs(session: LiveSession, profile, drafter: Drafter, policy, host: dict[s
             )
         return recalled.body
     what = "timing the engine for the policy"  # a verify pass over 1..positions positions: one short line a tenth
-    with progress(what, timings_total(positions)) if announce else _no_progress() as done:
+    with progress(what, timings_total(positions)) if announce else nullcontext(lambda done: None) as done:
         costs = measure_costs(session.driver.target, drafter, positions, done=done)
     if shelf is not None and not costs.disturbed:  # a curve the host disturbed is timed again next time
         shelf.keep(session.session_id, costs)
     return costs
-
-
-@contextmanager
-def _no_progress() -> Iterator[Callable[[int], None]]:
-    yield lambda done: None
 
 
 @contextmanager
@@ -169,20 +152,40 @@ def observer_session(
     decoding one, its header built by `started(session_id)`; events are published on session.channel."""
     session = _open(None, None, log_path, serve, listen, viewer, rotation)
     session.keep_events = False  # a watch runs for days: only the log keeps them
+    with _running(session, lambda: started(session.session_id), announce, rotation):
+        yield session
+
+
+@contextmanager
+def _running(
+    session: LiveSession, header: Callable[[], SessionStarted], announce: bool, rotation: Rotation | None
+) -> Iterator[None]:
+    """Say where to watch, publish the header, and run the body; then finish and close everything,
+    raising a log-write failure if there was one."""
     in_flight: BaseException | None = None
     try:
         if announce:
             _announce(session)
-        session.channel.publish(started(session.session_id))
+        session.channel.publish(header())
         with rotate_on_signal(session, rotation):
-            yield session
+            yield
         session.finish("done")
     except BaseException as exc:
         in_flight = exc
-        _finish_quietly(session, "interrupted" if isinstance(exc, KeyboardInterrupt) else "error")
+        with suppress(LogWriteFailed):  # the log is already failing; closing reports it
+            session.finish("interrupted" if isinstance(exc, (KeyboardInterrupt, Cancelled)) else "error")
         raise
     finally:
-        _end(session, in_flight)
+        try:
+            session.channel.close()
+        finally:
+            if session.server is not None:
+                session.server.close()
+        failure = session.sink.failure()
+        if failure is not None and (in_flight is None or isinstance(in_flight, LogWriteFailed)):
+            raise failure
+        if failure is not None:  # the error in flight says what went wrong first; this says what it cost
+            print_error(str(failure))
 
 
 def observed_header(session_id: str, backend: str, target: str, kind: str, policy=None) -> SessionStarted:
@@ -218,15 +221,6 @@ def rotate_on_signal(session: LiveSession, rotation: Rotation | None) -> Iterato
         signal.signal(signal.SIGUSR1, previous)
 
 
-def _end(session: LiveSession, in_flight: BaseException | None) -> None:
-    _close(session)
-    failure = session.sink.failure()
-    if failure is not None and (in_flight is None or isinstance(in_flight, LogWriteFailed)):
-        raise failure
-    if failure is not None:  # the error in flight says what went wrong first; this says what it cost
-        print_error(str(failure))
-
-
 def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: bool, rotation=None) -> LiveSession:
     session_id = new_session_id()
     path = log_path or default_log_path(session_id)
@@ -238,7 +232,7 @@ def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: boo
     driver = None
     if pair is not None:
         driver = SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin)
-    session = LiveSession(driver, channel, sink, None, observed_id=session_id)
+    session = LiveSession(driver, channel, sink, None, session_id)
     channel.on_event(session._observe)
     session.view = channel.subscribe(maxlen=VIEW_BUFFER) if viewer else None
     try:
@@ -248,21 +242,6 @@ def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: boo
         sink.path.unlink(missing_ok=True)  # it holds no event yet: nothing to keep
         raise
     return session
-
-
-def _finish_quietly(session: LiveSession, reason: str) -> None:
-    try:
-        session.finish(reason)
-    except LogWriteFailed:
-        pass  # the log is already failing; closing reports it
-
-
-def _close(session: LiveSession) -> None:
-    try:
-        session.channel.close()
-    finally:
-        if session.server is not None:
-            session.server.close()
 
 
 def _announce(session: LiveSession) -> None:
