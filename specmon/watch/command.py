@@ -3,6 +3,7 @@ interval under the TUI or printing one line per window, and end with the totals.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from pathlib import Path
@@ -41,10 +42,7 @@ def run_watch(args) -> int:
             rotation=args.rotation,
         ) as session:
             watcher.session_id, watcher.publish = session.session_id, session.channel.publish
-            if tui:
-                watch_under_tui(session, watcher, args, first)
-            else:
-                watch_headless(session, watcher, args, first)
+            watch(session, watcher, args, first, tui)
     return 0
 
 
@@ -54,25 +52,18 @@ def say(line: str) -> None:
         print(part, flush=True)
 
 
-def watch_headless(session: LiveSession, watcher: Watcher, args, first: ServerScraped) -> None:
-    """One line per window in this thread; Ctrl-C or SIGTERM end it with the totals and a finished log."""
+def watch(session: LiveSession, watcher: Watcher, args, first: ServerScraped, tui: bool) -> None:
+    """Read every interval: on a thread under the app (which drains the session's view; quitting it stops
+    the watch), else one line per window in this thread. Either way, the totals at the end."""
     stop = threading.Event()
-    try:
-        poll(watcher, say, args.interval, args.duration, stop, first)
-    except KeyboardInterrupt:
-        say(watcher.totals())
-        session.finish("interrupted")
-        raise
-    say(watcher.totals())
-
-
-def watch_under_tui(session: LiveSession, watcher: Watcher, args, first: ServerScraped) -> None:
-    """Read on a thread; the app (main thread) drains the session's view. Quitting the app stops the watch."""
-    stop = threading.Event()
-
-    def read() -> None:  # the app shows the server's state from the events: the lines are not needed
-        poll(watcher, lambda line: None, args.interval, args.duration, stop, first)
-
-    # a failure is shown in the title and ends the watch; the totals still follow
-    beside_view(session.view, f"watch {args.url}", read, stop.set, "specmon-watch", "watch")
+    if tui:  # the app shows the server's state from the events: the lines are not needed
+        read = functools.partial(poll, watcher, lambda line: None, args.interval, args.duration, stop, first)
+        # a failure is shown in the title and ends the watch; the totals still follow
+        beside_view(session.view, f"watch {args.url}", read, stop.set, "specmon-watch", "watch")
+    else:
+        try:
+            poll(watcher, say, args.interval, args.duration, stop, first)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the totals, and the session ends "interrupted"
+            say(watcher.totals())
+            raise
     say(watcher.totals())

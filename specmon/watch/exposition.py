@@ -82,13 +82,8 @@ def detect_kind(text: str) -> str | None:
 
 def kind_of(names: dict) -> str | None:
     """The kind whose speculative counters the page has; else the kind any of its names belong to."""
-    for want_spec in (True, False):
-        for kind, n in NAMES.items():
-            if want_spec and n.prefix + n.drafts in names:
-                return kind
-            if not want_spec and any(name.startswith(n.prefix) for name in names):
-                return kind
-    return None
+    speculating = next((kind for kind, n in NAMES.items() if n.prefix + n.drafts in names), None)
+    return speculating or next((kind for kind, n in NAMES.items() if any(x.startswith(n.prefix) for x in names)), None)
 
 
 def read(names: dict[str, list[tuple[dict[str, str], float]]], kind: str) -> Reading:

@@ -29,9 +29,8 @@ class ReadFold:
     """Takes each read; says which reads to pass on, in order. Holds the folded reads of the last
     `recent_s` (and the one before them): at most recent_s / interval + 1 of them."""
 
-    def __init__(self, recent_s: float | None = None, heartbeat_s: float | None = None):
-        self.recent_s = RECENT_S if recent_s is None else recent_s
-        self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
+    def __init__(self, recent_s: float = RECENT_S, heartbeat_s: float = HEARTBEAT_S):
+        self.recent_s, self.heartbeat_s = recent_s, heartbeat_s
         self.last: ServerScraped | None = None  # the last read passed on
         self.changed_t = 0.0  # when the last change was read
         self.settled = True  # the first unchanged read recent_s after a change has been passed on

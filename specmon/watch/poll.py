@@ -3,6 +3,8 @@ line) what changed: a window's figures, the server down, back or restarted."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import threading
 import time
 from typing import Callable
@@ -70,11 +72,6 @@ class Watcher:
         else:
             self.runs.append([now])  # a run begins: the first read, or the first after a restart
 
-    @property
-    def ends(self) -> list[ServerScraped]:
-        """Each run's first and latest good read, in order: what served.total sums."""
-        return [s for run in self.runs for s in run]
-
     def totals(self) -> str:
         return lines.totals_line(self.runs, self.failed_reads)
 
@@ -94,16 +91,11 @@ def poll(
     """Step every `interval_s` (on a fixed schedule: a slow read does not push the next ones back) until
     `stop` is set or `duration_s` has passed; the last read is taken at the duration's end."""
     start = time.monotonic()
-    taken = 0
-    while True:
-        for line in watcher.step(first if taken == 0 else None):
+    end = start + (math.inf if duration_s is None else duration_s)
+    for taken in itertools.count(1):
+        for line in watcher.step(first if taken == 1 else None):
             say(line)
-        taken += 1
-        elapsed = time.monotonic() - start
-        if stop.is_set() or (duration_s is not None and elapsed >= duration_s):
+        if stop.is_set() or time.monotonic() >= end:
             return
-        due = start + taken * interval_s
-        if duration_s is not None:
-            due = min(due, start + duration_s)
-        if stop.wait(max(0.0, due - time.monotonic())):
+        if stop.wait(max(0.0, min(start + taken * interval_s, end) - time.monotonic())):
             return

@@ -3,6 +3,7 @@ why there are none (down, refused, not a /metrics page, no speculative counters)
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import httpx
@@ -73,20 +74,7 @@ def scrape(
     except NotMetrics as exc:
         return _failed(session_id, t, url, found, f"{address}: {exc}, not a count")
     error = "" if figures.drafts is not None else f"{address} has no speculative-decoding counters: is speculation on?"
-    return ServerScraped(
-        session_id=session_id,
-        t=t,
-        url=url,
-        kind=found,
-        drafts=figures.drafts,
-        draft_tokens=figures.draft_tokens,
-        accepted=figures.accepted,
-        accepted_per_pos=figures.accepted_per_pos,
-        generation_tokens=figures.generation_tokens,
-        running=figures.running,
-        waiting=figures.waiting,
-        error=error,
-    )
+    return ServerScraped(session_id=session_id, t=t, url=url, error=error, **dataclasses.asdict(figures))
 
 
 def _failed(session_id: str, t: float, url: str, kind: str, error: str) -> ServerScraped:
