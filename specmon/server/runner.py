@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 import uvicorn
 
 from specmon.errors import SpecmonError
+from specmon.policy.engine import PolicyEngine
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 from specmon.server.admit import Admission
 from specmon.server.app import ServeState, build_app
@@ -29,7 +30,7 @@ from specmon.server.guard import BODY_TIMEOUT_S, HEAD_TIMEOUT_S, MAX_CONNECTIONS
 from specmon.server.jobs import Decoder, Finished, Job, Worker
 from specmon.server.metrics import ServerMetrics
 from specmon.server.records import millis, notice_text, short_id
-from specmon.transport.session import LiveSession
+from specmon.transport.session import LiveSession, handling
 
 MAX_BODY_BYTES = 1 << 20  # a chat far past any context this serves still fits; a runaway upload does not
 GRACE_S = 5.0  # how long replies in flight may take to finish after a shutdown
@@ -80,20 +81,14 @@ def interrupt_when_up(server: uvicorn.Server) -> Iterator[None]:
     """Until uvicorn's own handler is in, a Ctrl-C asks `server` to exit as soon as it is up instead of
     raising wherever it lands (in a weakref callback Python prints it and drops it: the Ctrl-C right
     after the start line was lost); raised as KeyboardInterrupt once the body ends, as a Ctrl-C is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     caught: list[int] = []
 
     def hold(signum, frame) -> None:
         caught.append(signum)
         server.should_exit = True
 
-    previous = signal.signal(signal.SIGINT, hold)
-    try:
+    with handling(signal.SIGINT, hold):
         yield  # uvicorn puts its handler in while serving, and hands a Ctrl-C it took back here at its end
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if caught:
         raise KeyboardInterrupt
 
@@ -129,18 +124,13 @@ class Serving(OnThread):
     thread_name = "specmon-serve-http"
 
     def __init__(self, session: LiveSession, pair, profile, options: ServeOptions, policy=None):
-        from specmon.policy.engine import PolicyEngine
-
         driver = session.driver
         self.session, self.options = session, options
         self.metrics = ServerMetrics()
         shelf = session.policy_shelf(profile.sampling.to_event())  # requests sample as they ask: the default
         session.channel.on_event(self.metrics.observe)
-        self.policy = (
-            PolicyScheduler(driver, PolicyEngine(policy, session.session_id, session.costs, shelf), pair.drafter)
-            if policy
-            else None
-        )
+        engine = PolicyEngine(policy, session.session_id, session.costs, shelf) if policy else None
+        self.policy = PolicyScheduler(driver, engine, pair.drafter) if policy else None
         k = options.draft_len if options.draft_len is not None else profile.drafter.draft_len
         self.decoder = Decoder(driver, pair.drafter, self.policy, k)
         self.worker = Worker(self.decoder, self.metrics, options.max_queue, self._done, self._fatal)

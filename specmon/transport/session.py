@@ -167,7 +167,9 @@ def _running(
         if announce:
             _announce(session)
         session.channel.publish(header())
-        with rotate_on_signal(session, rotation):
+        # SIGUSR1 (nginx's signal to reopen its logs) rotates a rotating log; without rotation it keeps its default
+        rotating = handling(signal.SIGUSR1, lambda signum, frame: session.sink.rotate_soon())
+        with rotating if rotation is not None else nullcontext():
             yield
         session.finish("done")
     except BaseException as exc:
@@ -209,16 +211,16 @@ def observed_header(session_id: str, backend: str, target: str, kind: str, polic
 
 
 @contextmanager
-def rotate_on_signal(session: LiveSession, rotation: Rotation | None) -> Iterator[None]:
-    """While inside, SIGUSR1 (nginx's signal to reopen its logs) rotates a rotating session's log."""
-    if rotation is None or threading.current_thread() is not threading.main_thread():
-        yield  # no rotation asked for: SIGUSR1 keeps its default
+def handling(signum: int, handler: Callable) -> Iterator[None]:
+    """While inside, `handler` takes `signum`, in the main thread (only it may set one); the old one after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: session.sink.rotate_soon())
+    previous = signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGUSR1, previous)
+        signal.signal(signum, previous)
 
 
 def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: bool, rotation=None) -> LiveSession:
