@@ -23,7 +23,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from specmon.server.admit import Admission
-from specmon.server.errors import ApiError, from_decode_error, status_error, too_deep
+from specmon.server.errors import ApiError, from_decode_error, status_error
 from specmon.server.jobs import Failed, Finished, Job, Piece, Worker
 from specmon.server.metrics import CONTENT_TYPE, ServerMetrics
 from specmon.server.protocol import (
@@ -49,10 +49,10 @@ class ServeState:
     metrics: ServerMetrics
     session_id: str
     created: int
-    api_key: bytes | None = None
-    max_body_bytes: int = 1 << 20
-    on_refused: Callable[[str, ApiError], None] | None = None  # the headless line of a refused request
-    body_timeout_s: float = 30.0  # a body still arriving after this is refused with 408
+    api_key: bytes | None
+    max_body_bytes: int
+    on_refused: Callable[[str, ApiError], None] | None  # the headless line of a refused request
+    body_timeout_s: float  # a body still arriving after this is refused with 408
 
 
 def build_app(state: ServeState) -> Starlette:
@@ -193,7 +193,7 @@ async def _complete(request: Request, state: ServeState, chat: bool) -> Response
     except msgspec.DecodeError as exc:
         raise from_decode_error(exc) from None
     except RecursionError:  # nesting inside a free-form field (metadata, tools): the decoder's stack ran out
-        raise too_deep() from None
+        raise ApiError(400, "the request body is nested too deeply", code="invalid_json") from None
     admit = state.admission.chat if chat else state.admission.completion
     admitted = await anyio.to_thread.run_sync(admit, parsed, class_header(request))
     text = ReplyText(reply_decoder(state.admission.tokenizer), admitted.prompt.end_ids, admitted.stops)
@@ -228,8 +228,7 @@ async def _outcome(job: Job, request: Request, state: ServeState) -> Finished | 
                 item.cancel()
                 _client_left(state, request.url.path, job)
                 return None
-            result = item.result()
-            if isinstance(result, (Finished, Failed)):
+            if isinstance(result := item.result(), (Finished, Failed)):
                 return result
     finally:
         gone.cancel()
@@ -246,21 +245,17 @@ async def _events(job: Job, reply: Reply, state: ServeState, path: str, include_
     finished = False
     try:
         yield _sse(reply.opening())
-        while True:
-            item = await job.out.get()
-            if isinstance(item, Piece):
-                yield _sse(reply.piece(item.text, item.round))
-                continue
-            finished = True
-            if isinstance(item, Failed) or item.finish_reason == "cancelled":
-                error = item.error if isinstance(item, Failed) else SHUT_DOWN
-                yield b"data: " + error.body() + b"\n\n"
-            else:
-                yield _sse(reply.closing(item))
-                if include_usage:
-                    yield _sse(reply.usage(item.usage))
-            yield b"data: [DONE]\n\n"
-            return
+        while isinstance(item := await job.out.get(), Piece):
+            yield _sse(reply.piece(item.text, item.round))
+        finished = True
+        if isinstance(item, Failed) or item.finish_reason == "cancelled":
+            error = item.error if isinstance(item, Failed) else SHUT_DOWN
+            yield b"data: " + error.body() + b"\n\n"
+        else:
+            yield _sse(reply.closing(item))
+            if include_usage:
+                yield _sse(reply.usage(item.usage))
+        yield b"data: [DONE]\n\n"
     finally:
         if not finished:
             _client_left(state, path, job)  # the stream was cancelled before the end

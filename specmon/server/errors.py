@@ -102,11 +102,6 @@ def for_terminal(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
-def too_deep() -> ApiError:
-    """JSON nested past what the decoder recurses into: a client's fault, said as one."""
-    return ApiError(400, "the request body is nested too deeply", code="invalid_json")
-
-
 def _short(value) -> str:
     text = msgspec.json.encode(value).decode()
     return text if len(text) <= 60 else text[:57] + "..."

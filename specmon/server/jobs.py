@@ -263,18 +263,16 @@ class Worker:
             raise
         except ApiError as exc:  # refused at its turn: a reload since admission removed the class it names
             self._failed(job, exc)
-            return
         except SpecmonError as exc:
             self._failed(job, ApiError(400, str(exc), code="invalid_value"))
-            return
         except Exception as exc:  # noqa: BLE001 - one request's bug must not end the server
             traceback.print_exc(file=sys.stderr)
             self._failed(job, ApiError(500, f"decoding failed: {exc!r}", type="server_error"))
-            return
-        finished = self._finished(job, done)
-        self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - started)
-        job.post(finished)
-        self.on_done(job, finished)
+        else:
+            finished = self._finished(job, done)
+            self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - started)
+            job.post(finished)
+            self.on_done(job, finished)
 
     def _failed(self, job: Job, error: ApiError) -> None:
         """The client gets an error, not text: its rounds (if any ran) count, none of their tokens as sent."""

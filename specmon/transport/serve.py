@@ -122,12 +122,8 @@ class EventServer:
 
     def _token_ok(self, conn: socket.socket) -> bool:
         conn.settimeout(TOKEN_WAIT_S)
-        line = b""
-        while not line.endswith(b"\n") and len(line) < 256:
-            part = conn.recv(256)
-            if not part:
-                return False
-            line += part
+        with conn.makefile("rb") as lines:
+            line = lines.readline(256)  # to its newline, the end of the connection or 256 bytes
         conn.settimeout(None)
         return hmac.compare_digest(line.strip(), (self.token or "").encode())
 

@@ -67,8 +67,7 @@ class Watcher:
 
     def _keep(self, now: ServerScraped) -> None:
         if self.runs and not served.restarted(self.runs[-1][-1], now, self.gone):
-            run = self.runs[-1]
-            run[1:] = [now]  # the run's latest read replaces the one before it
+            self.runs[-1][1:] = [now]  # the run's latest read replaces the one before it
         else:
             self.runs.append([now])  # a run begins: the first read, or the first after a restart
 
