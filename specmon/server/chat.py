@@ -75,11 +75,11 @@ def _raise(message: str):
     raise jinja2.TemplateError(message)
 
 
-def render_chat(template: str, messages: list[dict[str, str]], eos_token: str, bos_token: str = "") -> str:
+def render_chat(template: str, messages: list[dict[str, str]], eos_token: str) -> str:
     """The conversation as the model was trained to see it, ending where the assistant's reply starts."""
     try:
         return _compiled(template).render(
-            messages=messages, add_generation_prompt=True, eos_token=eos_token, bos_token=bos_token
+            messages=messages, add_generation_prompt=True, eos_token=eos_token, bos_token=""
         )
     except jinja2.TemplateError as exc:  # the template refused the conversation, e.g. roles that do not alternate
         raise ApiError(
