@@ -91,14 +91,11 @@ class EventServer:
             threading.Thread(target=self._accept, args=(listener,), daemon=True, name="specmon-accept").start()
 
     def _tcp_listener(self, tcp: tuple[str, int]) -> socket.socket:
-        listener = socket.socket(socket.AF_INET6 if ":" in tcp[0] else socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            listener.bind(tcp)
-        except OSError as exc:
-            listener.close()
-            raise SpecmonError(f"cannot listen on {tcp[0]}:{tcp[1]}: {exc.strerror}") from None
-        listener.listen()
+        try:  # SO_REUSEADDR, bound and listening
+            listener = socket.create_server(tcp, family=socket.AF_INET6 if ":" in tcp[0] else socket.AF_INET)
+        except OSError as exc:  # create_server wraps strerror in "while attempting to bind ...": say it once
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise SpecmonError(f"cannot listen on {tcp[0]}:{tcp[1]}: {reason}") from None
         self.tcp_address = listener.getsockname()[:2]
         return listener
 
