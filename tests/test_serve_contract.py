@@ -285,3 +285,13 @@ def test_promtool_finds_nothing_to_lint_in_a_real_scrape(tmp_path, twin):
     assert "specmon_goodput_tokens_per_second" in scrape and "_per_ms" not in scrape
     checked = subprocess.run([promtool, "check", "metrics"], input=scrape, capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr
+
+
+def test_starlettes_own_refusals_come_in_the_one_error_shape(tmp_path, tiny):
+    with serving(tmp_path, tiny, policy=None, draft_len=2) as (server, _):
+        missing = httpx.get(server.url + "/v1/nowhere")
+        wrong = httpx.delete(server.url + "/v1/chat/completions")
+    assert missing.status_code == 404 and wrong.status_code == 405
+    assert missing.json()["error"]["code"] == "not_found"
+    assert wrong.json()["error"]["code"] == "method_not_allowed"
+    assert missing.json()["error"]["message"].startswith("GET /v1/nowhere: ")

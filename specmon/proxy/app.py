@@ -34,11 +34,11 @@ from specmon.proxy.usage import UsageCut, ask_upstream, asking
 from specmon.proxy.routing import Router
 from specmon.server.app import authorize, class_header, disconnected, error_response, read_body
 from specmon.server.errors import ApiError, status_error
+from specmon.server.guard import BODY_TIMEOUT_S
 from specmon.server.metrics import CONTENT_TYPE
 from specmon.watch.scrape import UPSTREAM_PAGE  # the speculating side's own /metrics: the proxy's is its own
 
 MAX_BODY_BYTES = 32 << 20  # llama-server takes long contexts and inline images; a runaway upload still stops
-BODY_TIMEOUT_S = 30.0
 ENDPOINTS = {
     "/v1/chat/completions": "chat",
     "/chat/completions": "chat",
@@ -110,9 +110,7 @@ def build_app(state: ProxyState) -> Starlette:
         return error_response(exc)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        return await api_error(
-            request, status_error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
-        )
+        return await api_error(request, status_error(request, exc))
 
     routes = [Route(path, classified, methods=["POST"]) for path in ENDPOINTS]
     routes += [Route("/metrics", metrics, methods=["GET"]), Route("/{path:path}", passed, methods=METHODS)]

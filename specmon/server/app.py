@@ -92,9 +92,7 @@ def build_app(state: ServeState) -> Starlette:
         return await api_error(request, ApiError(500, f"internal error: {exc!r}", type="server_error"))
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        return await api_error(
-            request, status_error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
-        )
+        return await api_error(request, status_error(request, exc))
 
     routes = [
         Route("/v1/chat/completions", functools.partial(_complete, state=state, chat=True), methods=["POST"]),

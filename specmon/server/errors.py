@@ -107,7 +107,7 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def status_error(status: int, message: str) -> ApiError:
-    """Starlette's own refusals (no such route, wrong method) in the one shape."""
-    code = {404: "not_found", 405: "method_not_allowed"}.get(status)
-    return ApiError(status, message, code=code)
+def status_error(request, exc) -> ApiError:
+    """Starlette's own refusals (an HTTPException: no such route, wrong method) in the one shape."""
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    return ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code)
