@@ -2,8 +2,9 @@
 one width got from one place (line_width). Every screen, pane, table note, `--help`, notice and record
 fits its text here:
 
-- wrap: a message or note broken at words, its continuation lines under a hanging indent, each phrase of
-  `whole` (a figure with its unit, a command to copy) kept on one line where a line can hold it;
+- wrap (wrap_each: each line of a text): a message or note broken at words, its continuation lines
+  under a hanging indent, each phrase of `whole` (a figure with its unit, a command to copy) kept on one
+  line where a line can hold it;
 - title: a one-line title of parts, each with its wordings, longest first, that give way in a stated
   order, then a part cut with …, then the line itself;
 - first_fitting: the first of a few wordings that fits.
@@ -86,6 +87,12 @@ def wrap(
     if last is not None:
         lines.append(_line(flat, first, last, lines, indent))
     return lines or [Text()]  # a blank text is one blank line
+
+
+def wrap_each(text: str | Text, width: int, whole: Iterable[str] = ()) -> list[Text]:
+    """Each line of `text` wrapped as wrap does it, within `width` (one column at least): a pane's lines, to count."""
+    text = Text(text) if isinstance(text, str) else text
+    return [part for line in text.split("\n") for part in wrap(line, max(width, 1), whole=whole)]
 
 
 def wrapped_lines(

@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Static
 
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.interval import SpeedupEstimate
-from specmon.text import first_fitting, wrap
+from specmon.text import first_fitting, wrap_each
 from specmon.tui.state import ViewState
 
 TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cyan", "plain": "default", "prompt": "dim"}
@@ -46,10 +46,11 @@ def _spark(values: list[float | None], width: int, top: float | None, style: str
     return text
 
 
+# metric -> (its name on screen, its definition, RunStats' figure over the run)
 DEFINITIONS = {
-    "acceptance rate": ("acceptance rate", "Σacc/Σprop"),
-    "mean accepted length": ("mean accepted length", "Σacc/rounds"),
-    "alpha-hat": ("α̂", "mean Σmin(p,q)"),
+    "acceptance rate": ("acceptance rate", "Σacc/Σprop", "acceptance_rate"),
+    "mean accepted length": ("mean accepted length", "Σacc/rounds", "mean_accepted_len"),
+    "alpha-hat": ("α̂", "mean Σmin(p,q)", "alpha_hat"),
 }
 
 
@@ -89,14 +90,10 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
     """The headline over all rounds of the current class at its k; the sparkline over the last
     of those same rounds, a round that proposed nothing drawn as ·."""
     run = state.current_run()
-    name, definition = DEFINITIONS[metric]
-    overall = {
-        "acceptance rate": run.acceptance_rate if run else None,
-        "mean accepted length": run.mean_accepted_len if run else None,
-        "alpha-hat": run.alpha_hat if run else None,
-    }[metric]
+    name, definition, figure = DEFINITIONS[metric]
+    overall = getattr(run, figure) if run else None
     headline = Text(f"{name} {fmt(overall)}", style="bold").append(f" ({definition})", style="dim")
-    text = _wrapped(headline, width, [f"{name} {fmt(overall)}", f"({definition})"])
+    text = Text("\n").join(wrap_each(headline, width, [f"{name} {fmt(overall)}", f"({definition})"]))
     text.append("\n" + round_set(state, width) + "\n", style="dim")
     if metric == "alpha-hat" and run is not None and not run.alpha_rounds:
         text.append("no α̂: this drafter gives no distribution", style="dim")
@@ -219,18 +216,13 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_
             head.append(f" > {estimate.bound:.2f}×", style="dim")
         elif estimate.low is None:
             head.append(" (1 prompt)", style="dim")
-    text = _wrapped(head, width, [estimate.verdict, "(1 prompt)"] if estimate else []).append("\n")
+    text = Text("\n").join(wrap_each(head, width, [estimate.verdict, "(1 prompt)"] if estimate else [])).append("\n")
     if rows < FULL_ROWS or width < SIDES_WIDTH:
-        return text.append_text(_wrapped(_sides_short(run, base), width))
+        return text.append_text(Text("\n").join(wrap_each(_sides_short(run, base), width)))
     text.append(f"{'goodput':<7}{'tok/s':>6}{'rounds':>8}{'prompts':>9}\n", style="dim")
     text.append(_side("spec", run) + "\n")
     text.append(_side("plain", base))
     return text
-
-
-def _wrapped(text: Text, width: int, whole: list[str] = ()) -> Text:
-    """Each line of `text` wrapped at words to `width` (a phrase of `whole` kept on one line), as one Text."""
-    return Text("\n").join(part for line in text.split("\n") for part in wrap(line, max(width, 1), whole=whole))
 
 
 def _sides_short(run, base) -> Text:
@@ -331,14 +323,11 @@ class Pane(Static):
         self.subtitle_to = subtitle_to
 
     def redraw(self) -> None:
-        if self.title_to is not None:
-            title = self.title_to(max(self.outer_size.width - BORDER_LABEL_MARGIN, 0))
-            if title != self.border_title:  # setting a title repaints, even the same one
-                self.border_title = title
-        if self.subtitle_to is not None:
-            subtitle = self.subtitle_to(max(self.outer_size.width - BORDER_LABEL_MARGIN, 0))
-            if subtitle != self.border_subtitle:
-                self.border_subtitle = subtitle
+        for label, label_to in (("border_title", self.title_to), ("border_subtitle", self.subtitle_to)):
+            if label_to is not None:
+                text = label_to(max(self.outer_size.width - BORDER_LABEL_MARGIN, 0))
+                if text != getattr(self, label):  # setting a title repaints, even the same one
+                    setattr(self, label, text)
         if self.render_to is not None:  # a grid cell: its size never follows its content
             self.update(self.render_to(self.content_size.width or DEFAULT_WIDTH), layout=False)
 

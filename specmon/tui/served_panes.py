@@ -13,7 +13,7 @@ from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
 from specmon.tui.panes import bar_line
 from specmon.metrics.served import PROXY_CLOCK
 from specmon.metrics.served import NO_METRICS, RECENT_S
-from specmon.text import Part, cut, fill, first_fitting, title as titled, wrap
+from specmon.text import Part, cut, fill, first_fitting, title as titled, wrap, wrap_each
 from specmon.tui.served_state import ServedState
 
 RECENT = f"last {RECENT_S:.0f} s"
@@ -54,7 +54,7 @@ def title(state: ServedState, feed_title: str, alerts: list[str], width: int, le
 def _title_parts(state: ServedState, feed_title: str, alerts: list[str], lead: str) -> list[Part]:
     started = state.started
     kind = (state.last_good.kind if state.last_good else "") or (started.drafter if started else "")
-    name = feed_title or (f"{state.backend} {started.target}" if started else "specmon")
+    name = feed_title or (f"{started.backend} {started.target}" if started else "specmon")
     words, style = server_state(state)
     parts = [Part("lead", [lead], "bold")] if lead else []
     parts.append(Part("name", shorter_names(name), "bold"))
@@ -79,19 +79,16 @@ def recent_span(w: served.Window | None) -> str:
 def render_acceptance(state: ServedState, width: int, height: int | None = None) -> Text:
     """Acceptance over the recent span, a mark per read, then the marks' key where `height` leaves it a line."""
     w = state.recent()
-    text = Text()
     if w is None or not w.drafts:
-        text.append(f"no drafts in the {recent_span(w)}\n", style="dim")
+        lines = [Text(f"no drafts in the {recent_span(w)}", style="dim")]
     else:
-        _append_lines(text, acceptance_lines(w, width, ""))
-        _append_lines(
-            text, _wrapped(f"{count(w.drafts, 'draft')}, {w.draft_tokens} drafted, {w.accepted} accepted", width)
-        )
+        drafts = f"{count(w.drafts, 'draft')}, {w.draft_tokens} drafted, {w.accepted} accepted"
+        lines = acceptance_lines(w, width, "") + wrap_each(drafts, width)
     rates = [None if x is None or not x.drafts else x.acceptance for x in state.windows]
-    text.append(bar_line(rates, width, top=1.0), style="cyan")
-    if height is None or len(text.plain.splitlines()) < height:
-        text.append("\n" + first_fitting(width, "a mark per read; · no drafts", "a mark a read; · none"), style="dim")
-    return text
+    lines.append(Text(bar_line(rates, width, top=1.0), style="cyan"))
+    if height is None or len(lines) < height:
+        lines.append(Text(first_fitting(width, "a mark per read; · no drafts", "a mark a read; · none"), style="dim"))
+    return Text("\n").join(lines)
 
 
 def acceptance_lines(w: served.Window, width: int, rest: str = "bold") -> list[Text]:
@@ -99,13 +96,7 @@ def acceptance_lines(w: served.Window, width: int, rest: str = "bold") -> list[T
     (a value alone at column 0 reads as a line of its own), the continuation indented."""
     pair = (f"acceptance {fmt(w.acceptance)}", f"accepted/draft {fmt(w.accepted_per_draft)}")
     text = Text().append(pair[0], style="bold").append(f"  {pair[1]}", style=rest)
-    return wrap(text, max(width, 1), whole=pair)
-
-
-def _append_lines(text: Text, lines: list[Text]) -> None:
-    """Each of `lines` appended to `text`, a newline after each."""
-    for line in lines:
-        text.append_text(line).append("\n")
+    return wrap_each(text, width, whole=pair)
 
 
 def render_positions(state: ServedState, width: int, height: int | None = None) -> Text:
@@ -168,29 +159,24 @@ def _position_line(label: str, cells: list[tuple[str, int]], continued: bool) ->
 def render_rates(state: ServedState, width: int) -> Text:
     last, w = state.last_good, state.last_window()
     if w is None or last is None:
-        return _joined(_wrapped("one more read and the first window is known", width, "dim"))
+        return Text("\n").join(wrap_each(Text("one more read and the first window is known", "dim"), width))
     pair = _rates(w)
-    lines = _wrapped(f"{pair[0]}  {pair[1]}, all slots", width, "bold", pair)  # over all the server's slots
+    lines = wrap_each(Text(f"{pair[0]}  {pair[1]}, all slots", "bold"), width, pair)  # over all the server's slots
     span = f"({w.seconds:.1f} s)"
-    lines += _wrapped(f"window {clock(w.start)}-{clock(w.start + w.seconds)} {span}", width, "dim", [span])
+    lines += wrap_each(Text(f"window {clock(w.start)}-{clock(w.start + w.seconds)} {span}", "dim"), width, [span])
     recent = state.recent()
     if recent is not None:
         pair = _rates(recent)
-        lines += _wrapped(f"{recent_span(recent)}: {' '.join(pair)}", width, whole=pair)
+        lines += wrap_each(f"{recent_span(recent)}: {' '.join(pair)}", width, pair)
     running = MISSING if last.running is None else str(last.running)
     waiting = MISSING if last.waiting is None else str(last.waiting)
     now = Text(f"running {running}  waiting {waiting}", style="bold").append(f" at {clock(last.t)}", style="dim")
-    return _joined(lines + wrap(now, max(width, 1)))
+    return Text("\n").join(lines + wrap_each(now, width))
 
 
 def _rates(w: served.Window) -> list[str]:
     """A window's drafts/s and tok/s, each a figure with its unit (kept on one line)."""
     return [f"{fmt(w.drafts_per_s, '{:.1f}')} drafts/s", f"{fmt(w.tokens_per_s, '{:.1f}')} tok/s"]
-
-
-def _joined(lines: list[Text]) -> Text:
-    """Lines as one Text, a newline between each (none after the last)."""
-    return Text("\n").join(lines)
 
 
 def render_server(state: ServedState, width: int) -> Text:
@@ -209,21 +195,13 @@ def render_totals(state: ServedState, width: int, height: int | None = None) -> 
     w = state.total()
     span = f"{count(state.restarts, 'restart')}, {count(state.failed_reads, 'failed read')}"
     if w is None:
-        return _joined(_wrapped(f"no two good reads yet ({span})", width, "dim"))
-    head = [*_wrapped(f"since {clock(w.start)}, {w.seconds:.0f} s read", width, "dim"), *_wrapped(span, width, "dim")]
-    head += _wrapped(f"drafts {w.drafts}  drafted {w.draft_tokens}  accepted {w.accepted}", width)
+        return Text("\n").join(wrap_each(Text(f"no two good reads yet ({span})", "dim"), width))
+    head = wrap_each(Text(f"since {clock(w.start)}, {w.seconds:.0f} s read\n{span}", "dim"), width)
+    head += wrap_each(f"drafts {w.drafts}  drafted {w.draft_tokens}  accepted {w.accepted}", width)
     head += acceptance_lines(w, width)
-    text = Text()
-    _append_lines(text, head)
     most = None if height is None else max(height - len(head), 1)  # the rows the lines above leave, as drawn
-    text.append("\n".join(fitted_position_rates(w.position_rates(), max(width, 1), most)))
-    return text
-
-
-def _wrapped(line: str, width: int, style: str = "", whole: list[str] | None = None) -> list[Text]:
-    """`line` at words within `width`, as the pane would draw it, so its rows can be counted; a phrase of
-    `whole` (a figure and its unit) kept on one line."""
-    return wrap(Text(line, style=style), max(width, 1), whole=whole or [])
+    positions = "\n".join(fitted_position_rates(w.position_rates(), max(width, 1), most))
+    return Text("\n").join([*head, Text(positions)])
 
 
 def render_classes(state: ServedState, width: int, height: int | None = None) -> Text:

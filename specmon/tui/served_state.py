@@ -37,7 +37,6 @@ class ServedState:
     requests_seen: int = 0  # RequestTimed events, failed ones included
     silence: unreported.Silence = field(default_factory=unreported.Silence)  # what explains an n/r row
     routes: dict = field(default_factory=dict)  # class -> the latest routing Decision (a proxy with a plain side)
-    version: int = 0  # bumped by each batch that changed something
 
     def apply(self, batch) -> None:
         for ev in batch:
@@ -54,7 +53,6 @@ class ServedState:
                 self.started = ev
             elif isinstance(ev, SessionFinished):
                 self.finished = ev
-        self.version += bool(batch)
 
     def clock(self, name: str) -> str:
         """The clock class `name` is judged on (served.judged_on over both its sides' replies)."""
@@ -107,7 +105,3 @@ class ServedState:
     @property
     def restarts(self) -> int:
         return max(len(self.runs) - 1, 0)
-
-    @property
-    def backend(self) -> str:
-        return self.started.backend if self.started is not None else ""
