@@ -6,29 +6,26 @@ import time
 
 from rich.text import Text
 from textual import events
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
 from specmon.tui import panes, rows
-from specmon.tui.driver import driver_for
-from specmon.tui.feed import Draining, Feed, alerts
+from specmon.tui.feed import View, alerts
 from specmon.tui.requests import render_requests, requests_subtitle, requests_title
 from specmon.tui.screens import DecisionScreen, HelpScreen, Overlay
 from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
 
-DRAIN_INTERVAL_S = 1 / 15  # redraw rate ceiling; each tick applies one whole batch
 MIN_SIZE = (70, 20)  # below this the panes cannot show their figures whole: say so instead
 MIN_SIZE_SERVING = (70, 24)  # a server's requests row needs the rows above it whole too
 ROOMY_HEIGHT = 28  # from here on the top panes have FULL_ROWS; below, 3 rows so 5 classes and the text fit
 RELOAD_NOTICE_S = 10.0  # a taken reload is news for a while; a refused edit stays until one is taken
 
 
-class SpecmonApp(Draining, App):
+class SpecmonApp(View):
     CSS_PATH = "app.tcss"
-    TITLE = "specmon"
-    AUTO_FOCUS = None  # nothing grabs focus on start, so the footer is the same on every start
+    State = ViewState
     REPLAY = False
     BINDINGS = [
         Binding("p", "toggle_pause", "pause", tooltip="Stop refreshing panes; decoding and logging go on"),
@@ -38,21 +35,15 @@ class SpecmonApp(Draining, App):
         Binding("q", "quit", "quit"),
     ]
 
-    def __init__(self, feed: Feed, state: ViewState | None = None):
-        super().__init__()
-        self.feed = feed
-        self.state = state or ViewState()
+    def __init__(self, feed):
+        super().__init__(feed)
         self.metric = ACCEPTANCE_METRICS[0]
-        self.paused = False
         self.redraws = 0  # pane refreshes: the rate the benchmark reads
         self._text_version = -1
         self._cursor_class = ""  # the class the classes table's cursor was last moved to
         self._reloads_seen = 0  # state.policies_loaded when the notice was last drawn
         self._reload_until = 0.0  # monotonic time until which the last reload taken is shown
         self._notice = ("", "")  # the notice's title and text as drawn, so an unchanged one is not laid out again
-
-    def get_driver_class(self):
-        return driver_for(super().get_driver_class())  # a terminal that hangs up ends the app as `q` does
 
     def compose(self) -> ComposeResult:
         yield panes.TitleBar(self._title, id="title")
@@ -124,7 +115,7 @@ class SpecmonApp(Draining, App):
             decisions.add_column(key, width=width, key=key)
         decisions.fit_last_column()
         self._fit_to(self.size.width, self.size.height)
-        self.set_interval(DRAIN_INTERVAL_S, self.drain)
+        self.set_interval(self.DRAIN_INTERVAL_S, self.drain)
         self.refresh_panes()
 
     # -- size -----------------------------------------------------------------------------
@@ -167,17 +158,15 @@ class SpecmonApp(Draining, App):
 
     def refresh_panes(self) -> None:
         self.redraws += 1
-        state, main = self.state, self.screen_stack[0]
+        main = self.screen_stack[0]
         self._fit_serving(main)
-        for pane in main.query(panes.Pane):
-            pane.redraw()
-        if state.text_version != self._text_version:  # re-render text only when it grew
-            self._text_version = state.text_version
-            main.query_one("#text", Static).update(panes.render_text(state))
+        if self.state.text_version != self._text_version:  # re-render text only when it grew
+            self._text_version = self.state.text_version
+            main.query_one("#text", Static).update(panes.render_text(self.state))
         self._update_classes(main.query_one("#classes", DataTable))
         self._update_decisions(main.query_one("#decisions", DataTable))
         self._update_notice(main)
-        self._show_status(main)
+        super().refresh_panes()
 
     def _run_pane(self, pane_id: str, what: str, render_to, subtitle_to=None) -> panes.Pane:
         """A pane over the current class's run, titled with that round set."""
@@ -274,10 +263,6 @@ class SpecmonApp(Draining, App):
         table.call_after_refresh(lambda: setattr(table.vertical_scrollbar, "position", table.scroll_y))
 
     # -- the title -----------------------------------------------------------------------------
-    def _lead(self) -> str:
-        """What goes before the session's name in the title (the replay's position)."""
-        return ""
-
     def _tail(self) -> str:
         """What goes last, where the width allows (the replayed file)."""
         return ""
@@ -287,18 +272,7 @@ class SpecmonApp(Draining, App):
             self.state, self.feed.title, alerts(self.feed, self.paused), self._lead(), self._tail(), width
         )
 
-    def _status(self) -> str:
-        return self._title().plain
-
-    def _show_status(self, main=None) -> None:
-        (main or self.screen_stack[0]).query_one("#title", panes.TitleBar).redraw()
-        self.sub_title = self._status()
-
     # -- actions -------------------------------------------------------------------------------
-    def action_toggle_pause(self) -> None:
-        self.paused = not self.paused
-        self.refresh_panes() if not self.paused else self._show_status()
-
     def action_cycle_metric(self) -> None:
         self.metric = ACCEPTANCE_METRICS[(ACCEPTANCE_METRICS.index(self.metric) + 1) % len(ACCEPTANCE_METRICS)]
         self.refresh_panes()

@@ -1,7 +1,8 @@
-"""Where the TUI's events come from: a live channel, an attached socket, or a log file.
+"""Where the TUI's events come from (a live channel, an attached socket, or a log file), and the View that
+drains them.
 
 A background thread only offers events to a bounded Subscription; the app drains it on a
-timer. Nothing here touches a widget."""
+timer, in the main thread: only the View touches a widget."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import threading
 import time
 from typing import Callable, Iterable
 
+from textual.app import App
+
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.transport.channel import Subscription
+from specmon.tui.driver import driver_for
+from specmon.tui.panes import Pane, TitleBar
 
 HEADER_WAIT_S = 10.0  # how long an attach may take to bring its session's header before the app starts anyway
 
@@ -35,12 +40,25 @@ class Feed:
         return self.subscription.skipped
 
 
-class Draining:
-    """The views' timer tick (a mixin for a Textual App with `feed`, `state`, `paused` and `refresh_panes`):
-    everything buffered since the last tick applied as one batch, then one redraw."""
+class View(App):
+    """What every view is (the rounds', a server's traffic; live or replayed): an app over `feed` folding into
+    `state`, on the driver that ends it when its terminal hangs up. Its timer tick applies everything buffered
+    since the last tick as one batch, then redraws once (refresh_panes)."""
 
-    ticks = 0  # timer ticks that applied a batch
+    TITLE = "specmon"
+    AUTO_FOCUS = None  # nothing grabs focus on start, so the footer is the same on every start
+    DRAIN_INTERVAL_S = 1 / 15  # redraw rate ceiling; each tick applies one whole batch
+    State: type  # what the view folds its events into
     _drawn_end = False  # once the feed has ended and been drawn, idle ticks draw nothing
+
+    def __init__(self, feed) -> None:
+        super().__init__()
+        self.feed = feed
+        self.state = self.State()
+        self.paused = False
+
+    def get_driver_class(self):
+        return driver_for(super().get_driver_class())  # a terminal that hangs up ends the app as `q` does
 
     def drain(self) -> None:
         if not self.is_running:  # a tick while the app closes: its panes are going, nothing to draw
@@ -48,11 +66,29 @@ class Draining:
         batch = self.feed.drain()
         if batch:
             self.state.apply(batch)
-            self.ticks += 1
         ended_unseen = self.feed.done.is_set() and not self._drawn_end
         if not self.paused and (batch or ended_unseen):
             self._drawn_end = self.feed.done.is_set() and not batch  # the feed is over and fully drawn
             self.refresh_panes()
+
+    def refresh_panes(self) -> None:
+        main = self.screen_stack[0]  # the view, under any screen opened over it
+        for pane in main.query(Pane):
+            pane.redraw()
+        self._show_status()
+
+    def _show_status(self) -> None:
+        for bar in self.screen_stack[0].query("#title").results(TitleBar):  # none while the view is being mounted
+            bar.redraw()
+        self.sub_title = self._title().plain
+
+    def _lead(self) -> str:
+        """What goes first in the title (a replay's position and state)."""
+        return ""
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.refresh_panes() if not self.paused else self._show_status()
 
 
 def alerts(feed, paused: bool) -> list[str]:

@@ -1,7 +1,6 @@
 """The replay's keys, one set for both views fed from a log (rounds, a served log): space play/pause,
 n step, s speed, g jump, and the replay's state at the front of the title. A view says in its own terms
-what a step takes (step_batch), what g takes (jump, jump_screen), how it folds a batch (apply_now) and
-how its title is shown again (show_lead)."""
+what a step takes (step_batch) and what g takes (jump, and the jump box's JUMP_HINT and JUMP_EXAMPLES)."""
 
 from __future__ import annotations
 
@@ -37,28 +36,38 @@ def replay_lead(feed: ReplayFeed) -> str:
 
 
 class ReplayKeys:
-    """The replay's actions, mixed in before a view's App class (its _lead then leads the title). The view
-    gives apply_now(batch) and show_lead(); step_batch, jump and jump_screen are the rounds' by default."""
+    """The replay's actions, mixed in before a view's App class (its _lead then leads the title); step_batch
+    and jump are the rounds' by default."""
 
     feed: ReplayFeed
+    JUMP_HINT = "jump to [b]r[/]<round id>, [b]p:[/]<prompt id> or [b]d[/]<decision id>"
+    JUMP_EXAMPLES = "r120, p:chat-2, d3"
 
     def action_play_pause(self) -> None:
         self.feed.toggle()
-        self.show_lead()
+        self._show_status()
 
     def action_step(self) -> None:
         self.apply_now(self.step_batch())
 
     def action_speed(self) -> None:
         self.feed.cycle_speed()
-        self.show_lead()  # the title leads with the speed: a toast would lie over the panes
+        self._show_status()  # the title leads with the speed: a toast would lie over the panes
 
     def action_jump(self) -> None:
         def jumped(batch: list | None) -> None:
             if batch is not None:
                 self.apply_now(batch)
 
-        self.push_screen(self.jump_screen(), jumped)
+        self.push_screen(JumpScreen(self.jump, self.JUMP_HINT, self.JUMP_EXAMPLES), jumped)
+
+    def apply_now(self, batch: list) -> None:
+        """`batch` folded and drawn at once; after a jump back, folded again from the first event."""
+        if self.feed.restarted:
+            self.feed.restarted = False
+            self.state = self.State()
+        self.state.apply(batch)
+        self.refresh_panes()
 
     def _lead(self) -> str:
         return replay_lead(self.feed)
@@ -70,6 +79,3 @@ class ReplayKeys:
     def jump(self, target: str) -> list:
         """What g takes to: ReplayFeed.jump's targets; SpecmonError where there is none."""
         return self.feed.jump(target)
-
-    def jump_screen(self) -> JumpScreen:
-        return JumpScreen(self.jump)

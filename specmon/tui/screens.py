@@ -78,7 +78,6 @@ class HelpScreen(Overlay):
 
     def __init__(self, replay: bool = False):
         super().__init__("\n".join([HELP] + ([REPLAY_HELP] if replay else [])), "help")
-        self.replay = replay
 
 
 class DecisionScreen(Overlay):
@@ -96,7 +95,7 @@ def _hung(line: str) -> Hanging:
 
 
 class JumpScreen(ModalScreen):
-    """Where to jump: focused at once, so typing goes straight in. `jump(target)` takes it or raises
+    """Where to jump (`hint` says what it takes, `examples` show it): focused at once, so typing goes straight in. `jump(target)` takes it or raises
     SpecmonError, whose line stays in the box (a toast would lie over the panes) until a target is taken
     or Escape; the box closes with what `jump` returned."""
 
@@ -112,18 +111,14 @@ class JumpScreen(ModalScreen):
     JumpScreen Input { width: 100%; }
     """
 
-    def __init__(self, jump: Callable[[str], object]):
+    def __init__(self, jump: Callable[[str], object], hint: str, examples: str):
         super().__init__()
-        self.jump = jump
+        self.jump, self.hint, self.examples = jump, hint, examples
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(
-                "jump to [b]r[/]<round id>, [b]p:[/]<prompt id> or [b]d[/]<decision id>\n"
-                "[dim]Enter jumps, Escape cancels[/]",
-                id="jump-hint",
-            )
-            yield Input(placeholder="r120, p:chat-2, d3", id="jump")
+            yield Static(f"{self.hint}\n[dim]Enter jumps, Escape cancels[/]")
+            yield Input(placeholder=self.examples, id="jump")
             yield Static("", id="jump-error", markup=False)
 
     def on_input_submitted(self, message: Input.Submitted) -> None:

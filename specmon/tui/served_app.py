@@ -3,23 +3,20 @@ recent windows, by position, rates and queue, the server's state, totals, and re
 
 from __future__ import annotations
 
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
 from textual.widgets import Footer
 
 from specmon.tui import served_panes as sp
-from specmon.tui.driver import driver_for
-from specmon.tui.feed import Draining, alerts
+from specmon.tui.feed import View, alerts
 from specmon.tui.panes import Pane, TitleBar
 from specmon.tui.served_state import ServedState
 
-DRAIN_INTERVAL_S = 1 / 10  # a watch reads once a second: ten redraws a second at most is plenty
 
-
-class ServedApp(Draining, App):
-    TITLE = "specmon"
-    AUTO_FOCUS = None
+class ServedApp(View):
+    DRAIN_INTERVAL_S = 1 / 10  # a watch reads once a second: ten redraws a second at most is plenty
+    State = ServedState
     CSS = """
     #served { grid-size: 2 3; grid-rows: 7 6 1fr; grid-columns: 1fr 1fr; height: 1fr; }
     #served Pane { border: round $primary-darken-1; border-title-color: $text; padding: 0 1; height: 100%; }
@@ -30,15 +27,6 @@ class ServedApp(Draining, App):
         Binding("p", "toggle_pause", "pause", tooltip="Stop refreshing panes; reading and logging go on"),
         Binding("q", "quit", "quit"),
     ]
-
-    def __init__(self, feed, state: ServedState | None = None):
-        super().__init__()
-        self.feed = feed
-        self.state = state or ServedState()
-        self.paused = False
-
-    def get_driver_class(self):
-        return driver_for(super().get_driver_class())  # a terminal that hangs up ends the app as `q` does
 
     def compose(self) -> ComposeResult:
         yield TitleBar(self._title, id="title")
@@ -79,24 +67,8 @@ class ServedApp(Draining, App):
         return self.query_one(f"#{pane_id}", Pane).content_size.height or None
 
     def on_mount(self) -> None:
-        self.set_interval(DRAIN_INTERVAL_S, self.drain)
+        self.set_interval(self.DRAIN_INTERVAL_S, self.drain)
         self.refresh_panes()
-
-    def refresh_panes(self) -> None:
-        main = self.screen_stack[0]  # the view, under any screen opened over it
-        for pane in main.query(Pane):
-            pane.redraw()
-        for bar in main.query("#title").results(TitleBar):  # none while the view is still being mounted
-            bar.redraw()
-        self.sub_title = self._title().plain
-
-    def _lead(self) -> str:
-        """What goes before the server's name in the title (a replay's state)."""
-        return ""
 
     def _title(self, width: int = 0):
         return sp.title(self.state, self.feed.title, alerts(self.feed, self.paused), width or 200, self._lead())
-
-    def action_toggle_pause(self) -> None:
-        self.paused = not self.paused
-        self.refresh_panes()

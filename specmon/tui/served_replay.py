@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import time
 
-from textual.widgets import Input, Static
-
 from specmon.errors import SpecmonError
 from specmon.events.schema import ServerScraped
 from specmon.replay.player import ReplayFeed
 from specmon.tui.feed import first_event
-from specmon.tui.screens import JumpScreen
 from specmon.tui.replay_keys import ReplayKeys, replay_bindings
 from specmon.tui.served_app import ServedApp
-from specmon.tui.served_state import ServedState
-
-JUMP_HINT = (
-    "jump to a read's time [b]HH:MM:SS[/] or a routing [b]d[/]<decision id>\n[dim]Enter jumps, Escape cancels[/]"
-)
 
 
 def step_read(feed: ReplayFeed) -> list:
@@ -52,28 +44,12 @@ def read_time(feed: ReplayFeed, at: str) -> float:
     return day + 86_400 if passed else day  # the log ran past midnight
 
 
-class ReadJumpScreen(JumpScreen):
-    """JumpScreen, asking for what a served log has: a read's time or a routing decision."""
-
-    def on_mount(self) -> None:
-        self.query_one("#jump-hint", Static).update(JUMP_HINT)
-        self.query_one("#jump", Input).placeholder = "02:58:40, d3"
-
-
 class ServedReplayApp(ReplayKeys, ServedApp):
     BINDINGS = replay_bindings("Advance to the next read of the server", "Jump to a read's time or a routing decision")
+    JUMP_HINT = "jump to a read's time [b]HH:MM:SS[/] or a routing [b]d[/]<decision id>"  # what a served log has
+    JUMP_EXAMPLES = "02:58:40, d3"
 
     feed: ReplayFeed
-
-    def apply_now(self, batch: list) -> None:
-        if self.feed.restarted:  # a jump back: fold again from the first event
-            self.feed.restarted = False
-            self.state = ServedState()
-        self.state.apply(batch)
-        self.refresh_panes()
-
-    def show_lead(self) -> None:
-        self.refresh_panes()
 
     def step_batch(self) -> list:
         return step_read(self.feed)
@@ -81,6 +57,3 @@ class ServedReplayApp(ReplayKeys, ServedApp):
     def jump(self, target: str) -> list:
         """A read's time (HH:MM:SS), else what ReplayFeed.jump takes (d<decision id>)."""
         return jump_to_read(self.feed, target) if target[:1].isdigit() else self.feed.jump(target)
-
-    def jump_screen(self) -> JumpScreen:
-        return ReadJumpScreen(self.jump)
