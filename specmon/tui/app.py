@@ -115,8 +115,6 @@ class SpecmonApp(View):
             decisions.add_column(key, width=width, key=key)
         decisions.fit_last_column()
         self._fit_to(self.size.width, self.size.height)
-        self.set_interval(self.DRAIN_INTERVAL_S, self.drain)
-        self.refresh_panes()
 
     # -- size -----------------------------------------------------------------------------
     def on_resize(self, event: events.Resize) -> None:

@@ -60,6 +60,10 @@ class View(App):
     def get_driver_class(self):
         return driver_for(super().get_driver_class())  # a terminal that hangs up ends the app as `q` does
 
+    def on_mount(self) -> None:  # Textual calls it after the view's own on_mount, which lays out its tables
+        self.set_interval(self.DRAIN_INTERVAL_S, self.drain)
+        self.refresh_panes()
+
     def drain(self) -> None:
         if not self.is_running:  # a tick while the app closes: its panes are going, nothing to draw
             return

@@ -124,10 +124,9 @@ def render_requests(requests: Requests | None) -> Text:
     progress = (
         f"{job.tokens}/{job.max_tokens} tok" if job.first_round_t is not None else f"prefill {job.prompt_tokens} tok"
     )
-    text = (
-        Text()
-        .append("▶ ", style="bold green")
-        .append(f"{job.endpoint} ")
-        .append(short_id(job.request_id), style="bold")
+    return Text.assemble(
+        ("▶ ", "bold green"),
+        f"{job.endpoint} ",
+        (short_id(job.request_id), "bold"),
+        f" [{job.prompt_class}] {k} · {progress} · {seconds(requests.now - job.arrived)}",
     )
-    return text.append(f" [{job.prompt_class}] {k} · {progress} · {seconds(requests.now - job.arrived)}")

@@ -33,47 +33,22 @@ def class_rows(state: ViewState) -> list[tuple[str, ...]]:
     """Per class, at the k it shows (in force, or the k it ran at before it was switched off):
     rounds, rounds that proposed nothing, acceptance, mean accepted length, speedup (marked ? while
     not yet known, ! when noise), and on, or off with the decision that switched it off."""
-    rows = []
-    for name in state.classes:
-        k = state.shown_k(name)
-        run = state.run_for(name)
-        if not state.is_on(name) and not (run and run.rounds):  # nothing speculative to show: what it ran plainly
-            rows.append(plain_row(state, name))
-            continue
-        estimate = state.speedup_estimate(name, k)
-        ratio = estimate.ratio if estimate else None
-        speedup = fmt(ratio, "{:.2f}×") + (VERDICT_MARKS.get(estimate.verdict, "") if ratio is not None else "")
-        rows.append(
-            (
-                name,
-                str(k),
-                str(run.rounds if run else 0),
-                str(run.empty_rounds if run else 0),
-                fmt(run.acceptance_rate if run else None),
-                fmt(run.mean_accepted_len if run else None),
-                speedup,
-                " " + on_off(state, name),
-            )
-        )
-    return rows
+    return [(name, *_figures(state, name), " " + on_off(state, name)) for name in state.classes]
 
 
-def plain_row(state: ViewState, name: str) -> tuple[str, ...]:
-    """A class with no speculative round at its shown k: k 0, its plain rounds, and in the speedup
-    column their goodput in tok/s (acceptance has no meaning there: `-`)."""
-    stats = state.classes.get(name)
-    base = stats.baseline if stats else None
-    rounds = base.rounds if base else 0
-    return (
-        name,
-        "0",
-        str(rounds),
-        "-",
-        "-",
-        "-",
-        tok_per_s(base.tok_per_s if base else None),
-        " " + on_off(state, name),
-    )
+def _figures(state: ViewState, name: str) -> tuple[str, ...]:
+    """A class's cells from k to the speedup. With no speculative round at its shown k: k 0, its plain rounds,
+    and in the speedup column their goodput in tok/s (acceptance has no meaning there: `-`)."""
+    k, run = state.shown_k(name), state.run_for(name)
+    if not state.is_on(name) and not (run and run.rounds):  # nothing speculative to show: what it ran plainly
+        base = state.classes[name].baseline
+        return "0", str(base.rounds if base else 0), "-", "-", "-", tok_per_s(base.tok_per_s if base else None)
+    estimate = state.speedup_estimate(name, k)
+    ratio = estimate.ratio if estimate else None
+    speedup = fmt(ratio, "{:.2f}×") + (VERDICT_MARKS.get(estimate.verdict, "") if ratio is not None else "")
+    if run is None:
+        return str(k), "0", "0", MISSING, MISSING, speedup
+    return str(k), str(run.rounds), str(run.empty_rounds), fmt(run.acceptance_rate), fmt(run.mean_accepted_len), speedup
 
 
 def tok_per_s(value: float | None) -> str:

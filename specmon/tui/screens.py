@@ -68,9 +68,7 @@ class Overlay(ModalScreen):
         event.stop()
         self.dismiss()
 
-    def on_click(self, event) -> None:
-        event.stop()
-        self.dismiss()
+    on_click = on_key  # a click closes it as a key does
 
 
 class HelpScreen(Overlay):

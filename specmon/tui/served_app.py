@@ -13,6 +13,16 @@ from specmon.tui.feed import View, alerts
 from specmon.tui.panes import Pane, TitleBar
 from specmon.tui.served_state import ServedState
 
+# (title, id, renderer, fitted: given the pane's height, recent: titled with the span its figures cover)
+PANES = [
+    ("acceptance", "acceptance", sp.render_acceptance, True, True),
+    ("by position", "positions", sp.render_positions, True, True),
+    ("rates · last read's window", "rates", sp.render_rates, False, False),
+    ("server", "server", sp.render_server, False, False),
+    ("totals · whole session", "totals", sp.render_totals, True, False),
+    ("requests by class · whole session", "classes", sp.render_classes, True, False),
+]
+
 
 class ServedApp(View):
     DRAIN_INTERVAL_S = 1 / 10  # a watch reads once a second: ten redraws a second at most is plenty
@@ -31,24 +41,9 @@ class ServedApp(View):
     def compose(self) -> ComposeResult:
         yield TitleBar(self._title, id="title")
         with Grid(id="served"):
-            yield Pane(
-                "acceptance",
-                self._draw_fitted(sp.render_acceptance, "acceptance"),
-                self._recent_title("acceptance"),
-                id="acceptance",
-            )
-            yield Pane(
-                "by position",
-                self._draw_fitted(sp.render_positions, "positions"),
-                self._recent_title("by position"),
-                id="positions",
-            )
-            yield Pane("rates · last read's window", self._draw(sp.render_rates), id="rates")
-            yield Pane("server", self._draw(sp.render_server), id="server")
-            yield Pane("totals · whole session", self._draw_fitted(sp.render_totals, "totals"), id="totals")
-            yield Pane(
-                "requests by class · whole session", self._draw_fitted(sp.render_classes, "classes"), id="classes"
-            )
+            for title, pane_id, render, fitted, recent in PANES:
+                draw = self._draw_fitted(render, pane_id) if fitted else self._draw(render)
+                yield Pane(title, draw, self._recent_title(title) if recent else None, id=pane_id)
         yield Footer(compact=True, show_command_palette=False)
 
     def _draw(self, render):
@@ -65,10 +60,6 @@ class ServedApp(View):
     def _height(self, pane_id: str) -> int | None:
         """The pane's inner height; None before its first layout (no limit then: a resize redraws it)."""
         return self.query_one(f"#{pane_id}", Pane).content_size.height or None
-
-    def on_mount(self) -> None:
-        self.set_interval(self.DRAIN_INTERVAL_S, self.drain)
-        self.refresh_panes()
 
     def _title(self, width: int = 0):
         return sp.title(self.state, self.feed.title, alerts(self.feed, self.paused), width or 200, self._lead())

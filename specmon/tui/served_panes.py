@@ -140,15 +140,15 @@ def fitted_position_rates(rates: list[float | None], width: int, most: int | Non
         if lines[-1] and len(_position_line(label, lines[-1] + [cell], len(lines) > 1)) > width:
             lines.append([])
         lines[-1].append(cell)
+    more = ""
     if most is not None and len(lines) > most:
         left = sum(n for line in lines[most:] for _, n in line)
         lines = lines[:most]
         while len(lines[-1]) > 1 and len(_position_line(label, lines[-1], most > 1)) + len(f" …+{left}") > width:
             left += lines[-1].pop()[1]
-        return [_position_line(label, line, i > 0) for i, line in enumerate(lines[:-1])] + [
-            _position_line(label, lines[-1], most > 1) + f" …+{left}"
-        ]
-    return [_position_line(label, line, i > 0) for i, line in enumerate(lines)]
+        more = f" …+{left}"
+    fitted = [_position_line(label, line, i > 0) for i, line in enumerate(lines)]
+    return fitted[:-1] + [fitted[-1] + more]
 
 
 def _position_line(label: str, cells: list[tuple[str, int]], continued: bool) -> str:

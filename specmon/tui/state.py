@@ -133,11 +133,7 @@ class ViewState:
         self.current_k = ev.draft_len
         self.round_mem_bytes = ev.mem_bytes
         if ev.draft_len:
-            key = (ev.prompt_class, ev.draft_len)
-            window = self.windows.get(key)
-            if window is None:
-                window = self.windows[key] = collections.deque(maxlen=WINDOW)
-            window.append(ev)
+            self.windows.setdefault((ev.prompt_class, ev.draft_len), collections.deque(maxlen=WINDOW)).append(ev)
             self.last_spec_k[ev.prompt_class] = ev.draft_len
         self._text(ev)
 
