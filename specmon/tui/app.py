@@ -261,14 +261,9 @@ class SpecmonApp(View):
         table.call_after_refresh(lambda: setattr(table.vertical_scrollbar, "position", table.scroll_y))
 
     # -- the title -----------------------------------------------------------------------------
-    def _tail(self) -> str:
-        """What goes last, where the width allows (the replayed file)."""
-        return ""
-
     def _title(self, width: int = 0):
-        return rows.status_line(
-            self.state, self.feed.title, alerts(self.feed, self.paused), self._lead(), self._tail(), width
-        )
+        tail = self.feed.title if self.REPLAY else ""  # the replayed file, last, where the width allows
+        return rows.status_line(self.state, self.feed.title, alerts(self.feed, self.paused), self._lead(), tail, width)
 
     # -- actions -------------------------------------------------------------------------------
     def action_cycle_metric(self) -> None:

@@ -77,13 +77,9 @@ def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
     run = state.current_run()
     if run is None:
         return OFF_NOTE if state.switched_off(state.current_class) else "no speculative round yet"
-    drafted = run.rounds - run.empty_rounds
-    return first_fitting(
-        width,
-        f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} proposed nothing",
-        f"{count(run.rounds, 'round')}: {drafted} proposed, {run.empty_rounds} empty",
-        f"{count(run.rounds, 'round')}, {run.empty_rounds} empty",
-    )
+    rounds, empty = count(run.rounds, "round"), run.empty_rounds
+    proposed = f"{rounds}: {run.rounds - empty} proposed, {empty}"
+    return first_fitting(width, f"{proposed} proposed nothing", f"{proposed} empty", f"{rounds}, {empty} empty")
 
 
 def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH) -> Text:

@@ -19,6 +19,3 @@ class ReplayApp(ReplayKeys, SpecmonApp):
             for table in self.screen_stack[0].query(DataTable):
                 table.clear()
         super().apply_now(batch)
-
-    def _tail(self) -> str:
-        return self.feed.title

@@ -28,13 +28,6 @@ def replay_bindings(step: str, jump: str) -> list[Binding]:
     ]
 
 
-def replay_lead(feed: ReplayFeed) -> str:
-    """`▶ 10× ev 81`: playing or not, the speed, and the events read so far (the title's front)."""
-    speed = "max" if feed.speed == 0 else f"{feed.speed:g}×"
-    mode = "▶" if feed.playing and not feed.done.is_set() else "⏸"
-    return f"{mode} {speed} ev {feed.position}"
-
-
 class ReplayKeys:
     """The replay's actions, mixed in before a view's App class (its _lead then leads the title); step_batch
     and jump are the rounds' by default."""
@@ -70,7 +63,10 @@ class ReplayKeys:
         self.refresh_panes()
 
     def _lead(self) -> str:
-        return replay_lead(self.feed)
+        """`▶ 10× ev 81`: playing or not, the speed, and the events read so far (the title's front)."""
+        speed = "max" if self.feed.speed == 0 else f"{self.feed.speed:g}×"
+        mode = "▶" if self.feed.playing and not self.feed.done.is_set() else "⏸"
+        return f"{mode} {speed} ev {self.feed.position}"
 
     def step_batch(self) -> list:
         """What n takes: everything up to and including the next round."""

@@ -93,9 +93,9 @@ def _hung(line: str) -> Hanging:
 
 
 class JumpScreen(ModalScreen):
-    """Where to jump (`hint` says what it takes, `examples` show it): focused at once, so typing goes straight in. `jump(target)` takes it or raises
-    SpecmonError, whose line stays in the box (a toast would lie over the panes) until a target is taken
-    or Escape; the box closes with what `jump` returned."""
+    """Where to jump (`hint` says what it takes, `examples` show it): focused at once, so typing goes straight
+    in. `jump(target)` takes it or raises SpecmonError, whose line stays in the box (a toast would lie over
+    the panes) until a target is taken or Escape; the box closes with what `jump` returned."""
 
     AUTO_FOCUS = "Input"
     BINDINGS = [Binding("escape", "cancel", "cancel")]

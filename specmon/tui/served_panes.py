@@ -9,11 +9,10 @@ import re
 from rich.text import Text
 
 from specmon.metrics import served, unreported
-from specmon.metrics.format import MISSING, clock, count, fmt, ratio_interval
-from specmon.tui.panes import bar_line
-from specmon.metrics.served import PROXY_CLOCK
-from specmon.metrics.served import NO_METRICS, RECENT_S
+from specmon.metrics.format import clock, count, fmt, ratio_interval
+from specmon.metrics.served import NO_METRICS, PROXY_CLOCK, RECENT_S
 from specmon.text import Part, cut, fill, first_fitting, title as titled, wrap, wrap_each
+from specmon.tui.panes import bar_line
 from specmon.tui.served_state import ServedState
 
 RECENT = f"last {RECENT_S:.0f} s"
@@ -48,10 +47,6 @@ SHORTEN_STEPS = ("name", "name", "state", "kind")
 def title(state: ServedState, feed_title: str, alerts: list[str], width: int, lead: str = "") -> Text:
     """`watch http://… · llama-server · up, seen since 12:03:04 · ALERTS`, after a replay's `lead`, within
     `width`: too wide, SHORTEN_STEPS give way, then the name is cut with …."""
-    return titled(_title_parts(state, feed_title, alerts, lead), SHORTEN_STEPS, max(width, 1), cut_part="name")
-
-
-def _title_parts(state: ServedState, feed_title: str, alerts: list[str], lead: str) -> list[Part]:
     started = state.started
     kind = (state.last_good.kind if state.last_good else "") or (started.drafter if started else "")
     name = feed_title or (f"{started.backend} {started.target}" if started else "specmon")
@@ -60,7 +55,8 @@ def _title_parts(state: ServedState, feed_title: str, alerts: list[str], lead: s
     parts.append(Part("name", shorter_names(name), "bold"))
     parts += [Part("kind", [kind, ""])] if kind else []
     parts.append(Part("state", words, style))
-    return parts + [Part(f"alert{i}", [alert], "bold yellow") for i, alert in enumerate(alerts)]
+    parts += [Part(f"alert{i}", [alert], "bold yellow") for i, alert in enumerate(alerts)]
+    return titled(parts, SHORTEN_STEPS, max(width, 1), cut_part="name")
 
 
 def shorter_names(name: str) -> list[str]:
@@ -168,9 +164,8 @@ def render_rates(state: ServedState, width: int) -> Text:
     if recent is not None:
         pair = _rates(recent)
         lines += wrap_each(f"{recent_span(recent)}: {' '.join(pair)}", width, pair)
-    running = MISSING if last.running is None else str(last.running)
-    waiting = MISSING if last.waiting is None else str(last.waiting)
-    now = Text(f"running {running}  waiting {waiting}", style="bold").append(f" at {clock(last.t)}", style="dim")
+    now = Text(f"running {fmt(last.running, '{}')}  waiting {fmt(last.waiting, '{}')}", style="bold")
+    now.append(f" at {clock(last.t)}", style="dim")
     return Text("\n").join(lines + wrap_each(now, width))
 
 
