@@ -40,10 +40,7 @@ def bar_line(values: list[float | None], width: int, top: float | None = None) -
 
 def _spark(values: list[float | None], width: int, top: float | None, style: str) -> Text:
     """bar_line with the empty-round marks dimmed."""
-    text = Text()
-    for ch in bar_line(values, width, top):
-        text.append(ch, style="dim" if ch == EMPTY_MARK else style)
-    return text
+    return Text.assemble(*((ch, "dim" if ch == EMPTY_MARK else style) for ch in bar_line(values, width, top)))
 
 
 # metric -> (its name on screen, its definition, RunStats' figure over the run)
@@ -200,8 +197,7 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_
     estimate = state.speedup_estimate(name, k)
     head = Text()
     if estimate is None or estimate.ratio is None:
-        head.append("speedup N/A", style="bold")
-        head.append(f": {_missing_side(state, run, base)}", style="dim")
+        head.append("speedup N/A", style="bold").append(f": {_missing_side(state, run, base)}", style="dim")
     else:
         style = verdict_style(estimate)
         head.append(f"{estimate.ratio:.2f}×", style=style)
@@ -278,18 +274,13 @@ def render_memory(state: ViewState, rows: int = FULL_ROWS) -> Text:
 
 
 def render_text(state: ViewState) -> Text:
-    text = Text()
-    for span in state.text:
-        text.append(span.text, style=TEXT_STYLES[span.kind])
+    text = Text.assemble(*((span.text, TEXT_STYLES[span.kind]) for span in state.text))
     text.rstrip()  # a trailing newline would leave the pane's last line blank
     return text
 
 
 def legend() -> Text:
-    text = Text()
-    for kind in ("accepted", "correction", "bonus", "plain"):
-        text.append(f" {kind} ", style=TEXT_STYLES[kind])
-    return text
+    return Text.assemble(*((f" {kind} ", TEXT_STYLES[kind]) for kind in ("accepted", "correction", "bonus", "plain")))
 
 
 class TitleBar(Static):

@@ -54,14 +54,14 @@ class Overlay(ModalScreen):
     Overlay Static { width: 100%; height: auto; }
     """
 
-    def __init__(self, body, title: str = "", markup: bool = True):
+    def __init__(self, body, title: str = ""):
         super().__init__()
-        self.body, self.title, self.markup = body, title, markup
+        self.body, self.title = body, title
 
     def compose(self) -> ComposeResult:
         with VerticalScroll() as box:
             box.border_title = self.title
-            yield Static(self.body, markup=self.markup, id="overlay-text")
+            yield Static(self.body, id="overlay-text")
             yield Static(CLOSE_HINT)
 
     def on_key(self, event) -> None:

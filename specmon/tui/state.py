@@ -56,8 +56,6 @@ class ViewState:
     finished: SessionFinished | None = None
     classes: dict[str, ClassStats] = field(default_factory=dict)
     current_class: str = ""
-    current_prompt: str = ""
-    current_k: int = 0  # the k of the last round
     draft_len_by_class: dict[str, int] = field(default_factory=dict)  # the k in force; 0: speculation off
     off_by: dict[str, Decision] = field(default_factory=dict)  # the applied decision that switched a class off
     policy_off: set[str] = field(default_factory=set)  # classes the policy in force runs plain (speculate = false)
@@ -107,7 +105,7 @@ class ViewState:
         self.session = ev
 
     def _prompt(self, ev: PromptStarted) -> None:
-        self.current_class, self.current_prompt, self.current_k = ev.prompt_class, ev.prompt_id, ev.draft_len
+        self.current_class = ev.prompt_class
         if ev.draft_len:
             self.prompt_drafters[ev.drafter] = None
             if bench_fixed_k(ev) is None:  # bench policy's fixed-k comparisons are not the class's own k
@@ -130,7 +128,6 @@ class ViewState:
         if len(self.recent_rounds) > CITED_ROUNDS_KEPT:
             self.recent_rounds.popitem(last=False)
         self._stats(ev.prompt_class).run(ev.draft_len).add_round(ev)
-        self.current_k = ev.draft_len
         self.round_mem_bytes = ev.mem_bytes
         if ev.draft_len:
             self.windows.setdefault((ev.prompt_class, ev.draft_len), collections.deque(maxlen=WINDOW)).append(ev)
