@@ -305,9 +305,7 @@ class Pane(Static):
     def __init__(self, title: str, render_to=None, title_to=None, subtitle_to=None, **kwargs):
         super().__init__(**kwargs)
         self.border_title = title
-        self.render_to = render_to
-        self.title_to = title_to
-        self.subtitle_to = subtitle_to
+        self.render_to, self.title_to, self.subtitle_to = render_to, title_to, subtitle_to
 
     def redraw(self) -> None:
         for label, label_to in (("border_title", self.title_to), ("border_subtitle", self.subtitle_to)):
