@@ -15,7 +15,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 import torch
 
-from specmon.engine.draft_cache import CacheLedger, choose_draft_token
+from specmon.engine.draft_cache import CachedDrafter
 from specmon.engine.drafters import Proposal
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.events.schema import Sampling
@@ -143,7 +143,7 @@ class KvTarget:
         return {"target": self._cache_bytes}
 
 
-class KvDrafter:
+class KvDrafter(CachedDrafter):
     """A separate draft model with its own cache: k single-token forwards per round.
 
     The cache is rolled back to the longest prefix it shares with the context, so after a round
@@ -153,32 +153,20 @@ class KvDrafter:
     def __init__(
         self, runner: Runner, name: str, vocab_size: int, sync: Callable[[], None] = cuda_sync, cache_bytes: int = 0
     ):
+        super().__init__()
         self.runner, self.name = runner, name
         self.vocab_size = vocab_size
-        self.ledger = CacheLedger()
         self._sync = sync
         self._cache_bytes = cache_bytes
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        self.ledger.reset()
-
     def propose(self, context: Sequence[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
-        if k <= 0:
-            return Proposal([], None)
-        keep, pending = self.ledger.plan(context)
-        tokens: list[int] = []
-        rows: list[np.ndarray] = []
-        for _ in range(k):
-            logits = self.runner.logits(pending, keep, last_only=True)
-            keep += len(pending)
-            self.ledger.feed(pending)
-            token, q_row = choose_draft_token(_rows(logits[:, -1:], self.vocab_size), sampling, rng)
-            tokens.append(token)
-            if q_row is not None:
-                rows.append(q_row)
-            pending = [token]
-        self._sync()
-        return Proposal(tokens, np.stack(rows) if rows else None)
+        proposal = super().propose(context, k, sampling, rng)
+        if k > 0:
+            self._sync()  # once a round, before the clock is read
+        return proposal
+
+    def _step(self, tokens: list[int], past_len: int) -> np.ndarray:
+        return _rows(self.runner.logits(tokens, past_len, last_only=True)[:, -1:], self.vocab_size)
 
     def cache_bytes(self) -> dict[str, int]:
         return {"draft": self._cache_bytes}

@@ -13,9 +13,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from specmon.engine.draft_cache import CacheLedger, choose_draft_token
-from specmon.engine.drafters import Proposal
-from specmon.events.schema import Sampling
+from specmon.engine.draft_cache import CachedDrafter
 from specmon.telemetry.memory import rss_bytes
 
 
@@ -77,7 +75,7 @@ class LlamaCppTarget:
         return {"target": self.context.cache_bytes()}
 
 
-class LlamaCppDrafter:
+class LlamaCppDrafter(CachedDrafter):
     """A separate draft model in its own llama.cpp context: k one-token decodes per round.
 
     The context is rolled back to the longest prefix it shares with the round's context (the
@@ -85,31 +83,21 @@ class LlamaCppDrafter:
     the target's bonus token, exactly as the torch and ExLlamaV2 drafters do."""
 
     def __init__(self, context: Context, name: str, vocab_size: int):
+        super().__init__()
         self.context, self.name = context, name
         self.vocab_size = vocab_size
-        self.ledger = CacheLedger()
 
     def begin(self, prompt: Sequence[int]) -> None:
-        self.ledger.reset()
+        super().begin(prompt)
         self.context.keep(0)
 
-    def propose(self, context: Sequence[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
-        if k <= 0:
-            return Proposal([], None)
+    def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
         start, pending = self.ledger.plan(context)
         self.context.keep(start)
-        tokens: list[int] = []
-        rows: list[np.ndarray] = []
-        for _ in range(k):
-            logits = self.context.decode(pending, start, "last")
-            start += len(pending)
-            self.ledger.feed(pending)
-            token, q_row = choose_draft_token(logits[:, : self.vocab_size], sampling, rng)
-            tokens.append(token)
-            if q_row is not None:
-                rows.append(q_row)
-            pending = [token]
-        return Proposal(tokens, np.stack(rows) if rows else None)
+        return start, pending
+
+    def _step(self, tokens: list[int], start: int) -> np.ndarray:
+        return self.context.decode(tokens, start, "last")[:, : self.vocab_size]
 
     def cache_bytes(self) -> dict[str, int]:
         return {"draft": self.context.cache_bytes()}

@@ -8,9 +8,7 @@ import numpy as np
 import torch
 
 from specmon.backends.llama import KVCache, Llama
-from specmon.engine.draft_cache import CacheLedger, choose_draft_token
-from specmon.engine.drafters import Proposal
-from specmon.events.schema import Sampling
+from specmon.engine.draft_cache import CachedDrafter
 from specmon.telemetry.memory import rss_bytes
 
 
@@ -64,69 +62,37 @@ class TorchTarget:
         return {"target": _tensor_bytes(self.cache.keys) * 2}
 
 
-class _CachedDraft:
-    """Shared bookkeeping for drafters that run a model: feed what the cache has not seen,
-    then draft k tokens one step at a time."""
-
-    name = "model"
-
-    def __init__(self, model: Llama, n_layers: int | None):
-        self.model = model
-        self.n_layers = n_layers
-        self.ledger = CacheLedger()  # tokens whose keys/values sit in the draft cache
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        self.ledger.reset()
-
-    def _cache(self) -> KVCache:
-        raise NotImplementedError
-
-    def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
-        return self.ledger.plan(context)
-
-    def propose(self, context: Sequence[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
-        if k <= 0:
-            return Proposal([], None)
-        start, pending = self._plan(context)
-        tokens: list[int] = []
-        rows: list[np.ndarray] = []
-        for _ in range(k):
-            ids = torch.tensor(pending, dtype=torch.long, device=self.model.device)
-            logits = self.model.forward(ids, start, self._cache(), self.n_layers)[-1:]
-            start += len(pending)
-            self.ledger.feed(pending)
-            token, q_row = choose_draft_token(logits.cpu().numpy(), sampling, rng)
-            tokens.append(token)
-            if q_row is not None:
-                rows.append(q_row)
-            pending = [token]
-        return Proposal(tokens, np.stack(rows) if rows else None)
-
-
 def _tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-class ModelDrafter(_CachedDraft):
+class _TorchDraft(CachedDrafter):
+    """A drafter that runs a llama model (its first `n_layers`) on `cache`."""
+
+    def __init__(self, model: Llama, name: str, cache: KVCache, n_layers: int | None = None):
+        super().__init__()
+        self.model, self.name, self.cache, self.n_layers = model, name, cache, n_layers
+
+    def _step(self, tokens: list[int], start: int) -> np.ndarray:
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.model.device)
+        return self.model.forward(ids, start, self.cache, self.n_layers)[-1:].cpu().numpy()
+
+
+class ModelDrafter(_TorchDraft):
     """A separate draft model (same tokenizer as the target) with its own KV cache."""
 
     def __init__(self, model: Llama, name: str = "model"):
-        super().__init__(model, None)
-        self.name = name
-        self.cache = model.new_cache()
+        super().__init__(model, name, model.new_cache())
 
     def fork(self) -> ModelDrafter:
         """The same draft model with a KV cache of its own."""
         return ModelDrafter(self.model, self.name)
 
-    def _cache(self) -> KVCache:
-        return self.cache
-
     def cache_bytes(self) -> dict[str, int]:
         return {"draft": _tensor_bytes(self.cache.keys) * 2}
 
 
-class LayerSkipDrafter(_CachedDraft):
+class LayerSkipDrafter(_TorchDraft):
     """Self-draft: the target's first N layers, its final norm and head.
 
     It writes into the target's own cache for those layers: the target's verify pass then
@@ -134,12 +100,8 @@ class LayerSkipDrafter(_CachedDraft):
     """
 
     def __init__(self, target: TorchTarget, n_layers: int):
-        super().__init__(target.model, n_layers)
+        super().__init__(target.model, f"layerskip-{n_layers}", target.cache, n_layers)
         self.target = target
-        self.name = f"layerskip-{n_layers}"
-
-    def _cache(self) -> KVCache:
-        return self.target.cache
 
     def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
         valid = min(self.target.cached_len, len(context) - 1)  # the target's cache is the ledger

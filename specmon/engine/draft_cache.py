@@ -1,4 +1,4 @@
-"""Bookkeeping for a draft model's KV cache, shared by every backend (torch, ExLlamaV2).
+"""A draft model's KV cache bookkeeping and its draft loop, shared by every backend.
 
 A draft cache holds keys and values for a prefix of the tokens it was fed. After a round, the
 context may have diverged from what was fed (a rejected draft token) or run past it (all k
@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from specmon.engine.drafters import Proposal
 from specmon.engine.sampling import probs_from_logits, sample
 from specmon.events.schema import Sampling
 
@@ -48,3 +49,38 @@ def choose_draft_token(
         return int(logits[0].argmax()), None
     q = probs_from_logits(logits, sampling)[0]
     return sample(q, rng), q
+
+
+class CachedDrafter:
+    """A drafter that runs a model on a cache of its own: each round feeds what the cache has not
+    seen (`_plan`), then drafts k tokens one forward (`_step`) at a time."""
+
+    def __init__(self) -> None:
+        self.ledger = CacheLedger()  # tokens whose keys/values sit in the draft cache
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.ledger.reset()
+
+    def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
+        return self.ledger.plan(context)
+
+    def _step(self, tokens: list[int], start: int) -> np.ndarray:
+        """Write `tokens` at positions start... of the cache; the last one's logits [1, vocab]."""
+        raise NotImplementedError
+
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
+        if k <= 0:
+            return Proposal([], None)
+        start, pending = self._plan(context)
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        for _ in range(k):
+            logits = self._step(pending, start)
+            start += len(pending)
+            self.ledger.feed(pending)
+            token, q_row = choose_draft_token(logits, sampling, rng)
+            tokens.append(token)
+            if q_row is not None:
+                rows.append(q_row)
+            pending = [token]
+        return Proposal(tokens, np.stack(rows) if rows else None)
