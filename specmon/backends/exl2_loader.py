@@ -8,9 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmon.backends.exllama import Exl2Runner
-from specmon.backends.gpu_pair import GpuEngine, load_gpu_pair
-from specmon.backends.pair import Pair
-from specmon.backends.profiles import DrafterSpec, Profile
+from specmon.backends.gpu_pair import GpuEngine
 
 
 def _load(exl, folder: Path, max_seq_len: int) -> Exl2Runner:
@@ -23,7 +21,3 @@ def _load(exl, folder: Path, max_seq_len: int) -> Exl2Runner:
 
 
 EXL2 = GpuEngine("exllamav2", "pip install 'specmon[gpu]'", ("hf", "exl2"), _load)
-
-
-def load_exl2_pair(profile: Profile, spec: DrafterSpec) -> Pair:
-    return load_gpu_pair(profile, spec, EXL2)

@@ -14,9 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmon.backends.exllama import CHUNK, MAX_ROWS, PAGE_SIZE, Exl3Runner
-from specmon.backends.gpu_pair import GpuEngine, load_gpu_pair
-from specmon.backends.pair import Pair
-from specmon.backends.profiles import DrafterSpec, Profile
+from specmon.backends.gpu_pair import GpuEngine
 from specmon.errors import SpecmonError
 
 HEAD_DRAFTERS = ("mtp_draft", "dflash_draft", "dflash2_draft", "attach_target")  # caps of draft heads
@@ -60,7 +58,3 @@ def _load(exl, folder: Path, max_seq_len: int) -> Exl3Runner:
 
 
 EXL3 = GpuEngine("exllamav3", "pip install 'specmon[exl3]'", ("hf", "exl3"), _load)
-
-
-def load_exl3_pair(profile: Profile, spec: DrafterSpec) -> Pair:
-    return load_gpu_pair(profile, spec, EXL3)

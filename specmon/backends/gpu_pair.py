@@ -19,10 +19,10 @@ import torch
 
 from specmon.backends.exllama import KvDrafter, KvTarget, Runner
 from specmon.backends.hf_folder import folder_for_gguf, folder_format, read_hf_config, wrong_format
-from specmon.backends.pair import Pair, check_same_vocab
+from specmon.backends.pair import Pair, check_same_vocab, simple_drafter
 from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
 from specmon.backends.tokenizer import ChatTokenizer, load_hf_tokenizer
-from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
+from specmon.engine.drafters import Drafter
 from specmon.errors import SpecmonError
 
 GIB = 2**30
@@ -58,7 +58,7 @@ def load_gpu_pair(profile: Profile, spec: DrafterSpec, engine: GpuEngine) -> Pai
     def make(other: DrafterSpec) -> Drafter:
         """The profile's drafter, or another one on the same target (sweeps)."""
         if other.kind != "model":
-            return simple_drafter(other, profile, engine)
+            return simple_drafter(other, profile, engine.backend, "a draft folder")
         folder = draft_folder(other, profile, tokenizer, engine)
         if folder not in loaded:
             loaded[folder] = KvDrafter(
@@ -83,17 +83,6 @@ def _loaded(engine: GpuEngine, package, folder: Path, max_seq_len: int) -> Runne
         raise SpecmonError(f"{folder.name}: ran out of VRAM while loading; lower max_seq_len") from None
 
 
-def simple_drafter(spec: DrafterSpec, profile: Profile, engine: GpuEngine) -> Drafter:
-    if spec.kind == "none":
-        return NoDrafter()
-    if spec.kind == "ngram":
-        return NgramDrafter(spec.ngram_sizes)
-    raise SpecmonError(
-        f'profile {profile.source}: drafter.kind = "layerskip" runs on the torch backend only; '
-        f'with {engine.backend} use "model" (a draft folder) or "ngram"'
-    )
-
-
 def model_folder(ref: ModelRef, profile: Profile, engine: GpuEngine) -> Path:
     """The engines load folders; a GGUF (the embedded model) is written out as an FP16 one once."""
     path = resolve_model_path(ref, profile)
@@ -114,8 +103,7 @@ def model_folder(ref: ModelRef, profile: Profile, engine: GpuEngine) -> Path:
 
 def draft_folder(spec: DrafterSpec, profile: Profile, tokenizer: ChatTokenizer, engine: GpuEngine) -> Path | None:
     """The draft model's folder, checked to share the target's vocabulary."""
-    if spec.kind != "model":
-        simple_drafter(spec, profile, engine)  # refuses layerskip before anything loads
+    if simple_drafter(spec, profile, engine.backend, "a draft folder") is not None:  # refuses layerskip first
         return None
     folder = model_folder(spec.target, profile, engine)
     check_same_vocab(tokenizer, load_hf_tokenizer(folder), folder, profile)
@@ -188,13 +176,9 @@ def vram_free() -> tuple[int, int, str]:
     return free, total, name if count == 1 else f"{count} GPUs ({name}, ...)"
 
 
-def weight_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
-
-
 def check_fits(folders: list[Path], max_seq_len: int, free: int, total: int, gpu: str) -> None:
     """Refuse before loading when weights plus caches cannot fit in the free VRAM."""
-    weights = sum(weight_bytes(f) for f in folders)
+    weights = sum(f.stat().st_size for folder in folders for f in folder.glob("*.safetensors"))
     caches = sum(cache_bytes(read_hf_config(f), max_seq_len) for f in folders)
     needed = weights + caches + RESERVE_BYTES
     if needed > free:

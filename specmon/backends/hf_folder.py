@@ -31,7 +31,7 @@ _LAYER_NAMES = {
     "w_down": "mlp.down_proj",
 }
 _TOP_NAMES = {"embed": "model.embed_tokens", "out_norm": "model.norm", "head": "lm_head"}
-_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def hf_name(key: str) -> str:
@@ -42,20 +42,16 @@ def hf_name(key: str) -> str:
     return f"model.layers.{layer}.{_LAYER_NAMES[part]}.weight"
 
 
-_OUR_KEYS = {hf_name(k): k for k in _TOP_NAMES} | {
-    f"model.layers.{{}}.{hf}.weight": part for part, hf in _LAYER_NAMES.items()
-}
+_OUR_TOP = {hf_name(k): k for k in _TOP_NAMES}
+_OUR_PARTS = {f"{hf}.weight": part for part, hf in _LAYER_NAMES.items()}
 
 
 def our_key(name: str) -> str | None:
-    if name in _OUR_KEYS:
-        return _OUR_KEYS[name]
-    parts = name.split(".")
-    if len(parts) > 3 and parts[:2] == ["model", "layers"]:
-        template = ".".join(["model", "layers", "{}", *parts[3:]])
-        if template in _OUR_KEYS:
-            return f"layers.{parts[2]}.{_OUR_KEYS[template]}"
-    return None
+    """A Hugging Face llama tensor name as our weight key; None for one the torch backend does not use."""
+    parts = name.split(".", 3)
+    if len(parts) == 4 and parts[:2] == ["model", "layers"] and parts[3] in _OUR_PARTS:
+        return f"layers.{parts[2]}.{_OUR_PARTS[parts[3]]}"
+    return _OUR_TOP.get(name)
 
 
 def config_json(cfg: LlamaConfig, eos_id: int, dtype: str) -> dict:
@@ -91,7 +87,7 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     try:
-        tensors = {hf_name(k): v.to(_DTYPES[dtype]).clone() for k, v in weights.items()}  # tied head: own copy
+        tensors = {hf_name(k): v.to(DTYPES[dtype]).clone() for k, v in weights.items()}  # tied head: own copy
         save_file(tensors, str(staged / "model.safetensors"), metadata={"format": "pt"})
         (staged / "config.json").write_text(json.dumps(config_json(cfg, tokenizer.eos_id, dtype), indent=2))
         tokenizer.tokenizer.save(str(staged / "tokenizer.json"))

@@ -17,10 +17,10 @@ from typing import Sequence
 import numpy as np
 
 from specmon.backends.llamacpp import LlamaCppDrafter, LlamaCppTarget
-from specmon.backends.pair import Pair, check_same_vocab
+from specmon.backends.pair import Pair, check_same_vocab, simple_drafter
 from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
 from specmon.backends.tokenizer import ChatTokenizer, load_tokenizer
-from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
+from specmon.engine.drafters import Drafter
 from specmon.errors import SpecmonError
 
 SEQ = 0  # specmon decodes one sequence per context
@@ -164,7 +164,9 @@ def _free_context(lib, ptr, batch) -> None:
 def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> Pair:
     target_path = gguf_path(profile.target, profile)
     tokenizer = load_tokenizer(target_path)
-    if simple_drafter(spec, profile) is None:  # refuses layerskip and cut models before anything loads
+    if (
+        simple_drafter(spec, profile, "llamacpp", "a draft GGUF") is None
+    ):  # refuses layerskip and cut models before loading
         gguf_path(spec.target, profile)
     lib = import_llama_cpp()
     models: dict[Path, LlamaCppModel] = {}
@@ -182,7 +184,7 @@ def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> P
     def make(other: DrafterSpec) -> Drafter:
         """The profile's drafter, or another one on the same target (sweeps)."""
         if other.kind != "model":
-            return simple_drafter(other, profile)
+            return simple_drafter(other, profile, "llamacpp", "a draft GGUF")
         path = gguf_path(other.target, profile)
         if path not in drafters:
             check_same_vocab(tokenizer, load_tokenizer(path), path, profile)
@@ -191,19 +193,6 @@ def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> P
         return drafters[path]
 
     return Pair(target, make(spec), tokenizer, make)
-
-
-def simple_drafter(spec: DrafterSpec, profile: Profile) -> Drafter | None:
-    if spec.kind == "none":
-        return NoDrafter()
-    if spec.kind == "ngram":
-        return NgramDrafter(spec.ngram_sizes)
-    if spec.kind == "layerskip":
-        raise SpecmonError(
-            f'profile {profile.source}: drafter.kind = "layerskip" runs on the torch backend '
-            'only; with llamacpp use "model" (a draft GGUF) or "ngram"'
-        )
-    return None
 
 
 def gguf_path(ref: ModelRef, profile: Profile) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from specmon.backends.gguf_weights import load_gguf_llama
-from specmon.backends.hf_folder import load_hf_llama, read_hf_config
+from specmon.backends.hf_folder import DTYPES, load_hf_llama, read_hf_config
 from specmon.backends.llama import Llama
 from specmon.backends.pair import Pair, check_same_vocab
 from specmon.backends.torch_backend import LayerSkipDrafter, ModelDrafter, TorchTarget
@@ -18,8 +18,6 @@ from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
 from specmon.errors import SpecmonError
 from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
 from specmon.backends.tokenizer import ChatTokenizer, open_gguf, tokenizer_at
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def set_threads(threads: int) -> int:
@@ -35,27 +33,27 @@ def load_pair(profile: Profile, drafter_spec: DrafterSpec | None = None) -> Pair
     What loading built (modules, tokenizer tables: ~700k objects for the embedded model) lives all
     session, so it is frozen out of the garbage collector: a full collection, once the session's
     events had piled up enough to trigger one, walked it in 100-180 ms inside whichever round it fell on."""
-    pair = _load_pair(profile, drafter_spec)
+    pair = _load_pair(profile, drafter_spec or profile.drafter)
     gc.collect()
     gc.freeze()
     return pair
 
 
-def _load_pair(profile: Profile, drafter_spec: DrafterSpec | None) -> Pair:
-    if profile.backend == "exllamav2":
-        from specmon.backends.exl2_loader import load_exl2_pair  # exllamav2 only when asked for
-
-        return load_exl2_pair(profile, drafter_spec or profile.drafter)
-    if profile.backend == "exllamav3":
-        from specmon.backends.exl3_loader import load_exl3_pair  # exllamav3 only when asked for
-
-        return load_exl3_pair(profile, drafter_spec or profile.drafter)
+def _load_pair(profile: Profile, spec: DrafterSpec) -> Pair:
     if profile.backend == "llamacpp":
         from specmon.backends.llamacpp_loader import load_llamacpp_pair  # llama_cpp only when asked for
 
-        return load_llamacpp_pair(profile, drafter_spec or profile.drafter, torch.get_num_threads())
-    _check_device(profile.device)
-    spec = drafter_spec or profile.drafter
+        return load_llamacpp_pair(profile, spec, torch.get_num_threads())
+    if profile.backend.startswith("exllama"):
+        from specmon.backends.exl2_loader import EXL2  # neither imports its engine: load_gpu_pair does
+        from specmon.backends.exl3_loader import EXL3
+        from specmon.backends.gpu_pair import load_gpu_pair
+
+        return load_gpu_pair(profile, spec, EXL2 if profile.backend == "exllamav2" else EXL3)
+    if profile.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecmonError(
+            f'device {profile.device!r} asked for, but this torch has no CUDA device; use device = "cpu"'
+        )
     target_path = resolve_model_path(profile.target, profile)
     tokenizer = cached_tokenizer(target_path)
     if spec.kind == "model":  # a draft vocabulary that differs is said before the target's weights load
@@ -88,11 +86,6 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget, toke
     return ModelDrafter(_model(profile, spec.target, draft_path), name=f"model:{spec.target.describe()}")
 
 
-def _check_device(device: str) -> None:
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SpecmonError(f'device {device!r} asked for, but this torch has no CUDA device; use device = "cpu"')
-
-
 def _model(profile: Profile, ref: ModelRef, path: Path, packed_rows: int = 0) -> Llama:
     context = context_length(path)
     if context and profile.max_seq_len > context:
@@ -106,7 +99,7 @@ def _model(profile: Profile, ref: ModelRef, path: Path, packed_rows: int = 0) ->
             raise SpecmonError(f"profile {profile.source}: layers = {ref.layers} but {path.name} has {cfg.n_layers}")
         cfg = dataclasses.replace(cfg, n_layers=ref.layers)
     return Llama(
-        cfg, weights, _DTYPES[profile.dtype], profile.device, profile.max_seq_len, packed_rows, profile.pad_from
+        cfg, weights, DTYPES[profile.dtype], profile.device, profile.max_seq_len, packed_rows, profile.pad_from
     )
 
 

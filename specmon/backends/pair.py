@@ -8,7 +8,7 @@ from typing import Callable
 
 from specmon.backends.profiles import DrafterSpec, Profile
 from specmon.backends.tokenizer import ChatTokenizer
-from specmon.engine.drafters import Drafter
+from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
 from specmon.engine.target import Target
 from specmon.errors import SpecmonError
 
@@ -28,3 +28,18 @@ def check_same_vocab(target: ChatTokenizer, draft: ChatTokenizer, draft_path: Pa
             f"profile {profile.source}: draft vocabulary ({draft.vocab_size} tokens, {draft_path.name}) "
             f"differs from the target's ({target.vocab_size} tokens); pick a draft of the same family"
         )
+
+
+def simple_drafter(spec: DrafterSpec, profile: Profile, backend: str, draft: str) -> Drafter | None:
+    """The drafters that run no model (none, ngram); None for kind = "model"; layerskip (torch only)
+    is refused. `draft`: what a draft model is on `backend` (a draft folder, a draft GGUF)."""
+    if spec.kind == "none":
+        return NoDrafter()
+    if spec.kind == "ngram":
+        return NgramDrafter(spec.ngram_sizes)
+    if spec.kind == "layerskip":
+        raise SpecmonError(
+            f'profile {profile.source}: drafter.kind = "layerskip" runs on the torch backend only; '
+            f'with {backend} use "model" ({draft}) or "ngram"'
+        )
+    return None
