@@ -6,13 +6,26 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from specmon.backends.tokenizer import _bytes_to_unicode_table
-
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
     "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+
+def bytes_to_unicode_table() -> dict[int, str]:
+    """GPT-2's byte-to-printable-character map, which byte-level BPE vocabularies are written in."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
 
 
 def write_tiny_gguf(
@@ -26,7 +39,7 @@ def write_tiny_gguf(
     """`vocab` replaces the byte-level vocabulary (to make a model whose tokenizer differs);
     `for_llamacpp` adds what llama.cpp requires: a trained context length and a merge (two spaces)."""
     rng = np.random.default_rng(seed)
-    vocab = vocab or SPECIALS + list(_bytes_to_unicode_table().values()) + (["\u0120\u0120"] if for_llamacpp else [])
+    vocab = vocab or SPECIALS + list(bytes_to_unicode_table().values()) + (["\u0120\u0120"] if for_llamacpp else [])
     writer = gguf.GGUFWriter(str(path), "llama")
     for key, value in [
         ("block_count", layers),

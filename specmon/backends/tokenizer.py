@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,35 +80,15 @@ def load_tokenizer(path: Path) -> ChatTokenizer:
     )
 
 
-def _bytes_to_unicode_table() -> dict[int, str]:
-    """GPT-2's byte-to-printable-character map, which byte-level BPE vocabularies are written in."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    table, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            table[byte] = chr(byte)
-        else:
-            table[byte] = chr(256 + extra)
-            extra += 1
-    return table
-
-
 def load_hf_tokenizer(folder: Path) -> ChatTokenizer:
     """tokenizer.json plus the chat template and end-of-sequence token of a Hugging Face folder."""
-    import json
-
     path = folder / "tokenizer.json"
     if not path.exists():
         raise SpecmonError(f"{folder}: no tokenizer.json; specmon needs the fast tokenizer file in the model folder")
     try:
         tokenizer = Tokenizer.from_file(str(path))
-        meta = (
-            json.loads((folder / "tokenizer_config.json").read_text())
-            if (folder / "tokenizer_config.json").exists()
-            else {}
-        )
+        meta_path = folder / "tokenizer_config.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
         config = json.loads((folder / "config.json").read_text())
     except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
         raise SpecmonError(f"{folder}: cannot read the tokenizer ({exc})") from None
@@ -117,7 +98,8 @@ def load_hf_tokenizer(folder: Path) -> ChatTokenizer:
     eos = config.get("eos_token_id")
     eos = eos[0] if isinstance(eos, list) else eos
     if eos is None and meta.get("eos_token"):
-        eos = tokenizer.token_to_id(_token_text(meta["eos_token"]))
+        token = meta["eos_token"]  # tokenizer_config.json writes it as a string or as {"content": ...}
+        eos = tokenizer.token_to_id(token["content"] if isinstance(token, dict) else token)
     if eos is None:
         raise SpecmonError(f"{folder}: no eos_token_id in config.json")
     return ChatTokenizer(
@@ -126,11 +108,6 @@ def load_hf_tokenizer(folder: Path) -> ChatTokenizer:
         eos_id=int(eos),
         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
     )
-
-
-def _token_text(token) -> str:
-    """tokenizer_config.json writes special tokens as strings or as {"content": ...} objects."""
-    return token["content"] if isinstance(token, dict) else token
 
 
 def tokenizer_at(path: Path) -> ChatTokenizer:
