@@ -67,12 +67,9 @@ class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_seq_len: Positive = 2048
     max_new_tokens: Positive = 96
     near_tie_margin: float = -1.0  # below this logit gap a divergence is a near-tie; -1 picks by dtype
-    packed_rows: Annotated[int, msgspec.Meta(ge=0, le=64)] = (
-        0  # torch, CPU fp32: verify passes padded to this, packed weights
-    )
-    pad_from: Annotated[int, msgspec.Meta(ge=0, le=4)] = (
-        0  # fewest positions padded to packed_rows; 0 measures it at load
-    )
+    # torch, CPU fp32: verify passes padded to this many rows, with packed weights
+    packed_rows: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0
+    pad_from: Annotated[int, msgspec.Meta(ge=0, le=4)] = 0  # fewest positions padded to packed_rows; 0: measured
     # a policy's round costs: a pass over T = 1, 2, ... positions in plain steps (1.0 first); empty: timed at load
     verify_costs: list[float] = []
     # with verify_costs and a drafter that runs a model: its cost per draft token, in the same plain steps
@@ -190,12 +187,9 @@ def overrides(args, profile: Profile) -> tuple[Sampling, DrafterSpec]:
     """The profile's sampling and drafter with the command line's flags over them (`args`: temperature,
     top_p, top_k, seed, drafter, draft_len and layers, None where not given); a drafter the profile
     cannot build is refused here, before anything loads."""
-    s = profile.sampling.to_event()
-    sampling = Sampling(
-        temperature=s.temperature if args.temperature is None else args.temperature,
-        top_p=s.top_p if args.top_p is None else args.top_p,
-        top_k=s.top_k if args.top_k is None else args.top_k,
-        seed=s.seed if args.seed is None else args.seed,
+    flags = {name: getattr(args, name) for name in Sampling.__struct_fields__}
+    sampling = msgspec.structs.replace(
+        profile.sampling.to_event(), **{name: value for name, value in flags.items() if value is not None}
     )
     d = profile.drafter
     spec = msgspec.structs.replace(
