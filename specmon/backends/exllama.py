@@ -144,11 +144,7 @@ class KvTarget:
 
 
 class KvDrafter(CachedDrafter):
-    """A separate draft model with its own cache: k single-token forwards per round.
-
-    The cache is rolled back to the longest prefix it shares with the context, so after a round
-    where all k drafts were accepted it is fed the last draft token (never fed: its logits were
-    not needed) together with the target's bonus token."""
+    """A separate draft model with its own cache, behind a Runner."""
 
     def __init__(
         self, runner: Runner, name: str, vocab_size: int, sync: Callable[[], None] = cuda_sync, cache_bytes: int = 0

@@ -76,11 +76,7 @@ class LlamaCppTarget:
 
 
 class LlamaCppDrafter(CachedDrafter):
-    """A separate draft model in its own llama.cpp context: k one-token decodes per round.
-
-    The context is rolled back to the longest prefix it shares with the round's context (the
-    CacheLedger), so after an all-accepted round it is fed the last draft token together with
-    the target's bonus token, exactly as the torch and ExLlamaV2 drafters do."""
+    """A separate draft model in its own llama.cpp context."""
 
     def __init__(self, context: Context, name: str, vocab_size: int):
         super().__init__()

@@ -52,8 +52,11 @@ def choose_draft_token(
 
 
 class CachedDrafter:
-    """A drafter that runs a model on a cache of its own: each round feeds what the cache has not
-    seen (`_plan`), then drafts k tokens one forward (`_step`) at a time."""
+    """A drafter that runs a model on a cache of its own: k one-token forwards (`_step`) a round.
+
+    The cache is first rolled back to the longest prefix it shares with the context (`_plan`), so
+    after a round where all k drafts were accepted it is fed the last draft token (never fed: its
+    logits were not needed) together with the target's bonus token."""
 
     def __init__(self) -> None:
         self.ledger = CacheLedger()  # tokens whose keys/values sit in the draft cache
