@@ -46,13 +46,8 @@ def load_gpu_pair(profile: Profile, spec: DrafterSpec, engine: GpuEngine) -> Pai
     folders = [target_dir] + ([draft_dir] if draft_dir else [])
     check_fits(folders, profile.max_seq_len, *vram_free())
     vocab = min([tokenizer.vocab_size] + [read_hf_config(f).get("vocab_size", tokenizer.vocab_size) for f in folders])
-    target = KvTarget(
-        _loaded(engine, package, target_dir, profile.max_seq_len),
-        profile.target.describe(),
-        tokenizer.eos_id,
-        vocab,
-        cache_bytes=cache_bytes(read_hf_config(target_dir), profile.max_seq_len),
-    )
+    runner, size = _loaded(engine, package, target_dir, profile.max_seq_len)
+    target = KvTarget(runner, profile.target.describe(), tokenizer.eos_id, vocab, cache_bytes=size)
     loaded: dict[Path, KvDrafter] = {}
 
     def make(other: DrafterSpec) -> Drafter:
@@ -61,20 +56,17 @@ def load_gpu_pair(profile: Profile, spec: DrafterSpec, engine: GpuEngine) -> Pai
             return simple_drafter(other, profile, engine.backend, "a draft folder")
         folder = draft_folder(other, profile, tokenizer, engine)
         if folder not in loaded:
-            loaded[folder] = KvDrafter(
-                _loaded(engine, package, folder, profile.max_seq_len),
-                f"model:{other.target.describe()}",
-                vocab,
-                cache_bytes=cache_bytes(read_hf_config(folder), profile.max_seq_len),
-            )
+            runner, size = _loaded(engine, package, folder, profile.max_seq_len)
+            loaded[folder] = KvDrafter(runner, f"model:{other.target.describe()}", vocab, cache_bytes=size)
         return loaded[folder]
 
     return Pair(target, make(spec), tokenizer, make)
 
 
-def _loaded(engine: GpuEngine, package, folder: Path, max_seq_len: int) -> Runner:
+def _loaded(engine: GpuEngine, package, folder: Path, max_seq_len: int) -> tuple[Runner, int]:
+    """The folder's model and cache, loaded, and the cache's size in bytes."""
     try:
-        return engine.load(package, folder, max_seq_len)
+        return engine.load(package, folder, max_seq_len), cache_bytes(read_hf_config(folder), max_seq_len)
     except (torch.cuda.OutOfMemoryError, RuntimeError) as exc:
         # both engines' autosplit catch CUDA's out-of-memory and try the next GPU; past the last one
         # they raise RuntimeError("Insufficient VRAM ...")
