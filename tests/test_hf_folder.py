@@ -51,7 +51,7 @@ def test_first_layers_make_the_draft_folder(tiny, tmp_path):
     assert not any(n.startswith("model.layers.1.") for n in names)
     cfg, weights = load_gguf_llama(tiny)
     model = Llama(cfg, weights, torch.float32, "cpu", 64)
-    want = model.forward(torch.tensor([5, 6, 7]), 0, model.new_cache(1), n_layers=1).numpy()
+    want = model.forward(torch.tensor([5, 6, 7]), 0, model.new_cache(), n_layers=1).numpy()
     np.testing.assert_array_equal(_logits(*load_hf_llama(folder), [5, 6, 7]), want)
 
 

@@ -22,11 +22,10 @@ _PAD_FROM: dict[tuple, int] = {}  # pad_from measured in this process, by model 
 class KVCache:
     """Keys and values for every layer, [layer, kv_head, position, head_dim]."""
 
-    def __init__(self, cfg: LlamaConfig, n_layers: int, max_len: int, dtype: torch.dtype, device: str):
-        shape = (n_layers, cfg.n_kv_heads, max_len, cfg.head_dim)
+    def __init__(self, cfg: LlamaConfig, max_len: int, dtype: torch.dtype, device: str):
+        shape = (cfg.n_layers, cfg.n_kv_heads, max_len, cfg.head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
-        self.max_len = max_len
 
 
 class Llama:
@@ -83,7 +82,7 @@ class Llama:
         """The fewest positions worth padding to packed_rows on this CPU, timed on real passes. Some
         CPUs (MKL on AMD) read the weights once per row for 2-3 rows, where a packed pass is cheaper."""
         saved, self.pad_from = self.pad_from, MIN_PACKED_ROWS  # the short passes as they run unpadded
-        cache = KVCache(self.cfg, self.cfg.n_layers, self.packed_rows, self.dtype, self.device)
+        cache = KVCache(self.cfg, self.packed_rows, self.dtype, self.device)
         tokens = torch.zeros(self.packed_rows, dtype=torch.long, device=self.device)
         sizes = [*range(2, MIN_PACKED_ROWS), self.packed_rows]
         try:
@@ -99,8 +98,8 @@ class Llama:
         fits = start + self.packed_rows <= self.max_len and (n_layers or self.cfg.n_layers) == self.cfg.n_layers
         return self.packed_rows if fits and self.pad_from <= n_tok <= self.packed_rows else n_tok
 
-    def new_cache(self, n_layers: int | None = None) -> KVCache:
-        return KVCache(self.cfg, n_layers or self.cfg.n_layers, self.max_len, self.dtype, self.device)
+    def new_cache(self) -> KVCache:
+        return KVCache(self.cfg, self.max_len, self.dtype, self.device)
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, start: int, cache: KVCache, n_layers: int | None = None) -> torch.Tensor:
