@@ -25,8 +25,7 @@ def cache_len(max_seq_len: int) -> int:
 
 
 def refuse_unrollable(model, folder: Path) -> None:
-    """A recurrent or hybrid model's state cannot be rewound by writing at an earlier position, and a
-    draft head (MTP, DFlash) drafts from the target's hidden states inside ExLlamaV3's generator."""
+    """Refuse a model a rejected draft cannot be rolled back on (see the module's doc), before its weights load."""
     arch = getattr(model.config, "architecture", None) or folder.name
     if any(model.caps.get(cap) for cap in HEAD_DRAFTERS):
         raise SpecmonError(
