@@ -90,14 +90,8 @@ class NgramDrafter:
             return Proposal([], None)
         positions = self.index.update(context)
         if self.min_match:
-            tokens, matched = confident_draft(
-                context,
-                k,
-                self.min_match,
-                self.min_seen,
-                positions,
-                (lambda n, start: k + 1) if self.whole else self.verify_rows,
-            )
+            rows = (lambda n, start: k + 1) if self.whole else self.verify_rows
+            tokens, matched = confident_draft(context, k, self.min_match, self.min_seen, positions, rows)
             return Proposal(tokens, None, matched)
         matches = _match_lengths(context, positions, longest=self.ngram_sizes[0])
         for n in self.ngram_sizes:  # the latest occurrence of the last n tokens, longest n first

@@ -58,10 +58,6 @@ class Decoded:
     started: PromptStarted
     run: PromptRun
 
-    @property
-    def greedy(self) -> bool:
-        return self.started.sampling.greedy
-
 
 def new_session_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
@@ -144,12 +140,8 @@ class SessionDriver:
         if fork_target is None:
             return None
         twin = SessionDriver(self.session_id, fork_target(), self.tokenizer, emit, self.near_tie_margin)
-        twin.round_ids, twin._tokens, twin._stopped, twin.stall = (
-            self.round_ids,
-            self._tokens,
-            self._stopped,
-            self.stall,
-        )
+        twin.round_ids, twin._tokens = self.round_ids, self._tokens
+        twin._stopped, twin.stall = self._stopped, self.stall
         return twin
 
     def decode(
@@ -211,7 +203,12 @@ class SessionDriver:
             min_tokens=prompt.min_tokens,
             stall=self.stall.stall,
         )
-        emit = self.emit if on_round is None else _then(self.emit, on_round)
+
+        def emit(event: RoundVerified) -> None:
+            self.emit(event)
+            if on_round is not None:
+                on_round(event)
+
         run = yield from prompt_rounds(
             self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit, self._stop_check(stop)
         )
@@ -231,7 +228,8 @@ class SessionDriver:
         """Did `done` give plain decoding's tokens (greedy), with the logit margin where it left them?"""
         if done is plain:
             return BASELINE
-        return compare(plain.run.generated, plain.run.margins, done.run.generated, done.greedy, self.near_tie_margin)
+        greedy = done.started.sampling.greedy
+        return compare(plain.run.generated, plain.run.margins, done.run.generated, greedy, self.near_tie_margin)
 
     def finish(self, done: Decoded, equivalence: Equivalence) -> None:
         """PromptFinished for one decode."""
@@ -268,12 +266,3 @@ class SessionDriver:
                 gpu_others=gpu_other_processes() if used is not None else None,
             )
         )
-
-
-def _then(emit: Emit, on_round: Callable[[RoundVerified], None]) -> Emit:
-    def emit_round(event: AnyEvent) -> None:
-        emit(event)
-        if isinstance(event, RoundVerified):
-            on_round(event)
-
-    return emit_round

@@ -27,7 +27,7 @@ def probs_from_logits(logits: np.ndarray, sampling: Sampling) -> np.ndarray:
     probs /= probs.sum(axis=-1, keepdims=True)
     for row in probs:
         if 0 < sampling.top_k < row.shape[0]:
-            _keep_only(row, _top_k_ids(row, sampling.top_k))
+            _keep_only(row, np.argpartition(-row, sampling.top_k - 1)[: sampling.top_k])
         if sampling.top_p < 1.0:
             _keep_only(row, _top_p_ids(row, sampling.top_p))
     return probs
@@ -37,10 +37,6 @@ def _keep_only(row: np.ndarray, keep: np.ndarray) -> None:
     kept = row[keep]
     row[:] = 0.0
     row[keep] = kept / kept.sum()
-
-
-def _top_k_ids(row: np.ndarray, top_k: int) -> np.ndarray:
-    return np.argpartition(-row, top_k - 1)[:top_k]
 
 
 def _top_p_ids(row: np.ndarray, top_p: float) -> np.ndarray:
