@@ -78,7 +78,7 @@ class FrameDecoder:
         self.source = source
         self._buf = bytearray()
         self._pos = 0  # bytes of _buf already handed out (dropped at the next feed, not per frame)
-        self._offset = 0  # stream offset of _buf[_pos]
+        self.offset = 0  # stream offset of _buf[_pos]: just past the last whole event handed out
         self._version: int | None = None  # known once the preamble is read
         self._seed = 0  # format 2: CRC-32 of the log id
         self._seq = 0  # format 2: the number the next frame must carry
@@ -87,11 +87,6 @@ class FrameDecoder:
     def pending(self) -> int:
         """Bytes of an incomplete frame held back, waiting for the rest."""
         return len(self._buf) - self._pos
-
-    @property
-    def offset(self) -> int:
-        """Stream offset just past the last whole event handed out."""
-        return self._offset
 
     def feed(self, data: bytes) -> Iterator[AnyEvent]:
         del self._buf[: self._pos]
@@ -106,7 +101,7 @@ class FrameDecoder:
         if self._version is None:
             raise SpecmonError(f"{self.source}: not a specmon session log")
         if self.pending:
-            raise LogDamaged(self.source, self._offset, f"truncated event ({self.pending} bytes of a frame)")
+            raise LogDamaged(self.source, self.offset, f"truncated event ({self.pending} bytes of a frame)")
 
     def _read_preamble(self) -> bool:
         """Parse the preamble once all of it is here; False while it is still incomplete."""
@@ -124,7 +119,7 @@ class FrameDecoder:
         if len(self._buf) < size:
             return False
         self._seed = zlib.crc32(self._buf[PREAMBLE.size : size])
-        self._pos = self._offset = size
+        self._pos = self.offset = size
         self._version = version
         return True
 
@@ -136,7 +131,7 @@ class FrameDecoder:
             fields = header.unpack_from(buf, self._pos)
             length, end = fields[0], self._pos + header.size + fields[0]
             if length > MAX_FRAME:
-                raise LogDamaged(self.source, self._offset, f"implausible frame length {length}")
+                raise LogDamaged(self.source, self.offset, f"implausible frame length {length}")
             if len(buf) < end:
                 return
             payload = bytes(buf[self._pos + header.size : end])
@@ -145,17 +140,17 @@ class FrameDecoder:
 
     def _check_v1(self, fields: tuple, payload: bytes) -> None:
         if zlib.crc32(payload) != fields[1]:
-            raise LogDamaged(self.source, self._offset, "checksum mismatch")
+            raise LogDamaged(self.source, self.offset, "checksum mismatch")
 
     def _check_v2(self, fields: tuple, payload: bytes) -> None:
         """The CRC covers length, number and payload, seeded by the log id; numbers count up from 0."""
         _, seq, crc = fields
         if zlib.crc32(payload, zlib.crc32(self._buf[self._pos : self._pos + 8], self._seed)) != crc:
-            raise LogDamaged(self.source, self._offset, "checksum mismatch (corrupt, or a frame of another log)")
+            raise LogDamaged(self.source, self.offset, "checksum mismatch (corrupt, or a frame of another log)")
         if seq != self._seq & SEQ_MASK:
             raise LogDamaged(
                 self.source,
-                self._offset,
+                self.offset,
                 f"frame {seq} where frame {self._seq & SEQ_MASK} belongs (a duplicated, reordered or missing frame)",
             )
         self._seq += 1
@@ -165,7 +160,7 @@ class FrameDecoder:
         try:
             event = decode(payload)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise LogDamaged(self.source, self._offset, f"undecodable event ({exc})") from None
-        self._offset += end - self._pos
+            raise LogDamaged(self.source, self.offset, f"undecodable event ({exc})") from None
+        self.offset += end - self._pos
         self._pos = end
         return event
