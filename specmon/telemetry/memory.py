@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import resource
+from typing import Any
 
 from specmon.telemetry.procfs import forget, kept_pread
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_nvml_state: dict[str, object] = {}
+_nvml_state: dict[str, Any] = {}  # "module": pynvml once started; "failed": it would not start
 _STATM = "/proc/self/statm"
 
 
@@ -30,7 +31,7 @@ def vram_bytes(index: int = 0) -> tuple[int | None, int | None]:
     if handle is None:
         return None, None
     try:
-        info = _nvml_state["module"].nvmlDeviceGetMemoryInfo(handle)  # type: ignore[attr-defined]
+        info = _nvml_state["module"].nvmlDeviceGetMemoryInfo(handle)
         return int(info.used), int(info.total)
     except Exception:  # NVML raises its own error types for a lost GPU; show N/A instead
         return None, None
@@ -45,9 +46,9 @@ def gpu_other_processes(index: int = 0) -> int | None:
     nvml = _nvml_state["module"]
     try:
         running = [
-            *nvml.nvmlDeviceGetComputeRunningProcesses(handle),  # type: ignore[attr-defined]
+            *nvml.nvmlDeviceGetComputeRunningProcesses(handle),
             *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
-        ]  # type: ignore[attr-defined]
+        ]
     except Exception:  # a driver that will not list processes (containers often cannot)
         return None
     return len({p.pid for p in running} - {os.getpid()})

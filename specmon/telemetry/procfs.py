@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import os
 
-_kept: dict[
-    str, tuple[int, int]
-] = {}  # path -> (pid, descriptor): /proc/self resolves at open, so a forked child opens its own
+# path -> (pid, descriptor): /proc/self resolves at open, so a forked child opens its own
+_kept: dict[str, tuple[int, int]] = {}
 
 
 def kept_pread(path: str, size: int) -> bytes | None:
