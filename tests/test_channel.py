@@ -191,6 +191,24 @@ def test_two_unix_clients_and_a_tcp_client_see_exactly_the_log(tmp_path):
     server.close()
 
 
+def test_the_tcp_token_counts_only_as_a_whole_line(tmp_path):
+    sink, channel, server = _published_session(tmp_path, parse_listen("127.0.0.1:0"))
+    channel.publish(WRITTEN[0])
+    cut = socket.create_connection(server.tcp_address)
+    cut.sendall(server.token.encode())  # the right token, but its line never ends
+    cut.shutdown(socket.SHUT_WR)
+    cut.settimeout(5)
+    assert cut.recv(1024) == b""  # closed, and not one byte of the session sent
+    whole = socket.create_connection(server.tcp_address)
+    whole.sendall(server.token.encode() + b"\n")
+    whole.settimeout(5)
+    assert whole.recv(1024) != b""  # the same token, as a line: the session comes
+    for conn in (cut, whole):
+        conn.close()
+    channel.close()
+    server.close()
+
+
 def test_a_client_that_disconnects_does_not_disturb_the_run(tmp_path):
     sink, channel, server = _published_session(tmp_path)
     quitter = socket.socket(socket.AF_UNIX)

@@ -122,7 +122,7 @@ class EventServer:
         with conn.makefile("rb") as lines:
             line = lines.readline(256)  # to its newline, the end of the connection or 256 bytes
         conn.settimeout(None)
-        return hmac.compare_digest(line.strip(), (self.token or "").encode())
+        return line.endswith(b"\n") and hmac.compare_digest(line.strip(), (self.token or "").encode())
 
     def _stream(self, conn: socket.socket) -> None:
         """The live part's events, re-framed as one log of the client's own, so a rotation (a new file,
