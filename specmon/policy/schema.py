@@ -216,27 +216,27 @@ def _retire(raw: dict, text: str, source: str) -> list[str]:
     """Take an older file's retired keys out of `raw`, one warning each; its draft_len range
     {min, max, start, adapt} is read as its max."""
     warnings, why = [], "no longer read: each draft is weighed against the engine's measured costs (docs/policy.md)"
+
+    def warn(path: tuple, what: str) -> None:
+        line, col = locate(text, path)
+        warnings.append(f"{source}:{line}:{col}: {what}")
+
     settings = raw.get("policy")
     for key in RETIRED["policy"] if isinstance(settings, dict) else ():
         if settings.pop(key, None) is not None:
-            line, col = locate(text, ("policy", key))
-            warnings.append(f"{source}:{line}:{col}: policy.{key} is {why}")
+            warn(("policy", key), f"policy.{key} is {why}")
     classes = raw.get("classes")
     for i, cls in enumerate(classes if isinstance(classes, list) else ()):
         if not isinstance(cls, dict):
             continue
         for key in RETIRED["class"]:
             if cls.pop(key, None) is not None:
-                line, col = locate(text, ("classes", i, key))
-                warnings.append(f"{source}:{line}:{col}: classes[{i}].{key} is {why}")
+                warn(("classes", i, key), f"classes[{i}].{key} is {why}")
         span = cls.get("draft_len")
         if isinstance(span, dict) and "max" in span:
             cls["draft_len"] = span["max"]
-            line, col = locate(text, ("classes", i, "draft_len"))
-            warnings.append(
-                f"{source}:{line}:{col}: a draft_len range is read as draft_len = {span['max']!r}, "
-                "its max: each round verifies what pays of it"
-            )
+            read_as = f"a draft_len range is read as draft_len = {span['max']!r}, its max"
+            warn(("classes", i, "draft_len"), f"{read_as}: each round verifies what pays of it")
     return warnings
 
 
@@ -247,9 +247,8 @@ def load_toml(text: str, source: str) -> dict:
     except tomllib.TOMLDecodeError as exc:
         raise _syntax_error(text, source, exc) from None
     except RecursionError:
-        raise PolicyError(
-            source, *too_deep(text, TOO_DEEP), f"arrays or tables nested too deeply (over {TOO_DEEP})"
-        ) from None
+        reason = f"arrays or tables nested too deeply (over {TOO_DEEP})"
+        raise PolicyError(source, *too_deep(text, TOO_DEEP), reason) from None
     except ValueError:  # an integer of more than 4300 digits
         found = re.search(r"[0-9_]{1000,}", text)
         line, col = line_col(text, found.start()) if found else (1, 1)
@@ -258,28 +257,19 @@ def load_toml(text: str, source: str) -> dict:
 
 def _check(parsed: PolicyFile, text: str, source: str, problems: list, guessing: bool = False) -> list[str]:
     """Semantic checks msgspec cannot do; errors go to `problems`, overlaps and unreachable classes warn."""
-    s = parsed.policy
-    for key, ok, allowed in [
-        ("window", 1 <= s.window <= MAX_WINDOW, f"1..{MAX_WINDOW}"),
-        ("min_gain", math.isfinite(s.min_gain) and -1 < s.min_gain < 10, "a number above -1 and below 10"),
-        ("explore_budget", math.isfinite(s.explore_budget) and 0 <= s.explore_budget <= 0.5, "0..0.5"),
+    s, r = parsed.policy, parsed.routing
+    for section, key, ok, allowed in [
+        ("policy", "window", 1 <= s.window <= MAX_WINDOW, f"1..{MAX_WINDOW}"),
+        ("policy", "min_gain", math.isfinite(s.min_gain) and -1 < s.min_gain < 10, "a number above -1 and below 10"),
+        ("policy", "explore_budget", math.isfinite(s.explore_budget) and 0 <= s.explore_budget <= 0.5, "0..0.5"),
+        ("routing", "explore_share", 0.0 <= r.explore_share <= 0.5, "0..0.5 (a share of each class's requests)"),
+        ("routing", "window", 2 <= r.window <= MAX_WINDOW, f"2..{MAX_WINDOW} requests"),
+        ("routing", "min_requests", 2 <= r.min_requests <= r.window, "2..routing.window"),
     ]:
         if not ok:
-            line, col = locate(text, ("policy", key))
-            problems.append(
-                PolicyError(source, line, col, f"policy.{key} = {_shown(getattr(s, key))} is out of range: {allowed}")
-            )
-    r = parsed.routing
-    for key, ok, allowed in [
-        ("explore_share", 0.0 <= r.explore_share <= 0.5, "0..0.5 (a share of each class's requests)"),
-        ("window", 2 <= r.window <= MAX_WINDOW, f"2..{MAX_WINDOW} requests"),
-        ("min_requests", 2 <= r.min_requests <= r.window, "2..routing.window"),
-    ]:
-        if not ok:
-            line, col = locate(text, ("routing", key))
-            problems.append(
-                PolicyError(source, line, col, f"routing.{key} = {_shown(getattr(r, key))} is out of range: {allowed}")
-            )
+            value = _shown(getattr(getattr(parsed, section), key))
+            reason = f"{section}.{key} = {value} is out of range: {allowed}"
+            problems.append(PolicyError(source, *locate(text, (section, key)), reason))
     if not parsed.classes:
         problems.append(PolicyError(source, 1, 1, NO_CLASSES))
         return []
@@ -288,15 +278,10 @@ def _check(parsed: PolicyFile, text: str, source: str, problems: list, guessing:
         _check_class(cls, i, names, text, source, problems)
         names.add(cls.name)
     defaults = [i for i, c in enumerate(parsed.classes) if c.default]
-    if not defaults and not guessing:
-        problems.append(
-            PolicyError(
-                source,
-                *locate(text, ("classes", len(parsed.classes) - 1)),
-                "no class has default = true: some prompts would have no class",
-            )
-        )
     if not defaults:
+        if not guessing:
+            last = locate(text, ("classes", len(parsed.classes) - 1))
+            problems.append(PolicyError(source, *last, "no class has default = true: some prompts would have no class"))
         return warnings
     for i in range(defaults[0] + 1, len(parsed.classes)):
         line, col = locate(text, ("classes", i))
@@ -381,7 +366,7 @@ def _did_you_mean(path: tuple) -> str:
         tuple(names), Match if names == ["classes", "match"] else None
     )
     known = [*struct.__struct_fields__, *RETIRED["class" if struct is PromptClass else "policy"]] if struct else []
-    close = difflib.get_close_matches(path[-1], [k for k in known if k not in ("source", "text")], n=1)
+    close = difflib.get_close_matches(path[-1], known, n=1)
     return f"; did you mean `{close[0]}`?" if close and close[0] != path[-1] else ""
 
 
