@@ -160,9 +160,7 @@ class PolicyEngine:
     def decide(self, name: str) -> Decision | None:
         cls, st = self.policy.class_named(name), self.state(name)
         recall = self._recall(name)
-        own = st.counts.plus(recall.tried, recall.taken) if recall else st.counts
-        shared = self.shared.plus(recall.pool_tried, recall.pool_taken) if recall else self.shared
-        rate, steps = gate.rates(own, shared, self.prior), self.steps(cls)
+        rate, steps = gate.rates(st.counts, self.shared, self.prior, recall), self.steps(cls)
         table = gate.cut_table(rate, steps, self.policy.settings.min_gain)
         if table == st.table:
             return None

@@ -134,9 +134,7 @@ def explain_gate(d: Decision, drafts: dict[int, gate.Draft]) -> Explanation:
     cited = [drafts[rid] for rid in d.round_ids]
     own = gate.counts_of([x for x in cited if x.prompt_class == d.prompt_class])
     recall = g.recalled  # an earlier session's evidence, as the decision cites it: the log holds no rounds of it
-    estimated = own.plus(recall.tried, recall.taken) if recall else own
-    shared = gate.counts_of(cited).plus(recall.pool_tried, recall.pool_taken) if recall else gate.counts_of(cited)
-    rate = gate.rates(estimated, shared, g.prior, g.prior_weight, g.shared_weight)
+    rate = gate.rates(own, gate.counts_of(cited), g.prior, recall, g.prior_weight, g.shared_weight)
     table = gate.cut_table(rate, g.steps, g.min_gain)
     speculate, k, match = gate.summary(table, g.positional, g.min_match)
     if (speculate, k, match, gate.kept(table)) != (d.speculate_to, d.k_to, d.match_to, g.kept_to):
@@ -147,14 +145,9 @@ def explain_gate(d: Decision, drafts: dict[int, gate.Draft]) -> Explanation:
     if off:
         logged, again = figures[off[0]]
         return Explanation(d, False, f"inputs differ: {off[0]} logged {logged:.6g}, recomputed {again:.6g}")
-    stored = (
-        f" and {count(recall.rounds, 'round')} of session {recall.session_id} (stored)"
-        if recall and recall.rounds
-        else ""
-    )
-    stored += (
-        " and what the other classes learned in earlier sessions"
-        if recall and recall.pool_tried != recall.tried
-        else ""
-    )
+    stored = ""
+    if recall and recall.rounds:
+        stored += f" and {count(recall.rounds, 'round')} of session {recall.session_id} (stored)"
+    if recall and recall.pool_tried != recall.tried:
+        stored += " and what the other classes learned in earlier sessions"
     return Explanation(d, True, f"the same table from {count(len(cited), 'round')}{stored}")

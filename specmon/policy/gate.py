@@ -125,20 +125,18 @@ def top_up(
 def rates(
     own: Counts,
     session: Counts,
-    prior: Sequence[float] | None = None,
-    prior_weight: float | None = None,
-    shared_weight: float | None = None,
+    prior: Sequence[float],
+    recall=None,
+    prior_weight: float = PRIOR_WEIGHT,
+    shared_weight: float = SHARED_WEIGHT,
 ) -> list[float]:
-    """a(b) per bucket: the class's own, shrunk toward the session's, shrunk toward the prior
-    (a log's decision brings the constants it was decided with)."""
-    prior = PRIOR if prior is None else prior
-    prior_weight = PRIOR_WEIGHT if prior_weight is None else prior_weight
-    shared_weight = SHARED_WEIGHT if shared_weight is None else shared_weight
-    out = []
-    for b in range(BUCKETS):
-        shared = (session.taken[b] + prior[b] * prior_weight) / (session.tried[b] + prior_weight)
-        out.append((own.taken[b] + shared_weight * shared) / (own.tried[b] + shared_weight))
-    return out
+    """a(b) per bucket: the class's own, shrunk toward the session's, shrunk toward the prior; each
+    with what a `recall` (events.Recall) lends it from the store (a log's decision brings the
+    constants it was decided with, and its recall)."""
+    if recall:
+        own, session = own.plus(recall.tried, recall.taken), session.plus(recall.pool_tried, recall.pool_taken)
+    shared = [(session.taken[b] + prior[b] * prior_weight) / (session.tried[b] + prior_weight) for b in range(BUCKETS)]
+    return [(own.taken[b] + shared_weight * shared[b]) / (own.tried[b] + shared_weight) for b in range(BUCKETS)]
 
 
 def goodputs(rate: Sequence[float], steps: Sequence[float], matched: int) -> list[float]:
