@@ -63,9 +63,8 @@ def _split_path(path: tuple) -> tuple[str, int, list[str]]:
 def msgspec_path(message: str) -> tuple:
     """'... - at `$.classes[1].match.regex[0]`' -> ("classes", 1, "match", "regex")."""
     found = re.search(r"at `\$(.*)`", message)
-    path: list = []
-    for name, number in re.findall(r"\.([A-Za-z_]+)|\[(\d+)\]", found.group(1) if found else ""):
-        path.append(name if name else int(number))
+    steps = re.findall(r"\.([A-Za-z_]+)|\[(\d+)\]", found.group(1) if found else "")
+    path = [name or int(number) for name, number in steps]
     if path and isinstance(path[-1], int) and len(path) > 2:
         path.pop()  # an element inside a list: point at the list's key
     unknown = re.search(r"unknown field `([^`]+)`", message)

@@ -31,16 +31,6 @@ def loaded_event(
     )
 
 
-def reread(source: str, session_id: str) -> Policy | PolicyLoaded:
-    """The edited file as a Policy, or the event refusing it (a reload never ends the run)."""
-    try:
-        return load_policy(Path(source))
-    except SpecmonError as exc:
-        return refused_event(source, session_id, str(exc))
-    except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the run
-        return refused_event(source, session_id, f"{source}: cannot load it ({exc!r})")
-
-
 @dataclass(frozen=True)
 class Edit:
     """A valid edit of the policy file: the policy now, the classes it changed or removed (by name), and
@@ -63,9 +53,12 @@ class PolicyWatch:
         if stamp == self.stamp:
             return None
         self.stamp = stamp
-        new = reread(policy.source, session_id)
-        if isinstance(new, PolicyLoaded):
-            return new
+        try:
+            new = load_policy(Path(policy.source))
+        except SpecmonError as exc:
+            return refused_event(policy.source, session_id, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the run
+            return refused_event(policy.source, session_id, f"{policy.source}: cannot load it ({exc!r})")
         sections = [
             name
             for name, was, now in (("policy", policy.settings, new.settings), ("routing", policy.routing, new.routing))
@@ -93,21 +86,19 @@ def refused_event(source: str, session_id: str, error: str) -> PolicyLoaded:
     )
 
 
-def reload_line(event: PolicyLoaded) -> str:
-    """One line for a reload, for a run without the TUI (which shows it in its decisions pane)."""
+def print_reload(event: PolicyLoaded) -> None:
+    """One line for a reload, for a run without the TUI (which shows it in its decisions pane), on stderr,
+    looked up at each call: under the TUI, Textual redirects it off the screen. A message, not a record:
+    wrapped at words to a terminal with a hanging indent, whole when piped."""
     if event.accepted:
         changed = ", ".join(event.changed) or "nothing the classes run by"
-        return (
+        line = (
             f"specmon: policy reloaded from {event.source} (sha256 {event.sha256[:12]}); changed: {changed}; "
             "each class runs by it from its next prompt"
         )
-    error = " ".join(event.error.splitlines())
-    return f"specmon: policy edit refused, the previous policy stays in force: {error}"
-
-
-def print_reload(event: PolicyLoaded) -> None:
-    """reload_line on stderr, looked up at each call: under the TUI, Textual redirects it off the screen. A
-    message, not a record: wrapped at words to a terminal with a hanging indent, whole when piped."""
-    line, width = reload_line(event), line_width(sys.stderr)
+    else:
+        error = " ".join(event.error.splitlines())
+        line = f"specmon: policy edit refused, the previous policy stays in force: {error}"
+    width = line_width(sys.stderr)
     for part in wrapped_lines(line, width) if width else [line]:
         print(part, file=sys.stderr, flush=True)

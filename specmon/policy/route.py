@@ -16,6 +16,7 @@ each with the figures the decision cites, so explain draws the same estimate aga
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from fractions import Fraction
 
@@ -35,13 +36,8 @@ def timed(ev: RequestTimed, clock: str | None = None) -> bool:
 
 def request_totals(events: Iterable[RequestTimed], clock: str = SERVER_CLOCK) -> PromptTotals:
     """Generated tokens and ms per request on `clock`: each request timed on it one unit of the bootstrap."""
-    emitted: dict[str, int] = {}
-    ms: dict[str, float] = {}
-    for ev in events:
-        t = timing(ev, clock)
-        if t is not None:
-            emitted[ev.request_id], ms[ev.request_id] = t.tokens, t.ms
-    return PromptTotals(emitted, ms)
+    timed = {ev.request_id: t for ev in events if (t := timing(ev, clock)) is not None}
+    return PromptTotals({rid: t.tokens for rid, t in timed.items()}, {rid: t.ms for rid, t in timed.items()})
 
 
 def estimate(spec: Iterable[RequestTimed], plain: Iterable[RequestTimed], clock: str = SERVER_CLOCK) -> SpeedupEstimate:
@@ -93,9 +89,7 @@ def stored_request(reply: StoredReply, name: str) -> RequestTimed:
 def stored_words(recalled: Iterable[StoredReply]) -> str:
     """`(5 of them stored by session S) `: how many of a decision's requests were earlier sessions'
     (proxy.recall), and whose; "" where none were."""
-    by: dict[str, int] = {}
-    for reply in recalled:
-        by[reply.session_id] = by.get(reply.session_id, 0) + 1
+    by = Counter(reply.session_id for reply in recalled)
     if len(by) <= 1:
         return "".join(f"({n} of them stored by session {sid}) " for sid, n in by.items())
     sessions = ", ".join(f"{n} by session {sid}" for sid, n in sorted(by.items()))
