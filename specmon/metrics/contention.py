@@ -65,6 +65,15 @@ class HostTally:
         """Disturbed rounds over measured ones; None where no round was measured."""
         return ratio(self.disturbed, self.measured)
 
+    def figures(self, prefix: str = "") -> dict:
+        """The rounds the host disturbed, for JSON: counts, and the share figures are judged by."""
+        return {
+            f"{prefix}measured_rounds": self.measured,
+            f"{prefix}disturbed_rounds": self.disturbed,
+            f"{prefix}disturbed_share": self.share,
+            f"{prefix}peak_stall": self.peak if self.measured else None,
+        }
+
     @property
     def busy(self) -> bool:
         """Enough of the rounds were disturbed that their figures should say so."""
@@ -101,6 +110,5 @@ class HostTally:
 def tally(events) -> HostTally:
     out = HostTally()
     for ev in events:
-        if hasattr(ev, "host_stall_ms"):
-            out.add(ev)
+        out.add(ev)  # an event without host_stall_ms is not measured
     return out

@@ -18,6 +18,11 @@ def ratio_interval(ratio: float | None, low: float | None, high: float | None, d
     return shown if low is None or high is None else f"{shown} [{low:.2f}, {high:.2f}]"
 
 
+def markdown_cell(text: str) -> str:
+    """A name inside a Markdown table: `|` would end the cell."""
+    return text.replace("|", r"\|")
+
+
 def count(n: int, noun: str) -> str:
     """`1 round`, `2 rounds`: a count with its noun in the number it takes."""
     return f"{n} {noun if n == 1 else noun + 's'}"

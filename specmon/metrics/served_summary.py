@@ -10,7 +10,7 @@ from pathlib import Path
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics import served
-from specmon.metrics.format import clock, count, fmt
+from specmon.metrics.format import clock, count, fmt, markdown_cell
 from specmon.metrics.unreported import missing_counts, notices
 
 
@@ -150,12 +150,7 @@ def _markdown_row(r: dict) -> str:
     on = r["clock"]
     speed = served.tok_per_s_text(r["tok_per_s"] if on == served.SERVER_CLOCK else r["clocked_tok_per_s"], on)
     return (
-        f"| {_cell(r['class'])} | {_cell(r['upstream'])} | {served.requests_cell(r['requests'], r['timed'], r['reported'])} | {r['drafted'] if told else '-'} | "
+        f"| {markdown_cell(r['class'])} | {markdown_cell(r['upstream'])} | {served.requests_cell(r['requests'], r['timed'], r['reported'])} | {r['drafted'] if told else '-'} | "
         f"{r['accepted'] if told else '-'} | {fmt(r['acceptance']) if told else missing_counts(r['upstream'], short=False)} | "
         f"{fmt(r['tokens_per_step'])} | {' '.join(fmt(x) for x in r['position_rates']) or '-'} | {speed} |"
     )
-
-
-def _cell(text: str) -> str:
-    """A name inside a Markdown table: `|` would end the cell."""
-    return text.replace("|", r"\|")

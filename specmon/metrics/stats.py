@@ -170,13 +170,10 @@ class ClassStats:
         candidates = [r for k, r in self.runs.items() if k > 0]
         return max(candidates, key=lambda r: r.rounds, default=None)
 
-    def speedup(self, draft_len: int | None = None) -> float | None:
-        """Goodput with speculation / goodput of plain decoding, same class, same run."""
-        spec = self.speculative if draft_len is None else self.runs.get(draft_len)
-        base = self.baseline
-        if spec is None or base is None:
-            return None
-        return rates.speedup(spec.goodput, base.goodput)
+    def speedup(self, draft_len: int) -> float | None:
+        """Goodput with speculation at k / goodput of plain decoding, same class, same run."""
+        spec, base = self.runs.get(draft_len), self.baseline
+        return None if spec is None or base is None else rates.speedup(spec.goodput, base.goodput)
 
     def speedup_estimate(self, draft_len: int) -> SpeedupEstimate | None:
         """The speedup at k with its 95% interval over prompts and the sanity bound."""
@@ -243,30 +240,13 @@ def _run_summary(c: ClassStats, spec: RunStats) -> dict:
         **_interval(c.speedup_estimate(spec.draft_len) if spec.draft_len else None),
         "greedy_identical": identical,
         "equivalence": dict(spec.verdicts),
-        **_host(spec.host + base.host if base and base is not spec else spec.host),
-    }
-
-
-def _host(host: HostTally) -> dict:
-    """The class's rounds the host disturbed: counts, and the share its figures are judged by."""
-    return {
-        "host_measured_rounds": host.measured,
-        "host_disturbed_rounds": host.disturbed,
-        "host_disturbed_share": host.share,
-        "host_peak_stall": host.peak if host.measured else None,
+        **(spec.host + base.host if base and base is not spec else spec.host).figures("host_"),
     }
 
 
 def _interval(estimate: SpeedupEstimate | None) -> dict:
     """The speedup's 95% interval over prompts, its sample sizes and what it allows one to say."""
-    if estimate is None:
-        return {
-            "speedup_low": None,
-            "speedup_high": None,
-            "speedup_verdict": "not yet known",
-            "speedup_prompts": [0, 0],
-            "speedup_bound": None,
-        }
+    estimate = estimate or SpeedupEstimate(None, None, None, 0, 0, None)  # no estimate: not yet known
     return {
         "speedup_low": estimate.low,
         "speedup_high": estimate.high,

@@ -13,7 +13,7 @@ from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import RoundVerified
 from specmon.metrics.contention import HostTally, tally
-from specmon.metrics.format import count, fmt
+from specmon.metrics.format import count, fmt, markdown_cell
 from specmon.metrics.interval import MIN_PROMPTS, goodput_interval
 from specmon.metrics.served import SERVED_BACKENDS
 from specmon.metrics.served_summary import markdown as served_markdown
@@ -50,8 +50,7 @@ def build_report(log: Path, out: Path) -> Path:
         "goodput_interval_tok_per_s": {
             c: {str(k): _tok_per_s_interval(r) for k, r in sorted(s.runs.items())} for c, s in stats.items()
         },
-        "acceptance_over_time": _over_time(rounds),
-        "acceptance_over_time_empty": _why_no_blocks(rounds),
+        **_over_time(rounds),
         "policy": policy_history(events),
         "host": _host(tally(rounds)),
     }
@@ -68,10 +67,10 @@ def build_report(log: Path, out: Path) -> Path:
 
 def _write(data: dict, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    every = dict(zip(ROUND_PLOTS, (_plot_positions, _plot_timing, _plot_goodput, _plot_over_time)))
+    every = dict(zip(ROUND_PLOTS, (_plot_positions, _plot_timing, _plot_goodput, over_time_figure)))
     plots = every if data["round_plots"] else {}
     for name, plot in plots.items():
-        plot(data, out / name)
+        _save(plot(data), out / name)
     for name in every.keys() - plots.keys():  # a server's report in a folder an earlier report drew in
         (out / name).unlink(missing_ok=True)
     (out / "report.json").write_text(json.dumps(data, indent=1))
@@ -85,38 +84,30 @@ def _label(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def _cell(text: str) -> str:
-    """A class name inside a Markdown table: `|` would end the cell."""
-    return text.replace("|", r"\|")
-
-
-def _over_time(rounds: list[RoundVerified]) -> dict[str, list[float]]:
-    """Acceptance rate per block of WINDOW proposing rounds, per class (metrics' definition)."""
+def _over_time(rounds: list[RoundVerified]) -> dict:
+    """Acceptance rate per block of WINDOW proposing rounds, per class (metrics' definition), and why
+    the plot has no point (None when it has one)."""
     series: dict[str, list[float]] = {}
     blocks: dict[str, RunStats] = {}
+    proposing: dict[str, int] = {}
     for ev in rounds:
         if not ev.proposed:
             continue
+        proposing[ev.prompt_class] = proposing.get(ev.prompt_class, 0) + 1
         block = blocks.setdefault(ev.prompt_class, RunStats(ev.draft_len))
         block.add_round(ev)
         if block.rounds == WINDOW:
             series.setdefault(ev.prompt_class, []).append(block.acceptance_rate)
             del blocks[ev.prompt_class]
-    return series
-
-
-def _why_no_blocks(rounds: list[RoundVerified]) -> str | None:
-    """Why the acceptance-over-time plot has no point, or None when it has one."""
-    proposing: dict[str, int] = {}
-    for ev in rounds:
-        if ev.proposed:
-            proposing[ev.prompt_class] = proposing.get(ev.prompt_class, 0) + 1
-    if any(n >= WINDOW for n in proposing.values()):
-        return None
+    why = None
     if not proposing:
-        return "no round proposed a draft token: nothing to measure acceptance on"
-    name, most = max(proposing.items(), key=lambda kv: kv[1])
-    return f"no class has {WINDOW} rounds that proposed drafts (one point per {WINDOW}); the most is {most}, in {name}"
+        why = "no round proposed a draft token: nothing to measure acceptance on"
+    elif not series:
+        name, most = max(proposing.items(), key=lambda kv: kv[1])
+        why = (
+            f"no class has {WINDOW} rounds that proposed drafts (one point per {WINDOW}); the most is {most}, in {name}"
+        )
+    return {"acceptance_over_time": series, "acceptance_over_time_empty": why}
 
 
 def _tok_per_s_interval(run: RunStats) -> list[float] | None:
@@ -142,7 +133,7 @@ def _save(fig, path: Path) -> None:
     plt.close(fig)
 
 
-def _plot_positions(data: dict, path: Path) -> None:
+def _plot_positions(data: dict):
     fig, ax = _figure("acceptance by draft position (a_i)")
     for cls, by_k in data["acceptance_by_position"].items():
         for k, values in by_k.items():
@@ -156,10 +147,10 @@ def _plot_positions(data: dict, path: Path) -> None:
         ax.legend(fontsize=7)
     else:  # a log whose rounds never drafted has no series
         _say_empty(ax, "no round proposed a draft token; no position to measure acceptance at")
-    _save(fig, path)
+    return fig
 
 
-def _plot_timing(data: dict, path: Path) -> None:
+def _plot_timing(data: dict):
     fig, ax = _figure("per-round time: draft vs verify vs overhead (ms)")
     labels, draft, verify, overhead = [], [], [], []
     for cls, by_k in data["timing_ms"].items():
@@ -176,10 +167,10 @@ def _plot_timing(data: dict, path: Path) -> None:
     ax.legend()
     if not labels:
         _say_empty(ax, "no rounds in the log")
-    _save(fig, path)
+    return fig
 
 
-def _plot_goodput(data: dict, path: Path) -> None:
+def _plot_goodput(data: dict):
     """A panel per class at the k it measured (a policy runs each class at its own k: on one axis
     one class's k stood beside another's), points with their 95% interval over prompts; one y
     scale from 0, so panels compare by height."""
@@ -202,9 +193,8 @@ def _plot_goodput(data: dict, path: Path) -> None:
             ax.errorbar([k], [value], yerr=yerr, fmt="o" if k else "s", capsize=3, color="C0" if k else "C1")
         if not ks:  # an empty frame would look like a broken plot
             ax.text(0.5, 0.5, "no rounds", ha="center", va="center", transform=ax.transAxes)
-        ax.set_title(
-            _label("\n".join(wrapped_lines(cls, 20, "", fold=True))), fontsize=9
-        )  # a 40-character name, on 2 lines
+        title = "\n".join(wrapped_lines(cls, 20, "", fold=True))  # a 40-character name, on 2 lines
+        ax.set_title(_label(title), fontsize=9)
         ax.set_xticks(ks)
         ax.set_xlim(min(ks, default=0) - 0.6, max(ks, default=0) + 0.6)
         ax.set_xlabel("k", fontsize=8)
@@ -214,11 +204,7 @@ def _plot_goodput(data: dict, path: Path) -> None:
     for ax in axes[:, 0]:
         ax.set_ylabel("emitted tokens / s of round time", fontsize=8)
     axes[0, 0].set_ylim(bottom=0)
-    _save(fig, path)
-
-
-def _plot_over_time(data: dict, path: Path) -> None:
-    _save(over_time_figure(data), path)
+    return fig
 
 
 def over_time_figure(data: dict):
@@ -261,16 +247,8 @@ def _span(row: dict) -> str:
 
 
 def _host(host: HostTally) -> dict:
-    """The rounds the host disturbed (metrics.contention): counts, and the phrase the tables print."""
-    return {
-        "measured_rounds": host.measured,
-        "disturbed_rounds": host.disturbed,
-        "disturbed_share": host.share,
-        "peak_stall": host.peak if host.measured else None,
-        "first": host.first_t,
-        "last": host.last_t,
-        "said": host.said(),
-    }
+    """The rounds the host disturbed (metrics.contention): counts, when, and the phrase the tables print."""
+    return {**host.figures(), "first": host.first_t, "last": host.last_t, "said": host.said()}
 
 
 def _rounds_table(data: dict) -> list[str]:
@@ -292,7 +270,7 @@ def _summary_line(cls: str, row: dict) -> str:
     else:  # no plain side: no speedup, and the interval column says why
         speedup = f"{'-' if row['speedup'] is None else format(row['speedup'], '.2f') + '×'} | {_span(row)}"
     return (
-        f"| {_cell(cls)} | {row['draft_len']} | {row['rounds']} | {fmt(row['acceptance_rate'])} | "
+        f"| {markdown_cell(cls)} | {row['draft_len']} | {row['rounds']} | {fmt(row['acceptance_rate'])} | "
         f"{fmt(row['mean_accepted_len'])} | {fmt(row['tok_per_s'], '{:.1f}')} | "
         f"{fmt(row['baseline_tok_per_s'], '{:.1f}')} | {speedup} |"
     )
