@@ -64,18 +64,11 @@ def speedup_estimate(
     spec: PromptTotals, plain: PromptTotals, bound: float | None = None, seed: int = 0, busy: bool = False
 ) -> SpeedupEstimate:
     """The goodput ratio spec/plain and its bootstrap interval over prompts."""
-    ratio = point_ratio(spec, plain)
+    ratio = rates.speedup(_goodput(spec), _goodput(plain))
     low = high = None
     if ratio is not None and spec.prompts >= MIN_PROMPTS and plain.prompts >= MIN_PROMPTS:
         low, high = _bootstrap(spec, plain, seed) or (None, None)
     return SpeedupEstimate(ratio, low, high, spec.prompts, plain.prompts, bound, busy)
-
-
-def point_ratio(spec: PromptTotals, plain: PromptTotals) -> float | None:
-    """speedup_estimate's ratio alone, without drawing the interval."""
-    return rates.speedup(
-        _goodput(spec.emitted.values(), spec.ms.values()), _goodput(plain.emitted.values(), plain.ms.values())
-    )
 
 
 def goodput_interval(totals: PromptTotals, seed: int = 0) -> tuple[float, float] | None:
@@ -99,8 +92,8 @@ def sanity_bound(mean_accepted: float | None, plain_step_ms: float | None, mean_
     return (1.0 + mean_accepted) * plain_step_ms / mean_round_ms
 
 
-def _goodput(emitted, ms) -> float | None:
-    return rates.goodput(sum(emitted), sum(ms))
+def _goodput(totals: PromptTotals) -> float | None:
+    return rates.goodput(sum(totals.emitted.values()), sum(totals.ms.values()))
 
 
 def _bootstrap(spec: PromptTotals, plain: PromptTotals, seed: int) -> tuple[float, float] | None:

@@ -8,6 +8,7 @@ first scrape after it)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -151,7 +152,6 @@ def total_of_runs(found: Sequence[Sequence[ServerScraped]]) -> Window | None:
     spans = [w for w in spans if w is not None and (w.seconds > 0 or w.drafts)]
     if not spans:
         return None
-    n = max(len(w.accepted_per_pos) for w in spans)
     gens = [w.generation_tokens for w in spans]
     return Window(
         start=spans[0].start,
@@ -159,9 +159,7 @@ def total_of_runs(found: Sequence[Sequence[ServerScraped]]) -> Window | None:
         drafts=sum(w.drafts for w in spans),
         draft_tokens=sum(w.draft_tokens for w in spans),
         accepted=sum(w.accepted for w in spans),
-        accepted_per_pos=tuple(
-            sum(w.accepted_per_pos[i] for w in spans if i < len(w.accepted_per_pos)) for i in range(n)
-        ),
+        accepted_per_pos=functools.reduce(_added, (w.accepted_per_pos for w in spans), ()),
         generation_tokens=None if None in gens else sum(gens),
     )
 
@@ -260,32 +258,23 @@ class RequestTotals:
     proxy_only: int = 0  # of them, replies that gave no decode time of the server's: timed on the proxy's alone
 
     def __add__(self, ev: RequestTimed) -> RequestTotals:
-        sums = dict(requests=self.requests + 1, family=ev.family or self.family)
         server, proxy = timing(ev, SERVER_CLOCK), timing(ev, PROXY_CLOCK)
+        added = {"requests": 1}  # what the reply adds to each sum whose figure it gives
         if server is not None:
-            sums.update(timed=self.timed + 1, predicted_n=self.predicted_n + server.tokens)
-            sums.update(predicted_ms=self.predicted_ms + server.ms)
+            added |= {"timed": 1, "predicted_n": server.tokens, "predicted_ms": server.ms}
         if proxy is not None:
-            sums.update(clocked=self.clocked + 1, clocked_n=self.clocked_n + proxy.tokens)
-            sums.update(clocked_ms=self.clocked_ms + proxy.ms, proxy_only=self.proxy_only + (server is None))
+            added |= {"clocked": 1, "clocked_n": proxy.tokens, "clocked_ms": proxy.ms, "proxy_only": server is None}
+        positions = ()
         if ev.draft_n is not None and ev.draft_n_accepted is not None:
-            sums.update(self._reported(ev))
-        return replace(self, **sums)
-
-    def _reported(self, ev: RequestTimed) -> dict:
-        sums = dict(
-            reported=self.reported + 1,
-            draft_n=self.draft_n + ev.draft_n,
-            draft_n_accepted=self.draft_n_accepted + ev.draft_n_accepted,
-            reported_generated=self.reported_generated + (ev.predicted_n or 0),
-            steps=self.steps + reply_steps(ev),
-        )
-        if ev.spec_steps is not None:
-            sums.update(stepped=self.stepped + 1, spec_steps=self.spec_steps + ev.spec_steps)
-        if ev.accepted_per_pos and ev.spec_steps is not None:
-            sums.update(accepted_per_pos=_added(self.accepted_per_pos, ev.accepted_per_pos))
-            sums.update(pos_steps=self.pos_steps + ev.spec_steps)
-        return sums
+            added |= {"reported": 1, "draft_n": ev.draft_n, "draft_n_accepted": ev.draft_n_accepted}
+            added |= {"reported_generated": ev.predicted_n or 0, "steps": reply_steps(ev)}
+            if ev.spec_steps is not None:
+                added |= {"stepped": 1, "spec_steps": ev.spec_steps}
+            if ev.accepted_per_pos and ev.spec_steps is not None:
+                added["pos_steps"], positions = ev.spec_steps, ev.accepted_per_pos
+        sums = {name: getattr(self, name) + n for name, n in added.items()}
+        positions = _added(self.accepted_per_pos, positions)
+        return replace(self, **sums, accepted_per_pos=positions, family=ev.family or self.family)
 
     @property
     def acceptance(self) -> float | None:
