@@ -17,7 +17,7 @@ line; its later healthy replies are measured as ever."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics.format import count
@@ -61,12 +61,6 @@ def reports(ev: RequestTimed) -> bool:
     return ev.draft_n is not None and 200 <= ev.status < 300
 
 
-def drafting(ev: RequestTimed, drafts: int | None, reported: bool = False) -> bool:
-    """The upstream drafts (its /metrics count drafts, or a reply of it gave draft counts) and its replies
-    say nothing only of requests that drafted nothing."""
-    return ev.family in OMITS_WHEN_NONE and (bool(drafts) or reported)
-
-
 DRAFTED_NOTHING, ELSEWHERE, NOT_REPORTED = "drafted nothing", "reported elsewhere", "not reported"
 
 
@@ -80,9 +74,10 @@ def missing_counts(upstream: str, answered: bool = True, short: bool = True) -> 
 
 
 def verdict(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
-    """What an upstream's silent replies mean: its requests drafted nothing (drafting), it gave counts in
-    other replies (`reported`) but not these, or it reports none."""
-    if drafting(ev, drafts, reported):
+    """What an upstream's silent replies mean: its requests drafted nothing (it drafts: its /metrics count
+    drafts, or a reply of it gave counts, and it says nothing only of requests that drafted nothing), it gave
+    counts in other replies (`reported`) but not these, or it reports none."""
+    if ev.family in OMITS_WHEN_NONE and (drafts or reported):
         return DRAFTED_NOTHING
     return ELSEWHERE if reported else NOT_REPORTED
 
@@ -132,25 +127,15 @@ def silent(ev: RequestTimed) -> bool:
     return ev.upstream == SPEC and 200 <= ev.status < 300 and ev.draft_n is None and not ev.unmeasured
 
 
-def out_of_range(ev: RequestTimed, replies: int) -> str:
-    """The one line for an upstream whose replies' figures were out of range: `ev` its first such reply."""
+def out_of_range(ev: RequestTimed, replies: int) -> tuple[str, str]:
+    """The line for an upstream whose replies' figures were out of range (`ev` its first such reply), whole
+    and in the pane's short form."""
     who = f"upstream {where(ev)} ({ev.upstream}, {NAMES.get(ev.family, ev.family)})"
     return (
         f"{who} sent figures out of range ({ev.unmeasured}) in {replies} {'reply' if replies == 1 else 'replies'}: "
-        f"{'it was' if replies == 1 else 'they were'} relayed as sent and left unmeasured"
+        f"{'it was' if replies == 1 else 'they were'} relayed as sent and left unmeasured",
+        f"unmeasured: {where(ev).split('://', 1)[-1]} sent figures out of range ({ev.unmeasured})",
     )
-
-
-def pane_out_of_range(ev: RequestTimed, replies: int) -> str:
-    """out_of_range, short enough for the view's requests pane."""
-    return f"unmeasured: {where(ev).split('://', 1)[-1]} sent figures out of range ({ev.unmeasured})"
-
-
-def count_drafts(drafts: dict[str, int], read: ServerScraped) -> None:
-    """Keep per upstream the drafts its /metrics counted at the latest read that found the counters (a
-    restarted server counts from 0 again, so an old count never speaks for it)."""
-    if read.drafts is not None:
-        drafts[read.url] = read.drafts
 
 
 class Silence:
@@ -178,7 +163,10 @@ class Silence:
             self.silent[(where(ev), ev.prompt_class)] = ev
 
     def read(self, scrape: ServerScraped) -> None:
-        count_drafts(self.drafts, scrape)
+        """Keep the drafts the upstream's /metrics counted at the latest read that found the counters (a
+        restarted server counts from 0 again, so an old count never speaks for it)."""
+        if scrape.drafts is not None:
+            self.drafts[scrape.url] = scrape.drafts
 
     def unexplained(self) -> dict[str, tuple[RequestTimed, int | None, bool]]:
         """Each upstream whose silent replies left a class unmeasured: (its last such reply, its /metrics'
@@ -186,16 +174,12 @@ class Silence:
         left = {key: ev for (key, cls), ev in self.silent.items() if cls not in self.measured}
         return {key: (ev, self.drafts.get(key), key in self.reported) for key, ev in left.items()}
 
-    def notices(
-        self,
-        say: Callable[[RequestTimed, int | None, bool], str] = notice,
-        say_bad: Callable[[RequestTimed, int], str] | None = None,
-    ) -> list[str]:
+    def notices(self, short: bool = False) -> list[str]:
         """One line per upstream whose silent replies left a class unmeasured, in the light of its last
         /metrics read and of its other replies; then one per upstream that sent figures out of range
-        (`say_bad`: by default in the form that goes with `say`'s, the pane's short or the long)."""
-        say_bad = say_bad or (pane_out_of_range if say is pane_notice else out_of_range)
-        return [say(*why) for why in self.unexplained().values()] + [say_bad(*bad) for bad in self.bad.values()]
+        (`short`: the pane's forms)."""
+        said = [_said(*why) for why in self.unexplained().values()] + [out_of_range(*b) for b in self.bad.values()]
+        return [pair[short] for pair in said]
 
     def observe(self, ev: RequestTimed) -> str | None:
         """Fold `ev`; the headless line's notice of its upstream where `notices` now says one that the line
@@ -203,7 +187,7 @@ class Silence:
         self.reply(ev)
         key = where(ev)
         if ev.unmeasured:  # told once, at the upstream's first: its count goes on in `notices`
-            return out_of_range(*self.bad[key]) if self.bad[key][1] == 1 else None
+            return out_of_range(*self.bad[key])[0] if self.bad[key][1] == 1 else None
         why = self.unexplained().get(key)
         if why is None or self.told.get(key) == verdict(*why):
             return None

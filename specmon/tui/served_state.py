@@ -62,7 +62,7 @@ class ServedState:
     def notices(self) -> list[str]:
         """The requests pane's short notices, said in the light of each upstream's latest /metrics read and
         of its other replies."""
-        return self.silence.notices(unreported.pane_notice)
+        return self.silence.notices(short=True)
 
     def _read(self, now: ServerScraped) -> None:
         before, good = self.last, self.last_good
