@@ -122,11 +122,7 @@ def _arm(
 ) -> Generator[int, None, object]:
     """One decode of the prompt: the policy's (k None) or at fixed k with the profile's drafter, as `run -k` has it."""
     if k is None:
-        return policy.decode_steps(prompt, sampling, max_new_tokens, driver, drafter)
-    return _fixed(policy, driver, drafter, prompt, name, k, sampling, max_new_tokens)
-
-
-def _fixed(policy, driver, drafter, prompt, name, k, sampling, max_new_tokens) -> Generator[int, None, object]:
+        return (yield from policy.decode_steps(prompt, sampling, max_new_tokens, driver, drafter))
     getattr(drafter, "confident", lambda *a: None)(0)  # fixed k: the plain lookup, as `specmon run -k K` drafts
     done = yield from driver.decode_steps(
         prompt,

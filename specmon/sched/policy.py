@@ -116,7 +116,7 @@ class PolicyScheduler:
         draft_len = PolicyDraftLen(self.engine, name)
         k = self.engine.draft_len(name)
         self.policy_ms += (time.perf_counter() - started) * 1e3
-        observe = self._after_round(driver)
+        observe = self._after_round(driver, on_round)
         gated = GatedDrafter(drafter, self.engine, name)
         done = yield from driver.decode_steps(
             prompt,
@@ -127,7 +127,7 @@ class PolicyScheduler:
             prompt_class=name,
             class_rule=rule,
             start_draft_len=k,
-            on_round=observe if on_round is None else _both(observe, on_round),
+            on_round=observe,
             stop=stop,
         )
         self.policy_ms += gated.spent_ms
@@ -140,8 +140,7 @@ class PolicyScheduler:
         """The class's n-gram setting for this prompt's rounds (none: the drafter's plain lookup)."""
         confident = getattr(drafter or self.drafter, "confident", None)
         if confident is not None:
-            confidence = self.engine.confidence(name)
-            confident(*confidence) if confidence else confident(0)
+            confident(*(self.engine.confidence(name) or (0,)))
 
     def run(
         self,
@@ -159,8 +158,10 @@ class PolicyScheduler:
         finally:
             self.engine.remember(final=True)
 
-    def _after_round(self, driver: SessionDriver) -> Callable[[RoundVerified], None]:
-        """Each round: feed it to the policy; the decisions it brings take effect from the next round."""
+    def _after_round(
+        self, driver: SessionDriver, then: Callable[[RoundVerified], None] | None
+    ) -> Callable[[RoundVerified], None]:
+        """Each round: feed it to the policy, then to `then`; its decisions take effect from the next round."""
         engine, clock = self.engine, time.perf_counter
 
         def observe(event: RoundVerified) -> None:
@@ -169,6 +170,8 @@ class PolicyScheduler:
             self.policy_ms += (clock() - started) * 1e3
             for decision in decisions:
                 driver.emit(decision)
+            if then is not None:
+                then(event)
 
         return observe
 
@@ -184,13 +187,3 @@ class PolicyScheduler:
             (driver or self.driver).emit(reloaded)
             if self.on_reload:
                 self.on_reload(reloaded)
-
-
-def _both(
-    first: Callable[[RoundVerified], None], then: Callable[[RoundVerified], None]
-) -> Callable[[RoundVerified], None]:
-    def each(event: RoundVerified) -> None:
-        first(event)
-        then(event)
-
-    return each

@@ -10,6 +10,7 @@ from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import Drafter, NoDrafter
 from specmon.engine.driver import SessionDriver
 from specmon.engine.prompts import Prompt
+from specmon.engine.rounds import drain
 from specmon.events.schema import Sampling
 from specmon.sched.turns import Lane, lanes, rotated, take_turns
 
@@ -53,40 +54,27 @@ def run_sweep(
     finished = 0
     for index, prompt in enumerate(prompts):
         order = rotated(cells, index)
+        arms = {cell: lanes[cell] if lanes else Lane(driver, drafters[cell.drafter]) for cell in order}
+        decodes = [
+            arm.driver.decode_steps(
+                prompt, arm.drafter, FixedDraftLen(cell.draft_len), cell.sampling, max_new_tokens, class_rule="sweep"
+            )
+            for cell, arm in arms.items()
+        ]
         if lanes is None:
-            runs = {}
-            for cell in order:
-                runs[cell] = driver.decode(
-                    prompt,
-                    drafters[cell.drafter],
-                    FixedDraftLen(cell.draft_len),
-                    cell.sampling,
-                    max_new_tokens,
-                    class_rule="sweep",
-                )
+            done = []
+            for decode in decodes:  # one after another
+                done.append(drain(decode))
                 finished += 1
                 if on_run:
                     on_run(finished)
-            finishers = {cell: driver for cell in order}
         else:
-            decodes = [
-                lanes[cell].driver.decode_steps(
-                    prompt,
-                    lanes[cell].drafter,
-                    FixedDraftLen(cell.draft_len),
-                    cell.sampling,
-                    max_new_tokens,
-                    class_rule="sweep",
-                )
-                for cell in order
-            ]
-            runs = dict(zip(order, take_turns(decodes)))
-            finishers = {cell: lanes[cell].driver for cell in order}
-        for cell in order:  # finishes after all cells, so plain can run in any position
-            finishers[cell].finish(runs[cell], driver.equivalence(runs[Cell("none", 0, cell.sampling)], runs[cell]))
+            done = take_turns(decodes)
+        runs = dict(zip(order, done))
+        for cell, arm in arms.items():  # finishes after all cells, so plain can run in any position
+            arm.driver.finish(runs[cell], driver.equivalence(runs[Cell("none", 0, cell.sampling)], runs[cell]))
+            arm.flush(driver.emit)  # a lane's events, held until the prompt's decodes are all done
         if lanes is not None:
-            for cell in order:
-                lanes[cell].flush(driver.emit)
             finished += len(order)
             if on_run:
                 on_run(finished)
