@@ -65,7 +65,7 @@ def test_counts_and_derived_ratios():
     assert spec.alpha_hat == 0.5
     assert spec.goodput == 9 / 48  # 9 emitted over 4 rounds of 12 ms
     assert c.baseline.goodput == 4 / 24
-    assert c.speedup() == pytest.approx((9 / 48) / (4 / 24))
+    assert c.speedup(4) == pytest.approx((9 / 48) / (4 / 24))
 
 
 def test_summary_has_the_documented_json_shape():
