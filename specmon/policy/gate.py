@@ -96,11 +96,6 @@ class Counts:
         out.taken = [a + b for a, b in zip(self.taken, taken)]
         return out
 
-    def __iadd__(self, other: Counts) -> Counts:
-        self.tried = [a + b for a, b in zip(self.tried, other.tried)]
-        self.taken = [a + b for a, b in zip(self.taken, other.taken)]
-        return self
-
 
 def counts_of(drafts: Sequence[Draft]) -> Counts:
     counts = Counts()
