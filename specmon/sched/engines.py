@@ -144,11 +144,14 @@ def _engine_turn(
     return outs["plain"]
 
 
-def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int) -> tuple[dict, list[int]]:
-    """(tokens, ms) of llama.cpp's own plain decode after the first token: the "loop" (with argmax)
-    and "decode" (llama_decode alone); and the token ids it generated."""
+def reference_turn(bench: Bench, tokenizer, prompt: Prompt, n_new: int, reference: tuple[str, str, int]) -> list[int]:
+    """llama.cpp's own loop on the chat-formatted prompt the engines decode: its tokens after the first
+    and their ms go into `bench`, as "C loop" (decode and argmax) and "C decode" (llama_decode alone);
+    returns its greedy output."""
     from specmon.backends.llamacpp_loader import import_llama_cpp, use_extra_bufts
 
+    binary, gguf, threads = reference
+    text = tokenizer.decode(tokenizer.encode_chat(prompt.text))
     extra = "1" if use_extra_bufts(import_llama_cpp()) else "0"
     try:
         done = subprocess.run(
@@ -161,17 +164,9 @@ def reference_decode(binary: str, gguf: str, text: str, n_new: int, threads: int
         last = (done.stderr.strip().splitlines() or [""])[-1][-200:]
         raise SpecmonError(f"--reference {binary}: no timing line (exit {done.returncode}): {last}")
     tokens = int(found.group(1))
-    timed = {"loop": (tokens, float(found.group(2))), "decode": (tokens, float(found.group(3)))}
-    return timed, [int(t) for t in found.group(4).split()]
-
-
-def reference_turn(bench: Bench, tokenizer, prompt: Prompt, n_new: int, reference: tuple[str, str, int]) -> list[int]:
-    """llama.cpp's own loop on the chat-formatted prompt the engines decode; returns its greedy output."""
-    text = tokenizer.decode(tokenizer.encode_chat(prompt.text))
-    timed, generated = reference_decode(*reference[:2], text, n_new, reference[2])
-    for kind, (tokens, ms) in timed.items():
-        bench.add(f"C {kind}", "plain", prompt.id, tokens, ms)
-    return generated
+    bench.add("C loop", "plain", prompt.id, tokens, float(found.group(2)))
+    bench.add("C decode", "plain", prompt.id, tokens, float(found.group(3)))
+    return [int(t) for t in found.group(4).split()]
 
 
 def _totals(cells: dict, ids: Sequence[str]) -> PromptTotals:
