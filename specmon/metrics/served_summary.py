@@ -5,6 +5,7 @@ watch's lines show; here they are summed from a log and written in words."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from specmon.events.log import LogDamaged, read_log
@@ -17,10 +18,8 @@ from specmon.metrics.unreported import missing_counts, notices
 def logged(log: Path) -> list:
     """The log's events up to any damage (log info says where that is)."""
     events: list = []
-    try:
+    with contextlib.suppress(LogDamaged):
         events.extend(read_log(log))
-    except LogDamaged:
-        pass
     return events
 
 

@@ -103,7 +103,7 @@ def _drafting_costs(run: RunStats, base: RunStats, draft_len: int) -> tuple[floa
 def _predicted(run: RunStats, base: RunStats, step: float, v_by_len: dict[int, float]) -> float | None:
     """Goodput the cell's proposal mix, acceptance and the sweep's verify costs predict, over plain's."""
     over = run.proposed_gt + [0]
-    length_share = {0: (run.rounds - (over[0] if run.proposed_gt else 0)) / run.rounds}
+    length_share = {0: (run.rounds - over[0]) / run.rounds}  # over[0]: rounds that proposed anything
     length_share.update({i + 1: (over[i] - over[i + 1]) / run.rounds for i in range(len(run.proposed_gt))})
     tokens = mix_tokens_per_round([n / run.rounds for n in run.proposed_gt], run.per_position)
     round_ms = mix_round_ms(
