@@ -54,6 +54,7 @@ def run_sweep(
     finished = 0
     for index, prompt in enumerate(prompts):
         order = rotated(cells, index)
+        # each cell's lane, or without lanes the session's own driver (a Lane that never holds an event)
         arms = {cell: lanes[cell] if lanes else Lane(driver, drafters[cell.drafter]) for cell in order}
         decodes = [
             arm.driver.decode_steps(
