@@ -65,7 +65,9 @@ class ViewState:
     # the k the class's latest prompt asked the drafter for, which its rounds carry; under the gate the k in
     # force is the longest draft it verifies, often shorter, so the figures key on this one
     asked_k: dict[str, int] = field(default_factory=dict)
-    windows: dict[tuple[str, int], collections.deque] = field(default_factory=dict)  # (class, k) -> recent rounds
+    windows: dict[tuple[str, int], collections.deque] = field(  # (class, k) -> its recent rounds
+        default_factory=lambda: collections.defaultdict(lambda: collections.deque(maxlen=WINDOW))
+    )
     text: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TEXT_SPANS))
     rss_bytes: int | None = None
     vram_used: int | None = None
@@ -130,7 +132,7 @@ class ViewState:
         self._stats(ev.prompt_class).run(ev.draft_len).add_round(ev)
         self.round_mem_bytes = ev.mem_bytes
         if ev.draft_len:
-            self.windows.setdefault((ev.prompt_class, ev.draft_len), collections.deque(maxlen=WINDOW)).append(ev)
+            self.windows[ev.prompt_class, ev.draft_len].append(ev)
             self.last_spec_k[ev.prompt_class] = ev.draft_len
         self._text(ev)
 
