@@ -164,10 +164,10 @@ def _free_context(lib, ptr, batch) -> None:
 def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> Pair:
     target_path = gguf_path(profile.target, profile)
     tokenizer = load_tokenizer(target_path)
-    if (
-        simple_drafter(spec, profile, "llamacpp", "a draft GGUF") is None
-    ):  # refuses layerskip and cut models before loading
+    if spec.kind == "model":  # its file checked before either model loads
         gguf_path(spec.target, profile)
+    else:  # layerskip refused before anything loads
+        simple_drafter(spec, profile, "llamacpp", "a draft GGUF")
     lib = import_llama_cpp()
     models: dict[Path, LlamaCppModel] = {}
 

@@ -271,7 +271,8 @@ class RequestTotals:
             if ev.spec_steps is not None:
                 added |= {"stepped": 1, "spec_steps": ev.spec_steps}
             if ev.accepted_per_pos and ev.spec_steps is not None:
-                added["pos_steps"], positions = ev.spec_steps, ev.accepted_per_pos
+                added["pos_steps"] = ev.spec_steps
+                positions = ev.accepted_per_pos
         sums = {name: getattr(self, name) + n for name, n in added.items()}
         positions = _added(self.accepted_per_pos, positions)
         return replace(self, **sums, accepted_per_pos=positions, family=ev.family or self.family)

@@ -179,7 +179,7 @@ class Silence:
         /metrics read and of its other replies; then one per upstream that sent figures out of range
         (`short`: the pane's forms)."""
         said = [_said(*why) for why in self.unexplained().values()] + [out_of_range(*b) for b in self.bad.values()]
-        return [pair[short] for pair in said]
+        return [pane if short else line for line, pane in said]
 
     def observe(self, ev: RequestTimed) -> str | None:
         """Fold `ev`; the headless line's notice of its upstream where `notices` now says one that the line

@@ -27,7 +27,10 @@ decision; it is recomputed every CHECK_EVERY drafting rounds of the class."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
+
+if TYPE_CHECKING:
+    from specmon.events.schema import Recall
 
 MAX_REACH = 16  # the n-gram drafter's longest match (drafters.MAX_MATCH): reach is capped here
 PRIOR_WEIGHT = 4.0  # the prior below is worth this many drafted positions
@@ -121,7 +124,7 @@ def rates(
     own: Counts,
     session: Counts,
     prior: Sequence[float],
-    recall=None,
+    recall: Recall | None = None,
     prior_weight: float = PRIOR_WEIGHT,
     shared_weight: float = SHARED_WEIGHT,
 ) -> list[float]:

@@ -36,8 +36,8 @@ def timed(ev: RequestTimed, clock: str | None = None) -> bool:
 
 def request_totals(events: Iterable[RequestTimed], clock: str = SERVER_CLOCK) -> PromptTotals:
     """Generated tokens and ms per request on `clock`: each request timed on it one unit of the bootstrap."""
-    timed = {ev.request_id: t for ev in events if (t := timing(ev, clock)) is not None}
-    return PromptTotals({rid: t.tokens for rid, t in timed.items()}, {rid: t.ms for rid, t in timed.items()})
+    timings = {ev.request_id: t for ev in events if (t := timing(ev, clock)) is not None}
+    return PromptTotals({rid: t.tokens for rid, t in timings.items()}, {rid: t.ms for rid, t in timings.items()})
 
 
 def estimate(spec: Iterable[RequestTimed], plain: Iterable[RequestTimed], clock: str = SERVER_CLOCK) -> SpeedupEstimate:
