@@ -23,6 +23,12 @@ def print_line(line: str) -> None:
     print(f"specmon: {line}", flush=True)
 
 
+def say(line: str, soft_wrap: bool = False) -> None:
+    """A line on stdout as written: names from user files and logs are never read as markup
+    (soft_wrap: nor wrapped, for a path to be copied whole)."""
+    out.print(line, highlight=False, markup=False, soft_wrap=soft_wrap)
+
+
 NOTICE_WIDTH = 80  # a start line fits the narrowest terminal in common use, whatever this one's width
 
 

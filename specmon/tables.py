@@ -16,7 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from specmon.console import err
 from specmon.text import Hanging
+from specmon.metrics.contention import HostTally, tally
 from specmon.metrics.format import fmt as _num
 
 CLASS_WIDTH = 16
@@ -171,3 +173,11 @@ def divergence_lines(events) -> list[str]:
             f"plain top-1 minus top-2 logit {_num(eq.margin, '{:.4g}')}, {why}"
         )
     return lines
+
+
+def print_host_line(events) -> HostTally:
+    """The busy-host warning under a run's table, on stderr; nothing on a quiet host. Returns the tally."""
+    host = tally(events)
+    if host.line():
+        err.print(Note(host.line(), "yellow"))
+    return host

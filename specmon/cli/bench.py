@@ -11,7 +11,7 @@ from rich.table import Table
 
 from specmon.backends.profiles import check_model_drafter, load_profile
 from specmon.console import err, out, progress
-from specmon.cli.inspect import print_host_line
+from specmon.tables import print_host_line
 from specmon.cli.run import check_json, load_saying, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.errors import SpecmonError

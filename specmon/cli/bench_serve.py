@@ -27,7 +27,7 @@ from specmon.backends.profiles import load_profile
 from specmon.sched.bench import prompts_path
 from specmon.sched.turns import rotated
 from specmon.console import err, out, progress
-from specmon.cli.inspect import say
+from specmon.console import say
 from specmon.cli.run import check_new_log, check_json, write_json
 from specmon.cli.serve_clients import Streamed
 from specmon.engine.draft_len import FixedDraftLen, check_draft_len

@@ -10,8 +10,9 @@ from pathlib import Path
 from rich.markup import escape
 from rich.text import Text
 
-from specmon.console import err, out, print_error
-from specmon.tables import Note, class_table
+from specmon.cli.flags import wants_tui
+from specmon.console import err, out, print_error, say
+from specmon.tables import class_table, print_host_line
 from specmon.text import Hanging, wrapped_lines
 from specmon.data import read_shipped, shipped
 from specmon.errors import SpecmonError
@@ -35,17 +36,11 @@ from specmon.policy.edit import set_value
 from specmon.policy.explain import Explanation, explain_log, moves, what_changed
 from specmon.policy.route import cited_words
 from specmon.policy.schema import PolicyError, load_policy
-from specmon.metrics.contention import HostTally, tally
+from specmon.metrics.contention import tally
 from specmon.sched.bench import bench_results
 from specmon.transport.attach import attach_events, read_token
 from specmon.transport.serve import runtime_dir
 from specmon.transport.sessions import describe, live_sessions, newest_log
-
-
-def say(line: str, soft_wrap: bool = False) -> None:
-    """A line on stdout as written: names from user files and logs are never read as markup
-    (soft_wrap: nor wrapped, for a path to be copied whole)."""
-    out.print(line, highlight=False, markup=False, soft_wrap=soft_wrap)
 
 
 def cmd_policy(args) -> int:
@@ -133,18 +128,6 @@ def cmd_attach(args) -> int:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     print_host_line(kept)
     return 0
-
-
-def print_host_line(events) -> HostTally:
-    """The busy-host warning under a run's table, on stderr; nothing on a quiet host. Returns the tally."""
-    host = tally(events)
-    if host.line():
-        err.print(Note(host.line(), "yellow"))
-    return host
-
-
-def wants_tui(args) -> bool:
-    return not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
 
 
 def pick_session(ask: bool) -> str:

@@ -21,7 +21,9 @@ from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import prompts_path
 from specmon.transport.serve import parse_listen
-from specmon.cli.inspect import print_host_line, say, wants_tui
+from specmon.cli.flags import wants_tui
+from specmon.console import say
+from specmon.tables import print_host_line
 from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
 from specmon.tui.beside import decode_under_tui

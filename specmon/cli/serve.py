@@ -14,7 +14,7 @@ from specmon.errors import SpecmonError
 from specmon.policy.schema import load_policy
 from specmon.server.auth import check_host, read_api_key
 from specmon.cli.flags import memory_options
-from specmon.cli.inspect import wants_tui
+from specmon.cli.flags import wants_tui
 from specmon.cli.run import load_saying
 from specmon.transport.session import live_session
 from specmon.tui.beside import serve_under_tui

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.console import err, out, progress
-from specmon.cli.inspect import print_host_line
+from specmon.tables import print_host_line
 from specmon.cli.run import check_new_log
 from specmon.data import read_shipped
 from specmon.engine.draft_len import MAX_DRAFT_LEN
