@@ -92,7 +92,10 @@ class View(App):
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
-        self.refresh_panes() if not self.paused else self._show_status()
+        if self.paused:
+            self._show_status()  # the panes keep what they show until it resumes
+        else:
+            self.refresh_panes()
 
 
 def alerts(feed, paused: bool) -> list[str]:
