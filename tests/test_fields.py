@@ -93,6 +93,7 @@ FIELDS = {
         "matched",
         "host_stall_ms",
         "explored",
+        "cut",
     ],
     PromptFinished: [
         "session_id",
@@ -298,6 +299,7 @@ SAMPLES = [
         matched=3,
         host_stall_ms=2.5,
         explored=True,
+        cut=[13, 14],
     ),
     PromptFinished(
         **SESSION,

@@ -50,13 +50,14 @@ def first_session(session, tmp_path):
 def test_a_second_session_starts_from_the_first_ones_evidence_cites_it_and_explain_reproduces_it(session, tmp_path):
     first = first_session(session, tmp_path)
     learned = first.engine.learned()["chat"]
-    assert learned.session_id == "first" and learned.rounds == 4 and learned.tried[2] == 4 and learned.taken[2] == 0
+    # 4 drafted rounds, then 26 whose drafts the table cut whole, each settled by the token emitted instead (a Shadow)
+    assert learned.session_id == "first" and learned.rounds == 30 and learned.tried[2] == 30 and learned.taken[2] == 0
     again, warnings = shelf(tmp_path)
     second = session(parse_policy(POLICY), STEEP, shelf=again, session_id="second")
     (opening,) = second.engine.opening  # decided before its first round
     recall = opening.gate.recalled
-    assert recall.session_id == "first" and recall.rounds == 4 and opening.round_ids == []
-    assert recall.tried[2] == recall.pool_tried[2] == 4 and recall.taken[2] == 0  # all 4, under STORED_CAP
+    assert recall.session_id == "first" and recall.rounds == 30 and opening.round_ids == []
+    assert recall.tried[2] == recall.pool_tried[2] == 30 and recall.taken[2] == 0  # all 30, under STORED_CAP
     assert (opening.match_from, opening.match_to) == (2, 3)  # a 2-token match no longer drafts, from the start
     verified, decisions = second.prompt("chat", rounds=10, emitted=1)
     assert verified == [0] * 10 and not warnings  # nothing spent learning it again

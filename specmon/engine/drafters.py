@@ -6,7 +6,7 @@ since they run torch; the n-gram prompt-lookup drafter needs no model and lives 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
@@ -20,6 +20,7 @@ class Proposal:
     q: np.ndarray | None  # draft distributions [len(tokens), V]; None means one-hot (no model)
     matched: int = 0  # a confident n-gram draft: how many context tokens its match spans; 0 otherwise
     explored: bool = False  # a draft the policy's table cut, verified to learn (policy/explore.py)
+    cut: list[int] = field(default_factory=list)  # a draft the policy's table cut whole (policy.gate.Shadow)
 
 
 class Drafter(Protocol):

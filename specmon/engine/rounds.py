@@ -176,6 +176,7 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
         final_text=final_text,
         matched=proposal.matched,
         explored=proposal.explored,
+        cut=proposal.cut,
     )
     event.overhead_ms = (time.perf_counter() - t2) * 1e3
     event.host_stall_ms = stall_ms(stalled, ctx.stall()) if ctx.stall else None

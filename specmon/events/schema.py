@@ -106,6 +106,7 @@ class RoundVerified(Event, tag="round", kw_only=True):
     # (telemetry.host); None: not measured (older logs, a host without /proc)
     host_stall_ms: float | None = None
     explored: bool = False  # a draft the policy's table cut, verified within the class's budget to learn
+    cut: list[int] = []  # a draft the table cut whole, checked against the tokens emitted next (gate.Shadow)
 
 
 class Equivalence(msgspec.Struct, array_like=True, frozen=True):

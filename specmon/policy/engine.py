@@ -130,9 +130,10 @@ class PolicyEngine:
         more drafts up to k and the table cuts it; else the plain lookup (None)."""
         return (gate.MIN_MATCH, 1, True) if self.policy.class_named(name).speculate == "auto" else None
 
-    def observe(self, ev: RoundVerified) -> list[Decision]:
-        """Take a round: it earns its class's exploration budget (an explored one gives back what
-        it had accepted) and, if it drafted, is evidence; every class's table is recomputed when due."""
+    def observe(self, ev: RoundVerified, shadows: gate.Shadows) -> list[Decision]:
+        """Take a round of a prompt whose cut drafts `shadows` checks: it earns its class's
+        exploration budget (an explored one gives back what it had accepted) and, if it drafted or
+        settled a cut draft, is evidence; every class's table is recomputed when due."""
         cls = self.policy.class_named(ev.prompt_class)
         if cls.speculate != "auto":
             return []
@@ -140,9 +141,12 @@ class PolicyEngine:
         if self._gated(cls):
             cap = self.steps(cls)[-1] - 1
             st.budget.earn(self.policy.settings.explore_budget + (ev.accepted if ev.explored else 0), cap)
-        if not ev.proposed:
-            return []
-        draft = gate.Draft.of(ev)
+        decisions = self._learn(gate.Draft.of(ev)) if ev.proposed else []
+        settled = shadows.settle(ev)
+        return decisions + self._learn(settled) if settled is not None else decisions
+
+    def _learn(self, draft: gate.Draft) -> list[Decision]:
+        st = self.state(draft.prompt_class)
         if len(st.window) >= self.policy.settings.window:
             old = st.window.popleft()
             st.counts.add(old, -1)

@@ -11,7 +11,7 @@ from typing import Callable
 
 from specmon.errors import SpecmonError
 from specmon.events.log import LogDamaged, read_log
-from specmon.events.schema import Decision, RequestTimed, RoundVerified
+from specmon.events.schema import Decision, PromptFinished, PromptStarted, RequestTimed, RoundVerified
 from specmon.metrics.format import count, ratio_interval
 from specmon.metrics.served import CLOCK_WORDS
 from specmon.policy import gate, route
@@ -31,12 +31,17 @@ def explain_log(
     With `on_damage`, a damaged log (cut short, a bad frame) is explained up to the damage, which
     is handed to it; without, the damage is raised."""
     drafts: dict[int, gate.Draft] = {}
+    shadows = gate.Shadows()  # cut drafts, settled by the rounds after them, as the scheduler settled them
     requests: dict[str, RequestTimed] = {}
     decisions: list[Decision] = []
     try:
         for ev in read_log(path):
             if isinstance(ev, RoundVerified):
                 drafts[ev.round_id] = gate.Draft.of(ev)
+                if (settled := shadows.settle(ev)) is not None:
+                    drafts[settled.round_id] = settled
+            elif isinstance(ev, (PromptStarted, PromptFinished)):
+                shadows.end(ev.prompt_id)
             elif isinstance(ev, RequestTimed):
                 requests[ev.request_id] = ev
             elif isinstance(ev, Decision):

@@ -100,6 +100,54 @@ class Counts:
         return out
 
 
+class Shadow:
+    """A draft the class's table cut whole, checked against what the target emits instead. A plain
+    step emits the token a verify pass would have accepted there (greedy: exactly; sampled: with a
+    one-hot draft's acceptance probability, p(token)), so a cut draft is evidence at no cost, and a
+    class whose table is cut still learns when its prompts start to copy. One per prompt at a time,
+    as a drafting run would go: its positions are not counted twice."""
+
+    def __init__(self, round_id: int, prompt_class: str, tokens: Sequence[int], matched: int):
+        self.round_id, self.prompt_class, self.tokens, self.matched = round_id, prompt_class, tokens, matched
+        self.accepted = 0
+
+    def take(self, emitted: Sequence[int]) -> Draft | None:
+        """The draft as a verify pass would have judged it, once the tokens emitted so far settle it."""
+        for token in emitted:
+            if token != self.tokens[self.accepted]:
+                break
+            self.accepted += 1
+            if self.accepted == len(self.tokens):
+                break
+        else:
+            return None
+        return Draft(self.round_id, self.prompt_class, len(self.tokens), self.accepted, self.matched)
+
+
+class Shadows:
+    """Each prompt's shadow draft (Shadow) while it is checked: the rounds of a prompt, in order,
+    settle it. The scheduler holds one per decode, `policy explain` one per log."""
+
+    def __init__(self):
+        self.pending: dict[str, Shadow] = {}
+
+    def settle(self, ev) -> Draft | None:
+        """A round (events.RoundVerified): the draft its prompt's shadow comes to, once settled."""
+        shadow = self.pending.get(ev.prompt_id)
+        if shadow is None and ev.cut:
+            shadow = self.pending[ev.prompt_id] = Shadow(ev.round_id, ev.prompt_class, ev.cut, ev.matched)
+        if shadow is None:
+            return None
+        settled = shadow.take(ev.emitted)
+        if settled is not None:
+            del self.pending[ev.prompt_id]
+        return settled
+
+    def end(self, prompt_id: str) -> None:
+        """The prompt ended: a shadow it had not settled is no evidence."""
+        self.pending.pop(prompt_id, None)
+
+
 def counts_of(drafts: Sequence[Draft]) -> Counts:
     counts = Counts()
     for draft in drafts:

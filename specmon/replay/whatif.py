@@ -14,7 +14,8 @@ from pathlib import Path
 from specmon.engine.costs import Costs
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
-from specmon.events.schema import Decision, PromptStarted, RoundVerified, SessionStarted, bench_fixed_k
+from specmon.events.schema import Decision, PromptFinished, PromptStarted, RoundVerified, SessionStarted, bench_fixed_k
+from specmon.policy import gate
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import Policy
 from specmon.replay.tune import cost_of, fitted_costs
@@ -58,13 +59,16 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
     diffs: dict[str, ClassDiff] = {}
     longest: dict[str, int] = {}  # the longest draft the log verified, per class
     beside = False  # inside a bench's fixed-k run: evidence held, but never the policy's to see
+    shadows = gate.Shadows()  # the live table's cut drafts, settled as live (another table cuts others: unseen)
     for ev in events:
+        if isinstance(ev, (PromptStarted, PromptFinished)):
+            shadows.end(ev.prompt_id)
         if isinstance(ev, PromptStarted):
             beside = bench_fixed_k(ev) is not None
             diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
         elif isinstance(ev, RoundVerified) and not beside:
             longest[ev.prompt_class] = max(longest.get(ev.prompt_class, 0), len(ev.proposed))
-            for decision in engine.observe(ev):
+            for decision in engine.observe(ev, shadows):
                 diffs.setdefault(decision.prompt_class, ClassDiff(decision.prompt_class)).other.append(
                     describe(decision)
                 )

@@ -16,6 +16,7 @@ from specmon.engine.driver import UNCHECKED, Decoded, SessionDriver
 from specmon.engine.rounds import drain
 from specmon.engine.prompts import Prompt
 from specmon.events.schema import PolicyLoaded, RoundVerified, Sampling
+from specmon.policy import gate
 from specmon.policy.engine import PolicyEngine
 from specmon.policy.reload import loaded_event, print_reload
 
@@ -46,12 +47,14 @@ class PolicyDraftLen:
 
 
 class GatedDrafter:
-    """The drafter, with each proposal cut to the tokens the class's decision verifies."""
+    """The drafter, with each proposal cut to the tokens the class's decision verifies; a draft cut
+    whole is logged as `cut` and checked against the tokens the prompt emits next (gate.Shadow)."""
 
     def __init__(self, drafter: Drafter, engine: PolicyEngine, prompt_class: str):
         self.drafter, self.engine, self.prompt_class = drafter, engine, prompt_class
         self.name = getattr(drafter, "name", "none")
         self.spent_ms = 0.0  # the cuts' own time: policy work
+        self.shadows = gate.Shadows()  # this decode's: one prompt's
 
     def begin(self, prompt) -> None:
         self.drafter.begin(prompt)
@@ -64,7 +67,10 @@ class GatedDrafter:
         if keep == len(proposal.tokens) and not explored:
             return proposal
         q = proposal.q[:keep] if proposal.q is not None else None
-        return Proposal(proposal.tokens[:keep], q, proposal.matched, explored)
+        # a one-hot draft (n-gram) cut whole is checked against what is emitted instead: a model's, sampled, is not
+        checked = not keep and proposal.q is None and not self.shadows.pending
+        cut = [int(t) for t in proposal.tokens] if checked else []
+        return Proposal(proposal.tokens[:keep], q, proposal.matched, explored, cut)
 
 
 class PolicyScheduler:
@@ -116,8 +122,8 @@ class PolicyScheduler:
         draft_len = PolicyDraftLen(self.engine, name)
         k = self.engine.draft_len(name)
         self.policy_ms += (time.perf_counter() - started) * 1e3
-        observe = self._after_round(driver, on_round)
         gated = GatedDrafter(drafter, self.engine, name)
+        observe = self._after_round(driver, on_round, gated.shadows)
         done = yield from driver.decode_steps(
             prompt,
             gated,
@@ -159,14 +165,15 @@ class PolicyScheduler:
             self.engine.remember(final=True)
 
     def _after_round(
-        self, driver: SessionDriver, then: Callable[[RoundVerified], None] | None
+        self, driver: SessionDriver, then: Callable[[RoundVerified], None] | None, shadows: gate.Shadows
     ) -> Callable[[RoundVerified], None]:
-        """Each round: feed it to the policy, then to `then`; its decisions take effect from the next round."""
+        """Each round: feed it to the policy (and a shadow draft it settles), then to `then`; its
+        decisions take effect from the next round."""
         engine, clock = self.engine, time.perf_counter
 
         def observe(event: RoundVerified) -> None:
             started = clock()
-            decisions = engine.observe(event)  # a plain step too: it earns the class's exploration budget
+            decisions = engine.observe(event, shadows)  # a plain step too: it earns the class's exploration budget
             self.policy_ms += (clock() - started) * 1e3
             for decision in decisions:
                 driver.emit(decision)
