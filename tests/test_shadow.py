@@ -43,9 +43,16 @@ def test_a_cut_draft_is_judged_by_the_tokens_emitted_after_it_one_at_a_time_per_
     assert wrong == [None, gate.Draft(0, "chat", proposed=3, accepted=1, matched=2)]  # rejected at its second
     first = rounds([EOS], cut_at=(0,))[0]
     assert shadows.settle(first) == gate.Draft(0, "chat", 3, 0, 2)  # the emitted token is not the draft's
+    # a prompt finished while its shadow still matched: the positions judged count, all accepted
     shadows.settle(rounds([DRAFT], cut_at=(0,), prompt_id="q")[0])
-    shadows.end("q")  # the prompt ended before its shadow settled: no evidence
-    assert shadows.settle(rounds([DRAFT, DRAFT], prompt_id="q")[0]) is None
+    assert shadows.close("q") == gate.Draft(0, "chat", proposed=1, accepted=1, matched=2)
+    # a verified draft takes over the positions the shadow had not reached: none counts twice
+    cut, drafted = rounds([DRAFT], [DRAFT, DRAFT], cut_at=(0,))
+    drafted = msgspec.structs.replace(drafted, proposed=[DRAFT, DRAFT], accepted=1)
+    assert shadows.settle(cut) is None and shadows.settle(drafted) == gate.Draft(0, "chat", 1, 1, 2)
+    shadows.settle(rounds([DRAFT], cut_at=(0,), prompt_id="r")[0])
+    shadows.drop("r")  # a decode that raised (no PromptFinished): its shadow is no evidence
+    assert shadows.close("r") is None and not shadows.pending
 
 
 class CopyTarget(ScriptedTarget):

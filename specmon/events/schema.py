@@ -174,7 +174,7 @@ class Recall(msgspec.Struct, array_like=True, frozen=True):
     class's own counts and the session's, as its own rounds do."""
 
     session_id: str  # the session that learned the class's own ("": none stored for this class)
-    rounds: int  # drafting rounds behind the class's own
+    rounds: int  # drafts behind the class's own: verified, or cut and settled (gate.Shadow)
     tried: list[float]  # the class's own stored positions taken
     taken: list[float]
     pool_tried: list[float]  # every class's, added to the session's counts

@@ -35,7 +35,7 @@ class Learned(msgspec.Struct):
 
     tried: list[float]
     taken: list[float]
-    rounds: int  # drafting rounds behind it
+    rounds: int  # drafts behind it: verified, or cut and settled (gate.Shadow)
     session_id: str  # the session that learned it
     t: float  # when
     matches: str  # the class's match rules (matches_of): evidence of other prompts is not read
@@ -144,6 +144,13 @@ class PolicyEngine:
         decisions = self._learn(gate.Draft.of(ev)) if ev.proposed else []
         settled = shadows.settle(ev)
         return decisions + self._learn(settled) if settled is not None else decisions
+
+    def close(self, shadows: gate.Shadows, prompt_id: str) -> list[Decision]:
+        """A prompt finished: what its cut draft still being checked had matched is evidence."""
+        settled = shadows.close(prompt_id)
+        if settled is None or self.policy.class_named(settled.prompt_class).speculate != "auto":
+            return []
+        return self._learn(settled)
 
     def _learn(self, draft: gate.Draft) -> list[Decision]:
         st = self.state(draft.prompt_class)

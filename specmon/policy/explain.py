@@ -40,8 +40,10 @@ def explain_log(
                 drafts[ev.round_id] = gate.Draft.of(ev)
                 if (settled := shadows.settle(ev)) is not None:
                     drafts[settled.round_id] = settled
-            elif isinstance(ev, (PromptStarted, PromptFinished)):
-                shadows.end(ev.prompt_id)
+            elif isinstance(ev, PromptStarted):
+                shadows.drop(ev.prompt_id)
+            elif isinstance(ev, PromptFinished) and (settled := shadows.close(ev.prompt_id)) is not None:
+                drafts[settled.round_id] = settled
             elif isinstance(ev, RequestTimed):
                 requests[ev.request_id] = ev
             elif isinstance(ev, Decision):

@@ -42,7 +42,7 @@ MIN_MATCH = 2
 # at its age's weight, less the class's own fresh positions there: it opens a class's first table and
 # gives way to the session's own rounds as they come (a bucket's 32 fresh positions replace it)
 STORED_CAP = 32.0
-CHECK_EVERY = 4  # drafting rounds of a class between recomputing its table (a 64-token prompt has ~10)
+CHECK_EVERY = 4  # drafts (verified, or cut and settled) between recomputing the tables (a 64-token prompt has ~10)
 
 
 def bucket(reach: int) -> int:
@@ -102,10 +102,12 @@ class Counts:
 
 class Shadow:
     """A draft the class's table cut whole, checked against what the target emits instead. A plain
-    step emits the token a verify pass would have accepted there (greedy: exactly; sampled: with a
-    one-hot draft's acceptance probability, p(token)), so a cut draft is evidence at no cost, and a
+    step emits the token a verify pass would have accepted there (greedy: the same, up to near ties
+    between a one-row and a many-row pass; sampled: a one-hot draft's token is accepted with its
+    probability, the chance a plain step emits it), so a cut draft is evidence at no cost, and a
     class whose table is cut still learns when its prompts start to copy. One per prompt at a time,
-    as a drafting run would go: its positions are not counted twice."""
+    as a drafting run would go, and a verified draft takes over the positions it had not reached:
+    no position counts twice."""
 
     def __init__(self, round_id: int, prompt_class: str, tokens: Sequence[int], matched: int):
         self.round_id, self.prompt_class, self.tokens, self.matched = round_id, prompt_class, tokens, matched
@@ -123,6 +125,14 @@ class Shadow:
             return None
         return Draft(self.round_id, self.prompt_class, len(self.tokens), self.accepted, self.matched)
 
+    def seen(self) -> Draft | None:
+        """The positions judged so far, all accepted (the rest never were), as a draft; None: none."""
+        return (
+            Draft(self.round_id, self.prompt_class, self.accepted, self.accepted, self.matched)
+            if self.accepted
+            else None
+        )
+
 
 class Shadows:
     """Each prompt's shadow draft (Shadow) while it is checked: the rounds of a prompt, in order,
@@ -134,6 +144,8 @@ class Shadows:
     def settle(self, ev) -> Draft | None:
         """A round (events.RoundVerified): the draft its prompt's shadow comes to, once settled."""
         shadow = self.pending.get(ev.prompt_id)
+        if shadow is not None and ev.proposed:  # a verified draft judges the positions from here itself
+            return self.close(ev.prompt_id)
         if shadow is None and ev.cut:
             shadow = self.pending[ev.prompt_id] = Shadow(ev.round_id, ev.prompt_class, ev.cut, ev.matched)
         if shadow is None:
@@ -143,8 +155,14 @@ class Shadows:
             del self.pending[ev.prompt_id]
         return settled
 
-    def end(self, prompt_id: str) -> None:
-        """The prompt ended: a shadow it had not settled is no evidence."""
+    def close(self, prompt_id: str) -> Draft | None:
+        """The prompt finished (or a verified draft took over): what its shadow had matched counts;
+        dropping it would leave out only the shadows still succeeding and bias the rates down."""
+        shadow = self.pending.pop(prompt_id, None)
+        return shadow.seen() if shadow is not None else None
+
+    def drop(self, prompt_id: str) -> None:
+        """A prompt starts: a shadow of a decode that never finished (it raised) is no evidence."""
         self.pending.pop(prompt_id, None)
 
 

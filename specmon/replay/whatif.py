@@ -59,11 +59,15 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
     diffs: dict[str, ClassDiff] = {}
     longest: dict[str, int] = {}  # the longest draft the log verified, per class
     beside = False  # inside a bench's fixed-k run: evidence held, but never the policy's to see
-    shadows = gate.Shadows()  # the live table's cut drafts, settled as live (another table cuts others: unseen)
+    shadows = gate.Shadows()  # the drafts the live table cut whole (another table would cut others: unseen)
     for ev in events:
-        if isinstance(ev, (PromptStarted, PromptFinished)):
-            shadows.end(ev.prompt_id)
+        if isinstance(ev, PromptFinished):
+            for decision in engine.close(shadows, ev.prompt_id):
+                diffs.setdefault(decision.prompt_class, ClassDiff(decision.prompt_class)).other.append(
+                    describe(decision)
+                )
         if isinstance(ev, PromptStarted):
+            shadows.drop(ev.prompt_id)
             beside = bench_fixed_k(ev) is not None
             diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
         elif isinstance(ev, RoundVerified) and not beside:

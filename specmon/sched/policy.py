@@ -67,7 +67,7 @@ class GatedDrafter:
         if keep == len(proposal.tokens) and not explored:
             return proposal
         q = proposal.q[:keep] if proposal.q is not None else None
-        # a one-hot draft (n-gram) cut whole is checked against what is emitted instead: a model's, sampled, is not
+        # a one-hot draft cut whole (n-gram; a model's when greedy) is checked against what is emitted instead
         checked = not keep and proposal.q is None and not self.shadows.pending
         cut = [int(t) for t in proposal.tokens] if checked else []
         return Proposal(proposal.tokens[:keep], q, proposal.matched, explored, cut)
@@ -137,6 +137,8 @@ class PolicyScheduler:
             stop=stop,
         )
         self.policy_ms += gated.spent_ms
+        for decision in self.engine.close(gated.shadows, prompt.id):
+            driver.emit(decision)
         driver.finish(done, UNCHECKED)
         driver.sample_resources()
         self.engine.remember()  # as the session goes: a crash loses at most KEEP_EVERY_S of learning
