@@ -57,12 +57,14 @@ def test_each_engine_is_decided_on_its_own_curve(monkeypatch):
     """The policy reads the engine's measured curve, not constants: on each engine's texts and costs,
     decisions made from its own curve beat decisions made from the other engine's (torch's flat curve
     verifies long drafts that llama.cpp charges up to 4.5 plain steps for; llama.cpp's steep one cuts
-    drafts that cost torch little)."""
+    drafts that cost torch little, until its cut drafts show they copy)."""
     benches = {engine: read_bench_log(FIXTURES / log) for engine, log in ENGINES.items()}
     for engine, other in (("smollm2-llamacpp", "smollm2-cpu"), ("smollm2-cpu", "smollm2-llamacpp")):
         own = _auto_goodput(benches[engine], benches[engine], engine, monkeypatch)
         other_curve = _auto_goodput(benches[engine], benches[other], engine, monkeypatch)
-        assert own >= 1.1 * other_curve, (engine, own, other_curve)
+        # own / other: llama.cpp 1.18; torch 1.07, 1.24 before cut drafts were evidence (gate.Shadow):
+        # decided on llama.cpp's steep curve, torch's cut drafts now teach it that copies pay
+        assert own >= 1.05 * other_curve, (engine, own, other_curve)
 
 
 def _auto_goodput(bench, decide_on, engine: str, monkeypatch) -> float:
