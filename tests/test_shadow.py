@@ -17,9 +17,8 @@ from events import round_verified
 
 session = test_policy.session  # the fixture: a scripted policy session per call
 
-DEAR = engine_at(
-    1.6
-)  # each verified position costs 0.6 of a plain step: the prior's drafts after 2-token matches do not pay
+# each verified position costs 0.6 of a plain step: the prior's drafts after 2-token matches do not pay
+DEAR = engine_at(1.6)
 
 
 def rounds(*emitted, prompt_id="p", cut_at=()):
