@@ -6,12 +6,13 @@ from the log."""
 import msgspec
 import numpy as np
 
-from specmon.events.schema import Decision, RoundVerified
+from specmon.engine.prompts import Prompt
+from specmon.events.schema import Decision, RoundVerified, Sampling
 from specmon.policy import gate
 from specmon.policy.explain import explain_log
 from specmon.policy.schema import parse_policy
 import test_policy
-from test_policy import DRAFT, EOS, ONE_CLASS, ScriptedTarget, engine_at
+from test_policy import DRAFT, EOS, ONE_CLASS, TEXTS, ScriptedTarget, engine_at
 from test_recall import write_log
 from events import round_verified
 
@@ -75,7 +76,7 @@ def test_a_class_cut_to_plain_steps_learns_from_its_cut_drafts_that_it_copies_an
     live.target = live.scheduler.driver.target = CopyTarget(live.target.clock)
     assert gate.kept(live.engine.state("chat").table)[2] == 0  # (1 + 3/5) tokens for 1.6 steps: cut
     live.target.rounds = 80
-    live.scheduler.decode(test_policy.Prompt("p1", test_policy.TEXTS["chat"], "default"), test_policy.Sampling(), 1000)
+    live.scheduler.decode(Prompt("p1", TEXTS["chat"], "default"), Sampling(), 1000)
     played = [e for e in live.events if isinstance(e, RoundVerified)]
     decisions = [e for e in live.events if isinstance(e, Decision)]
     # each cut draft of 8 settles after 8 plain steps, all accepted; CHECK_EVERY of them open the table
