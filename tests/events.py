@@ -10,6 +10,7 @@ The defaults are fresh objects on each call, so a test may change a list it was 
 from __future__ import annotations
 
 from specmon.events.schema import PolicyLoaded, PromptStarted, RequestTimed, RoundVerified, Sampling, SessionStarted
+from specmon.proxy.tally import Tally
 
 
 def session_started(**fields) -> SessionStarted:
@@ -91,3 +92,11 @@ def request_timed(**fields) -> RequestTimed:
         stream=False,
     )
     return RequestTimed(**(defaults | fields))
+
+
+def tally_of(events) -> Tally:
+    """A proxy's Tally of a whole list of events (the end table's, fed every event at once)."""
+    tally = Tally()
+    for ev in events:
+        tally.add(ev)
+    return tally

@@ -24,7 +24,7 @@ from specmon.events.log import read_log
 from specmon.metrics.served import RequestTotals
 from specmon.policy.route import PLAIN, SPEC
 from specmon.proxy.tables import COLUMNS
-from specmon.proxy.tally import Tally
+from events import tally_of
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "docs" / "prometheus" / "specmon-rules.yml"
@@ -111,7 +111,7 @@ def summed_totals(logs: list[Path]) -> dict[tuple[str, str], RequestTotals]:
     """Each log's per (class, side) sums (what `log info` tables), added over the logs."""
     summed: dict[tuple[str, str], RequestTotals] = {}
     for log in logs:
-        tally = Tally.of(read_log(log))
+        tally = tally_of(read_log(log))
         assert not tally.outcomes, tally.outcomes  # every request succeeded: no status left out of the sums
         for key, t in tally.totals.items():
             summed[key] = added(summed[key], t) if key in summed else t

@@ -24,7 +24,7 @@ from specmon.proxy.routing import PLAIN, SPEC
 from specmon.proxy.deadlines import IDLE_TIMEOUT_S
 from specmon.proxy.server import ProxyOptions, Proxying
 from specmon.proxy.tables import log_summary, tally_summary
-from specmon.proxy.tally import Tally
+from events import tally_of
 from specmon.transport.session import observed_header, observer_session
 
 POLICY = load_policy("default")
@@ -124,7 +124,7 @@ def test_per_class_totals_in_the_log_equal_the_sums_of_the_timings_the_client_re
                 content = b"".join(r.iter_raw())
             expected_class = named or {"chat": "chat", "completion": "rewrite"}[endpoint]
             received.setdefault(expected_class, []).append(reply_timings(content))
-    totals = Tally.of(timed(log)).totals
+    totals = tally_of(timed(log)).totals
     assert set(totals) == {(name, SPEC) for name in received}
     for name, replies in received.items():
         t = totals[(name, SPEC)]
@@ -133,7 +133,7 @@ def test_per_class_totals_in_the_log_equal_the_sums_of_the_timings_the_client_re
         assert t.draft_n_accepted == sum(r["draft_n_accepted"] for r in replies)
         assert t.predicted_n == sum(r["predicted_n"] for r in replies)
         assert t.predicted_ms == pytest.approx(sum(r["predicted_ms"] for r in replies))
-    rows = {tuple(line.split()[:5]) for line in _rendered(tally_summary(Tally.of(read_log(log)), POLICY)).splitlines()}
+    rows = {tuple(line.split()[:5]) for line in _rendered(tally_summary(tally_of(read_log(log)), POLICY)).splitlines()}
     for (name, upstream), t in totals.items():  # log info's table shows the same sums
         assert (name, upstream, str(t.requests), str(t.draft_n), str(t.draft_n_accepted)) in rows
 
@@ -179,7 +179,7 @@ def test_each_class_alternates_on_its_own_count_until_it_is_measured(tmp_path):
         ("chat", PLAIN),
     ]
     assert len(plain.requests) == 3 and len(spec.requests) == 3
-    plain_sums = Tally.of(timed(log)).totals[("chat", PLAIN)]
+    plain_sums = tally_of(timed(log)).totals[("chat", PLAIN)]
     assert (
         plain_sums.draft_n == 0
         and plain_sums.predicted_n == 2 * reply_timings(recorded("chat-plain.json"))["predicted_n"]
@@ -217,7 +217,7 @@ def test_a_client_that_leaves_mid_stream_ends_the_upstream_request_and_is_logged
     left, whole = timed(log)
     assert (left.status, left.draft_n, left.predicted_n) == (499, None, None)
     assert left.first_byte_ms is not None and whole.status == 200
-    assert Tally.of([left, whole]).totals[("chat", SPEC)].requests == 1
+    assert tally_of([left, whole]).totals[("chat", SPEC)].requests == 1
 
 
 def test_an_upstream_that_breaks_off_mid_stream_is_cut_for_the_client_too_and_logged_502(tmp_path, fake, caplog):

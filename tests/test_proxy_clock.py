@@ -25,6 +25,7 @@ from specmon.proxy.advice import advise
 from specmon.proxy.routing import BOTH, PLAIN, SPEC
 from specmon.proxy.tables import log_summary, request_line, tally_summary
 from specmon.proxy.tally import WINDOW, Tally
+from events import tally_of
 
 POLICY = load_policy("default")
 SLOW_S, FAST_S = 0.12, 0.06  # plain answers twice as fast as spec: a clear 2x on any clock that sees it
@@ -63,7 +64,7 @@ def test_one_rule_says_whether_a_reply_is_timed_and_on_which_clock_and_every_use
     assert route.timed(ev) is (clock is not None) and route.timed(ev, SERVER_CLOCK) is server
     assert route.request_totals([ev], SERVER_CLOCK).prompts == int(server)  # the routing's bootstrap units
     (advice,) = advise(
-        Tally.of([ev, request_timed(request_id="p", upstream=PLAIN, predicted_n=40, predicted_ms=900.0)])
+        tally_of([ev, request_timed(request_id="p", upstream=PLAIN, predicted_n=40, predicted_ms=900.0)])
     )
     assert advice.estimate.prompts_spec == int(clock is not None)  # the advice's, on the class's clock
     assert advice.clock == (PROXY_CLOCK if clock == PROXY_CLOCK else SERVER_CLOCK)
@@ -77,7 +78,7 @@ def test_a_tok_s_is_one_figure_on_the_headless_line_in_log_info_and_in_the_view(
     ev = request_timed(predicted_n=40, predicted_ms=decode_ms, total_ms=360.0)  # 111.1 tok/s on either clock
     line = dict(field.split("=") for field in request_line(ev).split() if "=" in field)
     [row] = [
-        row.split() for row in rendered(tally_summary(Tally.of([ev]), POLICY)).splitlines() if row.startswith("chat ")
+        row.split() for row in rendered(tally_summary(tally_of([ev]), POLICY)).splitlines() if row.startswith("chat ")
     ]
     state = ServedState()
     state.apply([ev])
@@ -95,10 +96,10 @@ def test_a_decision_logged_before_the_clock_was_recorded_reads_as_on_the_servers
 def test_the_advice_never_asks_for_the_plain_side_it_was_given():
     spec = [request_timed(request_id=f"s{i}", predicted_n=40, predicted_ms=900.0) for i in range(6)]
     plain = [request_timed(request_id=f"p{i}", upstream=PLAIN, predicted_n=None) for i in range(6)]  # no usage
-    (advice,) = advise(Tally.of(spec + plain))
+    (advice,) = advise(tally_of(spec + plain))
     said = advice.change(POLICY)
     assert said == "none (no plain reply said how many tokens it generated: nothing to time)", said
-    (advice,) = advise(Tally.of(spec))
+    (advice,) = advise(tally_of(spec))
     assert "give --plain-upstream" in advice.change(POLICY)  # no plain side at all: then it is the thing to do
 
 
@@ -213,7 +214,7 @@ def test_the_tallys_end_table_is_the_one_of_every_event():
         tally.add(ev)
         if i == 60:
             rendered(tally_summary(tally, POLICY))  # read midway (a live view might): nothing changes in it
-    whole = rendered(tally_summary(Tally.of(events), POLICY))
+    whole = rendered(tally_summary(tally_of(events), POLICY))
     assert rendered(tally_summary(tally, POLICY)) == whole
     requests = [e for e in events if isinstance(e, RequestTimed)]
     summed: dict = {}

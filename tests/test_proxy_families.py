@@ -23,7 +23,7 @@ from upstream import FakeUpstream
 
 from specmon.events.log import read_log
 from specmon.events.schema import ServerScraped
-from specmon.proxy.tally import Tally
+from events import tally_of
 from specmon.proxy.command import end_of_proxy
 from specmon.proxy.reader import ReplyReader
 from specmon.proxy.routing import SPEC
@@ -94,7 +94,7 @@ def assert_sums(log: Path, received: dict[str, list[dict]], family: str) -> None
     """The log's events, its per-class sums, and `log info`'s rows hold what the replies carried."""
     events = timed(log)
     assert {ev.family for ev in events} == {family} and all(ev.status == 200 for ev in events)
-    totals = Tally.of(events).totals
+    totals = tally_of(events).totals
     rows = {tuple(line.split()[:5]) for line in log_info(log)}
     for name, replies in received.items():
         t = totals[(name, SPEC)]
@@ -123,7 +123,7 @@ def test_vllm_per_class_sums_in_the_log_and_log_info_are_the_replies(tmp_path):
     with VllmStandin(vllm_figures) as vllm, proxy(log, vllm.url) as p:
         received = drive(p.url)
     assert_sums(log, received, "vllm")
-    totals = Tally.of(timed(log)).totals
+    totals = tally_of(timed(log)).totals
     for name, replies in received.items():
         t = totals[(name, SPEC)]
         steps = sum(r["steps"] for r in replies)
@@ -144,7 +144,7 @@ def test_tabbyapi_per_class_sums_in_the_log_and_log_info_are_the_replies(tmp_pat
     assert_sums(log, received, "tabbyapi")
     for ev in timed(log):  # TabbyAPI counts no steps and gives no histogram; its decode time is completion_time
         assert (ev.spec_steps, ev.accepted_per_pos, ev.predicted_ms) == (None, [], 120.0)
-    code = Tally.of(timed(log)).totals[("code-edit", SPEC)]
+    code = tally_of(timed(log)).totals[("code-edit", SPEC)]
     assert code.tokens_per_step == pytest.approx(code.predicted_n / (code.predicted_n - code.draft_n_accepted))
 
 
@@ -188,7 +188,7 @@ def test_an_upstream_whose_replies_carry_no_figures_is_said_once_and_never_measu
     assert len(lines) == len(ASKS) * 2 + 1  # a record per request, and the notice on lines of its own
     events = timed(log)
     assert all(ev.draft_n is None and ev.draft_n_accepted is None for ev in events)
-    t = Tally.of(events).totals[("chat", SPEC)]
+    t = tally_of(events).totals[("chat", SPEC)]
     assert (t.requests, t.reported, t.acceptance, t.tokens_per_step) == (8, 0, None, None)
     [row] = [line for line in log_info(log) if line.split()[:2] == ["chat", SPEC]]
     assert row.split()[2:6] == ["8", "-", "-", "not"] and "not reported" in row  # no 0 drafted, no 0% accepted
@@ -267,7 +267,7 @@ def test_without_a_decode_time_the_proxys_clock_is_shown_as_such(tmp_path):
     (ev,) = timed(log)
     assert (ev.predicted_n, ev.predicted_ms) == (carried(raw)["generated"], None)
     assert ev.total_ms - ev.first_byte_ms >= 250  # the stand-in's delay, spread over its chunks
-    t = Tally.of([ev]).totals[("chat", SPEC)]
+    t = tally_of([ev]).totals[("chat", SPEC)]
     assert t.tok_per_s is None and t.clocked_tok_per_s == pytest.approx((ev.predicted_n - 1) / (t.clocked_ms / 1e3))
     shown = _rendered(log_summary(read_log(log)))
     assert f"{t.clocked_tok_per_s:.1f}*" in shown and "the proxy's clock" in shown
@@ -283,8 +283,8 @@ def test_the_reader_finds_the_figures_wherever_the_reply_is_cut(family):
         f = standin.figures(body)
         stream = b"".join(standin._event(c) for c in standin.chunks(endpoint, body, f)) + standin._event("[DONE]")
         whole = _read(stream, "text/event-stream", [len(stream)])
-        assert (whole.family, whole.drafted, whole.accepted) == (family, f.drafted, f.accepted)
-        assert whole.generated == f.generated
+        assert (whole.family, whole.draft_n, whole.draft_n_accepted) == (family, f.drafted, f.accepted)
+        assert whole.predicted_n == f.generated
         for _ in range(10):
             assert _read(stream, "text/event-stream", [rng.randint(1, 200) for _ in range(40)]) == whole
         json_reply = standin._event(standin.reply(endpoint, body, f))[6:]

@@ -34,7 +34,16 @@ from specmon.tui.served_state import ServedState
 BIG = str(2**64 + 1)  # the integer that once raised OverflowError while the proxy logged it
 HUGE = "1" + "0" * 400  # past a float's range too
 ENORMOUS = "9" * 5000  # past what Python converts from a string (4300 digits)
-FIGURES = ("drafted", "accepted", "steps", "generated", "decode_ms", "prompt_n", "prompt_ms", "accepted_per_pos")
+FIGURES = (
+    "draft_n",
+    "draft_n_accepted",
+    "spec_steps",
+    "predicted_n",
+    "predicted_ms",
+    "prompt_n",
+    "prompt_ms",
+    "accepted_per_pos",
+)
 
 
 # -- each family's reply, its figures given as raw JSON text (so 1e400, NaN and huge integers go as sent) --
@@ -180,7 +189,7 @@ def test_a_figure_out_of_range_leaves_the_whole_reply_unmeasured_with_why(family
 def test_tabbyapis_time_rounded_to_zero_is_no_time_and_its_draft_counts_stand(stream):
     """TabbyAPI rounds completion_time to 0.01 s: a fast reply says 0, which is no decode time, not a lie."""
     found = read(tabby(TABBY_GOOD | dict(completion_time="0"), stream), stream)
-    assert found == msgspec.structs.replace(MEASURED[TABBYAPI], decode_ms=None)
+    assert found == msgspec.structs.replace(MEASURED[TABBYAPI], predicted_ms=None)
 
 
 def test_the_usage_cut_relays_an_event_it_cannot_walk_as_it_came():
@@ -225,7 +234,7 @@ def test_an_unmeasured_reply_logs_and_an_older_log_still_decodes():
     found = read(llama(LLAMA_GOOD | dict(predicted_n=BIG, draft_n=BIG), False), False)
     ev = RequestTimed(
         session_id="s", t=0.0, request_id="r", prompt_class="chat", class_rule="", upstream="spec",
-        endpoint="chat", status=200, stream=False, predicted_n=found.generated, draft_n=found.drafted,
+        endpoint="chat", status=200, stream=False, predicted_n=found.predicted_n, draft_n=found.draft_n,
         family=found.family, unmeasured=found.unmeasured,
     )  # fmt: skip
     assert decode(encode(ev)) == ev

@@ -116,7 +116,7 @@ def test_a_class_whose_side_dies_gets_200s_from_the_other_and_goes_back_when_it_
         statuses = [chat(p.url, stream=i % 2 == 0).status_code for i in range(50)]
         back = FakeUpstream(port=spec.port).__enter__()
         try:
-            wait_until(lambda: p.state.pools[SPEC].live() == 1, "the spec side's /health answered again")
+            wait_until(lambda: len(p.pools[SPEC].up()) == 1, "the spec side's /health answered again")
             after = [chat(p.url).status_code for _ in range(3)]
         finally:
             back.__exit__()
@@ -137,14 +137,14 @@ def test_a_member_that_stalls_after_its_headers_ends_in_a_504_and_the_others_kee
             held = {}
             first = threading.Thread(target=lambda: held.update(reply=chat(p.url, stream=True)))
             first.start()  # both idle: the first member takes it
-            wait_until(lambda: p.state.pools[SPEC].members[0].outstanding == 1, "the stalled member took a request")
+            wait_until(lambda: p.pools[SPEC].members[0].outstanding == 1, "the stalled member took a request")
             flowing = [chat(p.url, stream=True).status_code for _ in range(5)]  # meanwhile, to the other
             first.join(30)
             after = [chat(p.url).status_code for _ in range(5)]
     assert flowing == [200] * 5 and after == [200] * 5 and not first.is_alive()
     reply = held["reply"]
     assert reply.status_code == 504 and reply.json()["error"]["code"] == "upstream_timeout"
-    assert p.state.pools[SPEC].members[0].sent == 1 and len(good.requests) == 10  # marked down: sent nothing more
+    assert p.pools[SPEC].members[0].sent == 1 and len(good.requests) == 10  # marked down: sent nothing more
     assert any(f"{stalled.url} (spec) is down (timed out)" in line for line in lines)
     events = timed(log)
     assert sorted(e.status for e in events) == [200] * 10 + [504]
@@ -157,7 +157,7 @@ def test_a_stopped_member_is_marked_down_and_stays_down_while_its_health_is_sile
     with Silent(accept=False) as stopped, FakeUpstream() as good:
         with gateway(log, [stopped.url, good.url], [], policy(), idle_s=0.5) as (p, lines):
             replies = [chat(p.url, stream=True) for _ in range(4)]
-            assert p.state.pools[SPEC].members[0].down
+            assert p.pools[SPEC].members[0].down
     assert [r.status_code for r in replies] == [504, 200, 200, 200]
     assert len(good.requests) == 3 and sum("is down (timed out)" in line for line in lines) == 1
 
@@ -167,7 +167,7 @@ def test_300_hung_requests_leave_health_and_the_other_side_answering(tmp_path):
     pol = policy(chat='speculate = "on"', rewrite='speculate = "off"')
     with Silent(accept=False) as stopped, FakeUpstream("-plain") as plain:
         with gateway(log, [stopped.url], [plain.url], pol, idle_s=10.0) as (p, _):
-            member = p.state.pools[SPEC].members[0]
+            member = p.pools[SPEC].members[0]
 
             async def hang() -> list[int]:
                 limits = httpx.Limits(max_connections=400)
@@ -252,7 +252,7 @@ def test_clients_that_leave_at_random_points_leave_no_connection_or_descriptor_b
             t.start()
         for t in threads:
             t.join(30)
-        member = p.state.pools[SPEC].members[0]
+        member = p.pools[SPEC].members[0]
         wait_until(lambda: member.outstanding == 0, "every upstream request given back", timeout=30)
         assert p.client._transport._pool.connections == []  # httpx's pool holds no upstream connection
         # nor uvicorn a client's, once the loop has seen each client's socket close
@@ -295,7 +295,7 @@ def test_tabbyapi_on_both_sides_with_clients_that_never_ask_is_measured_routed_a
     slow = lambda body: from_counts(30, 6, decode_ms=120.0)  # noqa: E731
     with RecordedTabby(fast) as spec, RecordedTabby(slow, draft=False) as plain:
         with gateway(log, [spec.url], [plain.url], policy()) as (p, _):
-            wait_until(lambda: all(m.family for pool in p.state.pools.values() for m in pool.members), "families known")
+            wait_until(lambda: all(m.family for pool in p.pools.values() for m in pool.members), "families known")
             received = []
             for i in range(24):
                 stream = i % 2 == 0
@@ -381,7 +381,7 @@ def test_a_member_whose_replies_all_break_off_is_marked_down_after_five(tmp_path
                     chat(p.url, timeout=10)
                 except httpx.HTTPError:
                     pass  # a reply cut off reaches its client cut off
-            member = p.state.pools[SPEC].members[0]
+            member = p.pools[SPEC].members[0]
             assert member.down
     statuses = [e.status for e in timed(log)]
     assert statuses.count(502) == 5 and statuses.count(200) == 11  # five broke, then the other took them all
@@ -414,7 +414,7 @@ def test_a_busy_member_past_its_idle_timeout_is_waited_for_while_its_health_answ
     log = tmp_path / "p.specmon"
     with Threaded(_app(slow_prefill)) as busy, gateway(log, [busy.url], [], policy(), idle_s=0.5) as (p, lines):
         replies = [chat(p.url, stream=True, timeout=30) for _ in range(2)]
-        assert not p.state.pools[SPEC].members[0].down
+        assert not p.pools[SPEC].members[0].down
     assert [(r.status_code, r.content) for r in replies] == [(200, events)] * 2
     assert not any("is down" in line for line in lines)
 

@@ -13,7 +13,7 @@ from test_proxy import PATHS, _rendered, proxy, timed
 from upstream import reply_timings
 
 from specmon.events.log import read_log
-from specmon.proxy.tally import Tally
+from events import tally_of
 from specmon.proxy.routing import SPEC
 from specmon.proxy.tables import log_summary
 
@@ -54,7 +54,7 @@ def test_twenty_requests_per_class_sums_in_the_log_equal_the_timings_received(up
             content = ask(p.url, endpoint, stream, named)
             name = named or {"chat": "chat", "completion": "rewrite"}[endpoint]
             received.setdefault(name, []).append(reply_timings(content))
-    totals = Tally.of(timed(log)).totals
+    totals = tally_of(timed(log)).totals
     assert sum(len(r) for r in received.values()) == 20
     assert {ev.family for ev in timed(log)} == {"llama-server"}  # its shape, read by proxy.evidence
     for name, replies in received.items():

@@ -23,7 +23,7 @@ from specmon.policy.classify import matches_of
 from specmon.policy.explain import explain_log, explain_route
 from specmon.policy.schema import load_policy
 from specmon.memory import store
-from specmon.proxy.recall import KIND, StoredClass, StoredRoutes, routes_key, routes_shelf
+from specmon.proxy.recall import KIND, StoredClass, StoredRoutes, routes_shelf
 from specmon.proxy.routing import BOTH, PLAIN, SPEC, Router
 from specmon.replay.report_policy import policy_history
 from specmon.tui.rows import render_decision
@@ -160,7 +160,9 @@ def test_another_upstream_pair_fresh_and_a_damaged_store_start_cold():
     assert fresh.opening == [] and answer(fresh, "s3", 2, start=100)[0] == [SPEC, PLAIN]
     fresh.remember(final=True)  # --fresh reads nothing, and still keeps what it learns
     assert shelf().recall(StoredRoutes).session_id == "s3"
-    Memory().path(KIND, routes_key(PAIR[0], PAIR[1])).write_text('{"version": 1, "kind": "routes", "key": ')
+    Memory().path(KIND, routes_shelf(Memory(), PAIR[0], PAIR[1]).key).write_text(
+        '{"version": 1, "kind": "routes", "key": '
+    )
     said.clear()
     damaged = session_router("s4", Memory(warn=said.append))
     assert damaged.opening == [] and answer(damaged, "s4", 2, start=200)[0] == [SPEC, PLAIN]
@@ -294,7 +296,7 @@ def test_through_the_proxy_another_pair_fresh_and_a_damaged_store_start_cold(tmp
     said: list[str] = []
     with spec as s, plain as p, other as o:
         proxied(tmp_path, "one", s.url, p.url, Memory(), 10)
-        path = Memory().path(KIND, routes_key([s.url], [p.url]))
+        path = Memory().path(KIND, routes_shelf(Memory(), [s.url], [p.url]).key)
         kept = path.read_bytes()
         runs = {
             "elsewhere": proxied(tmp_path, "elsewhere", s.url, o.url, Memory(), 2)[0],

@@ -15,7 +15,7 @@ from test_proxy import PATHS, POLICY, proxy, timed
 from upstream import FIXTURES, FakeUpstream, request_body
 from llama_server import free_port
 
-from specmon.proxy.tally import Tally
+from events import tally_of
 from specmon.proxy.exported import upstream_label
 from specmon.watch.scrape import client, scrape
 from specmon.proxy.routing import PLAIN, SPEC
@@ -56,7 +56,7 @@ def test_the_proxys_metrics_are_the_logs_sums_per_class_and_side(tmp_path):
         page = httpx.get(p.url + "/metrics").text
         upstream_page = httpx.get(p.url + "/upstream/metrics").text
     found = samples(page)
-    totals = Tally.of(timed(log)).totals
+    totals = tally_of(timed(log)).totals
     assert {key for key, t in totals.items() if t.requests} == {(c, s) for c in CLASSES for s in (SPEC, PLAIN)}
     drafted = summed(found, "specmon_spec_decode_num_draft_tokens_total")
     accepted = summed(found, "specmon_spec_decode_num_accepted_tokens_total")
@@ -138,7 +138,7 @@ def test_tokens_per_step_from_the_counters_is_log_infos(tmp_path):
         found = samples(httpx.get(p.url + "/metrics").text)
     accepted = summed(found, "specmon_spec_decode_num_accepted_tokens_total")
     steps = summed(found, "specmon_rounds_total")
-    for key, t in Tally.of(timed(log)).totals.items():
+    for key, t in tally_of(timed(log)).totals.items():
         assert steps[key] > 0 and (accepted[key] + steps[key]) / steps[key] == pytest.approx(t.tokens_per_step)
 
 

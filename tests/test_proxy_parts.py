@@ -13,7 +13,7 @@ from specmon.policy.schema import load_policy
 from specmon.proxy.advice import COSTS, PAYS, UNKNOWN, advise, draft_maximum
 from specmon.proxy.classes import body_fields, chat_text, completion_text, request_class
 from specmon.proxy.reader import ReplyReader
-from specmon.proxy.tally import Tally
+from events import tally_of
 from specmon.server.errors import ApiError
 from events import request_timed
 
@@ -29,7 +29,7 @@ def read(content: bytes, content_type: str, sizes: list[int]) -> dict | None:
     reader.feed(content[at:])
     reader.close()
     e = reader.evidence
-    return None if e is None else dict(zip(TIMINGS, (e.generated, e.decode_ms, e.drafted, e.accepted)))
+    return None if e is None else dict(zip(TIMINGS, (e.predicted_n, e.predicted_ms, e.draft_n, e.draft_n_accepted)))
 
 
 TIMINGS = ("predicted_n", "predicted_ms", "draft_n", "draft_n_accepted")  # llama-server's names for them
@@ -99,7 +99,7 @@ def test_the_advice_says_pays_costs_or_not_yet_known_from_the_interval():
     events += requests("rewrite", "spec", 9, 10, 3) + requests("rewrite", "plain", 10, 10, 4)
     events += requests("code-edit", "spec", 15, 3, 5) + requests("code-edit", "plain", 14.5, 1, 6)
     events += requests("non-english", "spec", 15, 3, 7)
-    found = {a.prompt_class: a for a in advise(Tally.of(events))}
+    found = {a.prompt_class: a for a in advise(tally_of(events))}
     assert [found[c].verdict for c in ("chat", "rewrite", "code-edit", "non-english")] == [
         PAYS,
         COSTS,
@@ -115,7 +115,7 @@ def test_the_advice_says_pays_costs_or_not_yet_known_from_the_interval():
     assert found["chat"].change(POLICY).startswith("keep speculation on, draft maximum")
     # other classes went plain, so the plain side was given: the advice never asks for it
     assert found["non-english"].change(POLICY) == "none (none of its requests went to the plain side yet)"
-    (alone,) = advise(Tally.of(requests("non-english", "spec", 15, 3, 7)))
+    (alone,) = advise(tally_of(requests("non-english", "spec", 15, 3, 7)))
     assert "give --plain-upstream" in alone.change(POLICY)
 
 

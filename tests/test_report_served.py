@@ -80,7 +80,7 @@ def test_a_missing_draft_count_is_said_one_way_in_the_line_log_info_the_report_a
 
     from specmon.metrics.served_summary import markdown, served_summary
     from specmon.proxy.tables import request_line, tally_summary
-    from specmon.proxy.tally import Tally
+    from events import tally_of
     from specmon.tui.served_panes import render_classes
     from specmon.tui.served_state import ServedState
 
@@ -100,7 +100,7 @@ def test_a_missing_draft_count_is_said_one_way_in_the_line_log_info_the_report_a
     pane = [row.split() for row in render_classes(state, 36).plain.splitlines() if row.startswith("chat ")]
     assert {row[1]: row[3] for row in pane} == short
     console = Console(file=io.StringIO(), width=100, color_system=None)
-    console.print(tally_summary(Tally.of(events), None))
+    console.print(tally_summary(tally_of(events), None))
     table = {
         row.split()[1]: row.split()[5:7] for row in console.file.getvalue().splitlines() if row.startswith("chat ")
     }
@@ -119,7 +119,7 @@ def test_the_reports_tok_s_is_on_the_clock_log_info_judges_the_class_on(tmp_path
 
     from specmon.metrics.served_summary import markdown, served_summary
     from specmon.proxy.tables import tally_summary
-    from specmon.proxy.tally import Tally
+    from events import tally_of
 
     def reply(i: int, side: str, decode_ms: float | None):
         return request_timed(session_id="w", t=T0 + i, request_id=f"r{i}", prompt_class="chat", upstream=side,
@@ -127,7 +127,7 @@ def test_the_reports_tok_s_is_on_the_clock_log_info_judges_the_class_on(tmp_path
 
     events = [header("proxy"), *(reply(i, "spec" if i % 2 else "plain", 400.0 if i % 2 else None) for i in range(6))]
     console = Console(file=io.StringIO(), width=100, color_system=None)
-    console.print(tally_summary(Tally.of(events), None))
+    console.print(tally_summary(tally_of(events), None))
     table = {row.split()[1]: row.split()[-1] for row in console.file.getvalue().splitlines() if row.startswith("chat ")}
     page = markdown(served_summary(write_log(tmp_path / "proxy.specmon", events)))
     cells = {

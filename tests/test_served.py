@@ -93,9 +93,9 @@ def test_per_class_sums_of_timings_give_acceptance_tokens_per_step_and_goodput()
         request("code", "spec", 9, 9.0, 9, 9, status=500),  # failed: not counted
         request("chat", "plain", 30, 300.0, None, None),
     ]
-    from specmon.proxy.tally import Tally
+    from events import tally_of
 
-    sums = Tally.of(events).totals
+    sums = tally_of(events).totals
     code = sums[("code", "spec")]
     assert (code.requests, code.predicted_n, code.draft_n, code.draft_n_accepted) == (2, 60, 64, 30)
     assert code.acceptance == pytest.approx(30 / 64)

@@ -242,7 +242,7 @@ def test_a_proxy_logs_table_and_advice_fit_80_columns_whole_and_hung():
 
     from events import request_timed
     from specmon.proxy.tables import tally_summary
-    from specmon.proxy.tally import Tally
+    from events import tally_of
 
     events = []
     for name in ("chat", "a-long-name-here"):  # 16 characters of the 40 a class name may have
@@ -255,7 +255,7 @@ def test_a_proxy_logs_table_and_advice_fit_80_columns_whole_and_hung():
                 )
             )  # fmt: skip
     printed = io.StringIO()
-    Console(file=printed, width=WIDTH).print(tally_summary(Tally.of(events), None))
+    Console(file=printed, width=WIDTH).print(tally_summary(tally_of(events), None))
     lines = printed.getvalue().splitlines()
     assert all(cell_len(line) <= WIDTH for line in lines), lines
     header = next(line for line in lines if line.startswith("class"))

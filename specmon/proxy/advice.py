@@ -67,24 +67,18 @@ class ClassAdvice:
         capped = "" if cap is None else f", draft maximum {cap}"
         if self.verdict == PAYS:
             return ('would set speculate = "on"' if speculate == "off" else "keep speculation on") + capped
-        return self._waiting(speculate) or (
-            f"none until the interval excludes 1.0{capped and ' (then' + capped[1:] + ')'}"
-        )
-
-    def _waiting(self, speculate: str) -> str:
-        """Why there is nothing to compare yet, never asking for a flag the user gave; "" where there is."""
+        # why there is nothing to compare yet, never asking for a flag the user gave
         if speculate == "on" and not self.plain.requests:
             return 'none (speculate = "on" keeps the class on spec: nothing to compare with)'
+        if not self.plain.requests and self.plain_given:
+            return "none (none of its requests went to the plain side yet)"
         if not self.plain.requests:
-            if self.plain_given:
-                return "none (none of its requests went to the plain side yet)"
             return "none (no plain requests to compare with: give --plain-upstream)"
-        untimed = [
-            side for side, n in ((SPEC, self.estimate.prompts_spec), (PLAIN, self.estimate.prompts_plain)) if not n
-        ]
+        est = self.estimate
+        untimed = [side for side, n in ((SPEC, est.prompts_spec), (PLAIN, est.prompts_plain)) if not n]
         if untimed:
             return f"none (no {' or '.join(untimed)} reply said how many tokens it generated: nothing to time)"
-        return ""
+        return f"none until the interval excludes 1.0{capped and ' (then' + capped[1:] + ')'}"
 
 
 def draft_maximum(acceptance: float | None) -> int | None:
@@ -99,8 +93,7 @@ def draft_maximum(acceptance: float | None) -> int | None:
 
 
 def advise(tally: Tally) -> list[ClassAdvice]:
-    """Per class seen (in order of first appearance), spec against plain, on the clock the class is judged
-    on, over each side's last window of timed requests."""
+    """Per class seen, spec against plain on the class's clock, over each side's last window of timed requests."""
     out = []
     for name in tally.classes:
         clock = tally.clock(name)

@@ -5,15 +5,16 @@ is: /health and /v1/models to the least busy member of either side, the rest (ll
 endpoints, and the upstream's /metrics at /upstream/metrics) to the speculating side first (a
 server's own counters are its own).
 
-The API key, the body limit and the one error shape are `specmon serve`'s (specmon.server.app)."""
+The API key, the body limit and the one error shape are `specmon serve`'s (specmon.server.app). `state`
+is the Proxying serving the app (proxy.server): its options, pools, client, router and metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass
 from collections.abc import Coroutine
+from functools import partial
 from typing import Callable
 
 import anyio
@@ -24,14 +25,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from specmon.events.schema import PolicyLoaded
 from specmon.proxy.classes import body_fields, request_class
-from specmon.proxy.exported import ProxyMetrics
 from specmon.proxy.deadlines import CONNECT_TIMEOUT_S, LOOKUP_TIMEOUT_S, WHOLE_REPLY_FACTOR, WRITE_TIMEOUT_S
 from specmon.proxy.pool import Pool, Upstream, failed_over, no_reply, send, watched
 from specmon.proxy.relay import CLIENT_LEFT, NOT_SENT_ON, UNREACHABLE, UPSTREAM_STALLED, Exchange, Opened, Relay
 from specmon.proxy.usage import UsageCut, ask_upstream, asking
-from specmon.proxy.routing import Router
 from specmon.server.app import authorize, class_header, disconnected, error_response, read_body
 from specmon.server.errors import ApiError, status_error
 from specmon.server.guard import BODY_TIMEOUT_S
@@ -50,38 +48,21 @@ ANYONE_PATHS = {"/health", "/v1/models", "/models"}  # the same on every member 
 LOOKUPS = {"GET", "HEAD"}  # idempotent: one that times out is asked again of another member
 
 
-@dataclass
-class ProxyState:
-    pools: dict[str, Pool]  # "spec" (and "plain") -> its upstreams
-    client: httpx.AsyncClient
-    router: Router  # the policy: classes, where each goes, hot reload
-    on_request: Callable[[Exchange, Upstream | None], None]  # each classified request once its reply is over
-    metrics: ProxyMetrics  # GET /metrics
-    idle_timeout_s: float  # the longest silence from an upstream before it is taken as hung
-    api_key: bytes | None = None
-    upstream_key: bytes | None = None  # sent to the upstreams in place of any client's Authorization
-    max_body_bytes: int = MAX_BODY_BYTES
-    body_timeout_s: float = BODY_TIMEOUT_S
-    on_refused: Callable[[str, ApiError], None] | None = None  # the headless line of a refused request
-    on_policy: Callable[[PolicyLoaded], None] = lambda event: None  # a reload taken or refused
-
-    def deadline(self, read_s: float) -> httpx.Timeout:
-        return httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=read_s, write=WRITE_TIMEOUT_S, pool=None)
-
-    def stalled(self, member: Upstream) -> Callable[[str], None]:
-        return lambda why: self.pools[member.side].suspect(member, why)
+def _deadline(read_s: float) -> httpx.Timeout:
+    return httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=read_s, write=WRITE_TIMEOUT_S, pool=None)
 
 
-def build_app(state: ProxyState) -> Starlette:
+def build_app(state) -> Starlette:
     async def classified(request: Request) -> Response:
         return await _classified(request, state, ENDPOINTS[request.url.path])
 
     async def passed(request: Request) -> Response:
         if request.url.path != "/health":  # as `specmon serve`: a load balancer's health check carries no key
-            authorize(request, state)
-        body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
+            authorize(request, state.options)
+        body = await read_body(request, MAX_BODY_BYTES, BODY_TIMEOUT_S)
         lookup = request.method in LOOKUPS
-        timeout = state.deadline(LOOKUP_TIMEOUT_S if lookup else state.idle_timeout_s * WHOLE_REPLY_FACTOR)
+        idle_s = None if lookup else state.options.idle_timeout_s
+        timeout = _deadline(LOOKUP_TIMEOUT_S if lookup else idle_s * WHOLE_REPLY_FACTOR)
         headers, path = _headers(request, state), _path(request)
 
         def build(member: Upstream) -> httpx.Request:
@@ -94,19 +75,18 @@ def build_app(state: ProxyState) -> Starlette:
         if sent is None:
             return Response(status_code=CLIENT_LEFT)
         member, opened = sent
-        idle_s = None if lookup else state.idle_timeout_s
-        return Relay(opened, None, lambda exchange: _give_back(member), on_stall=state.stalled(member), idle_s=idle_s)
+        stalled = partial(state.pools[member.side].suspect, member)
+        return Relay(opened, None, lambda exchange: _give_back(member), on_stall=stalled, idle_s=idle_s)
 
     async def metrics(request: Request) -> Response:
-        authorize(request, state)  # as `specmon serve`'s /metrics
-        _reload(state)  # a policy edited while no request came: its classes are what it now says
+        authorize(request, state.options)  # as `specmon serve`'s /metrics
+        state.reload()  # a policy edited while no request came: its classes are what it now says
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def api_error(request: Request, exc: ApiError) -> Response:
         if exc.status < 500:  # a 502 or 504 is the upstream's, logged with its request
             state.metrics.refusal(exc.status)
-        if state.on_refused is not None:
-            state.on_refused(request.url.path, exc)
+        state.refused(request.url.path, exc)
         return error_response(exc)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
@@ -117,25 +97,17 @@ def build_app(state: ProxyState) -> Starlette:
     return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
 
 
-async def _classified(request: Request, state: ProxyState, endpoint: str) -> Response:
+async def _classified(request: Request, state, endpoint: str) -> Response:
     arrived = time.perf_counter()  # the relay's clock: first and last byte are read on it
-    authorize(request, state)
-    body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
-    _reload(state)
+    authorize(request, state.options)
+    body = await read_body(request, MAX_BODY_BYTES, BODY_TIMEOUT_S)
+    state.reload()
     fields = body_fields(body)
     name, rule = request_class(state.router.policy, endpoint, fields, class_header(request))
     side = state.router.side(name)
-    exchange = Exchange(
-        request_id=uuid.uuid4().hex[:16],
-        prompt_class=name,
-        class_rule=rule,
-        upstream=side,
-        endpoint=endpoint,
-        stream=fields.get("stream") is True,
-        arrived=arrived,
-    )
+    exchange = Exchange(uuid.uuid4().hex[:16], name, rule, side, endpoint, fields.get("stream") is True, arrived)
     pools = [state.pools[side], *(pool for other, pool in state.pools.items() if other != side)]
-    timeout = state.deadline(state.idle_timeout_s * WHOLE_REPLY_FACTOR)  # its head and first bytes, watched
+    timeout = _deadline(state.options.idle_timeout_s * WHOLE_REPLY_FACTOR)  # its head and first bytes, watched
     headers, path, asked = _headers(request, state), _path(request), set()
 
     def build(member: Upstream) -> httpx.Request:
@@ -150,37 +122,32 @@ async def _classified(request: Request, state: ProxyState, endpoint: str) -> Res
     except ApiError as exc:
         exchange.status = UPSTREAM_STALLED if exc.status == UPSTREAM_STALLED else UNREACHABLE
         exchange.ended = time.perf_counter()  # how long the client waited for it
-        state.on_request(exchange, None)  # logged as such
+        state.replied(exchange, None)  # logged as such
         raise
     if sent is None:  # a reply not begun (llama-server sends a JSON reply's head at its end): the client left first
         exchange.status, exchange.ended = CLIENT_LEFT, time.perf_counter()
-        state.on_request(exchange, None)
+        state.replied(exchange, None)
         return Response(status_code=CLIENT_LEFT)
     member, opened = sent
-    exchange.upstream = member.side
+    exchange.upstream, exchange.first_byte = member.side, opened.at
     exchange.routed = side if failed_over(pools[0], member) else ""
     sse = opened.reply.headers.get("content-type", "").startswith("text/event-stream")
     cut = UsageCut() if sse and member.url in asked else None  # the client gets no usage it did not ask for
-    done = lambda ended: state.on_request(ended, member)  # noqa: E731
-    return Relay(opened, exchange, done, cut, state.stalled(member), state.idle_timeout_s)
-
-
-def _reload(state: ProxyState) -> None:
-    reloaded = state.router.maybe_reload()
-    if reloaded is not None:
-        state.on_policy(reloaded)
+    stalled = partial(state.pools[member.side].suspect, member)
+    return Relay(opened, exchange, partial(state.replied, member=member), cut, stalled, state.options.idle_timeout_s)
 
 
 async def _open(
-    state: ProxyState,
+    state,
     pools: list[Pool],
     build: Callable[[Upstream], httpx.Request],
     any_side: bool = False,
     lookup: bool = False,
 ) -> tuple[Upstream, Opened]:
-    """The first member that answers, with its reply's first bytes read; a 504 where they do not come
-    in time (the member marked down where its /health is silent too), a 502 where nothing answers."""
-    watch_s = None if lookup else state.idle_timeout_s  # while it waits (a queue, a prefill): is the member alive
+    """The first member that answers, its reply's first bytes read; else a 504 (they came too late) or a 502."""
+    watch_s = (
+        None if lookup else state.options.idle_timeout_s
+    )  # while it waits (a queue, a prefill): is the member alive
     member, reply = await send(state.client, pools, build, any_side, retry_timeouts=lookup, watch_s=watch_s)
     try:
         return member, await watched(state.client, member, Opened.read(reply), watch_s)
@@ -200,8 +167,7 @@ def _give_back(member: Upstream) -> None:
 
 
 async def _unless_client_leaves(request: Request, sending: Coroutine) -> tuple[Upstream, Opened] | None:
-    """The upstream's reply, opened, or None if the client disconnected first (the upstream request is
-    then cancelled, so the upstream stops decoding)."""
+    """The upstream's reply, opened; None if the client left first (cancelled: the upstream stops decoding)."""
     sending = asyncio.ensure_future(sending)
     gone = asyncio.ensure_future(disconnected(request))
     try:
@@ -222,10 +188,9 @@ def _path(request: Request) -> str:
     return path + (f"?{query}" if query else "")
 
 
-def _headers(request: Request, state: ProxyState) -> list[tuple[bytes, bytes]]:
-    """The client's headers for the upstream: its Authorization only where the proxy neither took it
-    itself nor sends the upstream's key in its place."""
-    keep_auth = state.api_key is None and state.upstream_key is None
-    dropped = NOT_SENT_ON if keep_auth else NOT_SENT_ON | {b"authorization"}
+def _headers(request: Request, state) -> list[tuple[bytes, bytes]]:
+    """The client's headers for the upstream; its Authorization only where the proxy neither took nor replaces it."""
+    api_key, upstream_key = state.options.api_key, state.options.upstream_key
+    dropped = NOT_SENT_ON if api_key is None and upstream_key is None else NOT_SENT_ON | {b"authorization"}
     kept = [(k, v) for k, v in request.headers.raw if k.lower() not in dropped]
-    return kept if state.upstream_key is None else [*kept, (b"authorization", b"Bearer " + state.upstream_key)]
+    return kept if upstream_key is None else [*kept, (b"authorization", b"Bearer " + upstream_key)]

@@ -5,6 +5,7 @@ Ctrl-C; headless, a line per request and, at the end, the per-class table and th
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -50,12 +51,8 @@ def run_proxy(args) -> int:
         options.idle_timeout_s = args.idle_timeout
         options.memory = Memory(fresh=args.fresh)  # routing starts from what it learned of this pair before
         options.families = {SPEC: kind, PLAIN: plain_kind}
-        with observer_session(
-            lambda sid: observed_header(sid, "proxy", upstreams[0], kind, policy),
-            args.log,
-            viewer=tui,
-            rotation=args.rotation,
-        ) as session:
+        header = partial(observed_header, backend="proxy", target=upstreams[0], kind=kind, policy=policy)
+        with observer_session(header, args.log, viewer=tui, rotation=args.rotation) as session:
             proxying = Proxying(session.session_id, session.channel.publish, policy, options)
             try:
                 if tui:

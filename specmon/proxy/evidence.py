@@ -19,9 +19,8 @@ the copies the relay feeds it, after each chunk is sent on, so reading never alt
 Where a server gives no decode time the evidence leaves it None: the proxy's own clock (first to last
 byte) is kept apart on RequestTimed, never passed off as the server's.
 
-An upstream's figures are input, not truth: each is read as whatever JSON value it is and checked (_count,
-_ms, _checked, _histogram); one out of range leaves the whole reply unmeasured: its Evidence keeps the
-family and says why, with no figure. Reading never raises (a Python int past 2**64 reached the log once)."""
+An upstream's figures are input, not truth: one out of range leaves the whole reply unmeasured (its
+Evidence keeps the family and says why); reading never raises (a Python int past 2**64 reached the log once)."""
 
 from __future__ import annotations
 
@@ -39,14 +38,14 @@ LONGEST_INT = 40  # digits; a longer JSON integer is read as past every bound, n
 
 
 class Evidence(msgspec.Struct, frozen=True):
-    """One reply's figures, each None where the server gave none (counts as given, never derived)."""
+    """One reply's figures in RequestTimed's names, each None where the server gave none (as given, never derived)."""
 
     family: str = ""  # whose shape it was: LLAMA_SERVER | VLLM | TABBYAPI; "" none recognised
-    drafted: int | None = None  # draft tokens proposed
-    accepted: int | None = None  # draft tokens accepted
-    steps: int | None = None  # verification steps (vLLM's num_spec_steps); None where not given
-    generated: int | None = None  # tokens generated
-    decode_ms: float | None = None  # the server's own decode time
+    draft_n: int | None = None  # draft tokens proposed
+    draft_n_accepted: int | None = None  # draft tokens accepted
+    spec_steps: int | None = None  # verification steps (vLLM's num_spec_steps); None where not given
+    predicted_n: int | None = None  # tokens generated
+    predicted_ms: float | None = None  # the server's own decode time
     prompt_n: int | None = None
     prompt_ms: float | None = None
     accepted_per_pos: tuple[int, ...] = ()  # steps whose accepted prefix reached past position i
@@ -54,15 +53,15 @@ class Evidence(msgspec.Struct, frozen=True):
 
     @property
     def has_figures(self) -> bool:
-        return self.drafted is not None or self.generated is not None
+        return self.draft_n is not None or self.predicted_n is not None
 
 
 class OutOfRange(Exception):
     """A figure that is no evidence; its message says which and why in a few words."""
 
 
-# -- the shapes, as far as they are read (msgspec skips every other field unread); each figure is
-# read as whatever JSON value it is (`object`) and checked below, never trusted to a type --------------
+# -- the shapes, as far as they are read (msgspec skips every other field unread); each figure is read as
+# whatever JSON value it is (`object`) and checked below, never trusted to a type ------------------------
 class _Timings(msgspec.Struct):  # llama-server
     prompt_n: object = None
     prompt_ms: object = None
@@ -115,26 +114,20 @@ _decoder = msgspec.json.Decoder(_Reply)
 def reply_evidence(body: bytes) -> Evidence | None:
     """The evidence of one JSON object (a reply, or one event's data); None where it is none of the shapes.
     A shape whose figures are out of range is Evidence(family, unmeasured=why)."""
-    reply = _decoded(body)
-    if reply is None:
-        return None
+    try:
+        reply = _decoder.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        # msgspec refuses numbers JSON can carry (1e400, a 5000-digit integer) and NaN: read them as json does
+        try:
+            reply = msgspec.convert(json.loads(body, parse_int=_int), _Reply)
+        except (ValueError, TypeError, RecursionError, msgspec.ValidationError):
+            return None  # not an object, or a field of another shape: the reply is relayed all the same
     family = _family(reply)
     try:
         found = _read(family, reply)
         return None if found is None else _checked(found)
     except OutOfRange as why:
         return Evidence(family, unmeasured=str(why))
-
-
-def _decoded(body: bytes) -> _Reply | None:
-    try:
-        return _decoder.decode(body)
-    except (msgspec.DecodeError, RecursionError):
-        pass  # msgspec refuses numbers JSON can carry (1e400, a 5000-digit integer) and NaN: read them as json does
-    try:
-        return msgspec.convert(json.loads(body, parse_int=_int), _Reply)
-    except (ValueError, TypeError, RecursionError, msgspec.ValidationError):
-        return None  # not an object, or a field of another shape: the reply is relayed all the same
 
 
 def _int(digits: str) -> int:
@@ -161,7 +154,7 @@ def _read(family: str, reply: _Reply) -> Evidence | None:
         return None
     # usage alone (vLLM's usage chunk without metrics): the family came earlier
     return Evidence(
-        generated=_count("completion_tokens", reply.usage.completion_tokens), prompt_n=_prompt_n(reply.usage)
+        predicted_n=_count("completion_tokens", reply.usage.completion_tokens), prompt_n=_prompt_n(reply.usage)
     )
 
 
@@ -184,7 +177,7 @@ def _vllm(metrics: _Metrics | None, usage: _Usage | None) -> Evidence:
     decode_ms = _ms("generation_time_ms", metrics.generation_time_ms) if metrics is not None else None
     prompt_n = _prompt_n(usage)
     if spec is None:
-        return Evidence(VLLM, generated=generated, decode_ms=decode_ms, prompt_n=prompt_n)
+        return Evidence(VLLM, predicted_n=generated, predicted_ms=decode_ms, prompt_n=prompt_n)
     steps = _count("num_spec_steps", spec.num_spec_steps)
     return Evidence(
         VLLM,
@@ -268,23 +261,23 @@ def _shown(value: int | float, unit: str) -> str:
 
 
 def _checked(e: Evidence) -> Evidence:
-    """`e`, where its figures agree with each other: accepted ≤ drafted ≤ what its steps and tokens could
-    draft, and a decode time no shorter than its tokens could take."""
-    if e.accepted is not None and e.drafted is None:
+    """`e`, where accepted ≤ drafted ≤ what its steps and tokens could draft, in a time its tokens could take."""
+    drafted, accepted, generated = e.draft_n, e.draft_n_accepted, e.predicted_n
+    if accepted is not None and drafted is None:
         raise OutOfRange("accepted given without drafted")
-    if e.accepted is not None and e.accepted > e.drafted:
-        raise OutOfRange(f"accepted {e.accepted} > drafted {e.drafted}")
-    if e.drafted is not None and e.generated is not None and e.drafted > MAX_DRAFT * e.generated:
-        raise OutOfRange(f"{e.drafted} drafted for {e.generated} tokens")
-    if e.drafted is not None and e.steps is not None and e.drafted > MAX_DRAFT * e.steps:
-        raise OutOfRange(f"{e.drafted} drafted in {e.steps} steps")
-    if e.decode_ms == 0:
-        e = msgspec.structs.replace(e, decode_ms=None)  # TabbyAPI rounds to 0.01 s: a fast reply gave no time
-    if e.decode_ms is not None and e.generated != 0:
-        n = e.generated or 1  # a decode time with no count must still have taken some time
-        if e.decode_ms * MAX_TOKENS_PER_MS < n:
-            tokens = "tokens not given" if e.generated is None else f"{e.generated} tokens"
-            raise OutOfRange(f"decode time {e.decode_ms:.3g} ms for {tokens}")
+    if accepted is not None and accepted > drafted:
+        raise OutOfRange(f"accepted {accepted} > drafted {drafted}")
+    if drafted is not None and generated is not None and drafted > MAX_DRAFT * generated:
+        raise OutOfRange(f"{drafted} drafted for {generated} tokens")
+    if drafted is not None and e.spec_steps is not None and drafted > MAX_DRAFT * e.spec_steps:
+        raise OutOfRange(f"{drafted} drafted in {e.spec_steps} steps")
+    if e.predicted_ms == 0:
+        e = msgspec.structs.replace(e, predicted_ms=None)  # TabbyAPI rounds to 0.01 s: a fast reply gave no time
+    if e.predicted_ms is not None and generated != 0:
+        n = generated or 1  # a decode time with no count must still have taken some time
+        if e.predicted_ms * MAX_TOKENS_PER_MS < n:
+            tokens = "tokens not given" if generated is None else f"{generated} tokens"
+            raise OutOfRange(f"decode time {e.predicted_ms:.3g} ms for {tokens}")
     return e
 
 

@@ -52,18 +52,15 @@ class ProxyMetrics:
         self.registry = CollectorRegistry()
         self.registry.register(self)  # collect(), at scrape time
 
-    def observe(self, event) -> None:
-        if isinstance(event, RequestTimed):
-            self._request(event)
-        elif isinstance(event, Decision):
-            self.decisions[(event.prompt_class, str(event.applied).lower())] += 1
-            if event.route is not None:
-                self.last_move[event.prompt_class] = event
+    def decided(self, event: Decision) -> None:
+        self.decisions[(event.prompt_class, str(event.applied).lower())] += 1
+        if event.route is not None:
+            self.last_move[event.prompt_class] = event
 
     def refusal(self, status: int) -> None:
         self.refused[(str(status),)] += 1
 
-    def _request(self, ev: RequestTimed) -> None:
+    def replied(self, ev: RequestTimed) -> None:
         key = (ev.prompt_class, ev.upstream, upstream_label(ev.upstream_url) if ev.upstream_url else NO_UPSTREAM)
         self.statuses[(*key, str(ev.status))] += 1
         if ev.routed:
@@ -118,35 +115,17 @@ class ProxyMetrics:
         names = [c.name for c in self.router.policy.classes]
         moves = [(SPEC, PLAIN), (PLAIN, SPEC)] if PLAIN in self.pools else []
         applied = str(self.router.enforced).lower()
-        yield _counter(
-            "specmon_proxy_requests",
-            "Requests proxied, by status: the upstream's HTTP status; 0 no member answered (the client got a 502); "
-            "499 the client left; 502 the reply broke off; 504 the upstream went silent",
-            [*REPLY, "status"],
-            self.statuses,
-            [(*key, ANSWERED) for key in self.keys()],
-        )
-        yield _counter(
-            "specmon_proxy_requests_refused",
-            "Requests the proxy refused itself, by HTTP status",
-            ["status"],
-            self.refused,
-            sorted(self.refused),
-        )
-        yield _counter(
-            "specmon_failovers",
-            "Requests answered by the other side: none of the routed side's answered",
-            ["class", "routed", "side"],
-            self.failovers,
-            [(n, a, b) for n in names for a, b in moves],
-        )
-        yield _counter(
-            "specmon_policy_decisions",
-            "Routing decisions (applied = false: advise mode)",
-            ["class", "applied"],
-            self.decisions,
-            [(n, applied) for n in names],
-        )
+        zeros = {  # each counter's series from the start, at 0 until counted
+            "statuses": [(*key, ANSWERED) for key in self.keys()],
+            "refused": sorted(self.refused),
+            "failovers": [(n, a, b) for n in names for a, b in moves],
+            "decisions": [(n, applied) for n in names],
+        }
+        for name, doc, labels, counted in REQUEST_FAMILIES:
+            counter, counts = C(name, doc, labels=labels), getattr(self, counted)
+            for key in dict.fromkeys([*zeros[counted], *counts]):
+                counter.add_metric(list(key), counts[key])
+            yield counter
 
     def _routes(self) -> Iterator[Metric]:
         router = self.router
@@ -161,8 +140,7 @@ class ProxyMetrics:
             for s in SIDES:
                 side.add_metric([name, s], 1.0 if s == now else 0.0)
             share.add_metric([name], router.share(name))
-        yield side
-        yield share
+        yield from (side, share)
         # the last move's ratio and interval, while the class is where that move put it (a reload that
         # started it again, or dropped it, leaves none)
         current = {
@@ -176,14 +154,6 @@ class ProxyMetrics:
                 value = getattr(choice, field)
                 gauge.add_metric([name], math.nan if value is None else value)
             yield gauge
-
-
-def _counter(name: str, doc: str, labels: list[str], counts: Counter, zeros: list[tuple]) -> Metric:
-    """A counter with a series for each key of `zeros` (at 0 until counted), then each key counted."""
-    counter = C(name, doc, labels=labels)
-    for key in dict.fromkeys([*zeros, *counts]):
-        counter.add_metric(list(key), counts[key])
-    return counter
 
 
 C, G = CounterMetricFamily, GaugeMetricFamily
@@ -205,6 +175,23 @@ REPLY_FAMILIES = (  # (name, doc, labels) of each counter of replies
         "(its tokens after the first) or a whole reply's arrival to last byte",
         [*REPLY, "clock"],
     ),
+)
+REQUEST_FAMILIES = (  # (name, doc, labels, the Counter of ProxyMetrics that counts it) of each counter of requests
+    (
+        "specmon_proxy_requests",
+        "Requests proxied, by status: the upstream's HTTP status; 0 no member answered (the client got a 502); "
+        "499 the client left; 502 the reply broke off; 504 the upstream went silent",
+        [*REPLY, "status"],
+        "statuses",
+    ),
+    ("specmon_proxy_requests_refused", "Requests the proxy refused itself, by HTTP status", ["status"], "refused"),
+    (
+        "specmon_failovers",
+        "Requests answered by the other side: none of the routed side's answered",
+        ["class", "routed", "side"],
+        "failovers",
+    ),
+    ("specmon_policy_decisions", "Routing decisions (applied = false: advise mode)", ["class", "applied"], "decisions"),
 )
 ESTIMATES = (  # the last move's spec/plain ratio and its interval: (name's suffix, RouteChoice's field, doc)
     ("", "ratio", "spec/plain goodput over the requests the class's last move cited"),

@@ -70,21 +70,19 @@ class Pool:
             self._probes[member.url] = asyncio.get_running_loop().create_task(self._probe(member))
 
     def suspect(self, member: Upstream, why: str) -> None:
-        """A deadline passed: a member busy past it (a queue, a long prefill) is not down; one whose
-        /health is silent too is."""
+        """A deadline passed: down only where its /health is silent too (a queue or a long prefill is not)."""
         if self.client is not None and not member.down:
             asyncio.get_running_loop().create_task(self._check(member, why))
 
     def missed(self, member: Upstream, exc: httpx.TransportError) -> None:
-        """No reply came: a member that gave nothing back, or is Hung, is down; one past another deadline
-        only where its /health is silent too (slow is not down)."""
+        """No reply came: down where it gave nothing back or is Hung; past another deadline, suspected."""
         if isinstance(exc, (Hung, *NOT_ANSWERED)):
             self.failed(member, reason(exc))
         elif isinstance(exc, httpx.TimeoutException):
             self.suspect(member, reason(exc))
 
     async def _check(self, member: Upstream, why: str) -> None:
-        if not await _answers(self.client, member):
+        if await _health(self.client, member) is None:
             self.failed(member, f"{why}, and its /health is silent")
 
     def answered(self, member: Upstream) -> None:
@@ -98,32 +96,24 @@ class Pool:
             self.say(f"the {self.side} side answers again: its classes go back to it")
 
     def replied(self, member: Upstream, broke: bool) -> None:
-        """A reply is over: one that answers and breaks off every reply is as good as down (Envoy's
-        consecutive-5xx ejection)."""
+        """A reply is over: one that breaks off BROKEN_IN_A_ROW replies is as good as down (Envoy's ejection)."""
         member.broken = member.broken + 1 if broke else 0
         if member.broken >= BROKEN_IN_A_ROW:
             member.broken = 0
             self.failed(member, f"{BROKEN_IN_A_ROW} replies in a row broke off")
 
-    def live(self) -> int:
-        return sum(not u.down for u in self.members)
-
     async def _probe(self, member: Upstream) -> None:
         try:
             while member.down:
                 await asyncio.sleep(RETRY_S)
-                try:
-                    reply = await self.client.get(member.url + "/health", timeout=PROBE_TIMEOUT_S)
-                except httpx.TransportError:
-                    continue
-                if reply.status_code < 500:  # 503: still loading its model; 404: up, without /health
+                status = await _health(self.client, member)
+                if status is not None and status < 500:  # 503: still loading its model; 404: up, without /health
                     self.answered(member)
         finally:
             self._probes.pop(member.url, None)
 
     async def identify(self) -> None:
-        """Each member's family, from its /health or /v1/models (what to ask it for: proxy.usage); one
-        that does not say is learned from its first reply instead."""
+        """Each member's family from its /health or /v1/models (proxy.usage); else from its first reply."""
         for member in self.members:
             for path in ("/health", "/v1/models"):
                 try:
@@ -197,7 +187,7 @@ async def watched(client: httpx.AsyncClient, member: Upstream, work: Awaitable[T
         while True:
             done, _ = await asyncio.wait({task}, timeout=watch_s)
             if not done:
-                alive = await _answers(client, member)
+                alive = await _health(client, member) is not None
                 if not task.done() and not alive:
                     raise Hung("neither its reply nor its /health came", request=None)
             if task.done():
@@ -213,20 +203,19 @@ async def watched(client: httpx.AsyncClient, member: Upstream, work: Awaitable[T
                 await task.result().aclose()
 
 
-async def _answers(client: httpx.AsyncClient, member: Upstream) -> bool:
-    """Its /health answers at all (llama-server, vLLM and TabbyAPI answer it while they decode)."""
+async def _health(client: httpx.AsyncClient, member: Upstream) -> int | None:
+    """Its /health's status; None where it does not answer (llama-server, vLLM and TabbyAPI do while decoding)."""
     try:
-        await client.get(member.url + "/health", timeout=PROBE_TIMEOUT_S)
+        return (await client.get(member.url + "/health", timeout=PROBE_TIMEOUT_S)).status_code
     except httpx.TransportError:
-        return False
-    return True
+        return None
 
 
 def failed_over(routed: Pool, member: Upstream) -> bool:
     """Whether a request routed to `routed` was answered by the other side; said once per outage."""
     if member.side == routed.side:
         return False
-    if not routed.failing_over and routed.live() == 0:  # not a request that failed over before the side came back
+    if not routed.failing_over and not routed.up():  # not a request that failed over before the side came back
         routed.failing_over = True
         routed.say(f"no {routed.side} upstream answers: its requests go to the {member.side} side until one does")
     return True
@@ -238,19 +227,12 @@ def _load(member: Upstream) -> tuple[int, int]:
 
 def no_reply(where: str, exc: httpx.TransportError) -> ApiError:
     """A 504 where a deadline passed, else a 502."""
-    return timed_out(where) if isinstance(exc, httpx.TimeoutException) else unreachable(where, reason(exc))
+    if isinstance(exc, httpx.TimeoutException):
+        why = f"the upstream {where} sent nothing within the proxy's idle timeout (--idle-timeout)"
+        return ApiError(504, why, type="server_error", code="upstream_timeout")
+    return unreachable(where, reason(exc))
 
 
 def unreachable(where: str, why: str) -> ApiError:
-    return ApiError(
-        502, f"the upstream {where} did not answer ({why})", type="server_error", code="upstream_unreachable"
-    )
-
-
-def timed_out(where: str) -> ApiError:
-    return ApiError(
-        504,
-        f"the upstream {where} sent nothing within the proxy's idle timeout (--idle-timeout)",
-        type="server_error",
-        code="upstream_timeout",
-    )
+    why = f"the upstream {where} did not answer ({why})"
+    return ApiError(502, why, type="server_error", code="upstream_unreachable")

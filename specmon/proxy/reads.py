@@ -63,33 +63,19 @@ def family_at(http: httpx.Client, url: str, paths: tuple[str, ...] = ("/health",
     return ""
 
 
-def no_metrics_line(url: str, family: str) -> str:
-    """The one line for an upstream without /metrics: a fact about it, with what to do only where a flag helps."""
-    how = NO_METRICS_HOW.get(family, "HTTP 404")
-    return f"{url} {NO_METRICS} ({how}): the figures come from its replies only"
-
-
 def print_notice(line: str) -> None:
     print(f"specmon: {line}", file=sys.stderr, flush=True)  # sys.stderr looked up now: Textual swaps it
 
 
 class UpstreamReads:
-    """Reads `url`'s /metrics every `every_s` and publishes the reads that changed something (ReadFold);
-    keeps the last read that found the counters (does it draft at all: a failed read says nothing).
-    `told`: the session's fold for its headless line, told each read (does the upstream draft)."""
+    """Reads the first upstream's /metrics every `options.scrape_s` (proxy.server.ProxyOptions) and
+    publishes the reads that changed something (ReadFold); keeps the last read that found the counters
+    (does it draft at all: a failed read says nothing). `told`: the session's fold for its headless line,
+    told each read (does the upstream draft)."""
 
-    def __init__(
-        self,
-        session_id: str,
-        url: str,
-        publish: Callable,
-        every_s: float,
-        key: bytes | None,
-        lines: Callable[[], bool],
-        told: Silence,
-    ):
-        self.session_id, self.url, self.publish, self.every_s = session_id, url, publish, every_s
-        self.key, self.lines, self.told = key, lines, told  # lines(): headless, where a missing /metrics is said
+    def __init__(self, session_id: str, publish: Callable, options, told: Silence):
+        self.session_id, self.publish, self.options, self.told = session_id, publish, options, told
+        self.url = options.upstreams[0]
         self.family = ""  # the upstream's, asked of it where /metrics is missing
         self.last_counted: ServerScraped | None = None
         self.fold = ReadFold()
@@ -97,14 +83,15 @@ class UpstreamReads:
         self.read_any = False
 
     async def run(self) -> None:
-        with scrape_client(self.key.decode() if self.key else None) as http:
+        key = self.options.upstream_key
+        with scrape_client(key.decode() if key else None) as http:
             try:
                 while True:
                     read = await self._read(http)
                     if no_page(read) and not self.read_any:
                         self.family = await asyncio.to_thread(family_at, http, self.url)
                     self.take(read)
-                    await asyncio.sleep(NO_METRICS_RETRY_S if self.no_metrics else self.every_s)
+                    await asyncio.sleep(NO_METRICS_RETRY_S if self.no_metrics else self.options.scrape_s)
             finally:  # the session outlives the reads: its log's totals span to the last one
                 for read in self.fold.flush():
                     self.publish(read)
@@ -116,25 +103,21 @@ class UpstreamReads:
             return ServerScraped(session_id=self.session_id, t=time.time(), url=self.url, kind="", error=repr(exc))
 
     def take(self, read: ServerScraped) -> None:
-        read, again = self._missing(read)
-        for passed in [] if again else self.fold.take(read):  # no /metrics still: said once, not again
+        """Publish the read where it changed something. A first read that finds no /metrics page is said
+        once, and its line is the read's error (the view and the log show it); the reads slow to a retry
+        until a page is found."""
+        first, self.read_any = not self.read_any, True
+        # a page that was there and went is a failed read like any other
+        self.no_metrics = no_page(read) and (first or self.no_metrics)
+        if self.no_metrics:
+            how = NO_METRICS_HOW.get(self.family, "HTTP 404")  # a fact, with what to do only where a flag helps
+            read = msgspec.structs.replace(
+                read, error=f"{self.url} {NO_METRICS} ({how}): the figures come from its replies only"
+            )
+            if first and self.options.line is not None:  # under the view, the read's line is shown there
+                print_notice(read.error)
+        for passed in self.fold.take(read) if first or not self.no_metrics else []:  # said once, not again
             self.publish(passed)
         if read.drafts is not None:
             self.last_counted = read
         self.told.read(read)  # the headless line's notice says whether the upstream drafts
-
-    def _missing(self, read: ServerScraped) -> tuple[ServerScraped, bool]:
-        """A first read that finds no /metrics page is said once, and its line is the read's error (the
-        view and the log show it); the reads slow to a retry until a page is found. (The read, whether it
-        only says again what was said.)"""
-        first, self.read_any = not self.read_any, True
-        if not no_page(read):
-            self.no_metrics = False
-            return read, False
-        if not (first or self.no_metrics):
-            return read, False  # a page that was there and went: a failed read like any other
-        line = no_metrics_line(self.url, self.family)
-        if first and self.lines():  # under the view, the read's line is shown there
-            print_notice(line)
-        self.no_metrics = True
-        return msgspec.structs.replace(read, error=line), not first

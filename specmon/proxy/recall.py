@@ -8,9 +8,8 @@ them: a store whose side was another family (a different server now at that URL)
 a side that named none (still loading its model) reads what the same URLs taught. A class
 whose match rules changed (policy.classify.matches_of) does not read what the old rules measured.
 
-At start a class's stored replies fill its side windows ahead of other classes' loans, the newest
-round(n x age_weight) of each side's n, so a week-old store counts half; its own replies take their
-places as they come. What the classes judge on is kept as the session goes and when it ends."""
+At start a class's stored replies fill its side windows ahead of other classes' loans, a week-old
+store counting half; its own replies take their places as they come, and are kept as the session goes."""
 
 from __future__ import annotations
 
@@ -44,20 +43,12 @@ class StoredRoutes(msgspec.Struct):
     families: dict[str, str] = {}  # side -> the family it named ("" none yet)
 
 
-def routes_key(spec: list[str], plain: list[str]) -> dict[str, str]:
-    """What a side's goodput depends on: the servers at these URLs (a pool's in any order)."""
-    return {f"{SPEC}.url": " ".join(sorted(spec)), f"{PLAIN}.url": " ".join(sorted(plain))}
-
-
 def routes_shelf(memory: Memory | None, spec: list[str], plain: list[str]) -> Shelf | None:
-    """The routing's place in `memory` for this pair; None without a memory or a plain side (nothing is routed)."""
-    return Shelf(memory, KIND, routes_key(spec, plain)) if memory is not None and plain else None
-
-
-def changed_family(stored: dict[str, str], now: dict[str, str]) -> str | None:
-    """A side whose server named another family when the store was written than it names now; None
-    where every side agrees or one of the two named none."""
-    return next((s for s in (SPEC, PLAIN) if stored.get(s) and now.get(s) and stored[s] != now[s]), None)
+    """The routing's place in `memory` for this pair, keyed by the servers at these URLs (a pool's in any
+    order); None without a memory or a plain side (nothing is routed)."""
+    if memory is None or not plain:
+        return None
+    return Shelf(memory, KIND, {f"{SPEC}.url": " ".join(sorted(spec)), f"{PLAIN}.url": " ".join(sorted(plain))})
 
 
 def stored_reply(ev: RequestTimed, clock: str) -> StoredReply | None:
@@ -75,23 +66,23 @@ def taken(stored: list[StoredReply], clock: str, room: int) -> list[StoredReply]
 
 
 class Recollection:
-    """The routing's place in the store (None: nothing read or kept): what it recalled at start, and
-    what it keeps as it goes."""
+    """The routing's place in the store (None: nothing read or kept): what it recalled, and what it keeps."""
 
     def __init__(self, shelf: Shelf | None, session_id: str, families: dict[str, str] | None = None):
         self.shelf, self.session_id = shelf, session_id
         recalled = shelf.recall(StoredRoutes) if shelf is not None else None
         self.stored = recalled.body if recalled is not None else StoredRoutes({})
-        self.families = families or {}
-        side = changed_family(self.stored.families, self.families)
+        now, was = families or {}, self.stored.families
+        # a side whose server named another family than it names now (one of the two named none: agreed)
+        side = next((s for s in (SPEC, PLAIN) if was.get(s) and now.get(s) and was[s] != now[s]), None)
         if side is not None:  # another server at the same URL: what the old one taught is not its goodput
             shelf.memory.warn(
                 f"warning: the routing stored for {shelf.key[f'{side}.url']} is not used: it was measured on "
-                f"{self.stored.families[side]}, and {self.families[side]} answers there now"
+                f"{was[side]}, and {now[side]} answers there now"
             )
             self.stored = StoredRoutes({})
         # a side that named no family at start (loading) keeps the one the store knew
-        self.families = {s: self.families.get(s) or self.stored.families.get(s, "") for s in (SPEC, PLAIN)}
+        self.families = {s: now.get(s) or self.stored.families.get(s, "") for s in (SPEC, PLAIN)}
 
     def replies(self, cls: PromptClass) -> dict[str, list[StoredReply]]:
         """A class's stored replies per side, oldest first, as its estimate may take them: none where its
@@ -103,19 +94,11 @@ class Recollection:
         sides = {side: [r for r in held.replies if r.side == side] for side in (SPEC, PLAIN)}
         return {side: got[len(got) - round(len(got) * weight) :] for side, got in sides.items()}
 
-    def forget(self, name: str) -> None:
-        self.stored.classes.pop(name, None)  # measured under the class as it was
-
-    def due(self, final: bool) -> bool:
-        """Whether to write now (memory.store.Shelf.due)."""
-        return self.shelf is not None and self.shelf.due(final)
-
     def remember(
         self, learned: dict[str, list[StoredReply]], classes: dict[str, PromptClass], clock: str, clockless: list[str]
     ) -> None:
-        """Replace the store with each class's replies `learned` this session (the others as they were
-        stored), on `clock` (and the sides that gave no decode time); a session that learned nothing
-        leaves the store as it was."""
+        """Replace each class's stored replies with those `learned` this session, on `clock` (the others as
+        they were); a session that learned nothing leaves the store as it was."""
         if self.shelf is None or not learned:
             return
         now = time.time()

@@ -15,6 +15,7 @@ from typing import Callable
 
 import anyio
 import httpx
+import msgspec
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -37,24 +38,15 @@ class UpstreamBroke(Exception):
     """The upstream's reply broke off: raised out of the app so the client's connection is dropped."""
 
 
-INVALID_REQUEST = "Invalid HTTP request received"  # uvicorn's warning
-
-
-class QuietUpstreamBroke(logging.Filter):
-    """uvicorn logs an app's exception with its traceback; this one is logged as a 502 instead. Nor
-    does it print a warning per malformed request a client sends."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.getMessage().startswith(INVALID_REQUEST):
-            return False  # a hostile client's garbage: answered 400 by uvicorn, not a line per attempt on stderr
-        return not (record.exc_info and _broke(record.exc_info[1]))
-
-
-def _broke(exc: BaseException | None) -> bool:
-    """UpstreamBroke, or a group holding one (Starlette streams inside a task group)."""
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_broke(e) for e in exc.exceptions)
-    return isinstance(exc, UpstreamBroke)
+def quiet_upstream_broke(record: logging.LogRecord) -> bool:
+    """uvicorn's log filter: it logs an app's exception with its traceback, and UpstreamBroke is logged as a
+    502 instead; nor does it print a warning per malformed request a client sends."""
+    if record.getMessage().startswith("Invalid HTTP request received"):  # uvicorn's warning
+        return False  # a hostile client's garbage: answered 400 by uvicorn, not a line per attempt on stderr
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, BaseExceptionGroup):  # Starlette streams inside a task group
+        return exc.subgroup(UpstreamBroke) is None
+    return not isinstance(exc, UpstreamBroke)
 
 
 @dataclass
@@ -75,7 +67,9 @@ class Exchange:
     routed: str = ""  # the side the policy chose, where the request failed over from it
 
     def event(self, session_id: str) -> RequestTimed:
-        e = self.evidence if self.evidence is not None else Evidence()
+        # the reply's figures (predicted_ms: the server's own decode time; the proxy's clock: first_byte_ms, total_ms)
+        figures = msgspec.structs.asdict(self.evidence or Evidence())
+        figures["accepted_per_pos"] = list(figures["accepted_per_pos"])
         return RequestTimed(
             session_id=session_id,
             t=time.time(),
@@ -86,19 +80,10 @@ class Exchange:
             endpoint=self.endpoint,
             status=self.status,
             stream=self.stream,
-            prompt_n=e.prompt_n,
-            prompt_ms=e.prompt_ms,
-            predicted_n=e.generated,
-            predicted_ms=e.decode_ms,  # the server's own, or None: the proxy's clock is first_byte_ms/total_ms
-            draft_n=e.drafted,
-            draft_n_accepted=e.accepted,
             first_byte_ms=_ms(self.arrived, self.first_byte),
             total_ms=_ms(self.arrived, self.ended),
-            family=e.family,
-            spec_steps=e.steps,
-            accepted_per_pos=list(e.accepted_per_pos),
             routed=self.routed,
-            unmeasured=e.unmeasured,
+            **figures,
         )
 
 
@@ -148,8 +133,6 @@ class Relay(StreamingResponse):
         self._relayed, self._length = 0, int(reply.headers.get("content-length", "-1") or -1)
 
     async def _relay(self, opened: Opened):
-        if self.exchange is not None:
-            self.exchange.first_byte = opened.at
         try:
             if opened.first:
                 yield self._passed(opened.first)
@@ -180,8 +163,7 @@ class Relay(StreamingResponse):
     def whole(self) -> bool:
         """Every byte of the reply is with the client: its length, or a stream's [DONE]. A client that
         leaves then (the openai client closes at [DONE]) left nothing unread."""
-        ended = DONE in self._tail or DONE_TIGHT in self._tail
-        return ended or 0 <= self._length <= self._relayed
+        return DONE in self._tail or DONE_TIGHT in self._tail or 0 <= self._length <= self._relayed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

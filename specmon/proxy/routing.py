@@ -8,10 +8,8 @@ The policy file is the one `run` and `serve` read: its classes sort requests, `s
 `"off"` pins a class to a side, and an edit is taken at the next request (hot reload).
 
 Classes are judged on the servers' own decode time while both sides give it; from the first side that
-does not (vLLM without --enable-per-request-metrics, say) every class on the proxy's clock, both sides
-and every request in its windows (metrics.served.timing), for the rest of the session (a policy edit
-included), so the two are never on clocks of their own and a side that gives no decode time never
-leaves a class alternating.
+does not (vLLM without --enable-per-request-metrics, say), every class and both sides on the proxy's clock
+for the rest of the session, so a side that gives no decode time never leaves a class alternating.
 
 With a memory shelf (proxy.recall), a class's replies in earlier sessions against the same upstream
 pair fill its side windows ahead of other classes' loans: a class they decide is decided at once
@@ -67,7 +65,7 @@ class Router:
         self.clock, self.clockless = self.memory.stored.clock, list(self.memory.stored.clockless)
         # a class whose stored replies decide it goes there before its first request
         held = [c.name for c in self.policy.classes if c.speculate == "auto" and c.name in self.memory.stored.classes]
-        self.opening = [d for n in held if has_plain and (d := self._decide(n, self._state(n))) is not None]
+        self.opening = [d for n in held if has_plain and (d := self._decide(n)) is not None]
 
     @property
     def enforced(self) -> bool:
@@ -86,8 +84,7 @@ class Router:
         return away if route.explore_to(st.side, n, self.policy.routing.explore_share) else home
 
     def route_of(self, name: str) -> str:
-        """Where the class goes now: its pinned side, or as routing moved it (both: alternating, learning);
-        in advise mode, spec (a fixed share goes plain: `share`)."""
+        """Where the class goes now: pinned, or as routing moved it (both: learning); advised, spec (see `share`)."""
         pinned = self._pinned(name)
         if pinned is not None or not self.enforced:
             return pinned or SPEC
@@ -104,8 +101,7 @@ class Router:
         return {BOTH: 0.5, SPEC: explore, PLAIN: 1.0 - explore}[self.route_of(name)]
 
     def _pinned(self, name: str) -> str | None:
-        """The side all of a class's requests go to: spec without a plain side, else the one its
-        `speculate` pins; None where routing decides."""
+        """The side its `speculate` pins the class to (spec without a plain side); None where routing decides."""
         speculate = self.policy.class_named(name).speculate
         if not self.has_plain or speculate == "on":
             return SPEC
@@ -121,23 +117,20 @@ class Router:
             return []
         st = self._state(ev.prompt_class)
         (st.unclocked if found.clock == PROXY_CLOCK else st.clocked)[ev.upstream] += 1
-        if _gives_no_decode_time(st, ev.upstream) and ev.upstream not in self.clockless:
+        # one odd reply (its timings unreadable) is not a side that gives no decode time
+        gives_none = st.clocked[ev.upstream] == 0 and st.unclocked[ev.upstream] >= UNCLOCKED_REPLIES
+        if gives_none and ev.upstream not in self.clockless:
             # a side that gives no decode time gives it to no class: from now on every class's windows
             # hold both sides on the proxy's clock
             self.clock = PROXY_CLOCK
             self.clockless.append(ev.upstream)
         st.recent[ev.upstream].append(ev)
-        moved = [self._decide(ev.prompt_class, st)]
-        alternating = [c.name for c in self.policy.classes if c.speculate == "auto" and c.name != ev.prompt_class]
-        moved += [
-            self._decide(n, self._state(n))
-            for n in alternating
-            if n not in self.classes or self.classes[n].side == BOTH
-        ]
+        others = [c.name for c in self.policy.classes if c.speculate == "auto" and c.name != ev.prompt_class]
+        moved = [self._decide(ev.prompt_class)] + [self._decide(n) for n in others if self._state(n).side == BOTH]
         return [d for d in moved if d is not None]
 
-    def _decide(self, name: str, st: ClassRoute) -> Decision | None:
-        r = self.policy.routing
+    def _decide(self, name: str) -> Decision | None:
+        r, st = self.policy.routing, self._state(name)
         kept, own = self._own(st)
         room = {side: r.min_requests - len(own[side]) - len(kept[side]) for side in (SPEC, PLAIN)}
         lent = {side: self._lent(name, side, room[side]) for side in (SPEC, PLAIN)}
@@ -197,7 +190,7 @@ class Router:
         self.policy = edit.policy
         for name in list(self.classes) if edit.sections else edit.classes:
             self.classes.pop(name, None)
-            self.memory.forget(name)
+            self.memory.stored.classes.pop(name, None)  # measured under the class as it was
         return loaded_event(edit.policy, self.session_id, changed=edit.classes + edit.sections)
 
     def _state(self, name: str) -> ClassRoute:
@@ -213,9 +206,8 @@ class Router:
         return {side: recall.taken(st.stored.get(side, []), self.clock, room[side]) for side in (SPEC, PLAIN)}, own
 
     def remember(self, final: bool = False) -> None:
-        """Keep each class's windows of this session (proxy.recall): at most every memory.store.KEEP_EVERY_S as the
-        session goes, and when it ends (`final`)."""
-        if not self.memory.due(final):
+        """Keep each class's windows of this session (proxy.recall) where due, and when it ends (`final`)."""
+        if self.memory.shelf is None or not self.memory.shelf.due(final):
             return
         learned = {}
         for name, st in self.classes.items():
@@ -228,9 +220,7 @@ class Router:
         )
 
     def _lent(self, name: str, side: str, need: int) -> list[RequestTimed]:
-        """A thin class's window on `side` topped up to min_requests with the latest requests the other
-        classes sent there (the same server pair): it goes where the pair as a whole is faster until
-        its own requests, taking the borrowed ones' places as they come, say otherwise."""
+        """A thin class's window on `side` topped up to min_requests with the other classes' latest there."""
         if need <= 0:
             return []
         pooled = [ev for other, st in self.classes.items() if other != name for ev in st.recent[side]]
@@ -240,22 +230,12 @@ class Router:
 UNCLOCKED_REPLIES = 2  # a side gives no decode time after this many replies without one and none with
 
 
-def _gives_no_decode_time(st: ClassRoute, side: str) -> bool:
-    """One odd reply (its timings unreadable) is not a side that gives no decode time: that moves the
-    whole class to the proxy's clock for good."""
-    return st.clocked[side] == 0 and st.unclocked[side] >= UNCLOCKED_REPLIES
-
-
-def clock_words(clock: str, clockless: list[str]) -> str:
-    """`on the proxy's clock (plain gives no decode time)`: what a class's goodputs were timed on."""
-    verb = "give" if len(clockless) > 1 else "gives"
-    why = f" ({' and '.join(sorted(clockless))} {verb} no decode time)" if clock == PROXY_CLOCK and clockless else ""
-    return f"on {CLOCK_WORDS[clock]}{why}"
-
-
 def _reason(c: RouteChoice, clockless: list[str], borrowed: str) -> str:
-    """The decision in words: where the class goes, on which clock, and why."""
+    """The decision in words: where the class goes, over which requests, on which clock, and why."""
     sides = f"{c.spec_requests} spec vs {c.plain_requests} plain requests {borrowed}".rstrip()
+    on = CLOCK_WORDS[c.clock]
+    if c.clock == PROXY_CLOCK and clockless:
+        on += f" ({' and '.join(sorted(clockless))} {'give' if len(clockless) > 1 else 'gives'} no decode time)"
     fewest = min(c.spec_requests, c.plain_requests)
     if c.side_from == BOTH and fewest < c.min_requests:
         why = f"its 95% interval excludes 1.0 after {fewest} requests on each side"
@@ -265,5 +245,5 @@ def _reason(c: RouteChoice, clockless: list[str], borrowed: str) -> str:
         why = "the 95% interval excludes 1.0"
     return (
         f"{c.side_from} -> {c.side_to} ({c.explore_share:.0%} to the other side): "
-        f"spec/plain {ratio_interval(c.ratio, c.low, c.high)} over {sides} {clock_words(c.clock, clockless)}; {why}"
+        f"spec/plain {ratio_interval(c.ratio, c.low, c.high)} over {sides} on {on}; {why}"
     )

@@ -5,6 +5,7 @@ request's RequestTimed is published on the session's channel from the event loop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import resource
 import socket
@@ -15,17 +16,17 @@ import httpx
 import msgspec
 import uvicorn
 
-from specmon.events.schema import Decision, PolicyLoaded
+from specmon.events.schema import Decision
 from specmon.memory.store import Memory
 from specmon.metrics.unreported import Silence
 from specmon.policy.reload import print_reload
 from specmon.policy.schema import Policy
-from specmon.proxy.app import ProxyState, build_app
+from specmon.proxy.app import build_app
 from specmon.proxy.deadlines import IDLE_TIMEOUT_S
 from specmon.proxy.exported import ProxyMetrics
 from specmon.proxy.pool import Pool, Upstream
 from specmon.proxy.recall import routes_shelf
-from specmon.proxy.relay import UPSTREAM_BROKE, Exchange, QuietUpstreamBroke
+from specmon.proxy.relay import UPSTREAM_BROKE, Exchange, quiet_upstream_broke
 from specmon.proxy.routing import PLAIN, SPEC, Router
 from specmon.proxy.reads import UpstreamReads, print_notice
 from specmon.proxy.tables import request_lines
@@ -57,21 +58,15 @@ class ProxyOptions:
 
 
 def connection_cap(wanted: int) -> int:
-    """`wanted`, the soft limit on open files raised to make room for it (a client's connection and its
-    upstream's each take one) where the hard limit allows; else as many as the limit leaves room for."""
+    """`wanted`, the open-files limit raised to make room for it where it can; else as many as it leaves room for."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = 2 * wanted + FILES_SPARE
+    need = 2 * wanted + FILES_SPARE  # a client's connection and its upstream's each take one
     if soft != resource.RLIM_INFINITY and soft < need:
         raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
-        try:
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
             soft = raised
-        except (ValueError, OSError):
-            pass
     return wanted if soft == resource.RLIM_INFINITY else max(1, min(wanted, (soft - FILES_SPARE) // 2))
-
-
-QUIET = QuietUpstreamBroke()  # one filter, added once however many proxies a process starts
 
 
 def upstream_client() -> httpx.AsyncClient:
@@ -86,27 +81,25 @@ def upstream_client() -> httpx.AsyncClient:
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn's server, reading the upstream's /metrics on its loop while it serves, and closing the
-    upstream client once the replies in flight are done."""
+    """uvicorn's, identifying the members and reading /metrics while it serves; the client closed after it."""
 
-    def __init__(self, config: uvicorn.Config, client: httpx.AsyncClient, scraping, pools):
+    def __init__(self, config: uvicorn.Config, proxying: Proxying):
         super().__init__(config)
-        self.client, self.scraping, self.pools = client, scraping, list(pools)
-        self._tasks: list[asyncio.Task] = []
+        self.proxying, self._tasks = proxying, []
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)
-        self._tasks = [asyncio.create_task(pool.identify()) for pool in self.pools]
-        if self.scraping is not None:
-            self._tasks.append(asyncio.create_task(self.scraping()))
+        self._tasks = [asyncio.create_task(pool.identify()) for pool in self.proxying.pools.values()]
+        if self.proxying.options.scrape_s:
+            self._tasks.append(asyncio.create_task(self.proxying.reads.run()))
 
     async def shutdown(self, sockets=None) -> None:
         for task in self._tasks:
             task.cancel()
-        for pool in self.pools:
+        for pool in self.proxying.pools.values():
             pool.close()
         await super().shutdown(sockets)
-        await self.client.aclose()
+        await self.proxying.client.aclose()
 
 
 class Proxying(OnThread):
@@ -118,37 +111,17 @@ class Proxying(OnThread):
         self.told = Silence()  # the headless line's: each silent upstream's notice is told once this session
         say = self._say if options.line else print_notice
         self.client = upstream_client()
-        pools = {SPEC: Pool(SPEC, options.upstreams, say, self.client)}
-        if options.plain_upstreams:
-            pools[PLAIN] = Pool(PLAIN, options.plain_upstreams, say, self.client)
+        sides = {SPEC: options.upstreams, PLAIN: options.plain_upstreams}  # the app's sides: a plain one if given
+        self.pools = {side: Pool(side, urls, say, self.client) for side, urls in sides.items() if urls}
         shelf = routes_shelf(options.memory, options.upstreams, options.plain_upstreams)
-        self.router = Router(policy, session_id, PLAIN in pools, options.plain_share, shelf, options.families)
-        self.state = ProxyState(
-            pools,
-            self.client,
-            self.router,
-            self._done,
-            ProxyMetrics(self.router, pools),
-            options.idle_timeout_s,
-            options.api_key,
-            options.upstream_key,
-            on_refused=self._refused if options.line else None,
-            on_policy=self._policy,
-        )
+        self.router = Router(policy, session_id, PLAIN in self.pools, options.plain_share, shelf, options.families)
+        self.metrics = ProxyMetrics(self.router, self.pools)  # GET /metrics
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
-        logging.getLogger("uvicorn.error").addFilter(QUIET)
-        config = uvicorn_config(build_app(self.state), HEAD_TIMEOUT_S, connection_cap(MAX_CONNECTIONS_PROXIED))
-        self.reads = UpstreamReads(
-            session_id,
-            options.upstreams[0],
-            publish,
-            options.scrape_s or 0.0,
-            options.upstream_key,
-            lambda: options.line is not None,
-            told=self.told,
-        )
-        self.server = _Uvicorn(config, self.client, self.reads.run if options.scrape_s else None, pools.values())
+        logging.getLogger("uvicorn.error").addFilter(quiet_upstream_broke)  # once, however many proxies start
+        config = uvicorn_config(build_app(self), HEAD_TIMEOUT_S, connection_cap(MAX_CONNECTIONS_PROXIED))
+        self.reads = UpstreamReads(session_id, publish, options, self.told)
+        self.server = _Uvicorn(config, self)
         for decision in self.router.opening:  # what earlier sessions learned of the pair, in force from the start
             self._decided(decision)
 
@@ -160,15 +133,16 @@ class Proxying(OnThread):
             self.router.remember(final=True)
             self.socket.close()
 
-    def _done(self, exchange: Exchange, member: Upstream | None) -> None:
+    def replied(self, exchange: Exchange, member: Upstream | None) -> None:
+        """A classified request once its reply is over (`member`: who answered, if one did)."""
         event = exchange.event(self.session_id)
         if member is not None:
             member.outstanding -= 1
             member.family = event.family or member.family  # what to ask it for next time (proxy.usage)
-            self.state.pools[member.side].replied(member, broke=event.status == UPSTREAM_BROKE)
+            self.pools[member.side].replied(member, broke=event.status == UPSTREAM_BROKE)
             event = msgspec.structs.replace(event, upstream_url=member.url)
         self.tally.add(event)
-        self.state.metrics.observe(event)
+        self.metrics.replied(event)
         self.publish(event)
         if self.options.line is not None:
             record, *notice = request_lines(event, self.told, sides=bool(self.options.plain_upstreams))
@@ -179,18 +153,22 @@ class Proxying(OnThread):
         self.router.remember()  # as the session goes: a crash loses at most KEEP_EVERY_S of learning
 
     def _decided(self, decision: Decision) -> None:
-        self.state.metrics.observe(decision)
+        self.metrics.decided(decision)
         self.publish(decision)
-        if self.options.line is not None:
-            self.options.line(for_terminal(f"class {decision.prompt_class}: {decision.reason}"))
+        self._say(f"class {decision.prompt_class}: {decision.reason}")
 
-    def _policy(self, event: PolicyLoaded) -> None:
-        self.publish(event)
-        if self.options.line is not None:
-            print_reload(event)
+    def reload(self) -> None:
+        """Take an edit of the policy file, or refuse it, and publish which."""
+        event = self.router.maybe_reload()
+        if event is not None:
+            self.publish(event)
+            if self.options.line is not None:
+                print_reload(event)
 
     def _say(self, line: str) -> None:
-        self.options.line(for_terminal(line))
+        if self.options.line is not None:  # headless
+            self.options.line(for_terminal(line))
 
-    def _refused(self, path: str, error: ApiError) -> None:
-        self.options.line(for_terminal(f"{error.status} {path}: {error.message}"))
+    def refused(self, path: str, error: ApiError) -> None:
+        """The headless line of a request the app refused."""
+        self._say(f"{error.status} {path}: {error.message}")

@@ -5,7 +5,7 @@ figure no reply gave is said as such ("not reported", N/A), never as 0."""
 
 from __future__ import annotations
 
-from collections import Counter
+import contextlib
 from collections.abc import Iterable
 
 from rich.console import Group
@@ -28,7 +28,7 @@ from specmon.metrics.served import (
     tok_per_s_text,
 )
 from specmon.policy.schema import Policy, parse_policy
-from specmon.proxy.advice import ClassAdvice, advise, applied_line
+from specmon.proxy.advice import advise, applied_line
 from specmon.proxy.tally import WINDOW, Tally
 from specmon.metrics.unreported import Silence, missing_counts
 
@@ -56,8 +56,8 @@ def request_line(ev: RequestTimed, sides: bool = False) -> str:
     it at its end) and in all."""
     totals = RequestTotals() + ev
     on = judged_on(totals)  # the reply's own clock (metrics.served.timing)
-    missing = missing_counts(ev.upstream, answered=200 <= ev.status < 300)
-    missing = "unmeasured" if ev.unmeasured else missing  # its figures were out of range: its notice says why
+    # figures out of range: its notice says why
+    missing = "unmeasured" if ev.unmeasured else missing_counts(ev.upstream, answered=200 <= ev.status < 300)
     drafted = missing if ev.draft_n is None else f"{ev.draft_n_accepted or 0}/{ev.draft_n}"
     fields = [str(ev.status), short_id(ev.request_id), ev.prompt_class]
     fields += [f"upstream={ev.upstream}"] if sides else []
@@ -86,50 +86,32 @@ def class_table(tally: Tally, title: str = "requests per class") -> Table:
     return table
 
 
-def positions_by_class(tally: Tally) -> list[str]:
-    """Acceptance by draft position per (class, upstream), where the replies gave histograms (vLLM)."""
-    lines = []
-    for (name, upstream), t in sorted(tally.totals.items()):
-        if t.accepted_per_pos:
-            rates = " ".join(fmt(r) for r in t.position_rates())
-            lines.append(f"  {name} {upstream}: {rates} ({count(t.pos_steps, 'step')})")
-    return ["acceptance by draft position (steps past position i / steps):", *lines] if lines else []
-
-
-def uncounted_line(by_status: Counter[int]) -> str:
-    """Requests left out of the table (no successful reply, Tally.outcomes), by why; "" when there were none."""
-    if not by_status:
-        return ""
-    parts = [f"{OUTCOMES.get(status, f'status {status}')} {n}" for status, n in sorted(by_status.items())]
-    return f"requests not counted above: {', '.join(parts)}"
-
-
-def advice_lines(advice: ClassAdvice, policy: Policy | None) -> list[str]:
-    """The class, its spec/plain goodput ratio [95% interval] and both sides' requests; then the verdict
-    and what would change."""
-    est = advice.estimate
-    sides = f"{est.prompts_spec} spec vs {count(est.prompts_plain, 'plain request')}"
-    on = f", on {CLOCK_WORDS[advice.clock]}" if advice.clock == PROXY_CLOCK else ""  # else the servers', as the table
-    return [
-        f"{advice.prompt_class}: spec/plain goodput {ratio_interval(est.ratio, est.low, est.high)}, {sides}{on}",
-        f"  {advice.verdict}; change: {advice.change(policy)}",
-    ]
-
-
 def tally_summary(tally: Tally, policy: Policy | None) -> Group:
     """The table, what it leaves out, and the advice per class: `specmon proxy`'s end and `log info`.
     Reads of the upstream's /metrics in the tally tell a notice whether the upstream drafts."""
-    lines = [Hanging(line) for line in positions_by_class(tally)]  # a wrapped line goes on under itself
+    positions = [  # where the replies gave histograms (vLLM)
+        f"  {name} {upstream}: {' '.join(fmt(r) for r in t.position_rates())} ({count(t.pos_steps, 'step')})"
+        for (name, upstream), t in sorted(tally.totals.items())
+        if t.accepted_per_pos
+    ]
+    lines = ["acceptance by draft position (steps past position i / steps):", *positions] if positions else []
     if any(tally.clock(name) == PROXY_CLOCK for name, _ in tally.totals):
-        lines.append(Hanging(CLOCK_NOTE))
-    lines += [Hanging(line) for line in [uncounted_line(tally.outcomes), *tally.silence.notices()] if line]
+        lines.append(CLOCK_NOTE)
+    if tally.outcomes:  # the requests left out of the table (no successful reply), by why
+        parts = [f"{OUTCOMES.get(status, f'status {status}')} {n}" for status, n in sorted(tally.outcomes.items())]
+        lines.append(f"requests not counted above: {', '.join(parts)}")
+    lines = [Hanging(line) for line in [*lines, *tally.silence.notices()] if line]  # wrapped, it goes on under itself
     advice = advise(tally)
     if advice:
         over = f"each side's last {WINDOW} requests" if tally.windowed else "requests"
         lines.append(Hanging(f"advice per class (95% intervals over {over}):"))
-        for a in advice:  # a class's line goes on past its verdict line's indent, not level with it
-            head, verdict = advice_lines(a, policy)
-            lines += [Hanging("  " + head, 4), Hanging("  " + verdict)]
+        for a in advice:  # the class, its spec/plain goodput [95% interval] and both sides' requests; the verdict
+            est = a.estimate
+            sides = f"{est.prompts_spec} spec vs {count(est.prompts_plain, 'plain request')}"
+            on = f", on {CLOCK_WORDS[a.clock]}" if a.clock == PROXY_CLOCK else ""  # else the servers', as the table
+            head = f"{a.prompt_class}: spec/plain goodput {ratio_interval(est.ratio, est.low, est.high)}, {sides}{on}"
+            # a class's line goes on past its verdict line's indent, not level with it
+            lines += [Hanging("  " + head, 4), Hanging(f"    {a.verdict}; change: {a.change(policy)}")]
         lines.append(Hanging(applied_line(policy, advice)))
     return Group(class_table(tally), *lines)
 
@@ -142,8 +124,7 @@ def log_summary(events: Iterable) -> Group:
         header = ev if header is None and isinstance(ev, SessionStarted) else header
     policy = None
     if header is not None and header.policy_text:
-        try:
+        # a policy this specmon no longer reads: the advice is still given, in general terms
+        with contextlib.suppress(SpecmonError):
             policy = parse_policy(header.policy_text, "the log's policy")
-        except SpecmonError:
-            policy = None  # a policy this specmon no longer reads: the advice is still given, in general terms
     return tally_summary(tally, policy)

@@ -7,7 +7,6 @@ table of a live session and of its log are one path."""
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable
 
 from specmon.events.schema import RequestTimed, ServerScraped
 from specmon.metrics.served import RequestTotals, add_request, judged_on, timing
@@ -33,14 +32,6 @@ class Tally:
         self.silence = Silence()
         self.requests = 0
         self.windowed = False  # a side of a class had more timed requests than the window holds
-
-    @classmethod
-    def of(cls, events: Iterable) -> Tally:
-        """A tally of a whole list or log of events (the old way in: every event at once)."""
-        tally = cls()
-        for ev in events:
-            tally.add(ev)
-        return tally
 
     def add(self, ev) -> None:
         """Take one event: a request's reply, or a read of an upstream's /metrics; others are not its."""

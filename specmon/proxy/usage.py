@@ -13,8 +13,8 @@ only the server's --enable-per-request-metrics). So where the client did not ask
 The client then gets the reply without what it did not ask for: a stream's usage chunk with no
 choices (vLLM's, OpenAI's shape) is dropped; a usage carried beside a choice (TabbyAPI's last chunk
 holds the finish_reason too) is cut out of that chunk's JSON, every other byte kept; llama-server's
-usage, which comes unasked beside its `timings`, is left alone. A reply sent
-whole keeps its `usage`: it is the standard object there."""
+usage, which comes unasked beside its `timings`, is left alone. A reply sent whole keeps its `usage`
+(the standard object there)."""
 
 from __future__ import annotations
 
@@ -91,15 +91,12 @@ def without_usage(event: bytes) -> bytes:
         return event
     try:
         data = json.loads(event[body_at:end])
-    except ValueError:
-        return event
-    if not isinstance(data, dict) or data.get("usage") is None:
-        return event
-    if not data.get("choices"):
-        return b""
-    try:
+        if not isinstance(data, dict) or data.get("usage") is None:
+            return event
+        if not data.get("choices"):
+            return b""
         cut = _member_span(event, body_at, end)
-    except (ValueError, UnicodeError):  # JSON json.loads took and the walk cannot: relayed as it came
+    except (ValueError, UnicodeError):  # no JSON, or JSON json.loads took and the walk cannot: relayed as it came
         return event
     return event if cut is None else event[: cut[0]] + event[cut[1] :]
 
