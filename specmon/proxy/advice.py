@@ -82,9 +82,8 @@ class ClassAdvice:
 
 
 def draft_maximum(acceptance: float | None) -> int | None:
-    """The longest draft whose last token is still accepted at least UNLIKELY_NEXT of the time, were
-    acceptance the same at every position (acceptance^k >= UNLIKELY_NEXT); None when every draft token
-    was accepted (no cap follows) or nothing was drafted."""
+    """The longest draft k whose last token is still accepted at least UNLIKELY_NEXT of the time were acceptance
+    the same at every position (acceptance^k >= UNLIKELY_NEXT); None where all was accepted or none drafted."""
     if acceptance is None or acceptance >= 1.0:
         return None
     if acceptance <= UNLIKELY_NEXT:

@@ -53,9 +53,6 @@ def _deadline(read_s: float) -> httpx.Timeout:
 
 
 def build_app(state) -> Starlette:
-    async def classified(request: Request) -> Response:
-        return await _classified(request, state, ENDPOINTS[request.url.path])
-
     async def passed(request: Request) -> Response:
         if request.url.path != "/health":  # as `specmon serve`: a load balancer's health check carries no key
             authorize(request, state.options)
@@ -92,12 +89,12 @@ def build_app(state) -> Starlette:
     async def http_error(request: Request, exc: HTTPException) -> Response:
         return await api_error(request, status_error(request, exc))
 
-    routes = [Route(path, classified, methods=["POST"]) for path in ENDPOINTS]
+    routes = [Route(path, partial(_classified, state, kind), methods=["POST"]) for path, kind in ENDPOINTS.items()]
     routes += [Route("/metrics", metrics, methods=["GET"]), Route("/{path:path}", passed, methods=METHODS)]
     return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
 
 
-async def _classified(request: Request, state, endpoint: str) -> Response:
+async def _classified(state, endpoint: str, request: Request) -> Response:
     arrived = time.perf_counter()  # the relay's clock: first and last byte are read on it
     authorize(request, state.options)
     body = await read_body(request, MAX_BODY_BYTES, BODY_TIMEOUT_S)
@@ -138,16 +135,11 @@ async def _classified(request: Request, state, endpoint: str) -> Response:
 
 
 async def _open(
-    state,
-    pools: list[Pool],
-    build: Callable[[Upstream], httpx.Request],
-    any_side: bool = False,
-    lookup: bool = False,
+    state, pools: list[Pool], build: Callable[[Upstream], httpx.Request], any_side: bool = False, lookup: bool = False
 ) -> tuple[Upstream, Opened]:
     """The first member that answers, its reply's first bytes read; else a 504 (they came too late) or a 502."""
-    watch_s = (
-        None if lookup else state.options.idle_timeout_s
-    )  # while it waits (a queue, a prefill): is the member alive
+    # while it waits (a queue, a prefill): is the member alive
+    watch_s = None if lookup else state.options.idle_timeout_s
     member, reply = await send(state.client, pools, build, any_side, retry_timeouts=lookup, watch_s=watch_s)
     try:
         return member, await watched(state.client, member, Opened.read(reply), watch_s)

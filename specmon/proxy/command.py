@@ -35,9 +35,7 @@ def run_proxy(args) -> int:
     plain = [base_url(url, "--plain-upstream") for url in args.plain_upstream or []]
     policy = load_policy(args.policy or "default")
     api_key = read_api_key(args.api_key_file) if args.api_key_file else None
-    upstream_key = (
-        read_api_key(args.upstream_api_key_file, "--upstream-api-key-file") if args.upstream_api_key_file else None
-    )
+    upstream_key = args.upstream_api_key_file and read_api_key(args.upstream_api_key_file, "--upstream-api-key-file")
     check_host(args.host, api_key is not None)
     kind = probe_pool(upstreams, "--upstream")
     plain_kind = probe_pool(plain, "--plain-upstream") if plain else ""

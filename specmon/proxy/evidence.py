@@ -140,22 +140,24 @@ def _family(reply: _Reply) -> str:
         return LLAMA_SERVER
     if reply.metrics is not msgspec.UNSET or any(c.stop_reason is not msgspec.UNSET for c in reply.choices):
         return VLLM
-    return TABBYAPI if _tabby_marked(reply) else ""
+    usage = reply.usage or _Usage()
+    details = usage.completion_tokens_details or _CompletionDetails()  # vLLM's hold reasoning_tokens only
+    tabby = usage.completion_time is not msgspec.UNSET or details.accepted_prediction_tokens is not None
+    return TABBYAPI if tabby or any(c.eos_reason is not msgspec.UNSET for c in reply.choices) else ""
 
 
 def _read(family: str, reply: _Reply) -> Evidence | None:
+    usage = reply.usage
     if family == LLAMA_SERVER:
         return _llama_server(reply.timings)
     if family == VLLM:
-        return _vllm(reply.metrics if isinstance(reply.metrics, _Metrics) else None, reply.usage)
+        return _vllm(reply.metrics if isinstance(reply.metrics, _Metrics) else _Metrics(), usage)
     if family == TABBYAPI:
-        return _tabbyapi(reply.usage)
-    if reply.usage is None:
+        return _tabbyapi(usage)
+    if usage is None:
         return None
     # usage alone (vLLM's usage chunk without metrics): the family came earlier
-    return Evidence(
-        predicted_n=_count("completion_tokens", reply.usage.completion_tokens), prompt_n=_prompt_n(reply.usage)
-    )
+    return Evidence(predicted_n=_count("completion_tokens", usage.completion_tokens), prompt_n=_prompt_n(usage))
 
 
 def _llama_server(t: _Timings) -> Evidence:
@@ -171,13 +173,10 @@ def _llama_server(t: _Timings) -> Evidence:
     )
 
 
-def _vllm(metrics: _Metrics | None, usage: _Usage | None) -> Evidence:
-    spec = metrics.speculative_decoding if metrics is not None else None
+def _vllm(metrics: _Metrics, usage: _Usage | None) -> Evidence:
+    spec = metrics.speculative_decoding or _SpecDecoding(None, None)  # none: no draft figures
     generated = _count("completion_tokens", usage.completion_tokens) if usage is not None else None
-    decode_ms = _ms("generation_time_ms", metrics.generation_time_ms) if metrics is not None else None
-    prompt_n = _prompt_n(usage)
-    if spec is None:
-        return Evidence(VLLM, predicted_n=generated, predicted_ms=decode_ms, prompt_n=prompt_n)
+    decode_ms, prompt_n = _ms("generation_time_ms", metrics.generation_time_ms), _prompt_n(usage)
     steps = _count("num_spec_steps", spec.num_spec_steps)
     return Evidence(
         VLLM,
@@ -187,18 +186,8 @@ def _vllm(metrics: _Metrics | None, usage: _Usage | None) -> Evidence:
         generated,
         decode_ms,
         prompt_n,
-        accepted_per_pos=positions(_histogram(spec.acceptance_histogram, steps)),
+        accepted_per_pos=_positions(spec.acceptance_histogram, steps),
     )
-
-
-def _tabby_marked(reply: _Reply) -> bool:
-    usage = reply.usage
-    if usage is not None and usage.completion_time is not msgspec.UNSET:
-        return True
-    details = usage.completion_tokens_details if usage is not None else None
-    if details is not None and details.accepted_prediction_tokens is not None:
-        return True  # vLLM's details hold reasoning_tokens only
-    return any(c.eos_reason is not msgspec.UNSET for c in reply.choices)
 
 
 def _tabbyapi(usage: _Usage | None) -> Evidence:
@@ -249,15 +238,10 @@ def _ms(name: str, value: object, unit: str = "ms") -> float | None:
     except OverflowError:  # an integer past a float's range
         ms = math.inf
     if math.isnan(ms) or not 0 <= ms <= MAX_MS:
-        raise OutOfRange(f"{name} is {_shown(value, unit)}")
+        if isinstance(value, int) and abs(value) >= 10**15:  # never a huge int's digits (str() of one may raise)
+            raise OutOfRange(f"{name} is {'-huge' if value < 0 else 'huge'}")
+        raise OutOfRange(f"{name} is {f'{value:.3g} {unit}' if math.isfinite(value) else value}")
     return ms
-
-
-def _shown(value: int | float, unit: str) -> str:
-    """A number for a reason: short, and never a huge int's digits (str() of one may raise)."""
-    if isinstance(value, int) and abs(value) >= 10**15:
-        return "-huge" if value < 0 else "huge"
-    return f"{value:.3g} {unit}" if math.isfinite(value) else f"{value}"
 
 
 def _checked(e: Evidence) -> Evidence:
@@ -281,31 +265,21 @@ def _checked(e: Evidence) -> Evidence:
     return e
 
 
-def _histogram(given: object, steps: int | None) -> list[int]:
-    """vLLM's acceptance histogram, dense: entries counts, at most MAX_DRAFT + 1, summing to its steps."""
+def _positions(given: object, steps: int | None) -> tuple[int, ...]:
+    """vLLM's acceptance histogram (index j: steps that accepted exactly j; at most MAX_DRAFT + 1 entries,
+    summing to its steps) as steps whose accepted prefix reached past position i: Σ_{j > i} histogram[j]."""
     if given is None:
-        return []
-    if isinstance(given, dict):
-        given = _dense(given)
+        return ()
+    if isinstance(given, dict):  # {"j": n}: a key past MAX_DRAFT or not a position is no histogram (nor a long list)
+        if not all(
+            isinstance(j, str) and j.isascii() and j.isdigit() and len(j) <= 4 and int(j) <= MAX_DRAFT for j in given
+        ):
+            raise OutOfRange("acceptance_histogram has a key that is no draft position")
+        counts = {int(j): n for j, n in given.items()}
+        given = [counts.get(j, 0) for j in range(max(counts, default=-1) + 1)]
     if not isinstance(given, list) or len(given) > MAX_DRAFT + 1:
         raise OutOfRange("acceptance_histogram is not a histogram")
     dense = [_count("acceptance_histogram entry", n if n is not None else "") for n in given]  # null: no count
     if steps is not None and sum(dense) != steps:
         raise OutOfRange(f"acceptance_histogram sums to {sum(dense)}, not num_spec_steps {steps}")
-    return dense
-
-
-def positions(dense: list[int]) -> tuple[int, ...]:
-    """From steps that accepted exactly j (index j) to steps whose accepted prefix reached past
-    position i: accepted_per_pos[i] = Σ_{j > i} histogram[j], positions 0 .. k-1."""
     return tuple(sum(dense[i + 1 :]) for i in range(len(dense) - 1))
-
-
-def _dense(sparse: dict) -> list:
-    """{"j": n} as a list; a key past MAX_DRAFT or not a position is no histogram (never a list that long)."""
-    if not all(
-        isinstance(j, str) and j.isascii() and j.isdigit() and len(j) <= 4 and int(j) <= MAX_DRAFT for j in sparse
-    ):
-        raise OutOfRange("acceptance_histogram has a key that is no draft position")
-    counts = {int(j): n for j, n in sparse.items()}
-    return [counts.get(j, 0) for j in range(max(counts, default=-1) + 1)]

@@ -25,9 +25,6 @@ from specmon.proxy.pool import Pool
 from specmon.proxy.routing import Router
 
 REPLY = ["class", "side", "upstream"]  # a reply's labels: its class, the side and the member that answered
-NO_UPSTREAM = "none"  # the upstream label of a request no member answered
-SIDES = (BOTH, SPEC, PLAIN)
-ANSWERED = "200"  # the status every (class, side, member) starts with at 0
 Key = tuple[str, str, str]  # (class, side, upstream)
 
 
@@ -61,7 +58,8 @@ class ProxyMetrics:
         self.refused[(str(status),)] += 1
 
     def replied(self, ev: RequestTimed) -> None:
-        key = (ev.prompt_class, ev.upstream, upstream_label(ev.upstream_url) if ev.upstream_url else NO_UPSTREAM)
+        member = upstream_label(ev.upstream_url) if ev.upstream_url else "none"  # none: no member answered
+        key = (ev.prompt_class, ev.upstream, member)
         self.statuses[(*key, str(ev.status))] += 1
         if ev.routed:
             self.failovers[(ev.prompt_class, ev.routed, ev.upstream)] += 1
@@ -116,7 +114,7 @@ class ProxyMetrics:
         moves = [(SPEC, PLAIN), (PLAIN, SPEC)] if PLAIN in self.pools else []
         applied = str(self.router.enforced).lower()
         zeros = {  # each counter's series from the start, at 0 until counted
-            "statuses": [(*key, ANSWERED) for key in self.keys()],
+            "statuses": [(*key, "200") for key in self.keys()],  # every (class, side, member) answered
             "refused": sorted(self.refused),
             "failovers": [(n, a, b) for n in names for a, b in moves],
             "decisions": [(n, applied) for n in names],
@@ -137,7 +135,7 @@ class ProxyMetrics:
         share = G("specmon_route_plain_share", "The share of the class's requests sent plain now", labels=["class"])
         for name in (c.name for c in router.policy.classes):
             now = router.route_of(name)
-            for s in SIDES:
+            for s in (BOTH, SPEC, PLAIN):
                 side.add_metric([name, s], 1.0 if s == now else 0.0)
             share.add_metric([name], router.share(name))
         yield from (side, share)

@@ -130,9 +130,8 @@ class Pool:
 
 
 def candidates(pools: Sequence[Pool], any_side: bool = False) -> list[Upstream]:
-    """In the order a request tries them: the first side's members up, then the other side's (`any_side`,
-    for a path with no side such as /health: every member up, fewest outstanding first), then those down
-    (nothing else answers: one may be back before its probe says so)."""
+    """In the order a request tries them: its side's members up, then the other side's (`any_side`, a path such
+    as /health: all up, least busy first), then those down (one may be back before its probe says so)."""
     up = [u for pool in pools for u in pool.up()]
     if any_side:
         up.sort(key=_load)
@@ -178,10 +177,9 @@ class Hung(httpx.ReadTimeout):
 
 
 async def watched(client: httpx.AsyncClient, member: Upstream, work: Awaitable[T], watch_s: float | None) -> T:
-    """`work` (a reply's head, or its first bytes), waited for as long as its own deadline allows while
-    the member shows it is alive: every `watch_s` its /health is asked, and where that is silent too the
-    member is hung (a stopped process) and Hung is raised then, not at the deadline. A result that came
-    too late to be handed over is closed, never left holding a connection."""
+    """`work` (a reply's head, or its first bytes), waited for within its own deadline while the member shows
+    it is alive: every `watch_s` its /health is asked, and where that is silent too Hung is raised (a stopped
+    process), not at the deadline. A result that came too late to be handed over is closed."""
     task, handed = asyncio.ensure_future(work), False
     try:
         while True:

@@ -16,9 +16,8 @@ MARKS = (b'"timings"', b'"metrics"', b'"usage"', b'"stop_reason"', b'"eos_reason
 
 
 class ReplyReader:
-    """Reads a reply's evidence from the copies it is fed: a JSON body once whole, or each complete
-    server-sent event of a stream (the family from the first event that shows one; the figures from
-    the last event that carries them: llama-server's last chunk, vLLM's and TabbyAPI's usage chunk)."""
+    """A reply's evidence from the copies it is fed: a JSON body once whole, or a stream's events (the family
+    from the first that shows one; the figures from the last that carries them, as each family sends)."""
 
     def __init__(self, content_type: str):
         """ "" for a reply nobody needs the evidence of (a pass-through path): it is not read at all."""
@@ -44,12 +43,15 @@ class ReplyReader:
             return
         self._pending += chunk
         try:
-            if self.stream:
-                self._read_events()
-            elif len(self._pending) > MAX_JSON_BYTES:
+            while self.stream and (stop := event_end(self._pending, max(0, self._scanned - 3))) > 0:
+                self._read_event(bytes(self._pending[:stop]))
+                del self._pending[:stop]
+                self._scanned = 0
+            self._scanned = len(self._pending)  # the next feed searches only what it adds (and a separator's start)
+            if len(self._pending) > (MAX_PENDING_BYTES if self.stream else MAX_JSON_BYTES):
                 self._give_up()
         except Exception as exc:  # noqa: BLE001 - the relay calls this between sends: reading must never break it
-            self._failed(exc)
+            self._give_up(exc)
 
     def close(self) -> None:
         """The reply ended: a JSON body is read now; a stream's unterminated last event is read too."""
@@ -61,17 +63,8 @@ class ReplyReader:
             else:
                 self._take(reply_evidence(bytes(self._pending)))
         except Exception as exc:  # noqa: BLE001 - as feed: a reply the reader cannot read is unmeasured, not lost
-            self._failed(exc)
+            self._give_up(exc)
         self._pending.clear()
-
-    def _read_events(self) -> None:
-        while (stop := event_end(self._pending, max(0, self._scanned - 3))) > 0:
-            self._read_event(bytes(self._pending[:stop]))
-            del self._pending[:stop]
-            self._scanned = 0
-        self._scanned = len(self._pending)  # the next feed searches only what it adds (and a separator's start)
-        if len(self._pending) > MAX_PENDING_BYTES:
-            self._give_up()
 
     def _read_event(self, event: bytes) -> None:
         if not any(mark in event for mark in MARKS):
@@ -88,11 +81,9 @@ class ReplyReader:
         elif found.has_figures:
             self.found = found
 
-    def _failed(self, exc: Exception) -> None:
-        self.unmeasured = self.unmeasured or f"unreadable ({type(exc).__name__})"
-        self._give_up()
-
-    def _give_up(self) -> None:
+    def _give_up(self, unreadable: Exception | None = None) -> None:
+        if unreadable is not None:
+            self.unmeasured = self.unmeasured or f"unreadable ({type(unreadable).__name__})"
         self._given_up = True
         self._pending = bytearray()
 

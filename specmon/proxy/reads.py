@@ -68,10 +68,9 @@ def print_notice(line: str) -> None:
 
 
 class UpstreamReads:
-    """Reads the first upstream's /metrics every `options.scrape_s` (proxy.server.ProxyOptions) and
-    publishes the reads that changed something (ReadFold); keeps the last read that found the counters
-    (does it draft at all: a failed read says nothing). `told`: the session's fold for its headless line,
-    told each read (does the upstream draft)."""
+    """Reads the first upstream's /metrics every `options.scrape_s` (proxy.server.ProxyOptions) and publishes
+    the reads that changed something; keeps the last that found the counters (a failed read says nothing of
+    drafting), and tells each to `told`, the session's fold for its headless line."""
 
     def __init__(self, session_id: str, publish: Callable, options, told: Silence):
         self.session_id, self.publish, self.options, self.told = session_id, publish, options, told
@@ -103,9 +102,8 @@ class UpstreamReads:
             return ServerScraped(session_id=self.session_id, t=time.time(), url=self.url, kind="", error=repr(exc))
 
     def take(self, read: ServerScraped) -> None:
-        """Publish the read where it changed something. A first read that finds no /metrics page is said
-        once, and its line is the read's error (the view and the log show it); the reads slow to a retry
-        until a page is found."""
+        """Publish the read where it changed something (ReadFold). No /metrics page at the first read is said
+        once, as the read's error (the view and the log show it), and the reads slow until a page is found."""
         first, self.read_any = not self.read_any, True
         # a page that was there and went is a failed read like any other
         self.no_metrics = no_page(read) and (first or self.no_metrics)

@@ -99,18 +99,13 @@ class Opened:
     async def read(cls, reply: httpx.Response) -> Opened:
         """Raises httpx's TimeoutException where no byte comes within the read deadline."""
         rest = reply.aiter_raw()
-        try:
-            first = await anext(rest)
-        except StopAsyncIteration:
-            first = b""
-        return cls(reply, first, rest)
+        return cls(reply, await anext(rest, b""), rest)
 
 
 class Relay(StreamingResponse):
-    """The upstream's reply, byte for byte as it arrives (less the usage the client did not ask for, where
-    `cut` is given); `on_end(exchange)` (None for a path passed through) once it is over, however it ended
-    (whole, the client gone: 499, the upstream gone mid-reply: 502, or silent past its idle deadline: 504,
-    `on_stall` called)."""
+    """The upstream's reply, byte for byte as it arrives (less the usage the client did not ask for: `cut`);
+    `on_end(exchange)` (None: a path passed through) however it ended: whole, the client gone (499), the
+    upstream gone mid-reply (502), or silent past its idle deadline (504, `on_stall` called)."""
 
     def __init__(
         self,

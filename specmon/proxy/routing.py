@@ -111,9 +111,8 @@ class Router:
         """Take a request's reply as evidence; a Decision for each class it moves (or, advised, would):
         its own, and any still alternating that the other classes' requests now send to one side."""
         found = timing(ev)  # on the server's clock where the reply gave its decode time, else the proxy's
-        if ev.upstream not in (SPEC, PLAIN) or found is None or self._pinned(ev.prompt_class) is not None:
-            return []
-        if ev.prompt_class not in {c.name for c in self.policy.classes}:
+        known = ev.prompt_class in {c.name for c in self.policy.classes}
+        if ev.upstream not in (SPEC, PLAIN) or found is None or not known or self._pinned(ev.prompt_class) is not None:
             return []
         st = self._state(ev.prompt_class)
         (st.unclocked if found.clock == PROXY_CLOCK else st.clocked)[ev.upstream] += 1
@@ -237,12 +236,11 @@ def _reason(c: RouteChoice, clockless: list[str], borrowed: str) -> str:
     if c.clock == PROXY_CLOCK and clockless:
         on += f" ({' and '.join(sorted(clockless))} {'give' if len(clockless) > 1 else 'gives'} no decode time)"
     fewest = min(c.spec_requests, c.plain_requests)
+    why = "the 95% interval excludes 1.0"
     if c.side_from == BOTH and fewest < c.min_requests:
         why = f"its 95% interval excludes 1.0 after {fewest} requests on each side"
     elif c.side_from == BOTH:
         why = f"higher measured goodput after {c.min_requests} requests on each side"
-    else:
-        why = "the 95% interval excludes 1.0"
     return (
         f"{c.side_from} -> {c.side_to} ({c.explore_share:.0%} to the other side): "
         f"spec/plain {ratio_interval(c.ratio, c.low, c.high)} over {sides} on {on}; {why}"

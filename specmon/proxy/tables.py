@@ -42,9 +42,8 @@ CLOCK_NOTE = (
 
 
 def request_lines(ev: RequestTimed, told: Silence, width: int | None = None, sides: bool = False) -> list[str]:
-    """One request as the headless proxy prints it: its record, then, where it leaves its upstream with a
-    notice the line has not told this session (`told`: the session's fold, as the view's and log info's),
-    that notice, wrapped to `width` on lines of its own."""
+    """One request as the headless proxy prints it: its record, then any notice of its upstream not told this
+    session (`told`: the session's fold, as the view's and log info's), wrapped to `width` on lines of its own."""
     said = told.observe(ev)
     return [request_line(ev, sides)] + ([notice_text(said, width)] if said else [])
 
@@ -59,18 +58,17 @@ def request_line(ev: RequestTimed, sides: bool = False) -> str:
     # figures out of range: its notice says why
     missing = "unmeasured" if ev.unmeasured else missing_counts(ev.upstream, answered=200 <= ev.status < 300)
     drafted = missing if ev.draft_n is None else f"{ev.draft_n_accepted or 0}/{ev.draft_n}"
-    fields = [str(ev.status), short_id(ev.request_id), ev.prompt_class]
-    fields += [f"upstream={ev.upstream}"] if sides else []
+    fields = [str(ev.status), short_id(ev.request_id), ev.prompt_class, *([f"upstream={ev.upstream}"] if sides else [])]
     fields += [f"acc={drafted}", f"tokens={ev.predicted_n if ev.predicted_n is not None else '-'}"]
     fields += [f"tok/s={tok_per_s_text(totals.tok_per_s_on(on), on, '-')}"]
     fields += [f"ttfb={millis(ev.first_byte_ms)}"] if ev.stream else []
     return " ".join([*fields, f"total={millis(ev.total_ms)}"])
 
 
-def class_table(tally: Tally, title: str = "requests per class") -> Table:
+def class_table(tally: Tally) -> Table:
     """A row per (class, upstream): the sums of what its successful replies said, and their ratios; tok/s
     on the clock the class is judged on."""
-    table = compact_table(escape(title), COLUMNS, left=("class", "upstream"), tight=True)  # fits 80 columns
+    table = compact_table("requests per class", COLUMNS, left=("class", "upstream"), tight=True)  # fits 80 columns
     for (name, upstream), t in sorted(tally.totals.items()):
         told, on = t.reported > 0, tally.clock(name)
         table.add_row(

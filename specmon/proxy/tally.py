@@ -30,18 +30,14 @@ class Tally:
         self.recent: dict[tuple[str, str], deque[RequestTimed]] = {}  # (class, side) -> its last timed requests
         self.classes: dict[str, None] = {}  # in order of first appearance
         self.silence = Silence()
-        self.requests = 0
         self.windowed = False  # a side of a class had more timed requests than the window holds
 
     def add(self, ev) -> None:
         """Take one event: a request's reply, or a read of an upstream's /metrics; others are not its."""
         if isinstance(ev, ServerScraped):
             self.silence.read(ev)
-        elif isinstance(ev, RequestTimed):
-            self._request(ev)
-
-    def _request(self, ev: RequestTimed) -> None:
-        self.requests += 1
+        if not isinstance(ev, RequestTimed):
+            return
         self.classes.setdefault(ev.prompt_class, None)
         self.silence.reply(ev)
         if ev.upstream == PLAIN and self.plain_given is None:

@@ -51,9 +51,8 @@ def asking(fields: dict[str, Any]) -> bytes:
 
 
 class UsageCut:
-    """A stream's bytes with the usage the client did not ask for taken out, event by event; every
-    event without usage passes as it came, separators and all. An event longer than MAX_EVENT_BYTES
-    is no usage chunk: from there on the bytes pass as they come (a stream is never held whole)."""
+    """A stream's bytes with the usage the client did not ask for taken out, every other event as it came.
+    An event past MAX_EVENT_BYTES is no usage chunk: from there the bytes pass as they come (never held)."""
 
     def __init__(self):
         self._pending = b""
@@ -95,24 +94,19 @@ def without_usage(event: bytes) -> bytes:
             return event
         if not data.get("choices"):
             return b""
-        cut = _member_span(event, body_at, end)
+        text = event[body_at:end].decode("utf-8", "surrogatepass")
+        members = _members(text)
     except (ValueError, UnicodeError):  # no JSON, or JSON json.loads took and the walk cannot: relayed as it came
         return event
-    return event if cut is None else event[: cut[0]] + event[cut[1] :]
-
-
-def _member_span(event: bytes, start: int, end: int) -> tuple[int, int] | None:
-    """The bytes of the top-level `"usage": ...` member and one comma that joins it to the object."""
-    text = event[start:end].decode("utf-8", "surrogatepass")
-    members = _members(text)
     n = next((n for n, (key, _, _) in enumerate(members) if key == "usage"), None)
     if n is None:
-        return None
+        return event
+    # the top-level `"usage": ...` member's bytes and one comma that joins it to the object
     if n + 1 < len(members):  # up to the next key: its comma goes with it
         lo, hi = members[n][1], members[n + 1][1]
     else:  # the last: from the end of the one before, so no comma is left dangling
         lo, hi = (members[n - 1][2] if n else members[n][1]), members[n][2]
-    return start + len(text[:lo].encode()), start + len(text[:hi].encode())
+    return event[: body_at + len(text[:lo].encode())] + event[body_at + len(text[:hi].encode()) :]
 
 
 def _members(text: str) -> list[tuple[str, int, int]]:
