@@ -83,15 +83,11 @@ def run_bench(
     driver = policy.driver
     driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
     lanes = make_lanes(driver, [policy.drafter] * (len(ks) + 1))
-    sequence = list(prompts) * repeat
-    for index, prompt in enumerate(sequence):
+    runs: list[int | None] = [None, *ks]  # None: the policy's own, which takes each place in turn as every k does
+    for index, prompt in enumerate(list(prompts) * repeat):
         name = policy.engine.classify(prompt.text, _tag(prompt))[0]
-        runs: list[int | None] = [None, *ks]  # None: the policy's own decode of the prompt
-        order = [
-            k
-            for k in rotated(runs, index)  # the policy takes each place in turn, as every k does
-            if not (k and fixed_passes and index // len(prompts) >= fixed_passes)
-        ]
+        late = fixed_passes and index // len(prompts) >= fixed_passes  # a pass after those fixed k > 0 run in
+        order = [k for k in rotated(runs, index) if not (k and late)]
         arms = lanes or [Lane(driver, policy.drafter)] * len(order)  # an un-forked Lane holds nothing to flush
         decodes = [_arm(policy, arm, prompt, name, k, sampling, max_new_tokens) for arm, k in zip(arms, order)]
         if lanes is None:
