@@ -69,9 +69,9 @@ class Recalled:
     body: object
 
 
-def age_weight(t: float, now: float | None = None) -> float:
+def age_weight(t: float) -> float:
     """What evidence stored at `t` is worth against fresh, by its age: 1 when written, 1/2 a week on."""
-    age = max(0.0, (time.time() if now is None else now) - t)
+    age = max(0.0, time.time() - t)
     return 0.5 ** (age / HALF_LIFE_S)
 
 
@@ -90,48 +90,9 @@ class Memory:
         digest = hashlib.sha256(msgspec.json.encode([kind, key], order="sorted")).hexdigest()[:20]
         return (self.root or state_dir()) / "memory" / f"{kind}-{digest}.json"
 
-    def recall(self, kind: str, key: dict[str, str], body_type: type[T]) -> Recalled | None:
-        """The stored figures for this key, or None: none kept, `fresh`, or a file that cannot be used
-        (one warning line, then it is overwritten by what this session learns)."""
-        if self.fresh:
-            return None
-        path = self.path(kind, key)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            self._warn(path, f"cannot read it ({exc.strerror})")
-            return None
-        try:
-            entry = msgspec.json.decode(data, type=Entry)
-            if entry.version != VERSION or entry.kind != kind or entry.key != key:
-                self._warn(path, "it was written for another version, model or setting")
-                return None
-            return Recalled(entry.session_id, entry.t, msgspec.json.decode(entry.body, type=body_type))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            self._warn(path, f"it is damaged ({str(exc).splitlines()[0][:80]})")
-            return None
-
-    def keep(self, kind: str, key: dict[str, str], session_id: str, body: object) -> None:
-        """Replace the stored figures for this key; a store that cannot be written is one warning."""
-        path = self.path(kind, key)
-        entry = Entry(
-            version=VERSION,
-            kind=kind,
-            key=key,
-            session_id=session_id,
-            t=time.time(),
-            body=msgspec.Raw(msgspec.json.encode(body)),
-        )
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            replace_atomically(path, msgspec.json.encode(entry).decode())
-        except OSError as exc:
-            self._warn(path, f"cannot write it ({exc.strerror}); this session's learning is not kept")
-
-    def _warn(self, path: Path, why: str) -> None:
-        if path not in self._warned:  # once a file: a store written as a session goes must not flood
+    def warn_once(self, path: Path, why: str) -> None:
+        """One warning line a file, whatever is tried with it again (a store written as a session goes)."""
+        if path not in self._warned:
             self._warned.add(path)
             self.warn(f"warning: the memory store {path} is not used: {why}")
 
@@ -146,12 +107,37 @@ class Shelf:
     kept_at: float = -float("inf")  # monotonic time of the last write: the first learning is kept at once
 
     def recall(self, body_type: type[T]) -> Recalled | None:
-        return self.memory.recall(self.kind, self.key, body_type)
+        """The stored figures for this key, or None: none kept, `fresh`, or a file that cannot be used
+        (one warning line, then it is overwritten by what this session learns)."""
+        if self.memory.fresh:
+            return None
+        path, warn = self.memory.path(self.kind, self.key), self.memory.warn_once
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return warn(path, f"cannot read it ({exc.strerror})")
+        try:
+            entry = msgspec.json.decode(data, type=Entry)
+            if entry.version != VERSION or entry.kind != self.kind or entry.key != self.key:
+                return warn(path, "it was written for another version, model or setting")
+            return Recalled(entry.session_id, entry.t, msgspec.json.decode(entry.body, type=body_type))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return warn(path, f"it is damaged ({str(exc).splitlines()[0][:80]})")
 
     def due(self, final: bool = False) -> bool:
         """Whether to write now: at most every KEEP_EVERY_S as the session goes, and when it ends (`final`)."""
         return final or time.monotonic() - self.kept_at >= KEEP_EVERY_S
 
     def keep(self, session_id: str, body: object) -> None:
+        """Replace the stored figures for this key; a store that cannot be written is one warning."""
         self.kept_at = time.monotonic()
-        self.memory.keep(self.kind, self.key, session_id, body)
+        path = self.memory.path(self.kind, self.key)
+        body = msgspec.Raw(msgspec.json.encode(body))
+        entry = Entry(version=VERSION, kind=self.kind, key=self.key, session_id=session_id, t=time.time(), body=body)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            replace_atomically(path, msgspec.json.encode(entry).decode())
+        except OSError as exc:
+            self.memory.warn_once(path, f"cannot write it ({exc.strerror}); this session's learning is not kept")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from collections import Counter
 
 import msgspec
 
@@ -77,13 +78,9 @@ def _matching_key(cls: PromptClass, text: str, tag: str | None) -> str | None:
 
 def dominant_script(text: str) -> str:
     """The script most of the letters are written in: latin, cjk, cyrillic, arabic or greek."""
-    counts: dict[str, int] = {}
-    for ch in text:
-        if ch.isalpha():
-            name = unicodedata.name(ch, "")
-            script = next((s for s, key in _SCRIPTS if key in name), "other")
-            counts[script] = counts.get(script, 0) + 1
-    return max(counts, key=counts.get) if counts else "latin"
+    names = (unicodedata.name(ch, "") for ch in text if ch.isalpha())
+    counts = Counter(next((s for s, key in _SCRIPTS if key in name), "other") for name in names)
+    return counts.most_common(1)[0][0] if counts else "latin"
 
 
 _SCRIPTS = [

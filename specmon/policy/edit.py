@@ -27,7 +27,12 @@ def set_value(path: Path, key: str, value: str) -> str:
     a TOML value ("off" needs its quotes only if it could be read as something else)."""
     text = read_policy_text(path, keep_newlines=True)
     bom, body = (_BOM, text[1:]) if text.startswith(_BOM) else ("", text)
-    doc = _parse(body, str(path))
+    load_toml(body, str(path))  # tomllib's verdict and location first, as `policy check` gives them
+    try:
+        doc = tomlkit.parse(body)
+    except (TOMLKitError, ValueError, RecursionError) as exc:
+        line, col = getattr(exc, "line", 1) or 1, getattr(exc, "col", 1) or 1
+        raise PolicyError(str(path), line, col, f"invalid TOML: {str(exc).rsplit(' at line', 1)[0]}") from None
     parent, last, created = _walk(doc, key, path)
     added = created or last not in parent
     parent[last] = _parse_value(value, path)
@@ -44,38 +49,32 @@ def set_value(path: Path, key: str, value: str) -> str:
     return new_text
 
 
-def _parse(text: str, source: str) -> tomlkit.TOMLDocument:
-    """tomlkit's document; a file that is not TOML is refused at its line, as `policy check` does."""
-    load_toml(text, source)  # tomllib's verdict and location first, as `policy check` gives them
-    try:
-        return tomlkit.parse(text)
-    except (TOMLKitError, ValueError, RecursionError) as exc:
-        line, col = getattr(exc, "line", 1) or 1, getattr(exc, "col", 1) or 1
-        raise PolicyError(source, line, col, f"invalid TOML: {str(exc).rsplit(' at line', 1)[0]}") from None
-
-
 def _walk(doc, key: str, path: Path):
-    """The table that holds KEY's last part, and whether a table on the way was added (an inline
-    one: `match = {min_chars = 200}` stays inside its class); `classes.NAME` picks a class by name."""
+    """The table holding KEY's last part, that part, and whether a table was added on the way (inline in a class)."""
     steps = key.split(".")
     node, i, created = doc, 0, False
     while i < len(steps) - 1:
         match = _STEP.fullmatch(steps[i])
         where = ".".join(steps[: i + 1])
-        if match and _is_table(node) and match.group(2) is None and match.group(1) not in node:
+        # tomlkit's document, tables and inline tables are all dicts
+        if match and isinstance(node, dict) and match.group(2) is None and match.group(1) not in node:
             # a [header] at the top (after the classes, a bare key would join the last one); inline inside
             node[match.group(1)] = tomlkit.table() if node is doc else tomlkit.inline_table()
             created = True  # the schema says whether it may be there
-        if not match or not _is_table(node) or match.group(1) not in node:
+        if not match or not isinstance(node, dict) or match.group(1) not in node:
             raise SpecmonError(f"policy {path}: no {where!r} in the file")
         node = node[match.group(1)]
         if match.group(2) is not None:
-            node = _entry(node, int(match.group(2)), where, path)
+            if not isinstance(node, (list, AoT)):
+                raise SpecmonError(f"policy {path}: {where!r}: {where.split('[')[0]!r} is not a list")
+            if int(match.group(2)) >= len(node):
+                raise SpecmonError(f"policy {path}: no {where!r}: the file has {len(node)} (0..{len(node) - 1})")
+            node = node[int(match.group(2))]
         elif isinstance(node, (list, AoT)):
             node, used = _class_by_name(node, steps[i + 1 : -1], key, path)
             i += used
         i += 1
-    if not _is_table(node) or not steps[-1]:
+    if not isinstance(node, dict) or not steps[-1]:
         raise SpecmonError(
             f"policy {path}: {key!r} does not name a key in a table "
             f"({'.'.join(steps[:-1]) or 'the file'} is not a table)"
@@ -83,21 +82,8 @@ def _walk(doc, key: str, path: Path):
     return node, steps[-1], created
 
 
-def _is_table(node) -> bool:
-    return isinstance(node, dict)  # tomlkit's document, tables and inline tables alike
-
-
-def _entry(node, index: int, where: str, path: Path):
-    if not isinstance(node, (list, AoT)):
-        raise SpecmonError(f"policy {path}: {where!r}: {where.split('[')[0]!r} is not a list")
-    if index >= len(node):
-        raise SpecmonError(f"policy {path}: no {where!r}: the file has {len(node)} (0..{len(node) - 1})")
-    return node[index]
-
-
 def _class_by_name(classes, steps: list[str], key: str, path: Path):
-    """The entry whose name is the next step(s): a name may hold dots, so the longest that names
-    one wins. Returns the entry and how many steps the name took."""
+    """The class the longest run of next steps names (a name may hold dots), and how many steps it took."""
     if not steps:
         raise SpecmonError(f"policy {path}: {key!r}: name a class, as classes.NAME.KEY or classes[I].KEY")
     for used in range(len(steps), 0, -1):

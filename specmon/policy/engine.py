@@ -15,6 +15,7 @@ it too. What the classes learn is kept there as the session goes and when it end
 from __future__ import annotations
 
 import collections
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -57,7 +58,7 @@ class PolicyEngine:
         recalled = shelf.recall(dict[str, Learned]) if shelf is not None else None
         self.stored: dict[str, Learned] = recalled.body if recalled is not None else {}
         self.shared = gate.Counts()  # every class's windows together: a new class starts from these
-        self.decisions = 0
+        self.decision_ids = itertools.count()
         self.fresh = 0  # drafting rounds of the session since every class's table was computed
         self.positional = costs.draft_ms > 0  # a model drafter: its tokens cost, and it reports no match
         self.prior = gate.PRIOR_POSITIONAL if self.positional else gate.PRIOR
@@ -66,26 +67,23 @@ class PolicyEngine:
         for c in policy.classes if self.stored else ():
             self.state(c.name)  # each with its stored evidence, which counts toward every class's
         # a class whose stored evidence moves it from there is decided before its first round
-        auto = [c.name for c in policy.classes if c.speculate == "auto" and self.stored]
+        auto = [c.name for c in policy.classes if c.speculate == "auto"] if self.stored else []
         self.opening = [d for name in auto if (d := self.decide(name))]
 
     # -- classes -----------------------------------------------------------------------------
     def classify(self, text: str, tag: str | None = None, named: str | None = None) -> tuple[str, str]:
-        """(class, the rule that said so): the class a request `named` (UnknownClass if there is
-        none), else the first class whose match takes the text (or its `tag`)."""
+        """(class, the rule that said so): the class a request `named`, else the first whose match takes the text."""
         return named_class(self.policy, named) if named is not None else classify(self.policy, text, tag)
 
     def state(self, name: str) -> ClassState:
-        st = self.states.get(name)
-        if st is None:
+        if name not in self.states:
             cls = self.policy.class_named(name)
-            table = gate.cut_table(
-                gate.rates(gate.Counts(), self.shared, self.prior), self.steps(cls), self.policy.settings.min_gain
-            )
+            rate = gate.rates(gate.Counts(), self.shared, self.prior)
             stored = self.stored.get(name) if cls.speculate == "auto" else None
             stored = stored if stored is not None and stored.matches == matches_of(cls) else None
-            st = self.states[name] = ClassState(collections.deque(), table, stored=stored)
-        return st
+            table = gate.cut_table(rate, self.steps(cls), self.policy.settings.min_gain)
+            self.states[name] = ClassState(collections.deque(), table, stored=stored)
+        return self.states[name]
 
     def steps(self, cls: PromptClass) -> list[float]:
         """A round's cost in plain steps for a draft of j = 0..k tokens, from the measured curve."""
@@ -109,8 +107,7 @@ class PolicyEngine:
         return gate.summary(st.table, True)[1] or st.budget.afford(self.steps(cls), cls.draft_len)
 
     def cut(self, name: str, matched: int, proposed: int) -> tuple[int, bool]:
-        """Tokens of a `proposed`-token draft after a match of `matched` to verify, and whether
-        they are explored: a draft the table cuts whole, verified within the class's budget."""
+        """Tokens of a draft to verify, and whether they are explored (verified though the table cut them)."""
         cls = self.policy.class_named(name)
         if not self._gated(cls) or not proposed:
             return proposed, False
@@ -126,8 +123,7 @@ class PolicyEngine:
         return explored, explored > 0
 
     def confidence(self, name: str) -> tuple[int, int, bool] | None:
-        """The n-gram drafter's setting for this class: under auto a match of MIN_MATCH tokens or
-        more drafts up to k and the table cuts it; else the plain lookup (None)."""
+        """The n-gram drafter's `confident` arguments: under auto, draft after MIN_MATCH tokens; else None."""
         return (gate.MIN_MATCH, 1, True) if self.policy.class_named(name).speculate == "auto" else None
 
     def observe(self, ev: RoundVerified, shadows: gate.Shadows) -> list[Decision]:
@@ -148,9 +144,8 @@ class PolicyEngine:
     def close(self, shadows: gate.Shadows, prompt_id: str) -> list[Decision]:
         """A prompt finished: what its cut draft still being checked had matched is evidence."""
         settled = shadows.close(prompt_id)
-        if settled is None or self.policy.class_named(settled.prompt_class).speculate != "auto":
-            return []
-        return self._learn(settled)
+        auto = settled is not None and self.policy.class_named(settled.prompt_class).speculate == "auto"
+        return self._learn(settled) if auto else []
 
     def _learn(self, draft: gate.Draft) -> list[Decision]:
         st = self.state(draft.prompt_class)
@@ -193,10 +188,10 @@ class PolicyEngine:
             recalled=recall,
         )
         st.table = table
-        event = Decision(
+        return Decision(
             session_id=self.session_id,
             t=time.time(),
-            decision_id=self.decisions,
+            decision_id=next(self.decision_ids),
             prompt_class=name,
             speculate_from=before[0],
             speculate_to=after[0],
@@ -212,8 +207,6 @@ class PolicyEngine:
             match_to=after[2],
             rule=choice,
         )
-        self.decisions += 1
-        return event
 
     # -- memory across sessions ------------------------------------------------------------------
     def _top_up(self, st: ClassState) -> tuple[list[float], list[float]] | None:
@@ -224,19 +217,16 @@ class PolicyEngine:
         return (tried, taken) if any(tried) else None
 
     def _recall(self, name: str) -> Recall | None:
-        """What a decision of class `name` takes from the store: its own, and every class's for the
-        session's counts (None where no class takes any)."""
+        """What a decision of class `name` takes from the store: its own, and every class's for the session's."""
         ups = {n: up for n, st in self.states.items() if (up := self._top_up(st))}
         if not ups:
             return None
         zero = [0.0] * gate.BUCKETS
-        pool_tried = [sum(col) for col in zip(zero, *(t for t, _ in ups.values()))]
-        pool_taken = [sum(col) for col in zip(zero, *(k for _, k in ups.values()))]
+        pool_tried, pool_taken = ([sum(col) for col in zip(zero, *lists)] for lists in zip(*ups.values()))
         tried, taken = ups.get(name, (zero, zero))
-        stored = self.states[name].stored if name in ups else None
-        return Recall(
-            stored.session_id if stored else "", stored.rounds if stored else 0, tried, taken, pool_tried, pool_taken
-        )
+        stored = self.states[name].stored
+        session_id, rounds = (stored.session_id, stored.rounds) if name in ups else ("", 0)
+        return Recall(session_id, rounds, tried, taken, pool_tried, pool_taken)
 
     def learned(self) -> dict[str, Learned]:
         """What to store: a class that drafted this session, its own window and the stored evidence it
@@ -253,16 +243,13 @@ class PolicyEngine:
         return out
 
     def remember(self, final: bool = False) -> None:
-        """Replace the store with what the classes have learned: at most every memory.store.KEEP_EVERY_S
-        as the session goes, and when it ends (`final`)."""
-        if self.shelf is None or not self.shelf.due(final) or not any(st.window for st in self.states.values()):
-            return
-        self.shelf.keep(self.session_id, self.learned())
+        """Replace the store with what the classes have learned, when the shelf says it is due (Shelf.due)."""
+        if self.shelf is not None and self.shelf.due(final) and any(st.window for st in self.states.values()):
+            self.shelf.keep(self.session_id, self.learned())
 
     # -- the policy in force and hot reload ----------------------------------------------------
     def in_force(self) -> list[ClassInForce]:
-        """Every class as its next prompt will run: on/off, its longest draft, and the shortest
-        n-gram match that drafts."""
+        """Every class as its next prompt will run: on/off, its longest draft, the shortest match that drafts."""
         return [self.class_in_force(c.name) for c in self.policy.classes]
 
     def class_in_force(self, name: str) -> ClassInForce:
@@ -282,11 +269,8 @@ class PolicyEngine:
         self.policy = edit.policy
         sections = [s for s in edit.sections if s == "policy"]  # [routing] is the proxy's: no class here runs by it
         for name in list(self.states) if sections else edit.classes:
-            self._forget(name)
+            st = self.states.pop(name, None)
+            self.stored.pop(name, None)  # learned under the class as it was
+            for draft in st.window if st is not None else ():
+                self.shared.add(draft, -1)
         return loaded_event(edit.policy, self.session_id, self.in_force(), edit.classes + sections)
-
-    def _forget(self, name: str) -> None:
-        st = self.states.pop(name, None)
-        self.stored.pop(name, None)  # learned under the class as it was
-        for draft in st.window if st is not None else ():
-            self.shared.add(draft, -1)

@@ -104,17 +104,13 @@ def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation
     untimed = [r.request_id for r in estimated if not route.timed(r, c.clock)]
     if untimed:
         return Explanation(d, False, f"cited request {untimed[0]} is not timed on {CLOCK_WORDS[c.clock]}")
-    est = route.estimate(
-        [r for r in estimated if r.upstream == route.SPEC], [r for r in estimated if r.upstream == route.PLAIN], c.clock
-    )
+    spec, plain = ([r for r in estimated if r.upstream == side] for side in (route.SPEC, route.PLAIN))
+    est = route.estimate(spec, plain, c.clock)
     side = route.choose(c.side_from, est, c.min_requests)
     if side != c.side_to:
         return Explanation(d, False, f"recomputed: {c.side_from} -> {side} (logged {c.side_to})")
-    figures = {"ratio": (c.ratio, est.ratio), "low": (c.low, est.low), "high": (c.high, est.high)}
-    off = [name for name, (logged, again) in figures.items() if not _same(logged, again)]
-    if off:
-        logged, again = figures[off[0]]
-        return Explanation(d, False, f"inputs differ: {off[0]} logged {logged}, recomputed {again}")
+    if off := _differs({"ratio": (c.ratio, est.ratio), "low": (c.low, est.low), "high": (c.high, est.high)}):
+        return Explanation(d, False, off)
     return Explanation(
         d,
         True,
@@ -124,10 +120,12 @@ def explain_route(d: Decision, requests: dict[str, RequestTimed]) -> Explanation
     )
 
 
-def _same(logged: float | None, again: float | None) -> bool:
-    if logged is None or again is None:
-        return logged is again
-    return math.isclose(logged, again, rel_tol=1e-9)
+def _differs(figures: dict[str, tuple], spec: str = "") -> str:
+    """The first figure the log and the recomputation disagree on, in words ("" where none)."""
+    for name, (logged, again) in figures.items():
+        if not (logged is again if logged is None or again is None else math.isclose(logged, again, rel_tol=1e-9)):
+            return f"inputs differ: {name} logged {logged:{spec}}, recomputed {again:{spec}}"
+    return ""
 
 
 def explain_gate(d: Decision, drafts: dict[int, gate.Draft]) -> Explanation:
@@ -148,10 +146,8 @@ def explain_gate(d: Decision, drafts: dict[int, gate.Draft]) -> Explanation:
         return Explanation(d, False, f"recomputed: speculate={speculate} k={k} from match {match}")
     figures = {f"rate at reach bucket {b}": (r, again) for b, (r, again) in enumerate(zip(g.rates, rate))}
     figures |= {f"positions tried at bucket {b}": (n, again) for b, (n, again) in enumerate(zip(g.tried, own.tried))}
-    off = [name for name, (logged, again) in figures.items() if not _same(logged, again)]
-    if off:
-        logged, again = figures[off[0]]
-        return Explanation(d, False, f"inputs differ: {off[0]} logged {logged:.6g}, recomputed {again:.6g}")
+    if off := _differs(figures, ".6g"):
+        return Explanation(d, False, off)
     stored = ""
     if recall and recall.rounds:
         stored += f" and {count(recall.rounds, 'round')} of session {recall.session_id} (stored)"

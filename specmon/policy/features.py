@@ -1,12 +1,10 @@
 """What a prompt is, from its shape rather than its wording: does it give code (or data) or a
 passage of text for the answer to work on, and what share of it is such given material.
 
-The instruction is the prompt's shortest block (blocks are split at blank lines and code
-fences); every other block is given material. A one-block prompt gives what follows a line
-ending in ':', any quoted span of 60 characters or more and any bracketed data (JSON) of 40. A block is code when it is fenced,
-or dense in brackets, quotes, commas and bars (data: JSON, CSV, tables), or when most of its
-(two or more) lines look like code: brackets, `=` or `;` and an
-indent or a line end such as `:`, `{`, `;`, `,` or `)`. None of this reads English words."""
+The instruction is the prompt's shortest block (blocks are split at blank lines and code fences);
+every other block is given material. A block is code when it is fenced, dense in brackets, quotes,
+commas and bars (data: JSON, CSV, tables), or when most of its lines look like code (_CODE_LINE).
+None of this reads English words."""
 
 from __future__ import annotations
 
@@ -26,7 +24,6 @@ SYMBOL_SHARE = 0.08  # a block this dense in brackets, quotes, commas and bars i
 
 @dataclass(frozen=True)
 class Features:
-    chars: int
     code: bool  # code or structured data is given
     passage: bool  # a passage of prose is given
     given_share: float  # given characters / prompt characters
@@ -39,24 +36,14 @@ def prompt_features(text: str) -> Features:
     if len(blocks) >= 2:
         shortest = min(range(len(blocks)), key=lambda i: len(blocks[i].strip()))
         given = [b for i, b in enumerate(blocks) if i != shortest]
-    elif blocks:
-        given = _one_block_material(blocks[0])
-    prose = 0
-    for block in given:
-        if _looks_like_code(block):
-            code_chars += len(block)
-        else:
-            prose += len(block)
-    total = max(len(text), 1)
-    return Features(len(text), code_chars >= MIN_CODE, prose >= MIN_PASSAGE, min(1.0, (code_chars + prose) / total))
-
-
-def _one_block_material(block: str) -> list[str]:
-    lines = block.splitlines()
-    for i, line in enumerate(lines[:-1]):
-        if line.rstrip().endswith(":"):
-            return ["\n".join(lines[i + 1 :])]
-    return _QUOTED.findall(block) + _BRACKETED.findall(block)
+    elif blocks:  # one block: what follows a line ending in ':', else its long quoted and bracketed spans
+        lines = blocks[0].splitlines()
+        after = next((i + 1 for i, line in enumerate(lines[:-1]) if line.rstrip().endswith(":")), None)
+        given = ["\n".join(lines[after:])] if after else _QUOTED.findall(blocks[0]) + _BRACKETED.findall(blocks[0])
+    coded = sum(len(block) for block in given if _looks_like_code(block))
+    prose = sum(map(len, given)) - coded
+    code_chars += coded
+    return Features(code_chars >= MIN_CODE, prose >= MIN_PASSAGE, min(1.0, (code_chars + prose) / max(len(text), 1)))
 
 
 def _looks_like_code(block: str) -> bool:

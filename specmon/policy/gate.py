@@ -27,6 +27,7 @@ decision; it is recomputed every CHECK_EVERY drafting rounds of the class."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 if TYPE_CHECKING:
@@ -76,12 +77,12 @@ class Draft(NamedTuple):
         return cls(ev.round_id, ev.prompt_class, len(ev.proposed), ev.accepted, ev.matched)
 
 
+@dataclass
 class Counts:
     """Positions tried and accepted per reach bucket."""
 
-    def __init__(self):
-        self.tried = [0] * BUCKETS
-        self.taken = [0] * BUCKETS
+    tried: list = field(default_factory=lambda: [0] * BUCKETS)
+    taken: list = field(default_factory=lambda: [0] * BUCKETS)
 
     def add(self, draft: Draft, sign: int = 1) -> None:
         """Each drafted position up to the first rejection: accepted, or the one rejected."""
@@ -94,12 +95,10 @@ class Counts:
 
     def plus(self, tried: Sequence[float], taken: Sequence[float]) -> Counts:
         """These counts with more positions added (stored evidence: fractional counts)."""
-        out = Counts()
-        out.tried = [a + b for a, b in zip(self.tried, tried)]
-        out.taken = [a + b for a, b in zip(self.taken, taken)]
-        return out
+        return Counts([a + b for a, b in zip(self.tried, tried)], [a + b for a, b in zip(self.taken, taken)])
 
 
+@dataclass
 class Shadow:
     """A draft the class's table cut whole, checked against what the target emits instead. A plain
     step emits the token a verify pass would have accepted there (greedy: the same, up to near ties
@@ -109,9 +108,11 @@ class Shadow:
     as a drafting run would go, and a verified draft takes over the positions it had not reached:
     no position counts twice."""
 
-    def __init__(self, round_id: int, prompt_class: str, tokens: Sequence[int], matched: int):
-        self.round_id, self.prompt_class, self.tokens, self.matched = round_id, prompt_class, tokens, matched
-        self.accepted = 0
+    round_id: int
+    prompt_class: str
+    tokens: Sequence[int]
+    matched: int
+    accepted: int = 0
 
     def take(self, emitted: Sequence[int]) -> Draft | None:
         """The draft as a verify pass would have judged it, once the tokens emitted so far settle it."""
@@ -125,21 +126,13 @@ class Shadow:
             return None
         return Draft(self.round_id, self.prompt_class, len(self.tokens), self.accepted, self.matched)
 
-    def seen(self) -> Draft | None:
-        """The positions judged so far, all accepted (the rest never were), as a draft; None: none."""
-        return (
-            Draft(self.round_id, self.prompt_class, self.accepted, self.accepted, self.matched)
-            if self.accepted
-            else None
-        )
 
-
+@dataclass
 class Shadows:
     """Each prompt's shadow draft (Shadow) while it is checked: the rounds of a prompt, in order,
     settle it. The scheduler holds one per decode, `policy explain` one per log."""
 
-    def __init__(self):
-        self.pending: dict[str, Shadow] = {}
+    pending: dict[str, Shadow] = field(default_factory=dict)
 
     def settle(self, ev) -> Draft | None:
         """A round (events.RoundVerified): the draft its prompt's shadow comes to, once settled."""
@@ -159,7 +152,10 @@ class Shadows:
         """The prompt finished (or a verified draft took over): what its shadow had matched counts;
         dropping it would leave out only the shadows still succeeding and bias the rates down."""
         shadow = self.pending.pop(prompt_id, None)
-        return shadow.seen() if shadow is not None else None
+        if shadow is None or not shadow.accepted:
+            return None
+        # the positions judged so far, all accepted (the rest never were)
+        return Draft(shadow.round_id, shadow.prompt_class, shadow.accepted, shadow.accepted, shadow.matched)
 
     def drop(self, prompt_id: str) -> None:
         """A prompt starts: a shadow of a decode that never finished (it raised) is no evidence."""
@@ -176,14 +172,9 @@ def counts_of(drafts: Sequence[Draft]) -> Counts:
 def top_up(
     stored_tried: Sequence[float], stored_taken: Sequence[float], own: Counts, weight: float
 ) -> tuple[list[float], list[float]]:
-    """The stored positions a class's estimate takes per bucket: up to STORED_CAP * weight (its age's
-    weight) less the class's own fresh positions there, at the stored acceptance."""
-    tried, taken = [], []
-    for b in range(BUCKETS):
-        n = min(stored_tried[b], max(0.0, STORED_CAP * weight - own.tried[b]))
-        tried.append(n)
-        taken.append(stored_taken[b] * n / stored_tried[b] if stored_tried[b] else 0.0)
-    return tried, taken
+    """Stored positions a class takes per bucket: STORED_CAP * `weight` less its own, at the stored rate."""
+    tried = [min(stored, max(0.0, STORED_CAP * weight - mine)) for stored, mine in zip(stored_tried, own.tried)]
+    return tried, [taken * n / stored if stored else 0.0 for taken, n, stored in zip(stored_taken, tried, stored_tried)]
 
 
 def rates(
@@ -204,8 +195,7 @@ def rates(
 
 
 def goodputs(rate: Sequence[float], steps: Sequence[float], matched: int) -> list[float]:
-    """G(j) for j = 0..k after a match of `matched` tokens (0: a model drafter); steps[j]: a
-    round's cost in plain steps when it verifies j draft tokens (steps[0] = 1)."""
+    """G(j) for j = 0..k after a match of `matched` tokens (0: a model drafter), from the round costs `steps`."""
     out, survive, expected = [1.0], 1.0, 1.0
     start = matched - 1 if matched else -1
     for j in range(1, len(steps)):

@@ -25,10 +25,11 @@ _HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(#.*)?$")
 
 
 def locate(text: str, path: tuple) -> tuple[int, int]:
-    """(line, column), 1-based, of a key path like ("classes", 2, "draft_len") or ("policy", "mode").
-
-    Falls back to the nearest enclosing table header, then to line 1."""
-    table, index, keys = _split_path(path)
+    """(line, column), 1-based, of a key path like ("classes", 2, "draft_len"), else of its table, else (1, 1)."""
+    parts = list(path)
+    table = str(parts.pop(0)) if parts else ""
+    index = parts.pop(0) if parts and isinstance(parts[0], int) else -1
+    keys = [str(p) for p in parts]
     current, entry, in_scope, best = "", -1, False, (1, 1)
     for number, line in enumerate(text.splitlines(), 1):
         header = _HEADER.match(line)
@@ -44,20 +45,11 @@ def locate(text: str, path: tuple) -> tuple[int, int]:
                 best = (number, 1)
             continue
         if in_scope and keys:
-            want = keys[-1]
-            prefix = ".".join(keys[len(current.split(".")) - 1 : -1])
-            name = f"{prefix}.{want}" if prefix else want
+            name = ".".join([*keys[len(current.split(".")) - 1 : -1], keys[-1]])  # as written under `current`
             # `name = ...`, or a dotted key under it (`ngram.max_match = 3` names the table ngram)
             if re.match(rf"^\s*{re.escape(name)}\s*[=.]", line) or re.match(rf"^\s*{re.escape(keys[0])}\s*=", line):
                 return number, line.index(line.strip()[0]) + 1
     return best
-
-
-def _split_path(path: tuple) -> tuple[str, int, list[str]]:
-    parts = list(path)
-    table = str(parts.pop(0)) if parts else ""
-    index = parts.pop(0) if parts and isinstance(parts[0], int) else -1
-    return table, index, [str(p) for p in parts]
 
 
 def msgspec_path(message: str) -> tuple:

@@ -31,6 +31,9 @@ def loaded_event(
     )
 
 
+SECTIONS = {"policy": "settings", "routing": "routing"}  # a policy file's [section]: the Policy's field
+
+
 @dataclass(frozen=True)
 class Edit:
     """A valid edit of the policy file: the policy now, the classes it changed or removed (by name), and
@@ -59,19 +62,10 @@ class PolicyWatch:
             return refused_event(policy.source, session_id, str(exc))
         except Exception as exc:  # noqa: BLE001 - the promise: a reload never ends the run
             return refused_event(policy.source, session_id, f"{policy.source}: cannot load it ({exc!r})")
-        sections = [
-            name
-            for name, was, now in (("policy", policy.settings, new.settings), ("routing", policy.routing, new.routing))
-            if was != now
-        ]
-        return Edit(new, changed_classes(policy, new), sections)
-
-
-def changed_classes(old: Policy, new: Policy) -> list[str]:
-    """The classes an edit changed or removed, by name."""
-    before = {c.name: c for c in old.classes}
-    kept = {c.name for c in new.classes}
-    return [c.name for c in new.classes if before.get(c.name) != c] + [n for n in before if n not in kept]
+        sections = [name for name, field in SECTIONS.items() if getattr(policy, field) != getattr(new, field)]
+        before, kept = {c.name: c for c in policy.classes}, {c.name for c in new.classes}
+        changed = [c.name for c in new.classes if before.get(c.name) != c] + [n for n in before if n not in kept]
+        return Edit(new, changed, sections)
 
 
 def refused_event(source: str, session_id: str, error: str) -> PolicyLoaded:

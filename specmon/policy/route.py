@@ -29,8 +29,7 @@ SPEC, PLAIN, BOTH = "spec", "plain", "both"
 
 
 def timed(ev: RequestTimed, clock: str | None = None) -> bool:
-    """A successful reply that says how many tokens it generated in how many ms, on `clock` (None: on
-    either; metrics.served.timing)."""
+    """A successful reply with its tokens and ms on `clock` (None: either; metrics.served.timing)."""
     return timing(ev, clock) is not None
 
 

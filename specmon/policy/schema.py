@@ -123,15 +123,6 @@ class PolicyError(SpecmonError):
         self.problems: list[PolicyError] = [self]
 
 
-def _raise_problems(problems: list[PolicyError]) -> None:
-    """Raise the file's problems in file order as one PolicyError (the first), when there are any."""
-    if problems:
-        ordered = sorted(problems, key=lambda p: (p.reason == NO_CLASSES, p.line, p.column))  # the file's own last
-        first = ordered[0]
-        first.problems = ordered
-        raise first
-
-
 def load_policy(path: Path | str) -> Policy:
     """A policy file, or a shipped policy by name (`default`): the working directory first."""
     path = resolve("policies", str(path))
@@ -161,8 +152,7 @@ def read_policy_text(path: Path | str, keep_newlines: bool = False) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        start = data.rfind(b"\n", 0, exc.start) + 1
-        line, col = data.count(b"\n", 0, exc.start) + 1, len(data[start : exc.start].decode("utf-8")) + 1
+        line, col = line_col(before := data[: exc.start].decode("utf-8"), len(before))
         reason = f"not UTF-8 (byte 0x{data[exc.start]:02x}): save the file as UTF-8"
         raise PolicyError(str(path), line, col, reason) from None
     return text if keep_newlines else text.replace("\r\n", "\n").replace("\r", "\n")
@@ -179,14 +169,16 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     # a dropped `default` is no missing default class: that check waits for the fixed file
     guessing = any(path[-1] == "default" for path in dropped)
     warnings = retired + (_check(parsed, text, source, problems, guessing) if parsed else [])
-    _raise_problems(problems)
+    if problems:  # raised in file order as one PolicyError, the first
+        ordered = sorted(problems, key=lambda p: (p.reason == NO_CLASSES, p.line, p.column))  # the file's own last
+        ordered[0].problems = ordered
+        raise ordered[0]
     digest = hashlib.sha256(text.encode()).hexdigest()
     return Policy(parsed.policy, parsed.classes, source, text, digest, warnings, routing=parsed.routing)
 
 
 def _convert(raw: dict, text: str, source: str, problems: list) -> tuple[PolicyFile | None, list[tuple]]:
-    """msgspec's reading, each wrong key noted and dropped (its default stands in) until the rest
-    reads, and the keys dropped; None where a whole class or the file cannot be read past."""
+    """msgspec's reading with each wrong key noted and dropped (its default stands in), and the keys dropped."""
     dropped: list[tuple] = []
     while True:
         try:
@@ -195,7 +187,7 @@ def _convert(raw: dict, text: str, source: str, problems: list) -> tuple[PolicyF
             path = msgspec_path(str(exc))
             problems.append(PolicyError(source, *locate(text, path), _readable(str(exc)) + _did_you_mean(path)))
             if not _drop(raw, path):
-                return None, dropped
+                return None, dropped  # a whole class, or the file, cannot be read past
             dropped.append(path)
 
 
@@ -213,8 +205,7 @@ def _drop(raw: dict, path: tuple) -> bool:
 
 
 def _retire(raw: dict, text: str, source: str) -> list[str]:
-    """Take an older file's retired keys out of `raw`, one warning each; its draft_len range
-    {min, max, start, adapt} is read as its max."""
+    """Take an older file's retired keys out of `raw`, one warning each; a draft_len range is read as its max."""
     warnings, why = [], "no longer read: each draft is weighed against the engine's measured costs (docs/policy.md)"
 
     def warn(path: tuple, what: str) -> None:
@@ -308,16 +299,12 @@ def _check_class(cls: PromptClass, i: int, names: set, text: str, source: str, p
             compile_regex(pattern)
         except RegexError as exc:
             problem(("match", "regex"), f"bad regular expression {_shown(pattern)}: {exc}")
-    for key in ("min_chars", "max_chars"):
-        if not 0 <= getattr(cls.match, key) <= MAX_CHARS:
-            problem(("match", key), f"match.{key} = {_shown(getattr(cls.match, key))} must be 0..{MAX_CHARS}")
+    for key, most in (("min_chars", MAX_CHARS), ("max_chars", MAX_CHARS), ("min_given", 1)):
+        if not 0 <= (value := getattr(cls.match, key)) <= most:
+            share = " (a share of the prompt)" if key == "min_given" else ""
+            problem(("match", key), f"match.{key} = {_shown(value)} must be 0..{most}{share}")
     if not 0 <= cls.draft_len <= MAX_DRAFT_LEN:
         problem(("draft_len",), f"draft_len = {cls.draft_len} must be 0..{MAX_DRAFT_LEN}")
-    if not 0.0 <= cls.match.min_given <= 1.0:
-        problem(
-            ("match", "min_given"),
-            f"match.min_given = {_shown(cls.match.min_given)} must be 0..1 (a share of the prompt)",
-        )
     if cls.match.max_chars and cls.match.max_chars < cls.match.min_chars:
         problem(("match", "max_chars"), "max_chars < min_chars")
 
@@ -347,8 +334,7 @@ def _shown(value) -> str:
 
 
 def _readable(message: str) -> str:
-    """msgspec's reason with the key it is about ("classes[0].ngram.min_match: Expected ...") and,
-    for a bad choice, the choices (_CHOICES)."""
+    """msgspec's reason after the key it is about, and for a bad choice, the choices (_CHOICES)."""
     reason, _, where = message.partition(" - at `$")
     where = where.rstrip("`").lstrip(".")
     if reason.startswith("Invalid enum value") and where:
@@ -371,8 +357,7 @@ def _did_you_mean(path: tuple) -> str:
 
 
 def _syntax_error(text: str, source: str, exc: Exception) -> PolicyError:
-    """tomlkit (which edits these files) names a syntax error's line; tomllib sometimes says
-    only "end of document"."""
+    """tomlkit's location of a syntax error, where it has one: tomllib sometimes says only "end of document"."""
     try:
         tomlkit.parse(text)
     except TOMLKitError as kit:

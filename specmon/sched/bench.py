@@ -1,15 +1,12 @@
 """`specmon bench policy`: the policy against every fixed draft length, per class.
 
-The policy decodes the prompt set `repeat` times, learning as it goes; beside each of its
-prompts, the same prompt is decoded at every fixed k (0 = plain). The decodes of a prompt take
-turns round by round, each on its own KV cache (weights shared), the one with the fewest tokens
-next, so a change in the machine's speed (seconds long on a shared host) falls on the policy and
-on every fixed k alike; a backend that cannot copy its target runs them one after another, in an
-order that rotates. A fixed run drafts as `specmon run -k K` does (the plain n-gram lookup, each
-proposal verified whole), so auto against fixed k measures the whole policy, its drafting and its
-cuts. Everything is logged; the fixed runs are marked by their PromptStarted's class_rule, so the
-figures are recomputed from the log alone (bench_results). A class's auto goodput counts every
-round the policy ran, its plain steps included."""
+The policy decodes the prompt set `repeat` times, learning as it goes; beside each of its prompts,
+the same prompt is decoded at every fixed k (0 = plain), the decodes taking turns or in an order
+that rotates (sched.turns), so drift in the machine's speed falls on all alike. A fixed run drafts
+as `specmon run -k K` does (the plain n-gram lookup, each proposal verified whole), so auto against
+fixed k measures the whole policy, its drafting and its cuts. Everything is logged; the fixed runs
+are marked by their PromptStarted's class_rule, so the figures are recomputed from the log alone
+(bench_results). A class's auto goodput counts every round the policy ran, its plain steps included."""
 
 from __future__ import annotations
 
@@ -21,8 +18,8 @@ from pathlib import Path
 from typing import Callable, Generator, Iterable, Mapping, Sequence
 
 from specmon.engine.draft_len import FixedDraftLen
-from specmon.engine.drafters import Drafter, NoDrafter
-from specmon.engine.driver import UNCHECKED, SessionDriver
+from specmon.engine.drafters import NoDrafter
+from specmon.engine.driver import UNCHECKED
 from specmon.engine.prompts import Prompt, prompt_set
 from specmon.errors import SpecmonError
 from specmon.engine.rounds import drain
@@ -32,7 +29,7 @@ from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_esti
 from specmon.metrics.rates import goodput, speedup
 from specmon.metrics.stats import RunStats
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
-from specmon.sched.turns import lanes as make_lanes, rotated, take_turns
+from specmon.sched.turns import Lane, lanes as make_lanes, rotated, take_turns
 
 
 def prompt_phases(prompts: Sequence[Prompt]) -> dict[str, str]:
@@ -86,34 +83,27 @@ def run_bench(
     driver = policy.driver
     driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
     lanes = make_lanes(driver, [policy.drafter] * (len(ks) + 1))
-    sequence = list(prompts) * repeat
-    for index, prompt in enumerate(sequence):
+    runs: list[int | None] = [None, *ks]  # None: the policy's own, which takes each place in turn as every k does
+    for index, prompt in enumerate(list(prompts) * repeat):
         name = policy.engine.classify(prompt.text, _tag(prompt))[0]
-        runs: list[int | None] = [None, *ks]  # None: the policy's own decode of the prompt
-        order = [
-            k
-            for k in rotated(runs, index)  # the policy takes each place in turn, as every k does
-            if not (k and fixed_passes and index // len(prompts) >= fixed_passes)
-        ]
+        late = fixed_passes and index // len(prompts) >= fixed_passes  # a pass after those fixed k > 0 run in
+        order = [k for k in rotated(runs, index) if not (k and late)]
+        arms = lanes or [Lane(driver, policy.drafter)] * len(order)  # an un-forked Lane holds nothing to flush
+        decodes = [_arm(policy, arm, prompt, name, k, sampling, max_new_tokens) for arm, k in zip(arms, order)]
         if lanes is None:
-            for k in order:
-                drain(_arm(policy, driver, policy.drafter, prompt, name, k, sampling, max_new_tokens))
+            for decode in decodes:  # one after another
+                drain(decode)
         else:
-            decodes = [
-                _arm(policy, lane.driver, lane.drafter, prompt, name, k, sampling, max_new_tokens)
-                for lane, k in zip(lanes, order)
-            ]
             take_turns(decodes)
-            for lane in lanes:
-                lane.flush(driver.emit)
+        for arm in arms:
+            arm.flush(driver.emit)
         if on_prompt:
             on_prompt(index + 1)
 
 
 def _arm(
     policy: PolicyScheduler,
-    driver: SessionDriver,
-    drafter: Drafter,
+    arm: Lane,
     prompt: Prompt,
     name: str,
     k: int | None,
@@ -121,6 +111,7 @@ def _arm(
     max_new_tokens: int,
 ) -> Generator[int, None, object]:
     """One decode of the prompt: the policy's (k None) or at fixed k with the profile's drafter, as `run -k` has it."""
+    driver, drafter = arm.driver, arm.drafter
     if k is None:
         return (yield from policy.decode_steps(prompt, sampling, max_new_tokens, driver, drafter))
     getattr(drafter, "confident", lambda *a: None)(0)  # fixed k: the plain lookup, as `specmon run -k K` drafts
@@ -222,23 +213,13 @@ def bench_results(events: Iterable[AnyEvent], phases: Mapping[str, str] | None =
 def overall_figures(results: dict[str, BenchClass], ks: Sequence[int]) -> dict:
     """Every class together: the policy's goodput against each single fixed k applied to every
     class, and auto/best single's paired 95% interval over all prompts."""
-    auto = goodput(sum(c.auto.emitted for c in results.values()), sum(c.auto.round_ms for c in results.values()))
-    fixed = {}
-    for k in ks:
-        runs = [c.fixed[k] for c in results.values() if k in c.fixed]
-        rate = goodput(sum(r.emitted for r in runs), sum(r.round_ms for r in runs)) if runs else None
-        if rate:
-            fixed[k] = rate * 1e3
+    auto = _tok_per_s([c.auto for c in results.values()])
+    fixed = {k: rate for k in ks if (rate := _tok_per_s([c.fixed[k] for c in results.values() if k in c.fixed]))}
     best = max(fixed, key=fixed.get, default=None)
-    auto = auto * 1e3 if auto else None
-    paired = (
-        None
-        if best is None
-        else speedup_estimate(
-            _pooled(c.auto.prompt_totals for c in results.values()),
-            _pooled(c.fixed[best].prompt_totals for c in results.values() if best in c.fixed),
-        )
-    )
+    paired = None
+    if best is not None:
+        runs = [c.fixed[best] for c in results.values() if best in c.fixed]
+        paired = speedup_estimate(_pooled([c.auto for c in results.values()]), _pooled(runs))
     return {
         "auto": auto,
         "fixed": {str(k): v for k, v in fixed.items()},
@@ -249,11 +230,15 @@ def overall_figures(results: dict[str, BenchClass], ks: Sequence[int]) -> dict:
     }
 
 
-def _pooled(totals: Iterable[PromptTotals]) -> PromptTotals:
+def _tok_per_s(runs: list[RunStats]) -> float | None:
+    """Several runs' goodput together, in tokens per second; None where they emitted nothing."""
+    rate = goodput(sum(r.emitted for r in runs), sum(r.round_ms for r in runs))
+    return rate * 1e3 if rate else None
+
+
+def _pooled(runs: list[RunStats]) -> PromptTotals:
     """Several classes' per-prompt totals as one (a prompt falls in one class)."""
-    emitted: dict[str, int] = {}
-    ms: dict[str, float] = {}
-    for t in totals:
-        emitted.update(t.emitted)
-        ms.update(t.ms)
-    return PromptTotals(emitted, ms)
+    totals = [r.prompt_totals for r in runs]
+    return PromptTotals(
+        {p: n for t in totals for p, n in t.emitted.items()}, {p: ms for t in totals for p, ms in t.ms.items()}
+    )

@@ -68,12 +68,9 @@ def load_engines(names: Sequence[str], profiles: dict[str, str], skipped: Callab
         except SpecmonError as exc:
             skipped(name, str(exc))
             continue
-        drivers[name] = SessionDriver(f"bench-engines-{name}", pair.target, pair.tokenizer, _drop, 0.0)
+        # engines are compared on their decodes' own totals: no log
+        drivers[name] = SessionDriver(f"bench-engines-{name}", pair.target, pair.tokenizer, lambda event: None, 0.0)
     return drivers
-
-
-def _drop(event) -> None:
-    """Engines are compared on their decodes' own totals; no log."""
 
 
 def decode(driver: SessionDriver, prompt: Prompt, mode: str, k: int, n_new: int):
@@ -145,8 +142,7 @@ def _engine_turn(
 
 
 def reference_turn(bench: Bench, tokenizer, prompt: Prompt, n_new: int, reference: tuple[str, str, int]) -> list[int]:
-    """llama.cpp's own loop on the chat-formatted prompt the engines decode: its tokens after the first
-    and their ms go into `bench`, as "C loop" (decode and argmax) and "C decode" (llama_decode alone);
+    """llama.cpp's own loop on the chat-formatted prompt, timed into `bench` as "C loop" and "C decode";
     returns its greedy output."""
     from specmon.backends.llamacpp_loader import import_llama_cpp, use_extra_bufts
 
@@ -182,25 +178,23 @@ def figures(bench: Bench, prompts: Sequence[Prompt]) -> dict:
     """Per engine: plain tok/s (and against the first engine's), the n-gram speedup over its own plain
     with its 95% interval over prompts, and identical outputs; per class, each engine's speedup."""
     ids = [p.id for p in prompts]
+    by_class = defaultdict(list)
+    for p in prompts:
+        by_class[p.prompt_class].append(p.id)
     base = _tok_s(_totals(next(iter(bench.cells.values()))["plain"], ids))
-    engines = {}
+    engines, classes = {}, {c: {} for c in by_class}
     for name, modes in bench.cells.items():
         plain = _tok_s(_totals(modes["plain"], ids))
-        entry = {"plain_tok_s": plain, "vs_first": speedup(plain, base), "prompts": len(ids)}
+        entry = engines[name] = {"plain_tok_s": plain, "vs_first": speedup(plain, base), "prompts": len(ids)}
         if name in bench.same:  # a decode pair per prompt and rep (C loop: its text against llama.cpp's plain)
             entry["identical"], entry["compared"] = bench.same[name]
-        if "ngram" in modes:
-            est = speedup_estimate(_totals(modes["ngram"], ids), _totals(modes["plain"], ids))
-            entry.update(
-                ngram_speedup=est.ratio, interval=None if est.low is None else [est.low, est.high], verdict=est.verdict
-            )
-        engines[name] = entry
-    classes = {}
-    for cls in dict.fromkeys(p.prompt_class for p in prompts):
-        cls_ids = [p.id for p in prompts if p.prompt_class == cls]
-        classes[cls] = {}
-        for name, modes in bench.cells.items():
-            if "ngram" in modes:
-                est = speedup_estimate(_totals(modes["ngram"], cls_ids), _totals(modes["plain"], cls_ids))
-                classes[cls][name] = {"speedup": est.ratio, "verdict": est.verdict}
+        if "ngram" not in modes:
+            continue
+        est = speedup_estimate(_totals(modes["ngram"], ids), _totals(modes["plain"], ids))
+        entry.update(
+            ngram_speedup=est.ratio, interval=None if est.low is None else [est.low, est.high], verdict=est.verdict
+        )
+        for cls, cls_ids in by_class.items():
+            est = speedup_estimate(_totals(modes["ngram"], cls_ids), _totals(modes["plain"], cls_ids))
+            classes[cls][name] = {"speedup": est.ratio, "verdict": est.verdict}
     return {"engines": engines, "classes": classes}

@@ -6,6 +6,7 @@ round by round, and its rounds become the evidence for the class's next decision
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Callable, Generator, Sequence
@@ -108,32 +109,27 @@ class PolicyScheduler:
         on_round: Callable[[RoundVerified], None] | None = None,
         stop: Callable[[], str | None] | None = None,
     ) -> Generator[int, None, Decoded]:
-        """decode() one round at a time (it yields after each round), on `driver` and `drafter`
-        (a fork's, so decodes can take turns) or the scheduler's own: pick up a policy edit,
-        classify (the class a request `named`, else by the policy's rules), set the class's
-        drafter, decode round by round, each draft cut to what the class's decision verifies
-        (each round feeds the policy, then `on_round`; `stop` may end it), finish and sample memory."""
+        """decode() one round at a time (it yields after each round), on `driver` and `drafter` (a fork's, so
+        decodes can take turns) or the scheduler's own; `named` is a class the request names, `stop` may end it."""
         driver, drafter = driver or self.driver, drafter or self.drafter
         started = time.perf_counter()
         self.look(driver)  # a prompt is classified, planned and drafted by one policy: the one in force now
         tag = prompt.prompt_class if prompt.prompt_class != "default" else None
         name, rule = self.engine.classify(prompt.text, tag, named)
         self.configure_drafter(name, drafter)  # every prompt: a class's settings never carry into another's
-        draft_len = PolicyDraftLen(self.engine, name)
         k = self.engine.draft_len(name)
         self.policy_ms += (time.perf_counter() - started) * 1e3
         gated = GatedDrafter(drafter, self.engine, name)
-        observe = self._after_round(driver, on_round, gated.shadows)
         done = yield from driver.decode_steps(
             prompt,
             gated,
-            draft_len,
+            PolicyDraftLen(self.engine, name),
             sampling,
             max_new_tokens,
             prompt_class=name,
             class_rule=rule,
             start_draft_len=k,
-            on_round=observe,
+            on_round=functools.partial(self._observe, driver, on_round, gated.shadows),
             stop=stop,
         )
         self.policy_ms += gated.spent_ms
@@ -166,23 +162,17 @@ class PolicyScheduler:
         finally:
             self.engine.remember(final=True)
 
-    def _after_round(
-        self, driver: SessionDriver, then: Callable[[RoundVerified], None] | None, shadows: gate.Shadows
-    ) -> Callable[[RoundVerified], None]:
-        """Each round: feed it to the policy (and a shadow draft it settles), then to `then`; its
-        decisions take effect from the next round."""
-        engine, clock = self.engine, time.perf_counter
-
-        def observe(event: RoundVerified) -> None:
-            started = clock()
-            decisions = engine.observe(event, shadows)  # a plain step too: it earns the class's exploration budget
-            self.policy_ms += (clock() - started) * 1e3
-            for decision in decisions:
-                driver.emit(decision)
-            if then is not None:
-                then(event)
-
-        return observe
+    def _observe(
+        self, driver: SessionDriver, then: Callable | None, shadows: gate.Shadows, event: RoundVerified
+    ) -> None:
+        """Each round: to the policy (its decisions take effect from the next round), then to `then`."""
+        started = time.perf_counter()
+        decisions = self.engine.observe(event, shadows)  # a plain step too: it earns the class's exploration budget
+        self.policy_ms += (time.perf_counter() - started) * 1e3
+        for decision in decisions:
+            driver.emit(decision)
+        if then is not None:
+            then(event)
 
     def look(self, driver: SessionDriver | None = None, now: float | None = None) -> None:
         """Between prompts (or while a server idles): pick up an edit of the policy file once

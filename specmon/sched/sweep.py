@@ -42,16 +42,12 @@ def run_sweep(
     max_new_tokens: int,
     on_run: Callable[[int], None] | None = None,
 ) -> None:
-    """Each prompt runs every cell, in an order rotated from prompt to prompt. Where the backend
-    and drafters can be copied (and the copies fit LANE_BYTES), a prompt's cells take turns round
-    by round on their own KV caches, their events are written when all are done (each decode's
-    together: an interrupted sweep keeps the prompts it finished) and `on_run(n)` hears of a
-    prompt's runs at once; else the cells run one after another, their rounds written as they
-    happen, and `on_run(n)` is told after each run. n counts prompt x cell runs."""
+    """Each prompt runs every cell, in an order rotated from prompt to prompt: in turns on lanes where
+    their copies fit LANE_BYTES (turns.py), else one after another; `on_run(n)` counts prompt x cell runs."""
     driver.check_room(prompts, max_new_tokens, max(cell.draft_len for cell in cells))
     drafters = {**drafters, "none": NoDrafter()}
     lanes = _lanes(driver, drafters, cells)
-    finished = 0
+    finished, ran = 0, on_run or (lambda n: None)
     for index, prompt in enumerate(prompts):
         order = rotated(cells, index)
         # each cell's lane, or without lanes the session's own driver (a Lane that never holds an event)
@@ -64,21 +60,18 @@ def run_sweep(
         ]
         if lanes is None:
             done = []
-            for decode in decodes:  # one after another
+            for decode in decodes:  # one after another, each told as it ends
                 done.append(drain(decode))
-                finished += 1
-                if on_run:
-                    on_run(finished)
+                ran(finished + len(done))
         else:
             done = take_turns(decodes)
         runs = dict(zip(order, done))
         for cell, arm in arms.items():  # finishes after all cells, so plain can run in any position
             arm.driver.finish(runs[cell], driver.equivalence(runs[Cell("none", 0, cell.sampling)], runs[cell]))
             arm.flush(driver.emit)  # a lane's events, held until the prompt's decodes are all done
+        finished += len(order)
         if lanes is not None:
-            finished += len(order)
-            if on_run:
-                on_run(finished)
+            ran(finished)
         driver.sample_resources()
 
 

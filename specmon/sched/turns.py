@@ -17,8 +17,7 @@ T = TypeVar("T")
 
 
 def rotated(arms: Sequence[T], index: int) -> list[T]:
-    """The arms in the order prompt `index` runs them: each takes every place in turn, so a drift in
-    the machine's speed within a prompt falls on all of them alike (run, sweep, bench)."""
+    """The arms in the order prompt `index` runs them: each takes every place in turn."""
     shift = index % len(arms) if arms else 0
     return [*arms[shift:], *arms[:shift]]
 
@@ -40,9 +39,7 @@ class Lane:
 
 
 def lanes(driver: SessionDriver, drafters: Sequence[Drafter]) -> list[Lane] | None:
-    """A lane per drafter given (each forked), where the target and every drafter can be copied;
-    else None (the decodes then run one after another, so drift in machine speed between them is
-    not shared)."""
+    """A lane per drafter given (each forked), where the target and every drafter can be copied; else None."""
     if any(getattr(d, "fork", None) is None for d in drafters):
         return None
     made = []
@@ -56,8 +53,7 @@ def lanes(driver: SessionDriver, drafters: Sequence[Drafter]) -> list[Lane] | No
 
 
 def take_turns(decodes: Sequence[Generator[int, None, object]]) -> list[object]:
-    """Step the decodes one round at a time, always the one with the fewest tokens so far, so every
-    decode covers each stretch of the text within a few rounds of the others; returns what each
+    """Step the decodes one round at a time, always the one with the fewest tokens so far; returns what each
     decode returned."""
     progress = [0] * len(decodes)
     results: list[object] = [None] * len(decodes)
