@@ -23,7 +23,7 @@ from typing import Iterator
 import msgspec
 
 from specmon.errors import SpecmonError
-from specmon.events.schema import FORMAT_VERSION, AnyEvent, decode, encode
+from specmon.events.schema import FORMAT_VERSION, AnyEvent, decode
 
 MAGIC = b"SPECMON\x00"
 PREAMBLE = struct.Struct(">8sH")  # magic, format version: the same in every format
@@ -42,17 +42,6 @@ class LogDamaged(SpecmonError):
         super().__init__(f"{source}: damaged at byte {offset}: {reason}")
         self.offset = offset
         self.reason = reason
-
-
-def preamble() -> bytes:
-    """Format 1's preamble. With `frame`, builds a format-1 log (tests, tools); LogWriter writes format 2."""
-    return PREAMBLE.pack(MAGIC, 1)
-
-
-def frame(event) -> bytes:
-    """One event as a format-1 frame: length, CRC-32, msgpack payload (unnumbered)."""
-    payload = encode(event)
-    return FRAME_V1.pack(len(payload), zlib.crc32(payload)) + payload
 
 
 class FrameEncoder:
