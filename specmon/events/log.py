@@ -67,7 +67,9 @@ class LogWriter:
         """Frame encoded events (schema.encode) in order and write them in one go; where the Rotation's
         size is passed, the rest goes on in a new part."""
         if self.events_written == 0 and self.part == 1 and payloads:
-            self._keep_header(payloads[0])
+            with contextlib.suppress(msgspec.DecodeError):  # not an event: a later part then starts without a header
+                header = decode(payloads[0])
+                self._header = header if isinstance(header, SessionStarted) else None
         elif self._rotate_asked and payloads:
             self.rotate()  # asked for since the last batch: what comes after the ask opens the new part
         limit = getattr(self.rotation, "max_bytes", None)
@@ -94,13 +96,6 @@ class LogWriter:
         if self._rotate_asked and self.events_written:
             self.rotate()
 
-    def _keep_header(self, payload: bytes) -> None:
-        try:
-            event = decode(payload)
-        except msgspec.DecodeError:
-            return  # not an event: a later part then starts without a header
-        self._header = event if isinstance(event, SessionStarted) else None
-
     def rotate(self) -> None:
         """Finish the live part with LogRotated and go on in a new file under its name.
 
@@ -111,6 +106,8 @@ class LogWriter:
         done, nxt = part_path(self.path, self.part), self._next_part()
         linked = False
         try:
+            if self._header is not None:
+                nxt.write(msgspec.structs.replace(self._header, part=self.part + 1))
             linked = link_part(self.path, done)
             marker = LogRotated(
                 session_id=self._header.session_id if self._header else "",
@@ -136,21 +133,13 @@ class LogWriter:
         self._prune()
 
     def _next_part(self) -> "LogWriter":
-        """The next part, whole and locked, under a name no reader looks for until it is renamed."""
+        """The next part, locked, under a name no reader looks for until it is renamed (rotate writes its header)."""
         temp = self.path.with_name(self.path.name + ".next")
         temp.unlink(missing_ok=True)  # left by a rotation that crashed: it holds a header, nothing more
         try:
-            nxt = LogWriter(temp)
+            return LogWriter(temp)
         except SpecmonError as exc:  # as a full disk: the log's writer reports an OSError
             raise OSError(errno.EIO, str(exc)) from None
-        try:
-            if self._header is not None:
-                nxt.write(msgspec.structs.replace(self._header, part=self.part + 1))
-        except BaseException:
-            nxt.close()
-            nxt.path.unlink(missing_ok=True)
-            raise
-        return nxt
 
     def _prune(self) -> None:
         """Remove the part that fell out of the Rotation's `keep`; a follower that holds it open still reads it."""
@@ -222,10 +211,8 @@ def _open(path: Path) -> BinaryIO:
 
 
 def read_log(path: Path) -> Iterator[AnyEvent]:
-    """Yield every whole event in order; on damage, raise LogDamaged after the last good one.
-
-    Reads in 64 KiB chunks, so memory stays flat however long the log is.
-    """
+    """Yield every whole event in order; on damage, raise LogDamaged after the last good one. Reads in
+    64 KiB chunks, so memory stays flat however long the log is."""
     decoder = FrameDecoder(str(path))
     with _open(Path(path)) as fh:
         while chunk := fh.read(CHUNK):
@@ -345,5 +332,5 @@ def _open_part(candidates: tuple[Path, ...], log_id: bytes) -> tuple[BinaryIO, P
     return None
 
 
-def default_log_path(session_id: str, logs_dir: Path | None = None) -> Path:
-    return Path(logs_dir or os.environ.get("SPECMON_LOGS", "logs")) / f"{session_id}.specmon"
+def default_log_path(session_id: str) -> Path:
+    return Path(os.environ.get("SPECMON_LOGS", "logs")) / f"{session_id}.specmon"
