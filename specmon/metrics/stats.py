@@ -192,10 +192,11 @@ def class_stats(events: Iterable[AnyEvent]) -> dict[str, ClassStats]:
 
 
 def summary(classes: dict[str, ClassStats]) -> dict:
-    """The JSON shape of `specmon run --json`: {"classes": {name: {...}}}. A class's own keys are its figures
-    at its main k (`ClassStats.speculative`, or plain decoding when it never speculated); "by_draft_len"
-    holds the same keys for every k it ran rounds at, k = 0 (plain decoding, the side its speedups are
-    measured against) included, by str(k), k rising."""
+    """The JSON shape of `specmon run --json`: {"classes": {name: {...}}}.
+
+    A class's own keys are its figures at its main k (`ClassStats.speculative`, or plain decoding
+    when it never speculated); "by_draft_len" holds the same keys for every k it ran rounds at,
+    k = 0 (plain decoding, the side its speedups are measured against) included, by str(k), k rising."""
     return {"classes": {name: _class_summary(c) for name, c in classes.items()}}
 
 

@@ -73,9 +73,10 @@ class ReplayFeed:
         return self._take(lambda ev: True, MAX_BATCH, stop_after=stop_after)
 
     def jump(self, target: str) -> list[AnyEvent]:
-        """Events up to a round id (`r123`), a prompt id (`p:chat-2`) or a decision (`d4`). The log is
-        searched first, with a reader of its own: a target that is not there raises and leaves the
-        position, the play state and what was handed out as they were."""
+        """Events up to a round id (`r123`), a prompt id (`p:chat-2`) or a decision (`d4`).
+
+        The log is searched first, with a reader of its own: a target that is not there raises
+        and leaves the position, the play state and what was handed out as they were."""
         match = _target(target)
         if match is None:
             raise SpecmonError(f"jump target {target!r}: use r<round id>, p:<prompt id> or d<decision id>")

@@ -134,10 +134,8 @@ def _pays(r: CellRow) -> str:
 
 def _measured_otherwise(r: CellRow, pays: str) -> bool:
     """The cell ran slower than plain where eq. 1 says it pays, or faster where it says it does not."""
-    if r.speedup is None:
-        return False
-    shown = round(r.speedup, 2)  # as printed: never `yes, ran 1.00×`
-    return shown < 1.0 if pays == "yes" else shown > 1.0 if pays in ("no", "never") else False
+    shown = 1.0 if r.speedup is None else round(r.speedup, 2)  # as printed: never `yes, ran 1.00×`
+    return shown < 1.0 if pays == "yes" else shown > 1.0 and pays in ("no", "never")
 
 
 def _why_measured_otherwise(r: CellRow, pays: str) -> Note:
