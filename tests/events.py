@@ -9,8 +9,30 @@ The defaults are fresh objects on each call, so a test may change a list it was 
 
 from __future__ import annotations
 
-from specmon.events.schema import PolicyLoaded, PromptStarted, RequestTimed, RoundVerified, Sampling, SessionStarted
+import zlib
+
+from specmon.events.frames import FRAME_V1, MAGIC, PREAMBLE
+from specmon.events.schema import (
+    PolicyLoaded,
+    PromptStarted,
+    RequestTimed,
+    RoundVerified,
+    Sampling,
+    SessionStarted,
+    encode,
+)
 from specmon.proxy.tally import Tally
+
+
+def preamble() -> bytes:
+    """Format 1's preamble: with `frame`, a format-1 log (LogWriter writes format 2)."""
+    return PREAMBLE.pack(MAGIC, 1)
+
+
+def frame(event) -> bytes:
+    """One event as a format-1 frame: length, CRC-32, msgpack payload (unnumbered)."""
+    payload = encode(event)
+    return FRAME_V1.pack(len(payload), zlib.crc32(payload)) + payload
 
 
 def session_started(**fields) -> SessionStarted:

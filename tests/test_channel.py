@@ -17,13 +17,13 @@ from hypothesis import example, given, settings, strategies as st
 from specmon.errors import SpecmonError
 from specmon.transport.attach import attach_events
 from specmon.transport.channel import Channel, LogSink
-from specmon.events.frames import FrameDecoder, LogDamaged, frame, preamble
+from specmon.events.frames import FrameDecoder, LogDamaged
 from specmon.events.log import follow_log, read_log
 from specmon.events.schema import RoundVerified, SessionFinished
 from specmon.transport.serve import EventServer, parse_listen
 from tinymodel import tiny_profile
 from waiting import wait_until
-from events import round_verified
+from events import frame, preamble, round_verified
 
 SPECMON = [sys.executable, "-m", "specmon.cli"]
 

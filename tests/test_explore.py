@@ -67,7 +67,7 @@ class Replayed:
 
     def prompt(self, given: list[int], reply: list[int]) -> list[RoundVerified]:
         self.prompts += 1
-        self.target.play(given + reply)
+        self.target.sequence = given + reply
         start = len(self.events)
         played = Prompt(f"p{self.prompts}", "", "default", max_new_tokens=len(reply), token_ids=tuple(given))
         self.scheduler.decode(played, GREEDY, len(reply))

@@ -6,7 +6,7 @@ import typing
 import msgspec
 import pytest
 
-from specmon.events.frames import FrameDecoder, frame, preamble
+from specmon.events.frames import FrameDecoder
 from specmon.events.schema import (
     AnyEvent,
     ClassInForce,
@@ -31,6 +31,7 @@ from specmon.events.schema import (
     decode,
     encode,
 )
+from events import frame, preamble
 
 # Field order is the wire format: a struct only ever gains fields at the end. A change here that
 # is not an append breaks every log already written.

@@ -15,7 +15,8 @@ import pytest
 
 from events import request_timed, session_started
 from specmon.errors import SpecmonError
-from specmon.events.log import Rotation, follow_log, log_parts, read_log
+from specmon.events.log import Rotation, follow_log, read_log
+from specmon.events.parts import log_parts
 from specmon.events.schema import LogRotated, RequestTimed, SessionFinished, SessionStarted, decode, encode
 from specmon.transport.attach import attach_events
 from specmon.transport.channel import Channel, LogSink

@@ -340,7 +340,7 @@ def test_the_headless_record_fits_80_columns_and_its_notice_follows_on_lines_of_
     printed = f"specmon: {notice[0]}".splitlines()
     assert all(len(line) <= 80 for line in [f"specmon: {record}", *printed]), printed
     assert len(printed) > 1 and all(line.startswith("  ") for line in printed[1:]), printed  # hung under itself
-    assert " ".join(notice[0].split()) == unreported.notice(ev, drafts=6)  # the notice's words, every one
+    assert " ".join(notice[0].split()) == unreported.said(ev, drafts=6)[0]  # the notice's words, every one
     streamed = msgspec.structs.replace(ev, stream=True, draft_n=48, draft_n_accepted=2, first_byte_ms=90.0)
     assert request_lines(streamed, told, width=80, sides=True) == [
         "200 c676e3f6 chat upstream=spec acc=2/48 tokens=32 tok/s=47.9 ttfb=90ms total=794ms"

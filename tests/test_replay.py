@@ -176,7 +176,7 @@ def test_report_plots_measured_k_as_points_with_intervals_from_zero_and_says_why
     from specmon.replay import report
 
     figures = {}
-    monkeypatch.setattr(report, "_save", lambda fig, path: figures.setdefault(path.name, fig))
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: figures.setdefault(path.name, fig))
     report.build_report(POLICY_LOG, tmp_path)
     data = json.loads((tmp_path / "report.json").read_text())
     stats = class_stats(read_log(POLICY_LOG))

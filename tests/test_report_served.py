@@ -50,7 +50,7 @@ def test_a_log_whose_rounds_never_drafted_says_so_in_its_position_plot(tmp_path,
     rounds = [round_verified(round_id=i, round_index=i, t=T0 + i) for i in range(4)]
     log = write_log(tmp_path / "plain.specmon", [header("torch"), *rounds])
     figures = {}
-    monkeypatch.setattr(report, "_save", lambda fig, path: figures.setdefault(path.name, fig))
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: figures.setdefault(path.name, fig))
     page = report.build_report(log, tmp_path / "report").read_text()
     (positions,) = figures["acceptance_by_position.png"].axes
     assert [t.get_text() for t in positions.texts] == [

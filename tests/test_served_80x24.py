@@ -74,7 +74,7 @@ async def test_the_notice_is_shown_whole_in_the_proxy_view_at_80x24():
     lines = await shown([header("proxy"), counters(0, 0, []), counters(1, 0, []), *replies], "classes")
     words = " ".join(" ".join(lines).split())
     assert words.endswith("n/r: 127.0.0.1:8080 has reported no draft yet"), lines
-    assert words.endswith(unreported.pane_notice(replies[-1], None))  # the view's own words, every one on screen
+    assert words.endswith(unreported.said(replies[-1])[1])  # the view's own words, every one on screen
     assert [line.split()[0] for line in lines[1:4]] == ["chat", "code-edit", "rewrite"]
 
 

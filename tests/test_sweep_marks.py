@@ -64,7 +64,7 @@ def test_a_busy_hosts_cells_carry_the_tilde_run_and_log_info_print():
     )
     assert tally(events).busy
     rows = cell_rows(events)
-    busy = {(r.key.prompt_class, r.key.draft_len): r.busy for r in rows}
+    busy = {(r.key.prompt_class, r.key.draft_len): r.host.busy for r in rows}
     assert busy == {("chat", 0): True, ("chat", 2): True, ("rewrite", 0): False, ("rewrite", 2): False}
     speed = _printed(results_table(rows, "x.specmon"))
     chat = next(r for r in rows if r.key.prompt_class == "chat" and r.key.draft_len == 2)

@@ -98,7 +98,7 @@ def test_replayed_decodes_give_the_logged_plain_text_at_any_k_with_modelled_time
     assert len(prompts) == 8
     for prompt in prompts:
         text = bench.texts[prompt.id]
-        target.play(tokenizer.encode_chat(prompt.text) + text)
+        target.sequence = tokenizer.encode_chat(prompt.text) + text
         for k in (0, 3, 8):
             done = driver.decode(
                 prompt,

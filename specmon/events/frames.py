@@ -23,7 +23,7 @@ from typing import Iterator
 import msgspec
 
 from specmon.errors import SpecmonError
-from specmon.events.schema import FORMAT_VERSION, AnyEvent, decode, encode
+from specmon.events.schema import FORMAT_VERSION, AnyEvent, decode
 
 MAGIC = b"SPECMON\x00"
 PREAMBLE = struct.Struct(">8sH")  # magic, format version: the same in every format
@@ -44,24 +44,11 @@ class LogDamaged(SpecmonError):
         self.reason = reason
 
 
-def preamble() -> bytes:
-    """Format 1's preamble. With `frame`, builds a format-1 log (tests, tools); LogWriter writes format 2."""
-    return PREAMBLE.pack(MAGIC, 1)
-
-
-def frame(event) -> bytes:
-    """One event as a format-1 frame: length, CRC-32, msgpack payload (unnumbered)."""
-    payload = encode(event)
-    return FRAME_V1.pack(len(payload), zlib.crc32(payload)) + payload
-
-
 class FrameEncoder:
     """Format 2: the preamble and numbered frames of one log, bound to it by a random log id."""
 
-    def __init__(self, log_id: bytes | None = None):
-        self.log_id = os.urandom(LOG_ID_SIZE) if log_id is None else log_id
-        if len(self.log_id) != LOG_ID_SIZE:
-            raise ValueError(f"a log id is {LOG_ID_SIZE} bytes")
+    def __init__(self) -> None:
+        self.log_id = os.urandom(LOG_ID_SIZE)
         self._seed = zlib.crc32(self.log_id)
 
     def preamble(self) -> bytes:
@@ -124,7 +111,7 @@ class FrameDecoder:
         return True
 
     def _frames(self) -> Iterator[AnyEvent]:
-        """Every whole, checked frame in the buffer; stops at a partial one."""
+        """The event of every whole, checked frame in the buffer; stops at a partial one."""
         header, check = (FRAME_V2, self._check_v2) if self._version >= 2 else (FRAME_V1, self._check_v1)
         buf = self._buf
         while len(buf) - self._pos >= header.size:
@@ -136,7 +123,13 @@ class FrameDecoder:
                 return
             payload = bytes(buf[self._pos + header.size : end])
             check(fields, payload)
-            yield self._take(payload, end)
+            try:
+                event = decode(payload)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise LogDamaged(self.source, self.offset, f"undecodable event ({exc})") from None
+            self.offset += end - self._pos
+            self._pos = end
+            yield event
 
     def _check_v1(self, fields: tuple, payload: bytes) -> None:
         if zlib.crc32(payload) != fields[1]:
@@ -148,19 +141,6 @@ class FrameDecoder:
         if zlib.crc32(payload, zlib.crc32(self._buf[self._pos : self._pos + 8], self._seed)) != crc:
             raise LogDamaged(self.source, self.offset, "checksum mismatch (corrupt, or a frame of another log)")
         if seq != self._seq & SEQ_MASK:
-            raise LogDamaged(
-                self.source,
-                self.offset,
-                f"frame {seq} where frame {self._seq & SEQ_MASK} belongs (a duplicated, reordered or missing frame)",
-            )
+            why = f"frame {seq} where frame {self._seq & SEQ_MASK} belongs (a duplicated, reordered or missing frame)"
+            raise LogDamaged(self.source, self.offset, why)
         self._seq += 1
-
-    def _take(self, payload: bytes, end: int) -> AnyEvent:
-        """Decode a checked frame's event and move past the frame, which ends at _buf[end]."""
-        try:
-            event = decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise LogDamaged(self.source, self.offset, f"undecodable event ({exc})") from None
-        self.offset += end - self._pos
-        self._pos = end
-        return event

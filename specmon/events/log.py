@@ -11,8 +11,11 @@ set), so every part reads on its own. follow_log goes from part to part as if th
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import itertools
+import math
 import os
 import time
 from pathlib import Path
@@ -22,19 +25,9 @@ import msgspec
 
 from specmon.errors import SpecmonError
 from specmon.events.frames import FRAME_V2, LOG_ID_SIZE, PREAMBLE, FrameDecoder, FrameEncoder, LogDamaged
-from specmon.events.parts import Rotation, link_part, log_parts, part_path, refuse_taken_parts
+from specmon.events.parts import Rotation, link_part, part_path, refuse_taken_parts
 from specmon.events.schema import AnyEvent, Event, LogRotated, SessionFinished, SessionStarted, decode, encode
 
-__all__ = [
-    "LogDamaged",
-    "LogWriter",
-    "Rotation",
-    "read_log",
-    "follow_log",
-    "follow_batches",
-    "log_parts",
-    "default_log_path",
-]
 CHUNK = 1 << 16
 FOLLOW_IDLE_S = 10.0  # a followed log this long without growth and without a writer: its session is gone
 
@@ -61,7 +54,8 @@ class LogWriter:
         if rotation is not None:
             refuse_taken_parts(self.path)
         self._fh = _create(self.path)
-        _hold_writer_lock(self._fh)
+        with contextlib.suppress(OSError):  # no locks on this filesystem: followers judge by the idle timeout alone
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             self._append(self._format.preamble())
         except OSError as exc:
@@ -73,29 +67,21 @@ class LogWriter:
         """Frame encoded events (schema.encode) in order and write them in one go; where the Rotation's
         size is passed, the rest goes on in a new part."""
         if self.events_written == 0 and self.part == 1 and payloads:
-            self._keep_header(payloads[0])
+            with contextlib.suppress(msgspec.DecodeError):  # not an event: a later part then starts without a header
+                header = decode(payloads[0])
+                self._header = header if isinstance(header, SessionStarted) else None
         elif self._rotate_asked and payloads:
             self.rotate()  # asked for since the last batch: what comes after the ask opens the new part
+        limit = getattr(self.rotation, "max_bytes", None)
+        limit = math.inf if limit is None else limit  # None: rotate only when asked
         while payloads:
-            taken = self._fitting(payloads)
+            ends = itertools.accumulate((FRAME_V2.size + len(p) for p in payloads), initial=self._good)
+            # the live part takes them up to and including the one that fills it
+            taken = next((n for n, end in enumerate(ends) if n and end >= limit), len(payloads))
             self._frames(payloads[:taken])
             payloads = payloads[taken:]
-            if self._full():
+            if self._good >= limit:
                 self.rotate()
-
-    def _fitting(self, payloads: list[bytes]) -> int:
-        """How many of `payloads` the live part takes: up to and including the one that fills it."""
-        limit = self.rotation.max_bytes if self.rotation is not None else None
-        size = self._good
-        for taken, payload in enumerate(payloads, start=1):
-            size += FRAME_V2.size + len(payload)
-            if limit is not None and size >= limit:
-                return taken
-        return len(payloads)
-
-    def _full(self) -> bool:
-        limit = self.rotation.max_bytes if self.rotation is not None else None
-        return limit is not None and self._good >= limit
 
     def _frames(self, payloads: list[bytes]) -> None:
         first = self.events_written
@@ -110,13 +96,6 @@ class LogWriter:
         if self._rotate_asked and self.events_written:
             self.rotate()
 
-    def _keep_header(self, payload: bytes) -> None:
-        try:
-            event = decode(payload)
-        except msgspec.DecodeError:
-            return  # not an event: a later part then starts without a header
-        self._header = event if isinstance(event, SessionStarted) else None
-
     def rotate(self) -> None:
         """Finish the live part with LogRotated and go on in a new file under its name.
 
@@ -127,6 +106,8 @@ class LogWriter:
         done, nxt = part_path(self.path, self.part), self._next_part()
         linked = False
         try:
+            if self._header is not None:
+                nxt.write(msgspec.structs.replace(self._header, part=self.part + 1))
             linked = link_part(self.path, done)
             marker = LogRotated(
                 session_id=self._header.session_id if self._header else "",
@@ -152,21 +133,13 @@ class LogWriter:
         self._prune()
 
     def _next_part(self) -> "LogWriter":
-        """The next part, whole and locked, under a name no reader looks for until it is renamed."""
+        """The next part, locked, under a name no reader looks for until it is renamed (rotate writes its header)."""
         temp = self.path.with_name(self.path.name + ".next")
         temp.unlink(missing_ok=True)  # left by a rotation that crashed: it holds a header, nothing more
         try:
-            nxt = LogWriter(temp)
+            return LogWriter(temp)
         except SpecmonError as exc:  # as a full disk: the log's writer reports an OSError
             raise OSError(errno.EIO, str(exc)) from None
-        try:
-            if self._header is not None:
-                nxt.write(msgspec.structs.replace(self._header, part=self.part + 1))
-        except BaseException:
-            nxt.close()
-            nxt.path.unlink(missing_ok=True)
-            raise
-        return nxt
 
     def _prune(self) -> None:
         """Remove the part that fell out of the Rotation's `keep`; a follower that holds it open still reads it."""
@@ -199,10 +172,8 @@ class LogWriter:
 
 def _close(fh: BinaryIO) -> None:
     if not fh.closed:
-        try:
+        with contextlib.suppress(OSError):  # every frame is already in the OS; a failed fsync loses nothing we can keep
             os.fsync(fh.fileno())
-        except OSError:
-            pass  # every frame is already in the OS; a failed fsync loses nothing we can keep
         fh.close()
 
 
@@ -218,13 +189,6 @@ def _create(path: Path) -> BinaryIO:
         raise SpecmonError(f"{path} exists; pick a new file or remove it") from None
     except OSError as exc:
         raise SpecmonError(f"{path}: cannot create the session log ({exc.strerror})") from None
-
-
-def _hold_writer_lock(fh: BinaryIO) -> None:
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        pass  # no locks on this filesystem: followers judge by the idle timeout alone
 
 
 def _writer_alive(fh: BinaryIO) -> bool:
@@ -258,12 +222,7 @@ def read_log(path: Path) -> Iterator[AnyEvent]:
     decoder.finish()
 
 
-def follow_log(
-    path: Path,
-    poll_s: float = 0.05,
-    idle_timeout_s: float | None = FOLLOW_IDLE_S,
-    stop: Callable[[], bool] = lambda: False,
-) -> Iterator[AnyEvent]:
+def follow_log(path: Path, **follow) -> Iterator[AnyEvent]:
     """Like `tail -F`: yield events as they are appended, until SessionFinished or `stop()`.
 
     A partial frame at the end is waited for, not an error. A session that is alive but slow is
@@ -271,9 +230,8 @@ def follow_log(
     grown for `idle_timeout_s` and that no writer holds any more (its session was killed) ends
     with a SpecmonError after its last event; `idle_timeout_s=None` waits forever regardless.
     A rotated log is read on into its next part as if it were one file: the parts' LogRotated and
-    repeated headers are not handed out."""
-    for batch in follow_batches(path, poll_s, idle_timeout_s, stop):
-        yield from batch
+    repeated headers are not handed out. Takes follow_batches' arguments."""
+    return itertools.chain.from_iterable(follow_batches(path, **follow))
 
 
 def follow_batches(
@@ -284,16 +242,14 @@ def follow_batches(
 ) -> Iterator[list[AnyEvent]]:
     """follow_log's events, a list per read (what the attach server sends in one go)."""
     path = Path(path)
-    fh = _open(path)
+    fh, repeat_header = _open(path), False
     try:
-        marker = yield from _follow_part(fh, path, poll_s, idle_timeout_s, stop, repeat_header=False)
-        while marker is not None:
-            found = _await_next_part(marker, fh, path, poll_s, idle_timeout_s, stop)
-            if found is None:
+        while True:
+            marker = yield from _follow_part(fh, path, poll_s, idle_timeout_s, stop, repeat_header)
+            if marker is None or (found := _await_next_part(marker, fh, path, poll_s, idle_timeout_s, stop)) is None:
                 return
             fh.close()
-            fh, path = found
-            marker = yield from _follow_part(fh, path, poll_s, idle_timeout_s, stop, repeat_header=True)
+            (fh, path), repeat_header = found, True
     finally:
         fh.close()
 
@@ -378,5 +334,5 @@ def _open_part(candidates: tuple[Path, ...], log_id: bytes) -> tuple[BinaryIO, P
     return None
 
 
-def default_log_path(session_id: str, logs_dir: Path | None = None) -> Path:
-    return Path(logs_dir or os.environ.get("SPECMON_LOGS", "logs")) / f"{session_id}.specmon"
+def default_log_path(session_id: str) -> Path:
+    return Path(os.environ.get("SPECMON_LOGS", "logs")) / f"{session_id}.specmon"

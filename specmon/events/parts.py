@@ -53,18 +53,14 @@ def link_part(live: Path, done: Path) -> bool:
     return True
 
 
-def live_log(path: Path, part: int) -> Path:
-    """The live log a finished part belongs to: logs/S.3.specmon (part 3) is logs/S.specmon's."""
-    tail = f".{part}{path.suffix}"
-    return path.with_name(path.name[: -len(tail)] + path.suffix) if path.name.endswith(tail) else path
-
-
 def parts_said(path: Path, header: SessionStarted | None, rotated: LogRotated | None) -> list[tuple[str, str]]:
     """log info's lines on the parts around `path`: the earlier ones still on disk, and where it goes on."""
     said = []
     part = header.part if header is not None else 1
     if part > 1:
-        kept = log_parts(live_log(path, part), part - 1)
+        tail = f".{part}{path.suffix}"  # the live log it belongs to: logs/S.3.specmon (part 3) is logs/S.specmon's
+        live = path.with_name(path.name[: -len(tail)] + path.suffix) if path.name.endswith(tail) else path
+        kept = log_parts(live, part - 1)
         names = ", ".join(p.name for p in kept) or "none"
         gone = f" ({part - 1 - len(kept)} removed)" if len(kept) < part - 1 else ""
         said.append(("  part             ", f"{part} of a rotated log; earlier parts here: {names}{gone}"))

@@ -349,14 +349,5 @@ AnyEvent = Union[
     LogRotated,
 ]
 
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(AnyEvent)
-
-
-def encode(event: Event) -> bytes:
-    return _encoder.encode(event)
-
-
-def decode(payload: bytes) -> AnyEvent:
-    """Raises msgspec.DecodeError (or ValidationError) on bytes that are not an event."""
-    return _decoder.decode(payload)
+encode = msgspec.msgpack.Encoder().encode  # one event to bytes
+decode = msgspec.msgpack.Decoder(AnyEvent).decode  # raises msgspec.DecodeError (or ValidationError) on non-events

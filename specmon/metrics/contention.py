@@ -41,13 +41,8 @@ class HostTally:
         """Two sets of rounds as one (a speedup's spec and plain sides)."""
         firsts = [t for t in (self.first_t, other.first_t) if t is not None]
         lasts = [t for t in (self.last_t, other.last_t) if t is not None]
-        return HostTally(
-            self.measured + other.measured,
-            self.disturbed + other.disturbed,
-            max(self.peak, other.peak),
-            min(firsts, default=None),
-            max(lasts, default=None),
-        )
+        counts = (self.measured + other.measured, self.disturbed + other.disturbed, max(self.peak, other.peak))
+        return HostTally(*counts, min(firsts, default=None), max(lasts, default=None))
 
     def add(self, ev) -> None:
         share = stall_share(ev)

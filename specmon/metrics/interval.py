@@ -138,7 +138,5 @@ def _span(resampled: np.ndarray) -> tuple[float, float] | None:
 
 
 def _arrays(totals: PromptTotals, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    return (
-        np.array([totals.emitted[n] for n in names], dtype=float),
-        np.array([totals.ms[n] for n in names], dtype=float),
-    )
+    emitted, ms = (np.array([side[n] for n in names], dtype=float) for side in (totals.emitted, totals.ms))
+    return emitted, ms

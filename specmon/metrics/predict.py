@@ -9,6 +9,8 @@ A gap between measured and predicted speedup shows where overhead, not acceptanc
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 
 def tokens_per_round(alpha: float, k: int) -> float:
     if alpha >= 1.0:
@@ -54,15 +56,11 @@ def mix_tokens_per_round(proposal_share: list[float], per_position: list[float])
 
 def verify_cost_by_len(rounds) -> dict[int, float]:
     """v(l): mean verify ms of rounds that verified l proposed tokens, over mean verify ms at l = 0."""
-    sums: dict[int, list[float]] = {}
+    by_len: dict[int, list[float]] = defaultdict(list)
     for ev in rounds:
-        total = sums.setdefault(len(ev.proposed), [0.0, 0])
-        total[0] += ev.verify_ms
-        total[1] += 1
-    if 0 not in sums:
-        return {}
-    one = sums[0][0] / sums[0][1]
-    return {length: (ms / n) / one for length, (ms, n) in sorted(sums.items())} if one else {}
+        by_len[len(ev.proposed)].append(ev.verify_ms)
+    one = sum(by_len[0]) / len(by_len[0]) if 0 in by_len else 0.0
+    return {length: (sum(ms) / len(ms)) / one for length, ms in sorted(by_len.items())} if one else {}
 
 
 def mix_round_ms(

@@ -12,6 +12,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import zip_longest
 
 import msgspec
 
@@ -94,13 +95,10 @@ def absent(scrape: ServerScraped) -> bool:
 def restarted(before: ServerScraped, after: ServerScraped, gone: bool = False) -> bool:
     """The server started again between two good reads: it was `gone` between them (absent), or a
     cumulative counter went down."""
-    if gone:
-        return True
     pairs = [(getattr(before, name), getattr(after, name)) for name in COUNTERS]
     pairs += list(zip(before.accepted_per_pos, after.accepted_per_pos))
-    return any(b is not None and a is not None and a < b for b, a in pairs) or (
-        len(after.accepted_per_pos) < len(before.accepted_per_pos)
-    )
+    fewer = len(after.accepted_per_pos) < len(before.accepted_per_pos)
+    return gone or fewer or any(b is not None and a is not None and a < b for b, a in pairs)
 
 
 def window(before: ServerScraped, after: ServerScraped) -> Window | None:
@@ -108,19 +106,15 @@ def window(before: ServerScraped, after: ServerScraped) -> Window | None:
     server reports no speculative counters."""
     if before.error or after.error or after.drafts is None or before.drafts is None or restarted(before, after):
         return None
-    n = len(after.accepted_per_pos)
-    earlier = list(before.accepted_per_pos) + [0] * (n - len(before.accepted_per_pos))
-    generated = None
-    if after.generation_tokens is not None and before.generation_tokens is not None:
-        generated = after.generation_tokens - before.generation_tokens
+    generated = (after.generation_tokens, before.generation_tokens)
     return Window(
         start=before.t,
         seconds=after.t - before.t,
         drafts=after.drafts - before.drafts,
         draft_tokens=(after.draft_tokens or 0) - (before.draft_tokens or 0),
         accepted=(after.accepted or 0) - (before.accepted or 0),
-        accepted_per_pos=tuple(a - b for a, b in zip(after.accepted_per_pos, earlier)),
-        generation_tokens=generated,
+        accepted_per_pos=_added(after.accepted_per_pos, [-n for n in before.accepted_per_pos]),
+        generation_tokens=None if None in generated else generated[0] - generated[1],
     )
 
 
@@ -195,20 +189,16 @@ class Timing:
 def timing(ev: RequestTimed, clock: str | None = None) -> Timing | None:
     """Whether a reply is timed, and on which clock: the one definition the routing, the table, the view
     and the advice use. A successful reply that said how many tokens it generated (at least one) is timed
-    on the server's clock where it gave the server's own decode ms (positive, finite); else on the proxy's
-    (proxy_timing). `clock` asks for that clock alone. None: not timed (failed, no tokens, no time > 0)."""
+    on the server's clock where it gave the server's own decode ms (positive, finite); else on the proxy's,
+    which every side shares: a stream's tokens after the first over its first to last byte (the first byte
+    brought the first token, after the prefill); a reply sent whole, its tokens over the request's arrival
+    to the last byte (its prefill inside: nothing splits it). `clock` asks for that clock alone. None: not
+    timed (failed, no tokens, no time > 0)."""
     if not 200 <= ev.status < 300 or not isinstance(ev.predicted_n, int) or ev.predicted_n < 1:
         return None
     if clock != PROXY_CLOCK and _positive(ev.predicted_ms):
         return Timing(SERVER_CLOCK, ev.predicted_n, ev.predicted_ms)
-    return None if clock == SERVER_CLOCK else proxy_timing(ev)
-
-
-def proxy_timing(ev: RequestTimed) -> Timing | None:
-    """On the proxy's clock, which every side shares: a stream's tokens after the first over its first to
-    last byte (the first byte brought the first token, after the prefill); a reply sent whole, its tokens
-    over the request's arrival to the last byte (its prefill inside: nothing splits it)."""
-    if ev.total_ms is None:
+    if clock == SERVER_CLOCK or ev.total_ms is None:
         return None
     if ev.stream:
         tokens, ms = ev.predicted_n - 1, None if ev.first_byte_ms is None else ev.total_ms - ev.first_byte_ms
@@ -245,13 +235,12 @@ class RequestTotals:
     draft_n: int = 0  # Σ draft tokens proposed, over the reported replies
     draft_n_accepted: int = 0
     reported: int = 0  # replies that gave their drafted and accepted counts
-    reported_generated: int = 0  # Σ generated tokens over the reported replies
-    steps: int = 0  # Σ the target's steps over the reported replies (reply_steps)
+    steps: int = 0  # Σ the target's steps over the reported replies
     stepped: int = 0  # reported replies that also counted their verification steps (vLLM)
     spec_steps: int = 0  # Σ those steps
     accepted_per_pos: tuple[int, ...] = ()  # Σ steps past position i, over replies with a histogram (vLLM)
     pos_steps: int = 0  # Σ the steps of those replies: the positions' denominator
-    clocked_n: int = 0  # Σ tokens of every reply timed on the proxy's clock (proxy_timing)
+    clocked_n: int = 0  # Σ tokens of every reply timed on the proxy's clock (timing)
     clocked_ms: float = 0.0  # Σ their ms on the proxy's clock
     family: str = ""  # the reply shape last seen ("llama-server", "vllm", "tabbyapi")
     clocked: int = 0  # replies timed on the proxy's clock (with or without the server's decode time)
@@ -267,9 +256,11 @@ class RequestTotals:
         positions = ()
         if ev.draft_n is not None and ev.draft_n_accepted is not None:
             added |= {"reported": 1, "draft_n": ev.draft_n, "draft_n_accepted": ev.draft_n_accepted}
-            added |= {"reported_generated": ev.predicted_n or 0, "steps": reply_steps(ev)}
+            # the target's steps: the server's count where it gave one (vLLM), else one per token the target
+            # emitted of its own beside the drafts it accepted (generated - accepted)
+            added["steps"] = max(0, (ev.predicted_n or 0) - ev.draft_n_accepted)
             if ev.spec_steps is not None:
-                added |= {"stepped": 1, "spec_steps": ev.spec_steps}
+                added |= {"stepped": 1, "spec_steps": ev.spec_steps, "steps": ev.spec_steps}
             if ev.accepted_per_pos and ev.spec_steps is not None:
                 added["pos_steps"] = ev.spec_steps
                 positions = ev.accepted_per_pos
@@ -315,24 +306,15 @@ class RequestTotals:
 
     @property
     def clocked_tok_per_s(self) -> float | None:
-        """Tok/s on the proxy's clock (proxy_timing) over every reply timed on it: queueing and the network
+        """Tok/s on the proxy's clock (timing) over every reply timed on it: queueing and the network
         are in it, so it is never the server's."""
         speed = rates.ratio(self.clocked_n, self.clocked_ms)
         return None if speed is None else speed * 1e3
 
 
-def reply_steps(ev: RequestTimed) -> int:
-    """A reply's target steps: the server's count where it gave one (vLLM), else one per token the
-    target emitted of its own beside the drafts it accepted (generated - accepted)."""
-    if ev.spec_steps is not None:
-        return ev.spec_steps
-    return max(0, (ev.predicted_n or 0) - (ev.draft_n_accepted or 0))
-
-
 def _added(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     """Two per-position sums, the shorter padded with zeros (drafts of different lengths)."""
-    n = max(len(a), len(b))
-    return tuple((a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n))
+    return tuple(x + y for x, y in zip_longest(a, b, fillvalue=0))
 
 
 def add_request(totals: dict[tuple[str, str], RequestTotals], ev: RequestTimed) -> None:

@@ -6,6 +6,7 @@ watch's lines show; here they are summed from a log and written in words."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 
 from specmon.events.log import LogDamaged, read_log
@@ -46,30 +47,22 @@ def served_summary(log: Path) -> dict:
     requests: dict[tuple[str, str], served.RequestTotals] = {}
     for ev in timed:
         served.add_request(requests, ev)
-    runs = served.runs(scrapes)
     failed = [s for s in scrapes if s.error or s.drafts is None]
     total = served.total(scrapes)
-    clocks = _clocks(requests)
+    # the clock each class is judged on (served.judged_on over all its sides), as log info and the pane take it
+    clocks = {cls: served.judged_on(*(t for (c, _), t in requests.items() if c == cls)) for cls, _ in requests}
     return {
         "url": scrapes[0].url if scrapes else "",
         "kind": next((s.kind for s in scrapes if s.kind), ""),
         "reads": len(scrapes),
         "failed_reads": len(failed),
         "first_failure": f"{clock(failed[0].t)} {failed[0].error}" if failed else "",
-        "restarts": max(len(runs) - 1, 0),
+        "restarts": max(len(served.runs(scrapes)) - 1, 0),
         "total": None if total is None else _window(total),
         "total_line": "" if total is None else f"{clock(total.start)}, {total.seconds:.0f} s: {figures(total)}",
         "classes": [_class_row(cls, upstream, t, clocks[cls]) for (cls, upstream), t in sorted(requests.items())],
         "unreported": notices(timed, scrapes),
     }
-
-
-def _clocks(requests: dict[tuple[str, str], served.RequestTotals]) -> dict[str, str]:
-    """The clock each class is judged on (served.judged_on over all its sides), as log info and the pane take it."""
-    sides: dict[str, list[served.RequestTotals]] = {}
-    for (cls, _), t in requests.items():
-        sides.setdefault(cls, []).append(t)
-    return {cls: served.judged_on(*totals) for cls, totals in sides.items()}
 
 
 def _class_row(cls: str, upstream: str, t: served.RequestTotals, clock: str) -> dict:
@@ -95,17 +88,14 @@ def _class_row(cls: str, upstream: str, t: served.RequestTotals, clock: str) -> 
 
 
 def _window(w: served.Window) -> dict:
-    return {
-        "seconds": w.seconds,
-        "drafts": w.drafts,
-        "draft_tokens": w.draft_tokens,
-        "accepted": w.accepted,
-        "accepted_per_pos": list(w.accepted_per_pos),
-        "generation_tokens": w.generation_tokens,
+    """A window's counts (all but its start) and ratios."""
+    counts = {name: n for name, n in dataclasses.asdict(w).items() if name != "start"}
+    ratios = {
         "acceptance": w.acceptance,
         "accepted_per_draft": w.accepted_per_draft,
         "position_rates": w.position_rates(),
     }
+    return counts | {"accepted_per_pos": list(w.accepted_per_pos)} | ratios
 
 
 def info_lines(s: dict) -> list[tuple[str, str]]:

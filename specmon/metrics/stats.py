@@ -7,6 +7,7 @@ exactly the figures the live run showed.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -53,9 +54,9 @@ class RunStats:
     proposed_gt: list[int] = field(default_factory=list)  # [i]: rounds with proposed > i
     rejections: list[int] = field(default_factory=list)  # [i]: rounds whose first rejection was at i
     all_accepted: int = 0  # rounds that proposed something and had no rejection
-    verdicts: dict[str, int] = field(default_factory=dict)  # equivalence verdict -> prompts
-    prompt_emitted: dict[str, int] = field(default_factory=dict)  # per prompt: the unit of an interval
-    prompt_ms: dict[str, float] = field(default_factory=dict)
+    verdicts: Counter[str] = field(default_factory=Counter)  # equivalence verdict -> prompts
+    prompt_emitted: Counter[str] = field(default_factory=Counter)  # per prompt: the unit of an interval
+    prompt_ms: Counter[str] = field(default_factory=Counter)
     host: HostTally = field(default_factory=HostTally)  # rounds the host disturbed (metrics.contention)
 
     def add_round(self, ev: RoundVerified) -> None:
@@ -71,22 +72,21 @@ class RunStats:
         self.overhead_ms += ev.overhead_ms
         if not disturbed(ev):
             (self.quiet_drafted if n_prop else self.quiet_plain).add(ev)
-        self.prompt_emitted[ev.prompt_id] = self.prompt_emitted.get(ev.prompt_id, 0) + len(ev.emitted)
-        self.prompt_ms[ev.prompt_id] = self.prompt_ms.get(ev.prompt_id, 0.0) + rates.round_ms(ev)
+        self.prompt_emitted[ev.prompt_id] += len(ev.emitted)
+        self.prompt_ms[ev.prompt_id] += rates.round_ms(ev)
         if ev.alpha_hat is not None:
             self.alpha_sum += ev.alpha_hat
             self.alpha_rounds += 1
         _bump_below(self.proposed_gt, n_prop)
         _bump_below(self.accepted_gt, ev.accepted)
         if ev.rejection_pos is not None:
-            _grow(self.rejections, ev.rejection_pos + 1)
+            self.rejections.extend([0] * (ev.rejection_pos + 1 - len(self.rejections)))
             self.rejections[ev.rejection_pos] += 1
         elif n_prop:
             self.all_accepted += 1
 
     def add_finish(self, ev: PromptFinished) -> None:
-        verdict = ev.equivalence.verdict
-        self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
+        self.verdicts[ev.equivalence.verdict] += 1
 
     @property
     def round_ms(self) -> float:
@@ -139,13 +139,9 @@ class RunStats:
         return PromptTotals(self.prompt_emitted, self.prompt_ms)
 
 
-def _grow(counts: list[int], size: int) -> None:
-    counts.extend([0] * (size - len(counts)))
-
-
 def _bump_below(counts: list[int], n: int) -> None:
-    """Add one to counts[0..n-1]: this round reached every position below n."""
-    _grow(counts, n)
+    """Add one to counts[0..n-1], growing the list: this round reached every position below n."""
+    counts.extend([0] * (n - len(counts)))
     for i in range(n):
         counts[i] += 1
 

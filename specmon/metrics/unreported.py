@@ -1,15 +1,9 @@
 """An upstream on the speculating side whose replies carry no draft counts is said by name, with what
-that means; its requests are counted, never shown as measured. The plain side is not told: it is not
-meant to speculate. One fold, Silence, of the replies and of reads of the upstream's /metrics says it
-for the view, `log info` and the headless line alike, so all three say the same thing:
-- llama-server leaves draft_n out of a reply only when the request drafted nothing, so where its own
-  /metrics count drafts, or other replies of it gave draft counts, the notice says these requests drafted
-  nothing; before either, that it has reported no draft yet (with how to turn drafting on at length);
-- another family that gave draft counts in other replies is said to have given none in these, not told
-  how to turn counts on (it has them on);
-- else, how to turn them on.
-The headless line tells an upstream's notice when a reply first leaves a class of it unmeasured, and
-again only where what is said of it changes (a counted reply after a silent one).
+that means (verdict); its requests are counted, never shown as measured. The plain side is not told: it
+is not meant to speculate. One fold, Silence, of the replies and of reads of the upstream's /metrics says
+it for the view, `log info` and the headless line alike, so all three say the same thing. The headless
+line tells an upstream's notice when a reply first leaves a class of it unmeasured, and again only where
+what is said of it changes (a counted reply after a silent one).
 
 A reply whose figures were out of range (RequestTimed.unmeasured, proxy.evidence) is not silent: its
 upstream, on either side, gets one notice of its own with the first reason, said once by the headless
@@ -53,12 +47,7 @@ HOW = {
 
 def where(ev: RequestTimed) -> str:
     """The upstream as a person finds it: the server that answered where the log names it, else its side."""
-    return getattr(ev, "upstream_url", "") or ev.upstream
-
-
-def reports(ev: RequestTimed) -> bool:
-    """A successful reply that carried draft counts."""
-    return ev.draft_n is not None and 200 <= ev.status < 300
+    return ev.upstream_url or ev.upstream
 
 
 DRAFTED_NOTHING, ELSEWHERE, NOT_REPORTED = "drafted nothing", "reported elsewhere", "not reported"
@@ -82,23 +71,18 @@ def verdict(ev: RequestTimed, drafts: int | None = None, reported: bool = False)
     return ELSEWHERE if reported else NOT_REPORTED
 
 
-def notice(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
-    """The one line for an upstream whose replies gave no draft counts; `drafts`: its /metrics' count, where
-    read; `reported`: other replies of it gave draft counts."""
-    return _said(ev, drafts, reported)[0]
+def _who(ev: RequestTimed) -> tuple[str, str]:
+    """The upstream named for a line, and by its host alone for the pane."""
+    return f"upstream {where(ev)} ({ev.upstream}, {NAMES.get(ev.family, ev.family)})", where(ev).split("://", 1)[-1]
 
 
-def pane_notice(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> str:
-    """notice, short enough for the view's requests pane: it explains that pane's n/r."""
-    return _said(ev, drafts, reported)[1]
-
-
-def _said(ev: RequestTimed, drafts: int | None, reported: bool) -> tuple[str, str]:
-    """What is said of a silent upstream, whole and in the pane's short form, verdict by verdict."""
-    who = f"upstream {where(ev)} ({ev.upstream}, {NAMES.get(ev.family, ev.family)})"
-    host = where(ev).split("://", 1)[-1]
-    said = verdict(ev, drafts, reported)
-    if said == DRAFTED_NOTHING:
+def said(ev: RequestTimed, drafts: int | None = None, reported: bool = False) -> tuple[str, str]:
+    """What is said of an upstream whose replies gave no draft counts: the line, and the pane's short form
+    (it explains that pane's n/r); `drafts`: its /metrics' count, where read; `reported`: other replies of
+    it gave draft counts."""
+    who, host = _who(ev)
+    meant = verdict(ev, drafts, reported)
+    if meant == DRAFTED_NOTHING:
         evidence = f"{count(drafts, 'draft')} on its /metrics" if drafts else "replies of it gave draft counts"
         if reported:  # some of its requests drafted: the others did not
             silent_ones, counted = "some requests through the proxy drafted nothing", "those are"
@@ -109,7 +93,7 @@ def _said(ev: RequestTimed, drafts: int | None, reported: bool) -> tuple[str, st
             f"so {counted} counted, not measured",
             f"n/r: {host} drafts, but these requests drafted nothing",
         )
-    if said == ELSEWHERE:  # its counts are on: these replies carried none (a stream without its usage chunk)
+    if meant == ELSEWHERE:  # its counts are on: these replies carried none (a stream without its usage chunk)
         return (
             f"{who} gave draft counts in other replies but none in some requests' replies: those are counted, "
             "not measured",
@@ -130,11 +114,11 @@ def silent(ev: RequestTimed) -> bool:
 def out_of_range(ev: RequestTimed, replies: int) -> tuple[str, str]:
     """The line for an upstream whose replies' figures were out of range (`ev` its first such reply), whole
     and in the pane's short form."""
-    who = f"upstream {where(ev)} ({ev.upstream}, {NAMES.get(ev.family, ev.family)})"
+    who, host = _who(ev)
     return (
         f"{who} sent figures out of range ({ev.unmeasured}) in {replies} {'reply' if replies == 1 else 'replies'}: "
         f"{'it was' if replies == 1 else 'they were'} relayed as sent and left unmeasured",
-        f"unmeasured: {where(ev).split('://', 1)[-1]} sent figures out of range ({ev.unmeasured})",
+        f"unmeasured: {host} sent figures out of range ({ev.unmeasured})",
     )
 
 
@@ -155,7 +139,7 @@ class Silence:
         if ev.unmeasured:
             first, replies = self.bad.get(where(ev), (ev, 0))
             self.bad[where(ev)] = (first, replies + 1)
-        elif reports(ev):
+        elif ev.draft_n is not None and 200 <= ev.status < 300:  # it carried draft counts
             self.reported.add(where(ev))
             if ev.upstream == SPEC:
                 self.measured.add(ev.prompt_class)
@@ -170,7 +154,7 @@ class Silence:
 
     def unexplained(self) -> dict[str, tuple[RequestTimed, int | None, bool]]:
         """Each upstream whose silent replies left a class unmeasured: (its last such reply, its /metrics'
-        drafts, whether other replies of it gave counts), notice's arguments."""
+        drafts, whether other replies of it gave counts), said's arguments."""
         left = {key: ev for (key, cls), ev in self.silent.items() if cls not in self.measured}
         return {key: (ev, self.drafts.get(key), key in self.reported) for key, ev in left.items()}
 
@@ -178,8 +162,8 @@ class Silence:
         """One line per upstream whose silent replies left a class unmeasured, in the light of its last
         /metrics read and of its other replies; then one per upstream that sent figures out of range
         (`short`: the pane's forms)."""
-        said = [_said(*why) for why in self.unexplained().values()] + [out_of_range(*b) for b in self.bad.values()]
-        return [pane if short else line for line, pane in said]
+        told = [said(*why) for why in self.unexplained().values()] + [out_of_range(*b) for b in self.bad.values()]
+        return [pane if short else line for line, pane in told]
 
     def observe(self, ev: RequestTimed) -> str | None:
         """Fold `ev`; the headless line's notice of its upstream where `notices` now says one that the line
@@ -192,7 +176,7 @@ class Silence:
         if why is None or self.told.get(key) == verdict(*why):
             return None
         self.told[key] = verdict(*why)
-        return notice(*why)
+        return said(*why)[0]
 
 
 def notices(events: Iterable[RequestTimed], reads: Iterable[ServerScraped] = ()) -> list[str]:

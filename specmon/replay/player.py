@@ -6,6 +6,7 @@ Jumping back re-reads from the start (the panes are folds over events, so that i
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -31,7 +32,6 @@ class ReplayFeed:
         self.error: str | None = None
         self.done = threading.Event()
         self.skipped = 0
-        self.position = 0  # events handed out so far
         self.restarted = False  # the app must reset its state (after a jump back)
         self._open()
 
@@ -39,7 +39,7 @@ class ReplayFeed:
         self._events: Iterator[AnyEvent] = follow_log(self.path) if self.follow else read_log(self.path)
         self._peeked: AnyEvent | None = None
         self._clock: tuple[float, float] | None = None  # (wall time, log time) when playback last synced
-        self.position = 0
+        self.position = 0  # events handed out so far
         self.done.clear()
 
     # -- what the app's timer calls -------------------------------------------------------------
@@ -84,7 +84,9 @@ class ReplayFeed:
 
     def jump_to(self, match: Callable[[AnyEvent], bool], missing: str) -> list[AnyEvent]:
         """Events up to the first that `match` holds for; none: SpecmonError(missing), nothing changed."""
-        index = self._find(match)
+        index = None
+        with contextlib.suppress(SpecmonError):  # damage ends the search
+            index = next((i for i, ev in enumerate(read_log(self.path)) if match(ev)), None)
         if index is None:
             raise SpecmonError(missing)
         self.playing = False
@@ -94,16 +96,6 @@ class ReplayFeed:
             self._open()
             self.restarted = True
         return self._take(lambda ev: True, index + 1 - self.position)
-
-    def _find(self, match: Callable[[AnyEvent], bool]) -> int | None:
-        """The index in the log of the first event that matches, or None (damage ends the search)."""
-        try:
-            for index, ev in enumerate(read_log(self.path)):
-                if match(ev):
-                    return index
-        except SpecmonError:
-            pass
-        return None
 
     # -- reading ----------------------------------------------------------------------------
     def _peek(self) -> AnyEvent | None:
@@ -133,13 +125,13 @@ class ReplayFeed:
         return batch
 
 
+NUMBERED = {"r": (RoundVerified, "round_id"), "d": (Decision, "decision_id")}  # jump targets by their id
+
+
 def _target(text: str) -> Callable[[AnyEvent], bool] | None:
     if text.startswith("p:"):
-        prompt_id = text[2:]
-        return lambda ev: isinstance(ev, PromptStarted) and ev.prompt_id == prompt_id
-    if text[:1] in ("r", "d") and text[1:].isdigit():
-        number = int(text[1:])
-        if text[0] == "r":
-            return lambda ev: isinstance(ev, RoundVerified) and ev.round_id == number
-        return lambda ev: isinstance(ev, Decision) and ev.decision_id == number
-    return None
+        return lambda ev: isinstance(ev, PromptStarted) and ev.prompt_id == text[2:]
+    if text[:1] not in NUMBERED or not text[1:].isdigit():
+        return None
+    (kind, field), number = NUMBERED[text[0]], int(text[1:])
+    return lambda ev: isinstance(ev, kind) and getattr(ev, field) == number

@@ -12,7 +12,7 @@ from specmon.text import wrapped_lines
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import RoundVerified
-from specmon.metrics.contention import HostTally, tally
+from specmon.metrics.contention import tally
 from specmon.metrics.format import count, fmt, markdown_cell
 from specmon.metrics.interval import MIN_PROMPTS, goodput_interval
 from specmon.metrics.served import SERVED_BACKENDS
@@ -32,27 +32,24 @@ def build_report(log: Path, out: Path) -> Path:
     matplotlib.use("Agg")  # files only, no display
     events = list(read_log(log))
     rounds = [ev for ev in events if isinstance(ev, RoundVerified)]
-    stats = class_stats(events)
+    stats, host = class_stats(events), tally(rounds)
+
+    def per_run(figure, by_k: bool = False, plain: bool = True) -> dict:
+        """{class: {k: figure(run)}}, the runs in the order run (`by_k`: k rising), k = 0 unless not `plain`."""
+        runs = {c: sorted(s.runs.items()) if by_k else s.runs.items() for c, s in stats.items()}
+        return {c: {str(k): figure(r) for k, r in each if k or plain} for c, each in runs.items()}
+
     data = {
         "log": str(log),
         "summary": summary(stats),
-        "acceptance_by_position": {
-            c: {str(k): r.per_position for k, r in s.runs.items() if k} for c, s in stats.items()
-        },
-        "timing_ms": {
-            c: {
-                str(k): [r.mean_ms(r.draft_ms), r.mean_ms(r.verify_ms), r.mean_ms(r.overhead_ms)]
-                for k, r in s.runs.items()
-            }
-            for c, s in stats.items()
-        },
-        "goodput_tok_per_s": {c: {str(k): r.tok_per_s for k, r in sorted(s.runs.items())} for c, s in stats.items()},
-        "goodput_interval_tok_per_s": {
-            c: {str(k): _tok_per_s_interval(r) for k, r in sorted(s.runs.items())} for c, s in stats.items()
-        },
+        "acceptance_by_position": per_run(lambda r: r.per_position, plain=False),
+        "timing_ms": per_run(lambda r: [r.mean_ms(r.draft_ms), r.mean_ms(r.verify_ms), r.mean_ms(r.overhead_ms)]),
+        "goodput_tok_per_s": per_run(lambda r: r.tok_per_s, by_k=True),
+        "goodput_interval_tok_per_s": per_run(_tok_per_s_interval, by_k=True),
         **_over_time(rounds),
         "policy": policy_history(events),
-        "host": _host(tally(rounds)),
+        # the rounds the host disturbed (metrics.contention): counts, when, and the phrase the tables print
+        "host": {**host.figures(), "first": host.first_t, "last": host.last_t, "said": host.said()},
     }
     if events and getattr(events[0], "backend", "") in SERVED_BACKENDS:  # a server's traffic: its own section
         data["served"] = served_summary(log)
@@ -70,7 +67,7 @@ def _write(data: dict, out: Path) -> Path:
     every = dict(zip(ROUND_PLOTS, (_plot_positions, _plot_timing, _plot_goodput, over_time_figure)))
     plots = every if data["round_plots"] else {}
     for name, plot in plots.items():
-        _save(plot(data), out / name)
+        save_figure(plot(data), out / name)
     for name in every.keys() - plots.keys():  # a server's report in a folder an earlier report drew in
         (out / name).unlink(missing_ok=True)
     (out / "report.json").write_text(json.dumps(data, indent=1))
@@ -79,7 +76,7 @@ def _write(data: dict, out: Path) -> Path:
     return page
 
 
-def _label(text: str) -> str:
+def plot_label(text: str) -> str:
     """A class name as matplotlib shows it: `$` would start mathtext (and fail on unbalanced ones)."""
     return text.replace("$", r"\$")
 
@@ -125,7 +122,7 @@ def _figure(title: str):
     return fig, ax
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     import matplotlib.pyplot as plt
@@ -138,7 +135,7 @@ def _plot_positions(data: dict):
     for cls, by_k in data["acceptance_by_position"].items():
         for k, values in by_k.items():
             if values:
-                ax.plot(range(len(values)), values, marker="o", label=_label(f"{cls} k={k}"))
+                ax.plot(range(len(values)), values, marker="o", label=plot_label(f"{cls} k={k}"))
     ax.set_xlabel("draft position i")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("rounds with accepted > i / rounds with proposed > i")
@@ -152,13 +149,12 @@ def _plot_positions(data: dict):
 
 def _plot_timing(data: dict):
     fig, ax = _figure("per-round time: draft vs verify vs overhead (ms)")
-    labels, draft, verify, overhead = [], [], [], []
-    for cls, by_k in data["timing_ms"].items():
-        for k, (d, v, o) in by_k.items():
-            labels.append(_label(f"{cls}\nk={k}"))
-            draft.append(d or 0.0)
-            verify.append(v or 0.0)
-            overhead.append(o or 0.0)
+    bars = [
+        (plot_label(f"{cls}\nk={k}"), *(ms or 0.0 for ms in times))
+        for cls, by_k in data["timing_ms"].items()
+        for k, times in by_k.items()
+    ]
+    labels, draft, verify, overhead = zip(*bars) if bars else ((), (), (), ())
     ax.bar(labels, draft, label="draft")
     ax.bar(labels, verify, bottom=draft, label="verify")
     ax.bar(labels, overhead, bottom=[a + b for a, b in zip(draft, verify)], label="overhead")
@@ -194,7 +190,7 @@ def _plot_goodput(data: dict):
         if not ks:  # an empty frame would look like a broken plot
             ax.text(0.5, 0.5, "no rounds", ha="center", va="center", transform=ax.transAxes)
         title = "\n".join(wrapped_lines(cls, 20, "", fold=True))  # a 40-character name, on 2 lines
-        ax.set_title(_label(title), fontsize=9)
+        ax.set_title(plot_label(title), fontsize=9)
         ax.set_xticks(ks)
         ax.set_xlim(min(ks, default=0) - 0.6, max(ks, default=0) + 0.6)
         ax.set_xlabel("k", fontsize=8)
@@ -213,7 +209,7 @@ def over_time_figure(data: dict):
     fig, ax = _figure(f"acceptance rate over time, per block of {WINDOW} rounds that proposed drafts")
     series = data["acceptance_over_time"]
     for (cls, values), marker in zip(series.items(), "os^vD<>ph*"):
-        ax.plot([WINDOW * (i + 1) for i in range(len(values))], values, marker=marker, label=_label(cls))
+        ax.plot([WINDOW * (i + 1) for i in range(len(values))], values, marker=marker, label=plot_label(cls))
     ax.set_xlabel(f"rounds that proposed drafts, per class (block end; {WINDOW} a block)")
     ax.set_ylabel("acceptance rate (Σaccepted / Σproposed)")
     ax.set_ylim(0, 1.05)
@@ -229,7 +225,7 @@ def over_time_figure(data: dict):
 
 def _say_empty(ax, why: str) -> None:
     """An empty frame would look like a broken plot: say why it is empty, a clause a line."""
-    ax.text(0.5, 0.5, _label(why).replace("; ", ";\n"), ha="center", va="center", transform=ax.transAxes)
+    ax.text(0.5, 0.5, plot_label(why).replace("; ", ";\n"), ha="center", va="center", transform=ax.transAxes)
     ax.set_xticks([])
 
 
@@ -244,11 +240,6 @@ def _span(row: dict) -> str:
             f"an interval needs {MIN_PROMPTS} a side)"
         )
     return f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f} ({row['speedup_verdict']})"
-
-
-def _host(host: HostTally) -> dict:
-    """The rounds the host disturbed (metrics.contention): counts, when, and the phrase the tables print."""
-    return {**host.figures(), "first": host.first_t, "last": host.last_t, "said": host.said()}
 
 
 def _rounds_table(data: dict) -> list[str]:

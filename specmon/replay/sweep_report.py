@@ -22,6 +22,7 @@ from specmon.metrics.predict import (
     verify_cost_by_len,
 )
 from specmon.metrics.stats import CellKey, RunStats, cell_stats
+from specmon.replay.report import plot_label, save_figure
 from specmon.textfile import replace_atomically
 from specmon.policy.schema import parse_policy
 
@@ -36,11 +37,6 @@ class CellRow:
     predicted: float | None  # from the measured proposal mix and verify cost per proposal length
     break_even: float | None
     host: HostTally = field(default_factory=HostTally)  # the cell's rounds and its plain cell's (metrics.contention)
-
-    @property
-    def busy(self) -> bool:
-        """Enough of the cell's and its plain cell's rounds were disturbed that their times say so."""
-        return self.host.busy
 
     @property
     def drafting_cost(self) -> float | None:
@@ -67,11 +63,8 @@ def cell_rows(events) -> list[CellRow]:
     events = list(events)
     cells = cell_stats(events)
     v = verify_cost_by_len(ev for ev in events if isinstance(ev, RoundVerified))
-    rows = []
-    for key, run in sorted(cells.items(), key=lambda kv: (kv[0].prompt_class, kv[0].drafter, kv[0].draft_len)):
-        base = cells.get(CellKey(key.prompt_class, "none", key.sampling, 0))
-        rows.append(_row(key, run, base, v))
-    return rows
+    ordered = sorted(cells.items(), key=lambda kv: (kv[0].prompt_class, kv[0].drafter, kv[0].draft_len))
+    return [_row(key, run, cells.get(CellKey(key.prompt_class, "none", key.sampling, 0)), v) for key, run in ordered]
 
 
 def _row(key: CellKey, run: RunStats, base: RunStats | None, v_by_len: dict[int, float]) -> CellRow:
@@ -102,17 +95,10 @@ def _drafting_costs(run: RunStats, base: RunStats, draft_len: int) -> tuple[floa
 
 def _predicted(run: RunStats, base: RunStats, step: float, v_by_len: dict[int, float]) -> float | None:
     """Goodput the cell's proposal mix, acceptance and the sweep's verify costs predict, over plain's."""
-    over = run.proposed_gt + [0]
-    length_share = {0: (run.rounds - over[0]) / run.rounds}  # over[0]: rounds that proposed anything
-    length_share.update({i + 1: (over[i] - over[i + 1]) / run.rounds for i in range(len(run.proposed_gt))})
+    over = [run.rounds, *run.proposed_gt, 0]  # rounds that proposed more than -1, 0, 1, ... tokens
+    length_share = {n: (over[n] - over[n + 1]) / run.rounds for n in range(len(over) - 1) if over[n] > over[n + 1]}
     tokens = mix_tokens_per_round([n / run.rounds for n in run.proposed_gt], run.per_position)
-    round_ms = mix_round_ms(
-        {n: share for n, share in length_share.items() if share},
-        v_by_len,
-        step,
-        run.draft_ms / run.rounds,
-        run.overhead_ms / run.rounds,
-    )
+    round_ms = mix_round_ms(length_share, v_by_len, step, run.mean_ms(run.draft_ms), run.mean_ms(run.overhead_ms))
     return rates.speedup(rates.goodput(tokens, round_ms), base.goodput) if round_ms else None
 
 
@@ -158,15 +144,10 @@ def sweep_plots(rows: list[CellRow], out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out.mkdir(parents=True, exist_ok=True)
     paths = {"sweep_goodput.png": goodput_figure, "sweep_predicted.png": predicted_figure}
     for name, figure in paths.items():
-        fig = figure(rows)
-        fig.tight_layout()
-        fig.savefig(out / name)
-        plt.close(fig)
+        save_figure(figure(rows), out / name)
     return [out / name for name in paths]
 
 
@@ -209,7 +190,7 @@ def goodput_figure(rows: list[CellRow]):
             capsize=3,
             ms=5,
             color=colour,
-            label=label.replace("$", r"\$"),
+            label=plot_label(label),
         )
         for i in range(len(ks) - 1):
             if ks[i + 1] == ks[i] + 1:  # a line only where no k between went unmeasured
@@ -248,7 +229,7 @@ def predicted_figure(rows: list[CellRow]):
             [r.predicted for r in cells],
             [r.speedup for r in cells],
             s=16,
-            label=f"{cls} · {drafter}".replace("$", r"\$"),
+            label=plot_label(f"{cls} · {drafter}"),
         )
         top = max([top] + [max(r.predicted, r.speedup) for r in cells])
     ax.plot([0, top * 1.05], [0, top * 1.05], color="grey", linewidth=0.8, label="measured = predicted")

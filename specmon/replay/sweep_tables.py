@@ -74,7 +74,7 @@ BUSY_LEGEND = f"~ busy host: {MARK_SHARE:.0%}+ of a cell's rounds and its plain 
 
 def _busy(row: CellRow) -> str:
     """The mark run and log info put beside a speedup measured on a busy host, or ''."""
-    return VERDICT_MARKS["busy host"] if row.busy else ""
+    return VERDICT_MARKS["busy host"] if row.host.busy else ""
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
@@ -134,10 +134,8 @@ def _pays(r: CellRow) -> str:
 
 def _measured_otherwise(r: CellRow, pays: str) -> bool:
     """The cell ran slower than plain where eq. 1 says it pays, or faster where it says it does not."""
-    if r.speedup is None:
-        return False
-    shown = round(r.speedup, 2)  # as printed: never `yes, ran 1.00×`
-    return shown < 1.0 if pays == "yes" else shown > 1.0 if pays in ("no", "never") else False
+    shown = 1.0 if r.speedup is None else round(r.speedup, 2)  # as printed: never `yes, ran 1.00×`
+    return shown < 1.0 if pays == "yes" else shown > 1.0 and pays in ("no", "never")
 
 
 def _why_measured_otherwise(r: CellRow, pays: str) -> Note:
@@ -149,7 +147,7 @@ def _why_measured_otherwise(r: CellRow, pays: str) -> Note:
             f"only {run.drafted_rounds} of {run.rounds} rounds drafted, the rest plain steps with a lookup, "
             "which eq. 1 leaves out"
         )
-    if r.busy:
+    if r.host.busy:
         causes.append("a busy host (~) slowed the cell's rounds and its plain cell's unequally")
     if not causes:
         causes.append("what eq. 1 leaves out (overhead, proposals shorter than k; pred above prices them) or noise")

@@ -59,8 +59,7 @@ class BenchLog:
 
 def read_bench_log(log: Path) -> BenchLog:
     """The plain runs of a `bench policy` log (PromptStarted.bench_k == 0), and cost(L): as measured at
-    load (the session header), or in an older log fitted on its rounds: a round's ms over its
-    prompt's median plain round, averaged per proposal length."""
+    load (the session header), or in an older log fitted on its rounds (fitted_costs)."""
     found, rounds = BenchLog(), []
     opened: PromptStarted | None = None
     measured: dict[int, float] = {}
@@ -107,19 +106,7 @@ def fitted_costs(rounds: Sequence[RoundVerified]) -> dict[int, float]:
 def cost_of(costs: dict[int, float]) -> Callable[[int], float]:
     """cost(L) in plain steps, interpolated between measured L (held at the ends); cost(0) = 1."""
     known = sorted(costs)
-
-    def cost(n: int) -> float:
-        if n == 0:
-            return 1.0
-        if n in costs:
-            return costs[n]
-        lower = max((x for x in known if x < n), default=known[0])
-        upper = min((x for x in known if x > n), default=known[-1])
-        if lower == upper:
-            return costs[lower]
-        return costs[lower] + (costs[upper] - costs[lower]) * (n - lower) / (upper - lower)
-
-    return cost
+    return lambda n: 1.0 if n == 0 else float(np.interp(n, known, [costs[x] for x in known]))
 
 
 class ReplayTarget:
@@ -131,11 +118,7 @@ class ReplayTarget:
 
     def __init__(self, vocab_size: int, eos_id: int, max_len: int = 1 << 20):
         self.vocab_size, self.eos_id, self.max_len = vocab_size, eos_id, max_len
-        self.sequence: list[int] = []
-
-    def play(self, sequence: list[int]) -> None:
-        """The prompt's tokens and then its logged plain text: what the next decode will see."""
-        self.sequence = sequence
+        self.sequence: list[int] = []  # the prompt's tokens, then its logged plain text: what the next decode sees
 
     def prefill(self, tokens: Sequence[int]) -> None:
         if list(tokens) != self.sequence[: len(tokens)]:
@@ -218,7 +201,7 @@ def replay(
     for index, prompt in enumerate(list(prompts) * repeat):
         text = bench.texts[prompt.id]
         played = replace(prompt, max_new_tokens=len(text), token_ids=encoded[prompt.id])
-        target.play(list(played.token_ids) + text)
+        target.sequence = list(played.token_ids) + text
         modelled.key = "auto"
         name = scheduler.decode(played, GREEDY, len(text)).started.prompt_class
         for k in ks:

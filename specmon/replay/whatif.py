@@ -61,21 +61,16 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
     beside = False  # inside a bench's fixed-k run: evidence held, but never the policy's to see
     shadows = gate.Shadows()  # the drafts the live table cut whole (another table would cut others: unseen)
     for ev in events:
+        decided: list[Decision] = []
         if isinstance(ev, PromptFinished):
-            for decision in engine.close(shadows, ev.prompt_id):
-                diffs.setdefault(decision.prompt_class, ClassDiff(decision.prompt_class)).other.append(
-                    describe(decision)
-                )
-        if isinstance(ev, PromptStarted):
+            decided = engine.close(shadows, ev.prompt_id)
+        elif isinstance(ev, PromptStarted):
             shadows.drop(ev.prompt_id)
             beside = bench_fixed_k(ev) is not None
             diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
         elif isinstance(ev, RoundVerified) and not beside:
             longest[ev.prompt_class] = max(longest.get(ev.prompt_class, 0), len(ev.proposed))
-            for decision in engine.observe(ev, shadows):
-                diffs.setdefault(decision.prompt_class, ClassDiff(decision.prompt_class)).other.append(
-                    describe(decision)
-                )
+            decided = engine.observe(ev, shadows)
         elif isinstance(ev, Decision):
             if ev.rule is None:
                 raise SpecmonError(
@@ -83,6 +78,8 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
                     "replays, but what-if compares only with this version's rules"
                 )
             diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).logged.append(describe(ev))
+        for decision in decided:
+            diffs.setdefault(decision.prompt_class, ClassDiff(decision.prompt_class)).other.append(describe(decision))
     for name, diff in diffs.items():
         allowed = engine.policy.class_named(name).draft_len
         if allowed > longest.get(name, 0):

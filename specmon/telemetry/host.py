@@ -79,17 +79,22 @@ class StallClock:
 
     def stall(self) -> float | None:
         if self.source == "psi":
-            total = self.psi()
-            if total is None:
+            if (total := self.psi()) is None:
                 return None
             self._watch_others()
             if self._last_psi is not None and self.others_active:
                 self._total += max(0, total - self._last_psi)
             self._last_psi = total
             return self._total
-        if self.source == "stat":
-            return self._from_stat()
-        return None
+        if self.source != "stat" or (read := self.stat()) is None:
+            return None  # /proc/stat unreadable mid-run: this round is not measured
+        # other processes' CPU time beyond what idle cores could have given them, per core
+        now = (*read, self.own())
+        if self._last is not None:
+            others = (now[0] - self._last[0]) - (now[2] - self._last[2])
+            self._total += max(0.0, others - (now[1] - self._last[1])) / self.cores
+        self._last = now
+        return self._total
 
     def _watch_others(self) -> None:
         """Every OTHERS_WINDOW_S: did other processes use OTHERS_MIN of a core or more since the last look?"""
@@ -97,8 +102,7 @@ class StallClock:
         window = OTHERS_WINDOW_S if self._looked else FIRST_WINDOW_S
         if self._window is not None and now - self._window[0] < window:
             return
-        read = self.stat()
-        if read is None:
+        if (read := self.stat()) is None:
             return
         busy, own = read[0], self.own()
         if self._window is not None and now - self._window[0] > 2 * OTHERS_WINDOW_S:
@@ -108,19 +112,6 @@ class StallClock:
             self.others_active = others >= OTHERS_MIN * (now - self._window[0]) * 1e6
             self._looked = True
         self._window = (now, busy, own)
-
-    def _from_stat(self) -> float:
-        """Other processes' CPU time beyond what idle cores could have given them, per core."""
-        read = self.stat()
-        if read is None:  # /proc/stat unreadable mid-run: this round is not measured
-            return None
-        busy, idle = read
-        now = (busy, idle, self.own())
-        if self._last is not None:
-            others = (now[0] - self._last[0]) - (now[2] - self._last[2])
-            self._total += max(0.0, others - (now[1] - self._last[1])) / self.cores
-        self._last = now
-        return self._total
 
 
 def stall_ms(before: float | None, after: float | None) -> float | None:

@@ -27,31 +27,28 @@ def rss_bytes() -> int | None:
 
 def vram_bytes(index: int = 0) -> tuple[int | None, int | None]:
     """(used, total) of GPU `index` from NVML, or (None, None) without a driver or the package."""
-    handle = _nvml_handle(index)
-    if handle is None:
-        return None, None
-    try:
-        info = _nvml_state["module"].nvmlDeviceGetMemoryInfo(handle)
-        return int(info.used), int(info.total)
-    except Exception:  # NVML raises its own error types for a lost GPU; show N/A instead
-        return None, None
+    info = _query(index, lambda nvml, handle: nvml.nvmlDeviceGetMemoryInfo(handle))
+    return (None, None) if info is None else (int(info.used), int(info.total))
 
 
 def gpu_other_processes(index: int = 0) -> int | None:
     """Processes other than this one running on GPU `index` (they share its compute and memory
     bandwidth), or None without NVML."""
+    listed = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses")
+    running = _query(index, lambda nvml, handle: [p for name in listed for p in getattr(nvml, name)(handle)])
+    return None if running is None else len({p.pid for p in running} - {os.getpid()})
+
+
+def _query(index: int, query):
+    """query(pynvml, the handle of GPU `index`); None without NVML, or where it raises (its own errors for a
+    lost GPU; a driver that will not list processes, as containers often cannot): N/A, never a crash."""
     handle = _nvml_handle(index)
     if handle is None:
         return None
-    nvml = _nvml_state["module"]
     try:
-        running = [
-            *nvml.nvmlDeviceGetComputeRunningProcesses(handle),
-            *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
-        ]
-    except Exception:  # a driver that will not list processes (containers often cannot)
+        return query(_nvml_state["module"], handle)
+    except Exception:
         return None
-    return len({p.pid for p in running} - {os.getpid()})
 
 
 def _nvml_handle(index: int):

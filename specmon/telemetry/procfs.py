@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 # path -> (pid, descriptor): /proc/self resolves at open, so a forked child opens its own
@@ -25,7 +26,5 @@ def kept_pread(path: str, size: int) -> bytes | None:
 def forget(path: str) -> None:
     kept = _kept.pop(path, None)
     if kept is not None:
-        try:
+        with contextlib.suppress(OSError):
             os.close(kept[1])
-        except OSError:
-            pass
