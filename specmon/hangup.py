@@ -30,9 +30,8 @@ def hung_up(fd: int) -> bool:
 
 
 def detach_hung_up() -> list[int]:
-    """Point each of stdin, stdout and stderr that is a hung-up terminal at /dev/null, so what the
-    command still prints on its way out (a table, how it ended) goes nowhere instead of failing
-    with EIO; returns the descriptors moved."""
+    """Point each standard descriptor that is a hung-up terminal at /dev/null, so what the command still
+    prints on its way out goes nowhere instead of failing with EIO; returns the descriptors moved."""
     dead = [fd for fd in STDIO if hung_up(fd)]
     if dead:
         null = os.open(os.devnull, os.O_RDWR)
@@ -44,13 +43,11 @@ def detach_hung_up() -> list[int]:
     return dead
 
 
-def watch_terminal(stop: threading.Event | None = None) -> threading.Thread | None:
-    """For a command with no live view: a thread that, once stdin, stdout or stderr is a terminal
-    that has hung up, detaches it and sends this process SIGHUP (which ends the command as a closed
-    terminal should). None where no standard descriptor is a terminal."""
-    if not any(_is_terminal(fd) for fd in STDIO):
-        return None
-    stop = stop or threading.Event()
+def watch_terminal(stop: threading.Event) -> None:
+    """Until `stop` is set, a thread that detaches a standard descriptor whose terminal has hung up and
+    sends this process SIGHUP (which ends the command as a closed terminal should); none without a terminal."""
+    if not any(os.isatty(fd) for fd in STDIO):  # False, not an error, for a closed descriptor
+        return
 
     def watch() -> None:
         while not stop.wait(WATCH_S):
@@ -58,13 +55,4 @@ def watch_terminal(stop: threading.Event | None = None) -> threading.Thread | No
                 os.kill(os.getpid(), signal.SIGHUP)
                 return
 
-    thread = threading.Thread(target=watch, name="specmon-hangup", daemon=True)
-    thread.start()
-    return thread
-
-
-def _is_terminal(fd: int) -> bool:
-    try:
-        return os.isatty(fd)
-    except OSError:
-        return False
+    threading.Thread(target=watch, name="specmon-hangup", daemon=True).start()

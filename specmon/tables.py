@@ -1,12 +1,6 @@
-"""Plain-terminal tables of the per-class summary (rich, not Textual).
-
-One function prints it for `run`, `attach --headless` and `log info`, from `metrics.stats.summary`,
-so it shows the very fields `--json` and report.json hold, a row for every (class, k) that ran rounds
-(k = 0 too: plain decoding, the side each speedup is measured against). It fits 80 columns:
-acceptance and speed are two stacked tables, per-position acceptance a line per (class, k).
-
-Class names, prompt ids and paths come from users' files: they are escaped, so a class named
-`[/]` prints as itself instead of being read as Rich markup."""
+"""Plain-terminal tables (rich, not Textual): the per-class summary that `run`, `attach --headless` and
+`log info` print from `metrics.stats.summary`, the very fields `--json` and report.json hold, in 80 columns.
+Class names, prompt ids and paths come from users' files: they are escaped, never read as Rich markup."""
 
 from __future__ import annotations
 
@@ -30,12 +24,11 @@ VERDICT_COLOURS = {
     "busy host": "cyan",
 }
 VERDICT_MARKS = {"not yet known": "?", "noise": "!", "busy host": "~"}  # beside a speedup, for those its colour misses
+COUNTS = ("prompts", "rounds", "empty_rounds", "proposed", "accepted")  # the acceptance table's counts, in order
 
 
 class Note(Hanging):
-    """A line under a table that wraps at words to the width it is drawn at, its continuation lines
-    indented under its text, in `style`; each phrase of `whole` (a figure with its unit, a label with its
-    path) stays on one line."""
+    """A line under a table in `style`, wrapped as Hanging wraps it (a figure with its unit kept whole)."""
 
     def __init__(self, line: str, style: str = "", whole: tuple[str, ...] = ()) -> None:
         super().__init__(Text(line, style=style), whole=whole)
@@ -84,7 +77,7 @@ def compact_table(
     return table
 
 
-def class_table(summary: dict, title: str) -> Group:
+def class_table(summary: dict, title: str, log=None) -> Group:
     """The per-class summary, a row per (class, k) that ran rounds: acceptance, then speed, then a_i
     per (class, k > 0); each line <= 80 columns."""
     width = min(CLASS_WIDTH, max(map(len, summary["classes"]), default=5))  # whole names, up to a point
@@ -96,28 +89,11 @@ def class_table(summary: dict, title: str) -> Group:
     )
     positions = []
     for name, row in ((name, row) for name, c in summary["classes"].items() for row in c["by_draft_len"].values()):
-        acceptance.add_row(
-            escape(name),
-            str(row["draft_len"]),
-            str(row["prompts"]),
-            str(row["rounds"]),
-            str(row["empty_rounds"]),
-            str(row["proposed"]),
-            str(row["accepted"]),
-            _num(row["acceptance_rate"]),
-            _num(row["mean_accepted_len"]),
-        )
-        speed.add_row(
-            escape(name),
-            str(row["draft_len"]),
-            _num(row["draft_ms"]),
-            _num(row["verify_ms"], "{:.1f}"),
-            _num(row["tok_per_s"], "{:.1f}"),
-            _num(row["baseline_tok_per_s"], "{:.1f}"),
-            _speedup(row),
-            _interval(row),
-            _verdict(row),
-        )
+        lead = (escape(name), str(row["draft_len"]))
+        rates = (_num(row["acceptance_rate"]), _num(row["mean_accepted_len"]))
+        acceptance.add_row(*lead, *(str(row[key]) for key in COUNTS), *rates)
+        speeds = (_num(row[key], "{:.1f}") for key in ("verify_ms", "tok_per_s", "baseline_tok_per_s"))
+        speed.add_row(*lead, _num(row["draft_ms"]), *speeds, _speedup(row), _interval(row), _verdict(row))
         if row["per_position_acceptance"]:
             a_i = " ".join(f"{a:.2f}" for a in row["per_position_acceptance"])
             positions.append(Text(f"a_i {name} k={row['draft_len']}: {a_i}"))
@@ -131,15 +107,16 @@ def class_table(summary: dict, title: str) -> Group:
             style="dim",
         ),
         further=0,  # at column 0, as the tables above it
-        whole=legend_marks(),
+        whole=[f"{mark} {verdict}" for verdict, mark in VERDICT_MARKS.items()],  # never a lone symbol on a line
     )
-    heading = Text(title, style="bold")  # its own line: a table title would wrap a log path at the table's width
-    return Group(heading, acceptance, speed, *positions, legend)
+    return Group(heading(title, log), acceptance, speed, *positions, legend)
 
 
-def legend_marks() -> list[str]:
-    """Each speedup mark with its meaning (`? not yet known`): a wrap between them leaves a lone symbol."""
-    return [f"{mark} {verdict}" for verdict, mark in VERDICT_MARKS.items()]
+def heading(title: str, log=None) -> Note:
+    """A table's title in bold on a line of its own (a table title would wrap a log path at the table's
+    width), then `(log: PATH)` kept whole."""
+    logged = f"(log: {log})"
+    return Note(f"{title}  {logged}" if log else title, "bold", (logged,))
 
 
 def _speedup(row: dict) -> str:
@@ -151,9 +128,7 @@ def _speedup(row: dict) -> str:
 
 
 def _interval(row: dict) -> str:
-    if row["speedup_low"] is None:
-        return "-"
-    return f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f}"
+    return "-" if row["speedup_low"] is None else f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f}"
 
 
 def divergence_lines(events) -> list[str]:

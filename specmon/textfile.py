@@ -25,9 +25,8 @@ def read_user_text(path: Path, what: str) -> str:
 
 
 def replace_atomically(path: Path, text: str) -> None:
-    """Write text (UTF-8) in place of the file at once: a temporary file beside it, fsynced, renamed
-    over it, and the directory fsynced so the rename itself survives a crash. A symlink stays a
-    symlink: its target is replaced."""
+    """Write text (UTF-8) in place of the file at once (a fsynced temporary file renamed over it, the
+    directory fsynced so the rename survives a crash); a symlink stays one: its target is replaced."""
     target = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -40,11 +39,7 @@ def replace_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(target.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     except OSError as exc:

@@ -11,7 +11,6 @@ from rich.table import Table
 
 from specmon.backends.profiles import check_model_drafter, load_profile
 from specmon.console import err, out, progress
-from specmon.tables import print_host_line
 from specmon.cli.run import check_json, load_saying, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.errors import SpecmonError
@@ -19,7 +18,7 @@ from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, prompt_phases, run_bench
-from specmon.tables import CLASS_WIDTH, Note, compact_table
+from specmon.tables import CLASS_WIDTH, Note, compact_table, heading, print_host_line
 from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
 
@@ -130,11 +129,9 @@ def bench_table(
 ) -> Group:
     """In 80 columns: the title, goodput at each fixed k (9 k a table), then best fixed, the
     policy and the ratios, then a legend; headers whole, a class name folds before a figure."""
-    logged = f"(log: {log})" if log else ""
-    heading = Note(f"{title}  {logged}" if log else title, "bold", (logged,))
     names = {name: name + ("~" if c.host.busy else "") for name, c in results.items()}
     fixed = [_fixed_table(results, names, ks[i : i + K_COLUMNS], by) for i in range(0, len(ks), K_COLUMNS)]
-    return Group(heading, *fixed, _ratio_table(results, names, by), Note(BENCH_LEGEND, "dim"))
+    return Group(heading(title, log), *fixed, _ratio_table(results, names, by), Note(BENCH_LEGEND, "dim"))
 
 
 def _table(names: dict[str, str], columns: tuple[str, ...]) -> Table:

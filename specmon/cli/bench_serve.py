@@ -1,11 +1,6 @@
-"""`specmon bench serve`: what serving costs. Tokens/s streamed through the OpenAI-compatible server
-(the official openai client in a child process, on loopback) against the session driver decoding
-the same prompts itself, interleaved prompt by prompt (alternating which goes first, so drift
-falls on both); then several concurrent clients.
-
-Both paths decode at one fixed k in one live session and one log. Time to first token and
-per-token latency are measured at the client; a chunk's tokens are counted from the log's rounds
-(each chunk names its round)."""
+"""`specmon bench serve`: what serving costs (its --help says how it is measured). Which of the server and
+the driver goes first alternates, so drift falls on both; a chunk's tokens are counted from the log's
+rounds (each chunk names its round)."""
 
 from __future__ import annotations
 
@@ -26,8 +21,7 @@ from rich.table import Table
 from specmon.backends.profiles import load_profile
 from specmon.sched.bench import prompts_path
 from specmon.sched.turns import rotated
-from specmon.console import err, out, progress
-from specmon.console import say
+from specmon.console import err, out, progress, say
 from specmon.cli.run import check_new_log, check_json, write_json
 from specmon.cli.serve_clients import Streamed
 from specmon.engine.draft_len import FixedDraftLen, check_draft_len

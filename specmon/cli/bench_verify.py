@@ -22,7 +22,7 @@ from specmon.metrics.rates import ratio
 def cmd_bench_verify(args) -> int:
     check_json(args.json)
     profile = load_profile(args.profile)
-    targets = _load_targets(profile, args.packed_rows)
+    targets, pad_from = _load_targets(profile, args.packed_rows)
     with progress("timing verify passes", args.reps) as done:
         ms = time_passes(targets, args.context, args.reps, args.max_positions, done)
     costs = {name: {t: ratio(ms[name][t], ms[name][1]) for t in ms[name]} for name in ms}
@@ -38,14 +38,15 @@ def cmd_bench_verify(args) -> int:
             "context": args.context,
             "reps": args.reps,
             "layouts": {name: {"ms": ms[name], "cost": costs[name]} for name in ms},  # json writes T as a string
-            "pad_from": _pad_from(targets),
+            "pad_from": pad_from,
         },
     )
     return 0
 
 
-def _load_targets(profile, packed_rows: int) -> dict:
-    """The profile's target as it loads; for torch, one with plain kernels and one with packed weights."""
+def _load_targets(profile, packed_rows: int) -> tuple[dict, int | None]:
+    """The profile's target as it loads (for torch, one with plain kernels and one with packed weights),
+    and the packed one's pad_from."""
     from specmon.backends.loader import load_pair  # torch: only once every input is checked
 
     layouts = (("plain", 0), ("packed", packed_rows)) if profile.backend == "torch" else ((profile.backend, 0),)
@@ -62,12 +63,7 @@ def _load_targets(profile, packed_rows: int) -> dict:
             f"packed: passes of {packed.pad_from}..{packed_rows} positions run as {packed_rows} rows "
             "(pad_from measured at load)"
         )
-    return targets
-
-
-def _pad_from(targets: dict) -> int | None:
-    packed = targets.get("packed")
-    return packed.model.pad_from if packed is not None and packed.model.packed_rows else None
+    return targets, packed.pad_from if packed is not None and packed.packed_rows else None
 
 
 def verify_table(ms: dict, costs: dict, title: str) -> Table:

@@ -64,12 +64,7 @@ def add_profile(command, what: str) -> None:
 
 def add_inputs(command) -> None:
     """The model pair and the prompt set: the same three flags for run, sweep and bench."""
-    command.add_argument(
-        "--profile",
-        default=DEFAULT_PROFILE,
-        help="a profile .toml path, or a name (working "
-        f"directory first, then the shipped profiles; default: {DEFAULT_PROFILE})",
-    )
+    add_profile(command, "a profile .toml path, or a name: the working directory's first, then the shipped profiles")
     command.add_argument(
         "--prompts",
         type=Path,

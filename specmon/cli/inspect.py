@@ -152,28 +152,20 @@ def pick_session(ask: bool) -> str:
     return str(sessions[int(answer) - 1].socket)
 
 
-class NoSession(SpecmonError):
-    """No live session to attach to; `whole`: the phrases its wrap keeps on one line (when, how long, a command)."""
-
-    def __init__(self, message: str, whole: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.whole = whole
-
-
-def _none_alive() -> NoSession:
+def _none_alive() -> SpecmonError:
     where = f"no running session in {runtime_dir()}"
     log = newest_log(default_log_path("none").parent)
     if log is None:
-        return NoSession(f"{where}; start one with `specmon run`", ("`specmon run`",))
+        return SpecmonError(f"{where}; start one with `specmon run`", ("`specmon run`",))
     info = describe(log)
     if info.ended is not None:
         ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended))
         rounds, replay = f"({count(info.rounds, 'round')})", f"specmon replay {log}"
-        return NoSession(
+        return SpecmonError(
             f"{where}; the newest log, {log}, ended at {ended} {rounds}: {replay}", (ended, rounds, replay)
         )
     replay = f"specmon replay --follow {log}"
-    return NoSession(
+    return SpecmonError(
         f"{where}; the newest log, {log}, has no end written (still being written, or its run was killed): {replay}",
         (replay,),
     )

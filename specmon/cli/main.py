@@ -61,10 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="specmon", description="Watch speculative decoding and find where it pays.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_run, _add_serve, add_models, _add_attach, _add_policy, add_bench, _add_sweep, _add_logs):
+    commands = (_add_run, _add_serve, add_models, _add_attach, _add_policy, add_bench, _add_sweep, _add_logs)
+    for add in (*commands, add_watch, add_proxy):
         add(sub)
-    add_watch(sub)
-    add_proxy(sub)
     return parser
 
 
@@ -267,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             handler = getattr(args, "handler", None) or COMMANDS[args.command]  # a tool's own, else the command's
             return handler(args)
     except SpecmonError as exc:
-        print_error(str(exc), getattr(exc, "whole", ()))  # one message, no traceback; its phrases kept whole
+        print_error(str(exc), exc.whole)  # one message, no traceback; its phrases kept whole
         return 2
     except Terminated as exc:
         print_error(f"ended by {exc}; the session log keeps {kept}")

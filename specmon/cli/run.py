@@ -11,20 +11,15 @@ from pathlib import Path
 from rich.markup import escape
 
 from specmon.backends.profiles import load_profile, overrides
-from specmon.console import err, out, progress
-from specmon.tables import class_table, divergence_lines
-from specmon.text import wrapped_lines
+from specmon.console import err, out, progress, say
+from specmon.tables import class_table, divergence_lines, print_host_line
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
-from specmon.events.schema import Sampling
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import prompts_path
 from specmon.transport.serve import parse_listen
-from specmon.cli.flags import wants_tui
-from specmon.console import say
-from specmon.tables import print_host_line
-from specmon.cli.flags import memory_options
+from specmon.cli.flags import memory_options, wants_tui
 from specmon.transport.session import live_session
 from specmon.tui.beside import decode_under_tui
 
@@ -54,7 +49,8 @@ def cmd_run(args) -> int:
     max_new_tokens = profile.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
     pair = load_saying(profile, spec)
     mode = f"policy {Path(policy.source).name}" if policy else f"k={spec.draft_len}"
-    title = f"{profile.name}: {pair.drafter.name} {mode}, {_sampling_text(sampling)}"
+    said = "greedy" if sampling.greedy else f"T={sampling.temperature} top_p={sampling.top_p}"
+    title = f"{profile.name}: {pair.drafter.name} {mode}, {said}"
     tui = wants_tui(args)
     interrupted: KeyboardInterrupt | None = None
     remembers = memory_options(args, profile, pair.drafter.name, spec) if policy else {}
@@ -80,7 +76,7 @@ def cmd_run(args) -> int:
                 session.finish("interrupted")
                 interrupted = stop
     table = summary(class_stats(session.events))
-    out.print(class_table(table, titled_with_log(title, session.log_path)))
+    out.print(class_table(table, title, session.log_path))
     for line in divergence_lines(session.events):
         say(line)
     print_host_line(session.events)
@@ -96,13 +92,6 @@ def load_saying(profile, spec=None):
 
     with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
         return load_pair(profile, spec)
-
-
-def titled_with_log(title: str, log_path: Path) -> str:
-    """The table's title and `(log: PATH)`, wrapped at words to the console's width: the log's phrase
-    whole on an indented line where they do not fit on one."""
-    log = f"(log: {log_path})"
-    return "\n".join(wrapped_lines(f"{title}  {log}", out.width, whole=[log]))
 
 
 def check_new_log(path: Path | None) -> None:
@@ -135,7 +124,3 @@ def write_json(path: Path | None, data: dict) -> None:
         path.write_text(json.dumps(data, indent=2))
     except OSError as exc:
         raise SpecmonError(f"{path}: cannot write the JSON summary ({exc.strerror})") from None
-
-
-def _sampling_text(sampling: Sampling) -> str:
-    return "greedy" if sampling.greedy else f"T={sampling.temperature} top_p={sampling.top_p}"

@@ -7,14 +7,12 @@ import os
 import signal
 from pathlib import Path
 
-
 from specmon.backends.profiles import load_profile
 from specmon.console import notice, print_error, print_line
 from specmon.errors import SpecmonError
 from specmon.policy.schema import load_policy
 from specmon.server.auth import check_host, read_api_key
-from specmon.cli.flags import memory_options
-from specmon.cli.flags import wants_tui
+from specmon.cli.flags import memory_options, wants_tui
 from specmon.cli.run import load_saying
 from specmon.transport.session import live_session
 from specmon.tui.beside import serve_under_tui
@@ -45,7 +43,9 @@ def cmd_serve(args) -> int:
         try:
             pair = load_saying(profile)
         except KeyboardInterrupt as exc:  # Terminated too: no session has begun, so there is no log to speak of
-            return _ended_while_loading(exc)
+            signum = getattr(exc, "signum", signal.SIGINT)
+            print_error(f"ended by {signal.Signals(signum).name} while the model was loading; no log was written")
+            return 128 + signum
         with live_session(
             pair,
             profile,
@@ -73,12 +73,6 @@ def cmd_serve(args) -> int:
     finally:
         listening.close()  # Serving.run closes it too; a failure before that must not leave it open
     return 0
-
-
-def _ended_while_loading(exc: KeyboardInterrupt) -> int:
-    signum = getattr(exc, "signum", signal.SIGINT)
-    print_error(f"ended by {signal.Signals(signum).name} while the model was loading; no log was written")
-    return 128 + signum
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # requests are tokenized on threads of their own

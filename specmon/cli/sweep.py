@@ -18,6 +18,7 @@ from specmon.events.schema import Sampling
 from specmon.replay.sweep_report import cell_rows, suggest_policy, sweep_plots
 from specmon.replay.sweep_tables import break_even_table, paths_note, results_table
 from specmon.tables import Note
+from specmon.textfile import read_user_text
 from specmon.transport.session import live_session
 
 
@@ -100,18 +101,8 @@ def cmd_sweep(args) -> int:
     out.print(paths_note(session.log_path, plots))
     print_host_line(session.events)
     if args.suggest_policy:
-        base = (
-            _read_policy(args.suggest_policy) if args.suggest_policy.exists() else read_shipped("policies", "default")
-        )
+        given = args.suggest_policy.exists()
+        base = read_user_text(args.suggest_policy, "--suggest-policy") if given else read_shipped("policies", "default")
         for name, what in suggest_policy(rows, base, args.suggest_policy, session.log_path.name).items():
             out.print(Note(f"suggested for {name}: {what}"))
     return 0
-
-
-def _read_policy(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8-sig")
-    except OSError as exc:
-        raise SpecmonError(f"--suggest-policy {path}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise SpecmonError(f"--suggest-policy {path}: not UTF-8 text; save it as UTF-8") from None

@@ -10,8 +10,7 @@ from rich.table import Table
 
 from specmon.backends.tokenizer import profile_tokenizer
 from specmon.sched.bench import prompt_half, prompts_path
-from specmon.console import out, progress
-from specmon.console import say
+from specmon.console import out, progress, say
 from specmon.cli.run import check_json, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.engine.prompts import prompt_set
