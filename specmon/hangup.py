@@ -30,8 +30,7 @@ def hung_up(fd: int) -> bool:
 
 
 def detach_hung_up() -> list[int]:
-    """Point each standard descriptor that is a hung-up terminal at /dev/null, so what the command still
-    prints on its way out goes nowhere instead of failing with EIO; returns the descriptors moved."""
+    """Point each standard descriptor whose terminal hung up at /dev/null (no EIO on the way out); returns them."""
     dead = [fd for fd in STDIO if hung_up(fd)]
     if dead:
         null = os.open(os.devnull, os.O_RDWR)
@@ -44,8 +43,7 @@ def detach_hung_up() -> list[int]:
 
 
 def watch_terminal(stop: threading.Event) -> None:
-    """Until `stop` is set, a thread that detaches a standard descriptor whose terminal has hung up and
-    sends this process SIGHUP (which ends the command as a closed terminal should); none without a terminal."""
+    """Until `stop` is set, a thread that on a hang-up detaches the terminal and sends this process SIGHUP."""
     if not any(os.isatty(fd) for fd in STDIO):  # False, not an error, for a closed descriptor
         return
 

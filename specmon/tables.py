@@ -47,6 +47,14 @@ def _verdict(row: dict) -> str:
     return f"[{colour}]{', '.join(parts)}[/]"
 
 
+def figures_table(title: str, columns: list[str], caption: str | None = None) -> Table:
+    """A tool's table of results: the title as text (never markup), its first column text, the rest figures."""
+    table = Table(title=escape(title), title_justify="left", caption=caption)
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="right" if i else "left")
+    return table
+
+
 def compact_table(
     title: str,
     columns: tuple[str, ...],
@@ -54,9 +62,8 @@ def compact_table(
     class_width: int | None = None,
     tight: bool = False,
 ) -> Table:
-    """specmon's plain-terminal table: a rule under the header and no frame, so a row fits 80 columns;
-    the `left` columns are text, the rest figures. `tight`: one blank between columns, and where the
-    row is still too wide the class name folds, never a figure or a header."""
+    """A rule under the header and no frame, so a row fits 80 columns; the `left` columns are text, the rest
+    figures. `tight`: one blank between columns, and only a class name folds, never a figure or a header."""
     table = Table(
         title=title,
         title_justify="left",
@@ -78,8 +85,7 @@ def compact_table(
 
 
 def class_table(summary: dict, title: str, log=None) -> Group:
-    """The per-class summary, a row per (class, k) that ran rounds: acceptance, then speed, then a_i
-    per (class, k > 0); each line <= 80 columns."""
+    """The per-class summary in 80 columns, a row per (class, k) that ran rounds: acceptance, speed, then a_i."""
     width = min(CLASS_WIDTH, max(map(len, summary["classes"]), default=5))  # whole names, up to a point
     acceptance = compact_table(
         "", ("class", "k", "prompts", "rounds", "empty", "proposed", "accepted", "rate", "mean"), class_width=width
@@ -113,8 +119,7 @@ def class_table(summary: dict, title: str, log=None) -> Group:
 
 
 def heading(title: str, log=None) -> Note:
-    """A table's title in bold on a line of its own (a table title would wrap a log path at the table's
-    width), then `(log: PATH)` kept whole."""
+    """A title in bold with `(log: PATH)` kept whole (a table's own title would wrap a path at its width)."""
     logged = f"(log: {log})"
     return Note(f"{title}  {logged}" if log else title, "bold", (logged,))
 

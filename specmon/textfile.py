@@ -1,5 +1,4 @@
-"""Reading a file a user wrote (profile, prompts): UTF-8 with or without a byte-order mark, and
-one clear line naming the file and line when it cannot be read; replacing a file whole, atomically."""
+"""Reading a file a user wrote (UTF-8, with or without a BOM, or one line naming file and line); replacing one atomically."""
 
 from __future__ import annotations
 

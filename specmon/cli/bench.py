@@ -84,8 +84,7 @@ def cmd_bench(args) -> int:
 
 
 def interval_line(results: dict[str, BenchClass]) -> Note:
-    """How far auto/best could be noise: its 95% interval over prompts, per class (the best fixed k
-    is picked after the fact, so a best-of-several is also favoured by its own noise)."""
+    """auto/best's 95% interval over prompts per class (the best fixed k, picked after the fact, is favoured by its noise)."""
     parts = []
     for name, c in results.items():
         est = c.auto_over_best()
@@ -95,15 +94,13 @@ def interval_line(results: dict[str, BenchClass]) -> Note:
 
 
 def explore_line(results: dict[str, BenchClass]) -> Note:
-    """Rounds the policy verified a draft its table had cut (its exploration budget), and their
-    cost: their time less what plain steps take for the tokens they gave, of the policy's time."""
+    """Per class, the rounds that verified a draft the table had cut (explore_budget) and their share of the policy's time."""
     parts = [f"{name} {c.explored.rounds} rounds, {fmt(c.explore_cost(), '{:+.2%}')}" for name, c in results.items()]
     return Note("exploring cut drafts (rounds, cost of the policy's time): " + "; ".join(parts), whole=tuple(parts))
 
 
 def overall_line(overall: dict, policy_ms: float, work: float | None) -> Note:
-    """Every class together: auto against the best single fixed k, with its interval, and what the
-    policy's own work cost; a figure is kept with its label and its interval."""
+    """Every class together: auto against the best single fixed k, with its interval, and the policy's own work."""
     auto = f"auto {fmt(overall['auto'], '{:.1f}')} tok/s"
     best = f"k={overall['best_k']} {fmt(overall['best'], '{:.1f}')}"
     bounds = overall["auto_over_best_interval"]
@@ -127,8 +124,7 @@ BENCH_LEGEND = (
 def bench_table(
     results: dict[str, BenchClass], ks: list[int], title: str, by: str = "class", log: Path | None = None
 ) -> Group:
-    """In 80 columns: the title, goodput at each fixed k (9 k a table), then best fixed, the
-    policy and the ratios, then a legend; headers whole, a class name folds before a figure."""
+    """In 80 columns: goodput at each fixed k (9 a table), then best fixed, the policy and the ratios, then a legend."""
     names = {name: name + ("~" if c.host.busy else "") for name, c in results.items()}
     fixed = [_fixed_table(results, names, ks[i : i + K_COLUMNS], by) for i in range(0, len(ks), K_COLUMNS)]
     return Group(heading(title, log), *fixed, _ratio_table(results, names, by), Note(BENCH_LEGEND, "dim"))

@@ -14,6 +14,7 @@ from specmon.cli.run import check_json, write_json
 from specmon.engine.prompts import builtin_suite
 from specmon.errors import SpecmonError
 from specmon.metrics.format import fmt
+from specmon.tables import figures_table
 from specmon.sched import engines as eng
 
 
@@ -66,8 +67,7 @@ def cmd_bench_engines(args) -> int:
 
 
 def check_reference(binary: str | None, profile_name: str) -> tuple[str, str] | None:
-    """(--reference, the llamacpp profile's GGUF) for llama.cpp's own loop, or None; the program is one this
-    user can run, and the binding it was built against is here: checked before any model loads, not after."""
+    """(--reference, the llamacpp profile's GGUF), or None; both checked usable before any model loads."""
     if not binary:
         return None
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
@@ -82,14 +82,13 @@ def check_reference(binary: str | None, profile_name: str) -> tuple[str, str] | 
 
 
 def engines_table(result: dict, k: int, title: str) -> Table:
-    table = Table(title=escape(title), title_justify="left")
-    table.caption = (
+    caption = (
         f"plain tok/s = Σ tokens / Σ decode ms; speedup = n-gram k={k} goodput / the engine's own plain "
         "goodput [95% interval over prompts]; identical: speculative output = its own plain"
     )
     base = next(iter(result["engines"]))
-    for col in ("engine", "plain tok/s", f"vs {base}", f"n-gram k={k} speedup", "95% interval", "identical"):
-        table.add_column(col, justify="left" if col == "engine" else "right")
+    columns = ["engine", "plain tok/s", f"vs {base}", f"n-gram k={k} speedup", "95% interval", "identical"]
+    table = figures_table(title, columns, caption)
     for name, e in result["engines"].items():
         interval = f"[{fmt(e['interval'][0])}, {fmt(e['interval'][1])}]" if e.get("interval") else ""
         speed = f"{fmt(e['ngram_speedup'])}x ({e['verdict']})" if "ngram_speedup" in e else ""
@@ -100,10 +99,9 @@ def engines_table(result: dict, k: int, title: str) -> Table:
 
 def classes_table(result: dict, k: int) -> Table:
     names = [n for n, e in result["engines"].items() if "ngram_speedup" in e]
-    table = Table(title=f"n-gram k={k} speedup by class (each engine over its own plain)", title_justify="left")
-    table.add_column("class")
-    for name in names:
-        table.add_column(escape(name), justify="right")
+    table = figures_table(
+        f"n-gram k={k} speedup by class (each engine over its own plain)", ["class", *map(escape, names)]
+    )
     for cls, by in result["classes"].items():
         table.add_row(escape(cls), *(f"{fmt(by[n]['speedup'])}x ({by[n]['verdict']})" for n in names))
     return table

@@ -15,14 +15,13 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
-from rich.markup import escape
 from rich.table import Table
 
 from specmon.backends.profiles import load_profile
 from specmon.sched.bench import prompts_path
 from specmon.sched.turns import rotated
-from specmon.console import err, out, progress, say
-from specmon.cli.run import check_new_log, check_json, write_json
+from specmon.console import out, progress, say
+from specmon.cli.run import check_new_log, check_json, load_saying, write_json
 from specmon.cli.serve_clients import Streamed
 from specmon.engine.draft_len import FixedDraftLen, check_draft_len
 from specmon.engine.driver import UNCHECKED
@@ -31,35 +30,22 @@ from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, RoundVerified, Sampling
 from specmon.metrics import rates
+from specmon.tables import figures_table
 
 WARM_UP = ["Hello!"]  # the first request's imports and allocations, not timed
 
 
-class Clients:
-    """The child process that streams requests; one batch at a time."""
-
-    def __init__(self, url: str):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specmon.cli.serve_clients", url],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def ask(self, texts: list[str], clients: int, max_tokens: int) -> tuple[float, list[Streamed]]:
-        self.proc.stdin.write(json.dumps({"texts": texts, "clients": clients, "max_tokens": max_tokens}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SpecmonError(f"the benchmark's client process ended (exit {self.proc.wait()}); its error is above")
-        answer = json.loads(line)
-        if answer["errors"]:
-            raise SpecmonError(f"a streamed request failed: {answer['errors'][0]}")
-        return answer["wall"], [Streamed(**r) for r in answer["results"]]
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait()
+def ask(clients: subprocess.Popen, texts: list[str], count: int, max_tokens: int) -> tuple[float, list[Streamed]]:
+    """A batch streamed by the client process, `count` requests at once: its wall time and each request's."""
+    clients.stdin.write(json.dumps({"texts": texts, "clients": count, "max_tokens": max_tokens}) + "\n")
+    clients.stdin.flush()
+    line = clients.stdout.readline()
+    if not line:
+        raise SpecmonError(f"the benchmark's client process ended (exit {clients.wait()}); its error is above")
+    answer = json.loads(line)
+    if answer["errors"]:
+        raise SpecmonError(f"a streamed request failed: {answer['errors'][0]}")
+    return answer["wall"], [Streamed(**r) for r in answer["results"]]
 
 
 def cmd_bench_serve(args) -> int:
@@ -89,34 +75,32 @@ def cmd_bench_serve(args) -> int:
 
 def _measure(profile, k: int, prompts, args, log: Path) -> dict:
     """One session: the server and the driver take turns per prompt, then `clients` at once."""
-    from specmon.backends.loader import load_pair  # torch: only once every input is checked
     from specmon.server.runner import ServeOptions, Serving
     from specmon.transport.session import live_session
 
-    with err.status(escape(f"loading {profile.target.describe()}")):
-        pair = load_pair(profile)
+    pair = load_saying(profile)
     with live_session(pair, profile, pair.drafter, log, serve=False, announce=False, keep_events=False) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0, max_queue=64, draft_len=k))
         server.start()
-        clients = Clients(server.url)
+        child = [sys.executable, "-m", "specmon.cli.serve_clients", server.url]  # exits when its stdin closes
         try:
-            clients.ask(WARM_UP, 1, 8)
-            one, direct_runs = [], []
-            with progress("served and direct, in turn", len(prompts) * args.repeat) as done:
-                for rep in range(args.repeat):
-                    for i, prompt in enumerate(prompts):
-                        steps = [
-                            lambda: one.extend(clients.ask([prompt.text], 1, args.max_tokens)[1]),
-                            lambda: direct_runs.append(
-                                direct(session.driver, pair.drafter, k, prompt, args.max_tokens)
-                            ),
-                        ]
-                        for step in rotated(steps, i + rep):
-                            step()
-                        done(rep * len(prompts) + i + 1)
-            many_wall, many = clients.ask([p.text for p in prompts], args.clients, args.max_tokens)
+            with subprocess.Popen(child, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as clients:
+                ask(clients, WARM_UP, 1, 8)
+                one, direct_runs = [], []
+                with progress("served and direct, in turn", len(prompts) * args.repeat) as done:
+                    for rep in range(args.repeat):
+                        for i, prompt in enumerate(prompts):
+                            steps = [
+                                lambda: one.extend(ask(clients, [prompt.text], 1, args.max_tokens)[1]),
+                                lambda: direct_runs.append(
+                                    direct(session.driver, pair.drafter, k, prompt, args.max_tokens)
+                                ),
+                            ]
+                            for step in rotated(steps, i + rep):
+                                step()
+                            done(rep * len(prompts) + i + 1)
+                many_wall, many = ask(clients, [p.text for p in prompts], args.clients, args.max_tokens)
         finally:
-            clients.close()
             server.stop()
     return {"one": one, "direct": direct_runs, "many": many, "many_wall": many_wall, "clients": args.clients}
 
@@ -178,18 +162,19 @@ def figures(runs: dict, events: list) -> dict:
 
 
 def serve_table(result: dict, title: str) -> Table:
-    table = Table(title=escape(title), title_justify="left")
-    table.caption = "tok/s at the client; TTFT and per-token latency at the client (queue wait included)"
-    columns = ["path", "clients", "requests", "tok/s", "vs direct"]
-    latencies = [
-        (f"{what} p{q} ms", f"{key}_p{q}_ms")
-        for what, key in (("TTFT", "ttft"), ("per-token", "per_token"))
-        for q in (50, 99)
+    caption = "tok/s at the client; TTFT and per-token latency at the client (queue wait included)"
+    kinds = (("TTFT", "ttft"), ("per-token", "per_token"))
+    columns = [
+        "path",
+        "clients",
+        "requests",
+        "tok/s",
+        "vs direct",
+        *(f"{w} p{q} ms" for w, _ in kinds for q in (50, 99)),
     ]
-    columns += [column for column, _ in latencies]
-    for col in columns:
-        table.add_column(col, justify="left" if col == "path" else "right")
+    table = figures_table(title, columns, caption)
     for r in result["rows"]:
         cells = [r["path"], str(r["clients"]), str(r["requests"]), f"{r['tok_s']:.1f}", f"{r['vs_direct']:.3f}x"]
-        table.add_row(*cells, *("-" if r[key] is None else f"{r[key]:.1f}" for _, key in latencies))
+        ms = (r[f"{key}_p{q}_ms"] for _, key in kinds for q in (50, 99))
+        table.add_row(*cells, *("-" if value is None else f"{value:.1f}" for value in ms))
     return table

@@ -1,9 +1,7 @@
-"""`specmon bench verify`: the cost of one target pass over T = 1..N positions (a round at k = T-1
-verifies T), relative to one position: the v(k) of the predicted speedup (metrics.predict).
+"""`specmon bench verify`: the v(k) of the predicted speedup (metrics.predict), measured.
 
 On a CPU, MKL's fp32 gemm reads the weights once per 3 rows, so without packing a 4-position verify
-costs about twice a plain step; weights packed for `packed_rows` rows are read once for all rows.
-A torch profile is timed both ways, interleaved rep by rep on one machine state."""
+costs about twice a plain step; weights packed for `packed_rows` rows are read once for all rows."""
 
 from __future__ import annotations
 
@@ -17,6 +15,7 @@ from specmon.cli.run import check_json, write_json
 from specmon.engine.costs import time_passes
 from specmon.metrics.format import fmt
 from specmon.metrics.rates import ratio
+from specmon.tables import figures_table
 
 
 def cmd_bench_verify(args) -> int:
@@ -45,8 +44,7 @@ def cmd_bench_verify(args) -> int:
 
 
 def _load_targets(profile, packed_rows: int) -> tuple[dict, int | None]:
-    """The profile's target as it loads (for torch, one with plain kernels and one with packed weights),
-    and the packed one's pad_from."""
+    """The profile's target (torch: with plain kernels and with packed weights) and the packed one's pad_from."""
     from specmon.backends.loader import load_pair  # torch: only once every input is checked
 
     layouts = (("plain", 0), ("packed", packed_rows)) if profile.backend == "torch" else ((profile.backend, 0),)
@@ -67,15 +65,13 @@ def _load_targets(profile, packed_rows: int) -> tuple[dict, int | None]:
 
 
 def verify_table(ms: dict, costs: dict, title: str) -> Table:
-    table = Table(title=escape(title), title_justify="left")
-    table.caption = (
+    caption = (
         "v(k) = ms of a pass over T positions (with what it costs the plain step after it) / ms of "
         "a one-position plain step"
     )
-    table.add_column("T (k = T-1)")
-    for name in ms:
-        table.add_column(f"{name} ms", justify="right")
-        table.add_column(f"{name} v(k)", justify="right")
+    table = figures_table(
+        title, ["T (k = T-1)", *(f"{name} {what}" for name in ms for what in ("ms", "v(k)"))], caption
+    )
     for t in next(iter(ms.values())):
         table.add_row(
             f"{t} (k={t - 1})", *(cell for name in ms for cell in (f"{ms[name][t]:.1f}", fmt(costs[name][t])))

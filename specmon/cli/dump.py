@@ -22,17 +22,13 @@ def by_name(value):
     return value
 
 
-def dump_line(event) -> bytes:
-    """{"type": "RoundVerified", "session_id": ..., ...}: the event's type, then its fields in order."""
-    return msgspec.json.encode({"type": type(event).__name__, **by_name(event)}) + b"\n"
-
-
 def cmd_log_dump(args) -> int:
     """Write the log's events to stdout; a damaged log is dumped up to the damage, which is named on stderr."""
     stdout, count = sys.stdout.buffer, 0
     try:
         for event in read_log(args.log):
-            stdout.write(dump_line(event))
+            # {"type": "RoundVerified", "session_id": ..., ...}: the event's type, then its fields in order
+            stdout.write(msgspec.json.encode({"type": type(event).__name__, **by_name(event)}) + b"\n")
             count += 1
     except LogDamaged as exc:
         stdout.flush()

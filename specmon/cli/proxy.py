@@ -1,6 +1,4 @@
-"""`specmon proxy --upstream URL`: an OpenAI-compatible pass-through that classifies each request by a
-policy's classes, logs the upstream's own figures per request (RequestTimed) and, with a plain
-upstream, routes each class where its measured goodput is higher."""
+"""`specmon proxy --upstream URL`'s command line (the command is specmon/proxy/command.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`specmon run`: load the pair, open the live session, and let a scheduler (plain-vs-speculative
-pairing, or a policy) feed the driver, under the TUI or a progress bar."""
+"""`specmon run`: a scheduler (plain-vs-speculative pairing, or a policy) feeds a live session's driver."""
 
 from __future__ import annotations
 

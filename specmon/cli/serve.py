@@ -1,5 +1,4 @@
-"""`specmon serve`: load the pair, open a live session, and serve OpenAI's API from it; every
-request is a prompt of the session, decided by the policy (or at a fixed k), logged round by round."""
+"""`specmon serve`: OpenAI's API served from a live session, each request one of its prompts."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.console import err, out, progress
 from specmon.tables import print_host_line
-from specmon.cli.run import check_new_log
+from specmon.cli.run import check_new_log, load_saying
 from specmon.data import read_shipped
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.prompts import prompt_set
@@ -39,8 +39,7 @@ def parse_ks(text: str) -> list[int]:
 
 
 def progress_title(cells: list, prompts: list) -> str:
-    """The progress line's lead: cells as the tables count them (class × drafter × sampling × k; `cells`
-    leave out the class), then what its `n of N` counts: decodes, each prompt under each of `cells`."""
+    """The progress line's lead: cells as the tables count them (`cells` leave out the class), then what it counts."""
     classes = len({p.prompt_class for p in prompts})
     return f"sweep {classes * len(cells)} cells, decodes"
 
@@ -76,10 +75,7 @@ def cmd_sweep(args) -> int:
             "(model needs a [drafter.target] in the profile)"
         )
     check_new_log(args.log)
-    from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
-
-    with err.status("loading the model"):
-        pair = load_pair(profile, DrafterSpec(kind="none"))
+    pair = load_saying(profile, DrafterSpec(kind="none"))
     layers = profile.drafter.layers if args.layers is None else args.layers
     specs = [
         DrafterSpec(kind=name, layers=layers, ngram_sizes=profile.drafter.ngram_sizes, target=profile.drafter.target)

@@ -1,5 +1,4 @@
-"""The measuring tools' command lines: `specmon bench policy|verify|engines|serve`, `specmon policy tune`.
-Each command's module is imported when it runs, so `--help` is fast."""
+"""--help's formatter, and the measuring tools' command lines (`specmon bench ...`, `specmon policy tune`)."""
 
 from __future__ import annotations
 
@@ -20,9 +19,8 @@ USAGE_INDENT = "    "
 
 
 class Teaching(argparse.HelpFormatter):
-    """Descriptions wrap to the terminal; the epilog's indented example lines stay as written, each
-    note beside its example where the line fits, else wrapped under it. Prose wraps at spaces only:
-    a value (`torch-nopad`) or a command is never split at its hyphen."""
+    """Prose wraps to the terminal at spaces only (never at `torch-nopad`'s hyphen); an epilog's example keeps
+    its note beside it where the line fits, else under it."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         return "\n".join(self._fill_line(line, width, indent) for line in text.splitlines())
@@ -45,8 +43,7 @@ class Teaching(argparse.HelpFormatter):
         return "\n".join([*continued(example["lead"], example["command"], width), *note])
 
     def _format_usage(self, usage, actions, groups, prefix) -> str:
-        """argparse's usage, its options packed under a short indent where a part would run past the width
-        under the command's name (`[--llamacpp-profile LLAMACPP_PROFILE]` after `usage: specmon bench engines`)."""
+        """argparse's usage, its options packed under a short indent where one would run past the width."""
         text = super()._format_usage(usage, actions, groups, prefix)
         if all(len(line) <= self._width for line in text.splitlines()):
             return text
@@ -61,8 +58,7 @@ class Teaching(argparse.HelpFormatter):
 
 
 def continued(lead: str, command: str, width: int) -> list[str]:
-    """A shell command too long for `width`, broken before an option or a pipe (else between words, never
-    inside quotes) into lines that end in ` \\`, as a shell takes them when pasted."""
+    """A shell command broken before an option or a pipe into lines ending in ` \\`, as a shell takes them."""
     ends_continued = command.endswith(" \\")
     tokens = SHELL_WORD.findall(command.removesuffix(" \\"))
     units: list[list[str]] = []

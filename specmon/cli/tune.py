@@ -1,5 +1,4 @@
-"""`specmon policy tune LOG`: the tuning replay of a `bench policy` log (specmon/replay/tune.py),
-printed per class as goodput over plain for each fixed k and for the policy."""
+"""`specmon policy tune LOG`: the tuning replay of a `bench policy` log (specmon/replay/tune.py), printed."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.metrics.format import fmt
 from specmon.policy.schema import load_policy
+from specmon.tables import figures_table
 from specmon.replay.tune import check_prompts, cost_of, figures, read_bench_log, replay
 
 
@@ -82,10 +82,8 @@ def parse_costs(text: str) -> dict[int, float]:
 
 
 def tune_table(result: dict, ks: list[int], title: str) -> Table:
-    table = Table(title=escape(title), title_justify="left")
-    table.caption = "goodput = emitted tokens / modelled round time; auto counts what the policy spends learning"
-    for col in ["class", *(f"k={k}" for k in ks), "auto", "auto/best"]:
-        table.add_column(col, justify="left" if col == "class" else "right")
+    caption = "goodput = emitted tokens / modelled round time; auto counts what the policy spends learning"
+    table = figures_table(title, ["class", *(f"k={k}" for k in ks), "auto", "auto/best"], caption)
     for name, c in result["classes"].items():
         table.add_row(
             escape(name),

@@ -1,5 +1,4 @@
-"""`specmon watch URL`: the live view of a server specmon does not run (llama-server, vLLM, or another
-specmon serve), read from its /metrics every interval and logged as ServerScraped events."""
+"""`specmon watch URL`'s command line (the command is specmon/watch/command.py)."""
 
 from __future__ import annotations
 
