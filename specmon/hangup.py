@@ -1,6 +1,7 @@
-"""A terminal that hangs up (a closed SSH connection, a killed tmux session) ends a command the way
-SIGHUP does, even where the SIGHUP itself never reaches the process: the kernel sends it only to the
-terminal's session leader, and a shell there may not pass it on.
+"""SIGTERM and SIGHUP (a `kill`, a closed SSH terminal) end a session the way Ctrl-C does: the decode
+stops, SessionFinished is written, the socket file is removed, the exit status says so. A terminal that
+hangs up ends a command so even where the SIGHUP never reaches the process: the kernel sends it only to
+the terminal's session leader, and a shell there may not pass it on.
 
 Linux marks a hung-up terminal's open files for good: poll() says POLLHUP, read() gives EOF and
 write() fails with EIO, so a command that goes on printing there fails at its next line."""
@@ -12,9 +13,12 @@ import select
 import signal
 import stat
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
+ENDING = (signal.SIGTERM, signal.SIGHUP)
 STDIO = (0, 1, 2)
-WATCH_S = 0.5  # how often the headless watcher looks; a hang-up is seen within this
+WATCH_S = 0.5  # how often the watcher looks; a hang-up is seen within this
 
 
 def hung_up(fd: int) -> bool:
@@ -42,15 +46,37 @@ def detach_hung_up() -> list[int]:
     return dead
 
 
-def watch_terminal(stop: threading.Event) -> None:
-    """Until `stop` is set, a thread that on a hang-up detaches the terminal and sends this process SIGHUP."""
-    if not any(os.isatty(fd) for fd in STDIO):  # False, not an error, for a closed descriptor
-        return
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread by SIGTERM or SIGHUP; handled like Ctrl-C, exit 128 + signal."""
 
-    def watch() -> None:
-        while not stop.wait(WATCH_S):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def ending_signals() -> Iterator[None]:
+    """While inside, SIGTERM/SIGHUP raise Terminated in the main thread, as does a standard descriptor's
+    terminal hanging up (a thread watches); the old handlers come back after."""
+
+    def handler(signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            detach_hung_up()  # what is printed on the way out must not fail on a closed terminal (EIO)
+        raise Terminated(signum)
+
+    def watch() -> None:  # the kernel signals only the terminal's session leader: this one may never hear
+        while not watching.wait(WATCH_S):
             if detach_hung_up():
                 os.kill(os.getpid(), signal.SIGHUP)
                 return
 
-    threading.Thread(target=watch, name="specmon-hangup", daemon=True).start()
+    previous = {sig: signal.signal(sig, handler) for sig in ENDING}
+    watching = threading.Event()
+    if any(os.isatty(fd) for fd in STDIO):  # False, not an error, for a closed descriptor
+        threading.Thread(target=watch, name="specmon-hangup", daemon=True).start()
+    try:
+        yield
+    finally:
+        watching.set()
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -4,6 +4,8 @@ Class names, prompt ids and paths come from users' files: they are escaped, neve
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from rich import box
 from rich.console import Group
 from rich.markup import escape
@@ -136,9 +138,8 @@ def _interval(row: dict) -> str:
     return "-" if row["speedup_low"] is None else f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f}"
 
 
-def divergence_lines(events) -> list[str]:
+def divergence_lines(events) -> Iterator[str]:
     """One line per prompt whose greedy output left plain decoding's, with the logit margin there."""
-    lines = []
     for ev in events:
         eq = getattr(ev, "equivalence", None)
         if eq is None or eq.verdict not in ("near-tie", "diverged"):
@@ -148,11 +149,10 @@ def divergence_lines(events) -> list[str]:
             if eq.verdict == "near-tie"
             else f"not a near-tie (margin >= {eq.near_tie_margin:g}): a real mismatch"
         )
-        lines.append(
+        yield (
             f"{ev.prompt_id} (k={ev.draft_len}): {eq.verdict} at generated token {eq.first_divergence}, "
             f"plain top-1 minus top-2 logit {_num(eq.margin, '{:.4g}')}, {why}"
         )
-    return lines
 
 
 def print_host_line(events) -> HostTally:

@@ -131,7 +131,7 @@ def _ms(values: list[float], q: float) -> float | None:
 
 
 def _row(path: str, clients: int, results: list[Streamed], tok_s: float, direct_tok_s: float, emitted) -> dict:
-    ttft, per_token = latencies(results, emitted) if results else ([], [])
+    ttft, per_token = latencies(results, emitted)
     return {
         "path": path,
         "clients": clients,

@@ -1,4 +1,4 @@
-"""The commands that read sessions: `attach`, `log info`, `replay`, `report` and `policy`."""
+"""The commands that read sessions: `attach`, `log info`, `log dump`, `replay`, `report` and `policy`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 from rich.markup import escape
 from rich.text import Text
 
@@ -335,4 +336,34 @@ def cmd_report(args) -> int:
     drawn = any((page.parent / name).exists() for name in ROUND_PLOTS)  # a server's report draws none
     beside = "plots and report.json" if drawn else "report.json"
     say(f"report: {page} ({beside} beside it)")
+    return 0
+
+
+def by_name(value):
+    """An event as plain data with its fields by name (the log stores them as arrays), nested ones too."""
+    if isinstance(value, msgspec.Struct):
+        return {f: by_name(getattr(value, f)) for f in value.__struct_fields__}
+    if isinstance(value, (list, tuple)):
+        return [by_name(v) for v in value]
+    if isinstance(value, dict):
+        return {k: by_name(v) for k, v in value.items()}
+    return value
+
+
+def cmd_log_dump(args) -> int:
+    """Write the log's events to stdout; a damaged log is dumped up to the damage, which is named on stderr."""
+    stdout, count = sys.stdout.buffer, 0
+    try:
+        for event in read_log(args.log):
+            # {"type": "RoundVerified", "session_id": ..., ...}: the event's type, then its fields in order
+            stdout.write(msgspec.json.encode({"type": type(event).__name__, **by_name(event)}) + b"\n")
+            count += 1
+    except LogDamaged as exc:
+        stdout.flush()
+        print_error(f"{exc}; the {count} events before it were written")
+        return 1
+    except BrokenPipeError:  # `| head`: the reader has all it wanted
+        sys.stderr.close()
+        return 0
+    stdout.flush()
     return 0

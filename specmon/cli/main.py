@@ -10,15 +10,15 @@ from pathlib import Path
 from specmon import __version__
 from specmon.backends.profiles import MAX_SEED
 from specmon.cli.flags import add_inputs, add_log_rotation, add_memory_flags, add_profile, finite, log_rotation, whole
-from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd_report
+from specmon.cli.inspect import cmd_attach, cmd_log, cmd_log_dump, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
 from specmon.cli.proxy import add_proxy
-from specmon.cli.signals import Terminated, ending_signals
 from specmon.cli.tools import Teaching, add_bench, add_policy_tune, lazy
 from specmon.cli.watch import add_watch
 from specmon.console import print_error
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
+from specmon.hangup import Terminated, ending_signals
 
 
 EPILOG = """examples:
@@ -150,7 +150,7 @@ def _add_logs(sub) -> None:
         "      each round's accepted draft tokens",
     )
     dump.add_argument("log", type=Path)
-    dump.set_defaults(handler=lazy("specmon.cli.dump", "cmd_log_dump"))
+    dump.set_defaults(handler=cmd_log_dump)
 
 
 def _add_run(sub) -> None:
