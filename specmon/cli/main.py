@@ -4,7 +4,6 @@ terminal's width) and a non-zero exit."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from specmon import __version__
@@ -12,9 +11,8 @@ from specmon.backends.profiles import MAX_SEED
 from specmon.cli.flags import add_inputs, add_log_rotation, add_memory_flags, add_profile, finite, log_rotation, whole
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_log_dump, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
-from specmon.cli.proxy import add_proxy
+from specmon.cli.servers import add_proxy, add_watch
 from specmon.cli.tools import Teaching, add_bench, add_policy_tune, lazy
-from specmon.cli.watch import add_watch
 from specmon.console import print_error
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
@@ -290,7 +288,3 @@ COMMANDS = {
     "proxy": lazy("specmon.proxy.command", "run_proxy"),  # the HTTP client and server load only when proxying
     "watch": lazy("specmon.watch.command", "run_watch"),
 }
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -168,7 +168,7 @@ def add_policy_tune(policy) -> None:
         "more run as 9 padded rows (0: none; default: as the log's session header says)",
     )
     tune.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
-    tune.set_defaults(handler=lazy("specmon.cli.tune", "cmd_tune"))
+    tune.set_defaults(handler=lazy("specmon.cli.bench", "cmd_tune"))
 
 
 def _add_verify(bench) -> None:
@@ -196,7 +196,7 @@ def _add_verify(bench) -> None:
         help="rows the packed weights are laid out for (the profile key packed_rows; default 9)",
     )
     verify.add_argument("--json", type=Path, help="also write the costs as JSON here")
-    verify.set_defaults(handler=lazy("specmon.cli.bench_verify", "cmd_bench_verify"))
+    verify.set_defaults(handler=lazy("specmon.cli.bench_engines", "cmd_bench_verify"))
 
 
 def _add_engines(bench) -> None:
