@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
 COMMANDS = {
     "run": lazy("specmon.cli.run", "cmd_run"),
-    "serve": lazy("specmon.cli.serve", "cmd_serve"),
+    "serve": lazy("specmon.cli.run", "cmd_serve"),
     "sweep": lazy("specmon.cli.sweep", "cmd_sweep"),
     "bench": lazy("specmon.cli.bench", "cmd_bench"),
     "replay": cmd_replay,
