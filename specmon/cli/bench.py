@@ -15,22 +15,12 @@ from specmon.backends.tokenizer import profile_tokenizer
 from specmon.console import err, out, progress, say
 from specmon.cli.run import check_json, load_saying, write_json
 from specmon.cli.sweep import parse_ks
-from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
 from specmon.replay.tune import check_prompts, cost_of, figures, read_bench_log, replay
-from specmon.sched.bench import (
-    BenchClass,
-    bench_prompts,
-    bench_results,
-    overall_figures,
-    prompt_half,
-    prompt_phases,
-    prompts_path,
-    run_bench,
-)
+from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, prompt_phases, run_bench
 from specmon.tables import CLASS_WIDTH, Note, compact_table, figures_table, heading, print_host_line
 from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
@@ -183,11 +173,7 @@ def cmd_tune(args) -> int:
         )
     pad_from = bench.pad_from if args.pad_from is None else args.pad_from
     tokenizer = profile_tokenizer(args.profile)
-    prompts = [
-        p
-        for p in prompt_set(prompts_path(args.prompts), args.classes)
-        if p.id in bench.texts and (not args.half or prompt_half(p.id) == args.half)
-    ]
+    prompts = [p for p in bench_prompts(args) if p.id in bench.texts]  # as the bench chose them, --half too
     check_prompts(prompts, bench, tokenizer, args.log)
     say(
         f"pad_from {pad_from}: a confident draft fills a padded verify pass"

@@ -352,15 +352,15 @@ def by_name(value):
 
 def cmd_log_dump(args) -> int:
     """Write the log's events to stdout; a damaged log is dumped up to the damage, which is named on stderr."""
-    stdout, count = sys.stdout.buffer, 0
+    stdout, written = sys.stdout.buffer, 0
     try:
         for event in read_log(args.log):
             # {"type": "RoundVerified", "session_id": ..., ...}: the event's type, then its fields in order
             stdout.write(msgspec.json.encode({"type": type(event).__name__, **by_name(event)}) + b"\n")
-            count += 1
+            written += 1
     except LogDamaged as exc:
         stdout.flush()
-        print_error(f"{exc}; the {count} events before it were written")
+        print_error(f"{exc}; the {written} events before it were written")
         return 1
     except BrokenPipeError:  # `| head`: the reader has all it wanted
         sys.stderr.close()

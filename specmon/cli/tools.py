@@ -196,7 +196,7 @@ def _add_verify(bench) -> None:
         help="rows the packed weights are laid out for (the profile key packed_rows; default 9)",
     )
     verify.add_argument("--json", type=Path, help="also write the costs as JSON here")
-    verify.set_defaults(handler=lazy("specmon.cli.bench_engines", "cmd_bench_verify"))
+    verify.set_defaults(handler=lazy("specmon.cli.measure", "cmd_bench_verify"))
 
 
 def _add_engines(bench) -> None:
@@ -233,7 +233,7 @@ def _add_engines(bench) -> None:
         "--reference", metavar="BIN", help="llama.cpp's own loop, built from scripts/llamacpp_reference.cpp"
     )
     engines.add_argument("--json", type=Path, help="also write the per-engine figures as JSON here")
-    engines.set_defaults(handler=lazy("specmon.cli.bench_engines", "cmd_bench_engines"))
+    engines.set_defaults(handler=lazy("specmon.cli.measure", "cmd_bench_engines"))
 
 
 def _add_serve(bench) -> None:
@@ -256,7 +256,7 @@ def _add_serve(bench) -> None:
     serve.add_argument("--clients", type=whole(1), default=4, help="concurrent clients of the last pass (default 4)")
     serve.add_argument("--log", type=Path, help="session log (default: a temporary file)")
     serve.add_argument("--json", type=Path, help="also write the table as JSON here")
-    serve.set_defaults(handler=lazy("specmon.cli.bench_serve", "cmd_bench_serve"))
+    serve.set_defaults(handler=lazy("specmon.cli.measure", "cmd_bench_serve"))
 
 
 def lazy(module: str, name: str):
