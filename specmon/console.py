@@ -18,14 +18,12 @@ out = Console(width=None if line_width(sys.stdout) else PIPED_WIDTH)  # a termin
 
 
 def print_line(line: str) -> None:
-    """A headless server's line (one per request, a refusal, a reload) on stdout, flushed at once so a
-    piped log shows each request as it ends."""
+    """A headless server's line on stdout, flushed at once so a piped log shows each request as it ends."""
     print(f"specmon: {line}", flush=True)
 
 
 def say(line: str, soft_wrap: bool = False) -> None:
-    """A line on stdout as written: names from user files and logs are never read as markup
-    (soft_wrap: nor wrapped, for a path to be copied whole)."""
+    """A line on stdout as written, never read as markup (soft_wrap: nor wrapped, for a path to copy whole)."""
     out.print(line, highlight=False, markup=False, soft_wrap=soft_wrap)
 
 
@@ -33,16 +31,14 @@ NOTICE_WIDTH = 80  # a start line fits the narrowest terminal in common use, wha
 
 
 def notice(text: str, commands: Iterable[str] = ()) -> None:
-    """A start line (`specmon: text`) on stderr, wrapped at words to 80 columns (fewer on a narrower
-    terminal) with a hanging indent; each of `commands` (for the user to copy) on one line where it fits."""
+    """`specmon: text` on stderr, wrapped to 80 columns at most, each of `commands` on one line where it fits."""
     width = line_width(sys.stderr, piped=NOTICE_WIDTH, most=NOTICE_WIDTH)
     for line in wrapped_lines(f"specmon: {text}", width, whole=commands):
         print(line, file=sys.stderr, flush=True)
 
 
 def print_error(message: str, whole: Iterable[str] = ()) -> None:
-    """`specmon: message` on stderr: one message, each of its lines wrapped at words to the terminal's
-    width with a hanging indent (whole where stderr is piped), a phrase of `whole` kept on one line where it fits."""
+    """`specmon: message` on stderr, wrapped to the terminal (whole where piped), each of `whole` on one line."""
     width = line_width(sys.stderr)
     for line in f"specmon: {message}".splitlines():
         for part in wrapped_lines(line, width, whole=whole) if width else [line]:
@@ -54,8 +50,7 @@ PROGRESS_LINE_S = 30.0  # piped progress: a line at least this often, besides on
 
 @contextmanager
 def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A bar on stderr; yields `done(n)`, which sets how many of `total` are finished. Piped
-    (`2>&1 | tee`), where a bar would print nothing until the end, a line per tenth done instead."""
+    """A bar on stderr (piped, where a bar prints nothing till the end: progress_lines); yields `done(n)`."""
     if not err.is_terminal:
         yield progress_lines(description, total)
         return
@@ -66,9 +61,7 @@ def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
 
 
 def progress_lines(description: str, total: int, clock: Callable[[], float] = time.monotonic) -> Callable[[int], None]:
-    """`done(n)` that prints `description: n of total done (s, about how long is left)` on stderr
-    at each tenth of the total, or when PROGRESS_LINE_S passed since the last line; Rich flushes
-    each line. The time left is the pace so far carried over the rest."""
+    """`done(n)`, which says `n of total done` and the time left at the pace so far, each tenth or PROGRESS_LINE_S."""
     started = last = clock()
     shown_tenth = 0
 

@@ -2,8 +2,9 @@
 
 
 class SpecmonError(Exception):
-    """A mistake a user can make or fix (bad profile, missing model, corrupt log).
+    """A mistake a user can make or fix (bad profile, missing model, corrupt log), said in one line with
+    what to do; `whole`: the phrases the CLI's wrap keeps on one line (a time, a command to copy)."""
 
-    The message is one line that says what went wrong and what to do about it (the CLI wraps it
-    at words to a terminal's width).
-    """
+    def __init__(self, message: str, whole: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.whole = whole

@@ -1,6 +1,7 @@
-"""A terminal that hangs up (a closed SSH connection, a killed tmux session) ends a command the way
-SIGHUP does, even where the SIGHUP itself never reaches the process: the kernel sends it only to the
-terminal's session leader, and a shell there may not pass it on.
+"""SIGTERM and SIGHUP (a `kill`, a closed SSH terminal) end a session the way Ctrl-C does: the decode
+stops, SessionFinished is written, the socket file is removed, the exit status says so. A terminal that
+hangs up ends a command so even where the SIGHUP never reaches the process: the kernel sends it only to
+the terminal's session leader, and a shell there may not pass it on.
 
 Linux marks a hung-up terminal's open files for good: poll() says POLLHUP, read() gives EOF and
 write() fails with EIO, so a command that goes on printing there fails at its next line."""
@@ -12,9 +13,12 @@ import select
 import signal
 import stat
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
+ENDING = (signal.SIGTERM, signal.SIGHUP)
 STDIO = (0, 1, 2)
-WATCH_S = 0.5  # how often the headless watcher looks; a hang-up is seen within this
+WATCH_S = 0.5  # how often the watcher looks; a hang-up is seen within this
 
 
 def hung_up(fd: int) -> bool:
@@ -30,9 +34,7 @@ def hung_up(fd: int) -> bool:
 
 
 def detach_hung_up() -> list[int]:
-    """Point each of stdin, stdout and stderr that is a hung-up terminal at /dev/null, so what the
-    command still prints on its way out (a table, how it ended) goes nowhere instead of failing
-    with EIO; returns the descriptors moved."""
+    """Point each standard descriptor whose terminal hung up at /dev/null (no EIO on the way out); returns them."""
     dead = [fd for fd in STDIO if hung_up(fd)]
     if dead:
         null = os.open(os.devnull, os.O_RDWR)
@@ -44,27 +46,37 @@ def detach_hung_up() -> list[int]:
     return dead
 
 
-def watch_terminal(stop: threading.Event | None = None) -> threading.Thread | None:
-    """For a command with no live view: a thread that, once stdin, stdout or stderr is a terminal
-    that has hung up, detaches it and sends this process SIGHUP (which ends the command as a closed
-    terminal should). None where no standard descriptor is a terminal."""
-    if not any(_is_terminal(fd) for fd in STDIO):
-        return None
-    stop = stop or threading.Event()
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread by SIGTERM or SIGHUP; handled like Ctrl-C, exit 128 + signal."""
 
-    def watch() -> None:
-        while not stop.wait(WATCH_S):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def ending_signals() -> Iterator[None]:
+    """While inside, SIGTERM/SIGHUP raise Terminated in the main thread, as does a standard descriptor's
+    terminal hanging up (a thread watches); the old handlers come back after."""
+
+    def handler(signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            detach_hung_up()  # what is printed on the way out must not fail on a closed terminal (EIO)
+        raise Terminated(signum)
+
+    def watch() -> None:  # the kernel signals only the terminal's session leader: this one may never hear
+        while not watching.wait(WATCH_S):
             if detach_hung_up():
                 os.kill(os.getpid(), signal.SIGHUP)
                 return
 
-    thread = threading.Thread(target=watch, name="specmon-hangup", daemon=True)
-    thread.start()
-    return thread
-
-
-def _is_terminal(fd: int) -> bool:
+    previous = {sig: signal.signal(sig, handler) for sig in ENDING}
+    watching = threading.Event()
+    if any(os.isatty(fd) for fd in STDIO):  # False, not an error, for a closed descriptor
+        threading.Thread(target=watch, name="specmon-hangup", daemon=True).start()
     try:
-        return os.isatty(fd)
-    except OSError:
-        return False
+        yield
+    finally:
+        watching.set()
+        for sig, old in previous.items():
+            signal.signal(sig, old)

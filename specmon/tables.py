@@ -1,14 +1,10 @@
-"""Plain-terminal tables of the per-class summary (rich, not Textual).
-
-One function prints it for `run`, `attach --headless` and `log info`, from `metrics.stats.summary`,
-so it shows the very fields `--json` and report.json hold, a row for every (class, k) that ran rounds
-(k = 0 too: plain decoding, the side each speedup is measured against). It fits 80 columns:
-acceptance and speed are two stacked tables, per-position acceptance a line per (class, k).
-
-Class names, prompt ids and paths come from users' files: they are escaped, so a class named
-`[/]` prints as itself instead of being read as Rich markup."""
+"""Plain-terminal tables (rich, not Textual): the per-class summary that `run`, `attach --headless` and
+`log info` print from `metrics.stats.summary`, the very fields `--json` and report.json hold, in 80 columns.
+Class names, prompt ids and paths come from users' files: they are escaped, never read as Rich markup."""
 
 from __future__ import annotations
+
+from typing import Iterator
 
 from rich import box
 from rich.console import Group
@@ -30,12 +26,11 @@ VERDICT_COLOURS = {
     "busy host": "cyan",
 }
 VERDICT_MARKS = {"not yet known": "?", "noise": "!", "busy host": "~"}  # beside a speedup, for those its colour misses
+COUNTS = ("prompts", "rounds", "empty_rounds", "proposed", "accepted")  # the acceptance table's counts, in order
 
 
 class Note(Hanging):
-    """A line under a table that wraps at words to the width it is drawn at, its continuation lines
-    indented under its text, in `style`; each phrase of `whole` (a figure with its unit, a label with its
-    path) stays on one line."""
+    """A line under a table in `style`, wrapped as Hanging wraps it (a figure with its unit kept whole)."""
 
     def __init__(self, line: str, style: str = "", whole: tuple[str, ...] = ()) -> None:
         super().__init__(Text(line, style=style), whole=whole)
@@ -54,6 +49,14 @@ def _verdict(row: dict) -> str:
     return f"[{colour}]{', '.join(parts)}[/]"
 
 
+def figures_table(title: str, columns: list[str], caption: str | None = None) -> Table:
+    """A tool's table of results: the title as text (never markup), its first column text, the rest figures."""
+    table = Table(title=escape(title), title_justify="left", caption=caption)
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="right" if i else "left")
+    return table
+
+
 def compact_table(
     title: str,
     columns: tuple[str, ...],
@@ -61,9 +64,8 @@ def compact_table(
     class_width: int | None = None,
     tight: bool = False,
 ) -> Table:
-    """specmon's plain-terminal table: a rule under the header and no frame, so a row fits 80 columns;
-    the `left` columns are text, the rest figures. `tight`: one blank between columns, and where the
-    row is still too wide the class name folds, never a figure or a header."""
+    """A rule under the header and no frame, so a row fits 80 columns; the `left` columns are text, the rest
+    figures. `tight`: one blank between columns, and only a class name folds, never a figure or a header."""
     table = Table(
         title=title,
         title_justify="left",
@@ -84,9 +86,8 @@ def compact_table(
     return table
 
 
-def class_table(summary: dict, title: str) -> Group:
-    """The per-class summary, a row per (class, k) that ran rounds: acceptance, then speed, then a_i
-    per (class, k > 0); each line <= 80 columns."""
+def class_table(summary: dict, title: str, log=None) -> Group:
+    """The per-class summary in 80 columns, a row per (class, k) that ran rounds: acceptance, speed, then a_i."""
     width = min(CLASS_WIDTH, max(map(len, summary["classes"]), default=5))  # whole names, up to a point
     acceptance = compact_table(
         "", ("class", "k", "prompts", "rounds", "empty", "proposed", "accepted", "rate", "mean"), class_width=width
@@ -96,28 +97,11 @@ def class_table(summary: dict, title: str) -> Group:
     )
     positions = []
     for name, row in ((name, row) for name, c in summary["classes"].items() for row in c["by_draft_len"].values()):
-        acceptance.add_row(
-            escape(name),
-            str(row["draft_len"]),
-            str(row["prompts"]),
-            str(row["rounds"]),
-            str(row["empty_rounds"]),
-            str(row["proposed"]),
-            str(row["accepted"]),
-            _num(row["acceptance_rate"]),
-            _num(row["mean_accepted_len"]),
-        )
-        speed.add_row(
-            escape(name),
-            str(row["draft_len"]),
-            _num(row["draft_ms"]),
-            _num(row["verify_ms"], "{:.1f}"),
-            _num(row["tok_per_s"], "{:.1f}"),
-            _num(row["baseline_tok_per_s"], "{:.1f}"),
-            _speedup(row),
-            _interval(row),
-            _verdict(row),
-        )
+        lead = (escape(name), str(row["draft_len"]))
+        rates = (_num(row["acceptance_rate"]), _num(row["mean_accepted_len"]))
+        acceptance.add_row(*lead, *(str(row[key]) for key in COUNTS), *rates)
+        speeds = (_num(row[key], "{:.1f}") for key in ("verify_ms", "tok_per_s", "baseline_tok_per_s"))
+        speed.add_row(*lead, _num(row["draft_ms"]), *speeds, _speedup(row), _interval(row), _verdict(row))
         if row["per_position_acceptance"]:
             a_i = " ".join(f"{a:.2f}" for a in row["per_position_acceptance"])
             positions.append(Text(f"a_i {name} k={row['draft_len']}: {a_i}"))
@@ -131,15 +115,15 @@ def class_table(summary: dict, title: str) -> Group:
             style="dim",
         ),
         further=0,  # at column 0, as the tables above it
-        whole=legend_marks(),
+        whole=[f"{mark} {verdict}" for verdict, mark in VERDICT_MARKS.items()],  # never a lone symbol on a line
     )
-    heading = Text(title, style="bold")  # its own line: a table title would wrap a log path at the table's width
-    return Group(heading, acceptance, speed, *positions, legend)
+    return Group(heading(title, log), acceptance, speed, *positions, legend)
 
 
-def legend_marks() -> list[str]:
-    """Each speedup mark with its meaning (`? not yet known`): a wrap between them leaves a lone symbol."""
-    return [f"{mark} {verdict}" for verdict, mark in VERDICT_MARKS.items()]
+def heading(title: str, log=None) -> Note:
+    """A title in bold with `(log: PATH)` kept whole (a table's own title would wrap a path at its width)."""
+    logged = f"(log: {log})"
+    return Note(f"{title}  {logged}" if log else title, "bold", (logged,))
 
 
 def _speedup(row: dict) -> str:
@@ -151,14 +135,11 @@ def _speedup(row: dict) -> str:
 
 
 def _interval(row: dict) -> str:
-    if row["speedup_low"] is None:
-        return "-"
-    return f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f}"
+    return "-" if row["speedup_low"] is None else f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f}"
 
 
-def divergence_lines(events) -> list[str]:
+def divergence_lines(events) -> Iterator[str]:
     """One line per prompt whose greedy output left plain decoding's, with the logit margin there."""
-    lines = []
     for ev in events:
         eq = getattr(ev, "equivalence", None)
         if eq is None or eq.verdict not in ("near-tie", "diverged"):
@@ -168,11 +149,10 @@ def divergence_lines(events) -> list[str]:
             if eq.verdict == "near-tie"
             else f"not a near-tie (margin >= {eq.near_tie_margin:g}): a real mismatch"
         )
-        lines.append(
+        yield (
             f"{ev.prompt_id} (k={ev.draft_len}): {eq.verdict} at generated token {eq.first_divergence}, "
             f"plain top-1 minus top-2 logit {_num(eq.margin, '{:.4g}')}, {why}"
         )
-    return lines
 
 
 def print_host_line(events) -> HostTally:

@@ -1,15 +1,6 @@
-"""The one text model: a line is a styled Text, or a title of named Parts, and these functions fit it to
-one width got from one place (line_width). Every screen, pane, table note, `--help`, notice and record
-fits its text here:
-
-- wrap (wrap_each: each line of a text): a message or note broken at words, its continuation lines
-  under a hanging indent, each phrase of `whole` (a figure with its unit, a command to copy) kept on one
-  line where a line can hold it;
-- title: a one-line title of parts, each with its wordings, longest first, that give way in a stated
-  order, then a part cut with …, then the line itself;
-- first_fitting: the first of a few wordings that fits.
-
-A piped stream gets no width (line_width gives None): a record stays one line for a script."""
+"""The one text model: a line is a styled Text, or a title of named Parts, fitted to one width got from one
+place (line_width) by wrap, title or first_fitting. Every screen, pane, table note, `--help`, notice and
+record fits its text here; a piped stream gets no width, so a record stays one line for a script."""
 
 from __future__ import annotations
 
@@ -30,9 +21,7 @@ WORD = re.compile(r"[^ \t\n\r\f\v]+")
 
 
 def line_width(stream, piped: int | None = None, most: int | None = None) -> int | None:
-    """The one width text for `stream` fits: COLUMNS where it asks for one, else the terminal's behind the
-    stream; `piped` where it is a pipe or a file (None: a line stays whole for a script or a log reader);
-    at most `most` (a start line fits 80 columns, whatever the terminal's width)."""
+    """The width for `stream`: COLUMNS, else its terminal's, else `piped` (None: a line stays whole); at most `most`."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit():
         width: int | None = int(columns)
@@ -103,8 +92,7 @@ def wrapped_lines(
 
 
 def _words(plain: str, whole: Iterable[str], room: int) -> list[tuple[int, int]]:
-    """The (start, end) of each run of non-blanks in `plain`, runs inside one phrase of `whole` that fits
-    `room` joined into one."""
+    """The (start, end) of each run of non-blanks, those inside a phrase of `whole` that fits `room` joined."""
     words = [[m.start(), m.end()] for m in WORD.finditer(plain)]
     for phrase in {p for p in whole if p and cell_len(p) <= room}:
         for m in re.finditer(re.escape(phrase), plain):
@@ -122,9 +110,8 @@ def _line(flat: Text, s: int, e: int, done: list[Text], indent: str) -> Text:
 
 
 class Hanging:
-    """A line (plain or styled) that wraps at words to the width it is drawn at, its continuation lines
-    `further` columns in from where it starts, each phrase of `whole` on one line where it fits (a rich
-    renderable: Text wraps to column 0)."""
+    """A rich renderable: a line wrapped at words to the width it is drawn at, its continuation lines
+    `further` columns in from where it starts (Text wraps to column 0), each of `whole` on one line."""
 
     def __init__(self, line: str | Text, further: int = len(HANGING), whole: Iterable[str] = ()) -> None:
         self.line = line if isinstance(line, Text) else Text(line)

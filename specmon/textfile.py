@@ -1,5 +1,4 @@
-"""Reading a file a user wrote (profile, prompts): UTF-8 with or without a byte-order mark, and
-one clear line naming the file and line when it cannot be read; replacing a file whole, atomically."""
+"""Reading a file a user wrote (UTF-8, with or without a BOM, or one line naming file and line); replacing one atomically."""
 
 from __future__ import annotations
 
@@ -25,9 +24,8 @@ def read_user_text(path: Path, what: str) -> str:
 
 
 def replace_atomically(path: Path, text: str) -> None:
-    """Write text (UTF-8) in place of the file at once: a temporary file beside it, fsynced, renamed
-    over it, and the directory fsynced so the rename itself survives a crash. A symlink stays a
-    symlink: its target is replaced."""
+    """Write text (UTF-8) in place of the file at once (a fsynced temporary file renamed over it, the
+    directory fsynced so the rename survives a crash); a symlink stays one: its target is replaced."""
     target = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -40,11 +38,7 @@ def replace_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(target.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     except OSError as exc:

@@ -1,5 +1,3 @@
 """`specmon <command>`."""
 
-from specmon.cli.main import main
-
-__all__ = ["main"]
+from specmon.cli.main import main as main  # the console script's entry point

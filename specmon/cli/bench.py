@@ -1,4 +1,5 @@
-"""`specmon bench policy`: the policy against every fixed k, per class, in one interleaved run."""
+"""`specmon bench policy`: the policy against every fixed k, per class, in one interleaved run; and
+`specmon policy tune LOG`, the tuning replay of such a run's log (specmon/replay/tune.py), printed."""
 
 from __future__ import annotations
 
@@ -10,16 +11,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from specmon.backends.profiles import check_model_drafter, load_profile
-from specmon.console import err, out, progress
-from specmon.tables import print_host_line
+from specmon.backends.tokenizer import profile_tokenizer
+from specmon.console import err, out, progress, say
 from specmon.cli.run import check_json, load_saying, write_json
 from specmon.cli.sweep import parse_ks
 from specmon.errors import SpecmonError
 from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
 from specmon.policy.schema import load_policy
+from specmon.replay.tune import check_prompts, cost_of, figures, read_bench_log, replay
 from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, prompt_phases, run_bench
-from specmon.tables import CLASS_WIDTH, Note, compact_table
+from specmon.tables import CLASS_WIDTH, Note, compact_table, figures_table, heading, print_host_line
 from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
 
@@ -85,8 +87,7 @@ def cmd_bench(args) -> int:
 
 
 def interval_line(results: dict[str, BenchClass]) -> Note:
-    """How far auto/best could be noise: its 95% interval over prompts, per class (the best fixed k
-    is picked after the fact, so a best-of-several is also favoured by its own noise)."""
+    """auto/best's 95% interval over prompts per class (the best fixed k, picked after the fact, is favoured by its noise)."""
     parts = []
     for name, c in results.items():
         est = c.auto_over_best()
@@ -96,15 +97,13 @@ def interval_line(results: dict[str, BenchClass]) -> Note:
 
 
 def explore_line(results: dict[str, BenchClass]) -> Note:
-    """Rounds the policy verified a draft its table had cut (its exploration budget), and their
-    cost: their time less what plain steps take for the tokens they gave, of the policy's time."""
+    """Per class, the rounds that verified a draft the table had cut (explore_budget) and their share of the policy's time."""
     parts = [f"{name} {c.explored.rounds} rounds, {fmt(c.explore_cost(), '{:+.2%}')}" for name, c in results.items()]
     return Note("exploring cut drafts (rounds, cost of the policy's time): " + "; ".join(parts), whole=tuple(parts))
 
 
 def overall_line(overall: dict, policy_ms: float, work: float | None) -> Note:
-    """Every class together: auto against the best single fixed k, with its interval, and what the
-    policy's own work cost; a figure is kept with its label and its interval."""
+    """Every class together: auto against the best single fixed k, with its interval, and the policy's own work."""
     auto = f"auto {fmt(overall['auto'], '{:.1f}')} tok/s"
     best = f"k={overall['best_k']} {fmt(overall['best'], '{:.1f}')}"
     bounds = overall["auto_over_best_interval"]
@@ -128,13 +127,10 @@ BENCH_LEGEND = (
 def bench_table(
     results: dict[str, BenchClass], ks: list[int], title: str, by: str = "class", log: Path | None = None
 ) -> Group:
-    """In 80 columns: the title, goodput at each fixed k (9 k a table), then best fixed, the
-    policy and the ratios, then a legend; headers whole, a class name folds before a figure."""
-    logged = f"(log: {log})" if log else ""
-    heading = Note(f"{title}  {logged}" if log else title, "bold", (logged,))
+    """In 80 columns: goodput at each fixed k (9 a table), then best fixed, the policy and the ratios, then a legend."""
     names = {name: name + ("~" if c.host.busy else "") for name, c in results.items()}
     fixed = [_fixed_table(results, names, ks[i : i + K_COLUMNS], by) for i in range(0, len(ks), K_COLUMNS)]
-    return Group(heading, *fixed, _ratio_table(results, names, by), Note(BENCH_LEGEND, "dim"))
+    return Group(heading(title, log), *fixed, _ratio_table(results, names, by), Note(BENCH_LEGEND, "dim"))
 
 
 def _table(names: dict[str, str], columns: tuple[str, ...]) -> Table:
@@ -163,4 +159,74 @@ def _ratio_table(results: dict[str, BenchClass], names: dict[str, str], by: str)
         best_text = MISSING if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
         ratios = (fmt(figures[r], "{:.3f}") for r in ("best_over_plain", "auto_over_plain", "auto_over_best"))
         table.add_row(escape(names[name]), best_text, fmt(figures["auto"], "{:.1f}"), *ratios)
+    return table
+
+
+def cmd_tune(args) -> int:
+    check_json(args.json)
+    policy, ks = load_policy(args.policy), parse_ks(args.ks)
+    bench = read_bench_log(args.log)
+    costs = parse_costs(args.costs) if args.costs else bench.costs
+    if not costs:
+        raise SpecmonError(
+            f"{args.log}: too few speculative rounds to fit round costs on (5 of one proposal length); give --costs"
+        )
+    pad_from = bench.pad_from if args.pad_from is None else args.pad_from
+    tokenizer = profile_tokenizer(args.profile)
+    prompts = [p for p in bench_prompts(args) if p.id in bench.texts]  # as the bench chose them, --half too
+    check_prompts(prompts, bench, tokenizer, args.log)
+    say(
+        f"pad_from {pad_from}: a confident draft fills a padded verify pass"
+        if pad_from
+        else "no padded verify passes: a confident draft stops at its match"
+    )
+    say("cost of L proposed tokens, plain steps: " + " ".join(f"{n}:{c:.2f}" for n, c in sorted(costs.items())))
+    with progress("replaying", len(prompts) * args.repeat) as done:
+        tuned = replay(policy, prompts, bench, tokenizer, cost_of(costs), pad_from, ks, args.repeat, done)
+    result = figures(tuned, ks)
+    title = f"goodput over plain, modelled costs: {Path(policy.source).name}, {len(prompts)} prompts x {args.repeat}"
+    out.print(tune_table(result, ks, title))
+    overall = result["overall"]
+    say(
+        f"auto against the best single k (k={overall['best_k']}) over all classes: "
+        f"{fmt(overall['auto_over_best'], '{:.3f}')}; {result['decisions']} decisions"
+    )
+    write_json(
+        args.json,
+        {
+            **result,
+            "costs": dict(sorted(costs.items())),
+            "pad_from": pad_from,
+            "ks": ks,
+            "prompts": len(prompts),
+            "repeat": args.repeat,
+        },
+    )
+    return 0
+
+
+def parse_costs(text: str) -> dict[int, float]:
+    """--costs 1.17,1.23,...: a round proposing L = 1, 2, ... tokens, in plain steps."""
+    try:
+        costs = {i + 1: float(x) for i, x in enumerate(text.split(","))}
+    except ValueError:
+        costs = {}
+    if not costs or not all(0 < c < float("inf") for c in costs.values()):
+        raise SpecmonError(
+            f"--costs {text!r}: expected comma-separated positive numbers, the cost in plain steps "
+            "of a round proposing 1, 2, ... tokens"
+        )
+    return costs
+
+
+def tune_table(result: dict, ks: list[int], title: str) -> Table:
+    caption = "goodput = emitted tokens / modelled round time; auto counts what the policy spends learning"
+    table = figures_table(title, ["class", *(f"k={k}" for k in ks), "auto", "auto/best"], caption)
+    for name, c in result["classes"].items():
+        table.add_row(
+            escape(name),
+            *(fmt(c["over_plain"][str(k)], "{:.3f}") for k in ks),
+            fmt(c["auto_over_plain"], "{:.3f}"),
+            f"{fmt(c['auto_over_best'], '{:.3f}')} (k={c['best_k']})",
+        )
     return table

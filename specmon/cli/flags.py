@@ -1,6 +1,5 @@
 """What several commands share on their command lines: number types refused in one line naming the flag,
-the model pair and prompt set (`--profile`, `--prompts`, `--classes`), how a session uses what earlier ones
-learned (`--fresh`, `--retime`), and how a long-running session's log rotates (`--log-max-mb`, `--log-keep`)."""
+the model pair and prompt set, what earlier sessions learned, and how a long session's log rotates."""
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ DEFAULT_MAX_MB = 64.0  # a part that `log info` and `replay` read in seconds; we
 MB = 1 << 20
 
 
-def whole(low: int, high: int = MAX_INT):
-    """An argparse type: an integer in low..high, refused in one line naming the flag."""
+def whole(low: int, high: int = MAX_INT, hint: str = ""):
+    """An argparse type: an integer in low..high, refused in one line naming the flag (`hint`: what low means)."""
 
     def parse(text: str) -> int:
         try:
@@ -27,11 +26,8 @@ def whole(low: int, high: int = MAX_INT):
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(
-                f"must be {low}..{high}, not {value}"
-                if high < MAX_INT or value > high
-                else f"must be >= {low}, not {value}"
-            )
+            bounds = f"{low}..{high}" if high < MAX_INT or value > high else f">= {low}{hint}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, not {value}")
         return value
 
     return parse
@@ -46,12 +42,8 @@ def finite(low: float, high: float = math.inf, *, above_low: bool = False):
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
         if not math.isfinite(value) or value < low or (above_low and value == low) or value > high:
-            low_text = f"> {low:g}" if above_low else f">= {low:g}"
-            raise argparse.ArgumentTypeError(
-                f"must be a finite number {low_text}"
-                + (f" and <= {high:g}" if high < math.inf else "")
-                + f", not {text}"
-            )
+            bounds = f"{'>' if above_low else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
+            raise argparse.ArgumentTypeError(f"must be a finite number {bounds}, not {text}")
         return value
 
     return parse
@@ -64,12 +56,7 @@ def add_profile(command, what: str) -> None:
 
 def add_inputs(command) -> None:
     """The model pair and the prompt set: the same three flags for run, sweep and bench."""
-    command.add_argument(
-        "--profile",
-        default=DEFAULT_PROFILE,
-        help="a profile .toml path, or a name (working "
-        f"directory first, then the shipped profiles; default: {DEFAULT_PROFILE})",
-    )
+    add_profile(command, "a profile .toml path, or a name: the working directory's first, then the shipped profiles")
     command.add_argument(
         "--prompts",
         type=Path,
@@ -115,7 +102,7 @@ def add_log_rotation(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--log-keep",
-        type=keep,
+        type=whole(0, hint=" (0: keep only the live part)"),
         metavar="K",
         help="finished parts kept, the oldest removed past K (default: all)",
     )
@@ -131,16 +118,6 @@ def max_mb(text: str) -> float | None:
         raise argparse.ArgumentTypeError(f"expected a size in MB or off, not {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a size in MB > 0 (or off), not {text}")
-    return value
-
-
-def keep(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of parts, not {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (0: keep only the live part), not {value}")
     return value
 
 

@@ -1,4 +1,4 @@
-"""The commands that read sessions: `attach`, `log info`, `replay`, `report` and `policy`."""
+"""The commands that read sessions: `attach`, `log info`, `log dump`, `replay`, `report` and `policy`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 from rich.markup import escape
 from rich.text import Text
 
@@ -91,8 +92,7 @@ def check_policy(file: Path) -> int:
 
 
 def print_explanation(e: Explanation) -> None:
-    """A decision, its rule and whether it reproduces: wrapped at words under a hanging indent, each
-    move (`4: 6->2`) whole on one line; names are printed as they are, never read as markup."""
+    """A decision, its rule and whether it reproduces, each move (`4: 6->2`) whole on a line; never markup."""
     d = e.decision
     change = what_changed(d)
     verdict = Text("reproduces", "green") if e.reproduces else Text("DOES NOT REPRODUCE", "red")
@@ -122,8 +122,9 @@ def cmd_attach(args) -> int:
         if isinstance(ev, (RoundVerified, PromptFinished)):
             kept.append(ev)
         line = event_line(ev)
-        if line:
-            out.print(Hanging(line, whole=kept_whole(ev)))
+        if line:  # what a wrap keeps on one line: the model's dtype and device, a decision's moves
+            started = [f"{ev.dtype} on {ev.device}"] if isinstance(ev, SessionStarted) else []
+            out.print(Hanging(line, whole=moves(what_changed(ev)) if isinstance(ev, Decision) else started))
     if kept:
         out.print(class_table(summary(class_stats(kept)), "per class"))
     print_host_line(kept)
@@ -131,8 +132,7 @@ def cmd_attach(args) -> int:
 
 
 def pick_session(ask: bool) -> str:
-    """The socket of the one live session; with several, the one the user picks from a list
-    (or, with nobody to ask, the list and a request to name one); with none, the newest log."""
+    """The socket of the one live session, or of the one the user picks among several (none: say the newest log)."""
     sessions = live_sessions()
     if len(sessions) == 1:
         return str(sessions[0].socket)
@@ -152,28 +152,20 @@ def pick_session(ask: bool) -> str:
     return str(sessions[int(answer) - 1].socket)
 
 
-class NoSession(SpecmonError):
-    """No live session to attach to; `whole`: the phrases its wrap keeps on one line (when, how long, a command)."""
-
-    def __init__(self, message: str, whole: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.whole = whole
-
-
-def _none_alive() -> NoSession:
+def _none_alive() -> SpecmonError:
     where = f"no running session in {runtime_dir()}"
     log = newest_log(default_log_path("none").parent)
     if log is None:
-        return NoSession(f"{where}; start one with `specmon run`", ("`specmon run`",))
+        return SpecmonError(f"{where}; start one with `specmon run`", ("`specmon run`",))
     info = describe(log)
     if info.ended is not None:
         ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended))
         rounds, replay = f"({count(info.rounds, 'round')})", f"specmon replay {log}"
-        return NoSession(
+        return SpecmonError(
             f"{where}; the newest log, {log}, ended at {ended} {rounds}: {replay}", (ended, rounds, replay)
         )
     replay = f"specmon replay --follow {log}"
-    return NoSession(
+    return SpecmonError(
         f"{where}; the newest log, {log}, has no end written (still being written, or its run was killed): {replay}",
         (replay,),
     )
@@ -192,8 +184,7 @@ def event_line(ev) -> str | None:
         )
     if isinstance(ev, Decision):
         applied = "" if ev.applied else " (advised, not applied)"
-        route = ev.route
-        cited = cited_words(ev.request_ids, route.recalled) if route else count(len(ev.round_ids), "round")
+        cited = cited_words(ev.request_ids, ev.route.recalled) if ev.route else count(len(ev.round_ids), "round")
         return (
             f"decision {ev.decision_id} [{ev.prompt_class}] {what_changed(ev)}{applied} by {ev.rule_key}, from {cited}"
         )
@@ -202,39 +193,26 @@ def event_line(ev) -> str | None:
     return None
 
 
-def kept_whole(ev) -> list[str]:
-    """The phrases of an event's line that a wrap keeps on one line: the model's dtype and device,
-    a decision's moves."""
-    if isinstance(ev, SessionStarted):
-        return [f"{ev.dtype} on {ev.device}"]
-    return moves(what_changed(ev)) if isinstance(ev, Decision) else []
-
-
 def cmd_log(args) -> int:
-    counts: Counter[str] = Counter()
-    kept, policies, first, last, damage, started, rotated = [], [], None, None, None, None, None
+    events: list = []
+    damage = None
     try:
-        for ev in read_log(args.log):
-            counts[type(ev).__name__] += 1
-            first = ev.t if first is None else first
-            last = ev.t
-            if isinstance(ev, SessionStarted):
-                started = ev
-            if isinstance(ev, (PromptStarted, RoundVerified, PromptFinished)):
-                kept.append(ev)
-            elif isinstance(ev, PolicyLoaded):
-                policies.append(ev)
-            rotated = ev if isinstance(ev, LogRotated) else None  # a part of a rotated log ends with one
+        events.extend(read_log(args.log))  # a damaged log: the events before the damage
     except LogDamaged as exc:
         damage = exc
+    counts = Counter(type(ev).__name__ for ev in events)
+    kept = [ev for ev in events if isinstance(ev, (PromptStarted, RoundVerified, PromptFinished))]
+    policies = [ev for ev in events if isinstance(ev, PolicyLoaded)]
+    started = next((ev for ev in reversed(events) if isinstance(ev, SessionStarted)), None)
+    rotated = events[-1] if events and isinstance(events[-1], LogRotated) else None  # a rotated log's part ends so
     if started is not None:
-        _print_header(started, drafters_of(started, kept))
+        _print_header(started, kept)
     for name, n in sorted(counts.items()):
         say(f"  {name:<16} {n}")
-    if first is not None:
-        say(f"  time span        {last - first:.1f} s")
+    if events:
+        say(f"  time span        {events[-1].t - events[0].t:.1f} s")
     if len(policies) > 1:  # the first PolicyLoaded is the policy the run started with
-        _print_reloads(policies, first)
+        _print_reloads(policies, events[0].t)
     print_hanging("  integrity        ", str(damage or "ok"), "red" if damage else "green")
     host = tally(kept)
     if host.measured:
@@ -244,7 +222,7 @@ def cmd_log(args) -> int:
         print_hanging("  explored         ", f"{explored} rounds verified a draft the policy had cut (explore_budget)")
     for label, said in parts_said(args.log, started, rotated):
         print_hanging(label, said)
-    if not damage and first is not None and not counts["SessionFinished"] and rotated is None:
+    if not damage and events and not counts["SessionFinished"] and rotated is None:
         print_hanging("  ended            ", "no end written: the run is still going, or was killed", "yellow")
     if started is not None and started.backend in SERVED_BACKENDS:  # a server's traffic: no rounds of its own
         _print_served(args.log)
@@ -263,8 +241,7 @@ CONTINUED = 4  # a wrapped line with no label to hang under: two columns further
 
 
 def print_hanging(label: str, value: str, style: str = "", indent: int | None = None) -> None:
-    """A line of `log info` at the console's width, wrapped at words, each continuation line under the
-    value (or `indent` columns in), not at column 0; `style` colours the value; text, never markup."""
+    """A line of `log info` wrapped under its value (or `indent` columns in), the value in `style`; never markup."""
     lines = wrapped_lines(label + value, out.width, " " * (len(label) if indent is None else indent))
     text = Text("\n".join(lines))
     text.stylize(style, len(label))
@@ -272,8 +249,7 @@ def print_hanging(label: str, value: str, style: str = "", indent: int | None = 
 
 
 def _print_reloads(policies: list[PolicyLoaded], start: float) -> None:
-    """Each edit after the first policy: when, taken (what it changed) or refused (why), a line each
-    wrapped under its text; then the policy in force at the end, where it is not the first."""
+    """Each edit after the first policy, taken (what changed) or refused (why); then the policy in force at the end."""
     refused = sum(not ev.accepted for ev in policies)
     say(f"  policy reloads   {len(policies) - 1 - refused} taken, {refused} refused")
     for ev in policies[1:]:
@@ -301,17 +277,12 @@ def _print_served(log: Path) -> None:
         out.print(log_summary(logged(log)))
 
 
-def drafters_of(started: SessionStarted, events) -> str:
-    """The session's drafter; where it loaded none (a sweep), the drafters its prompts ran with."""
-    if started.drafter != "none":
-        return started.drafter
-    ran = dict.fromkeys(e.drafter for e in events if isinstance(e, PromptStarted) and e.draft_len)
-    return f"{', '.join(ran)} (per prompt)" if ran else "none"
-
-
-def _print_header(ev: SessionStarted, drafters: str) -> None:
+def _print_header(ev: SessionStarted, events: list) -> None:
     # Names come from user files (profiles, hosts): printed as they are, never parsed as markup.
     say(f"session {ev.session_id}  specmon {ev.specmon_version}  profile {ev.profile_name}")
+    ran = dict.fromkeys(e.drafter for e in events if isinstance(e, PromptStarted) and e.draft_len)
+    per_prompt = f"{', '.join(ran)} (per prompt)" if ran else "none"  # a session that loaded no drafter: a sweep
+    drafters = ev.drafter if ev.drafter != "none" else per_prompt
     model = f"  {ev.dtype} on {ev.device}" if ev.dtype or ev.device else ""  # a watch or proxy decodes nothing
     print_hanging("  ", f"target {ev.target}  drafter {drafters}{model}  backend {ev.backend}", indent=CONTINUED)
     if ev.host:
@@ -352,13 +323,8 @@ def _print_what_if(log: Path, policy) -> int:
     table = Table(*columns, title=escape(f"what if {policy.source} had decided on {log.name}"), title_justify="left")
     for name, diff in what_if(log, policy).items():
         missing = ", ".join(f"drafts of {k} never verified" for k in sorted(diff.missing)) or "-"
-        table.add_row(
-            escape(name),
-            escape("; ".join(diff.logged) or "-"),
-            escape("; ".join(diff.other) or "-"),
-            "[yellow]yes[/]" if diff.differs else "no",
-            missing,
-        )
+        logged, other = (escape("; ".join(decisions) or "-") for decisions in (diff.logged, diff.other))
+        table.add_row(escape(name), logged, other, "[yellow]yes[/]" if diff.differs else "no", missing)
     out.print(table)
     return 0
 
@@ -370,4 +336,34 @@ def cmd_report(args) -> int:
     drawn = any((page.parent / name).exists() for name in ROUND_PLOTS)  # a server's report draws none
     beside = "plots and report.json" if drawn else "report.json"
     say(f"report: {page} ({beside} beside it)")
+    return 0
+
+
+def by_name(value):
+    """An event as plain data with its fields by name (the log stores them as arrays), nested ones too."""
+    if isinstance(value, msgspec.Struct):
+        return {f: by_name(getattr(value, f)) for f in value.__struct_fields__}
+    if isinstance(value, (list, tuple)):
+        return [by_name(v) for v in value]
+    if isinstance(value, dict):
+        return {k: by_name(v) for k, v in value.items()}
+    return value
+
+
+def cmd_log_dump(args) -> int:
+    """Write the log's events to stdout; a damaged log is dumped up to the damage, which is named on stderr."""
+    stdout, written = sys.stdout.buffer, 0
+    try:
+        for event in read_log(args.log):
+            # {"type": "RoundVerified", "session_id": ..., ...}: the event's type, then its fields in order
+            stdout.write(msgspec.json.encode({"type": type(event).__name__, **by_name(event)}) + b"\n")
+            written += 1
+    except LogDamaged as exc:
+        stdout.flush()
+        print_error(f"{exc}; the {written} events before it were written")
+        return 1
+    except BrokenPipeError:  # `| head`: the reader has all it wanted
+        sys.stderr.close()
+        return 0
+    stdout.flush()
     return 0

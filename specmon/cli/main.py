@@ -4,21 +4,19 @@ terminal's width) and a non-zero exit."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from specmon import __version__
 from specmon.backends.profiles import MAX_SEED
 from specmon.cli.flags import add_inputs, add_log_rotation, add_memory_flags, add_profile, finite, log_rotation, whole
-from specmon.cli.inspect import cmd_attach, cmd_log, cmd_policy, cmd_replay, cmd_report
+from specmon.cli.inspect import cmd_attach, cmd_log, cmd_log_dump, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
-from specmon.cli.proxy import add_proxy
-from specmon.cli.signals import Terminated, ending_signals
+from specmon.cli.servers import add_proxy, add_watch
 from specmon.cli.tools import Teaching, add_bench, add_policy_tune, lazy
-from specmon.cli.watch import add_watch
 from specmon.console import print_error
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
+from specmon.hangup import Terminated, ending_signals
 
 
 EPILOG = """examples:
@@ -61,10 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="specmon", description="Watch speculative decoding and find where it pays.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_run, _add_serve, add_models, _add_attach, _add_policy, add_bench, _add_sweep, _add_logs):
+    commands = (_add_run, _add_serve, add_models, _add_attach, _add_policy, add_bench, _add_sweep, _add_logs)
+    for add in (*commands, add_watch, add_proxy):
         add(sub)
-    add_watch(sub)
-    add_proxy(sub)
     return parser
 
 
@@ -151,7 +148,7 @@ def _add_logs(sub) -> None:
         "      each round's accepted draft tokens",
     )
     dump.add_argument("log", type=Path)
-    dump.set_defaults(handler=lazy("specmon.cli.dump", "cmd_log_dump"))
+    dump.set_defaults(handler=cmd_log_dump)
 
 
 def _add_run(sub) -> None:
@@ -267,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             handler = getattr(args, "handler", None) or COMMANDS[args.command]  # a tool's own, else the command's
             return handler(args)
     except SpecmonError as exc:
-        print_error(str(exc), getattr(exc, "whole", ()))  # one message, no traceback; its phrases kept whole
+        print_error(str(exc), exc.whole)  # one message, no traceback; its phrases kept whole
         return 2
     except Terminated as exc:
         print_error(f"ended by {exc}; the session log keeps {kept}")
@@ -279,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
 COMMANDS = {
     "run": lazy("specmon.cli.run", "cmd_run"),
-    "serve": lazy("specmon.cli.serve", "cmd_serve"),
+    "serve": lazy("specmon.cli.run", "cmd_serve"),
     "sweep": lazy("specmon.cli.sweep", "cmd_sweep"),
     "bench": lazy("specmon.cli.bench", "cmd_bench"),
     "replay": cmd_replay,
@@ -291,7 +288,3 @@ COMMANDS = {
     "proxy": lazy("specmon.proxy.command", "run_proxy"),  # the HTTP client and server load only when proxying
     "watch": lazy("specmon.watch.command", "run_watch"),
 }
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,8 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from specmon.backends import modelstore
-from specmon.console import say
-from specmon.console import err, notice
+from specmon.console import err, notice, say
 from specmon.errors import SpecmonError
 
 

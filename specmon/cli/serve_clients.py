@@ -1,8 +1,5 @@
-"""The client side of `specmon bench serve`, run as a child process (as real clients are: their
-parsing must not hold the server's GIL): `python -m specmon.cli.serve_clients URL`.
-
-Each stdin line is a batch {"texts": [...], "clients": n, "max_tokens": m}; each answer is one line:
-the batch's wall time and, per request, its client-side times and the round id of each text chunk."""
+"""The client side of `specmon bench serve`, a child process (as real clients are: their parsing must not
+hold the server's GIL). Each stdin line is a batch {"texts", "clients", "max_tokens"}; each answer a line."""
 
 from __future__ import annotations
 
@@ -37,18 +34,12 @@ def stream(api, text: str, max_tokens: int) -> Streamed:
         if chunk.usage is not None:
             result.tokens = chunk.usage.completion_tokens
         elif chunk.choices and chunk.choices[0].delta.content and getattr(chunk, "specmon", None):
-            round_id = _round_of(chunk.specmon)
+            info = chunk.specmon  # a text chunk names its round; the last may carry the request's whole SpecmonInfo
+            round_id = info["round_id"] if "round_id" in info else (info.get("round_ids") or [None])[-1]
             if round_id is not None:
                 result.chunks.append((now, round_id))
     result.done = time.perf_counter()
     return result
-
-
-def _round_of(info: dict) -> int | None:
-    """A text chunk names its round; the last one may carry the request's whole SpecmonInfo instead."""
-    if "round_id" in info:
-        return info["round_id"]
-    return info["round_ids"][-1] if info.get("round_ids") else None
 
 
 def batch(api, texts: list[str], clients: int, max_tokens: int) -> dict:

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.console import err, out, progress
-from specmon.tables import print_host_line
-from specmon.cli.run import check_new_log
+from specmon.cli.run import check_new_log, load_saying
 from specmon.data import read_shipped
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.prompts import prompt_set
@@ -17,7 +16,8 @@ from specmon.sched.bench import prompts_path
 from specmon.events.schema import Sampling
 from specmon.replay.sweep_report import cell_rows, suggest_policy, sweep_plots
 from specmon.replay.sweep_tables import break_even_table, paths_note, results_table
-from specmon.tables import Note
+from specmon.tables import Note, print_host_line
+from specmon.textfile import read_user_text
 from specmon.transport.session import live_session
 
 
@@ -38,8 +38,7 @@ def parse_ks(text: str) -> list[int]:
 
 
 def progress_title(cells: list, prompts: list) -> str:
-    """The progress line's lead: cells as the tables count them (class × drafter × sampling × k; `cells`
-    leave out the class), then what its `n of N` counts: decodes, each prompt under each of `cells`."""
+    """The progress line's lead: cells as the tables count them (`cells` leave out the class), then what it counts."""
     classes = len({p.prompt_class for p in prompts})
     return f"sweep {classes * len(cells)} cells, decodes"
 
@@ -75,10 +74,7 @@ def cmd_sweep(args) -> int:
             "(model needs a [drafter.target] in the profile)"
         )
     check_new_log(args.log)
-    from specmon.backends.loader import load_pair  # torch takes a second: only once every input is checked
-
-    with err.status("loading the model"):
-        pair = load_pair(profile, DrafterSpec(kind="none"))
+    pair = load_saying(profile, DrafterSpec(kind="none"))
     layers = profile.drafter.layers if args.layers is None else args.layers
     specs = [
         DrafterSpec(kind=name, layers=layers, ngram_sizes=profile.drafter.ngram_sizes, target=profile.drafter.target)
@@ -100,18 +96,8 @@ def cmd_sweep(args) -> int:
     out.print(paths_note(session.log_path, plots))
     print_host_line(session.events)
     if args.suggest_policy:
-        base = (
-            _read_policy(args.suggest_policy) if args.suggest_policy.exists() else read_shipped("policies", "default")
-        )
+        given = args.suggest_policy.exists()
+        base = read_user_text(args.suggest_policy, "--suggest-policy") if given else read_shipped("policies", "default")
         for name, what in suggest_policy(rows, base, args.suggest_policy, session.log_path.name).items():
             out.print(Note(f"suggested for {name}: {what}"))
     return 0
-
-
-def _read_policy(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8-sig")
-    except OSError as exc:
-        raise SpecmonError(f"--suggest-policy {path}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise SpecmonError(f"--suggest-policy {path}: not UTF-8 text; save it as UTF-8") from None

@@ -1,5 +1,4 @@
-"""The measuring tools' command lines: `specmon bench policy|verify|engines|serve`, `specmon policy tune`.
-Each command's module is imported when it runs, so `--help` is fast."""
+"""--help's formatter, and the measuring tools' command lines (`specmon bench ...`, `specmon policy tune`)."""
 
 from __future__ import annotations
 
@@ -20,9 +19,8 @@ USAGE_INDENT = "    "
 
 
 class Teaching(argparse.HelpFormatter):
-    """Descriptions wrap to the terminal; the epilog's indented example lines stay as written, each
-    note beside its example where the line fits, else wrapped under it. Prose wraps at spaces only:
-    a value (`torch-nopad`) or a command is never split at its hyphen."""
+    """Prose wraps to the terminal at spaces only (never at `torch-nopad`'s hyphen); an epilog's example keeps
+    its note beside it where the line fits, else under it."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         return "\n".join(self._fill_line(line, width, indent) for line in text.splitlines())
@@ -45,8 +43,7 @@ class Teaching(argparse.HelpFormatter):
         return "\n".join([*continued(example["lead"], example["command"], width), *note])
 
     def _format_usage(self, usage, actions, groups, prefix) -> str:
-        """argparse's usage, its options packed under a short indent where a part would run past the width
-        under the command's name (`[--llamacpp-profile LLAMACPP_PROFILE]` after `usage: specmon bench engines`)."""
+        """argparse's usage, its options packed under a short indent where one would run past the width."""
         text = super()._format_usage(usage, actions, groups, prefix)
         if all(len(line) <= self._width for line in text.splitlines()):
             return text
@@ -61,8 +58,7 @@ class Teaching(argparse.HelpFormatter):
 
 
 def continued(lead: str, command: str, width: int) -> list[str]:
-    """A shell command too long for `width`, broken before an option or a pipe (else between words, never
-    inside quotes) into lines that end in ` \\`, as a shell takes them when pasted."""
+    """A shell command broken before an option or a pipe into lines ending in ` \\`, as a shell takes them."""
     ends_continued = command.endswith(" \\")
     tokens = SHELL_WORD.findall(command.removesuffix(" \\"))
     units: list[list[str]] = []
@@ -172,7 +168,7 @@ def add_policy_tune(policy) -> None:
         "more run as 9 padded rows (0: none; default: as the log's session header says)",
     )
     tune.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
-    tune.set_defaults(handler=lazy("specmon.cli.tune", "cmd_tune"))
+    tune.set_defaults(handler=lazy("specmon.cli.bench", "cmd_tune"))
 
 
 def _add_verify(bench) -> None:
@@ -200,7 +196,7 @@ def _add_verify(bench) -> None:
         help="rows the packed weights are laid out for (the profile key packed_rows; default 9)",
     )
     verify.add_argument("--json", type=Path, help="also write the costs as JSON here")
-    verify.set_defaults(handler=lazy("specmon.cli.bench_verify", "cmd_bench_verify"))
+    verify.set_defaults(handler=lazy("specmon.cli.measure", "cmd_bench_verify"))
 
 
 def _add_engines(bench) -> None:
@@ -237,7 +233,7 @@ def _add_engines(bench) -> None:
         "--reference", metavar="BIN", help="llama.cpp's own loop, built from scripts/llamacpp_reference.cpp"
     )
     engines.add_argument("--json", type=Path, help="also write the per-engine figures as JSON here")
-    engines.set_defaults(handler=lazy("specmon.cli.bench_engines", "cmd_bench_engines"))
+    engines.set_defaults(handler=lazy("specmon.cli.measure", "cmd_bench_engines"))
 
 
 def _add_serve(bench) -> None:
@@ -260,7 +256,7 @@ def _add_serve(bench) -> None:
     serve.add_argument("--clients", type=whole(1), default=4, help="concurrent clients of the last pass (default 4)")
     serve.add_argument("--log", type=Path, help="session log (default: a temporary file)")
     serve.add_argument("--json", type=Path, help="also write the table as JSON here")
-    serve.set_defaults(handler=lazy("specmon.cli.bench_serve", "cmd_bench_serve"))
+    serve.set_defaults(handler=lazy("specmon.cli.measure", "cmd_bench_serve"))
 
 
 def lazy(module: str, name: str):
