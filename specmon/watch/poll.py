@@ -57,7 +57,8 @@ class Watcher:
         w = served.window(self.last_good, now) if self.last_good is not None and not self.gone else None
         if w is None:
             return []
-        if w.drafts or w.generation_tokens or _gauges_changed(self.last_good, now):
+        gauges = (now.running, now.waiting) != (self.last_good.running, self.last_good.waiting)
+        if w.drafts or w.generation_tokens or gauges:
             self.idle = False
             return [lines.window_line(w, now)]
         if not self.idle:
@@ -73,10 +74,6 @@ class Watcher:
 
     def totals(self) -> str:
         return lines.totals_line(self.runs, self.failed_reads)
-
-
-def _gauges_changed(before: ServerScraped, after: ServerScraped) -> bool:
-    return (before.running, before.waiting) != (after.running, after.waiting)
 
 
 def poll(
