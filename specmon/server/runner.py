@@ -23,7 +23,7 @@ from specmon.errors import SpecmonError
 from specmon.policy.engine import PolicyEngine
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 from specmon.server.admit import Admission
-from specmon.server.app import ServeState, build_app
+from specmon.server.app import build_app
 from specmon.server.classes import fixed_class, policy_class
 from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import BODY_TIMEOUT_S, HEAD_TIMEOUT_S, MAX_CONNECTIONS, GuardedH11
@@ -142,25 +142,15 @@ class Serving(OnThread):
             defaults=profile.sampling.to_event(),
             classify=policy_class(self.policy) if self.policy else (lambda text, named: fixed_class(named, k)),
         )
-        self.state = ServeState(
-            self.admission,
-            self.worker,
-            self.metrics,
-            session.session_id,
-            int(time.time()),
-            options.api_key,
-            options.max_body_bytes,
-            self._refused if options.line else None,
-            options.body_timeout_s,
-        )
+        self.on_refused = self._refused if options.line else None  # the headless line of a refused request
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
-        config = uvicorn_config(build_app(self.state), options.head_timeout_s, options.max_connections)
+        config = uvicorn_config(build_app(self), options.head_timeout_s, options.max_connections)
         self.server = _Uvicorn(config, self.worker.close)
 
     def run(self) -> None:
         """Serve until a signal (or stop()); raise what ended the worker, if anything did."""
-        self.worker.start()
+        self.worker.thread.start()
         try:
             self.server.run(sockets=[self.socket])
         finally:
@@ -189,19 +179,16 @@ class Serving(OnThread):
         self.options.line(notice_text(f"{error.status} {path}: {error.message}"))
 
 
-def request_line(job: Job, done: Finished, status: int = 200, took_s: float | None = None) -> str:
+def request_line(job: Job, done: Finished, status: int = 200) -> str:
     """`200 2ec5b984 chat k=8 rounds=7 tokens=48+8 ttft=184ms tok/s=13.9`: one line per request (status
-    499: the client left; 503: the server shut down), short id, class, k, rounds, prompt+completion
-    tokens, time to first token and speed over `took_s` (since it arrived); then its finish, where it
-    was not `stop`."""
+    499: the client left; 503: the server shut down), then its finish where it was not `stop`."""
     info, usage = done.info, done.usage
-    took = time.perf_counter() - job.arrived if took_s is None else took_s
     ks = sorted(set(info.draft_lens))
     k = ",".join(map(str, ks)) if ks else str(info.draft_len)
     fields = [str(status), short_id(info.prompt_id), info.prompt_class, f"k={k}", f"rounds={len(info.round_ids)}"]
     fields += [f"tokens={usage.prompt_tokens}+{usage.completion_tokens}"]
     fields += [f"ttft={millis(None if job.ttft_s is None else job.ttft_s * 1e3)}"]
-    fields += [f"tok/s={usage.completion_tokens / took:.1f}"]
+    fields += [f"tok/s={usage.completion_tokens / (time.perf_counter() - job.arrived):.1f}"]  # since it arrived
     return " ".join(fields + ([f"finish={done.finish_reason}"] if done.finish_reason != "stop" else []))
 
 
