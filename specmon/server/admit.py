@@ -59,13 +59,6 @@ class Admission:
                 code="invalid_value",
             )
 
-    def end_ids(self, request) -> tuple[int, ...]:
-        """The tokens that end the reply: the model's eos (unless ignore_eos) and stop_token_ids."""
-        extra = list(request.stop_token_ids or [])
-        self._check_ids(extra, "stop_token_ids")
-        eos = () if request.ignore_eos else (self.tokenizer.eos_id,)
-        return tuple(dict.fromkeys([*eos, *extra]))
-
     def _admit(self, endpoint: str, text: str, ids: list[int], request, named_class, default_max=None) -> Admitted:
         stops = _stops(request.stop)
         room = self.context_len - len(ids)
@@ -90,12 +83,15 @@ class Admission:
         named = request.specmon_class or named_class or None  # "": none named
         name, rule = self.classify(text, named)
         request_id = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        extra = list(request.stop_token_ids or [])  # the reply ends at these and the model's eos (unless ignore_eos)
+        self._check_ids(extra, "stop_token_ids")
+        eos = () if request.ignore_eos else (self.tokenizer.eos_id,)
         prompt = Prompt(
             id=request_id,
             text=text,
             prompt_class="default",
             token_ids=tuple(ids),  # named: not a tag
-            end_ids=self.end_ids(request),
+            end_ids=tuple(dict.fromkeys([*eos, *extra])),
             min_tokens=request.min_tokens,
         )
         return Admitted(request_id, endpoint, prompt, name, rule, self._sampling(request), max_tokens, stops, named)

@@ -104,8 +104,7 @@ def error_response(exc: ApiError) -> Response:
 def _note_refused(state, path: str, exc: ApiError) -> None:
     """A request answered without being decoded: counted by status, and its headless line."""
     state.metrics.refused.labels(str(exc.status)).inc()
-    if state.on_refused is not None:
-        state.on_refused(path, exc)
+    state.on_refused(path, exc)
 
 
 def _client_left(state, path: str, job: Job) -> None:
@@ -147,14 +146,13 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     too_large = ApiError(413, f"the request body is over the {limit} byte limit", code="request_too_large")
     if length.isdigit() and int(length) > limit:
         raise too_large
-    chunks, size = [], 0
+    body = bytearray()
     try:
         with anyio.fail_after(timeout_s):
             async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
+                body += chunk
+                if len(body) > limit:
                     raise too_large
-                chunks.append(chunk)
     except TimeoutError:
         raise ApiError(
             408,
@@ -166,7 +164,7 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         raise ApiError(
             499, "the client closed the connection during its upload", code="client_closed_request"
         ) from None
-    return b"".join(chunks)
+    return bytes(body)
 
 
 async def _complete(request: Request, state, chat: bool) -> Response:

@@ -165,10 +165,13 @@ class ChatChoice(msgspec.Struct):
     logprobs: None = None
 
 
-class ChatCompletion(msgspec.Struct):
+class _Reply(msgspec.Struct):
     id: str
-    created: int
+    created: int  # when the completion began
     model: str
+
+
+class ChatCompletion(_Reply):
     choices: list[ChatChoice]
     usage: Usage
     specmon: SpecmonInfo
@@ -187,10 +190,7 @@ class ChunkChoice(msgspec.Struct):
     logprobs: None = None
 
 
-class ChatCompletionChunk(msgspec.Struct):
-    id: str
-    created: int
-    model: str
+class ChatCompletionChunk(_Reply):
     choices: list[ChunkChoice]
     object: str = "chat.completion.chunk"
     usage: Usage | None = None
@@ -204,10 +204,7 @@ class CompletionChoice(msgspec.Struct):
     logprobs: None = None
 
 
-class Completion(msgspec.Struct):
-    id: str
-    created: int
-    model: str
+class Completion(_Reply):
     choices: list[CompletionChoice]
     object: str = "text_completion"
     usage: Usage | None = None

@@ -142,7 +142,6 @@ class Serving(OnThread):
             defaults=profile.sampling.to_event(),
             classify=policy_class(self.policy) if self.policy else (lambda text, named: fixed_class(named, k)),
         )
-        self.on_refused = self._refused if options.line else None  # the headless line of a refused request
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
         config = uvicorn_config(build_app(self), options.head_timeout_s, options.max_connections)
@@ -174,9 +173,10 @@ class Serving(OnThread):
             status = 200 if done.finish_reason != "cancelled" else 503 if self.worker.closing else 499
             self.options.line(for_terminal(request_line(job, done, status)))
 
-    def _refused(self, path: str, error: ApiError) -> None:
-        # a message, wrapped to a terminal; made safe (notice_text): both may hold what a client sent
-        self.options.line(notice_text(f"{error.status} {path}: {error.message}"))
+    def on_refused(self, path: str, error: ApiError) -> None:
+        """A refused request's headless line: wrapped to a terminal, made safe (it may hold what a client sent)."""
+        if self.options.line is not None:
+            self.options.line(notice_text(f"{error.status} {path}: {error.message}"))
 
 
 def request_line(job: Job, done: Finished, status: int = 200) -> str:

@@ -37,9 +37,7 @@ class Watcher:
 
     def step(self, now: ServerScraped | None = None) -> list[str]:
         """Take one read (or `now`, a read already taken), publish it, and say what it shows."""
-        now = now if now is not None else self.read()
-        if now.session_id != self.session_id:
-            now = msgspec.structs.replace(now, session_id=self.session_id)
+        now = msgspec.structs.replace(now or self.read(), session_id=self.session_id)  # `now` may predate the session
         self.publish(now)
         said = [line for line in (lines.state_line(self.last, self.last_good, now, self.gone),) if line]
         if now.error or now.drafts is None:
