@@ -273,7 +273,7 @@ def test_session_finished_counts_the_rounds_the_log_holds_when_a_signal_splits_a
     sink = LogSink(tmp_path / "s.specmon")
     channel = Channel(sink)
     session = LiveSession(SimpleNamespace(session_id="s"), channel, sink, None, "s")
-    channel.on_event(session._observe)
+    channel.on_event(session.events.append)
 
     def signal_after_the_log_write(event):
         if isinstance(event, RoundVerified) and event.round_id == 6:

@@ -285,8 +285,8 @@ def serving(folder: Path, name: str, events) -> tuple[Channel, EventServer]:
     channel = Channel(LogSink(folder / f"{name}.specmon"))
     for ev in events:
         channel.publish(ev)
-    with channel.log.written:  # the log is written on its own thread: read it only once all is there
-        assert channel.log.written.wait_for(lambda: channel.log.writer.events_written == len(events), timeout=60)
+    channel.log.sync()  # the log is written on its own thread: read it only once all is there
+    assert channel.log.writer.events_written == len(events)
     return channel, EventServer(channel.log, folder / f"{name}.sock")
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from specmon.events.schema import ServerScraped
 from specmon.metrics import served
-from specmon.watch import client, detect_kind, read, samples, scrape
-from specmon.watch.exposition import NotMetrics
+from specmon.watch.exposition import NotMetrics, kind_of, read, samples
+from specmon.watch.scrape import client, scrape
 from specmon.watch import lines
 from specmon.watch.lines import clock
 from specmon.watch.poll import Watcher
@@ -19,6 +19,14 @@ FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 
 def page(name: str) -> str:
     return (FIXTURES / name).read_text()
+
+
+def detect_kind(text: str) -> str | None:
+    """Whose /metrics this is, from its names: "llama-server", "vllm", "specmon", or None."""
+    try:
+        return kind_of(samples(text))
+    except NotMetrics:
+        return None
 
 
 def test_a_real_llama_server_page_before_and_after_three_self_drafted_requests():

@@ -21,7 +21,7 @@ from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import ServerScraped, SessionFinished
 from specmon.metrics import served
-from specmon.watch import read, samples
+from specmon.watch.exposition import read, samples
 
 WATCH = [sys.executable, "-m", "specmon.cli", "watch"]
 DEADLINE_S = 120.0

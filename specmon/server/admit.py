@@ -40,8 +40,7 @@ class Admission:
         messages = messages_for_template(request.messages)
         tok = self.tokenizer
         text = render_chat(tok.chat_template, messages, eos_token=tok.tokenizer.id_to_token(tok.eos_id) or "")
-        ids = tok.encode(text)
-        return self._admit("chat", last_user_text(messages), ids, request, named_class)
+        return self._admit("chat", last_user_text(messages), tok.encode(text), request, named_class)
 
     def completion(self, request: CompletionRequest, named_class: str | None) -> Admitted:
         check_unsupported(request)
@@ -60,25 +59,16 @@ class Admission:
                 code="invalid_value",
             )
 
-    def end_ids(self, request) -> tuple[int, ...]:
-        """The tokens that end the reply: the model's eos (unless ignore_eos) and stop_token_ids."""
-        extra = list(request.stop_token_ids or [])
-        self._check_ids(extra, "stop_token_ids")
-        eos = () if request.ignore_eos else (self.tokenizer.eos_id,)
-        return tuple(dict.fromkeys([*eos, *extra]))
-
     def _admit(self, endpoint: str, text: str, ids: list[int], request, named_class, default_max=None) -> Admitted:
         stops = _stops(request.stop)
-        max_tokens = request.max_completion_tokens or request.max_tokens or default_max  # OpenAI's newer name wins
         room = self.context_len - len(ids)
-        if max_tokens is None and room >= 1:
-            max_tokens = room  # as OpenAI: up to the end of the context
-        if max_tokens is None or len(ids) + max_tokens > self.context_len:
-            asked = max_tokens or 1
+        # OpenAI's newer name wins; none asked, as OpenAI: up to the end of the context
+        max_tokens = request.max_completion_tokens or request.max_tokens or default_max or max(room, 1)
+        if max_tokens > room:
             raise ApiError(
                 400,
                 f"This model's maximum context length is {self.context_len} tokens. However, you "
-                f"requested {len(ids) + asked} tokens ({len(ids)} in the prompt, {asked} for the "
+                f"requested {len(ids) + max_tokens} tokens ({len(ids)} in the prompt, {max_tokens} for the "
                 "completion). Please reduce the prompt or the completion length.",
                 param="messages" if endpoint == "chat" else "prompt",
                 code="context_length_exceeded",
@@ -93,13 +83,15 @@ class Admission:
         named = request.specmon_class or named_class or None  # "": none named
         name, rule = self.classify(text, named)
         request_id = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
-        ends = self.end_ids(request)
+        extra = list(request.stop_token_ids or [])  # the reply ends at these and the model's eos (unless ignore_eos)
+        self._check_ids(extra, "stop_token_ids")
+        eos = () if request.ignore_eos else (self.tokenizer.eos_id,)
         prompt = Prompt(
             id=request_id,
             text=text,
             prompt_class="default",
             token_ids=tuple(ids),  # named: not a tag
-            end_ids=ends,
+            end_ids=tuple(dict.fromkeys([*eos, *extra])),
             min_tokens=request.min_tokens,
         )
         return Admitted(request_id, endpoint, prompt, name, rule, self._sampling(request), max_tokens, stops, named)

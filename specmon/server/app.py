@@ -11,8 +11,7 @@ import asyncio
 import functools
 import hmac
 import time
-from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator
 
 import anyio
 import msgspec
@@ -22,10 +21,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from specmon.server.admit import Admission
 from specmon.server.errors import ApiError, from_decode_error, status_error
-from specmon.server.jobs import Failed, Finished, Job, Piece, Worker
-from specmon.server.metrics import CONTENT_TYPE, ServerMetrics
+from specmon.server.jobs import Failed, Finished, Job, Piece
+from specmon.server.metrics import CONTENT_TYPE
 from specmon.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -42,29 +40,17 @@ CLASS_HEADER = "x-specmon-class"
 SHUT_DOWN = ApiError(503, "the server shut down during this request", type="server_error")  # its decode cancelled
 
 
-@dataclass
-class ServeState:
-    admission: Admission
-    worker: Worker
-    metrics: ServerMetrics
-    session_id: str
-    created: int
-    api_key: bytes | None
-    max_body_bytes: int
-    on_refused: Callable[[str, ApiError], None] | None  # the headless line of a refused request
-    body_timeout_s: float  # a body still arriving after this is refused with 408
-
-
-def build_app(state: ServeState) -> Starlette:
-    served = Model(state.admission.model_id, state.created, max_model_len=state.admission.context_len)
+def build_app(state) -> Starlette:
+    """The app of a runner.Serving (`state`): its admission, worker, metrics, session, options and on_refused."""
+    served = Model(state.admission.model_id, int(time.time()), max_model_len=state.admission.context_len)
 
     async def models(request: Request) -> Response:
-        authorize(request, state)
+        authorize(request, state.options)
         return _json(ModelList([served]))
 
     async def model(request: Request) -> Response:
         """One model by id, as `client.models.retrieve(id)` asks for it."""
-        authorize(request, state)
+        authorize(request, state.options)
         if (asked := request.path_params["model_id"]) != state.admission.model_id:
             raise ApiError(
                 404,
@@ -77,10 +63,10 @@ def build_app(state: ServeState) -> Starlette:
 
     async def health(request: Request) -> Response:
         busy = int(state.worker.in_flight is not None)
-        return _json(Health("ok", state.session_id, state.admission.model_id, len(state.worker.waiting), busy))
+        return _json(Health("ok", state.session.session_id, state.admission.model_id, len(state.worker.waiting), busy))
 
     async def metrics(request: Request) -> Response:
-        authorize(request, state)
+        authorize(request, state.options)
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def api_error(request: Request, exc: ApiError) -> Response:
@@ -115,14 +101,13 @@ def error_response(exc: ApiError) -> Response:
     return Response(exc.body(), status_code=exc.status, headers=exc.headers, media_type=JSON)
 
 
-def _note_refused(state: ServeState, path: str, exc: ApiError) -> None:
+def _note_refused(state, path: str, exc: ApiError) -> None:
     """A request answered without being decoded: counted by status, and its headless line."""
     state.metrics.refused.labels(str(exc.status)).inc()
-    if state.on_refused is not None:
-        state.on_refused(path, exc)
+    state.on_refused(path, exc)
 
 
-def _client_left(state: ServeState, path: str, job: Job) -> None:
+def _client_left(state, path: str, job: Job) -> None:
     """The client closed the connection. Still queued: withdrawn, never decoded, so refused with 499 here.
     Decoding: it stops after its round and the worker reports it (requests_total, its line) as cancelled."""
     if state.worker.cancel(job):
@@ -140,7 +125,7 @@ def class_header(request: Request) -> str | None:
         ) from None
 
 
-def authorize(request: Request, state: ServeState) -> None:
+def authorize(request: Request, state) -> None:
     """`Authorization: Bearer KEY`, compared in constant time; the key is never echoed or logged."""
     if state.api_key is None:
         return
@@ -161,14 +146,13 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     too_large = ApiError(413, f"the request body is over the {limit} byte limit", code="request_too_large")
     if length.isdigit() and int(length) > limit:
         raise too_large
-    chunks, size = [], 0
+    body = bytearray()
     try:
         with anyio.fail_after(timeout_s):
             async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
+                body += chunk
+                if len(body) > limit:
                     raise too_large
-                chunks.append(chunk)
     except TimeoutError:
         raise ApiError(
             408,
@@ -180,12 +164,12 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         raise ApiError(
             499, "the client closed the connection during its upload", code="client_closed_request"
         ) from None
-    return b"".join(chunks)
+    return bytes(body)
 
 
-async def _complete(request: Request, state: ServeState, chat: bool) -> Response:
-    authorize(request, state)
-    body = await read_body(request, state.max_body_bytes, state.body_timeout_s)
+async def _complete(request: Request, state, chat: bool) -> Response:
+    authorize(request, state.options)
+    body = await read_body(request, state.options.max_body_bytes, state.options.body_timeout_s)
     try:
         parsed = msgspec.json.decode(body, type=ChatCompletionRequest if chat else CompletionRequest)
     except msgspec.DecodeError as exc:
@@ -215,7 +199,7 @@ async def _complete(request: Request, state: ServeState, chat: bool) -> Response
     return _json(reply.whole(item))
 
 
-async def _outcome(job: Job, request: Request, state: ServeState) -> Finished | Failed | None:
+async def _outcome(job: Job, request: Request, state) -> Finished | Failed | None:
     """Wait for the decode's end, or for the client to leave (None: its request is cancelled)."""
     gone = asyncio.ensure_future(disconnected(request))
     try:
@@ -237,20 +221,19 @@ async def disconnected(request: Request) -> None:
         pass
 
 
-async def _events(job: Job, reply: Reply, state: ServeState, path: str, include_usage: bool) -> AsyncIterator[bytes]:
-    """Server-sent events: a first chunk with the role, one per round that adds text, the last with
-    finish_reason and the `specmon` field, the usage chunk if asked for, then [DONE]."""
+async def _events(job: Job, reply: Reply, state, path: str, include_usage: bool) -> AsyncIterator[bytes]:
+    """Server-sent events: the chunks (Reply.chunk), the usage chunk if asked for, then [DONE]."""
     finished = False
     try:
-        yield _sse(reply.opening())
+        yield _sse(reply.chunk("", role="assistant"))  # as soon as the request is queued
         while isinstance(item := await job.out.get(), Piece):
-            yield _sse(reply.piece(item.text, item.round))
+            yield _sse(reply.chunk(item.text, specmon=item.round))
         finished = True
         if isinstance(item, Failed) or item.finish_reason == "cancelled":
             error = item.error if isinstance(item, Failed) else SHUT_DOWN
             yield b"data: " + error.body() + b"\n\n"
         else:
-            yield _sse(reply.closing(item))
+            yield _sse(reply.chunk(item.rest, item.finish_reason, specmon=item.info))
             if include_usage:
                 yield _sse(reply.usage(item.usage))
         yield b"data: [DONE]\n\n"

@@ -5,11 +5,11 @@ read from a file only its owner can read, and an address others can reach is ser
 from __future__ import annotations
 
 import ipaddress
-import socket
 import stat
 from pathlib import Path
 
 from specmon.errors import SpecmonError
+from specmon.transport.serve import addresses
 
 
 def read_api_key(path: Path, flag: str = "--api-key-file") -> bytes:
@@ -28,12 +28,8 @@ def read_api_key(path: Path, flag: str = "--api-key-file") -> bytes:
 
 def check_host(host: str, has_key: bool) -> None:
     """Loopback by default; any address others can reach needs an API key."""
-    try:
-        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        raise SpecmonError(f"--host {host}: cannot resolve it ({getattr(exc, 'strerror', None) or exc})") from None
-    addresses = {info[4][0].split("%")[0] for info in found}
-    if not has_key and not all(ipaddress.ip_address(a).is_loopback for a in addresses):
+    found = addresses(host, f"--host {host}")
+    if not has_key and not all(ipaddress.ip_address(a).is_loopback for a in found):
         raise SpecmonError(
             f"--host {host} is reachable from other machines: give --api-key-file FILE (clients send "
             "the key as a bearer token), or serve on 127.0.0.1 and use an SSH tunnel"

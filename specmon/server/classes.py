@@ -45,14 +45,10 @@ def fixed_class(named: str | None, k: int) -> tuple[str, str]:
 def check_name(named: str) -> None:
     """400 for a name no class could have: 1 to 40 of `A-Za-z0-9_.-`, as the policy's class names."""
     if not CLASS_NAME.match(named):
+        quoted = repr(named) if len(named) <= 60 else repr(named[:57]) + "..."  # a refusal need not echo a megabyte
         raise ApiError(
             400,
-            f"specmon_class {_quoted(named)}: a class name is 1 to 40 letters, digits, '-', '_' or '.'",
+            f"specmon_class {quoted}: a class name is 1 to 40 letters, digits, '-', '_' or '.'",
             param="specmon_class",
             code="invalid_value",
         )
-
-
-def _quoted(name: str) -> str:
-    """The name as the request gave it, escaped, and cut short: a refusal need not echo a megabyte."""
-    return repr(name) if len(name) <= 60 else repr(name[:57]) + "..."

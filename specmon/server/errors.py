@@ -4,6 +4,7 @@ with the HTTP status that goes with it."""
 from __future__ import annotations
 
 import re
+from dataclasses import KW_ONLY, dataclass, field
 
 import msgspec
 
@@ -14,22 +15,20 @@ _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 _FIELD = re.compile(r"Object (missing required|contains unknown) field `([^`]+)`")
 
 
+@dataclass(eq=False)
 class ApiError(Exception):
     """A request refused with an OpenAI-style body; `headers` go with it (e.g. Retry-After)."""
 
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = INVALID,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
-        self.headers = headers or {}
+    status: int
+    message: str
+    _: KW_ONLY
+    type: str = INVALID
+    param: str | None = None
+    code: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
 
     def body(self) -> bytes:
         return encoder.encode(ErrorResponse(ErrorBody(self.message, self.type, self.param, self.code)))
@@ -60,8 +59,24 @@ def from_decode_error(exc: msgspec.DecodeError) -> ApiError:
 
 
 def check_unsupported(request) -> None:
-    """A parameter specmon cannot honour, set to anything but its "not used" value, is refused by name."""
-    check_stream_options(request)
+    """A parameter specmon cannot honour, set to anything but its "not used" value, is refused by name; so
+    is stream_options without stream (as OpenAI answers), and vLLM's continuous_usage_stats (usage comes once)."""
+    options = request.stream_options
+    if options is not None and not request.stream:
+        raise ApiError(
+            400,
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            param="stream_options",
+            code="invalid_value",
+        )
+    if options is not None and options.continuous_usage_stats:
+        raise ApiError(
+            400,
+            "`stream_options.continuous_usage_stats` is not supported by specmon serve: usage comes once, "
+            "on its own chunk before [DONE] (include_usage); leave it out",
+            param="stream_options.continuous_usage_stats",
+            code="unsupported_parameter",
+        )
     for name, neutral in UNSUPPORTED.items():
         value = getattr(request, name, None)
         if not any(value == ok and type(value) is type(ok) or value is ok for ok in neutral):
@@ -71,29 +86,6 @@ def check_unsupported(request) -> None:
                 why = f": {UNSUPPORTED_WHY[name]}" if name in UNSUPPORTED_WHY else ""
                 message = f"`{name}` is not supported by specmon serve{why} (got {_short(value)}); leave it out"
             raise ApiError(400, message, param=name, code="unsupported_parameter")
-
-
-def check_stream_options(request) -> None:
-    """stream_options only with stream (as OpenAI answers); continuous_usage_stats (vLLM's usage on every
-    chunk) is refused by name, since usage comes once, on its own chunk before [DONE]."""
-    options = request.stream_options
-    if options is None:
-        return
-    if not request.stream:
-        raise ApiError(
-            400,
-            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-            param="stream_options",
-            code="invalid_value",
-        )
-    if options.continuous_usage_stats:
-        raise ApiError(
-            400,
-            "`stream_options.continuous_usage_stats` is not supported by specmon serve: usage comes once, "
-            "on its own chunk before [DONE] (include_usage); leave it out",
-            param="stream_options.continuous_usage_stats",
-            code="unsupported_parameter",
-        )
 
 
 def for_terminal(text: str) -> str:

@@ -7,6 +7,7 @@ the app (a 408 in the one error shape), since only the app knows when it reads o
 from __future__ import annotations
 
 import asyncio
+from contextlib import suppress
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -60,11 +61,9 @@ class GuardedH11(H11Protocol):
             (b"content-length", str(len(body)).encode()),
             (b"connection", b"close"),
         ]
-        try:
+        with suppress(h11.LocalProtocolError):  # a response already under way: nothing more can be said on it
             head = self.conn.send(h11.Response(status_code=400, headers=headers, reason=b"Bad Request"))
             self.transport.write(head + self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage()))
-        except h11.LocalProtocolError:
-            pass  # a response was already under way: nothing more can be said on this connection
         self.transport.close()
 
     def _await_head(self) -> None:
@@ -74,14 +73,10 @@ class GuardedH11(H11Protocol):
 
     def _cancel_head_deadline(self) -> None:
         if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
+            self._head_deadline.cancel()  # a no-op once it has fired
 
     def _head_too_slow(self) -> None:
-        self._head_deadline = None
         if not self.transport.is_closing():
-            try:
+            with suppress(h11.LocalProtocolError):  # mid-head: h11 has nothing to close politely
                 self.conn.send(h11.ConnectionClosed())
-            except h11.LocalProtocolError:
-                pass  # mid-head: h11 has nothing to close politely
             self.transport.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import math
 import sys
@@ -84,10 +85,8 @@ class Job:
 
     def post(self, item: Piece | Finished | Failed) -> None:
         """From the worker thread to the request's event loop (gone once the server has stopped)."""
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: no one is waiting for this request any more
             self.loop.call_soon_threadsafe(self.out.put_nowait, item)
-        except RuntimeError:
-            pass  # the loop is closed: no one is waiting for this request any more
 
 
 class Decoder:
@@ -121,11 +120,6 @@ class Decoder:
         self.driver.sample_resources()
         return done
 
-    def idle(self) -> None:
-        """While no request waits: pick up a policy edit, so a refused one is reported without a request."""
-        if self.policy is not None:
-            self.policy.look()
-
 
 class Worker:
     """One decode at a time from a bounded FIFO queue. `max_queue` counts every request the server
@@ -153,9 +147,6 @@ class Worker:
     @property
     def held(self) -> int:
         return len(self.waiting) + (self.in_flight is not None)
-
-    def start(self) -> None:
-        self.thread.start()
 
     def submit(self, job: Job) -> None:
         """Queue a job, or refuse it: 429 when full, 503 once the server is closing."""
@@ -209,7 +200,7 @@ class Worker:
             self.metrics.running.set(0)
             idle = not self.waiting
         if idle:
-            self._sample(None, 0)  # serving has started, or its last request is done (or the server closed)
+            self._sample(None)  # serving has started, or its last request is done (or the server closed)
         while True:
             with self._cond:
                 if not self.waiting and not self.closing:
@@ -221,12 +212,17 @@ class Worker:
                     self.metrics.queue_depth.set(len(self.waiting))
                     self.metrics.running.set(1)
                     return self.in_flight
-            self.decoder.idle()  # outside the lock: a reload reads the policy file
+            if self.decoder.policy is not None:  # idle: a policy edit is picked up (a refused one reported) now
+                self.decoder.policy.look()  # outside the lock: a reload reads the policy file
 
-    def _sample(self, job: Job | None, waiting: int) -> None:
-        """The queue as the log and the TUI see it, published from this thread (the session's one publisher)."""
+    def _sample(self, job: Job | None, taken: bool = True) -> None:
+        """The queue as the log and the TUI see it; after a round (not `taken`) only if requests came or left."""
+        with self._cond:
+            moved, self._moved, waiting = self._moved, False, len(self.waiting)
+        if not (moved or taken):
+            return
         driver, req = self.decoder.driver, job.request if job else None
-        driver.emit(
+        driver.emit(  # from this thread: the session's one publisher
             QueueSample(
                 session_id=driver.session_id,
                 t=time.time(),
@@ -236,14 +232,6 @@ class Worker:
                 arrived=job.queued_at if job else 0.0,
             )
         )
-
-    def _sample_queue(self, job: Job, taken: bool = False) -> None:
-        """QueueSample for the job decoding: when it is taken, and after a round only if requests arrived
-        or left meanwhile (so the queue's growth shows within a round)."""
-        with self._cond:
-            moved, self._moved, waiting = self._moved, False, len(self.waiting)
-        if moved or taken:
-            self._sample(job, waiting)
 
     def _run(self) -> None:
         try:
@@ -256,7 +244,7 @@ class Worker:
     def _serve(self, job: Job) -> None:
         started = time.perf_counter()
         try:
-            self._sample_queue(job, taken=True)  # here, so a log that fails now still answers the request
+            self._sample(job)  # here, so a log that fails now still answers the request
             done = self.decoder.decode(job.request, functools.partial(self._on_round, job), lambda: _stop(job))
         except LogWriteFailed as exc:
             self._failed(job, ApiError(503, f"the server cannot log any more: {exc}", type="server_error"))
@@ -290,7 +278,7 @@ class Worker:
             for _ in ev.emitted:
                 self.metrics.per_token.labels(name).observe(per_token)
         job.last_round_at = now
-        self._sample_queue(job)
+        self._sample(job, taken=False)
         piece = job.text.add(ev.emitted)
         if piece:
             job.post(Piece(piece, SpecmonRound(ev.round_id, ev.draft_len, len(ev.proposed), ev.accepted)))

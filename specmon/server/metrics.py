@@ -145,8 +145,11 @@ class ServerMetrics:
             self.decisions.labels(event.prompt_class, str(event.applied).lower()).inc()
             if event.applied:
                 self.set_policy(event.prompt_class, event.speculate_to, event.k_to)
-        elif isinstance(event, PolicyLoaded) and event.classes:
-            self.policy_in_force(event.classes)
+        elif isinstance(event, PolicyLoaded) and event.classes:  # every class it has, no series for one it dropped
+            self.policy_on.clear()
+            self.policy_k.clear()
+            for cls in event.classes:
+                self.set_policy(cls.name, cls.speculate, cls.draft_len)
         elif isinstance(event, ResourceSample):
             for gauge, value in (
                 (self.rss, event.rss_bytes),
@@ -160,41 +163,31 @@ class ServerMetrics:
         for ev in rounds:
             kept = min(len(ev.emitted), sent)
             sent -= kept
-            self._round(ev, kept)
-
-    def _round(self, ev: RoundVerified, kept: int) -> None:
-        labels = (ev.prompt_class, str(ev.draft_len))
-        proposed, ms = len(ev.proposed), rates.round_ms(ev)
-        accepted = min(ev.accepted, kept)  # the kept tokens start with the accepted prefix
-        self.rounds.labels(*labels).inc()
-        self.emitted.labels(*labels).inc(kept)
-        self.round_seconds.labels(*labels).inc(ms / 1e3)
-        if proposed:
-            self.drafts.labels(*labels).inc()
-            self.draft_tokens.labels(*labels).inc(proposed)
-            self.accepted.labels(*labels).inc(accepted)
-            self.verified_accepted.labels(*labels).inc(ev.accepted)
-            for position in range(proposed):  # an offered position's series exists, at 0 until one is accepted
-                self.per_pos.labels(*labels, str(position)).inc(int(position < accepted))
-        sums = self._sums.setdefault(labels, [0, 0.0])
-        sums[0] += len(ev.emitted)  # as decoded, like log info's tok/s: a stop string's cut is in the log
-        sums[1] += ms
-        self.decode_tokens.labels(*labels, "server").inc(len(ev.emitted))
-        self.decode_seconds.labels(*labels, "server").inc(ms / 1e3)
-        value = rates.goodput(sums[0], sums[1])  # RunStats.goodput's definition, over the same rounds
-        if value is not None:
-            self.goodput.labels(*labels).set(value * 1e3)  # per second: Prometheus' base unit
+            labels = (ev.prompt_class, str(ev.draft_len))
+            proposed, ms = len(ev.proposed), rates.round_ms(ev)
+            accepted = min(ev.accepted, kept)  # the kept tokens start with the accepted prefix
+            self.rounds.labels(*labels).inc()
+            self.emitted.labels(*labels).inc(kept)
+            self.round_seconds.labels(*labels).inc(ms / 1e3)
+            if proposed:
+                self.drafts.labels(*labels).inc()
+                self.draft_tokens.labels(*labels).inc(proposed)
+                self.accepted.labels(*labels).inc(accepted)
+                self.verified_accepted.labels(*labels).inc(ev.accepted)
+                for position in range(proposed):  # an offered position's series exists, at 0 until one is accepted
+                    self.per_pos.labels(*labels, str(position)).inc(int(position < accepted))
+            sums = self._sums.setdefault(labels, [0, 0.0])
+            sums[0] += len(ev.emitted)  # as decoded, like log info's tok/s: a stop string's cut is in the log
+            sums[1] += ms
+            self.decode_tokens.labels(*labels, "server").inc(len(ev.emitted))
+            self.decode_seconds.labels(*labels, "server").inc(ms / 1e3)
+            value = rates.goodput(sums[0], sums[1])  # RunStats.goodput's definition, over the same rounds
+            if value is not None:
+                self.goodput.labels(*labels).set(value * 1e3)  # per second: Prometheus' base unit
 
     def set_policy(self, prompt_class: str, speculate: bool, k: int) -> None:
         self.policy_on.labels(prompt_class).set(1 if speculate else 0)
         self.policy_k.labels(prompt_class).set(k if speculate else 0)
-
-    def policy_in_force(self, classes) -> None:
-        """The policy as loaded or reloaded: every class it has, and no series for one it dropped."""
-        self.policy_on.clear()
-        self.policy_k.clear()
-        for cls in classes:
-            self.set_policy(cls.name, cls.speculate, cls.draft_len)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

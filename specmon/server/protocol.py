@@ -25,17 +25,19 @@ TokenId = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 MinTokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 Metadata = Annotated[dict[str, Annotated[str, msgspec.Meta(max_length=512)]], msgspec.Meta(max_length=16)]
 
-# Parameters a request may carry only at the value that means "not used" (None: absent or null).
-UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+# Parameters a request may carry only at the value that means "not used" (None: absent or null), by the
+# requests that have them; each is a field of those requests (below), of any type unless typed there.
+_SHARED: dict[str, tuple[Any, ...]] = {
     "n": (None, 1),
-    "best_of": (None, 1),
     "logprobs": (None, False),
     "top_logprobs": (None, 0),
-    "echo": (None, False),
-    "suffix": (None, ""),
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
     "logit_bias": (None, {}),
+    "min_p": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+}
+_CHAT_ONLY: dict[str, tuple[Any, ...]] = {
     "tools": (None, []),
     "tool_choice": (None, "none"),
     "functions": (None, []),
@@ -45,12 +47,12 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "prediction": (None,),
     "modalities": (None, ["text"]),
     "parallel_tool_calls": (None, False, True),
-    "min_p": (None, 0, 0.0),
-    "repetition_penalty": (None, 1, 1.0),
     "reasoning_effort": (None,),
     "verbosity": (None,),
     "web_search_options": (None,),
 }
+_COMPLETION_ONLY: dict[str, tuple[Any, ...]] = {"best_of": (None, 1), "echo": (None, False), "suffix": (None, "")}
+UNSUPPORTED = {**_SHARED, **_CHAT_ONLY, **_COMPLETION_ONLY}
 # Why a parameter is refused, where "not supported" alone would not say.
 UNSUPPORTED_WHY: dict[str, str] = {
     "min_p": "the round loop's sampling transforms p and q by temperature, top_p and top_k only",
@@ -103,37 +105,21 @@ class _Sampled(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     service_tier: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
-    n: int | None = None
-    logprobs: Any = None
-    top_logprobs: Any = None
-    presence_penalty: Any = None
-    frequency_penalty: Any = None
-    logit_bias: Any = None
-    min_p: Any = None
-    repetition_penalty: Any = None
+    n: int | None = None  # refused unless 1 (UNSUPPORTED)
 
 
-class ChatCompletionRequest(_Sampled, kw_only=True):
+def _refusing(*unsupported: dict[str, tuple[Any, ...]]) -> type:
+    """_Sampled with a field of any type for each parameter of `unsupported` it lacks: check_unsupported reads it."""
+    names = [name for table in unsupported for name in table if name not in _Sampled.__struct_fields__]
+    return msgspec.defstruct("_Refusing", [(name, Any, None) for name in names], bases=(_Sampled,), kw_only=True)
+
+
+class ChatCompletionRequest(_refusing(_SHARED, _CHAT_ONLY), kw_only=True):
     messages: list[ChatMessage]
-    tools: Any = None
-    tool_choice: Any = None
-    functions: Any = None
-    function_call: Any = None
-    response_format: Any = None
-    parallel_tool_calls: Any = None
-    audio: Any = None
-    modalities: Any = None
-    prediction: Any = None
-    reasoning_effort: Any = None
-    verbosity: Any = None
-    web_search_options: Any = None
 
 
-class CompletionRequest(_Sampled, kw_only=True):
+class CompletionRequest(_refusing(_SHARED, _COMPLETION_ONLY), kw_only=True):
     prompt: str | list[str | int]  # a string, one string in a list, or token ids
-    echo: Any = None
-    suffix: Any = None
-    best_of: Any = None
 
 
 # -- responses ------------------------------------------------------------------------------
@@ -179,10 +165,13 @@ class ChatChoice(msgspec.Struct):
     logprobs: None = None
 
 
-class ChatCompletion(msgspec.Struct):
+class _Reply(msgspec.Struct):
     id: str
-    created: int
+    created: int  # when the completion began
     model: str
+
+
+class ChatCompletion(_Reply):
     choices: list[ChatChoice]
     usage: Usage
     specmon: SpecmonInfo
@@ -201,10 +190,7 @@ class ChunkChoice(msgspec.Struct):
     logprobs: None = None
 
 
-class ChatCompletionChunk(msgspec.Struct):
-    id: str
-    created: int
-    model: str
+class ChatCompletionChunk(_Reply):
     choices: list[ChunkChoice]
     object: str = "chat.completion.chunk"
     usage: Usage | None = None
@@ -218,10 +204,7 @@ class CompletionChoice(msgspec.Struct):
     logprobs: None = None
 
 
-class Completion(msgspec.Struct):
-    id: str
-    created: int
-    model: str
+class Completion(_Reply):
     choices: list[CompletionChoice]
     object: str = "text_completion"
     usage: Usage | None = None

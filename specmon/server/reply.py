@@ -13,7 +13,6 @@ from specmon.server.protocol import (
     Completion,
     CompletionChoice,
     Delta,
-    SpecmonRound,
     Usage,
 )
 
@@ -22,23 +21,13 @@ class Reply:
     def __init__(self, request_id: str, created: int, model: str, chat: bool):
         self.id, self.created, self.model, self.chat = request_id, created, model, chat
 
-    def _chunk(self, text: str, finish_reason: str | None = None, role: str | None = None, **extra):
+    def chunk(self, text: str, finish_reason: str | None = None, role: str | None = None, **extra):
+        """A stream's chunk: the first with the role, one per round with its `specmon` round, the last with
+        finish_reason and the request's `specmon` field."""
         if not self.chat:
             return Completion(self.id, self.created, self.model, [CompletionChoice(0, text, finish_reason)], **extra)
         delta = Delta(role, text) if text or role else Delta()  # the last chunk may carry no content
         return ChatCompletionChunk(self.id, self.created, self.model, [ChunkChoice(0, delta, finish_reason)], **extra)
-
-    def opening(self):
-        """The first chunk, sent as soon as the request is queued."""
-        return self._chunk("", role="assistant")
-
-    def piece(self, text: str, round: SpecmonRound):
-        """The text one round added, with the round it came from."""
-        return self._chunk(text, specmon=round)
-
-    def closing(self, done: Finished):
-        """The last chunk: finish_reason, and the `specmon` field (class, k, round ids)."""
-        return self._chunk(done.rest, done.finish_reason, specmon=done.info)
 
     def usage(self, usage: Usage):
         """stream_options.include_usage: a chunk with no choices and the usage."""
@@ -47,6 +36,6 @@ class Reply:
     def whole(self, done: Finished):
         """The non-streamed reply."""
         if not self.chat:
-            return self._chunk(done.text, done.finish_reason, usage=done.usage, specmon=done.info)
+            return self.chunk(done.text, done.finish_reason, usage=done.usage, specmon=done.info)
         choice = ChatChoice(0, AssistantMessage(done.text), done.finish_reason)
         return ChatCompletion(self.id, self.created, self.model, [choice], done.usage, done.info)

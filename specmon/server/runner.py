@@ -23,7 +23,7 @@ from specmon.errors import SpecmonError
 from specmon.policy.engine import PolicyEngine
 from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
 from specmon.server.admit import Admission
-from specmon.server.app import ServeState, build_app
+from specmon.server.app import build_app
 from specmon.server.classes import fixed_class, policy_class
 from specmon.server.errors import ApiError, for_terminal
 from specmon.server.guard import BODY_TIMEOUT_S, HEAD_TIMEOUT_S, MAX_CONNECTIONS, GuardedH11
@@ -142,25 +142,14 @@ class Serving(OnThread):
             defaults=profile.sampling.to_event(),
             classify=policy_class(self.policy) if self.policy else (lambda text, named: fixed_class(named, k)),
         )
-        self.state = ServeState(
-            self.admission,
-            self.worker,
-            self.metrics,
-            session.session_id,
-            int(time.time()),
-            options.api_key,
-            options.max_body_bytes,
-            self._refused if options.line else None,
-            options.body_timeout_s,
-        )
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
-        config = uvicorn_config(build_app(self.state), options.head_timeout_s, options.max_connections)
+        config = uvicorn_config(build_app(self), options.head_timeout_s, options.max_connections)
         self.server = _Uvicorn(config, self.worker.close)
 
     def run(self) -> None:
         """Serve until a signal (or stop()); raise what ended the worker, if anything did."""
-        self.worker.start()
+        self.worker.thread.start()
         try:
             self.server.run(sockets=[self.socket])
         finally:
@@ -184,16 +173,16 @@ class Serving(OnThread):
             status = 200 if done.finish_reason != "cancelled" else 503 if self.worker.closing else 499
             self.options.line(for_terminal(request_line(job, done, status)))
 
-    def _refused(self, path: str, error: ApiError) -> None:
-        # a message, wrapped to a terminal; made safe (notice_text): both may hold what a client sent
-        self.options.line(notice_text(f"{error.status} {path}: {error.message}"))
+    def on_refused(self, path: str, error: ApiError) -> None:
+        """A refused request's headless line: wrapped to a terminal, made safe (it may hold what a client sent)."""
+        if self.options.line is not None:
+            self.options.line(notice_text(f"{error.status} {path}: {error.message}"))
 
 
 def request_line(job: Job, done: Finished, status: int = 200, took_s: float | None = None) -> str:
     """`200 2ec5b984 chat k=8 rounds=7 tokens=48+8 ttft=184ms tok/s=13.9`: one line per request (status
-    499: the client left; 503: the server shut down), short id, class, k, rounds, prompt+completion
-    tokens, time to first token and speed over `took_s` (since it arrived); then its finish, where it
-    was not `stop`."""
+    499: the client left; 503: the server shut down; tok/s over `took_s`, default since it arrived), then its
+    finish where it was not `stop`."""
     info, usage = done.info, done.usage
     took = time.perf_counter() - job.arrived if took_s is None else took_s
     ks = sorted(set(info.draft_lens))

@@ -40,8 +40,7 @@ class ReplyText:
         return self._advance(self._sendable())
 
     def _needed(self) -> int:
-        """The fewest leading tokens whose text holds the reply cut before its stop string (the cut
-        is near the end, so this walks back over a round or two)."""
+        """The fewest leading tokens whose text holds the cut reply (a walk back over a round or two)."""
         count = len(self.generated)
         while count > 0 and self._text_of(count - 1).startswith(self.text):
             count -= 1
@@ -66,8 +65,7 @@ class ReplyText:
         return text[: len(text) - hold]
 
     def _advance(self, text: str) -> str:
-        if len(text) <= len(self.sent):
-            return ""
         piece = text[len(self.sent) :]
-        self.sent = text
+        if piece:
+            self.sent = text
         return piece

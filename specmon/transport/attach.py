@@ -34,12 +34,15 @@ def read_token(token_file: Path | None) -> str | None:
 
 def attach_events(target: str | None, token: str | None = None) -> Iterator[AnyEvent]:
     """Events of a session: from a Unix socket path, HOST:PORT (with token), or a .specmon log file."""
-    if target and target.endswith(".specmon"):
+    if not target:
+        raise SpecmonError("attach needs a TARGET: a session's socket, HOST:PORT or a .specmon log")
+    if target.endswith(".specmon"):
         yield from follow_log(Path(target))
         return
-    if target and ":" in target and not Path(target).exists():
+    tcp = None
+    if ":" in target and not Path(target).exists():
         try:
-            host, port = split_address(target, "attach", lowest_port=1)
+            tcp = split_address(target, "attach", lowest_port=1)
         except SpecmonError:
             raise SpecmonError(
                 f"attach {target}: no such socket or log, and not HOST:PORT with a port 1..65535"
@@ -49,34 +52,28 @@ def attach_events(target: str | None, token: str | None = None) -> Iterator[AnyE
                 f"attaching over TCP needs the session's token: --token-file FILE (the path "
                 f"`specmon run --listen` printed) or {TOKEN_ENV}"
             )
-        sock = _connect_tcp(host, port)
+    sock = _connect(target, tcp)
+    if tcp:
         sock.sendall(token.encode() + b"\n")
-    else:
-        if not target:
-            raise SpecmonError("attach needs a TARGET: a session's socket, HOST:PORT or a .specmon log")
-        sock = _connect(socket.AF_UNIX, target)
-    yield from _receive(sock, target or "socket")
+    yield from _receive(sock, target)
 
 
-def _connect_tcp(host: str, port: int) -> socket.socket:
+def _connect(target: str, tcp: tuple[str, int] | None) -> socket.socket:
+    """The session's Unix socket at `target`, or `tcp`'s HOST:PORT; one line saying why not."""
+    sock = None
     try:
-        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        if tcp is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(target)
+        else:
+            sock = socket.create_connection(tcp, timeout=CONNECT_TIMEOUT_S)
+            sock.settimeout(None)  # a quiet session is not an error: wait for its next event
     except (OSError, UnicodeError) as exc:
+        if sock is not None:
+            sock.close()
+        where = target if tcp is None else f"{tcp[0]}:{tcp[1]}"
         raise SpecmonError(
-            f"cannot attach to {host}:{port}: {getattr(exc, 'strerror', None) or exc}; is the session still running?"
-        ) from None
-    sock.settimeout(None)  # a quiet session is not an error: wait for its next event
-    return sock
-
-
-def _connect(family, address) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.connect(address)
-    except OSError as exc:
-        sock.close()
-        raise SpecmonError(
-            f"cannot attach to {address}: {exc.strerror or exc}; is the session still running?"
+            f"cannot attach to {where}: {getattr(exc, 'strerror', None) or exc}; is the session still running?"
         ) from None
     return sock
 

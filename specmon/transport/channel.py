@@ -48,15 +48,13 @@ class Subscription:
 
 
 class LogSink:
-    """Writes every event to the session log on its own thread; `written` wakes followers.
-
-    The log must be a new file: an existing one raises SpecmonError here, before anything starts."""
+    """Writes every event to the session log on its own thread. The log must be a new file: an existing
+    one raises SpecmonError here, before anything starts."""
 
     def __init__(self, path: Path):
         self.writer = LogWriter(path)
         self.path = self.writer.path
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.written = threading.Condition()
         self.closed = False
         self.error: BaseException | None = None
         self.rounds_written = 0  # RoundVerified frames on disk: SessionFinished's count, exact under signals
@@ -76,13 +74,10 @@ class LogSink:
 
     def sync(self) -> None:
         """Wait until everything offered so far has been written (or failed to be)."""
-        if not self._thread.is_alive():
-            return  # closed (or dead): nothing more will be written
         passed = threading.Event()
         self._queue.put(passed)
-        while not passed.wait(timeout=1.0):
-            if not self._thread.is_alive():
-                return
+        while self._thread.is_alive() and not passed.wait(timeout=1.0):
+            pass  # once closed (or dead), nothing more will be written
 
     def _run(self) -> None:
         while True:
@@ -102,9 +97,7 @@ class LogSink:
             for passed in batch:
                 if isinstance(passed, threading.Event):
                     passed.set()
-            with self.written:
-                self.closed = done
-                self.written.notify_all()
+            self.closed = done
             if done:
                 self.writer.close()
                 return
@@ -129,12 +122,11 @@ class Channel:
 
     def __init__(self, log: LogSink | None = None):
         self.log = log
-        self._subs: list[Subscription] = []
         self._callbacks: list[Callable[[AnyEvent], None]] = []
 
     def subscribe(self, maxlen: int = 10_000) -> Subscription:
         sub = Subscription(maxlen)
-        self._subs.append(sub)
+        self.on_event(sub.offer)
         return sub
 
     def on_event(self, callback: Callable[[AnyEvent], None]) -> None:
@@ -148,8 +140,6 @@ class Channel:
             if failure is not None:
                 raise failure
             self.log.offer(encode(event), isinstance(event, RoundVerified))
-        for sub in self._subs:
-            sub.offer(event)
         for callback in self._callbacks:
             callback(event)
 

@@ -15,6 +15,7 @@ import os
 import secrets
 import socket
 import threading
+from contextlib import suppress
 from pathlib import Path
 
 from specmon.errors import SpecmonError
@@ -47,23 +48,24 @@ def split_address(text: str, what: str, lowest_port: int = 0) -> tuple[str, int]
     return host, int(port)
 
 
+def addresses(host: str, what: str) -> list[str]:
+    """`host`'s IP addresses, IPv4 first (what tunnels and clients expect), or one line naming `what`."""
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise SpecmonError(f"{what}: cannot resolve {host!r} ({getattr(exc, 'strerror', None) or exc})") from None
+    ips = [info[4][0].split("%")[0] for info in found if info[0] in (socket.AF_INET, socket.AF_INET6)]
+    return sorted(dict.fromkeys(ips), key=lambda address: ":" in address)
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     """'127.0.0.1:PORT' or 'localhost:PORT' → (loopback address, port). A name is resolved, and
     refused unless every address it has is loopback (a name that also reaches the network is not)."""
     host, port = split_address(text, "--listen")
-    try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        raise SpecmonError(
-            f"--listen {text}: cannot resolve {host!r} ({getattr(exc, 'strerror', None) or exc})"
-        ) from None
-    addresses = sorted(
-        dict.fromkeys(info[4][0] for info in found if info[0] in (socket.AF_INET, socket.AF_INET6)),
-        key=lambda address: ":" in address,
-    )  # IPv4 first: what tunnels and clients expect
-    if not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+    found = addresses(host, f"--listen {text}")
+    if not found or not all(ipaddress.ip_address(a).is_loopback for a in found):
         raise SpecmonError(f"--listen {text}: only loopback addresses are served (use SSH to reach it)")
-    return addresses[0], port
+    return found[0], port
 
 
 class EventServer:
@@ -109,13 +111,9 @@ class EventServer:
             threading.Thread(target=self._serve, args=(conn, needs_token), daemon=True, name="specmon-client").start()
 
     def _serve(self, conn: socket.socket, needs_token: bool) -> None:
-        with conn:
-            try:
-                if needs_token and not self._token_ok(conn):
-                    return
+        with conn, suppress(OSError):  # OSError: the client went away; the run goes on
+            if not needs_token or self._token_ok(conn):
                 self._stream(conn)
-            except OSError:
-                return  # the client went away; the run goes on
 
     def _token_ok(self, conn: socket.socket) -> bool:
         conn.settimeout(TOKEN_WAIT_S)
@@ -125,21 +123,15 @@ class EventServer:
         return line.endswith(b"\n") and hmac.compare_digest(line.strip(), (self.token or "").encode())
 
     def _stream(self, conn: socket.socket) -> None:
-        """The live part's events, re-framed as one log of the client's own, so a rotation (a new file,
-        numbered from 0 again) is no seam to it; follow_log reads on across parts."""
+        """The live part's events, re-framed as one log of the client's own: a rotation is no seam to it."""
         frames = FrameEncoder()
         conn.sendall(frames.preamble())
         sent = 0
-        try:
-            for batch in follow_batches(self.sink.path, 0.05, None, self._ended):
+        ended = lambda: self.sink.closed or self._stopping.is_set()  # noqa: E731 - every event is in the log
+        with suppress(SpecmonError):  # the log failed or went away: the client has every whole event it held
+            for batch in follow_batches(self.sink.path, 0.05, None, ended):
                 conn.sendall(b"".join(frames.frame(encode(ev), sent + i) for i, ev in enumerate(batch)))
                 sent += len(batch)
-        except SpecmonError:
-            return  # the log failed or went away: the client has every whole event it held
-
-    def _ended(self) -> bool:
-        """Every event is in the log: the writer closed (or the server is closing)."""
-        return self.sink.closed or self._stopping.is_set()
 
     def close(self) -> None:
         self._stopping.set()

@@ -36,9 +36,8 @@ class LiveSession:
     server: EventServer | None
     session_id: str
     view: Subscription | None = None  # the TUI's bounded buffer, subscribed before the first event
-    events: list[AnyEvent] = field(default_factory=list)  # everything published, for the final tables
+    events: list[AnyEvent] = field(default_factory=list)  # everything published (if kept), for the final tables
     finished: SessionFinished | None = None
-    keep_events: bool = True  # False for a long-lived session (a server): only the log keeps them
     costs: Costs | None = None  # the engine's costs, measured at load under a policy
     memory: Memory | None = None  # what earlier sessions learned (memory.store); None: nothing kept
     engine_key: dict[str, str] = field(default_factory=dict)  # what the engine's figures depend on
@@ -50,10 +49,6 @@ class LiveSession:
     def policy_shelf(self, sampling: Sampling) -> Shelf | None:
         """Where a policy keeps what its classes learned on this engine, sampling so."""
         return self.shelf("accept", accept_key(self.engine_key, sampling))
-
-    def _observe(self, event: AnyEvent) -> None:
-        if self.keep_events:
-            self.events.append(event)
 
     @property
     def log_path(self) -> Path:
@@ -91,8 +86,7 @@ def live_session(
     With a `rotation`, the log goes on in new parts (events.log), and SIGUSR1 rotates it too. With a
     `memory` and the `engine_key` its figures are stored under, what earlier sessions learned on this
     engine is read (the engine's costs here, and a policy's classes) and what this one learns is kept."""
-    session = _open(pair, profile, log_path, serve, listen, viewer, rotation)
-    session.keep_events = keep_events
+    session = _open(pair, profile, log_path, serve, listen, viewer, rotation, keep_events)
     session.memory, session.engine_key = (memory, engine_key) if engine_key else (None, {})
 
     def header() -> SessionStarted:
@@ -115,8 +109,7 @@ def live_session(
 
 
 def _costs(session: LiveSession, profile, drafter: Drafter, policy, host: dict[str, str], announce: bool) -> Costs:
-    """The engine's costs for a policy: pinned by the profile, else as this host's store has them for
-    this engine (unless --retime), else timed now with a progress bar, and stored."""
+    """The engine's costs: the profile's, else this host's store's (unless --retime), else timed now and stored."""
     pinned = getattr(profile, "verify_costs", None)  # a profile may pin them: reproducible decisions
     if pinned:
         return Costs(tuple(pinned), max(profile.draft_cost, 0.0))  # pinned: plain steps, drafts' too
@@ -150,8 +143,7 @@ def observer_session(
 ) -> Iterator[LiveSession]:
     """A session that decodes nothing (`watch`, `proxy`): the same log, channel and attach socket as a
     decoding one, its header built by `started(session_id)`; events are published on session.channel."""
-    session = _open(None, None, log_path, serve, listen, viewer, rotation)
-    session.keep_events = False  # a watch runs for days: only the log keeps them
+    session = _open(None, None, log_path, serve, listen, viewer, rotation, keep_events=False)  # runs for days
     with _running(session, lambda: started(session.session_id), announce, rotation):
         yield session
 
@@ -160,8 +152,7 @@ def observer_session(
 def _running(
     session: LiveSession, header: Callable[[], SessionStarted], announce: bool, rotation: Rotation | None
 ) -> Iterator[None]:
-    """Say where to watch, publish the header, and run the body; then finish and close everything,
-    raising a log-write failure if there was one."""
+    """Announce, publish the header and run the body; then finish and close as live_session says."""
     in_flight: BaseException | None = None
     try:
         if announce:
@@ -223,7 +214,9 @@ def handling(signum: int, handler: Callable) -> Iterator[None]:
         signal.signal(signum, previous)
 
 
-def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: bool, rotation=None) -> LiveSession:
+def _open(
+    pair, profile, log_path: Path | None, serve: bool, listen, viewer: bool, rotation, keep_events
+) -> LiveSession:
     session_id = new_session_id()
     path = log_path or default_log_path(session_id)
     if rotation is not None:
@@ -235,7 +228,8 @@ def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: boo
     if pair is not None:
         driver = SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin)
     session = LiveSession(driver, channel, sink, None, session_id)
-    channel.on_event(session._observe)
+    if keep_events:  # False for a long-lived session (a server, a watch): only the log keeps them
+        channel.on_event(session.events.append)
     session.view = channel.subscribe(maxlen=VIEW_BUFFER) if viewer else None
     try:
         session.server = EventServer(sink, runtime_dir() / f"{session_id}.sock", listen) if serve else None
@@ -247,8 +241,7 @@ def _open(pair, profile, log_path: Path | None, serve: bool, listen, viewer: boo
 
 
 def _announce(session: LiveSession) -> None:
-    """Where to watch from. For TCP, the path of the 0600 token file: never the token itself,
-    which on a command line or in a scrollback is readable by others."""
+    """Where to watch from; for TCP, the 0600 token file's path, never the token (a scrollback is readable)."""
     server = session.server
     watch = f"specmon attach {server.unix_path}" if server else ""
     notice(f"logging to {session.log_path}" + (f"; watch with: {watch}" if server else ""), [watch])

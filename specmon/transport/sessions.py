@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def live_sessions() -> list[SessionInfo]:
 def describe(log: Path | None, sock: Path | None = None) -> SessionInfo:
     """What a session's log says about it: id, profile, host, start, rounds so far, end."""
     fields: dict = {"session_id": (sock or log or Path("?")).stem, "rounds": 0}  # the file's name until read
-    try:
+    with suppress(LogDamaged, OSError):  # a live log may end mid-frame, a vanished one reads empty: list what was read
         for ev in read_log(log) if log is not None else ():
             if isinstance(ev, SessionStarted):
                 fields.update(
@@ -61,27 +62,22 @@ def describe(log: Path | None, sock: Path | None = None) -> SessionInfo:
                 fields["rounds"] += 1
             elif isinstance(ev, SessionFinished):
                 fields["ended"] = ev.t
-    except (LogDamaged, OSError):
-        pass  # a live log may end mid-frame, a vanished one reads empty: list what was read
     return SessionInfo(sock, log, **fields)
 
 
 def newest_log(logs_dir: Path) -> Path | None:
-    logs = sorted(logs_dir.glob("*.specmon"), key=_mtime, reverse=True) if logs_dir.is_dir() else []
-    return logs[0] if logs else None
+    return max(logs_dir.glob("*.specmon"), key=_mtime, default=None) if logs_dir.is_dir() else None
 
 
 def _probe(path: Path) -> str:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-        return "live"
-    except ConnectionRefusedError:
-        return "dead"
-    except OSError:
-        return "unknown"
-    finally:
-        probe.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+            return "live"
+        except ConnectionRefusedError:
+            return "dead"
+        except OSError:
+            return "unknown"
 
 
 def _mtime(path: Path) -> float:

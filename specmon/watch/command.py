@@ -10,10 +10,9 @@ from pathlib import Path
 
 from specmon.text import line_width
 from specmon.errors import SpecmonError
-from specmon.events.schema import ServerScraped
 from specmon.server.auth import read_api_key
 from specmon.transport.serve import parse_listen
-from specmon.transport.session import LiveSession, observed_header, observer_session
+from specmon.transport.session import observed_header, observer_session
 from specmon.tui.beside import beside_view
 from specmon.watch.lines import fitted
 from specmon.watch.poll import Watcher, poll
@@ -42,7 +41,18 @@ def run_watch(args) -> int:
             rotation=args.rotation,
         ) as session:
             watcher.session_id, watcher.publish = session.session_id, session.channel.publish
-            watch(session, watcher, args, first, tui)
+            # every interval: on a thread under the app (which drains the session's view; quitting it stops the
+            # watch; it shows the server's state from the events, so no lines), else one line per window here
+            stop = threading.Event()
+            lines = (lambda line: None) if tui else say
+            read = functools.partial(poll, watcher, lines, args.interval, args.duration, stop, first)
+            try:
+                if tui:  # a failure is shown in the title and ends the watch; the totals still follow
+                    beside_view(session.view, f"watch {args.url}", read, stop.set, "specmon-watch", "watch")
+                else:
+                    read()
+            finally:  # after a Ctrl-C or SIGTERM too, and the session ends "interrupted"
+                say(watcher.totals())
     return 0
 
 
@@ -50,20 +60,3 @@ def say(line: str) -> None:
     """A line on stdout, wrapped to the terminal (or COLUMNS) at its fields."""
     for part in fitted(line, line_width(sys.stdout)):  # piped: each record stays one line
         print(part, flush=True)
-
-
-def watch(session: LiveSession, watcher: Watcher, args, first: ServerScraped, tui: bool) -> None:
-    """Read every interval: on a thread under the app (which drains the session's view; quitting it stops
-    the watch), else one line per window in this thread. Either way, the totals at the end."""
-    stop = threading.Event()
-    if tui:  # the app shows the server's state from the events: the lines are not needed
-        read = functools.partial(poll, watcher, lambda line: None, args.interval, args.duration, stop, first)
-        # a failure is shown in the title and ends the watch; the totals still follow
-        beside_view(session.view, f"watch {args.url}", read, stop.set, "specmon-watch", "watch")
-    else:
-        try:
-            poll(watcher, say, args.interval, args.duration, stop, first)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the totals, and the session ends "interrupted"
-            say(watcher.totals())
-            raise
-    say(watcher.totals())

@@ -5,10 +5,12 @@ specmon serve by class and k: the server's totals are their sums)."""
 from __future__ import annotations
 
 import math
-
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from specmon.events.schema import ServerScraped
 
 KINDS = ("llama-server", "vllm", "specmon")
 
@@ -45,20 +47,6 @@ class NotMetrics(ValueError):
     """The page is not Prometheus text exposition."""
 
 
-@dataclass
-class Reading:
-    """One page's figures under one kind's names; None where the page does not have the metric."""
-
-    kind: str
-    drafts: int | None = None
-    draft_tokens: int | None = None
-    accepted: int | None = None
-    accepted_per_pos: list[int] = field(default_factory=list)
-    generation_tokens: int | None = None
-    running: int | None = None
-    waiting: int | None = None
-
-
 def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Sample name -> [(labels, value)], every family's samples as the page exposes them."""
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -71,49 +59,32 @@ def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def detect_kind(text: str) -> str | None:
-    """Whose /metrics this is, from its names: "llama-server", "vllm", "specmon", or None."""
-    try:
-        names = samples(text)
-    except NotMetrics:
-        return None
-    return kind_of(names)
-
-
 def kind_of(names: dict) -> str | None:
     """The kind whose speculative counters the page has; else the kind any of its names belong to."""
     speculating = next((kind for kind, n in NAMES.items() if n.prefix + n.drafts in names), None)
     return speculating or next((kind for kind, n in NAMES.items() if any(x.startswith(n.prefix) for x in names)), None)
 
 
-def read(names: dict[str, list[tuple[dict[str, str], float]]], kind: str) -> Reading:
-    """The figures of `kind` on a parsed page (samples())."""
-    n = NAMES[kind]
-
-    def summed(name: str) -> int | None:
-        found = names.get(n.prefix + name)
-        return None if found is None else round(finite(n.prefix + name, sum(value for _, value in found)))
-
-    return Reading(
-        kind=kind,
-        drafts=summed(n.drafts),
-        draft_tokens=summed(n.draft_tokens),
-        accepted=summed(n.accepted),
-        accepted_per_pos=per_position(names.get(n.prefix + n.accepted_per_pos, [])),
-        generation_tokens=summed(n.generation_tokens),
-        running=summed(n.running),
-        waiting=summed(n.waiting),
-    )
+def read(
+    names: dict[str, list[tuple[dict[str, str], float]]], kind: str, session_id: str = "", t: float = 0.0, url: str = ""
+) -> ServerScraped:
+    """The figures of `kind` on a parsed page (samples()), as a read of `url`; None where the page lacks one."""
+    n, sums = NAMES[kind], {}
+    for figure in ("drafts", "draft_tokens", "accepted", "generation_tokens", "running", "waiting"):
+        name = n.prefix + getattr(n, figure)
+        found = names.get(name)
+        sums[figure] = None if found is None else round(finite(name, sum(value for _, value in found)))
+    per_pos = per_position(names.get(n.prefix + n.accepted_per_pos, []))
+    return ServerScraped(session_id=session_id, t=t, url=url, kind=kind, accepted_per_pos=per_pos, **sums)
 
 
 def per_position(found: list[tuple[dict[str, str], float]]) -> list[int]:
     """Counts by draft position 0, 1, ... (summed over the other labels; a position not listed is 0)."""
-    by_pos: dict[int, float] = {}
+    by_pos: Counter[int] = Counter()
     for labels, value in found:
-        position = labels.get("position")
-        if position is not None and position.isdigit():
-            by_pos[int(position)] = by_pos.get(int(position), 0.0) + value
-    return [round(finite("per position", by_pos.get(i, 0.0))) for i in range(max(by_pos) + 1)] if by_pos else []
+        if labels.get("position", "").isdigit():
+            by_pos[int(labels["position"])] += value
+    return [round(finite("per position", by_pos[i])) for i in range(max(by_pos) + 1)] if by_pos else []
 
 
 def finite(name: str, value: float) -> float:

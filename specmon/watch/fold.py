@@ -27,10 +27,9 @@ def same(before: ServerScraped, after: ServerScraped) -> bool:
 
 class ReadFold:
     """Takes each read; says which reads to pass on, in order. Holds the folded reads of the last
-    `recent_s` (and the one before them): at most recent_s / interval + 1 of them."""
+    RECENT_S (and the one before them): at most RECENT_S / interval + 1 of them."""
 
-    def __init__(self, recent_s: float = RECENT_S, heartbeat_s: float = HEARTBEAT_S):
-        self.recent_s, self.heartbeat_s = recent_s, heartbeat_s
+    def __init__(self):
         self.last: ServerScraped | None = None  # the last read passed on
         self.changed_t = 0.0  # when the last change was read
         self.settled = True  # the first unchanged read recent_s after a change has been passed on
@@ -40,9 +39,9 @@ class ReadFold:
         """The reads to pass on now: none (folded); an unchanged read that is due; or a changed one, after
         the held reads its figures start from."""
         if self.last is not None and same(self.last, read):
-            # once recent_s after a change: the view's recent figures fall back to idle, as unfolded reads would
-            settling = not self.settled and read.t - self.changed_t >= self.recent_s
-            if not (settling or read.t - self.last.t >= self.heartbeat_s):
+            # once RECENT_S after a change: the view's recent figures fall back to idle, as unfolded reads would
+            settling = not self.settled and read.t - self.changed_t >= RECENT_S
+            if not (settling or read.t - self.last.t >= HEARTBEAT_S):
                 self._hold(read)
                 return []
             self.settled = self.settled or settling
@@ -64,12 +63,11 @@ class ReadFold:
     def _hold(self, read: ServerScraped) -> None:
         self.held.append(read)
         # a later read's recent span starts at or after this one's: reads older than its start are not needed
-        while len(self.held) > 1 and self.held[1].t <= read.t - self.recent_s:
+        while len(self.held) > 1 and self.held[1].t <= read.t - RECENT_S:
             self.held.popleft()
 
     def _starts(self, t: float) -> list[ServerScraped]:
-        """The held reads that figures at time `t` start from, in order: the latest at or before
-        t - recent_s (served.recent's start) and the latest of all (served.window's)."""
-        start = next((r for r in reversed(self.held) if r.t <= t - self.recent_s), None)
+        """The held reads figures at `t` start from: served.recent's (at t - RECENT_S) and served.window's."""
+        start = next((r for r in reversed(self.held) if r.t <= t - RECENT_S), None)
         out = [r for r in (start, self.held[-1] if self.held else None) if r is not None]
         return list({id(r): r for r in out}.values())

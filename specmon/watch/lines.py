@@ -14,13 +14,9 @@ from specmon.metrics.served_summary import figures
 
 def window_line(w: served.Window, after: ServerScraped) -> str:
     """`12:03:04-12:03:05  drafts 14 ...  running 1 waiting 0`: the window, then the gauges as read at its end."""
-    return f"{clock(w.start)}-{clock(w.start + w.seconds)}  {figures(w)}{gauges(after)}"
-
-
-def gauges(s: ServerScraped) -> str:
-    running = "" if s.running is None else f"  running {s.running}"
-    waiting = "" if s.waiting is None else f" waiting {s.waiting}"
-    return running + waiting
+    running = "" if after.running is None else f"  running {after.running}"
+    waiting = "" if after.waiting is None else f" waiting {after.waiting}"
+    return f"{clock(w.start)}-{clock(w.start + w.seconds)}  {figures(w)}{running}{waiting}"
 
 
 def idle_line(w: served.Window) -> str:

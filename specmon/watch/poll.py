@@ -37,9 +37,7 @@ class Watcher:
 
     def step(self, now: ServerScraped | None = None) -> list[str]:
         """Take one read (or `now`, a read already taken), publish it, and say what it shows."""
-        now = now if now is not None else self.read()
-        if now.session_id != self.session_id:
-            now = msgspec.structs.replace(now, session_id=self.session_id)
+        now = msgspec.structs.replace(now or self.read(), session_id=self.session_id)  # `now` may predate the session
         self.publish(now)
         said = [line for line in (lines.state_line(self.last, self.last_good, now, self.gone),) if line]
         if now.error or now.drafts is None:
@@ -57,7 +55,8 @@ class Watcher:
         w = served.window(self.last_good, now) if self.last_good is not None and not self.gone else None
         if w is None:
             return []
-        if w.drafts or w.generation_tokens or _gauges_changed(self.last_good, now):
+        gauges = (now.running, now.waiting) != (self.last_good.running, self.last_good.waiting)
+        if w.drafts or w.generation_tokens or gauges:
             self.idle = False
             return [lines.window_line(w, now)]
         if not self.idle:
@@ -73,10 +72,6 @@ class Watcher:
 
     def totals(self) -> str:
         return lines.totals_line(self.runs, self.failed_reads)
-
-
-def _gauges_changed(before: ServerScraped, after: ServerScraped) -> bool:
-    return (before.running, before.waiting) != (after.running, after.waiting)
 
 
 def poll(

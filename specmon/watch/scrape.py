@@ -3,7 +3,6 @@ why there are none (down, refused, not a /metrics page, no speculative counters)
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import httpx
@@ -70,11 +69,12 @@ def scrape(
     if found is None:
         return _failed(session_id, t, url, kind, f"{address} has no llama-server, vLLM or specmon metrics")
     try:
-        figures = read(names, found)
+        figures = read(names, found, session_id, t, url)
     except NotMetrics as exc:
         return _failed(session_id, t, url, found, f"{address}: {exc}, not a count")
-    error = "" if figures.drafts is not None else f"{address} has no speculative-decoding counters: is speculation on?"
-    return ServerScraped(session_id=session_id, t=t, url=url, error=error, **dataclasses.asdict(figures))
+    if figures.drafts is None:
+        figures.error = f"{address} has no speculative-decoding counters: is speculation on?"
+    return figures
 
 
 def _failed(session_id: str, t: float, url: str, kind: str, error: str) -> ServerScraped:
