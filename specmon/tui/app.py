@@ -12,7 +12,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
 from specmon.tui import panes, rows
-from specmon.tui.feed import View, alerts
+from specmon.tui.feed import View
 from specmon.tui.requests import render_requests, requests_subtitle, requests_title
 from specmon.tui.screens import DecisionScreen, HelpScreen, Overlay
 from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
@@ -263,7 +263,7 @@ class SpecmonApp(View):
     # -- the title -----------------------------------------------------------------------------
     def _title(self, width: int = 0):
         tail = self.feed.title if self.REPLAY else ""  # the replayed file, last, where the width allows
-        return rows.status_line(self.state, self.feed.title, alerts(self.feed, self.paused), self._lead(), tail, width)
+        return rows.status_line(self.state, self.feed.title, self._alerts(), self._lead(), tail, width)
 
     # -- actions -------------------------------------------------------------------------------
     def action_cycle_metric(self) -> None:

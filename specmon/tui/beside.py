@@ -31,8 +31,7 @@ def beside_view(
     from specmon.tui.factory import make_app
     from specmon.tui.feed import Feed
 
-    feed = Feed(view, title)
-    feed.url = url
+    feed = Feed(view, title, url)
     failed: list[BaseException] = []
 
     def fail(exc: BaseException) -> None:

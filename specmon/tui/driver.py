@@ -8,7 +8,6 @@ second input thread (or, once the app has ended, failing with no event loop and 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import selectors
 import signal
@@ -25,23 +24,16 @@ READ_BYTES = 4096
 _UNSET = object()
 
 
-def driver_for(default: type) -> type:
-    """What an app runs on: this driver where Textual would take its Linux one (not Windows, not an override)."""
-    return HangupDriver if default is LinuxDriver else default
-
-
 class HangupDriver(LinuxDriver):
     """Ends the app on SIGHUP, on EOF or an error reading the terminal, and on EIO writing to it."""
 
     def __init__(self, app, **kwargs) -> None:
         super().__init__(app, **kwargs)
         self._file = _TerminalOut(sys.__stderr__, self.hung_up)  # Textual's writer thread writes here
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._gone = False
         self._previous_hup: object = _UNSET  # the SIGHUP handler in force before the app (restored after it)
 
     def start_application_mode(self) -> None:
-        self._loop = asyncio.get_running_loop()
         if self._previous_hup is _UNSET and threading.current_thread() is threading.main_thread():
             self._previous_hup = signal.signal(signal.SIGHUP, lambda signum, frame: self.hung_up())
         super().start_application_mode()
@@ -68,7 +60,7 @@ class HangupDriver(LinuxDriver):
             return
         self._gone = True
         detach_hung_up()
-        if self._loop is not None and not self._loop.is_closed():
+        if not self._loop.is_closed():  # Driver's own: the loop the app was started on
             self._loop.call_soon_threadsafe(self._app.exit)
 
     def run_input_thread(self) -> None:
@@ -100,18 +92,17 @@ class _TerminalOut:
     where it would have killed the thread and left the app blocked on the thread's full queue."""
 
     def __init__(self, file, gone) -> None:
-        self._file = file
-        self._gone = gone
+        self._file, self._gone = file, gone
 
     def write(self, text: str) -> None:
-        try:
-            self._file.write(text)
-        except (OSError, ValueError):
-            self._gone()
+        self._guarded(self._file.write, text)
 
     def flush(self) -> None:
+        self._guarded(self._file.flush)
+
+    def _guarded(self, call, *args) -> None:
         try:
-            self._file.flush()
+            call(*args)
         except (OSError, ValueError):
             self._gone()
 

@@ -249,27 +249,26 @@ def render_memory(state: ViewState, rows: int = FULL_ROWS) -> Text:
     """VRAM used of total, RSS, each KV cache in MiB; under FULL_ROWS rows, VRAM on one line and
     the caches' total."""
     gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
-    text = Text()
-    if state.vram_total is not None and state.vram_used is not None and rows < FULL_ROWS:
-        text.append(f"VRAM {state.vram_used / 2**30:.1f}/{state.vram_total / 2**30:.0f}G\n")
-    elif state.vram_total is not None and state.vram_used is not None:
-        text.append(f"VRAM {gib(state.vram_used)}\n  of {gib(state.vram_total)}\n")
-    else:
+    sample, short, text = state.resource, rows < FULL_ROWS, Text()
+    used, total = (sample.vram_used_bytes, sample.vram_total_bytes) if sample else (None, None)
+    if used is None or total is None:
         text.append(f"VRAM {MISSING}\n", style="dim")
-    if state.rss_bytes is not None:
-        text.append(f"RSS  {gib(state.rss_bytes)}")
+    else:
+        text.append(
+            f"VRAM {used / 2**30:.1f}/{total / 2**30:.0f}G\n" if short else f"VRAM {gib(used)}\n  of {gib(total)}\n"
+        )
+    if sample and sample.rss_bytes is not None:
+        text.append(f"RSS  {gib(sample.rss_bytes)}")
     elif state.round_mem_bytes:  # no resource sample yet: the rounds' own memory figure
         on_gpu = bool(state.session and state.session.device.startswith("cuda"))
         text.append(f"{'GPU ' if on_gpu else 'RSS '} {gib(state.round_mem_bytes)}")
     else:
         text.append(f"RSS  {MISSING}", style="dim")
     caches = state.session.cache_bytes if state.session else {}
-    if caches and rows < FULL_ROWS:
+    if caches and short:
         text.append(f"\nKV {sum(caches.values()) / 2**20:.0f} MiB", style="dim")
     elif caches:
-        text.append("\nKV cache MiB", style="dim")
-        for name, size in caches.items():
-            text.append(f"\n {name} {size / 2**20:.0f}", style="dim")
+        text.append("\nKV cache MiB" + "".join(f"\n {name} {size / 2**20:.0f}" for name, size in caches.items()), "dim")
     return text
 
 

@@ -9,7 +9,7 @@ from textual.containers import Grid
 from textual.widgets import Footer
 
 from specmon.tui import served_panes as sp
-from specmon.tui.feed import View, alerts
+from specmon.tui.feed import View
 from specmon.tui.panes import Pane, TitleBar
 from specmon.tui.served_state import ServedState
 
@@ -62,4 +62,4 @@ class ServedApp(View):
         return self.query_one(f"#{pane_id}", Pane).content_size.height or None
 
     def _title(self, width: int = 0):
-        return sp.title(self.state, self.feed.title, alerts(self.feed, self.paused), width or 200, self._lead())
+        return sp.title(self.state, self.feed.title, self._alerts(), width or 200, self._lead())

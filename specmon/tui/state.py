@@ -69,9 +69,7 @@ class ViewState:
         default_factory=lambda: collections.defaultdict(lambda: collections.deque(maxlen=WINDOW))
     )
     text: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TEXT_SPANS))
-    rss_bytes: int | None = None
-    vram_used: int | None = None
-    vram_total: int | None = None
+    resource: ResourceSample | None = None  # the latest: VRAM and RSS
     round_mem_bytes: int | None = None  # RoundVerified.mem_bytes: memory when no ResourceSample came
     rounds_seen: int = 0
     text_version: int = 0  # bumped whenever the text grows, so the pane redraws only then
@@ -94,8 +92,9 @@ class ViewState:
         for event in batch:
             self.events_seen += 1
             self.last_t = max(self.last_t, event.t)
-            handler = _HANDLERS.get(type(event))
-            if handler:
+            if latest := _LATEST.get(type(event)):
+                setattr(self, latest, event)
+            elif handler := _HANDLERS.get(type(event)):
                 handler(self, event)
             if self.requests is None and isinstance(event, QueueSample):
                 self.requests = Requests()  # only a server writes these: its session gets the requests pane
@@ -103,9 +102,6 @@ class ViewState:
                 self.requests.apply(event)
 
     # -- per event type -------------------------------------------------------------------
-    def _session(self, ev: SessionStarted) -> None:
-        self.session = ev
-
     def _prompt(self, ev: PromptStarted) -> None:
         self.current_class = ev.prompt_class
         if ev.draft_len:
@@ -138,12 +134,6 @@ class ViewState:
 
     def _finished(self, ev: PromptFinished) -> None:
         self._stats(ev.prompt_class).run(ev.draft_len).add_finish(ev)
-
-    def _resource(self, ev: ResourceSample) -> None:
-        self.rss_bytes, self.vram_used, self.vram_total = ev.rss_bytes, ev.vram_used_bytes, ev.vram_total_bytes
-
-    def _session_done(self, ev: SessionFinished) -> None:
-        self.finished = ev
 
     def _decision(self, ev: Decision) -> None:
         self.decisions.append(ev)
@@ -310,13 +300,11 @@ class ViewState:
         return f"{short} {s.profile_name}" + (f"@{host}" if host else "")
 
 
+_LATEST = {SessionStarted: "session", SessionFinished: "finished", ResourceSample: "resource"}  # kept as they come
 _HANDLERS = {
-    SessionStarted: ViewState._session,
     PromptStarted: ViewState._prompt,
     RoundVerified: ViewState._round,
     PromptFinished: ViewState._finished,
-    ResourceSample: ViewState._resource,
-    SessionFinished: ViewState._session_done,
     Decision: ViewState._decision,
     PolicyLoaded: ViewState._policy,
 }
