@@ -52,19 +52,14 @@ def title(state: ServedState, feed_title: str, alerts: list[str], width: int, le
     name = feed_title or (f"{started.backend} {started.target}" if started else "specmon")
     words, style = server_state(state)
     parts = [Part("lead", [lead], "bold")] if lead else []
-    parts.append(Part("name", shorter_names(name), "bold"))
+    # shorter: without URL schemes (a socket path by its file name alone), then without the proxy's own address
+    bare = re.sub(r"(?<![\w/])/\S*/", "", re.sub(r"\b[a-z][a-z0-9+.-]*://", "", name))
+    upstream_only = re.sub(r"^(\w+): \S+ -> ", r"\1 -> ", bare)  # `proxy: A -> B` as `proxy -> B`
+    parts.append(Part("name", list(dict.fromkeys([name, bare, upstream_only])), "bold"))
     parts += [Part("kind", [kind, ""])] if kind else []
     parts.append(Part("state", words, style))
     parts += [Part(f"alert{i}", [alert], "bold yellow") for i, alert in enumerate(alerts)]
     return titled(parts, SHORTEN_STEPS, max(width, 1), cut_part="name")
-
-
-def shorter_names(name: str) -> list[str]:
-    """The session's name, then shorter: without URL schemes (a socket path by its file name alone), then
-    without the proxy's own address (`proxy: A -> B` as `proxy -> B`)."""
-    bare = re.sub(r"(?<![\w/])/\S*/", "", re.sub(r"\b[a-z][a-z0-9+.-]*://", "", name))
-    upstream_only = re.sub(r"^(\w+): \S+ -> ", r"\1 -> ", bare)
-    return list(dict.fromkeys([name, bare, upstream_only]))
 
 
 def recent_span(w: served.Window | None) -> str:
@@ -215,12 +210,21 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
     name_width = max(width - (21 if per_step else 16) - speed_width, MIN_NAME - 1)  # at 80x24 a name keeps 10
     t_st = f" {'t/st':>4}" if per_step else ""
     head = f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4}{t_st} {'tok/s':>{speed_width}}"
-    blocks = [
-        _class_block(cls, upstream, totals, name_width, width, speeds[(cls, upstream)].rjust(speed_width), per_step)
-        for (cls, upstream), totals in sorted(state.requests.items())
-    ]
-    for cls, d in sorted(state.routes.items()):
-        blocks.append([(cut(_route_line(cls, d), max(width, 1)), "bold" if d.applied else "dim")])
+    blocks = []
+    for (cls, upstream), totals in sorted(state.requests.items()):
+        acc = fmt(totals.acceptance) if totals.reported else unreported.missing_counts(upstream)
+        t_st = f" {fmt(totals.tokens_per_step):>4}" if per_step else ""
+        speed = speeds[(cls, upstream)].rjust(speed_width)
+        row = f"{fill(cls, name_width)} {fill(upstream, 5)} {totals.requests:>3} {acc:>4}{t_st} {speed}"
+        lines = totals.accepted_per_pos and fitted_position_rates(
+            totals.position_rates(), max(width, 1), 2, "  by position"
+        )
+        blocks.append([(row, ""), *((line, "dim") for line in lines or ())])  # by position where replies gave it
+    for cls, d in sorted(state.routes.items()):  # where routing sent the class last, and on what
+        r, advised = d.route, "" if d.applied else " (advised)"
+        on = served.CLOCKED if r.clock == PROXY_CLOCK else ""  # a ratio on the proxy's clock marked *, as the rows
+        line = f"{cls} → {r.side_to}{advised} {ratio_interval(r.ratio, r.low, r.high)}{on} at {clock(d.t)}"
+        blocks.append([(cut(line, max(width, 1)), "bold" if d.applied else "dim")])
     foot = _class_notes(state, width)
     room = None if height is None else height - 1 - len(foot)
     text = Text(head + "\n", "bold")
@@ -228,22 +232,6 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
         text.append(line + "\n", style=style)
     text.rstrip()
     return text
-
-
-def _class_block(
-    cls: str, upstream: str, totals, name_width: int, width: int, speed: str, per_step: bool = True
-) -> list[tuple[str, str]]:
-    """One (class, upstream)'s row, `speed` its tok/s cell (tokens/step before it where `per_step`), and its
-    acceptance by position where its replies gave histograms."""
-    acc = fmt(totals.acceptance) if totals.reported else unreported.missing_counts(upstream)
-    t_st = f" {fmt(totals.tokens_per_step):>4}" if per_step else ""
-    row = f"{fill(cls, name_width)} {fill(upstream, 5)} {totals.requests:>3} {acc:>4}{t_st} {speed}"
-    block = [(row, "")]
-    if totals.accepted_per_pos:
-        block += [
-            (line, "dim") for line in fitted_position_rates(totals.position_rates(), max(width, 1), 2, "  by position")
-        ]
-    return block
 
 
 def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
@@ -274,12 +262,3 @@ def _fitted(blocks: list[list[tuple[str, str]]], room: int | None) -> list[tuple
             return kept + [(f"… {len(blocks) - shown} more rows (log info has all)", "dim")]
         kept += block
     return kept
-
-
-def _route_line(cls: str, d) -> str:
-    """`chat → plain 0.94x [0.91, 0.97] at 12:03:04`: where routing sent the class last, and on what (a
-    ratio on the proxy's clock marked *, as the rows)."""
-    r = d.route
-    advised = "" if d.applied else " (advised)"
-    on = served.CLOCKED if r.clock == PROXY_CLOCK else ""
-    return f"{cls} → {r.side_to}{advised} {ratio_interval(r.ratio, r.low, r.high)}{on} at {clock(d.t)}"
