@@ -145,19 +145,13 @@ class SpecmonApp(View):
         """A pane's foot: `caption` where the pane is too short for it as its last line."""
         return caption if self._rows(pane_id) < panes.FULL_ROWS else ""
 
-    def _fit_serving(self, main) -> None:
-        """From a server's first QueueSample on, its requests pane has a row of the grid; a replay that
-        jumps back to before it gives the row back to the text."""
-        grid = main.query_one("#main", Grid)
-        serving = self.state.requests is not None
-        if grid.has_class("serving") != serving:
-            grid.set_class(serving, "serving")
-            self._fit_to(self.size.width, self.size.height)
-
     def refresh_panes(self) -> None:
         self.redraws += 1
         main = self.screen_stack[0]
-        self._fit_serving(main)
+        grid, serving = main.query_one("#main", Grid), self.state.requests is not None
+        if grid.has_class("serving") != serving:  # a server's requests pane has a row from its first QueueSample on
+            grid.set_class(serving, "serving")  # a replay that jumps back to before it gives the row to the text
+            self._fit_to(self.size.width, self.size.height)
         if self.state.text_version != self._text_version:  # re-render text only when it grew
             self._text_version = self.state.text_version
             main.query_one("#text", Static).update(panes.render_text(self.state))
@@ -197,7 +191,10 @@ class SpecmonApp(View):
         elif loaded > seen and self.state.reloaded is not None:
             self._reload_until = time.monotonic() + RELOAD_NOTICE_S
             self.set_timer(RELOAD_NOTICE_S + 0.1, self._notice_expired)  # just after: the notice is due to go
-        notice = rows.policy_notice(self.state, self._reload_fresh())
+        # news for RELOAD_NOTICE_S of the session's time and of ours: a replay read past it no longer shows it
+        reload = self.state.reloaded
+        recent = reload is not None and self.state.last_t - reload.t < RELOAD_NOTICE_S
+        notice = rows.policy_notice(self.state, recent and time.monotonic() < self._reload_until)
         title, body = notice or ("", "")
         if (title, str(body)) == self._notice:
             return
@@ -213,13 +210,6 @@ class SpecmonApp(View):
         """The notice's title; spaced by hand on a short screen, whose top border alone has no corner."""
         title, short = self._notice[0], main.has_class("short")
         main.query_one("#policy-notice", Static).border_title = f" {title} " if title and short else title
-
-    def _reload_fresh(self) -> bool:
-        """A taken reload is news for RELOAD_NOTICE_S of the session's time and of ours: a replay read
-        past it (or opened at the end) no longer shows what the live view had cleared."""
-        reload = self.state.reloaded
-        recent = reload is not None and self.state.last_t - reload.t < RELOAD_NOTICE_S
-        return recent and time.monotonic() < self._reload_until
 
     def _notice_expired(self) -> None:
         if not self.paused:  # a paused view stays as it was; resuming redraws the notice

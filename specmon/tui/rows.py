@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 
 from specmon.events.schema import Decision
 from specmon.metrics.contention import clock
-from specmon.metrics.format import MISSING, count, fmt, ratio_interval
+from specmon.metrics.format import MISSING, count, fmt
 from specmon.policy.route import cited_words
 from specmon.tables import VERDICT_MARKS
 from specmon.text import Part, cut, title
@@ -64,17 +62,14 @@ def tok_per_s(value: float | None) -> str:
 def styled_cells(state: ViewState, row: tuple[str, ...]) -> list[Text]:
     """A row's cells as the table shows them: justified, the speedup coloured by its verdict."""
     estimate = state.speedup_estimate(row[0], state.shown_k(row[0]))
-    cells = []
-    for (key, _, _, justify), value in zip(CLASS_COLUMNS, row):
-        style = ""
-        if key == "speedup" and value.endswith(" t/s"):
-            style = "dim"  # plain goodput, not a verdict
-        elif key == "speedup" and value != MISSING:
-            style = verdict_style(estimate)
-        elif key == "spec":
-            style = "green" if value.strip() == "on" else "dim"
-        cells.append(Text(value, style=style, justify=justify))
-    return cells
+    speedup, spec = row[-2:]
+    styles = {  # plain goodput (t/s) is not a verdict
+        "speedup": "dim" if speedup.endswith(" t/s") else verdict_style(estimate) if speedup != MISSING else "",
+        "spec": "green" if spec.strip() == "on" else "dim",
+    }
+    return [
+        Text(value, style=styles.get(key, ""), justify=just) for (key, _, _, just), value in zip(CLASS_COLUMNS, row)
+    ]
 
 
 def on_off(state: ViewState, name: str) -> str:
@@ -120,19 +115,6 @@ def decision_row(d: Decision) -> tuple[str, str, str]:
     return str(d.decision_id), change + ("" if d.applied else "?"), d.prompt_class
 
 
-def decision_inputs(d: Decision) -> str:
-    """What a decision was computed from, in words."""
-    if d.route is not None:
-        r = d.route
-        return f"spec/plain {ratio_interval(r.ratio, r.low, r.high)} over {r.spec_requests} spec and {r.plain_requests} plain requests"
-    g = d.gate
-    if g is None:
-        return "a rule specmon has retired: its figures are not shown"
-    rates = " ".join(f"{r:.2f}" for r in g.rates)
-    tried = " ".join(str(n) for n in g.tried)
-    return f"acceptance by reach {rates}; the class's positions tried {tried}"
-
-
 def render_decision(d: Decision, cited: list) -> str:
     """What a selected decision was based on: its rule, inputs, thresholds and cited rounds (or requests)."""
     applied = "" if d.applied else " (advised, not applied)"
@@ -143,12 +125,13 @@ def render_decision(d: Decision, cited: list) -> str:
     for ev in cited:
         by_k.setdefault(ev.draft_len, []).append(ev.round_id)
     spans = "; ".join(f"k={k}: {count(len(ids), 'round')} ({ids[0]}…{ids[-1]})" for k, ids in sorted(by_k.items()))
-    rule = ""
-    if d.gate is not None:
-        steps = " ".join(f"{s:.2f}" for s in d.gate.steps)
-        rule = f"\nthresholds: min_gain {d.gate.min_gain}; a round's cost, plain steps, by draft: {steps}"
+    g, inputs, rule = d.gate, "a rule specmon has retired: its figures are not shown", ""
+    if g is not None:
+        rates, steps = (" ".join(f"{x:.2f}" for x in figures) for figures in (g.rates, g.steps))
+        inputs = f"acceptance by reach {rates}; the class's positions tried {' '.join(map(str, g.tried))}"
+        rule = f"\nthresholds: min_gain {g.min_gain}; a round's cost, plain steps, by draft: {steps}"
     return (
-        f"{head}\n{d.reason}\ninputs: {decision_inputs(d)}{rule}\n"
+        f"{head}\n{d.reason}\ninputs: {inputs}{rule}\n"
         f"cited {count(len(d.round_ids), 'round')}, {len(cited)} held: {spans}"
     )
 
@@ -180,13 +163,6 @@ def host_labels(state: ViewState) -> list[str]:
     return []
 
 
-def ended_labels(state: ViewState) -> list[str]:
-    """When the session ended (with the reason when it was not a normal end), longest first."""
-    at = time.strftime("%H:%M:%S", time.localtime(state.finished.t))
-    reason = "" if state.finished.reason == "done" else f" ({state.finished.reason})"
-    return [f"ended at {at}{reason}", f"ended {at}{reason}", f"ended{reason}"]
-
-
 # what gives way, a step at a time, where the title is too narrow: the host's state to its marker first;
 # last the marker itself, before the session's own short id is cut
 SHORTEN_STEPS = ("tail", "host", "host", "ended", "session", "ended", "session", "host")
@@ -195,11 +171,9 @@ SHORTEN_STEPS = ("tail", "host", "host", "ended", "session", "ended", "session",
 def status_line(
     state: ViewState, source: str, alerts: list[str], lead: str = "", tail: str = "", width: int = 0
 ) -> Text:
-    """The title bar, most important first so a narrow terminal cuts the least: the replay's
-    position, alerts, the host's state, the session (short id, profile, host), its drafter and mode
-    ("policy" or the k in force), when and how it ended, rounds; then `tail` where the width leaves
-    room. Too wide, the tail goes, the host's state shrinks to a marker, then `ended at`, the session's
-    host, the time it ended and its profile go, and last the host's marker."""
+    """The title bar, most important first so a narrow terminal cuts the least (SHORTEN_STEPS): the replay's
+    position, alerts, the host's state, the session (short id, profile, host), its drafter and mode ("policy"
+    or the k in force), when and how it ended, rounds; then `tail` where the width leaves room."""
     parts = [Part("lead", [lead], "bold")] if lead else []
     parts += [Part(f"alert{i}", [alert], "bold red") for i, alert in enumerate(alerts)]
     if host := host_labels(state):
@@ -212,9 +186,10 @@ def status_line(
         mode = f"{state.drafter_label()} {mode}".strip()
     if mode:
         parts.append(Part("mode", [mode]))
-    if state.finished:  # before the round count: on a narrow screen, that it ended matters more
-        style = "bold" if state.finished.reason == "done" else "bold yellow"
-        parts.append(Part("ended", ended_labels(state), style))
+    if end := state.finished:  # before the round count: on a narrow screen, that it ended matters more
+        at, reason = clock(end.t), "" if end.reason == "done" else f" ({end.reason})"  # a normal end says none
+        ended = [f"ended at {at}{reason}", f"ended {at}{reason}", f"ended{reason}"]
+        parts.append(Part("ended", ended, "bold yellow" if reason else "bold"))
     parts.append(Part("rounds", [count(state.rounds_seen, "round")]))
     if tail:
         parts.append(Part("tail", [tail, ""], "dim"))
