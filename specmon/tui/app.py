@@ -225,8 +225,7 @@ class SpecmonApp(View):
         )
 
     def _update_classes(self, table: DataTable) -> None:
-        """Change cells in place (rebuilding the table every tick costs more than the rest); the
-        cursor marks the class the panes show, scrolled into view."""
+        """Change cells in place (a rebuild costs more than the rest); the cursor marks the panes' class."""
         columns = list(table.columns)
         for row in rows.class_rows(self.state):
             name = row[0]

@@ -54,8 +54,7 @@ class HangupDriver(LinuxDriver):
             super()._sigcont_application()
 
     def hung_up(self) -> None:
-        """The terminal is gone (or SIGHUP said so): stop reading it, send what is still printed to
-        /dev/null, and exit the app as `q` does. Safe from any thread and from a signal handler."""
+        """The terminal is gone: stop reading it, print to /dev/null, exit as `q` does; safe from a thread or signal."""
         if self._gone:
             return
         self._gone = True
@@ -88,8 +87,7 @@ class HangupDriver(LinuxDriver):
 
 
 class _TerminalOut:
-    """The file Textual's writer thread writes to: a write the hung-up terminal refuses ends the app,
-    where it would have killed the thread and left the app blocked on the thread's full queue."""
+    """The writer thread's file: a write the hung-up terminal refuses ends the app (not the thread, blocking it)."""
 
     def __init__(self, file, gone) -> None:
         self._file, self._gone = file, gone

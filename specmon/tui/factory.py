@@ -14,8 +14,7 @@ from specmon.tui.served_state import is_served
 
 
 def make_app(feed: Feed | ReplayFeed) -> App:
-    """The served-traffic view for a watch or proxy session (its header says which), the round monitor
-    for the rest; each with the replay's keys (play, step, speed, jump) for a log being replayed."""
+    """The served view for a watch or proxy session, else the round monitor; with the replay's keys for a log."""
     replayed = isinstance(feed, ReplayFeed)
     if is_served(first_event(feed)):
         return ServedReplayApp(feed) if replayed else ServedApp(feed)

@@ -1,8 +1,5 @@
 """Where the TUI's events come from (a live channel, an attached socket, or a log file), and the View that
-drains them.
-
-A background thread only offers events to a bounded Subscription; the app drains it on a
-timer, in the main thread: only the View touches a widget."""
+drains them: a thread only offers events to a bounded Subscription, and only the View touches a widget."""
 
 from __future__ import annotations
 
@@ -43,9 +40,8 @@ class Feed:
 
 
 class View(App):
-    """What every view is (the rounds', a server's traffic; live or replayed): an app over `feed` folding into
-    `state`, on the driver that ends it when its terminal hangs up. Its timer tick applies everything buffered
-    since the last tick as one batch, then redraws once (refresh_panes)."""
+    """A view (rounds or a server's traffic, live or replayed) folding `feed` into `state`: each tick applies
+    what was buffered as one batch, then redraws once (refresh_panes)."""
 
     TITLE = "specmon"
     AUTO_FOCUS = None  # nothing grabs focus on start, so the footer is the same on every start
@@ -127,8 +123,7 @@ def thread_feed(events: Callable[[], Iterable], title: str, maxlen: int = 100_00
 
 
 def first_event(feed):
-    """The feed's first event (its session's header), or None: read from the start of a replayed log, or
-    awaited on a live feed (kept to be drained again), so the factory can pick the app for the session."""
+    """The feed's header, or None: read from a replayed log's start, or awaited live (and kept to drain again)."""
     if not isinstance(feed, Feed):
         try:
             return next(iter(read_log(feed.path)), None)

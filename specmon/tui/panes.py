@@ -30,8 +30,7 @@ BORDER_LABEL_MARGIN = 6  # a border label's room: the width less two corners and
 
 
 def bar_line(values: list[float | None], width: int, top: float | None = None) -> str:
-    """A sparkline of the last `width` values scaled to `top` (default: their maximum); None is
-    drawn as EMPTY_MARK."""
+    """A sparkline of the last `width` values scaled to `top` (default: their maximum); None as EMPTY_MARK."""
     values = values[-width:] if width > 0 else []
     present = [v for v in values if v is not None]
     peak = top or max(present, default=0.0) or 1.0
@@ -55,8 +54,7 @@ OFF_NOTE = "the class is off"  # a class the policy runs plain has no speculativ
 
 
 def run_title(state: ViewState, what: str, width: int = 80) -> str:
-    """A pane's title naming its round set: the current class at the k it shows (the class is
-    left out where the title would not fit; the neighbouring panes name it)."""
+    """A pane's title naming its round set: the current class at its k (the class left out where it cannot fit)."""
     name, k = state.current_class, state.class_k
     if not name:
         return what
@@ -80,8 +78,7 @@ def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
 
 
 def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH) -> Text:
-    """The headline over all rounds of the current class at its k; the sparkline over the last
-    of those same rounds, a round that proposed nothing drawn as ·."""
+    """The metric over the current run's rounds, then a sparkline of its last ones (· proposed nothing)."""
     run = state.current_run()
     name, definition, figure = DEFINITIONS[metric]
     overall = getattr(run, figure) if run else None
@@ -101,8 +98,7 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
 
 
 def sparkline_caption(state: ViewState, metric: str, width: int = DEFAULT_WIDTH, drawn: int | None = None) -> str:
-    """How many rounds the acceptance sparkline draws, `drawn` columns wide (as wide as the caption where
-    it is the pane's last line; in the foot, the caption has less room than the line), and what its dots are."""
+    """How many rounds the sparkline draws, `drawn` columns wide (a foot has less room), and what · is."""
     shown = min(len(state.acceptance_series(metric)), width if drawn is None else drawn)
     if not shown:
         return ""
@@ -131,9 +127,7 @@ def rejections_caption(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
 
 
 def render_rejections(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_ROWS) -> Text:
-    """First-rejection counts and per-position acceptance a_i for every position 0..k-1, as
-    columns; past the pane's width, one bar character per position. Under FULL_ROWS rows the
-    first line (rejections_caption) is left to the pane's foot."""
+    """Rejections and a_i per position 0..k-1, as columns or bars; under FULL_ROWS rows the caption is the foot's."""
     run, k = state.current_run(), state.class_k
     if run is None or not run.proposed_gt:
         return Text(OFF_NOTE if state.switched_off(state.current_class) else "no draft proposed yet", style="dim")
@@ -166,8 +160,7 @@ def _short(value: float | None) -> str:
 
 
 def render_timing(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
-    """Mean draft, verify and overhead ms per round over the current run; verify ms per round over
-    its last rounds."""
+    """Mean draft, verify and overhead ms per round over the current run; verify ms over its last rounds."""
     run = state.current_run()
     if run is None or not run.rounds:
         return Text("off" if state.switched_off(state.current_class) else "waiting", style="dim")
@@ -188,9 +181,7 @@ SIDES_WIDTH = 30  # the goodput table's columns; narrower, the sides in the shor
 
 
 def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_ROWS) -> Text:
-    """The speedup (specmon.metrics' estimate: goodput at k over plain, same class), its 95%
-    interval over prompts and what it allows one to say; then each side's goodput and sample (in
-    two lines, spec/plain, under FULL_ROWS rows)."""
+    """The speedup estimate (goodput at k over plain), its 95% interval and verdict; then each side's goodput."""
     name, k = state.current_class, state.class_k
     stats = state.classes.get(name)
     run, base = state.current_run(), (stats.baseline if stats else None)
@@ -246,8 +237,7 @@ def _side(label: str, run) -> str:
 
 
 def render_memory(state: ViewState, rows: int = FULL_ROWS) -> Text:
-    """VRAM used of total, RSS, each KV cache in MiB; under FULL_ROWS rows, VRAM on one line and
-    the caches' total."""
+    """VRAM used of total, RSS, each KV cache in MiB (under FULL_ROWS rows: VRAM on a line, the caches' total)."""
     gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
     sample, short, text = state.resource, rows < FULL_ROWS, Text()
     used, total = (sample.vram_used_bytes, sample.vram_total_bytes) if sample else (None, None)
@@ -298,8 +288,7 @@ class TitleBar(Static):
 
 
 class Pane(Static):
-    """A bordered Static re-rendered from state on each batch, and whenever its width changes:
-    `render_to(width)` gives its content, `title_to(width)` its title, `subtitle_to(width)` its foot."""
+    """A bordered Static redrawn on each batch and width change by `render_to`, `title_to`, `subtitle_to` (width)."""
 
     def __init__(self, title: str, render_to=None, title_to=None, subtitle_to=None, **kwargs):
         super().__init__(**kwargs)
@@ -321,8 +310,7 @@ class Pane(Static):
 
 
 class DecisionsTable(DataTable):
-    """The decisions pane: its last column (the class) is cut to the room left of the scrollbar's
-    column, with one blank between, so the bar never lands on a class's name."""
+    """The decisions pane: its class column ends a blank short of the scrollbar, which never lands on a name."""
 
     def on_resize(self) -> None:
         self.fit_last_column()

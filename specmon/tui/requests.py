@@ -92,8 +92,7 @@ def seconds(value: float | None) -> str:
 
 
 def requests_title(requests: Requests | None, width: int = 80, url: str = "") -> str:
-    """Where clients reach the server, the queue depth, and while a request decodes, how many
-    were served before it: each where the width leaves room, the URL first."""
+    """Where clients reach the server, the queue depth, and how many were served: as the width allows, URL first."""
     head = f"requests on {url}" if url else "requests"
     if requests is None:
         return head
@@ -112,8 +111,7 @@ def requests_subtitle(requests: Requests | None) -> str:
 
 
 def render_requests(requests: Requests | None) -> Text:
-    """One line: the request decoding (endpoint, short id, [class] and k, tokens, elapsed since it
-    arrived), or idle and how many were served."""
+    """One line: the request decoding (endpoint, id, [class] k, tokens, elapsed), or idle and how many served."""
     if requests is None:
         return Text()
     job = requests.in_flight

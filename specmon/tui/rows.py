@@ -28,15 +28,12 @@ DECISION_COLUMNS = [("id", 3), ("to", 6), ("class", 12)]  # the class's is fitte
 
 
 def class_rows(state: ViewState) -> list[tuple[str, ...]]:
-    """Per class, at the k it shows (in force, or the k it ran at before it was switched off):
-    rounds, rounds that proposed nothing, acceptance, mean accepted length, speedup (marked ? while
-    not yet known, ! when noise), and on, or off with the decision that switched it off."""
+    """Per class at the k it shows: its figures (speedup ? while unknown, ! when noise), then on, or off and why."""
     return [(name, *_figures(state, name), " " + on_off(state, name)) for name in state.classes]
 
 
 def _figures(state: ViewState, name: str) -> tuple[str, ...]:
-    """A class's cells from k to the speedup. With no speculative round at its shown k: k 0, its plain rounds,
-    and in the speedup column their goodput in tok/s (acceptance has no meaning there: `-`)."""
+    """A class's cells from k to the speedup; with no speculative round, k 0, its plain rounds and their tok/s."""
     k, run = state.shown_k(name), state.run_for(name)
     if not state.is_on(name) and not (run and run.rounds):  # nothing speculative to show: what it ran plainly
         base = state.classes[name].baseline
@@ -50,8 +47,7 @@ def _figures(state: ViewState, name: str) -> tuple[str, ...]:
 
 
 def tok_per_s(value: float | None) -> str:
-    """Goodput in 7 characters, a blank short of the speedup column's 8 so it never touches the
-    column before: `7.8 t/s`, `153 t/s`, `12k t/s`."""
+    """Goodput in 7 characters, a blank short of the speedup column's 8: `7.8 t/s`, `153 t/s`, `12k t/s`."""
     if value is None:
         return MISSING
     if value < 9.95:
@@ -87,8 +83,7 @@ def on_off(state: ViewState, name: str) -> str:
 
 
 def policy_figure(state: ViewState, width: int = 80) -> str:
-    """What the policy last decided for the current class (`policy d12: k=8, match ≥2`: drafts of up
-    to 8 verified after an n-gram match of 2 tokens or more), cut to `width`: the speed pane's foot."""
+    """The speed pane's foot: the policy's last decision for the current class (`policy d12: k=8, match ≥2`)."""
     name = state.current_class
     if name in state.policy_off and name not in state.off_by:  # its file says off: no decision of it stands
         return cut("policy file: off", width)
@@ -137,8 +132,7 @@ def render_decision(d: Decision, cited: list) -> str:
 
 
 def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | None:
-    """What the last policy edit came to, as (title, body), the body whole (the notice wraps it): a
-    refused edit's reason while it stands, else a reload just taken (`reload_fresh`); None otherwise."""
+    """(title, body) of the last policy edit: a refused edit while it stands, else a fresh reload; or None."""
     if state.refused is not None:
         reason = " ".join(state.refused.error.splitlines()) or "no reason given"
         return "policy edit refused", Text("the previous policy stays in force: ", style="bold").append(reason)
@@ -152,8 +146,7 @@ def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | No
 
 
 def host_labels(state: ViewState) -> list[str]:
-    """While recent rounds are disturbed: how many; once the host calmed, that and when it was busy.
-    Longest first: a narrow title takes the first that fits, down to a one-word marker."""
+    """While recent rounds are disturbed, how many; once calm, when it was busy. Longest first, to a marker."""
     if state.host_now_busy and not state.finished:  # an ended session's host is busy no more, as far as it knows
         hit, recent = sum(state.host_recent), len(state.host_recent)
         return [f"host busy: {hit}/{recent} rounds", f"busy {hit}/{recent}", "busy"]

@@ -42,8 +42,7 @@ CLOSE_HINT = "[dim]Press any key to close.[/]"
 
 
 class Overlay(ModalScreen):
-    """A box of text over the monitor, closed by any key or a click. Opaque, so no pane's border shows
-    beside its own; at 80 columns it takes the whole width."""
+    """A box of text over the monitor, closed by any key or a click; opaque, so no pane's border shows beside it."""
 
     DEFAULT_CSS = """
     Overlay { align: center middle; background: $background; }
@@ -79,8 +78,7 @@ class HelpScreen(Overlay):
 
 
 class DecisionScreen(Overlay):
-    """What a policy decision was computed from (Enter or a click on it in the decisions pane): each
-    line wraps under its value (`inputs: ...`), not at the box's edge; text, never markup."""
+    """What a policy decision was computed from: each line wraps under its value; text, never markup."""
 
     def __init__(self, detail: str, decision_id: int):
         super().__init__(Group(*(_hung(line) for line in detail.splitlines() if line)), f"decision d{decision_id}")
@@ -93,9 +91,8 @@ def _hung(line: str) -> Hanging:
 
 
 class JumpScreen(ModalScreen):
-    """Where to jump (`hint` says what it takes, `examples` show it): focused at once, so typing goes straight
-    in. `jump(target)` takes it or raises SpecmonError, whose line stays in the box (a toast would lie over
-    the panes) until a target is taken or Escape; the box closes with what `jump` returned."""
+    """Where to jump: `jump(target)` takes it or raises SpecmonError, whose line stays in the box (not a toast
+    over the panes) until a target is taken or Escape; the box closes with what `jump` returned."""
 
     AUTO_FOCUS = "Input"
     BINDINGS = [Binding("escape", "cancel", "cancel")]

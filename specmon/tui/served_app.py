@@ -47,8 +47,7 @@ class ServedApp(View):
         yield Footer(compact=True, show_command_palette=False)
 
     def _drawn(self, render, pane_id: str, fitted: bool):
-        """`render` at the pane's width; where `fitted`, at its height too, so it fits its lines rather than have
-        the last ones cut (no limit before its first layout: a resize redraws it)."""
+        """`render` at the pane's width; where `fitted`, its height too (None before layout), so it fits its lines."""
         if not fitted:
             return lambda width: render(self.state, width)
         return lambda width: render(self.state, width, self.query_one(f"#{pane_id}", Pane).content_size.height or None)

@@ -23,8 +23,7 @@ MIN_BAR = 4  # a bar shorter than this says less than the rate beside it: the ra
 
 
 def server_state(state: ServedState) -> tuple[list[str], str]:
-    """(wordings, longest first, and style) for the title: up (seen since this view's first good read:
-    llama-server does not say when it started), down since, or not read yet."""
+    """(wordings, longest first, and style) for the title: up since our first good read, down since, or not read."""
     last = state.last
     if state.finished is not None:
         return [f"finished ({state.finished.reason})", "finished"], "dim"
@@ -45,8 +44,7 @@ SHORTEN_STEPS = ("name", "name", "state", "kind")
 
 
 def title(state: ServedState, feed_title: str, alerts: list[str], width: int, lead: str = "") -> Text:
-    """`watch http://… · llama-server · up, seen since 12:03:04 · ALERTS`, after a replay's `lead`, within
-    `width`: too wide, SHORTEN_STEPS give way, then the name is cut with …."""
+    """`watch http://… · llama-server · up, seen since 12:03:04 · ALERTS` after `lead`, fitted by SHORTEN_STEPS."""
     started = state.started
     kind = (state.last_good.kind if state.last_good else "") or (started.drafter if started else "")
     name = feed_title or (f"{started.backend} {started.target}" if started else "specmon")
@@ -83,17 +81,14 @@ def render_acceptance(state: ServedState, width: int, height: int | None = None)
 
 
 def acceptance_lines(w: served.Window, width: int, rest: str = "bold") -> list[Text]:
-    """`acceptance 0.58  accepted/draft 25.00` within `width`: wrapped between the pairs, never inside one
-    (a value alone at column 0 reads as a line of its own), the continuation indented."""
+    """`acceptance 0.58  accepted/draft 25.00` in `width`, wrapped between the pairs, never inside one."""
     pair = (f"acceptance {fmt(w.acceptance)}", f"accepted/draft {fmt(w.accepted_per_draft)}")
     text = Text().append(pair[0], style="bold").append(f"  {pair[1]}", style=rest)
     return wrap_each(text, width, whole=pair)
 
 
 def render_positions(state: ServedState, width: int, height: int | None = None) -> Text:
-    """Acceptance at each draft position over the recent span: drafts that got past it / drafts. A bar
-    each, in as many columns as `height` needs; where bars no longer fit, the rates alone
-    (fitted_position_rates)."""
+    """Acceptance by draft position over the recent span: a bar each in columns, or the rates where bars can't fit."""
     w = state.recent()
     if w is None or not w.drafts:
         return Text(f"no drafts in the {recent_span(w)}", style="dim")
@@ -121,8 +116,7 @@ def render_positions(state: ServedState, width: int, height: int | None = None) 
 
 
 def fitted_position_rates(rates: list[float | None], width: int, most: int | None = None, label: str = "by position"):
-    """`label` and each position's rate, wrapped under the first rate to `width`; past `most` lines the
-    positions left out are counted at the end (…+N), never dropped unsaid."""
+    """`label` and each position's rate, wrapped to `width`; past `most` lines the rest counted (…+N)."""
     cells = [(served.position_cell_text(*cell), cell[2]) for cell in served.position_cells(rates)]
     if not cells:
         return [f"{label} -"]
@@ -195,11 +189,8 @@ def render_totals(state: ServedState, width: int, height: int | None = None) -> 
 
 
 def render_classes(state: ServedState, width: int, height: int | None = None) -> Text:
-    """Requests by (class, upstream), with what the upstream's replies said (served.add_request's sums):
-    acceptance "n/r" where none reported draft counts, tok/s marked * where the class is judged on the
-    proxy's clock (both its sides, metrics.served.judged_on), acceptance
-    by draft position where the replies gave histograms, and each silent upstream named once. Fitted to
-    `height` lines: the notes at the foot are kept whole, and rows left out are counted."""
+    """Requests by (class, upstream) with what its replies said (served.add_request's sums), its notes and routes,
+    fitted to `height` lines: the notes at the foot kept whole, rows left out counted."""
     if not state.requests:
         seen = f" ({count(state.requests_seen, 'request')}, none answered 2xx)" if state.requests_seen else ""
         return Text(f"no proxied requests{seen}", style="dim")
@@ -250,8 +241,7 @@ def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
 
 
 def _fitted(blocks: list[list[tuple[str, str]]], room: int | None) -> list[tuple[str, str]]:
-    """The blocks' lines within `room` lines (None: no limit), whole blocks only; the last line kept
-    then says how many were left out; with no room, nothing (that line would be past the pane)."""
+    """The blocks' lines within `room` (None: no limit), whole blocks only, the last line counting those left out."""
     if room is None or sum(len(b) for b in blocks) <= room:
         return [line for block in blocks for line in block]
     if room <= 0:

@@ -14,9 +14,8 @@ from specmon.tui.served_app import ServedApp
 
 
 def jump_to_read(feed: ReplayFeed, at: str) -> list:
-    """Events up to the first read at or after `at` (HH:MM:SS or HH:MM on the log's clock, the day its session
-    began, or the next where that time of day had passed); as ReplayFeed.jump, a time past the log's end
-    raises and changes nothing."""
+    """Events up to the first read at or after `at` (HH:MM:SS or HH:MM on the day the log began, or the next
+    where that had passed); as ReplayFeed.jump, a time past the log's end raises and changes nothing."""
     seconds = at.count(":") == 2
     try:
         clock = time.strptime(at, "%H:%M:%S" if seconds else "%H:%M")

@@ -60,8 +60,7 @@ class ServedState:
         return served.judged_on(self.requests.get((name, "spec"), blank), self.requests.get((name, "plain"), blank))
 
     def notices(self) -> list[str]:
-        """The requests pane's short notices, said in the light of each upstream's latest /metrics read and
-        of its other replies."""
+        """The requests pane's short notices, in the light of each upstream's latest /metrics read and replies."""
         return self.silence.notices(short=True)
 
     def _read(self, now: ServerScraped) -> None:

@@ -161,8 +161,7 @@ class ViewState:
             self._in_force(ev.classes, set(ev.changed))
 
     def _in_force(self, classes: list[ClassInForce], changed: set[str]) -> None:
-        """Each class's k and on/off as the policy in force runs its next prompt; they stand until a
-        decision changes them."""
+        """Each class's k and on/off as the policy in force runs its next prompt, until a decision changes them."""
         in_policy = {c.name for c in classes}
         self.removed = {name for name in self.classes if name not in in_policy}
         for c in classes:
@@ -185,8 +184,7 @@ class ViewState:
         return self.classes.setdefault(name, ClassStats(name))
 
     def _text(self, ev: RoundVerified) -> None:
-        """Accepted draft tokens, then the target's own token: a correction or a bonus (the
-        tokenizer's special tokens, such as the end-of-turn mark, are not text)."""
+        """Accepted draft tokens, then the target's own (a correction or a bonus); special tokens are not text."""
         accepted, final = without_special_tokens(ev.accepted_text), without_special_tokens(ev.final_text)
         if accepted:
             self.text.append(Span(accepted, "accepted"))
@@ -210,8 +208,7 @@ class ViewState:
         return bool(base and sum(base.verdicts.values()))
 
     def shown_k(self, name: str) -> int:
-        """The k whose figures a class shows: the k its prompts ask for while on; once switched off, the k it ran at
-        (so its last speculative figures stay in view); 0 if it never speculated."""
+        """The k a class's figures are at: asked for while on; once off, the k it ran at; 0 if it never speculated."""
         if self.is_on(name):
             return self.asked_k.get(name) or self.draft_len_by_class[name]
         if name in self.off_by:
@@ -228,8 +225,7 @@ class ViewState:
         return stats.runs.get(k) if stats and k else None
 
     def current_run(self) -> RunStats | None:
-        """The current class's speculative run at its shown k: the panes show it even while plain
-        decoding runs, and after the policy switched the class off."""
+        """The current class's speculative run at its shown k (shown while plain rounds run, and once off)."""
         return self.run_for(self.current_class)
 
     def window(self) -> list[RoundVerified]:
@@ -237,8 +233,7 @@ class ViewState:
         return list(self.windows.get((self.current_class, self.class_k), ()))
 
     def acceptance_series(self, metric: str) -> list[float | None]:
-        """Per round of the current window: accepted/proposed, accepted length or alpha-hat; None
-        for a round that proposed nothing (shown apart, never as a zero)."""
+        """The current window's rounds by `metric`; None for a round that proposed nothing (never a zero)."""
         rounds = self.window()
         if metric == "mean accepted length":
             return [float(ev.accepted) if ev.proposed else None for ev in rounds]
