@@ -202,9 +202,10 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_
     text = Text("\n").join(wrap_each(head, width, [estimate.verdict, "(1 prompt)"] if estimate else [])).append("\n")
     if rows < FULL_ROWS or width < SIDES_WIDTH:
         return text.append_text(Text("\n").join(wrap_each(_sides_short(run, base), width)))
-    text.append(f"{'goodput':<7}{'tok/s':>6}{'rounds':>8}{'prompts':>9}\n", style="dim")
-    text.append(_side("spec", run) + "\n")
-    text.append(_side("plain", base))
+    text.append(f"{'goodput':<7}{'tok/s':>6}{'rounds':>8}{'prompts':>9}", style="dim")
+    for label, side in (("spec", run), ("plain", base)):  # goodput, rounds, and the prompts they ran on
+        figures = [fmt(side.tok_per_s, "{:.1f}"), side.rounds, side.prompts] if side and side.rounds else [MISSING]
+        text.append(f"\n{label:<6}" + "".join(f"{figure:>{w}}" for figure, w in zip(figures, (7, 8, 9))))
     return text
 
 
@@ -227,13 +228,6 @@ def _missing_side(state: ViewState, run, base) -> str:
     if state.policy_session and state.is_on(state.current_class):  # no plain round comes while it stays on
         return "policy ran no plain"
     return "no plain round yet"
-
-
-def _side(label: str, run) -> str:
-    """One side's goodput in tok/s, its rounds and the prompts they ran on."""
-    if run is None or not run.rounds:
-        return f"{label:<6}{MISSING:>7}"
-    return f"{label:<6}{fmt(run.tok_per_s, '{:.1f}'):>7}{run.rounds:>8}{run.prompts:>9}"
 
 
 def render_memory(state: ViewState, rows: int = FULL_ROWS) -> Text:

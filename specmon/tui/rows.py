@@ -171,12 +171,13 @@ def status_line(
     parts += [Part(f"alert{i}", [alert], "bold red") for i, alert in enumerate(alerts)]
     if host := host_labels(state):
         parts.append(Part("host", [*host, ""], "bold yellow"))
-    label = state.session_label() or source
+    label, mode = source, state.mode_label()
+    if s := state.session:  # its short id (the random suffix), profile and host; its drafter before the mode
+        hostname = s.host.get("hostname", "")
+        label = f"{s.session_id.rsplit('-', 1)[-1]} {s.profile_name}" + (f"@{hostname}" if hostname else "")
+        mode = f"{state.drafter_label()} {mode}".strip()
     profile = label.split("@", 1)[0]
     parts.append(Part("session", [label, profile, profile.split(" ", 1)[0]], "bold"))  # last, the short id alone
-    mode = state.mode_label()
-    if state.session is not None:
-        mode = f"{state.drafter_label()} {mode}".strip()
     if mode:
         parts.append(Part("mode", [mode]))
     if end := state.finished:  # before the round count: on a narrow screen, that it ended matters more

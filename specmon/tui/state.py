@@ -285,15 +285,6 @@ class ViewState:
         drafter = self.session.drafter if self.session else ""
         return ",".join(self.prompt_drafters) if drafter == "none" and self.prompt_drafters else drafter
 
-    def session_label(self) -> str:
-        """The session's short id (its random suffix), profile and host."""
-        s = self.session
-        if s is None:
-            return ""
-        short = s.session_id.rsplit("-", 1)[-1]
-        host = s.host.get("hostname", "")
-        return f"{short} {s.profile_name}" + (f"@{host}" if host else "")
-
 
 _LATEST = {SessionStarted: "session", SessionFinished: "finished", ResourceSample: "resource"}  # kept as they come
 _HANDLERS = {
