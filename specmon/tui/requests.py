@@ -47,14 +47,21 @@ class Requests:
 
     def apply(self, ev: AnyEvent) -> None:
         self.now = max(self.now, ev.t)
-        if isinstance(ev, QueueSample):
-            self._queue(ev)
-            return
         job = self.in_flight
-        if job is None or getattr(ev, "prompt_id", None) != job.request_id:
-            return
-        if isinstance(ev, RoundVerified):
-            self._round(job, ev)
+        if isinstance(ev, QueueSample):
+            self.waiting = ev.waiting
+            if not ev.request_id:
+                self.in_flight = None
+            elif job is None or job.request_id != ev.request_id:
+                self.in_flight = InFlight(ev.request_id, ev.endpoint, ev.arrived)
+        elif job is None or getattr(ev, "prompt_id", None) != job.request_id:
+            return  # not the request decoding
+        elif isinstance(ev, RoundVerified):
+            job.k = ev.draft_len
+            job.tokens += len(ev.emitted)
+            if job.first_round_t is None:
+                job.first_round_t = ev.t
+                self.ttfts.append(time_to_first_token_s(job.arrived, ev.t))
         elif isinstance(ev, PromptStarted):
             job.prompt_class, job.k = ev.prompt_class, ev.draft_len
             job.prompt_tokens, job.max_tokens = ev.prompt_tokens, ev.max_new_tokens
@@ -62,20 +69,6 @@ class Requests:
             self.cancelled += ev.stop_reason == "cancelled"
             self.served += ev.stop_reason != "cancelled"
             self.in_flight = None
-
-    def _queue(self, ev: QueueSample) -> None:
-        self.waiting = ev.waiting
-        if not ev.request_id:
-            self.in_flight = None
-        elif self.in_flight is None or self.in_flight.request_id != ev.request_id:
-            self.in_flight = InFlight(ev.request_id, ev.endpoint, ev.arrived)
-
-    def _round(self, job: InFlight, ev: RoundVerified) -> None:
-        job.k = ev.draft_len
-        job.tokens += len(ev.emitted)
-        if job.first_round_t is None:
-            job.first_round_t = ev.t
-            self.ttfts.append(time_to_first_token_s(job.arrived, ev.t))
 
     @property
     def median_ttft(self) -> float | None:

@@ -94,13 +94,11 @@ def render_positions(state: ServedState, width: int, height: int | None = None) 
         return Text(f"no drafts in the {recent_span(w)}", style="dim")
     rates = w.position_rates()
     cells = served.position_cells(rates)
-    if not cells:  # the page counts drafts but not per position (no `_per_pos` metric): no bar to draw
-        return Text("\n".join(fitted_position_rates(rates, width, height, "pos")))
-    columns = -(-len(cells) // height) if height else 1
+    columns = -(-len(cells) // height) if height and cells else 1
     rows = -(-len(cells) // columns)
-    label_width = max(2, *(len(label) for label, _, _ in cells))
+    label_width = max([2, *(len(label) for label, _, _ in cells)])
     bar_width = (width - 1 - COLUMN_GAP * (columns - 1)) // columns - label_width - 6  # label, bar, rate, blanks
-    if bar_width < MIN_BAR:
+    if not cells or bar_width < MIN_BAR:  # no bar to draw (no `_per_pos` metric), or too short: the rates alone
         return Text("\n".join(fitted_position_rates(rates, width, height, "pos")))
     text = Text()
     for row in range(rows):
@@ -228,7 +226,7 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
 def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
     """The keys to the table's marks, then each silent upstream's notice, wrapped whole to the width."""
     rows = state.requests.items()
-    notices = state.notices()
+    notices = state.silence.notices(short=True)  # each upstream's, in the light of its /metrics and replies
     # a notice explains the spec rows' n/r; without one they need the key (a plain row's is `-`)
     unexplained = not notices and any(not t.reported and side == unreported.SPEC for (_, side), t in rows)
     keys = ["n/r: no draft counts reported"] if unexplained else []

@@ -59,10 +59,6 @@ class ServedState:
         blank = served.RequestTotals()
         return served.judged_on(self.requests.get((name, "spec"), blank), self.requests.get((name, "plain"), blank))
 
-    def notices(self) -> list[str]:
-        """The requests pane's short notices, in the light of each upstream's latest /metrics read and replies."""
-        return self.silence.notices(short=True)
-
     def _read(self, now: ServerScraped) -> None:
         before, good = self.last, self.last_good
         self.last = now
