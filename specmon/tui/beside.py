@@ -31,23 +31,19 @@ def beside_view(
     feed = Feed(view, title, url)
     failed: list[BaseException] = []
 
-    def fail(exc: BaseException) -> None:
-        failed.append(exc)
-        feed.error = str(exc) if isinstance(exc, SpecmonError) else f"{what} failed: {exc!r}"
+    def attempt(call: Callable[[], None]) -> None:
+        try:
+            call()
+        except BaseException as exc:
+            if not failed:  # `then`'s failure counts only where `work` did not fail
+                failed.append(exc)
+                feed.error = str(exc) if isinstance(exc, SpecmonError) else f"{what} failed: {exc!r}"
 
     def beside() -> None:
-        try:
-            work()
-        except BaseException as exc:
-            fail(exc)
-        finally:
-            try:
-                if then is not None:
-                    then(failed[0] if failed else None)
-            except BaseException as exc:
-                if not failed:
-                    fail(exc)
-            feed.done.set()
+        attempt(work)
+        if then is not None:
+            attempt(lambda: then(failed[0] if failed else None))
+        feed.done.set()
 
     thread = threading.Thread(target=beside, name=thread_name)
     thread.start()

@@ -95,7 +95,7 @@ class JumpScreen(ModalScreen):
     over the panes) until a target is taken or Escape; the box closes with what `jump` returned."""
 
     AUTO_FOCUS = "Input"
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    BINDINGS = [Binding("escape", "dismiss", "cancel")]
     DEFAULT_CSS = """
     JumpScreen { align: center middle; }
     JumpScreen > Vertical {
@@ -118,17 +118,9 @@ class JumpScreen(ModalScreen):
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
         target = message.value.strip()
-        if not target:
-            self.dismiss(None)
-            return
         try:
-            taken = self.jump(target)
+            self.dismiss(self.jump(target) if target else None)
         except SpecmonError as exc:  # the view and the position stay as they were
             error = self.query_one("#jump-error", Static)
             error.update(str(exc))
             error.display = True
-            return
-        self.dismiss(taken)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
