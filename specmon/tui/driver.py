@@ -64,11 +64,10 @@ class HangupDriver(LinuxDriver):
 
     def run_input_thread(self) -> None:
         """Textual's read loop, except that EOF or an error on the terminal is a hang-up, not a reason to read again."""
-        selector = selectors.SelectSelector()
-        selector.register(self.fileno, selectors.EVENT_READ)
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
-        try:
+        with selectors.SelectSelector() as selector:
+            selector.register(self.fileno, selectors.EVENT_READ)
             while not self.exit_event.is_set():
                 if selector.select(0.1):
                     try:
@@ -82,8 +81,6 @@ class HangupDriver(LinuxDriver):
                         self.process_message(event)
                 for event in parser.tick():
                     self.process_message(event)
-        finally:
-            selector.close()
 
 
 class _TerminalOut:

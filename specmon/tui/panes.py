@@ -1,7 +1,5 @@
-"""The panes. Each renders from ViewState through a pure function, tested without an app.
-
-Every figure names its round set: the pane's title says which class and k, its first lines how
-many rounds and how many of them proposed nothing (those are counted apart, never mixed in)."""
+"""The panes, each rendered from ViewState by a pure function tested without an app. Every figure names its
+round set: the title says which class and k, the first lines how many rounds and how many proposed nothing."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The requests pane of a serving session: its queue, the request decoding, and time to first token,
-folded from events (QueueSample, PromptStarted, RoundVerified, PromptFinished) and rendered by pure
-functions, so `attach` to a server and `replay` of its log show what the live server showed."""
+"""A serving session's requests pane (its queue, the request decoding, time to first token) folded from events
+and rendered by pure functions, so `attach` and `replay` show what the live server showed."""
 
 from __future__ import annotations
 

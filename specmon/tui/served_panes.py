@@ -1,6 +1,5 @@
-"""The served-traffic view's panes (a watch, a proxy): pure renderers from ServedState, tested without an
-app. Every figure says the span it covers: the last read's window, the last RECENT_S (the seconds read, while
-fewer), or the whole session."""
+"""The served-traffic view's panes (a watch, a proxy): pure renderers from ServedState. Every figure says the span
+it covers: the last read's window, the last RECENT_S (the seconds read, while fewer), or the whole session."""
 
 from __future__ import annotations
 
