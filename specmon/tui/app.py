@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from textual import events
+from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
@@ -215,14 +215,12 @@ class SpecmonApp(View):
         if not self.paused:  # a paused view stays as it was; resuming redraws the notice
             self._update_notice(self.screen_stack[0])
 
-    def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
+    @on(DataTable.RowSelected, "#decisions")
+    def _show_decision(self, message: DataTable.RowSelected) -> None:
         """Selecting a decision shows the rounds it was based on."""
-        if message.data_table.id != "decisions":
-            return
         decision = self.state.decisions[int(message.row_key.value)]
-        self.push_screen(
-            DecisionScreen(rows.render_decision(decision, self.state.cited(decision)), decision.decision_id)
-        )
+        detail = rows.render_decision(decision, self.state.cited(decision))
+        self.push_screen(DecisionScreen(detail, decision.decision_id))
 
     def _update_classes(self, table: DataTable) -> None:
         """Change cells in place (a rebuild costs more than the rest); the cursor marks the panes' class."""
@@ -260,8 +258,7 @@ class SpecmonApp(View):
         self.refresh_panes()
 
     def action_toggle_text(self) -> None:
-        main = self.screen_stack[0].query_one("#main", Grid)
-        main.toggle_class("text-only")
+        self.screen_stack[0].query_one("#main", Grid).toggle_class("text-only")
         self.call_after_refresh(self.screen_stack[0].query_one("#text-box", VerticalScroll).scroll_end, animate=False)
 
     def action_help(self) -> None:

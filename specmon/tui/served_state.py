@@ -16,10 +16,6 @@ KEPT_READS = 100_000  # a bound only: reads are kept for RECENT_S, whatever the 
 KEPT_CHANGES = 20  # down / back / restarted lines kept for the server pane
 
 
-def is_served(started: SessionStarted | None) -> bool:
-    return started is not None and started.backend in served.SERVED_BACKENDS
-
-
 @dataclass
 class ServedState:
     started: SessionStarted | None = None

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 from specmon.events.schema import (
     AnyEvent,
-    ClassInForce,
     Decision,
     PolicyLoaded,
     PromptFinished,
@@ -108,10 +107,9 @@ class ViewState:
             self.prompt_drafters[ev.drafter] = None
             if bench_fixed_k(ev) is None:  # bench policy's fixed-k comparisons are not the class's own k
                 self.asked_k[ev.prompt_class] = ev.draft_len
-        # A policy's decision stands until the next one.
-        if ev.draft_len and ev.prompt_class not in self.decided:
-            self.draft_len_by_class[ev.prompt_class] = ev.draft_len
-            self.off_by.pop(ev.prompt_class, None)
+            if ev.prompt_class not in self.decided:  # a policy's decision stands until the next one
+                self.draft_len_by_class[ev.prompt_class] = ev.draft_len
+                self.off_by.pop(ev.prompt_class, None)
         mode = f"k={ev.draft_len}" if ev.draft_len else "plain"
         self.text.append(Span(f"\n── {ev.prompt_id} [{ev.prompt_class}] {mode} ──\n", "prompt"))
         self.text_version += 1
@@ -157,19 +155,17 @@ class ViewState:
         if self.policies_loaded > 1:  # a reload may set a class on or off itself: prompts speak again
             self.reloaded = ev
             self.decided.clear()
-        if ev.classes:  # older logs have none: their prompts say the k, as before
-            self._in_force(ev.classes, set(ev.changed))
-
-    def _in_force(self, classes: list[ClassInForce], changed: set[str]) -> None:
-        """Each class's k and on/off as the policy in force runs its next prompt, until a decision changes them."""
-        in_policy = {c.name for c in classes}
+        if not ev.classes:  # older logs have none: their prompts say the k, as before
+            return
+        # each class's k and on/off as the policy in force runs its next prompt, until a decision changes them
+        in_policy = {c.name for c in ev.classes}
         self.removed = {name for name in self.classes if name not in in_policy}
-        for c in classes:
+        for c in ev.classes:
             self.decided.add(c.name)
             self.draft_len_by_class[c.name] = c.draft_len if c.speculate else 0
             if not c.min_match:  # gated n-gram classes (min_match) keep asking their file's k, cut per round
                 self.asked_k.pop(c.name, None)
-            if c.speculate or c.name in changed:  # an unchanged class that is still off keeps its decision
+            if c.speculate or c.name in ev.changed:  # an unchanged class that is still off keeps its decision
                 self.off_by.pop(c.name, None)
             if c.speculate:
                 self.policy_off.discard(c.name)
