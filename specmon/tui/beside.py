@@ -1,5 +1,4 @@
-"""The live view in the main thread while the work (`run`'s decode, `serve`'s or `proxy`'s server, `watch`'s
-reads) goes on a thread beside it."""
+"""The live view in the main thread, the work (`run`'s decode, a server, `watch`'s reads) on a thread beside it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """Textual's Linux driver, made to end the app when its terminal hangs up, as `q` does.
 
-Textual 8 on a hung-up terminal, as seen with gdb on a `specmon run` left behind by `tmux kill-session`:
-its input thread reads EOF, takes it for piped input and selects again at once (a core at 100%); its
-writer thread dies on EIO, so the app's next frames fill its queue and block the main thread for good;
-and the SIGCONT the kernel sends with the SIGHUP "resumes" an app that was never suspended, starting a
-second input thread (or, once the app has ended, failing with no event loop and aborting)."""
+Textual 8 on a hung-up terminal (seen with gdb on a `specmon run` left by `tmux kill-session`): its input thread
+takes EOF for piped input and selects again at once (a core at 100%); its writer thread dies on EIO, so the app's
+next frames fill its queue and block the main thread for good; and the SIGCONT sent with the SIGHUP "resumes" an
+app never suspended, starting a second input thread (or, once the app has ended, aborting with no event loop)."""
 
 from __future__ import annotations
 

@@ -89,8 +89,7 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
     series = state.acceptance_series(metric)
     top = 1.0 if metric != "mean accepted length" else max([float(state.class_k), 1.0])
     text.append_text(_spark(series, width, top, "green"))
-    caption = sparkline_caption(state, metric, width)
-    if caption:
+    if caption := sparkline_caption(state, metric, width):
         text.append("\n" + caption, style="dim")
     return text
 
@@ -209,12 +208,11 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_
 
 def _sides_short(run, base) -> Text:
     """Both sides in two lines: goodput, then rounds and prompts, spec / plain."""
-    has = lambda r: r is not None and r.rounds  # noqa: E731
-    tok = lambda r: fmt(r.tok_per_s, "{:.1f}") if has(r) else MISSING  # noqa: E731
-    many = lambda r, what: str(getattr(r, what)) if has(r) else "0"  # noqa: E731
-    text = Text(f"spec {tok(run)} · plain {tok(base)} tok/s\n")
-    text.append(f"rounds {many(run, 'rounds')}/{many(base, 'rounds')}", style="dim")
-    return text.append(f" · prompts {many(run, 'prompts')}/{many(base, 'prompts')}", style="dim")
+    sides = [r if r is not None and r.rounds else None for r in (run, base)]
+    spec, plain = (fmt(r and r.tok_per_s, "{:.1f}") for r in sides)
+    many = lambda what: "/".join(str(getattr(r, what)) if r else "0" for r in sides)  # noqa: E731
+    text = Text(f"spec {spec} · plain {plain} tok/s\n")
+    return text.append(f"rounds {many('rounds')} · prompts {many('prompts')}", "dim")
 
 
 def _missing_side(state: ViewState, run, base) -> str:

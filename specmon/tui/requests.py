@@ -69,10 +69,6 @@ class Requests:
             self.served += ev.stop_reason != "cancelled"
             self.in_flight = None
 
-    @property
-    def median_ttft(self) -> float | None:
-        return statistics.median(self.ttfts) if self.ttfts else None
-
 
 def seconds(value: float | None) -> str:
     """A duration as a person reads it: 84 ms, 1.24 s, 12.3 s."""
@@ -97,9 +93,10 @@ def requests_subtitle(requests: Requests | None) -> str:
     """Time to first token: the last request's and the median over recent ones (queue wait included)."""
     if requests is None:
         return ""
-    if not requests.ttfts:
+    ttfts = requests.ttfts
+    if not ttfts:
         return f"ttft {MISSING}"
-    return f"ttft last {seconds(requests.ttfts[-1])} · median {seconds(requests.median_ttft)} of {len(requests.ttfts)}"
+    return f"ttft last {seconds(ttfts[-1])} · median {seconds(statistics.median(ttfts))} of {len(ttfts)}"
 
 
 def render_requests(requests: Requests | None) -> Text:

@@ -73,9 +73,8 @@ def on_off(state: ViewState, name: str) -> str:
         return "removed"  # a reload took it out of the policy: no prompt runs by it any more
     if state.is_on(name):
         return "on"
-    decision = state.off_by.get(name)
-    if decision is not None:
-        return f"off d{decision.decision_id}"
+    if name in state.off_by:
+        return f"off d{state.off_by[name].decision_id}"
     if name in state.policy_off:
         return "off"  # the policy in force runs it plain
     # nothing switched it off: a fixed-k run decodes each prompt plainly first (or only, at k = 0)

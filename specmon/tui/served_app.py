@@ -1,5 +1,4 @@
-"""The live view of a server's traffic (a watch, a proxy), live, attached or replayed: acceptance over
-recent windows, by position, rates and queue, the server's state, totals, and requests by class."""
+"""A server's traffic (a watch, a proxy), live, attached or replayed: acceptance, rates, state, totals, classes."""
 
 from __future__ import annotations
 

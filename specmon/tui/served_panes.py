@@ -146,8 +146,7 @@ def render_rates(state: ServedState, width: int) -> Text:
     lines = wrap_each(Text(f"{pair[0]}  {pair[1]}, all slots", "bold"), width, pair)  # over all the server's slots
     span = f"({w.seconds:.1f} s)"
     lines += wrap_each(Text(f"window {clock(w.start)}-{clock(w.start + w.seconds)} {span}", "dim"), width, [span])
-    recent = state.recent()
-    if recent is not None:
+    if (recent := state.recent()) is not None:
         pair = _rates(recent)
         lines += wrap_each(f"{recent_span(recent)}: {' '.join(pair)}", width, pair)
     now = Text(f"running {fmt(last.running, '{}')}  waiting {fmt(last.waiting, '{}')}", style="bold")

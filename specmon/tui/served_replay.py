@@ -1,5 +1,4 @@
-"""The served view (a watch, a proxy) fed from its log: play/pause, step a read, change speed, jump to a
-read's time or a routing decision. A served log has no rounds or prompts: its steps are the server's reads."""
+"""The served view fed from its log: a step is the next read of the server, a jump a read's time or a decision."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What the served-traffic view (a watch, a proxy) knows: a fold over its events, no widgets. Windows,
-totals and per-class sums are specmon.metrics.served's; this only keeps the reads they need."""
+"""What the served view knows, folded from its events; its windows, totals and sums are specmon.metrics.served's."""
 
 from __future__ import annotations
 

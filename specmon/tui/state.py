@@ -1,5 +1,4 @@
-"""What the panes show, folded from events. Pure Python: no Textual here, so it is tested alone
-and a replayed log yields exactly what the live run showed."""
+"""What the panes show, folded from events: no Textual here, so a replayed log yields what the live run showed."""
 
 from __future__ import annotations
 
