@@ -35,15 +35,13 @@ class SpecmonApp(View):
         Binding("q", "quit", "quit"),
     ]
 
-    def __init__(self, feed):
-        super().__init__(feed)
-        self.metric = ACCEPTANCE_METRICS[0]
-        self.redraws = 0  # pane refreshes: the rate the benchmark reads
-        self._text_version = -1
-        self._cursor_class = ""  # the class the classes table's cursor was last moved to
-        self._reloads_seen = 0  # state.policies_loaded when the notice was last drawn
-        self._reload_until = 0.0  # monotonic time until which the last reload taken is shown
-        self._notice = ("", "")  # the notice's title and text as drawn, so an unchanged one is not laid out again
+    metric = ACCEPTANCE_METRICS[0]
+    redraws = 0  # pane refreshes: the rate the benchmark reads
+    _text_version = -1
+    _cursor_class = ""  # the class the classes table's cursor was last moved to
+    _reloads_seen = 0  # state.policies_loaded when the notice was last drawn
+    _reload_until = 0.0  # monotonic time until which the last reload taken is shown
+    _notice = ("", "")  # the notice's title and text as drawn, so an unchanged one is not laid out again
 
     def compose(self) -> ComposeResult:
         yield panes.TitleBar(self._title, id="title")

@@ -48,12 +48,12 @@ class View(App):
     DRAIN_INTERVAL_S = 1 / 15  # redraw rate ceiling; each tick applies one whole batch
     State: type  # what the view folds its events into
     _drawn_end = False  # once the feed has ended and been drawn, idle ticks draw nothing
+    paused = False
 
     def __init__(self, feed) -> None:
         super().__init__()
         self.feed = feed
         self.state = self.State()
-        self.paused = False
 
     def get_driver_class(self):
         default = super().get_driver_class()  # Linux's, unless on Windows or overridden

@@ -184,8 +184,16 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_
     run, base = state.current_run(), (stats.baseline if stats else None)
     estimate = state.speedup_estimate(name, k)
     head = Text()
-    if estimate is None or estimate.ratio is None:
-        head.append("speedup N/A", style="bold").append(f": {_missing_side(state, run, base)}", style="dim")
+    if estimate is None or estimate.ratio is None:  # why: the pane divides goodput at k by plain's (k = 0 rounds)
+        if run is None or not run.rounds:
+            why = OFF_NOTE if state.switched_off(name) else "no round at k yet"
+        elif base is not None and base.rounds:
+            why = "no time measured"
+        elif state.policy_session and state.is_on(name):  # no plain round comes while it stays on
+            why = "policy ran no plain"
+        else:
+            why = "no plain round yet"
+        head.append("speedup N/A", style="bold").append(f": {why}", style="dim")
     else:
         style = verdict_style(estimate)
         head.append(f"{estimate.ratio:.2f}×", style=style)
@@ -213,17 +221,6 @@ def _sides_short(run, base) -> Text:
     many = lambda what: "/".join(str(getattr(r, what)) if r else "0" for r in sides)  # noqa: E731
     text = Text(f"spec {spec} · plain {plain} tok/s\n")
     return text.append(f"rounds {many('rounds')} · prompts {many('prompts')}", "dim")
-
-
-def _missing_side(state: ViewState, run, base) -> str:
-    """Why there is no speedup: the pane divides goodput at k by plain decoding's (k = 0 rounds)."""
-    if run is None or not run.rounds:
-        return OFF_NOTE if state.switched_off(state.current_class) else "no round at k yet"
-    if base is not None and base.rounds:
-        return "no time measured"
-    if state.policy_session and state.is_on(state.current_class):  # no plain round comes while it stays on
-        return "policy ran no plain"
-    return "no plain round yet"
 
 
 def render_memory(state: ViewState, rows: int = FULL_ROWS) -> Text:

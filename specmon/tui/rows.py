@@ -144,17 +144,6 @@ def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | No
     return "policy reloaded", Text(f"changed {changed}; in force from each class's next prompt")
 
 
-def host_labels(state: ViewState) -> list[str]:
-    """While recent rounds are disturbed, how many; once calm, when it was busy. Longest first, to a marker."""
-    if state.host_now_busy and not state.finished:  # an ended session's host is busy no more, as far as it knows
-        hit, recent = sum(state.host_recent), len(state.host_recent)
-        return [f"host busy: {hit}/{recent} rounds", f"busy {hit}/{recent}", "busy"]
-    if state.host_busy:
-        span = f"{clock(state.host_busy[0])}-{clock(state.host_busy[1])}"
-        return [f"host was busy {span}", f"was busy {span}", "was busy"]
-    return []
-
-
 # what gives way, a step at a time, where the title is too narrow: the host's state to its marker first;
 # last the marker itself, before the session's own short id is cut
 SHORTEN_STEPS = ("tail", "host", "host", "ended", "session", "ended", "session", "host")
@@ -168,7 +157,14 @@ def status_line(
     or the k in force), when and how it ended, rounds; then `tail` where the width leaves room."""
     parts = [Part("lead", [lead], "bold")] if lead else []
     parts += [Part(f"alert{i}", [alert], "bold red") for i, alert in enumerate(alerts)]
-    if host := host_labels(state):
+    host = []  # while recent rounds are disturbed, how many; once calm, when it was busy (an ended session's is calm)
+    if state.host_now_busy and not state.finished:
+        hit, recent = sum(state.host_recent), len(state.host_recent)
+        host = [f"host busy: {hit}/{recent} rounds", f"busy {hit}/{recent}", "busy"]
+    elif state.host_busy:
+        span = f"{clock(state.host_busy[0])}-{clock(state.host_busy[1])}"
+        host = [f"host was busy {span}", f"was busy {span}", "was busy"]
+    if host:
         parts.append(Part("host", [*host, ""], "bold yellow"))
     label, mode = source, state.mode_label()
     if s := state.session:  # its short id (the random suffix), profile and host; its drafter before the mode
