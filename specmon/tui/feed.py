@@ -81,7 +81,7 @@ class View(App):
 
     def _show_status(self) -> None:
         for bar in self.screen_stack[0].query("#title").results(TitleBar):  # none while the view is being mounted
-            bar.redraw()
+            bar.refresh()
         self.sub_title = self._title().plain
 
     def _lead(self) -> str:

@@ -4,6 +4,7 @@ round set: the title says which class and k, the first lines how many rounds and
 from __future__ import annotations
 
 from rich.text import Text
+from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from specmon.metrics.format import MISSING, count, fmt
@@ -220,7 +221,8 @@ def _sides_short(run, base) -> Text:
     spec, plain = (fmt(r and r.tok_per_s, "{:.1f}") for r in sides)
     many = lambda what: "/".join(str(getattr(r, what)) if r else "0" for r in sides)  # noqa: E731
     text = Text(f"spec {spec} · plain {plain} tok/s\n")
-    return text.append(f"rounds {many('rounds')} · prompts {many('prompts')}", "dim")
+    text.append(f"rounds {many('rounds')}", "dim")
+    return text.append(f" · prompts {many('prompts')}", "dim")  # two spans, as the snapshots have them
 
 
 def render_memory(state: ViewState, rows: int = FULL_ROWS) -> Text:
@@ -259,19 +261,15 @@ def legend() -> Text:
     return Text.assemble(*((f" {kind} ", TEXT_STYLES[kind]) for kind in ("accepted", "correction", "bonus", "plain")))
 
 
-class TitleBar(Static):
-    """The one-line title, re-rendered to its width whenever that changes."""
+class TitleBar(Widget):
+    """The one-line title: `render_to(width)` at its width whenever it is drawn (a refresh, a resize)."""
 
     def __init__(self, render_to, **kwargs):
         super().__init__(**kwargs)
         self.render_to = render_to
 
-    def redraw(self) -> None:
-        self.update(self.render_to(self.content_size.width), layout=False)
-
-    def on_resize(self) -> None:
-        if self.content_size.width:
-            self.redraw()
+    def render(self) -> Text:
+        return self.render_to(self.content_size.width)
 
 
 class Pane(Static):
