@@ -81,13 +81,10 @@ class DecisionScreen(Overlay):
     """What a policy decision was computed from: each line wraps under its value; text, never markup."""
 
     def __init__(self, detail: str, decision_id: int):
-        super().__init__(Group(*(_hung(line) for line in detail.splitlines() if line)), f"decision d{decision_id}")
-
-
-def _hung(line: str) -> Hanging:
-    """A detail line that goes on under its value where it starts with a short label."""
-    label = re.match(r"[a-z]{1,12}: ", line)
-    return Hanging(line, len(label.group()) if label else len(HANGING))
+        # a line that starts with a short label goes on under its value
+        labelled = [(line, re.match(r"[a-z]{1,12}: ", line)) for line in detail.splitlines() if line]
+        hung = [Hanging(line, len(label.group()) if label else len(HANGING)) for line, label in labelled]
+        super().__init__(Group(*hung), f"decision d{decision_id}")
 
 
 class JumpScreen(ModalScreen):

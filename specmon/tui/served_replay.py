@@ -35,8 +35,6 @@ class ServedReplayApp(ReplayKeys, ServedApp):
     JUMP_HINT = "jump to a read's time [b]HH:MM:SS[/] or a routing [b]d[/]<decision id>"  # what a served log has
     JUMP_EXAMPLES = "02:58:40, d3"
 
-    feed: ReplayFeed
-
     def step_batch(self) -> list:
         """Everything up to and including the next read (ReplayFeed.step stops at a round: a served log has none)."""
         return self.feed.step(stop_after=lambda ev: isinstance(ev, ServerScraped))

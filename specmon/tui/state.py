@@ -37,11 +37,6 @@ ACCEPTANCE_METRICS = ("acceptance rate", "mean accepted length", "alpha-hat")
 SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_.:-]{1,40}\|>|</s>")
 
 
-def without_special_tokens(text: str) -> str:
-    """Round text as a reader sees it: events keep the tokenizer's special tokens; the pane drops them."""
-    return SPECIAL_TOKEN.sub("", text) if "<" in text else text
-
-
 @dataclass
 class Span:
     text: str
@@ -179,8 +174,9 @@ class ViewState:
         return self.classes.setdefault(name, ClassStats(name))
 
     def _text(self, ev: RoundVerified) -> None:
-        """Accepted draft tokens, then the target's own (a correction or a bonus); special tokens are not text."""
-        accepted, final = without_special_tokens(ev.accepted_text), without_special_tokens(ev.final_text)
+        """Accepted draft tokens, then the target's own (a correction or a bonus); special tokens, which events
+        keep, are not text."""
+        accepted, final = (SPECIAL_TOKEN.sub("", text) for text in (ev.accepted_text, ev.final_text))
         if accepted:
             self.text.append(Span(accepted, "accepted"))
         if final:
