@@ -38,8 +38,6 @@ Keys: [b]p[/] pause view  [b]m[/] metric  [b]t[/] text only  [b]q[/] quit  [b]ct
 REPLAY_HELP = """Replay: [b]space[/] play/pause  [b]n[/] step a round  [b]s[/] speed  [b]g[/] jump
         (r<round id>, p:<prompt id>, d<decision id>)"""
 
-CLOSE_HINT = "[dim]Press any key to close.[/]"
-
 
 class Overlay(ModalScreen):
     """A box of text over the monitor, closed by any key or a click; opaque, so no pane's border shows beside it."""
@@ -61,7 +59,7 @@ class Overlay(ModalScreen):
         with VerticalScroll() as box:
             box.border_title = self.title
             yield Static(self.body, id="overlay-text")
-            yield Static(CLOSE_HINT)
+            yield Static("[dim]Press any key to close.[/]")
 
     def on_key(self, event) -> None:
         event.stop()
