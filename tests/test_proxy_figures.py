@@ -262,7 +262,9 @@ def test_an_upstream_that_sent_figures_out_of_range_is_said_once_and_stays_measu
     ]
     view = ServedState()
     view.apply([first, good, again, good])
-    assert view.notices() == ["unmeasured: 127.0.0.1:9 sent figures out of range (accepted 25 > drafted 4)"]
+    assert view.silence.notices(short=True) == [
+        "unmeasured: 127.0.0.1:9 sent figures out of range (accepted 25 > drafted 4)"
+    ]
     # an unmeasured reply is not a silent one: no "reports no draft counts" beside it, and its line says so
     assert notices([first]) == [once] and not silent(first)
     assert request_line(first).split()[3:5] == ["acc=unmeasured", "tokens=-"]
@@ -344,4 +346,6 @@ def test_bad_replies_between_good_ones_are_relayed_whole_logged_unmeasured_and_s
     view = ServedState()
     view.apply(everything)
     host = upstream.url.split("://")[1]
-    assert view.notices() == [f"unmeasured: {host} sent figures out of range (predicted_n is past 2**32)"]
+    assert view.silence.notices(short=True) == [
+        f"unmeasured: {host} sent figures out of range (predicted_n is past 2**32)"
+    ]

@@ -11,7 +11,7 @@ from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, PromptStarted, QueueSample, RoundVerified
 from specmon.replay.player import ReplayFeed
 from specmon.tui.factory import make_app
-from specmon.tui.requests import seconds, short_id
+from specmon.tui.requests import requests_subtitle, seconds, short_id
 from specmon.tui.state import ViewState
 from test_tui_view import POLICY_EVENTS, prefilled, region_lines
 from waiting import drawn, resized, screen_lines
@@ -67,7 +67,8 @@ def test_the_fold_follows_the_queue_and_times_first_tokens_from_the_log():
     requests = state.requests
     assert requests.in_flight is None and requests.served == 4 and requests.cancelled == 0
     assert list(requests.ttfts) == [ttft_from_log(s.prompt_id) for s in STARTED]
-    assert requests.median_ttft == statistics.median(ttft_from_log(s.prompt_id) for s in STARTED)
+    median = statistics.median(ttft_from_log(s.prompt_id) for s in STARTED)
+    assert requests_subtitle(requests).endswith(f" · median {seconds(median)} of {len(STARTED)}")
 
 
 async def test_the_pane_shows_the_request_in_flight_as_the_log_says_at_80x24():

@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from textual import events
+from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
 from specmon.tui import panes, rows
-from specmon.tui.feed import View, alerts
+from specmon.tui.feed import View
 from specmon.tui.requests import render_requests, requests_subtitle, requests_title
 from specmon.tui.screens import DecisionScreen, HelpScreen, Overlay
 from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
@@ -35,15 +35,13 @@ class SpecmonApp(View):
         Binding("q", "quit", "quit"),
     ]
 
-    def __init__(self, feed):
-        super().__init__(feed)
-        self.metric = ACCEPTANCE_METRICS[0]
-        self.redraws = 0  # pane refreshes: the rate the benchmark reads
-        self._text_version = -1
-        self._cursor_class = ""  # the class the classes table's cursor was last moved to
-        self._reloads_seen = 0  # state.policies_loaded when the notice was last drawn
-        self._reload_until = 0.0  # monotonic time until which the last reload taken is shown
-        self._notice = ("", "")  # the notice's title and text as drawn, so an unchanged one is not laid out again
+    metric = ACCEPTANCE_METRICS[0]
+    redraws = 0  # pane refreshes: the rate the benchmark reads
+    _text_version = -1
+    _cursor_class = ""  # the class the classes table's cursor was last moved to
+    _reloads_seen = 0  # state.policies_loaded when the notice was last drawn
+    _reload_until = 0.0  # monotonic time until which the last reload taken is shown
+    _notice = ("", "")  # the notice's title and text as drawn, so an unchanged one is not laid out again
 
     def compose(self) -> ComposeResult:
         yield panes.TitleBar(self._title, id="title")
@@ -145,19 +143,13 @@ class SpecmonApp(View):
         """A pane's foot: `caption` where the pane is too short for it as its last line."""
         return caption if self._rows(pane_id) < panes.FULL_ROWS else ""
 
-    def _fit_serving(self, main) -> None:
-        """From a server's first QueueSample on, its requests pane has a row of the grid; a replay that
-        jumps back to before it gives the row back to the text."""
-        grid = main.query_one("#main", Grid)
-        serving = self.state.requests is not None
-        if grid.has_class("serving") != serving:
-            grid.set_class(serving, "serving")
-            self._fit_to(self.size.width, self.size.height)
-
     def refresh_panes(self) -> None:
         self.redraws += 1
         main = self.screen_stack[0]
-        self._fit_serving(main)
+        grid, serving = main.query_one("#main", Grid), self.state.requests is not None
+        if grid.has_class("serving") != serving:  # a server's requests pane has a row from its first QueueSample on
+            grid.set_class(serving, "serving")  # a replay that jumps back to before it gives the row to the text
+            self._fit_to(self.size.width, self.size.height)
         if self.state.text_version != self._text_version:  # re-render text only when it grew
             self._text_version = self.state.text_version
             main.query_one("#text", Static).update(panes.render_text(self.state))
@@ -197,7 +189,10 @@ class SpecmonApp(View):
         elif loaded > seen and self.state.reloaded is not None:
             self._reload_until = time.monotonic() + RELOAD_NOTICE_S
             self.set_timer(RELOAD_NOTICE_S + 0.1, self._notice_expired)  # just after: the notice is due to go
-        notice = rows.policy_notice(self.state, self._reload_fresh())
+        # news for RELOAD_NOTICE_S of the session's time and of ours: a replay read past it no longer shows it
+        reload = self.state.reloaded
+        recent = reload is not None and self.state.last_t - reload.t < RELOAD_NOTICE_S
+        notice = rows.policy_notice(self.state, recent and time.monotonic() < self._reload_until)
         title, body = notice or ("", "")
         if (title, str(body)) == self._notice:
             return
@@ -214,29 +209,19 @@ class SpecmonApp(View):
         title, short = self._notice[0], main.has_class("short")
         main.query_one("#policy-notice", Static).border_title = f" {title} " if title and short else title
 
-    def _reload_fresh(self) -> bool:
-        """A taken reload is news for RELOAD_NOTICE_S of the session's time and of ours: a replay read
-        past it (or opened at the end) no longer shows what the live view had cleared."""
-        reload = self.state.reloaded
-        recent = reload is not None and self.state.last_t - reload.t < RELOAD_NOTICE_S
-        return recent and time.monotonic() < self._reload_until
-
     def _notice_expired(self) -> None:
         if not self.paused:  # a paused view stays as it was; resuming redraws the notice
             self._update_notice(self.screen_stack[0])
 
-    def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
+    @on(DataTable.RowSelected, "#decisions")
+    def _show_decision(self, message: DataTable.RowSelected) -> None:
         """Selecting a decision shows the rounds it was based on."""
-        if message.data_table.id != "decisions":
-            return
         decision = self.state.decisions[int(message.row_key.value)]
-        self.push_screen(
-            DecisionScreen(rows.render_decision(decision, self.state.cited(decision)), decision.decision_id)
-        )
+        detail = rows.render_decision(decision, self.state.cited(decision))
+        self.push_screen(DecisionScreen(detail, decision.decision_id))
 
     def _update_classes(self, table: DataTable) -> None:
-        """Change cells in place (rebuilding the table every tick costs more than the rest); the
-        cursor marks the class the panes show, scrolled into view."""
+        """Change cells in place (a rebuild costs more than the rest); the cursor marks the panes' class."""
         columns = list(table.columns)
         for row in rows.class_rows(self.state):
             name = row[0]
@@ -263,7 +248,7 @@ class SpecmonApp(View):
     # -- the title -----------------------------------------------------------------------------
     def _title(self, width: int = 0):
         tail = self.feed.title if self.REPLAY else ""  # the replayed file, last, where the width allows
-        return rows.status_line(self.state, self.feed.title, alerts(self.feed, self.paused), self._lead(), tail, width)
+        return rows.status_line(self.state, self.feed.title, self._alerts(), self._lead(), tail, width)
 
     # -- actions -------------------------------------------------------------------------------
     def action_cycle_metric(self) -> None:
@@ -271,8 +256,7 @@ class SpecmonApp(View):
         self.refresh_panes()
 
     def action_toggle_text(self) -> None:
-        main = self.screen_stack[0].query_one("#main", Grid)
-        main.toggle_class("text-only")
+        self.screen_stack[0].query_one("#main", Grid).toggle_class("text-only")
         self.call_after_refresh(self.screen_stack[0].query_one("#text-box", VerticalScroll).scroll_end, animate=False)
 
     def action_help(self) -> None:

@@ -1,6 +1,4 @@
-"""The live view in the main thread while the work (`run`'s decode, `serve`'s or `proxy`'s server, `watch`'s
-reads) goes on a thread beside it: one helper, beside_view, for every front-end that opens the view on a
-live session."""
+"""The live view in the main thread, the work (`run`'s decode, a server, `watch`'s reads) on a thread beside it."""
 
 from __future__ import annotations
 
@@ -24,34 +22,27 @@ def beside_view(
     url: str = "",
     then: Callable[[BaseException | None], None] | None = None,
 ) -> BaseException | None:
-    """Run `work` on a thread while the live view (main thread) drains `view`; quitting the view calls
-    `stop` and waits for the thread. A failure of `work` is shown in the title at once (`what` names it)
-    and returned once the view has closed. `then(failure)` runs on the thread after `work`; its own
-    failure counts only where `work` did not fail."""
+    """Run `work` on a thread while the live view drains `view`; quitting it calls `stop` and joins the thread.
+    `work`'s failure shows in the title at once and is returned; `then(failure)` runs on the thread after it."""
     from specmon.tui.factory import make_app
     from specmon.tui.feed import Feed
 
-    feed = Feed(view, title)
-    feed.url = url
+    feed = Feed(view, title, url)
     failed: list[BaseException] = []
 
-    def fail(exc: BaseException) -> None:
-        failed.append(exc)
-        feed.error = str(exc) if isinstance(exc, SpecmonError) else f"{what} failed: {exc!r}"
+    def attempt(call: Callable[[], None]) -> None:
+        try:
+            call()
+        except BaseException as exc:
+            if not failed:  # `then`'s failure counts only where `work` did not fail
+                failed.append(exc)
+                feed.error = str(exc) if isinstance(exc, SpecmonError) else f"{what} failed: {exc!r}"
 
     def beside() -> None:
-        try:
-            work()
-        except BaseException as exc:
-            fail(exc)
-        finally:
-            try:
-                if then is not None:
-                    then(failed[0] if failed else None)
-            except BaseException as exc:
-                if not failed:
-                    fail(exc)
-            feed.done.set()
+        attempt(work)
+        if then is not None:
+            attempt(lambda: then(failed[0] if failed else None))
+        feed.done.set()
 
     thread = threading.Thread(target=beside, name=thread_name)
     thread.start()
@@ -64,9 +55,7 @@ def beside_view(
 
 
 def serve_under_tui(session, serving, title: str, what: str = "serving") -> None:
-    """Serve on a thread while the live view drains the session's view; quitting the view shuts the server
-    down (`serve`: the decode in flight stops after its round; `proxy`: replies in flight get the grace to
-    finish). A failure of the server is raised once the view has closed."""
+    """Serve on a thread under the live view; quitting it shuts the server down; its failure is raised after."""
 
     def shut_down() -> None:
         serving.server.should_exit = True
@@ -78,8 +67,7 @@ def serve_under_tui(session, serving, title: str, what: str = "serving") -> None
 
 
 def decode_under_tui(session: LiveSession, work: Callable[[Callable[[int], None] | None], None], title: str) -> None:
-    """Decode on a thread; the app (main thread) drains a bounded view of the channel. Quitting
-    the app stops the decode after its round (the driver's stop); an error in the decode thread is raised here."""
+    """Decode on a thread under the live view; quitting it stops after the round; its failure is raised after."""
 
     def decode() -> None:
         with contextlib.suppress(Cancelled):  # stopped between prompts: the session ends "interrupted"

@@ -1,14 +1,12 @@
 """Textual's Linux driver, made to end the app when its terminal hangs up, as `q` does.
 
-Textual 8 on a hung-up terminal, as seen with gdb on a `specmon run` left behind by `tmux kill-session`:
-its input thread reads EOF, takes it for piped input and selects again at once (a core at 100%); its
-writer thread dies on EIO, so the app's next frames fill its queue and block the main thread for good;
-and the SIGCONT the kernel sends with the SIGHUP "resumes" an app that was never suspended, starting a
-second input thread (or, once the app has ended, failing with no event loop and aborting)."""
+Textual 8 on a hung-up terminal (seen with gdb on a `specmon run` left by `tmux kill-session`): its input thread
+takes EOF for piped input and selects again at once (a core at 100%); its writer thread dies on EIO, so the app's
+next frames fill its queue and block the main thread for good; and the SIGCONT sent with the SIGHUP "resumes" an
+app never suspended, starting a second input thread (or, once the app has ended, aborting with no event loop)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import selectors
 import signal
@@ -25,23 +23,16 @@ READ_BYTES = 4096
 _UNSET = object()
 
 
-def driver_for(default: type) -> type:
-    """What an app runs on: this driver where Textual would take its Linux one (not Windows, not an override)."""
-    return HangupDriver if default is LinuxDriver else default
-
-
 class HangupDriver(LinuxDriver):
     """Ends the app on SIGHUP, on EOF or an error reading the terminal, and on EIO writing to it."""
 
     def __init__(self, app, **kwargs) -> None:
         super().__init__(app, **kwargs)
         self._file = _TerminalOut(sys.__stderr__, self.hung_up)  # Textual's writer thread writes here
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._gone = False
         self._previous_hup: object = _UNSET  # the SIGHUP handler in force before the app (restored after it)
 
     def start_application_mode(self) -> None:
-        self._loop = asyncio.get_running_loop()
         if self._previous_hup is _UNSET and threading.current_thread() is threading.main_thread():
             self._previous_hup = signal.signal(signal.SIGHUP, lambda signum, frame: self.hung_up())
         super().start_application_mode()
@@ -62,22 +53,20 @@ class HangupDriver(LinuxDriver):
             super()._sigcont_application()
 
     def hung_up(self) -> None:
-        """The terminal is gone (or SIGHUP said so): stop reading it, send what is still printed to
-        /dev/null, and exit the app as `q` does. Safe from any thread and from a signal handler."""
+        """The terminal is gone: stop reading it, print to /dev/null, exit as `q` does; safe from a thread or signal."""
         if self._gone:
             return
         self._gone = True
         detach_hung_up()
-        if self._loop is not None and not self._loop.is_closed():
+        if not self._loop.is_closed():  # Driver's own: the loop the app was started on
             self._loop.call_soon_threadsafe(self._app.exit)
 
     def run_input_thread(self) -> None:
         """Textual's read loop, except that EOF or an error on the terminal is a hang-up, not a reason to read again."""
-        selector = selectors.SelectSelector()
-        selector.register(self.fileno, selectors.EVENT_READ)
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
-        try:
+        with selectors.SelectSelector() as selector:
+            selector.register(self.fileno, selectors.EVENT_READ)
             while not self.exit_event.is_set():
                 if selector.select(0.1):
                     try:
@@ -91,27 +80,23 @@ class HangupDriver(LinuxDriver):
                         self.process_message(event)
                 for event in parser.tick():
                     self.process_message(event)
-        finally:
-            selector.close()
 
 
 class _TerminalOut:
-    """The file Textual's writer thread writes to: a write the hung-up terminal refuses ends the app,
-    where it would have killed the thread and left the app blocked on the thread's full queue."""
+    """The writer thread's file: a write the hung-up terminal refuses ends the app (not the thread, blocking it)."""
 
     def __init__(self, file, gone) -> None:
-        self._file = file
-        self._gone = gone
+        self._file, self._gone = file, gone
 
     def write(self, text: str) -> None:
-        try:
-            self._file.write(text)
-        except (OSError, ValueError):
-            self._gone()
+        self._guarded(self._file.write, text)
 
     def flush(self) -> None:
+        self._guarded(self._file.flush)
+
+    def _guarded(self, call, *args) -> None:
         try:
-            self._file.flush()
+            call(*args)
         except (OSError, ValueError):
             self._gone()
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from textual.app import App
 
+from specmon.metrics.served import SERVED_BACKENDS
 from specmon.replay.player import ReplayFeed
 from specmon.tui.app import SpecmonApp
 from specmon.tui.feed import Feed, first_event
 from specmon.tui.replay_app import ReplayApp
 from specmon.tui.served_app import ServedApp
 from specmon.tui.served_replay import ServedReplayApp
-from specmon.tui.served_state import is_served
 
 
 def make_app(feed: Feed | ReplayFeed) -> App:
-    """The served-traffic view for a watch or proxy session (its header says which), the round monitor
-    for the rest; each with the replay's keys (play, step, speed, jump) for a log being replayed."""
+    """The served view for a watch or proxy session, else the round monitor; with the replay's keys for a log."""
     replayed = isinstance(feed, ReplayFeed)
-    if is_served(first_event(feed)):
+    started = first_event(feed)
+    if started is not None and started.backend in SERVED_BACKENDS:
         return ServedReplayApp(feed) if replayed else ServedApp(feed)
     return ReplayApp(feed) if replayed else SpecmonApp(feed)

@@ -1,35 +1,34 @@
 """Where the TUI's events come from (a live channel, an attached socket, or a log file), and the View that
-drains them.
-
-A background thread only offers events to a bounded Subscription; the app drains it on a
-timer, in the main thread: only the View touches a widget."""
+drains them: a thread only offers events to a bounded Subscription, and only the View touches a widget."""
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from textual.app import App
+from textual.drivers.linux_driver import LinuxDriver
 
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.transport.channel import Subscription
-from specmon.tui.driver import driver_for
+from specmon.tui.driver import HangupDriver
 from specmon.tui.panes import Pane, TitleBar
 
 HEADER_WAIT_S = 10.0  # how long an attach may take to bring its session's header before the app starts anyway
 
 
+@dataclass(eq=False)
 class Feed:
-    def __init__(self, subscription: Subscription, title: str):
-        self.subscription = subscription
-        self.title = title
-        self.url = ""  # a server's address for clients, shown on its requests pane
-        self.error: str | None = None
-        self.done = threading.Event()
-        self.held: list = []  # events drained early to read the header (first_event): handed out first
-        self.header_wait_s = 0.0  # a live session's header is published before its app starts: no wait
+    subscription: Subscription
+    title: str
+    url: str = ""  # a server's address for clients, shown on its requests pane
+    header_wait_s: float = 0.0  # a live session's header is published before its app starts: no wait
+    error: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    held: list = field(default_factory=list)  # events drained early to read the header (first_event): handed out first
 
     def drain(self):
         held, self.held = self.held, []
@@ -41,24 +40,24 @@ class Feed:
 
 
 class View(App):
-    """What every view is (the rounds', a server's traffic; live or replayed): an app over `feed` folding into
-    `state`, on the driver that ends it when its terminal hangs up. Its timer tick applies everything buffered
-    since the last tick as one batch, then redraws once (refresh_panes)."""
+    """A view (rounds or a server's traffic, live or replayed) folding `feed` into `state`: each tick applies
+    what was buffered as one batch, then redraws once (refresh_panes)."""
 
     TITLE = "specmon"
     AUTO_FOCUS = None  # nothing grabs focus on start, so the footer is the same on every start
     DRAIN_INTERVAL_S = 1 / 15  # redraw rate ceiling; each tick applies one whole batch
     State: type  # what the view folds its events into
     _drawn_end = False  # once the feed has ended and been drawn, idle ticks draw nothing
+    paused = False
 
     def __init__(self, feed) -> None:
         super().__init__()
         self.feed = feed
         self.state = self.State()
-        self.paused = False
 
     def get_driver_class(self):
-        return driver_for(super().get_driver_class())  # a terminal that hangs up ends the app as `q` does
+        default = super().get_driver_class()  # Linux's, unless on Windows or overridden
+        return HangupDriver if default is LinuxDriver else default  # a hang-up ends the app as `q` does
 
     def on_mount(self) -> None:  # Textual calls it after the view's own on_mount, which lays out its tables
         self.set_interval(self.DRAIN_INTERVAL_S, self.drain)
@@ -68,8 +67,7 @@ class View(App):
         if not self.is_running:  # a tick while the app closes: its panes are going, nothing to draw
             return
         batch = self.feed.drain()
-        if batch:
-            self.state.apply(batch)
+        self.state.apply(batch)
         ended_unseen = self.feed.done.is_set() and not self._drawn_end
         if not self.paused and (batch or ended_unseen):
             self._drawn_end = self.feed.done.is_set() and not batch  # the feed is over and fully drawn
@@ -83,12 +81,21 @@ class View(App):
 
     def _show_status(self) -> None:
         for bar in self.screen_stack[0].query("#title").results(TitleBar):  # none while the view is being mounted
-            bar.redraw()
+            bar.refresh()
         self.sub_title = self._title().plain
 
     def _lead(self) -> str:
         """What goes first in the title (a replay's position and state)."""
         return ""
+
+    def _alerts(self) -> list[str]:
+        """What the title warns of: the view paused, events skipped (drawn slower than they came), the feed's error."""
+        said = ["VIEW PAUSED"] if self.paused else []
+        if self.feed.skipped:  # a Feed's, or a replay.player.ReplayFeed's: both count what they skipped
+            said.append(f"view skipped {self.feed.skipped} events")
+        if self.feed.error:
+            said.append(self.feed.error)
+        return said
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
@@ -98,22 +105,9 @@ class View(App):
             self.refresh_panes()
 
 
-def alerts(feed, paused: bool) -> list[str]:
-    """What a view's title warns of: the view paused, events it skipped (it drew slower than they came), the
-    feed's error. `feed`: a Feed, or a log's player (replay.player.ReplayFeed): both count what they skipped
-    and hold their error."""
-    said = ["VIEW PAUSED"] if paused else []
-    if feed.skipped:
-        said.append(f"view skipped {feed.skipped} events")
-    if feed.error:
-        said.append(feed.error)
-    return said
-
-
 def thread_feed(events: Callable[[], Iterable], title: str, maxlen: int = 100_000) -> Feed:
     """Run `events()` on a thread and buffer what it yields (attach, replay)."""
-    feed = Feed(Subscription(maxlen), title)
-    feed.header_wait_s = HEADER_WAIT_S  # an attach brings the header over the socket: wait for it
+    feed = Feed(Subscription(maxlen), title, header_wait_s=HEADER_WAIT_S)  # an attach's header comes over the socket
 
     def pump() -> None:
         try:
@@ -129,8 +123,7 @@ def thread_feed(events: Callable[[], Iterable], title: str, maxlen: int = 100_00
 
 
 def first_event(feed):
-    """The feed's first event (its session's header), or None: read from the start of a replayed log, or
-    awaited on a live feed (kept to be drained again), so the factory can pick the app for the session."""
+    """The feed's header, or None: read from a replayed log's start, or awaited live (and kept to drain again)."""
     if not isinstance(feed, Feed):
         try:
             return next(iter(read_log(feed.path)), None)

@@ -1,11 +1,10 @@
-"""The panes. Each renders from ViewState through a pure function, tested without an app.
-
-Every figure names its round set: the pane's title says which class and k, its first lines how
-many rounds and how many of them proposed nothing (those are counted apart, never mixed in)."""
+"""The panes, each rendered from ViewState by a pure function tested without an app. Every figure names its
+round set: the title says which class and k, the first lines how many rounds and how many proposed nothing."""
 
 from __future__ import annotations
 
 from rich.text import Text
+from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from specmon.metrics.format import MISSING, count, fmt
@@ -30,8 +29,7 @@ BORDER_LABEL_MARGIN = 6  # a border label's room: the width less two corners and
 
 
 def bar_line(values: list[float | None], width: int, top: float | None = None) -> str:
-    """A sparkline of the last `width` values scaled to `top` (default: their maximum); None is
-    drawn as EMPTY_MARK."""
+    """A sparkline of the last `width` values scaled to `top` (default: their maximum); None as EMPTY_MARK."""
     values = values[-width:] if width > 0 else []
     present = [v for v in values if v is not None]
     peak = top or max(present, default=0.0) or 1.0
@@ -55,8 +53,7 @@ OFF_NOTE = "the class is off"  # a class the policy runs plain has no speculativ
 
 
 def run_title(state: ViewState, what: str, width: int = 80) -> str:
-    """A pane's title naming its round set: the current class at the k it shows (the class is
-    left out where the title would not fit; the neighbouring panes name it)."""
+    """A pane's title naming its round set: the current class at its k (the class left out where it cannot fit)."""
     name, k = state.current_class, state.class_k
     if not name:
         return what
@@ -80,8 +77,7 @@ def round_set(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
 
 
 def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH) -> Text:
-    """The headline over all rounds of the current class at its k; the sparkline over the last
-    of those same rounds, a round that proposed nothing drawn as ·."""
+    """The metric over the current run's rounds, then a sparkline of its last ones (· proposed nothing)."""
     run = state.current_run()
     name, definition, figure = DEFINITIONS[metric]
     overall = getattr(run, figure) if run else None
@@ -94,15 +90,13 @@ def render_acceptance(state: ViewState, metric: str, width: int = DEFAULT_WIDTH)
     series = state.acceptance_series(metric)
     top = 1.0 if metric != "mean accepted length" else max([float(state.class_k), 1.0])
     text.append_text(_spark(series, width, top, "green"))
-    caption = sparkline_caption(state, metric, width)
-    if caption:
+    if caption := sparkline_caption(state, metric, width):
         text.append("\n" + caption, style="dim")
     return text
 
 
 def sparkline_caption(state: ViewState, metric: str, width: int = DEFAULT_WIDTH, drawn: int | None = None) -> str:
-    """How many rounds the acceptance sparkline draws, `drawn` columns wide (as wide as the caption where
-    it is the pane's last line; in the foot, the caption has less room than the line), and what its dots are."""
+    """How many rounds the sparkline draws, `drawn` columns wide (a foot has less room), and what · is."""
     shown = min(len(state.acceptance_series(metric)), width if drawn is None else drawn)
     if not shown:
         return ""
@@ -131,9 +125,7 @@ def rejections_caption(state: ViewState, width: int = DEFAULT_WIDTH) -> str:
 
 
 def render_rejections(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_ROWS) -> Text:
-    """First-rejection counts and per-position acceptance a_i for every position 0..k-1, as
-    columns; past the pane's width, one bar character per position. Under FULL_ROWS rows the
-    first line (rejections_caption) is left to the pane's foot."""
+    """Rejections and a_i per position 0..k-1, as columns or bars; under FULL_ROWS rows the caption is the foot's."""
     run, k = state.current_run(), state.class_k
     if run is None or not run.proposed_gt:
         return Text(OFF_NOTE if state.switched_off(state.current_class) else "no draft proposed yet", style="dim")
@@ -166,8 +158,7 @@ def _short(value: float | None) -> str:
 
 
 def render_timing(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
-    """Mean draft, verify and overhead ms per round over the current run; verify ms per round over
-    its last rounds."""
+    """Mean draft, verify and overhead ms per round over the current run; verify ms over its last rounds."""
     run = state.current_run()
     if run is None or not run.rounds:
         return Text("off" if state.switched_off(state.current_class) else "waiting", style="dim")
@@ -188,16 +179,22 @@ SIDES_WIDTH = 30  # the goodput table's columns; narrower, the sides in the shor
 
 
 def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_ROWS) -> Text:
-    """The speedup (specmon.metrics' estimate: goodput at k over plain, same class), its 95%
-    interval over prompts and what it allows one to say; then each side's goodput and sample (in
-    two lines, spec/plain, under FULL_ROWS rows)."""
+    """The speedup estimate (goodput at k over plain), its 95% interval and verdict; then each side's goodput."""
     name, k = state.current_class, state.class_k
     stats = state.classes.get(name)
     run, base = state.current_run(), (stats.baseline if stats else None)
     estimate = state.speedup_estimate(name, k)
     head = Text()
-    if estimate is None or estimate.ratio is None:
-        head.append("speedup N/A", style="bold").append(f": {_missing_side(state, run, base)}", style="dim")
+    if estimate is None or estimate.ratio is None:  # why: the pane divides goodput at k by plain's (k = 0 rounds)
+        if run is None or not run.rounds:
+            why = OFF_NOTE if state.switched_off(name) else "no round at k yet"
+        elif base is not None and base.rounds:
+            why = "no time measured"
+        elif state.policy_session and state.is_on(name):  # no plain round comes while it stays on
+            why = "policy ran no plain"
+        else:
+            why = "no plain round yet"
+        head.append("speedup N/A", style="bold").append(f": {why}", style="dim")
     else:
         style = verdict_style(estimate)
         head.append(f"{estimate.ratio:.2f}×", style=style)
@@ -211,65 +208,46 @@ def render_speed(state: ViewState, width: int = DEFAULT_WIDTH, rows: int = FULL_
     text = Text("\n").join(wrap_each(head, width, [estimate.verdict, "(1 prompt)"] if estimate else [])).append("\n")
     if rows < FULL_ROWS or width < SIDES_WIDTH:
         return text.append_text(Text("\n").join(wrap_each(_sides_short(run, base), width)))
-    text.append(f"{'goodput':<7}{'tok/s':>6}{'rounds':>8}{'prompts':>9}\n", style="dim")
-    text.append(_side("spec", run) + "\n")
-    text.append(_side("plain", base))
+    text.append(f"{'goodput':<7}{'tok/s':>6}{'rounds':>8}{'prompts':>9}", style="dim")
+    for label, side in (("spec", run), ("plain", base)):  # goodput, rounds, and the prompts they ran on
+        figures = [fmt(side.tok_per_s, "{:.1f}"), side.rounds, side.prompts] if side and side.rounds else [MISSING]
+        text.append(f"\n{label:<6}" + "".join(f"{figure:>{w}}" for figure, w in zip(figures, (7, 8, 9))))
     return text
 
 
 def _sides_short(run, base) -> Text:
     """Both sides in two lines: goodput, then rounds and prompts, spec / plain."""
-    has = lambda r: r is not None and r.rounds  # noqa: E731
-    tok = lambda r: fmt(r.tok_per_s, "{:.1f}") if has(r) else MISSING  # noqa: E731
-    many = lambda r, what: str(getattr(r, what)) if has(r) else "0"  # noqa: E731
-    text = Text(f"spec {tok(run)} · plain {tok(base)} tok/s\n")
-    text.append(f"rounds {many(run, 'rounds')}/{many(base, 'rounds')}", style="dim")
-    return text.append(f" · prompts {many(run, 'prompts')}/{many(base, 'prompts')}", style="dim")
-
-
-def _missing_side(state: ViewState, run, base) -> str:
-    """Why there is no speedup: the pane divides goodput at k by plain decoding's (k = 0 rounds)."""
-    if run is None or not run.rounds:
-        return OFF_NOTE if state.switched_off(state.current_class) else "no round at k yet"
-    if base is not None and base.rounds:
-        return "no time measured"
-    if state.policy_session and state.is_on(state.current_class):  # no plain round comes while it stays on
-        return "policy ran no plain"
-    return "no plain round yet"
-
-
-def _side(label: str, run) -> str:
-    """One side's goodput in tok/s, its rounds and the prompts they ran on."""
-    if run is None or not run.rounds:
-        return f"{label:<6}{MISSING:>7}"
-    return f"{label:<6}{fmt(run.tok_per_s, '{:.1f}'):>7}{run.rounds:>8}{run.prompts:>9}"
+    sides = [r if r is not None and r.rounds else None for r in (run, base)]
+    spec, plain = (fmt(r and r.tok_per_s, "{:.1f}") for r in sides)
+    many = lambda what: "/".join(str(getattr(r, what)) if r else "0" for r in sides)  # noqa: E731
+    text = Text(f"spec {spec} · plain {plain} tok/s\n")
+    text.append(f"rounds {many('rounds')}", "dim")
+    return text.append(f" · prompts {many('prompts')}", "dim")  # two spans, as the snapshots have them
 
 
 def render_memory(state: ViewState, rows: int = FULL_ROWS) -> Text:
-    """VRAM used of total, RSS, each KV cache in MiB; under FULL_ROWS rows, VRAM on one line and
-    the caches' total."""
+    """VRAM used of total, RSS, each KV cache in MiB (under FULL_ROWS rows: VRAM on a line, the caches' total)."""
     gib = lambda b: f"{b / 2**30:.2f} GiB"  # noqa: E731
-    text = Text()
-    if state.vram_total is not None and state.vram_used is not None and rows < FULL_ROWS:
-        text.append(f"VRAM {state.vram_used / 2**30:.1f}/{state.vram_total / 2**30:.0f}G\n")
-    elif state.vram_total is not None and state.vram_used is not None:
-        text.append(f"VRAM {gib(state.vram_used)}\n  of {gib(state.vram_total)}\n")
-    else:
+    sample, short, text = state.resource, rows < FULL_ROWS, Text()
+    used, total = (sample.vram_used_bytes, sample.vram_total_bytes) if sample else (None, None)
+    if used is None or total is None:
         text.append(f"VRAM {MISSING}\n", style="dim")
-    if state.rss_bytes is not None:
-        text.append(f"RSS  {gib(state.rss_bytes)}")
+    else:
+        text.append(
+            f"VRAM {used / 2**30:.1f}/{total / 2**30:.0f}G\n" if short else f"VRAM {gib(used)}\n  of {gib(total)}\n"
+        )
+    if sample and sample.rss_bytes is not None:
+        text.append(f"RSS  {gib(sample.rss_bytes)}")
     elif state.round_mem_bytes:  # no resource sample yet: the rounds' own memory figure
         on_gpu = bool(state.session and state.session.device.startswith("cuda"))
         text.append(f"{'GPU ' if on_gpu else 'RSS '} {gib(state.round_mem_bytes)}")
     else:
         text.append(f"RSS  {MISSING}", style="dim")
     caches = state.session.cache_bytes if state.session else {}
-    if caches and rows < FULL_ROWS:
+    if caches and short:
         text.append(f"\nKV {sum(caches.values()) / 2**20:.0f} MiB", style="dim")
     elif caches:
-        text.append("\nKV cache MiB", style="dim")
-        for name, size in caches.items():
-            text.append(f"\n {name} {size / 2**20:.0f}", style="dim")
+        text.append("\nKV cache MiB" + "".join(f"\n {name} {size / 2**20:.0f}" for name, size in caches.items()), "dim")
     return text
 
 
@@ -283,24 +261,19 @@ def legend() -> Text:
     return Text.assemble(*((f" {kind} ", TEXT_STYLES[kind]) for kind in ("accepted", "correction", "bonus", "plain")))
 
 
-class TitleBar(Static):
-    """The one-line title, re-rendered to its width whenever that changes."""
+class TitleBar(Widget):
+    """The one-line title: `render_to(width)` at its width whenever it is drawn (a refresh, a resize)."""
 
     def __init__(self, render_to, **kwargs):
         super().__init__(**kwargs)
         self.render_to = render_to
 
-    def redraw(self) -> None:
-        self.update(self.render_to(self.content_size.width), layout=False)
-
-    def on_resize(self) -> None:
-        if self.content_size.width:
-            self.redraw()
+    def render(self) -> Text:
+        return self.render_to(self.content_size.width)
 
 
 class Pane(Static):
-    """A bordered Static re-rendered from state on each batch, and whenever its width changes:
-    `render_to(width)` gives its content, `title_to(width)` its title, `subtitle_to(width)` its foot."""
+    """A bordered Static redrawn on each batch and width change by `render_to`, `title_to`, `subtitle_to` (width)."""
 
     def __init__(self, title: str, render_to=None, title_to=None, subtitle_to=None, **kwargs):
         super().__init__(**kwargs)
@@ -322,8 +295,7 @@ class Pane(Static):
 
 
 class DecisionsTable(DataTable):
-    """The decisions pane: its last column (the class) is cut to the room left of the scrollbar's
-    column, with one blank between, so the bar never lands on a class's name."""
+    """The decisions pane: its class column ends a blank short of the scrollbar, which never lands on a name."""
 
     def on_resize(self) -> None:
         self.fit_last_column()

@@ -1,6 +1,5 @@
-"""The replay's keys, one set for both views fed from a log (rounds, a served log): space play/pause,
-n step, s speed, g jump, and the replay's state at the front of the title. A view says in its own terms
-what a step takes (step_batch) and what g takes (jump, and the jump box's JUMP_HINT and JUMP_EXAMPLES)."""
+"""The replay's keys for both views fed from a log: space play/pause, n step, s speed, g jump, and the replay's
+state leading the title. A view says what a step takes (step_batch) and what g takes (jump, JUMP_HINT)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from specmon.tui.screens import JumpScreen
 
 
 def replay_bindings(step: str, jump: str) -> list[Binding]:
-    """The replay's keys, `step` and `jump` their tooltips in the view's terms; p's pause goes out of the
-    footer for them (all of them fit an 80-column footer)."""
+    """The replay's keys, `step` and `jump` their tooltips; p's pause leaves the footer to them (80 columns)."""
     return [
         Binding("space", "play_pause", "play", key_display="␣", tooltip="Pause or resume the replay"),
         Binding("n", "step", "step", tooltip=step),
@@ -29,8 +27,7 @@ def replay_bindings(step: str, jump: str) -> list[Binding]:
 
 
 class ReplayKeys:
-    """The replay's actions, mixed in before a view's App class (its _lead then leads the title); step_batch
-    and jump are the rounds' by default."""
+    """The replay's actions, mixed in before a view's App class; step_batch and jump are the rounds' by default."""
 
     feed: ReplayFeed
     JUMP_HINT = "jump to [b]r[/]<round id>, [b]p:[/]<prompt id> or [b]d[/]<decision id>"

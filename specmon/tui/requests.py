@@ -1,6 +1,5 @@
-"""The requests pane of a serving session: its queue, the request decoding, and time to first token,
-folded from events (QueueSample, PromptStarted, RoundVerified, PromptFinished) and rendered by pure
-functions, so `attach` to a server and `replay` of its log show what the live server showed."""
+"""A serving session's requests pane (its queue, the request decoding, time to first token) folded from events
+and rendered by pure functions, so `attach` and `replay` show what the live server showed."""
 
 from __future__ import annotations
 
@@ -47,14 +46,21 @@ class Requests:
 
     def apply(self, ev: AnyEvent) -> None:
         self.now = max(self.now, ev.t)
-        if isinstance(ev, QueueSample):
-            self._queue(ev)
-            return
         job = self.in_flight
-        if job is None or getattr(ev, "prompt_id", None) != job.request_id:
-            return
-        if isinstance(ev, RoundVerified):
-            self._round(job, ev)
+        if isinstance(ev, QueueSample):
+            self.waiting = ev.waiting
+            if not ev.request_id:
+                self.in_flight = None
+            elif job is None or job.request_id != ev.request_id:
+                self.in_flight = InFlight(ev.request_id, ev.endpoint, ev.arrived)
+        elif job is None or getattr(ev, "prompt_id", None) != job.request_id:
+            return  # not the request decoding
+        elif isinstance(ev, RoundVerified):
+            job.k = ev.draft_len
+            job.tokens += len(ev.emitted)
+            if job.first_round_t is None:
+                job.first_round_t = ev.t
+                self.ttfts.append(time_to_first_token_s(job.arrived, ev.t))
         elif isinstance(ev, PromptStarted):
             job.prompt_class, job.k = ev.prompt_class, ev.draft_len
             job.prompt_tokens, job.max_tokens = ev.prompt_tokens, ev.max_new_tokens
@@ -62,24 +68,6 @@ class Requests:
             self.cancelled += ev.stop_reason == "cancelled"
             self.served += ev.stop_reason != "cancelled"
             self.in_flight = None
-
-    def _queue(self, ev: QueueSample) -> None:
-        self.waiting = ev.waiting
-        if not ev.request_id:
-            self.in_flight = None
-        elif self.in_flight is None or self.in_flight.request_id != ev.request_id:
-            self.in_flight = InFlight(ev.request_id, ev.endpoint, ev.arrived)
-
-    def _round(self, job: InFlight, ev: RoundVerified) -> None:
-        job.k = ev.draft_len
-        job.tokens += len(ev.emitted)
-        if job.first_round_t is None:
-            job.first_round_t = ev.t
-            self.ttfts.append(time_to_first_token_s(job.arrived, ev.t))
-
-    @property
-    def median_ttft(self) -> float | None:
-        return statistics.median(self.ttfts) if self.ttfts else None
 
 
 def seconds(value: float | None) -> str:
@@ -92,8 +80,7 @@ def seconds(value: float | None) -> str:
 
 
 def requests_title(requests: Requests | None, width: int = 80, url: str = "") -> str:
-    """Where clients reach the server, the queue depth, and while a request decodes, how many
-    were served before it: each where the width leaves room, the URL first."""
+    """Where clients reach the server, the queue depth, and how many were served: as the width allows, URL first."""
     head = f"requests on {url}" if url else "requests"
     if requests is None:
         return head
@@ -106,14 +93,14 @@ def requests_subtitle(requests: Requests | None) -> str:
     """Time to first token: the last request's and the median over recent ones (queue wait included)."""
     if requests is None:
         return ""
-    if not requests.ttfts:
+    ttfts = requests.ttfts
+    if not ttfts:
         return f"ttft {MISSING}"
-    return f"ttft last {seconds(requests.ttfts[-1])} · median {seconds(requests.median_ttft)} of {len(requests.ttfts)}"
+    return f"ttft last {seconds(ttfts[-1])} · median {seconds(statistics.median(ttfts))} of {len(ttfts)}"
 
 
 def render_requests(requests: Requests | None) -> Text:
-    """One line: the request decoding (endpoint, short id, [class] and k, tokens, elapsed since it
-    arrived), or idle and how many were served."""
+    """One line: the request decoding (endpoint, id, [class] k, tokens, elapsed), or idle and how many served."""
     if requests is None:
         return Text()
     job = requests.in_flight

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 
 from specmon.events.schema import Decision
 from specmon.metrics.contention import clock
-from specmon.metrics.format import MISSING, count, fmt, ratio_interval
+from specmon.metrics.format import MISSING, count, fmt
 from specmon.policy.route import cited_words
 from specmon.tables import VERDICT_MARKS
 from specmon.text import Part, cut, title
@@ -30,15 +28,12 @@ DECISION_COLUMNS = [("id", 3), ("to", 6), ("class", 12)]  # the class's is fitte
 
 
 def class_rows(state: ViewState) -> list[tuple[str, ...]]:
-    """Per class, at the k it shows (in force, or the k it ran at before it was switched off):
-    rounds, rounds that proposed nothing, acceptance, mean accepted length, speedup (marked ? while
-    not yet known, ! when noise), and on, or off with the decision that switched it off."""
+    """Per class at the k it shows: its figures (speedup ? while unknown, ! when noise), then on, or off and why."""
     return [(name, *_figures(state, name), " " + on_off(state, name)) for name in state.classes]
 
 
 def _figures(state: ViewState, name: str) -> tuple[str, ...]:
-    """A class's cells from k to the speedup. With no speculative round at its shown k: k 0, its plain rounds,
-    and in the speedup column their goodput in tok/s (acceptance has no meaning there: `-`)."""
+    """A class's cells from k to the speedup; with no speculative round, k 0, its plain rounds and their tok/s."""
     k, run = state.shown_k(name), state.run_for(name)
     if not state.is_on(name) and not (run and run.rounds):  # nothing speculative to show: what it ran plainly
         base = state.classes[name].baseline
@@ -52,8 +47,7 @@ def _figures(state: ViewState, name: str) -> tuple[str, ...]:
 
 
 def tok_per_s(value: float | None) -> str:
-    """Goodput in 7 characters, a blank short of the speedup column's 8 so it never touches the
-    column before: `7.8 t/s`, `153 t/s`, `12k t/s`."""
+    """Goodput in 7 characters, a blank short of the speedup column's 8: `7.8 t/s`, `153 t/s`, `12k t/s`."""
     if value is None:
         return MISSING
     if value < 9.95:
@@ -64,17 +58,14 @@ def tok_per_s(value: float | None) -> str:
 def styled_cells(state: ViewState, row: tuple[str, ...]) -> list[Text]:
     """A row's cells as the table shows them: justified, the speedup coloured by its verdict."""
     estimate = state.speedup_estimate(row[0], state.shown_k(row[0]))
-    cells = []
-    for (key, _, _, justify), value in zip(CLASS_COLUMNS, row):
-        style = ""
-        if key == "speedup" and value.endswith(" t/s"):
-            style = "dim"  # plain goodput, not a verdict
-        elif key == "speedup" and value != MISSING:
-            style = verdict_style(estimate)
-        elif key == "spec":
-            style = "green" if value.strip() == "on" else "dim"
-        cells.append(Text(value, style=style, justify=justify))
-    return cells
+    speedup, spec = row[-2:]
+    styles = {  # plain goodput (t/s) is not a verdict
+        "speedup": "dim" if speedup.endswith(" t/s") else verdict_style(estimate) if speedup != MISSING else "",
+        "spec": "green" if spec.strip() == "on" else "dim",
+    }
+    return [
+        Text(value, style=styles.get(key, ""), justify=just) for (key, _, _, just), value in zip(CLASS_COLUMNS, row)
+    ]
 
 
 def on_off(state: ViewState, name: str) -> str:
@@ -82,9 +73,8 @@ def on_off(state: ViewState, name: str) -> str:
         return "removed"  # a reload took it out of the policy: no prompt runs by it any more
     if state.is_on(name):
         return "on"
-    decision = state.off_by.get(name)
-    if decision is not None:
-        return f"off d{decision.decision_id}"
+    if name in state.off_by:
+        return f"off d{state.off_by[name].decision_id}"
     if name in state.policy_off:
         return "off"  # the policy in force runs it plain
     # nothing switched it off: a fixed-k run decodes each prompt plainly first (or only, at k = 0)
@@ -92,8 +82,7 @@ def on_off(state: ViewState, name: str) -> str:
 
 
 def policy_figure(state: ViewState, width: int = 80) -> str:
-    """What the policy last decided for the current class (`policy d12: k=8, match ≥2`: drafts of up
-    to 8 verified after an n-gram match of 2 tokens or more), cut to `width`: the speed pane's foot."""
+    """The speed pane's foot: the policy's last decision for the current class (`policy d12: k=8, match ≥2`)."""
     name = state.current_class
     if name in state.policy_off and name not in state.off_by:  # its file says off: no decision of it stands
         return cut("policy file: off", width)
@@ -120,19 +109,6 @@ def decision_row(d: Decision) -> tuple[str, str, str]:
     return str(d.decision_id), change + ("" if d.applied else "?"), d.prompt_class
 
 
-def decision_inputs(d: Decision) -> str:
-    """What a decision was computed from, in words."""
-    if d.route is not None:
-        r = d.route
-        return f"spec/plain {ratio_interval(r.ratio, r.low, r.high)} over {r.spec_requests} spec and {r.plain_requests} plain requests"
-    g = d.gate
-    if g is None:
-        return "a rule specmon has retired: its figures are not shown"
-    rates = " ".join(f"{r:.2f}" for r in g.rates)
-    tried = " ".join(str(n) for n in g.tried)
-    return f"acceptance by reach {rates}; the class's positions tried {tried}"
-
-
 def render_decision(d: Decision, cited: list) -> str:
     """What a selected decision was based on: its rule, inputs, thresholds and cited rounds (or requests)."""
     applied = "" if d.applied else " (advised, not applied)"
@@ -143,19 +119,19 @@ def render_decision(d: Decision, cited: list) -> str:
     for ev in cited:
         by_k.setdefault(ev.draft_len, []).append(ev.round_id)
     spans = "; ".join(f"k={k}: {count(len(ids), 'round')} ({ids[0]}…{ids[-1]})" for k, ids in sorted(by_k.items()))
-    rule = ""
-    if d.gate is not None:
-        steps = " ".join(f"{s:.2f}" for s in d.gate.steps)
-        rule = f"\nthresholds: min_gain {d.gate.min_gain}; a round's cost, plain steps, by draft: {steps}"
+    g, inputs, rule = d.gate, "a rule specmon has retired: its figures are not shown", ""
+    if g is not None:
+        rates, steps = (" ".join(f"{x:.2f}" for x in figures) for figures in (g.rates, g.steps))
+        inputs = f"acceptance by reach {rates}; the class's positions tried {' '.join(map(str, g.tried))}"
+        rule = f"\nthresholds: min_gain {g.min_gain}; a round's cost, plain steps, by draft: {steps}"
     return (
-        f"{head}\n{d.reason}\ninputs: {decision_inputs(d)}{rule}\n"
+        f"{head}\n{d.reason}\ninputs: {inputs}{rule}\n"
         f"cited {count(len(d.round_ids), 'round')}, {len(cited)} held: {spans}"
     )
 
 
 def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | None:
-    """What the last policy edit came to, as (title, body), the body whole (the notice wraps it): a
-    refused edit's reason while it stands, else a reload just taken (`reload_fresh`); None otherwise."""
+    """(title, body) of the last policy edit: a refused edit while it stands, else a fresh reload; or None."""
     if state.refused is not None:
         reason = " ".join(state.refused.error.splitlines()) or "no reason given"
         return "policy edit refused", Text("the previous policy stays in force: ", style="bold").append(reason)
@@ -168,25 +144,6 @@ def policy_notice(state: ViewState, reload_fresh: bool) -> tuple[str, Text] | No
     return "policy reloaded", Text(f"changed {changed}; in force from each class's next prompt")
 
 
-def host_labels(state: ViewState) -> list[str]:
-    """While recent rounds are disturbed: how many; once the host calmed, that and when it was busy.
-    Longest first: a narrow title takes the first that fits, down to a one-word marker."""
-    if state.host_now_busy and not state.finished:  # an ended session's host is busy no more, as far as it knows
-        hit, recent = sum(state.host_recent), len(state.host_recent)
-        return [f"host busy: {hit}/{recent} rounds", f"busy {hit}/{recent}", "busy"]
-    if state.host_busy:
-        span = f"{clock(state.host_busy[0])}-{clock(state.host_busy[1])}"
-        return [f"host was busy {span}", f"was busy {span}", "was busy"]
-    return []
-
-
-def ended_labels(state: ViewState) -> list[str]:
-    """When the session ended (with the reason when it was not a normal end), longest first."""
-    at = time.strftime("%H:%M:%S", time.localtime(state.finished.t))
-    reason = "" if state.finished.reason == "done" else f" ({state.finished.reason})"
-    return [f"ended at {at}{reason}", f"ended {at}{reason}", f"ended{reason}"]
-
-
 # what gives way, a step at a time, where the title is too narrow: the host's state to its marker first;
 # last the marker itself, before the session's own short id is cut
 SHORTEN_STEPS = ("tail", "host", "host", "ended", "session", "ended", "session", "host")
@@ -195,26 +152,33 @@ SHORTEN_STEPS = ("tail", "host", "host", "ended", "session", "ended", "session",
 def status_line(
     state: ViewState, source: str, alerts: list[str], lead: str = "", tail: str = "", width: int = 0
 ) -> Text:
-    """The title bar, most important first so a narrow terminal cuts the least: the replay's
-    position, alerts, the host's state, the session (short id, profile, host), its drafter and mode
-    ("policy" or the k in force), when and how it ended, rounds; then `tail` where the width leaves
-    room. Too wide, the tail goes, the host's state shrinks to a marker, then `ended at`, the session's
-    host, the time it ended and its profile go, and last the host's marker."""
+    """The title bar, most important first so a narrow terminal cuts the least (SHORTEN_STEPS): the replay's
+    position, alerts, the host's state, the session (short id, profile, host), its drafter and mode ("policy"
+    or the k in force), when and how it ended, rounds; then `tail` where the width leaves room."""
     parts = [Part("lead", [lead], "bold")] if lead else []
     parts += [Part(f"alert{i}", [alert], "bold red") for i, alert in enumerate(alerts)]
-    if host := host_labels(state):
+    host = []  # while recent rounds are disturbed, how many; once calm, when it was busy (an ended session's is calm)
+    if state.host_now_busy and not state.finished:
+        hit, recent = sum(state.host_recent), len(state.host_recent)
+        host = [f"host busy: {hit}/{recent} rounds", f"busy {hit}/{recent}", "busy"]
+    elif state.host_busy:
+        span = f"{clock(state.host_busy[0])}-{clock(state.host_busy[1])}"
+        host = [f"host was busy {span}", f"was busy {span}", "was busy"]
+    if host:
         parts.append(Part("host", [*host, ""], "bold yellow"))
-    label = state.session_label() or source
+    label, mode = source, state.mode_label()
+    if s := state.session:  # its short id (the random suffix), profile and host; its drafter before the mode
+        hostname = s.host.get("hostname", "")
+        label = f"{s.session_id.rsplit('-', 1)[-1]} {s.profile_name}" + (f"@{hostname}" if hostname else "")
+        mode = f"{state.drafter_label()} {mode}".strip()
     profile = label.split("@", 1)[0]
     parts.append(Part("session", [label, profile, profile.split(" ", 1)[0]], "bold"))  # last, the short id alone
-    mode = state.mode_label()
-    if state.session is not None:
-        mode = f"{state.drafter_label()} {mode}".strip()
     if mode:
         parts.append(Part("mode", [mode]))
-    if state.finished:  # before the round count: on a narrow screen, that it ended matters more
-        style = "bold" if state.finished.reason == "done" else "bold yellow"
-        parts.append(Part("ended", ended_labels(state), style))
+    if end := state.finished:  # before the round count: on a narrow screen, that it ended matters more
+        at, reason = clock(end.t), "" if end.reason == "done" else f" ({end.reason})"  # a normal end says none
+        ended = [f"ended at {at}{reason}", f"ended {at}{reason}", f"ended{reason}"]
+        parts.append(Part("ended", ended, "bold yellow" if reason else "bold"))
     parts.append(Part("rounds", [count(state.rounds_seen, "round")]))
     if tail:
         parts.append(Part("tail", [tail, ""], "dim"))

@@ -38,12 +38,9 @@ Keys: [b]p[/] pause view  [b]m[/] metric  [b]t[/] text only  [b]q[/] quit  [b]ct
 REPLAY_HELP = """Replay: [b]space[/] play/pause  [b]n[/] step a round  [b]s[/] speed  [b]g[/] jump
         (r<round id>, p:<prompt id>, d<decision id>)"""
 
-CLOSE_HINT = "[dim]Press any key to close.[/]"
-
 
 class Overlay(ModalScreen):
-    """A box of text over the monitor, closed by any key or a click. Opaque, so no pane's border shows
-    beside its own; at 80 columns it takes the whole width."""
+    """A box of text over the monitor, closed by any key or a click; opaque, so no pane's border shows beside it."""
 
     DEFAULT_CSS = """
     Overlay { align: center middle; background: $background; }
@@ -62,7 +59,7 @@ class Overlay(ModalScreen):
         with VerticalScroll() as box:
             box.border_title = self.title
             yield Static(self.body, id="overlay-text")
-            yield Static(CLOSE_HINT)
+            yield Static("[dim]Press any key to close.[/]")
 
     def on_key(self, event) -> None:
         event.stop()
@@ -79,26 +76,21 @@ class HelpScreen(Overlay):
 
 
 class DecisionScreen(Overlay):
-    """What a policy decision was computed from (Enter or a click on it in the decisions pane): each
-    line wraps under its value (`inputs: ...`), not at the box's edge; text, never markup."""
+    """What a policy decision was computed from: each line wraps under its value; text, never markup."""
 
     def __init__(self, detail: str, decision_id: int):
-        super().__init__(Group(*(_hung(line) for line in detail.splitlines() if line)), f"decision d{decision_id}")
-
-
-def _hung(line: str) -> Hanging:
-    """A detail line that goes on under its value where it starts with a short label."""
-    label = re.match(r"[a-z]{1,12}: ", line)
-    return Hanging(line, len(label.group()) if label else len(HANGING))
+        # a line that starts with a short label goes on under its value
+        labelled = [(line, re.match(r"[a-z]{1,12}: ", line)) for line in detail.splitlines() if line]
+        hung = [Hanging(line, len(label.group()) if label else len(HANGING)) for line, label in labelled]
+        super().__init__(Group(*hung), f"decision d{decision_id}")
 
 
 class JumpScreen(ModalScreen):
-    """Where to jump (`hint` says what it takes, `examples` show it): focused at once, so typing goes straight
-    in. `jump(target)` takes it or raises SpecmonError, whose line stays in the box (a toast would lie over
-    the panes) until a target is taken or Escape; the box closes with what `jump` returned."""
+    """Where to jump: `jump(target)` takes it or raises SpecmonError, whose line stays in the box (not a toast
+    over the panes) until a target is taken or Escape; the box closes with what `jump` returned."""
 
     AUTO_FOCUS = "Input"
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    BINDINGS = [Binding("escape", "dismiss", "cancel")]
     DEFAULT_CSS = """
     JumpScreen { align: center middle; }
     JumpScreen > Vertical {
@@ -121,17 +113,9 @@ class JumpScreen(ModalScreen):
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
         target = message.value.strip()
-        if not target:
-            self.dismiss(None)
-            return
         try:
-            taken = self.jump(target)
+            self.dismiss(self.jump(target) if target else None)
         except SpecmonError as exc:  # the view and the position stay as they were
             error = self.query_one("#jump-error", Static)
             error.update(str(exc))
             error.display = True
-            return
-        self.dismiss(taken)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)

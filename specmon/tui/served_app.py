@@ -1,5 +1,4 @@
-"""The live view of a server's traffic (a watch, a proxy), live, attached or replayed: acceptance over
-recent windows, by position, rates and queue, the server's state, totals, and requests by class."""
+"""A server's traffic (a watch, a proxy), live, attached or replayed: acceptance, rates, state, totals, classes."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from textual.containers import Grid
 from textual.widgets import Footer
 
 from specmon.tui import served_panes as sp
-from specmon.tui.feed import View, alerts
+from specmon.tui.feed import View
 from specmon.tui.panes import Pane, TitleBar
 from specmon.tui.served_state import ServedState
 
@@ -42,24 +41,19 @@ class ServedApp(View):
         yield TitleBar(self._title, id="title")
         with Grid(id="served"):
             for title, pane_id, render, fitted, recent in PANES:
-                draw = self._draw_fitted(render, pane_id) if fitted else self._draw(render)
-                yield Pane(title, draw, self._recent_title(title) if recent else None, id=pane_id)
+                title_to = self._recent_title(title) if recent else None
+                yield Pane(title, self._drawn(render, pane_id, fitted), title_to, id=pane_id)
         yield Footer(compact=True, show_command_palette=False)
 
-    def _draw(self, render):
-        return lambda width: render(self.state, width)
+    def _drawn(self, render, pane_id: str, fitted: bool):
+        """`render` at the pane's width; where `fitted`, its height too (None before layout), so it fits its lines."""
+        if not fitted:
+            return lambda width: render(self.state, width)
+        return lambda width: render(self.state, width, self.query_one(f"#{pane_id}", Pane).content_size.height or None)
 
     def _recent_title(self, what: str):
         """A pane title that says the span its figures cover (sp.recent_span)."""
         return lambda width: f"{what} · {sp.recent_span(self.state.recent())}"
 
-    def _draw_fitted(self, render, pane_id: str):
-        """render given the pane's height too, so it fits its lines rather than have the last ones cut."""
-        return lambda width: render(self.state, width, self._height(pane_id))
-
-    def _height(self, pane_id: str) -> int | None:
-        """The pane's inner height; None before its first layout (no limit then: a resize redraws it)."""
-        return self.query_one(f"#{pane_id}", Pane).content_size.height or None
-
     def _title(self, width: int = 0):
-        return sp.title(self.state, self.feed.title, alerts(self.feed, self.paused), width or 200, self._lead())
+        return sp.title(self.state, self.feed.title, self._alerts(), width or 200, self._lead())

@@ -1,6 +1,5 @@
-"""The served-traffic view's panes (a watch, a proxy): pure renderers from ServedState, tested without an
-app. Every figure says the span it covers: the last read's window, the last RECENT_S (the seconds read, while
-fewer), or the whole session."""
+"""The served-traffic view's panes (a watch, a proxy): pure renderers from ServedState. Every figure says the span
+it covers: the last read's window, the last RECENT_S (the seconds read, while fewer), or the whole session."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ MIN_BAR = 4  # a bar shorter than this says less than the rate beside it: the ra
 
 
 def server_state(state: ServedState) -> tuple[list[str], str]:
-    """(wordings, longest first, and style) for the title: up (seen since this view's first good read:
-    llama-server does not say when it started), down since, or not read yet."""
+    """(wordings, longest first, and style) for the title: up since our first good read, down since, or not read."""
     last = state.last
     if state.finished is not None:
         return [f"finished ({state.finished.reason})", "finished"], "dim"
@@ -45,26 +43,20 @@ SHORTEN_STEPS = ("name", "name", "state", "kind")
 
 
 def title(state: ServedState, feed_title: str, alerts: list[str], width: int, lead: str = "") -> Text:
-    """`watch http://… · llama-server · up, seen since 12:03:04 · ALERTS`, after a replay's `lead`, within
-    `width`: too wide, SHORTEN_STEPS give way, then the name is cut with …."""
+    """`watch http://… · llama-server · up, seen since 12:03:04 · ALERTS` after `lead`, fitted by SHORTEN_STEPS."""
     started = state.started
     kind = (state.last_good.kind if state.last_good else "") or (started.drafter if started else "")
     name = feed_title or (f"{started.backend} {started.target}" if started else "specmon")
     words, style = server_state(state)
     parts = [Part("lead", [lead], "bold")] if lead else []
-    parts.append(Part("name", shorter_names(name), "bold"))
+    # shorter: without URL schemes (a socket path by its file name alone), then without the proxy's own address
+    bare = re.sub(r"(?<![\w/])/\S*/", "", re.sub(r"\b[a-z][a-z0-9+.-]*://", "", name))
+    upstream_only = re.sub(r"^(\w+): \S+ -> ", r"\1 -> ", bare)  # `proxy: A -> B` as `proxy -> B`
+    parts.append(Part("name", list(dict.fromkeys([name, bare, upstream_only])), "bold"))
     parts += [Part("kind", [kind, ""])] if kind else []
     parts.append(Part("state", words, style))
     parts += [Part(f"alert{i}", [alert], "bold yellow") for i, alert in enumerate(alerts)]
     return titled(parts, SHORTEN_STEPS, max(width, 1), cut_part="name")
-
-
-def shorter_names(name: str) -> list[str]:
-    """The session's name, then shorter: without URL schemes (a socket path by its file name alone), then
-    without the proxy's own address (`proxy: A -> B` as `proxy -> B`)."""
-    bare = re.sub(r"(?<![\w/])/\S*/", "", re.sub(r"\b[a-z][a-z0-9+.-]*://", "", name))
-    upstream_only = re.sub(r"^(\w+): \S+ -> ", r"\1 -> ", bare)
-    return list(dict.fromkeys([name, bare, upstream_only]))
 
 
 def recent_span(w: served.Window | None) -> str:
@@ -88,29 +80,24 @@ def render_acceptance(state: ServedState, width: int, height: int | None = None)
 
 
 def acceptance_lines(w: served.Window, width: int, rest: str = "bold") -> list[Text]:
-    """`acceptance 0.58  accepted/draft 25.00` within `width`: wrapped between the pairs, never inside one
-    (a value alone at column 0 reads as a line of its own), the continuation indented."""
+    """`acceptance 0.58  accepted/draft 25.00` in `width`, wrapped between the pairs, never inside one."""
     pair = (f"acceptance {fmt(w.acceptance)}", f"accepted/draft {fmt(w.accepted_per_draft)}")
     text = Text().append(pair[0], style="bold").append(f"  {pair[1]}", style=rest)
     return wrap_each(text, width, whole=pair)
 
 
 def render_positions(state: ServedState, width: int, height: int | None = None) -> Text:
-    """Acceptance at each draft position over the recent span: drafts that got past it / drafts. A bar
-    each, in as many columns as `height` needs; where bars no longer fit, the rates alone
-    (fitted_position_rates)."""
+    """Acceptance by draft position over the recent span: a bar each in columns, or the rates where bars can't fit."""
     w = state.recent()
     if w is None or not w.drafts:
         return Text(f"no drafts in the {recent_span(w)}", style="dim")
     rates = w.position_rates()
     cells = served.position_cells(rates)
-    if not cells:  # the page counts drafts but not per position (no `_per_pos` metric): no bar to draw
-        return Text("\n".join(fitted_position_rates(rates, width, height, "pos")))
-    columns = -(-len(cells) // height) if height else 1
+    columns = -(-len(cells) // height) if height and cells else 1
     rows = -(-len(cells) // columns)
-    label_width = max(2, *(len(label) for label, _, _ in cells))
+    label_width = max([2, *(len(label) for label, _, _ in cells)])
     bar_width = (width - 1 - COLUMN_GAP * (columns - 1)) // columns - label_width - 6  # label, bar, rate, blanks
-    if bar_width < MIN_BAR:
+    if not cells or bar_width < MIN_BAR:  # no bar to draw (no `_per_pos` metric), or too short: the rates alone
         return Text("\n".join(fitted_position_rates(rates, width, height, "pos")))
     text = Text()
     for row in range(rows):
@@ -126,8 +113,7 @@ def render_positions(state: ServedState, width: int, height: int | None = None) 
 
 
 def fitted_position_rates(rates: list[float | None], width: int, most: int | None = None, label: str = "by position"):
-    """`label` and each position's rate, wrapped under the first rate to `width`; past `most` lines the
-    positions left out are counted at the end (…+N), never dropped unsaid."""
+    """`label` and each position's rate, wrapped to `width`; past `most` lines the rest counted (…+N)."""
     cells = [(served.position_cell_text(*cell), cell[2]) for cell in served.position_cells(rates)]
     if not cells:
         return [f"{label} -"]
@@ -160,8 +146,7 @@ def render_rates(state: ServedState, width: int) -> Text:
     lines = wrap_each(Text(f"{pair[0]}  {pair[1]}, all slots", "bold"), width, pair)  # over all the server's slots
     span = f"({w.seconds:.1f} s)"
     lines += wrap_each(Text(f"window {clock(w.start)}-{clock(w.start + w.seconds)} {span}", "dim"), width, [span])
-    recent = state.recent()
-    if recent is not None:
+    if (recent := state.recent()) is not None:
         pair = _rates(recent)
         lines += wrap_each(f"{recent_span(recent)}: {' '.join(pair)}", width, pair)
     now = Text(f"running {fmt(last.running, '{}')}  waiting {fmt(last.waiting, '{}')}", style="bold")
@@ -200,11 +185,8 @@ def render_totals(state: ServedState, width: int, height: int | None = None) -> 
 
 
 def render_classes(state: ServedState, width: int, height: int | None = None) -> Text:
-    """Requests by (class, upstream), with what the upstream's replies said (served.add_request's sums):
-    acceptance "n/r" where none reported draft counts, tok/s marked * where the class is judged on the
-    proxy's clock (both its sides, metrics.served.judged_on), acceptance
-    by draft position where the replies gave histograms, and each silent upstream named once. Fitted to
-    `height` lines: the notes at the foot are kept whole, and rows left out are counted."""
+    """Requests by (class, upstream) with what its replies said (served.add_request's sums), its notes and routes,
+    fitted to `height` lines: the notes at the foot kept whole, rows left out counted."""
     if not state.requests:
         seen = f" ({count(state.requests_seen, 'request')}, none answered 2xx)" if state.requests_seen else ""
         return Text(f"no proxied requests{seen}", style="dim")
@@ -215,12 +197,21 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
     name_width = max(width - (21 if per_step else 16) - speed_width, MIN_NAME - 1)  # at 80x24 a name keeps 10
     t_st = f" {'t/st':>4}" if per_step else ""
     head = f"{'class':<{name_width}} {'via':<5} {'req':>3} {'acc':>4}{t_st} {'tok/s':>{speed_width}}"
-    blocks = [
-        _class_block(cls, upstream, totals, name_width, width, speeds[(cls, upstream)].rjust(speed_width), per_step)
-        for (cls, upstream), totals in sorted(state.requests.items())
-    ]
-    for cls, d in sorted(state.routes.items()):
-        blocks.append([(cut(_route_line(cls, d), max(width, 1)), "bold" if d.applied else "dim")])
+    blocks = []
+    for (cls, upstream), totals in sorted(state.requests.items()):
+        acc = fmt(totals.acceptance) if totals.reported else unreported.missing_counts(upstream)
+        t_st = f" {fmt(totals.tokens_per_step):>4}" if per_step else ""
+        speed = speeds[(cls, upstream)].rjust(speed_width)
+        row = f"{fill(cls, name_width)} {fill(upstream, 5)} {totals.requests:>3} {acc:>4}{t_st} {speed}"
+        lines = totals.accepted_per_pos and fitted_position_rates(
+            totals.position_rates(), max(width, 1), 2, "  by position"
+        )
+        blocks.append([(row, ""), *((line, "dim") for line in lines or ())])  # by position where replies gave it
+    for cls, d in sorted(state.routes.items()):  # where routing sent the class last, and on what
+        r, advised = d.route, "" if d.applied else " (advised)"
+        on = served.CLOCKED if r.clock == PROXY_CLOCK else ""  # a ratio on the proxy's clock marked *, as the rows
+        line = f"{cls} → {r.side_to}{advised} {ratio_interval(r.ratio, r.low, r.high)}{on} at {clock(d.t)}"
+        blocks.append([(cut(line, max(width, 1)), "bold" if d.applied else "dim")])
     foot = _class_notes(state, width)
     room = None if height is None else height - 1 - len(foot)
     text = Text(head + "\n", "bold")
@@ -230,26 +221,10 @@ def render_classes(state: ServedState, width: int, height: int | None = None) ->
     return text
 
 
-def _class_block(
-    cls: str, upstream: str, totals, name_width: int, width: int, speed: str, per_step: bool = True
-) -> list[tuple[str, str]]:
-    """One (class, upstream)'s row, `speed` its tok/s cell (tokens/step before it where `per_step`), and its
-    acceptance by position where its replies gave histograms."""
-    acc = fmt(totals.acceptance) if totals.reported else unreported.missing_counts(upstream)
-    t_st = f" {fmt(totals.tokens_per_step):>4}" if per_step else ""
-    row = f"{fill(cls, name_width)} {fill(upstream, 5)} {totals.requests:>3} {acc:>4}{t_st} {speed}"
-    block = [(row, "")]
-    if totals.accepted_per_pos:
-        block += [
-            (line, "dim") for line in fitted_position_rates(totals.position_rates(), max(width, 1), 2, "  by position")
-        ]
-    return block
-
-
 def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
     """The keys to the table's marks, then each silent upstream's notice, wrapped whole to the width."""
     rows = state.requests.items()
-    notices = state.notices()
+    notices = state.silence.notices(short=True)  # each upstream's, in the light of its /metrics and replies
     # a notice explains the spec rows' n/r; without one they need the key (a plain row's is `-`)
     unexplained = not notices and any(not t.reported and side == unreported.SPEC for (_, side), t in rows)
     keys = ["n/r: no draft counts reported"] if unexplained else []
@@ -262,8 +237,7 @@ def _class_notes(state: ServedState, width: int) -> list[tuple[str, str]]:
 
 
 def _fitted(blocks: list[list[tuple[str, str]]], room: int | None) -> list[tuple[str, str]]:
-    """The blocks' lines within `room` lines (None: no limit), whole blocks only; the last line kept
-    then says how many were left out; with no room, nothing (that line would be past the pane)."""
+    """The blocks' lines within `room` (None: no limit), whole blocks only, the last line counting those left out."""
     if room is None or sum(len(b) for b in blocks) <= room:
         return [line for block in blocks for line in block]
     if room <= 0:
@@ -274,12 +248,3 @@ def _fitted(blocks: list[list[tuple[str, str]]], room: int | None) -> list[tuple
             return kept + [(f"… {len(blocks) - shown} more rows (log info has all)", "dim")]
         kept += block
     return kept
-
-
-def _route_line(cls: str, d) -> str:
-    """`chat → plain 0.94x [0.91, 0.97] at 12:03:04`: where routing sent the class last, and on what (a
-    ratio on the proxy's clock marked *, as the rows)."""
-    r = d.route
-    advised = "" if d.applied else " (advised)"
-    on = served.CLOCKED if r.clock == PROXY_CLOCK else ""
-    return f"{cls} → {r.side_to}{advised} {ratio_interval(r.ratio, r.low, r.high)}{on} at {clock(d.t)}"

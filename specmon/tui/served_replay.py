@@ -1,5 +1,4 @@
-"""The served view (a watch, a proxy) fed from its log: play/pause, step a read, change speed, jump to a
-read's time or a routing decision. A served log has no rounds or prompts: its steps are the server's reads."""
+"""The served view fed from its log: a step is the next read of the server, a jump a read's time or a decision."""
 
 from __future__ import annotations
 
@@ -13,24 +12,9 @@ from specmon.tui.replay_keys import ReplayKeys, replay_bindings
 from specmon.tui.served_app import ServedApp
 
 
-def step_read(feed: ReplayFeed) -> list:
-    """Everything up to and including the next read of the server (ReplayFeed.step stops at a round,
-    and a served log has none)."""
-    return feed.step(stop_after=lambda ev: isinstance(ev, ServerScraped))
-
-
 def jump_to_read(feed: ReplayFeed, at: str) -> list:
-    """Events up to the first read at or after `at` (HH:MM:SS on the log's clock, the day its session
-    began, or the next where that time of day had passed); as ReplayFeed.jump, a time past the log's
-    end raises and changes nothing."""
-    since = read_time(feed, at)
-    read_since = lambda ev: isinstance(ev, ServerScraped) and ev.t >= since  # noqa: E731
-    return feed.jump_to(read_since, f"no read at or after {at} in {feed.path.name}")
-
-
-def read_time(feed: ReplayFeed, at: str) -> float:
-    """`at` (HH:MM:SS or HH:MM) as a time on the log's clock: the day the log began, or the next where
-    the whole second or minute typed had passed before it began."""
+    """Events up to the first read at or after `at` (HH:MM:SS or HH:MM on the day the log began, or the next
+    where that had passed); as ReplayFeed.jump, a time past the log's end raises and changes nothing."""
     seconds = at.count(":") == 2
     try:
         clock = time.strptime(at, "%H:%M:%S" if seconds else "%H:%M")
@@ -41,7 +25,9 @@ def read_time(feed: ReplayFeed, at: str) -> float:
     day = time.mktime((*began[:3], clock.tm_hour, clock.tm_min, clock.tm_sec, 0, 0, -1))
     typed_span = 1 if seconds else 60  # HH:MM means its whole minute, the one the log began in too
     passed = header is not None and day + typed_span <= header.t
-    return day + 86_400 if passed else day  # the log ran past midnight
+    since = day + 86_400 if passed else day  # the log ran past midnight
+    read_since = lambda ev: isinstance(ev, ServerScraped) and ev.t >= since  # noqa: E731
+    return feed.jump_to(read_since, f"no read at or after {at} in {feed.path.name}")
 
 
 class ServedReplayApp(ReplayKeys, ServedApp):
@@ -49,10 +35,9 @@ class ServedReplayApp(ReplayKeys, ServedApp):
     JUMP_HINT = "jump to a read's time [b]HH:MM:SS[/] or a routing [b]d[/]<decision id>"  # what a served log has
     JUMP_EXAMPLES = "02:58:40, d3"
 
-    feed: ReplayFeed
-
     def step_batch(self) -> list:
-        return step_read(self.feed)
+        """Everything up to and including the next read (ReplayFeed.step stops at a round: a served log has none)."""
+        return self.feed.step(stop_after=lambda ev: isinstance(ev, ServerScraped))
 
     def jump(self, target: str) -> list:
         """A read's time (HH:MM:SS), else what ReplayFeed.jump takes (d<decision id>)."""

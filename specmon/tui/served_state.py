@@ -1,5 +1,4 @@
-"""What the served-traffic view (a watch, a proxy) knows: a fold over its events, no widgets. Windows,
-totals and per-class sums are specmon.metrics.served's; this only keeps the reads they need."""
+"""What the served view knows, folded from its events; its windows, totals and sums are specmon.metrics.served's."""
 
 from __future__ import annotations
 
@@ -14,10 +13,6 @@ from specmon.metrics import unreported
 KEPT_WINDOWS = 240  # windows the sparkline can draw
 KEPT_READS = 100_000  # a bound only: reads are kept for RECENT_S, whatever the interval
 KEPT_CHANGES = 20  # down / back / restarted lines kept for the server pane
-
-
-def is_served(started: SessionStarted | None) -> bool:
-    return started is not None and started.backend in served.SERVED_BACKENDS
 
 
 @dataclass
@@ -58,11 +53,6 @@ class ServedState:
         """The clock class `name` is judged on (served.judged_on over both its sides' replies)."""
         blank = served.RequestTotals()
         return served.judged_on(self.requests.get((name, "spec"), blank), self.requests.get((name, "plain"), blank))
-
-    def notices(self) -> list[str]:
-        """The requests pane's short notices, said in the light of each upstream's latest /metrics read and
-        of its other replies."""
-        return self.silence.notices(short=True)
 
     def _read(self, now: ServerScraped) -> None:
         before, good = self.last, self.last_good

@@ -1,5 +1,4 @@
-"""What the panes show, folded from events. Pure Python: no Textual here, so it is tested alone
-and a replayed log yields exactly what the live run showed."""
+"""What the panes show, folded from events: no Textual here, so a replayed log yields what the live run showed."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ from dataclasses import dataclass, field
 
 from specmon.events.schema import (
     AnyEvent,
-    ClassInForce,
     Decision,
     PolicyLoaded,
     PromptFinished,
@@ -39,11 +37,6 @@ ACCEPTANCE_METRICS = ("acceptance rate", "mean accepted length", "alpha-hat")
 SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_.:-]{1,40}\|>|</s>")
 
 
-def without_special_tokens(text: str) -> str:
-    """Round text as a reader sees it: events keep the tokenizer's special tokens; the pane drops them."""
-    return SPECIAL_TOKEN.sub("", text) if "<" in text else text
-
-
 @dataclass
 class Span:
     text: str
@@ -69,9 +62,7 @@ class ViewState:
         default_factory=lambda: collections.defaultdict(lambda: collections.deque(maxlen=WINDOW))
     )
     text: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TEXT_SPANS))
-    rss_bytes: int | None = None
-    vram_used: int | None = None
-    vram_total: int | None = None
+    resource: ResourceSample | None = None  # the latest: VRAM and RSS
     round_mem_bytes: int | None = None  # RoundVerified.mem_bytes: memory when no ResourceSample came
     rounds_seen: int = 0
     text_version: int = 0  # bumped whenever the text grows, so the pane redraws only then
@@ -94,8 +85,9 @@ class ViewState:
         for event in batch:
             self.events_seen += 1
             self.last_t = max(self.last_t, event.t)
-            handler = _HANDLERS.get(type(event))
-            if handler:
+            if latest := _LATEST.get(type(event)):
+                setattr(self, latest, event)
+            elif handler := _HANDLERS.get(type(event)):
                 handler(self, event)
             if self.requests is None and isinstance(event, QueueSample):
                 self.requests = Requests()  # only a server writes these: its session gets the requests pane
@@ -103,19 +95,15 @@ class ViewState:
                 self.requests.apply(event)
 
     # -- per event type -------------------------------------------------------------------
-    def _session(self, ev: SessionStarted) -> None:
-        self.session = ev
-
     def _prompt(self, ev: PromptStarted) -> None:
         self.current_class = ev.prompt_class
         if ev.draft_len:
             self.prompt_drafters[ev.drafter] = None
             if bench_fixed_k(ev) is None:  # bench policy's fixed-k comparisons are not the class's own k
                 self.asked_k[ev.prompt_class] = ev.draft_len
-        # A policy's decision stands until the next one.
-        if ev.draft_len and ev.prompt_class not in self.decided:
-            self.draft_len_by_class[ev.prompt_class] = ev.draft_len
-            self.off_by.pop(ev.prompt_class, None)
+            if ev.prompt_class not in self.decided:  # a policy's decision stands until the next one
+                self.draft_len_by_class[ev.prompt_class] = ev.draft_len
+                self.off_by.pop(ev.prompt_class, None)
         mode = f"k={ev.draft_len}" if ev.draft_len else "plain"
         self.text.append(Span(f"\n── {ev.prompt_id} [{ev.prompt_class}] {mode} ──\n", "prompt"))
         self.text_version += 1
@@ -139,12 +127,6 @@ class ViewState:
     def _finished(self, ev: PromptFinished) -> None:
         self._stats(ev.prompt_class).run(ev.draft_len).add_finish(ev)
 
-    def _resource(self, ev: ResourceSample) -> None:
-        self.rss_bytes, self.vram_used, self.vram_total = ev.rss_bytes, ev.vram_used_bytes, ev.vram_total_bytes
-
-    def _session_done(self, ev: SessionFinished) -> None:
-        self.finished = ev
-
     def _decision(self, ev: Decision) -> None:
         self.decisions.append(ev)
         if not ev.applied or ev.route is not None:
@@ -167,20 +149,17 @@ class ViewState:
         if self.policies_loaded > 1:  # a reload may set a class on or off itself: prompts speak again
             self.reloaded = ev
             self.decided.clear()
-        if ev.classes:  # older logs have none: their prompts say the k, as before
-            self._in_force(ev.classes, set(ev.changed))
-
-    def _in_force(self, classes: list[ClassInForce], changed: set[str]) -> None:
-        """Each class's k and on/off as the policy in force runs its next prompt; they stand until a
-        decision changes them."""
-        in_policy = {c.name for c in classes}
+        if not ev.classes:  # older logs have none: their prompts say the k, as before
+            return
+        # each class's k and on/off as the policy in force runs its next prompt, until a decision changes them
+        in_policy = {c.name for c in ev.classes}
         self.removed = {name for name in self.classes if name not in in_policy}
-        for c in classes:
+        for c in ev.classes:
             self.decided.add(c.name)
             self.draft_len_by_class[c.name] = c.draft_len if c.speculate else 0
             if not c.min_match:  # gated n-gram classes (min_match) keep asking their file's k, cut per round
                 self.asked_k.pop(c.name, None)
-            if c.speculate or c.name in changed:  # an unchanged class that is still off keeps its decision
+            if c.speculate or c.name in ev.changed:  # an unchanged class that is still off keeps its decision
                 self.off_by.pop(c.name, None)
             if c.speculate:
                 self.policy_off.discard(c.name)
@@ -195,9 +174,9 @@ class ViewState:
         return self.classes.setdefault(name, ClassStats(name))
 
     def _text(self, ev: RoundVerified) -> None:
-        """Accepted draft tokens, then the target's own token: a correction or a bonus (the
-        tokenizer's special tokens, such as the end-of-turn mark, are not text)."""
-        accepted, final = without_special_tokens(ev.accepted_text), without_special_tokens(ev.final_text)
+        """Accepted draft tokens, then the target's own (a correction or a bonus); special tokens, which events
+        keep, are not text."""
+        accepted, final = (SPECIAL_TOKEN.sub("", text) for text in (ev.accepted_text, ev.final_text))
         if accepted:
             self.text.append(Span(accepted, "accepted"))
         if final:
@@ -220,8 +199,7 @@ class ViewState:
         return bool(base and sum(base.verdicts.values()))
 
     def shown_k(self, name: str) -> int:
-        """The k whose figures a class shows: the k its prompts ask for while on; once switched off, the k it ran at
-        (so its last speculative figures stay in view); 0 if it never speculated."""
+        """The k a class's figures are at: asked for while on; once off, the k it ran at; 0 if it never speculated."""
         if self.is_on(name):
             return self.asked_k.get(name) or self.draft_len_by_class[name]
         if name in self.off_by:
@@ -238,8 +216,7 @@ class ViewState:
         return stats.runs.get(k) if stats and k else None
 
     def current_run(self) -> RunStats | None:
-        """The current class's speculative run at its shown k: the panes show it even while plain
-        decoding runs, and after the policy switched the class off."""
+        """The current class's speculative run at its shown k (shown while plain rounds run, and once off)."""
         return self.run_for(self.current_class)
 
     def window(self) -> list[RoundVerified]:
@@ -247,8 +224,7 @@ class ViewState:
         return list(self.windows.get((self.current_class, self.class_k), ()))
 
     def acceptance_series(self, metric: str) -> list[float | None]:
-        """Per round of the current window: accepted/proposed, accepted length or alpha-hat; None
-        for a round that proposed nothing (shown apart, never as a zero)."""
+        """The current window's rounds by `metric`; None for a round that proposed nothing (never a zero)."""
         rounds = self.window()
         if metric == "mean accepted length":
             return [float(ev.accepted) if ev.proposed else None for ev in rounds]
@@ -300,23 +276,12 @@ class ViewState:
         drafter = self.session.drafter if self.session else ""
         return ",".join(self.prompt_drafters) if drafter == "none" and self.prompt_drafters else drafter
 
-    def session_label(self) -> str:
-        """The session's short id (its random suffix), profile and host."""
-        s = self.session
-        if s is None:
-            return ""
-        short = s.session_id.rsplit("-", 1)[-1]
-        host = s.host.get("hostname", "")
-        return f"{short} {s.profile_name}" + (f"@{host}" if host else "")
 
-
+_LATEST = {SessionStarted: "session", SessionFinished: "finished", ResourceSample: "resource"}  # kept as they come
 _HANDLERS = {
-    SessionStarted: ViewState._session,
     PromptStarted: ViewState._prompt,
     RoundVerified: ViewState._round,
     PromptFinished: ViewState._finished,
-    ResourceSample: ViewState._resource,
-    SessionFinished: ViewState._session_done,
     Decision: ViewState._decision,
     PolicyLoaded: ViewState._policy,
 }
