@@ -125,7 +125,7 @@ def test_all_accepted_round_feeds_the_last_draft_token_with_the_bonus(engine):
         assert call["tokens"] == [event.proposed[-1], event.emitted[-1]]
         assert call["start"] == len(context) + k - 1
         context += event.emitted
-    assert drafter.ledger.fed == (PROMPT + run.generated)[: len(drafter.ledger.fed)]
+    assert drafter.fed == (PROMPT + run.generated)[: len(drafter.fed)]
 
 
 def test_rejection_rolls_the_draft_cache_back_to_the_accepted_prefix(engine):
@@ -136,7 +136,7 @@ def test_rejection_rolls_the_draft_cache_back_to_the_accepted_prefix(engine):
     assert rejected
     assert all(e.accepted < len(e.proposed) for e in rejected)
     # after every round the draft cache's valid prefix is a prefix of the true sequence
-    fed = drafter.ledger.fed
+    fed = drafter.fed
     assert slots(drafter.runner)[: len(fed)] == fed
 
 

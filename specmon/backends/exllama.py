@@ -4,12 +4,14 @@ The engines' generators keep only per-job totals, so specmon drives each model's
 rolls a cache back by writing the next pass at an earlier position: a pass at `past_len` overwrites
 whatever a rejected draft left beyond it. One `Runner` per engine says how a forward is called;
 everything else (the valid prefix, the draft cache's ledger, logits cut to the tokenizer's
-vocabulary, one sync per phase) is shared. Neither engine is imported here: the runners take the
-loaded model and cache, so this bookkeeping runs on the CPU against recording fakes in the tests.
+vocabulary, one sync per phase) is shared. Neither engine is imported here: a runner's `load` takes
+the engine's package (gpu_pair imports it), so this bookkeeping runs on the CPU against recording
+fakes in the tests.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
@@ -18,12 +20,14 @@ import torch
 from specmon.engine.draft_cache import CachedDrafter
 from specmon.engine.drafters import Proposal
 from specmon.engine.draft_len import MAX_DRAFT_LEN
+from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
 from specmon.telemetry.memory import vram_bytes
 
 PAGE_SIZE = 256  # ExLlamaV3's flash-attn cache: its length is a whole number of pages (constants.PAGE_SIZE)
 CHUNK = 2048  # longest prefill pass, ExLlamaV3's default max_chunk_size
 MAX_ROWS = MAX_DRAFT_LEN + 1  # logit rows of the widest verify pass (k drafts and the last context token)
+HEAD_DRAFTERS = ("mtp_draft", "dflash_draft", "dflash2_draft", "attach_target")  # ExLlamaV3 caps of draft heads
 
 
 def cuda_sync() -> None:
@@ -55,6 +59,16 @@ class Exl2Runner:
         self.model, self.cache = model, cache
         self.max_len = cache.max_seq_len
 
+    @classmethod
+    def load(cls, exl, folder: Path, max_seq_len: int) -> Exl2Runner:
+        """The folder as a model with an fp16 cache of max_seq_len positions, split over the visible GPUs."""
+        config = exl.ExLlamaV2Config(str(folder))
+        config.max_seq_len = max_seq_len
+        model = exl.ExLlamaV2(config)
+        cache = exl.ExLlamaV2Cache(model, max_seq_len=max_seq_len, lazy=True)
+        model.load_autosplit(cache)
+        return cls(model, cache)
+
     def prefill(self, tokens: Sequence[int]) -> None:
         self.cache.current_seq_len = 0
         if tokens:
@@ -75,6 +89,38 @@ class Exl3Runner:
     def __init__(self, model, cache):
         self.model, self.cache = model, cache
         self.max_len = cache.max_num_tokens
+
+    @classmethod
+    def load(cls, exl, folder: Path, max_seq_len: int) -> Exl3Runner:
+        """The folder (EXL3, or unquantised) as a model with an fp16 cache of max_seq_len positions in whole
+        pages (exllamav3 1.6.5's `Config.from_directory`, `Model.from_config`, `load`, `Cache`). Refused
+        before their weights load: models a rejected draft cannot be rolled back on (recurrent or hybrid:
+        GDN, linear attention, ...), and draft heads that read a target's hidden states inside ExLlamaV3's
+        generator (DFlash, Gemma 4's assistant). A target's own MTP layers are not built: its head goes unused."""
+        try:
+            config = exl.Config.from_directory(str(folder))
+        except (AssertionError, ValueError, KeyError) as exc:  # an architecture or config it does not know
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise SpecmonError(f"{folder.name}: exllamav3 cannot load it: {detail}") from None
+        # sliding-window layers as plain windowed attention (rolled back by past_len like the rest), not
+        # as the recurrent state ExLlamaV3 keeps them in by default (gpt-oss, Gemma 4, ...); others ignore it
+        model = exl.Model.from_config(config, swa_full=True)
+        arch = getattr(model.config, "architecture", None) or folder.name
+        if any(model.caps.get(cap) for cap in HEAD_DRAFTERS):
+            raise SpecmonError(
+                f"{folder.name}: a draft head ({arch}) that reads the target's hidden states inside ExLlamaV3's "
+                'generator; specmon drafts with a separate draft model of the same family or kind = "ngram"'
+            )
+        if model.get_recurrent_layers() or model.recurrent_state_cls is not None:
+            raise SpecmonError(
+                f"{folder.name}: {arch} keeps recurrent state, which specmon cannot roll back after a rejected "
+                "draft; pick a transformer-only model"
+            )
+        positions = -(-max_seq_len // PAGE_SIZE) * PAGE_SIZE
+        cache = exl.Cache(model, max_num_tokens=positions)
+        # loading measures a (1, max_chunk_size) pass against the cache: no longer than the cache holds
+        model.load(max_chunk_size=min(CHUNK, positions), max_output_size=MAX_ROWS)
+        return cls(model, cache)
 
     def _params(self, past_len: int) -> dict:
         return {"attn_mode": "flash_attn", "cache": self.cache, "past_len": past_len, "batch_shape": (1, self.max_len)}

@@ -2,8 +2,8 @@
 
 Every check a user can fail (CUDA, folders, their format, vocabularies, the extension build, VRAM)
 is made before anything large is loaded, in that order, and each one ends in a single SpecmonError line. What
-differs per engine (its package, how a folder becomes a model, cache and Runner) is a `GpuEngine`,
-supplied by `exl2_loader` or `exl3_loader`, the only modules that import an engine.
+differs per engine (its package, how a folder becomes a model, cache and Runner) is a `GpuEngine`;
+this is the only module that imports an engine.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from specmon.backends.exllama import KvDrafter, KvTarget, Runner
+from specmon.backends.exllama import Exl2Runner, Exl3Runner, KvDrafter, KvTarget, Runner
 from specmon.backends.hf_folder import folder_for_gguf, folder_format, read_hf_config, wrong_format
 from specmon.backends.pair import Pair, check_same_vocab, simple_drafter
 from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
@@ -35,6 +35,10 @@ class GpuEngine:
     install: str  # how to get the package
     formats: tuple[str, ...]  # folder formats it loads (hf_folder.folder_format)
     load: Callable[[object, Path, int], Runner]  # (package, folder, max_seq_len) -> a loaded model's Runner
+
+
+EXL2 = GpuEngine("exllamav2", "pip install 'specmon[gpu]'", ("hf", "exl2"), Exl2Runner.load)
+EXL3 = GpuEngine("exllamav3", "pip install 'specmon[exl3]'", ("hf", "exl3"), Exl3Runner.load)
 
 
 def load_gpu_pair(profile: Profile, spec: DrafterSpec, engine: GpuEngine) -> Pair:
@@ -102,23 +106,18 @@ def draft_folder(spec: DrafterSpec, profile: Profile, tokenizer: ChatTokenizer, 
     return folder
 
 
-def cuda_problem(torch_version: str, torch_cuda: str | None, device_count: int) -> str | None:
+def require_cuda(backend: str, torch_cuda: str | None = torch.version.cuda, devices: int | None = None) -> None:
+    """Refuse a torch without CUDA, or one that sees no device, before anything loads."""
     if torch_cuda is None:
-        return (
-            f"this torch ({torch_version}) is a CPU build; install a CUDA one, e.g. "
+        problem = (
+            f"this torch ({torch.__version__}) is a CPU build; install a CUDA one, e.g. "
             "pip install torch --index-url https://download.pytorch.org/whl/cu128"
         )
-    if device_count == 0:
-        return "torch sees no CUDA device (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
-    return None
-
-
-def require_cuda(backend: str) -> None:
-    problem = cuda_problem(
-        torch.__version__, torch.version.cuda, torch.cuda.device_count() if torch.version.cuda else 0
-    )
-    if problem:
-        raise SpecmonError(f"backend {backend} needs an NVIDIA GPU: {problem}")
+    elif (torch.cuda.device_count() if devices is None else devices) == 0:
+        problem = "torch sees no CUDA device (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+    else:
+        return
+    raise SpecmonError(f"backend {backend} needs an NVIDIA GPU: {problem}")
 
 
 def build_failure(

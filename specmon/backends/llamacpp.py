@@ -88,7 +88,7 @@ class LlamaCppDrafter(CachedDrafter):
         self.context.keep(0)
 
     def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
-        start, pending = self.ledger.plan(context)
+        start, pending = super()._plan(context)
         self.context.keep(start)
         return start, pending
 

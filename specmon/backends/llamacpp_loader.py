@@ -66,15 +66,10 @@ def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
         return False
 
 
-def build_has_amx(system_info: str) -> bool:
-    """llama.cpp was compiled with AMX kernels (a native build on an AMX CPU): llama_print_system_info."""
-    return "AMX_INT8 = 1" in system_info
-
-
 def use_extra_bufts(lib) -> bool:
     """llama.cpp's extra buffer types (weights repacked for batched matmul) unless they would be its AMX
-    kernels: a build without AMX (scripts/setup-llamacpp on an AMX CPU) keeps the CPU repacks."""
-    return not (cpu_has_amx() and build_has_amx(lib.llama_print_system_info().decode(errors="replace")))
+    kernels (a native build on an AMX CPU): a build without AMX (scripts/setup-llamacpp) keeps the CPU repacks."""
+    return not (cpu_has_amx() and "AMX_INT8 = 1" in lib.llama_print_system_info().decode(errors="replace"))
 
 
 class LlamaCppModel:
@@ -126,24 +121,19 @@ class LlamaCppContext:
         self.n_vocab = model.n_vocab
 
     def decode(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:
-        rows = None
-        for offset in range(0, len(tokens), BATCH):
+        batch = self.batch
+        for offset in range(0, len(tokens), BATCH):  # only the last batch's logits are asked for
             chunk = tokens[offset : offset + BATCH]
-            last_chunk = offset + BATCH >= len(tokens)
-            rows = self._decode_chunk(chunk, start + offset, logits if last_chunk else "none")
-        return rows
-
-    def _decode_chunk(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:
-        batch, n = self.batch, len(tokens)
-        batch.n_tokens = n
-        for i, token in enumerate(tokens):
-            batch.token[i], batch.pos[i] = token, start + i
-            batch.n_seq_id[i], batch.seq_id[i][0] = 1, SEQ
-            batch.logits[i] = logits == "all" or (logits == "last" and i == n - 1)
-        status = self.lib.llama_decode(self.ptr, batch)
-        if status != 0:
-            raise RuntimeError(f"llama_decode returned {status} writing {n} tokens at position {start}")
-        if logits == "none":
+            want = logits if offset + BATCH >= len(tokens) else "none"
+            batch.n_tokens = n = len(chunk)
+            for i, token in enumerate(chunk):
+                batch.token[i], batch.pos[i] = token, start + offset + i
+                batch.n_seq_id[i], batch.seq_id[i][0] = 1, SEQ
+                batch.logits[i] = want == "all" or (want == "last" and i == n - 1)
+            status = self.lib.llama_decode(self.ptr, batch)
+            if status != 0:
+                raise RuntimeError(f"llama_decode returned {status} writing {n} tokens at position {start + offset}")
+        if logits == "none" or not tokens:
             return None
         n_out = n if logits == "all" else 1
         array = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ptr), shape=(n_out * self.n_vocab,))

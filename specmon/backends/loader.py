@@ -45,9 +45,7 @@ def _load_pair(profile: Profile, spec: DrafterSpec) -> Pair:
 
         return load_llamacpp_pair(profile, spec, torch.get_num_threads())
     if profile.backend.startswith("exllama"):
-        from specmon.backends.exl2_loader import EXL2  # neither imports its engine: load_gpu_pair does
-        from specmon.backends.exl3_loader import EXL3
-        from specmon.backends.gpu_pair import load_gpu_pair
+        from specmon.backends.gpu_pair import EXL2, EXL3, load_gpu_pair  # it imports the engine only when loading
 
         return load_gpu_pair(profile, spec, EXL2 if profile.backend == "exllamav2" else EXL3)
     if profile.device.startswith("cuda") and not torch.cuda.is_available():

@@ -104,5 +104,5 @@ class LayerSkipDrafter(_TorchDraft):
         self.target = target
 
     def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
-        valid = min(self.target.cached_len, len(context) - 1)  # the target's cache is the ledger
+        valid = min(self.target.cached_len, len(context) - 1)  # the target's cache says what was fed
         return valid, list(context[valid:])

@@ -17,40 +17,6 @@ from specmon.engine.sampling import probs_from_logits, sample
 from specmon.events.schema import Sampling
 
 
-class CacheLedger:
-    """Which tokens sit in a draft cache, in order."""
-
-    def __init__(self) -> None:
-        self.fed: list[int] = []
-
-    def reset(self) -> None:
-        self.fed = []
-
-    def plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
-        """(positions to keep, tokens to feed) so the cache ends holding all of `context`.
-
-        The last token is always fed, so its logits (the next draft token's) are fresh."""
-        valid = 0
-        limit = min(len(self.fed), len(context) - 1)
-        while valid < limit and self.fed[valid] == context[valid]:
-            valid += 1
-        self.fed = list(context[:valid])
-        return valid, list(context[valid:])
-
-    def feed(self, tokens: Sequence[int]) -> None:
-        self.fed.extend(tokens)
-
-
-def choose_draft_token(
-    logits: np.ndarray, sampling: Sampling, rng: np.random.Generator
-) -> tuple[int, np.ndarray | None]:
-    """Greedy drafts the argmax (q one-hot, so None); sampling draws from the transformed q."""
-    if sampling.greedy:
-        return int(logits[0].argmax()), None
-    q = probs_from_logits(logits, sampling)[0]
-    return sample(q, rng), q
-
-
 class CachedDrafter:
     """A drafter that runs a model on a cache of its own: k one-token forwards (`_step`) a round.
 
@@ -59,13 +25,19 @@ class CachedDrafter:
     logits were not needed) together with the target's bonus token."""
 
     def __init__(self) -> None:
-        self.ledger = CacheLedger()  # tokens whose keys/values sit in the draft cache
+        self.fed: list[int] = []  # tokens whose keys/values sit in the draft cache, in order
 
     def begin(self, prompt: Sequence[int]) -> None:
-        self.ledger.reset()
+        self.fed = []
 
     def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
-        return self.ledger.plan(context)
+        """(positions to keep, tokens to feed); the last token is always fed, so its logits are fresh."""
+        valid = 0
+        limit = min(len(self.fed), len(context) - 1)
+        while valid < limit and self.fed[valid] == context[valid]:
+            valid += 1
+        self.fed = list(context[:valid])
+        return valid, list(context[valid:])
 
     def _step(self, tokens: list[int], start: int) -> np.ndarray:
         """Write `tokens` at positions start... of the cache; the last one's logits [1, vocab]."""
@@ -80,10 +52,12 @@ class CachedDrafter:
         for _ in range(k):
             logits = self._step(pending, start)
             start += len(pending)
-            self.ledger.feed(pending)
-            token, q_row = choose_draft_token(logits, sampling, rng)
+            self.fed.extend(pending)
+            if sampling.greedy:  # q one-hot: no row
+                token = int(logits[0].argmax())
+            else:
+                rows.append(probs_from_logits(logits, sampling)[0])
+                token = sample(rows[-1], rng)
             tokens.append(token)
-            if q_row is not None:
-                rows.append(q_row)
             pending = [token]
         return Proposal(tokens, np.stack(rows) if rows else None)
