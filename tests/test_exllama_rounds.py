@@ -85,7 +85,7 @@ def test_greedy_speculative_equals_plain(engine, k, disagree_every):
     # the target cache ends holding every token but the last (which the next round would feed);
     # a last round cut short by max_new_tokens may leave accepted tokens past it, all valid
     sequence = PROMPT + run.generated
-    assert target.length >= len(sequence) - 1
+    assert target.cached_len >= len(sequence) - 1
     assert slots(target.runner)[: len(sequence) - 1] == sequence[:-1]
     if disagree_every == 0:
         assert all(e.accepted == len(e.proposed) for e in events)
@@ -156,7 +156,7 @@ def test_logits_are_cut_to_the_tokenizer_vocabulary(engine):
     rows = target.forward([3, 4, 5], 2)
     assert rows.shape == (3, VOCAB) and rows.dtype == np.float32
     target.truncate(3)
-    assert target.length == 3
+    assert target.cached_len == 3
     with pytest.raises(RuntimeError, match="holds 3 positions"):
         target.forward([1], 4)  # writing past the valid prefix would leave a hole
 

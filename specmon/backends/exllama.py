@@ -19,6 +19,7 @@ import torch
 
 from specmon.engine.draft_cache import CachedDrafter
 from specmon.engine.drafters import Proposal
+from specmon.engine.target import CachedTarget
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
@@ -141,8 +142,8 @@ class Exl3Runner:
         return self.model.forward(_ids(tokens), params)
 
 
-class KvTarget:
-    """A model and its cache behind a Runner; positions [0, length) hold valid keys/values."""
+class KvTarget(CachedTarget):
+    """A model and its cache behind a Runner."""
 
     def __init__(
         self,
@@ -153,32 +154,15 @@ class KvTarget:
         sync: Callable[[], None] = cuda_sync,
         cache_bytes: int = 0,
     ):
-        self.runner, self.name = runner, name
-        self.eos_id = eos_id
-        self.vocab_size = vocab_size  # the tokenizer's; a config's may be padded wider
-        self.max_len = runner.max_len
-        self.length = 0
+        super().__init__(name, eos_id, vocab_size, runner.max_len)
+        self.runner = runner
         self._sync = sync
         self._cache_bytes = cache_bytes
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        self.runner.prefill(tokens)
-        self.length = len(tokens)
+    def _write(self, tokens: Sequence[int], start: int, logits: bool) -> np.ndarray | None:
+        out = self.runner.logits(tokens, start) if logits else self.runner.prefill(tokens)
         self._sync()
-
-    def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
-        if start > self.length:
-            raise RuntimeError(f"target cache holds {self.length} positions, asked to write at {start}")
-        self.length = start  # positions a rejected draft left behind are overwritten
-        if not tokens:
-            return np.zeros((0, self.vocab_size), dtype=np.float32)
-        logits = self.runner.logits(tokens, start)
-        self.length = start + len(tokens)
-        self._sync()
-        return _rows(logits, self.vocab_size)
-
-    def truncate(self, length: int) -> None:
-        self.length = min(self.length, length)
+        return _rows(out, self.vocab_size) if logits else None
 
     def memory_bytes(self) -> int:
         """VRAM in use on the device per NVML (all processes); torch's own allocations without a driver."""

@@ -9,39 +9,25 @@ import torch
 
 from specmon.backends.llama import KVCache, Llama
 from specmon.engine.draft_cache import CachedDrafter
+from specmon.engine.target import CachedTarget
 from specmon.telemetry.memory import rss_bytes
 
 
-class TorchTarget:
-    """A llama model plus its rollable KV cache, behind the engine's Target protocol."""
+class TorchTarget(CachedTarget):
+    """A llama model plus its rollable KV cache."""
 
     def __init__(self, model: Llama, name: str, eos_id: int):
+        super().__init__(name, eos_id, model.cfg.vocab_size, model.max_len)
         self.model = model
-        self.name = name
-        self.eos_id = eos_id
-        self.vocab_size = model.cfg.vocab_size
-        self.max_len = model.max_len
         self.cache: KVCache = model.new_cache()
-        self.cached_len = 0  # positions [0, cached_len) hold valid keys and values
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        self.forward(tokens, 0)
 
     def fork(self) -> TorchTarget:
         """The same model (weights shared, packed copy included) with a KV cache of its own."""
         return TorchTarget(self.model, self.name, self.eos_id)
 
-    def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
-        if not tokens:
-            self.cached_len = start
-            return np.zeros((0, self.vocab_size), dtype=np.float32)
+    def _write(self, tokens: Sequence[int], start: int, logits: bool) -> np.ndarray:
         ids = torch.tensor(tokens, dtype=torch.long, device=self.model.device)
-        logits = self.model.forward(ids, start, self.cache)
-        self.cached_len = start + len(tokens)
-        return logits.cpu().numpy()  # the copy to the host is also the device sync
-
-    def truncate(self, length: int) -> None:
-        self.cached_len = min(self.cached_len, length)
+        return self.model.forward(ids, start, self.cache).cpu().numpy()  # the copy to the host is also the device sync
 
     def host_facts(self) -> dict[str, str]:
         """What this host's kernels decided at load: a confident draft's length depends on pad_from."""
@@ -59,11 +45,7 @@ class TorchTarget:
         return rss_bytes() or 0
 
     def cache_bytes(self) -> dict[str, int]:
-        return {"target": _tensor_bytes(self.cache.keys) * 2}
-
-
-def _tensor_bytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+        return {"target": self.cache.keys.nbytes * 2}
 
 
 class _TorchDraft(CachedDrafter):
@@ -89,7 +71,7 @@ class ModelDrafter(_TorchDraft):
         return ModelDrafter(self.model, self.name)
 
     def cache_bytes(self) -> dict[str, int]:
-        return {"draft": _tensor_bytes(self.cache.keys) * 2}
+        return {"draft": self.cache.keys.nbytes * 2}
 
 
 class LayerSkipDrafter(_TorchDraft):
