@@ -2,23 +2,20 @@
 
 The engines' generators keep only per-job totals, so specmon drives each model's forward itself and
 rolls a cache back by writing the next pass at an earlier position: a pass at `past_len` overwrites
-whatever a rejected draft left beyond it. One `Runner` per engine says how a forward is called;
-everything else (the valid prefix, the draft cache's ledger, logits cut to the tokenizer's
-vocabulary, one sync per phase) is shared. Neither engine is imported here: a runner's `load` takes
-the engine's package (gpu_pair imports it), so this bookkeeping runs on the CPU against recording
-fakes in the tests.
+whatever a rejected draft left beyond it. One `Runner` per engine says how a model loads and how a
+forward is called; the rest is shared. Neither engine is imported here (a runner's `load` is handed
+the package), so this runs on the CPU against recording fakes in the tests.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from specmon.engine.draft_cache import CachedDrafter
-from specmon.engine.drafters import Proposal
+from specmon.engine.drafters import CachedDrafter, Proposal
 from specmon.engine.target import CachedTarget
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
@@ -32,7 +29,7 @@ HEAD_DRAFTERS = ("mtp_draft", "dflash_draft", "dflash2_draft", "attach_target") 
 
 
 def cuda_sync() -> None:
-    """The engines run on their own streams: wait for all of them before reading the clock."""
+    """The engines run on streams of their own: wait for all of them before reading the clock."""
     torch.cuda.synchronize()
 
 
@@ -43,14 +40,6 @@ def _ids(tokens: Sequence[int]) -> torch.Tensor:
 def _rows(logits: torch.Tensor, vocab_size: int) -> np.ndarray:
     """[1, q_len, padded vocab] logits -> fp32 [q_len, tokenizer vocab]."""
     return logits[0, :, :vocab_size].float().cpu().numpy()
-
-
-class Runner(Protocol):
-    max_len: int  # positions the cache holds
-
-    def prefill(self, tokens: Sequence[int]) -> None: ...
-
-    def logits(self, tokens: Sequence[int], past_len: int, last_only: bool = False) -> torch.Tensor: ...
 
 
 class Exl2Runner:
@@ -72,8 +61,7 @@ class Exl2Runner:
 
     def prefill(self, tokens: Sequence[int]) -> None:
         self.cache.current_seq_len = 0
-        if tokens:
-            self.model.forward(_ids(tokens), self.cache, preprocess_only=True)
+        self.model.forward(_ids(tokens), self.cache, preprocess_only=True)
 
     def logits(self, tokens: Sequence[int], past_len: int, last_only: bool = False) -> torch.Tensor:
         self.cache.current_seq_len = past_len
@@ -81,11 +69,8 @@ class Exl2Runner:
 
 
 class Exl3Runner:
-    """ExLlamaV3: `forward(ids, params)` on a one-sequence flash-attn cache, written at `past_len`.
-
-    Follows exllamav3 1.6.5: `model/model.py` (`prefill`, `forward`), `modules/attn.py`
-    (`prepare_flash_attn`: `batch_shape`, `past_len`, a length in whole pages) and
-    `model/model_ls.py` (`last_tokens_only`)."""
+    """ExLlamaV3: `forward(ids, params)` on a one-sequence flash-attn cache, written at `past_len` (1.6.5's
+    model.py `prefill`/`forward`, attn.py `prepare_flash_attn`, model_ls.py `last_tokens_only`)."""
 
     def __init__(self, model, cache):
         self.model, self.cache = model, cache
@@ -94,10 +79,8 @@ class Exl3Runner:
     @classmethod
     def load(cls, exl, folder: Path, max_seq_len: int) -> Exl3Runner:
         """The folder (EXL3, or unquantised) as a model with an fp16 cache of max_seq_len positions in whole
-        pages (exllamav3 1.6.5's `Config.from_directory`, `Model.from_config`, `load`, `Cache`). Refused
-        before their weights load: models a rejected draft cannot be rolled back on (recurrent or hybrid:
-        GDN, linear attention, ...), and draft heads that read a target's hidden states inside ExLlamaV3's
-        generator (DFlash, Gemma 4's assistant). A target's own MTP layers are not built: its head goes unused."""
+        pages. Refused before their weights load: models a rejected draft cannot be rolled back on, and draft
+        heads (DFlash, Gemma 4's assistant); a target's own MTP layers are not built, its head unused."""
         try:
             config = exl.Config.from_directory(str(folder))
         except (AssertionError, ValueError, KeyError) as exc:  # an architecture or config it does not know
@@ -140,6 +123,9 @@ class Exl3Runner:
         if last_only:
             params["last_tokens_only"] = 1
         return self.model.forward(_ids(tokens), params)
+
+
+Runner = Exl2Runner | Exl3Runner  # how an engine's forward is called (recording fakes in the tests)
 
 
 class KvTarget(CachedTarget):

@@ -1,9 +1,8 @@
 """Load an ExLlamaV2 or ExLlamaV3 target/draft pair: every check first, then one engine's loading.
 
 Every check a user can fail (CUDA, folders, their format, vocabularies, the extension build, VRAM)
-is made before anything large is loaded, in that order, and each one ends in a single SpecmonError line. What
-differs per engine (its package, how a folder becomes a model, cache and Runner) is a `GpuEngine`;
-this is the only module that imports an engine.
+is made before anything large is loaded, in that order, each one a single SpecmonError line. What differs
+per engine is a `GpuEngine`; this is the only module that imports an engine.
 """
 
 from __future__ import annotations
@@ -48,7 +47,10 @@ def load_gpu_pair(profile: Profile, spec: DrafterSpec, engine: GpuEngine) -> Pai
     draft_dir = draft_folder(spec, profile, tokenizer, engine)
     package = import_engine(engine)  # after the folders: the import may compile for minutes
     folders = [target_dir] + ([draft_dir] if draft_dir else [])
-    check_fits(folders, profile.max_seq_len, *vram_free())
+    count = torch.cuda.device_count()  # both engines split layers over every visible GPU
+    free, total = (sum(got) for got in zip(*(torch.cuda.mem_get_info(i) for i in range(count))))
+    name = torch.cuda.get_device_name(0)
+    check_fits(folders, profile.max_seq_len, free, total, name if count == 1 else f"{count} GPUs ({name}, ...)")
     vocab = min([tokenizer.vocab_size] + [read_hf_config(f).get("vocab_size", tokenizer.vocab_size) for f in folders])
     runner, size = _loaded(engine, package, target_dir, profile.max_seq_len)
     target = KvTarget(runner, profile.target.describe(), tokenizer.eos_id, vocab, cache_bytes=size)
@@ -157,14 +159,6 @@ def cache_bytes(config: dict, max_seq_len: int) -> int:
     head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
     kv_heads = config.get("num_key_value_heads", heads)
     return 2 * config.get("num_hidden_layers", 0) * kv_heads * head_dim * max_seq_len * 2
-
-
-def vram_free() -> tuple[int, int, str]:
-    """Free and total VRAM over the visible GPUs (both engines split layers over all of them), and their name."""
-    count = torch.cuda.device_count()
-    free, total = (sum(got) for got in zip(*(torch.cuda.mem_get_info(i) for i in range(count))))
-    name = torch.cuda.get_device_name(0)
-    return free, total, name if count == 1 else f"{count} GPUs ({name}, ...)"
 
 
 def check_fits(folders: list[Path], max_seq_len: int, free: int, total: int, gpu: str) -> None:

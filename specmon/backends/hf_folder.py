@@ -73,8 +73,9 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
         weights = {k: v for k, v in weights.items() if not k.startswith("layers.") or int(k.split(".")[1]) < layers}
     tokenizer = load_tokenizer(gguf_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:  # gone if writing fails
+        staged = Path(tmp) / out.name
+        staged.mkdir()
         tensors = {hf_name(k): v.to(DTYPES[dtype]).clone() for k, v in weights.items()}  # tied head: own copy
         save_file(tensors, str(staged / "model.safetensors"), metadata={"format": "pt"})
         (staged / "config.json").write_text(json.dumps(config_json(cfg, tokenizer.eos_id, dtype), indent=2))
@@ -86,9 +87,6 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
         if out.exists():
             shutil.rmtree(out)
         os.replace(staged, out)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
     return out
 
 

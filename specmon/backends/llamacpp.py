@@ -13,7 +13,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from specmon.engine.draft_cache import CachedDrafter
+from specmon.engine.drafters import CachedDrafter
 from specmon.engine.target import CachedTarget
 from specmon.telemetry.memory import rss_bytes
 
@@ -62,12 +62,8 @@ class LlamaCppDrafter(CachedDrafter):
         self.context, self.name = context, name
         self.vocab_size = vocab_size
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        super().begin(prompt)
-        self.context.keep(0)
-
     def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
-        start, pending = super()._plan(context)
+        start, pending = super()._plan(context)  # a new prompt's first plan keeps nothing
         self.context.keep(start)
         return start, pending
 

@@ -32,6 +32,7 @@ INSTALL = (
 PROBE = "Héllo wörld 12345, <|im_start|>user\n  tabs\tand spaces; 東京 🙂<|im_end|>"
 
 
+@functools.cache  # one backend start per process
 def import_llama_cpp():
     """The binding, on first use; quiet unless llama.cpp reports an error."""
     try:
@@ -46,13 +47,8 @@ def import_llama_cpp():
             "reinstall it with: pip install --force-reinstall --no-cache-dir llama-cpp-python"
         ) from None
     logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
-    _backend_init(llama_cpp)
+    llama_cpp.llama_backend_init()
     return llama_cpp
-
-
-@functools.lru_cache(maxsize=1)
-def _backend_init(lib) -> None:
-    lib.llama_backend_init()
 
 
 @functools.lru_cache(maxsize=4)  # read once per process: each model load and bench prompt asks
@@ -115,7 +111,8 @@ class LlamaCppContext:
         if not self.ptr:
             raise SpecmonError(f"{model.path}: llama.cpp could not make a context of {n_ctx} positions")
         self.batch = lib.llama_batch_init(BATCH, 0, 1)
-        weakref.finalize(self, _free_context, lib, self.ptr, self.batch)
+        weakref.finalize(self, lib.llama_free, self.ptr)
+        weakref.finalize(self, lib.llama_batch_free, self.batch)
         self.memory = lib.llama_get_memory(self.ptr)
         self.n_ctx = lib.llama_n_ctx(self.ptr)
         self.n_vocab = model.n_vocab
@@ -146,11 +143,6 @@ class LlamaCppContext:
         return 2 * self.model.n_layer * self.n_ctx * self.model.kv_row * 2  # keys and values, f16
 
 
-def _free_context(lib, ptr, batch) -> None:
-    lib.llama_batch_free(batch)
-    lib.llama_free(ptr)
-
-
 def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> Pair:
     target_path = gguf_path(profile.target, profile)
     tokenizer = load_tokenizer(target_path)
@@ -159,13 +151,12 @@ def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> P
     else:  # layerskip refused before anything loads
         simple_drafter(spec, profile, "llamacpp", "a draft GGUF")
     lib = import_llama_cpp()
-    models: dict[Path, LlamaCppModel] = {}
 
+    @functools.cache  # weights loaded once, shared by the target's and a draft's contexts
     def model(path: Path) -> LlamaCppModel:
-        if path not in models:
-            models[path] = LlamaCppModel(lib, path)
-            check_model(models[path], tokenizer, profile)
-        return models[path]
+        loaded = LlamaCppModel(lib, path)
+        check_model(loaded, tokenizer, profile)
+        return loaded
 
     context = LlamaCppContext(model(target_path), profile.max_seq_len, n_threads)
     target = LlamaCppTarget(context, f"{profile.target.describe()} (llama.cpp)", tokenizer.eos_id, tokenizer.vocab_size)

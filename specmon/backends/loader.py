@@ -68,16 +68,15 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget, toke
         return NoDrafter()
     if spec.kind == "ngram":
         return NgramDrafter(spec.ngram_sizes, target.verify_rows)  # a padded pass's spare rows draft for free
+    n_layers = target.model.cfg.n_layers
+    if spec.kind == "layerskip" and not 0 < spec.layers < n_layers:
+        # a depth that differs from the profile's came from --layers: blame the flag, not the file
+        origin = f"profile {profile.source}: drafter.layers" if spec.layers == profile.drafter.layers else "--layers"
+        raise SpecmonError(
+            f"{origin} = {spec.layers}, but a layer-skip draft of {target.name} needs "
+            f"1..{n_layers - 1} layers (the target has {n_layers})"
+        )
     if spec.kind == "layerskip":
-        if not 0 < spec.layers < target.model.cfg.n_layers:
-            # a depth that differs from the profile's came from --layers: blame the flag, not the file
-            origin = (
-                f"profile {profile.source}: drafter.layers" if spec.layers == profile.drafter.layers else "--layers"
-            )
-            raise SpecmonError(
-                f"{origin} = {spec.layers}, but a layer-skip draft of {target.name} needs "
-                f"1..{target.model.cfg.n_layers - 1} layers (the target has {target.model.cfg.n_layers})"
-            )
         return LayerSkipDrafter(target, spec.layers)
     draft_path = resolve_model_path(spec.target, profile)
     check_same_vocab(tokenizer, cached_tokenizer(draft_path), draft_path, profile)
@@ -119,6 +118,4 @@ def context_length(path: Path) -> int | None:
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-@functools.lru_cache(maxsize=4)
-def cached_tokenizer(path: Path) -> ChatTokenizer:
-    return tokenizer_at(path)
+cached_tokenizer = functools.lru_cache(maxsize=4)(tokenizer_at)

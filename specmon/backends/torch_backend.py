@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from specmon.backends.llama import KVCache, Llama
-from specmon.engine.draft_cache import CachedDrafter
+from specmon.engine.drafters import CachedDrafter
 from specmon.engine.target import CachedTarget
 from specmon.telemetry.memory import rss_bytes
 
@@ -75,11 +75,8 @@ class ModelDrafter(_TorchDraft):
 
 
 class LayerSkipDrafter(_TorchDraft):
-    """Self-draft: the target's first N layers, its final norm and head.
-
-    It writes into the target's own cache for those layers: the target's verify pass then
-    rewrites the same positions with identical values, so no second cache is needed.
-    """
+    """Self-draft: the target's first N layers, its final norm and head, in the target's own cache (its
+    verify pass rewrites the same positions with identical values, so no second cache is needed)."""
 
     def __init__(self, target: TorchTarget, n_layers: int):
         super().__init__(target.model, f"layerskip-{n_layers}", target.cache, n_layers)
