@@ -14,7 +14,7 @@ import itertools
 import pytest
 
 from specmon.engine.drafters import NgramDrafter, NoDrafter
-from specmon.engine.equivalence import compare
+from specmon.engine.driver import compare
 from specmon.engine.prompts import builtin_suite
 from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.rounds import RoundContext

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fake_exllama
-from specmon.backends import exl3_loader, gpu_pair
+from specmon.backends import gpu_pair
 from specmon.backends.exllama import MAX_ROWS, Exl3Runner
 from specmon.backends.hf_folder import export_hf_folder
 from specmon.backends.loader import load_pair
@@ -67,7 +67,7 @@ def fake_engine(monkeypatch):
 
 @pytest.mark.parametrize("max_seq_len, pages", [(1000, 4), (2048, 8), (5000, 20)])
 def test_a_folder_loads_with_its_cache_in_whole_pages_and_room_for_the_widest_verify(folders, max_seq_len, pages):
-    runner = exl3_loader._load(fake_exllama.exllamav3_module(), folders["target"], max_seq_len)
+    runner = Exl3Runner.load(fake_exllama.exllamav3_module(), folders["target"], max_seq_len)
     assert isinstance(runner, Exl3Runner)
     assert runner.cache.max_num_tokens == runner.max_len == pages * 256  # rounded up to whole pages
     # the cache is attached before the weights load, whose measuring pass fits it
@@ -75,7 +75,7 @@ def test_a_folder_loads_with_its_cache_in_whole_pages_and_room_for_the_widest_ve
 
 
 def test_sliding_window_layers_load_as_windowed_attention_not_refused_as_recurrent_state(folders):
-    runner = exl3_loader._load(fake_exllama.exllamav3_module(), folders["windowed"], 512)
+    runner = Exl3Runner.load(fake_exllama.exllamav3_module(), folders["windowed"], 512)
     assert runner.model.recurrent_state_cls is None and runner.model.loaded is not None
 
 
@@ -94,7 +94,7 @@ def test_models_it_cannot_roll_back_or_read_are_one_line_before_their_weights(fo
     module.Model = type("Model", (fake_exllama.Exl3Model,), {"load": lambda self, **kw: loads.append(kw)})
     module.Model.from_config = staticmethod(lambda config, **kw: module.Model(config, swa_full=kw.get("swa_full")))
     with pytest.raises(SpecmonError) as raised:
-        exl3_loader._load(module, folders[which], 512)
+        Exl3Runner.load(module, folders[which], 512)
     message = str(raised.value)
     assert "\n" not in message and all(f in message for f in fragments), message
     assert loads == []
@@ -103,13 +103,13 @@ def test_models_it_cannot_roll_back_or_read_are_one_line_before_their_weights(fo
 def test_not_installed_and_a_failed_build_are_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "exllamav3", None)  # an import of it fails as if it were absent
     with pytest.raises(SpecmonError, match=r"^exllamav3 is not installed: pip install 'specmon\[exl3\]'$"):
-        gpu_pair.import_engine(exl3_loader.EXL3)
+        gpu_pair.import_engine(gpu_pair.EXL3)
     monkeypatch.delitem(sys.modules, "exllamav3")
     monkeypatch.setattr(
         gpu_pair.importlib, "import_module", lambda name: (_ for _ in ()).throw(RuntimeError("ninja: build stopped"))
     )
     with pytest.raises(SpecmonError, match="^exllamav3's CUDA extension"):
-        gpu_pair.import_engine(exl3_loader.EXL3)
+        gpu_pair.import_engine(gpu_pair.EXL3)
 
 
 def _profile(tmp_path, body):

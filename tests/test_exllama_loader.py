@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specmon.backends import gpu_pair
-from specmon.backends.gpu_pair import build_failure, cache_bytes, check_fits, cuda_problem
+from specmon.backends.gpu_pair import build_failure, cache_bytes, check_fits, require_cuda
 from specmon.backends.loader import load_pair
 from specmon.backends.hf_folder import export_hf_folder
 from specmon.errors import SpecmonError
@@ -115,9 +115,11 @@ def test_a_profile_s_folders_are_checked_before_the_engine_is_imported(
 
 
 def test_cuda_problems_are_named():
-    assert "CPU build" in cuda_problem("2.13.0+cpu", None, 0)
-    assert "no CUDA device" in cuda_problem("2.11.0+cu130", "13.0", 0)
-    assert cuda_problem("2.11.0+cu130", "13.0", 1) is None
+    with pytest.raises(SpecmonError, match="backend exllamav2 needs an NVIDIA GPU: this torch .* is a CPU build"):
+        require_cuda("exllamav2", None, 0)
+    with pytest.raises(SpecmonError, match="no CUDA device"):
+        require_cuda("exllamav2", "13.0", 0)
+    assert require_cuda("exllamav2", "13.0", 1) is None
 
 
 def test_build_failure_names_what_is_missing():

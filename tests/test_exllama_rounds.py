@@ -85,7 +85,7 @@ def test_greedy_speculative_equals_plain(engine, k, disagree_every):
     # the target cache ends holding every token but the last (which the next round would feed);
     # a last round cut short by max_new_tokens may leave accepted tokens past it, all valid
     sequence = PROMPT + run.generated
-    assert target.length >= len(sequence) - 1
+    assert target.cached_len >= len(sequence) - 1
     assert slots(target.runner)[: len(sequence) - 1] == sequence[:-1]
     if disagree_every == 0:
         assert all(e.accepted == len(e.proposed) for e in events)
@@ -125,7 +125,7 @@ def test_all_accepted_round_feeds_the_last_draft_token_with_the_bonus(engine):
         assert call["tokens"] == [event.proposed[-1], event.emitted[-1]]
         assert call["start"] == len(context) + k - 1
         context += event.emitted
-    assert drafter.ledger.fed == (PROMPT + run.generated)[: len(drafter.ledger.fed)]
+    assert drafter.fed == (PROMPT + run.generated)[: len(drafter.fed)]
 
 
 def test_rejection_rolls_the_draft_cache_back_to_the_accepted_prefix(engine):
@@ -136,7 +136,7 @@ def test_rejection_rolls_the_draft_cache_back_to_the_accepted_prefix(engine):
     assert rejected
     assert all(e.accepted < len(e.proposed) for e in rejected)
     # after every round the draft cache's valid prefix is a prefix of the true sequence
-    fed = drafter.ledger.fed
+    fed = drafter.fed
     assert slots(drafter.runner)[: len(fed)] == fed
 
 
@@ -156,7 +156,7 @@ def test_logits_are_cut_to_the_tokenizer_vocabulary(engine):
     rows = target.forward([3, 4, 5], 2)
     assert rows.shape == (3, VOCAB) and rows.dtype == np.float32
     target.truncate(3)
-    assert target.length == 3
+    assert target.cached_len == 3
     with pytest.raises(RuntimeError, match="holds 3 positions"):
         target.forward([1], 4)  # writing past the valid prefix would leave a hole
 

@@ -11,7 +11,7 @@ import pytest
 from specmon.backends.profiles import DrafterSpec, ModelRef, load_profile
 from specmon.engine.draft_len import FixedDraftLen
 from specmon.engine.drafters import NgramDrafter, NoDrafter
-from specmon.engine.equivalence import compare
+from specmon.engine.driver import compare
 from specmon.engine.prompts import builtin_suite
 from specmon.engine.rounds import RoundContext
 from specmon.errors import SpecmonError

@@ -121,7 +121,7 @@ def test_all_accepted_round_feeds_the_last_draft_token_with_the_bonus():
     for call, event in zip(feeds[k::k], events):
         assert call == ("decode", len(context) + k - 1, [event.proposed[-1], event.emitted[-1]], "last")
         context += event.emitted
-    assert drafter.ledger.fed == draft.cached
+    assert drafter.fed == draft.cached
 
 
 def test_sampled_rounds_accept_everything_when_draft_and_target_agree():

@@ -2,32 +2,34 @@
 
 The engines' generators keep only per-job totals, so specmon drives each model's forward itself and
 rolls a cache back by writing the next pass at an earlier position: a pass at `past_len` overwrites
-whatever a rejected draft left beyond it. One `Runner` per engine says how a forward is called;
-everything else (the valid prefix, the draft cache's ledger, logits cut to the tokenizer's
-vocabulary, one sync per phase) is shared. Neither engine is imported here: the runners take the
-loaded model and cache, so this bookkeeping runs on the CPU against recording fakes in the tests.
+whatever a rejected draft left beyond it. One `Runner` per engine says how a model loads and how a
+forward is called; the rest is shared. Neither engine is imported here (a runner's `load` is handed
+the package), so this runs on the CPU against recording fakes in the tests.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from specmon.engine.draft_cache import CachedDrafter
-from specmon.engine.drafters import Proposal
+from specmon.engine.drafters import CachedDrafter, Proposal
+from specmon.engine.target import CachedTarget
 from specmon.engine.draft_len import MAX_DRAFT_LEN
+from specmon.errors import SpecmonError
 from specmon.events.schema import Sampling
 from specmon.telemetry.memory import vram_bytes
 
 PAGE_SIZE = 256  # ExLlamaV3's flash-attn cache: its length is a whole number of pages (constants.PAGE_SIZE)
 CHUNK = 2048  # longest prefill pass, ExLlamaV3's default max_chunk_size
 MAX_ROWS = MAX_DRAFT_LEN + 1  # logit rows of the widest verify pass (k drafts and the last context token)
+HEAD_DRAFTERS = ("mtp_draft", "dflash_draft", "dflash2_draft", "attach_target")  # ExLlamaV3 caps of draft heads
 
 
 def cuda_sync() -> None:
-    """The engines run on their own streams: wait for all of them before reading the clock."""
+    """The engines run on streams of their own: wait for all of them before reading the clock."""
     torch.cuda.synchronize()
 
 
@@ -40,14 +42,6 @@ def _rows(logits: torch.Tensor, vocab_size: int) -> np.ndarray:
     return logits[0, :, :vocab_size].float().cpu().numpy()
 
 
-class Runner(Protocol):
-    max_len: int  # positions the cache holds
-
-    def prefill(self, tokens: Sequence[int]) -> None: ...
-
-    def logits(self, tokens: Sequence[int], past_len: int, last_only: bool = False) -> torch.Tensor: ...
-
-
 class Exl2Runner:
     """ExLlamaV2: `forward(ids, cache, ...)` writes at `cache.current_seq_len` and advances it."""
 
@@ -55,10 +49,19 @@ class Exl2Runner:
         self.model, self.cache = model, cache
         self.max_len = cache.max_seq_len
 
+    @classmethod
+    def load(cls, exl, folder: Path, max_seq_len: int) -> Exl2Runner:
+        """The folder as a model with an fp16 cache of max_seq_len positions, split over the visible GPUs."""
+        config = exl.ExLlamaV2Config(str(folder))
+        config.max_seq_len = max_seq_len
+        model = exl.ExLlamaV2(config)
+        cache = exl.ExLlamaV2Cache(model, max_seq_len=max_seq_len, lazy=True)
+        model.load_autosplit(cache)
+        return cls(model, cache)
+
     def prefill(self, tokens: Sequence[int]) -> None:
         self.cache.current_seq_len = 0
-        if tokens:
-            self.model.forward(_ids(tokens), self.cache, preprocess_only=True)
+        self.model.forward(_ids(tokens), self.cache, preprocess_only=True)
 
     def logits(self, tokens: Sequence[int], past_len: int, last_only: bool = False) -> torch.Tensor:
         self.cache.current_seq_len = past_len
@@ -66,15 +69,42 @@ class Exl2Runner:
 
 
 class Exl3Runner:
-    """ExLlamaV3: `forward(ids, params)` on a one-sequence flash-attn cache, written at `past_len`.
-
-    Follows exllamav3 1.6.5: `model/model.py` (`prefill`, `forward`), `modules/attn.py`
-    (`prepare_flash_attn`: `batch_shape`, `past_len`, a length in whole pages) and
-    `model/model_ls.py` (`last_tokens_only`)."""
+    """ExLlamaV3: `forward(ids, params)` on a one-sequence flash-attn cache, written at `past_len` (1.6.5's
+    model.py `prefill`/`forward`, attn.py `prepare_flash_attn`, model_ls.py `last_tokens_only`)."""
 
     def __init__(self, model, cache):
         self.model, self.cache = model, cache
         self.max_len = cache.max_num_tokens
+
+    @classmethod
+    def load(cls, exl, folder: Path, max_seq_len: int) -> Exl3Runner:
+        """The folder (EXL3, or unquantised) as a model with an fp16 cache of max_seq_len positions in whole
+        pages. Refused before their weights load: models a rejected draft cannot be rolled back on, and draft
+        heads (DFlash, Gemma 4's assistant); a target's own MTP layers are not built, its head unused."""
+        try:
+            config = exl.Config.from_directory(str(folder))
+        except (AssertionError, ValueError, KeyError) as exc:  # an architecture or config it does not know
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise SpecmonError(f"{folder.name}: exllamav3 cannot load it: {detail}") from None
+        # sliding-window layers as plain windowed attention (rolled back by past_len like the rest), not
+        # as the recurrent state ExLlamaV3 keeps them in by default (gpt-oss, Gemma 4, ...); others ignore it
+        model = exl.Model.from_config(config, swa_full=True)
+        arch = getattr(model.config, "architecture", None) or folder.name
+        if any(model.caps.get(cap) for cap in HEAD_DRAFTERS):
+            raise SpecmonError(
+                f"{folder.name}: a draft head ({arch}) that reads the target's hidden states inside ExLlamaV3's "
+                'generator; specmon drafts with a separate draft model of the same family or kind = "ngram"'
+            )
+        if model.get_recurrent_layers() or model.recurrent_state_cls is not None:
+            raise SpecmonError(
+                f"{folder.name}: {arch} keeps recurrent state, which specmon cannot roll back after a rejected "
+                "draft; pick a transformer-only model"
+            )
+        positions = -(-max_seq_len // PAGE_SIZE) * PAGE_SIZE
+        cache = exl.Cache(model, max_num_tokens=positions)
+        # loading measures a (1, max_chunk_size) pass against the cache: no longer than the cache holds
+        model.load(max_chunk_size=min(CHUNK, positions), max_output_size=MAX_ROWS)
+        return cls(model, cache)
 
     def _params(self, past_len: int) -> dict:
         return {"attn_mode": "flash_attn", "cache": self.cache, "past_len": past_len, "batch_shape": (1, self.max_len)}
@@ -95,8 +125,11 @@ class Exl3Runner:
         return self.model.forward(_ids(tokens), params)
 
 
-class KvTarget:
-    """A model and its cache behind a Runner; positions [0, length) hold valid keys/values."""
+Runner = Exl2Runner | Exl3Runner  # how an engine's forward is called (recording fakes in the tests)
+
+
+class KvTarget(CachedTarget):
+    """A model and its cache behind a Runner."""
 
     def __init__(
         self,
@@ -107,32 +140,15 @@ class KvTarget:
         sync: Callable[[], None] = cuda_sync,
         cache_bytes: int = 0,
     ):
-        self.runner, self.name = runner, name
-        self.eos_id = eos_id
-        self.vocab_size = vocab_size  # the tokenizer's; a config's may be padded wider
-        self.max_len = runner.max_len
-        self.length = 0
+        super().__init__(name, eos_id, vocab_size, runner.max_len)
+        self.runner = runner
         self._sync = sync
         self._cache_bytes = cache_bytes
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        self.runner.prefill(tokens)
-        self.length = len(tokens)
+    def _write(self, tokens: Sequence[int], start: int, logits: bool) -> np.ndarray | None:
+        out = self.runner.logits(tokens, start) if logits else self.runner.prefill(tokens)
         self._sync()
-
-    def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
-        if start > self.length:
-            raise RuntimeError(f"target cache holds {self.length} positions, asked to write at {start}")
-        self.length = start  # positions a rejected draft left behind are overwritten
-        if not tokens:
-            return np.zeros((0, self.vocab_size), dtype=np.float32)
-        logits = self.runner.logits(tokens, start)
-        self.length = start + len(tokens)
-        self._sync()
-        return _rows(logits, self.vocab_size)
-
-    def truncate(self, length: int) -> None:
-        self.length = min(self.length, length)
+        return _rows(out, self.vocab_size) if logits else None
 
     def memory_bytes(self) -> int:
         """VRAM in use on the device per NVML (all processes); torch's own allocations without a driver."""

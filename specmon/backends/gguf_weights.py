@@ -48,12 +48,6 @@ def read_config(reader: gguf.GGUFReader) -> LlamaConfig:
     )
 
 
-def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """Undo llama.cpp's q/k row permutation so rotate-half RoPE applies (HF layout)."""
-    rows = w.shape[0]
-    return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 _NAMES = {
     "attn_norm": "attn_norm",
     "ffn_norm": "ffn_norm",
@@ -71,23 +65,17 @@ def load_gguf_llama(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     """Dequantise every tensor to float32; keys are `embed`, `out_norm`, `head`, `layers.{i}.{name}`."""
     reader = open_gguf(path)
     cfg = read_config(reader)
+    top = {"token_embd.weight": "embed", "output_norm.weight": "out_norm", "output.weight": "head"}
     weights: dict[str, torch.Tensor] = {}
     for tensor in reader.tensors:
         array = np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
-        key, array = _to_hf(tensor.name, array, cfg)
+        key = top.get(tensor.name)
+        if key is None:
+            _, layer, part, _ = tensor.name.split(".")
+            key = f"layers.{layer}.{_NAMES[part]}"
+            if part in ("attn_q", "attn_k"):  # llama.cpp's row permutation undone, so rotate-half RoPE applies
+                heads = cfg.n_heads if part == "attn_q" else cfg.n_kv_heads
+                array = array.reshape(heads, -1, 2, *array.shape[1:]).swapaxes(1, 2).reshape(array.shape)
         weights[key] = torch.from_numpy(np.array(array, dtype=np.float32, order="C"))
     weights.setdefault("head", weights["embed"])  # tied embeddings when there is no output.weight
     return cfg, weights
-
-
-def _to_hf(name: str, array: np.ndarray, cfg: LlamaConfig) -> tuple[str, np.ndarray]:
-    """Our key for a GGUF tensor name, and the array in Hugging Face row order."""
-    top = {"token_embd.weight": "embed", "output_norm.weight": "out_norm", "output.weight": "head"}
-    if name in top:
-        return top[name], array
-    _, layer, part, _ = name.split(".")
-    if part == "attn_q":
-        array = _unpermute(array, cfg.n_heads)
-    elif part == "attn_k":
-        array = _unpermute(array, cfg.n_kv_heads)
-    return f"layers.{layer}.{_NAMES[part]}", array

@@ -1,9 +1,8 @@
 """Load an ExLlamaV2 or ExLlamaV3 target/draft pair: every check first, then one engine's loading.
 
 Every check a user can fail (CUDA, folders, their format, vocabularies, the extension build, VRAM)
-is made before anything large is loaded, in that order, and each one ends in a single SpecmonError line. What
-differs per engine (its package, how a folder becomes a model, cache and Runner) is a `GpuEngine`,
-supplied by `exl2_loader` or `exl3_loader`, the only modules that import an engine.
+is made before anything large is loaded, in that order, each one a single SpecmonError line. What differs
+per engine is a `GpuEngine`; this is the only module that imports an engine.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from specmon.backends.exllama import KvDrafter, KvTarget, Runner
+from specmon.backends.exllama import Exl2Runner, Exl3Runner, KvDrafter, KvTarget, Runner
 from specmon.backends.hf_folder import folder_for_gguf, folder_format, read_hf_config, wrong_format
 from specmon.backends.pair import Pair, check_same_vocab, simple_drafter
 from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
@@ -37,6 +36,10 @@ class GpuEngine:
     load: Callable[[object, Path, int], Runner]  # (package, folder, max_seq_len) -> a loaded model's Runner
 
 
+EXL2 = GpuEngine("exllamav2", "pip install 'specmon[gpu]'", ("hf", "exl2"), Exl2Runner.load)
+EXL3 = GpuEngine("exllamav3", "pip install 'specmon[exl3]'", ("hf", "exl3"), Exl3Runner.load)
+
+
 def load_gpu_pair(profile: Profile, spec: DrafterSpec, engine: GpuEngine) -> Pair:
     require_cuda(engine.backend)  # first: without a GPU no other fix helps (nor a model download)
     target_dir = model_folder(profile.target, profile, engine)
@@ -44,7 +47,10 @@ def load_gpu_pair(profile: Profile, spec: DrafterSpec, engine: GpuEngine) -> Pai
     draft_dir = draft_folder(spec, profile, tokenizer, engine)
     package = import_engine(engine)  # after the folders: the import may compile for minutes
     folders = [target_dir] + ([draft_dir] if draft_dir else [])
-    check_fits(folders, profile.max_seq_len, *vram_free())
+    count = torch.cuda.device_count()  # both engines split layers over every visible GPU
+    free, total = (sum(got) for got in zip(*(torch.cuda.mem_get_info(i) for i in range(count))))
+    name = torch.cuda.get_device_name(0)
+    check_fits(folders, profile.max_seq_len, free, total, name if count == 1 else f"{count} GPUs ({name}, ...)")
     vocab = min([tokenizer.vocab_size] + [read_hf_config(f).get("vocab_size", tokenizer.vocab_size) for f in folders])
     runner, size = _loaded(engine, package, target_dir, profile.max_seq_len)
     target = KvTarget(runner, profile.target.describe(), tokenizer.eos_id, vocab, cache_bytes=size)
@@ -102,23 +108,18 @@ def draft_folder(spec: DrafterSpec, profile: Profile, tokenizer: ChatTokenizer, 
     return folder
 
 
-def cuda_problem(torch_version: str, torch_cuda: str | None, device_count: int) -> str | None:
+def require_cuda(backend: str, torch_cuda: str | None = torch.version.cuda, devices: int | None = None) -> None:
+    """Refuse a torch without CUDA, or one that sees no device, before anything loads."""
     if torch_cuda is None:
-        return (
-            f"this torch ({torch_version}) is a CPU build; install a CUDA one, e.g. "
+        problem = (
+            f"this torch ({torch.__version__}) is a CPU build; install a CUDA one, e.g. "
             "pip install torch --index-url https://download.pytorch.org/whl/cu128"
         )
-    if device_count == 0:
-        return "torch sees no CUDA device (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
-    return None
-
-
-def require_cuda(backend: str) -> None:
-    problem = cuda_problem(
-        torch.__version__, torch.version.cuda, torch.cuda.device_count() if torch.version.cuda else 0
-    )
-    if problem:
-        raise SpecmonError(f"backend {backend} needs an NVIDIA GPU: {problem}")
+    elif (torch.cuda.device_count() if devices is None else devices) == 0:
+        problem = "torch sees no CUDA device (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+    else:
+        return
+    raise SpecmonError(f"backend {backend} needs an NVIDIA GPU: {problem}")
 
 
 def build_failure(
@@ -158,14 +159,6 @@ def cache_bytes(config: dict, max_seq_len: int) -> int:
     head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
     kv_heads = config.get("num_key_value_heads", heads)
     return 2 * config.get("num_hidden_layers", 0) * kv_heads * head_dim * max_seq_len * 2
-
-
-def vram_free() -> tuple[int, int, str]:
-    """Free and total VRAM over the visible GPUs (both engines split layers over all of them), and their name."""
-    count = torch.cuda.device_count()
-    free, total = (sum(got) for got in zip(*(torch.cuda.mem_get_info(i) for i in range(count))))
-    name = torch.cuda.get_device_name(0)
-    return free, total, name if count == 1 else f"{count} GPUs ({name}, ...)"
 
 
 def check_fits(folders: list[Path], max_seq_len: int, free: int, total: int, gpu: str) -> None:

@@ -42,18 +42,6 @@ def hf_name(key: str) -> str:
     return f"model.layers.{layer}.{_LAYER_NAMES[part]}.weight"
 
 
-_OUR_TOP = {hf_name(k): k for k in _TOP_NAMES}
-_OUR_PARTS = {f"{hf}.weight": part for part, hf in _LAYER_NAMES.items()}
-
-
-def our_key(name: str) -> str | None:
-    """A Hugging Face llama tensor name as our weight key; None for one the torch backend does not use."""
-    parts = name.split(".", 3)
-    if len(parts) == 4 and parts[:2] == ["model", "layers"] and parts[3] in _OUR_PARTS:
-        return f"layers.{parts[2]}.{_OUR_PARTS[parts[3]]}"
-    return _OUR_TOP.get(name)
-
-
 def config_json(cfg: LlamaConfig, eos_id: int, dtype: str) -> dict:
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -85,8 +73,9 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
         weights = {k: v for k, v in weights.items() if not k.startswith("layers.") or int(k.split(".")[1]) < layers}
     tokenizer = load_tokenizer(gguf_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:  # gone if writing fails
+        staged = Path(tmp) / out.name
+        staged.mkdir()
         tensors = {hf_name(k): v.to(DTYPES[dtype]).clone() for k, v in weights.items()}  # tied head: own copy
         save_file(tensors, str(staged / "model.safetensors"), metadata={"format": "pt"})
         (staged / "config.json").write_text(json.dumps(config_json(cfg, tokenizer.eos_id, dtype), indent=2))
@@ -98,9 +87,6 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
         if out.exists():
             shutil.rmtree(out)
         os.replace(staged, out)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
     return out
 
 
@@ -159,14 +145,11 @@ def load_hf_llama(folder: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
         rope_theta=float(raw.get("rope_theta", 10000.0)),
         norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
     )
-    weights: dict[str, torch.Tensor] = {}
+    layers = (f"layers.{i}.{part}" for i in range(cfg.n_layers) for part in _LAYER_NAMES)
+    ours = {hf_name(key): key for key in [*_TOP_NAMES, *layers]}  # tensors the torch backend does not use are left
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise SpecmonError(f"{folder}: no *.safetensors files")
-    for file in files:
-        for name, tensor in load_file(str(file)).items():
-            key = our_key(name)
-            if key is not None:
-                weights[key] = tensor.float()
+    weights = {ours[name]: t.float() for file in files for name, t in load_file(str(file)).items() if name in ours}
     weights.setdefault("head", weights["embed"])  # tie_word_embeddings
     return cfg, weights

@@ -85,11 +85,17 @@ class Llama:
         cache = KVCache(self.cfg, self.packed_rows, self.dtype, self.device)
         tokens = torch.zeros(self.packed_rows, dtype=torch.long, device=self.device)
         sizes = [*range(2, MIN_PACKED_ROWS), self.packed_rows]
+        best = [float("inf")] * len(sizes)  # the floor is what the kernels cost, the rest is noise
         try:
-            ms = _fastest_ms([lambda n=n: self.forward(tokens[:n], 0, cache) for n in sizes])
+            for rep in range(5):  # interleaved, so drift in the machine's speed falls on all alike; 0 warms up
+                for i, n in enumerate(sizes):
+                    start = time.perf_counter()
+                    self.forward(tokens[:n], 0, cache)
+                    if rep:
+                        best[i] = min(best[i], time.perf_counter() - start)
         finally:
             self.pad_from = saved
-        return choose_pad_from(dict(zip(sizes[:-1], ms[:-1])), ms[-1])
+        return choose_pad_from(dict(zip(sizes[:-1], best[:-1])), best[-1])
 
     def padded_rows(self, n_tok: int, start: int, n_layers: int | None) -> int:
         """Rows to run for n_tok positions: a verify pass of pad_from..packed_rows positions is padded
@@ -160,19 +166,6 @@ def choose_pad_from(short_ms: dict[int, float], packed_ms: float) -> int:
     return pad_from
 
 
-def _fastest_ms(runs: list, reps: int = 4) -> list[float]:
-    """Each run's fastest time, interleaved so that drift in the machine's speed falls on all alike:
-    the floor is what the kernels cost, the rest is noise (the first round warms them up)."""
-    best = [float("inf")] * len(runs)
-    for rep in range(reps + 1):
-        for i, run in enumerate(runs):
-            start = time.perf_counter()
-            run()
-            if rep:
-                best[i] = min(best[i], time.perf_counter() - start)
-    return [b * 1e3 for b in best]
-
-
 def can_pack(device: str, dtype: torch.dtype) -> bool:
     """MKL's packed fp32 gemm is there (x86 CPU builds of torch), for fp32 on the CPU."""
     if device != "cpu" or dtype != torch.float32 or not torch.backends.mkl.is_available():
@@ -207,6 +200,4 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 def _causal_mask(n_tok: int, start: int, device) -> torch.Tensor:
     """Query t (at position start+t) sees keys 0..start+t."""
-    keys = torch.arange(start + n_tok, device=device)
-    queries = torch.arange(start, start + n_tok, device=device)
-    return keys.unsqueeze(0) <= queries.unsqueeze(1)
+    return torch.ones(n_tok, start + n_tok, dtype=torch.bool, device=device).tril(start)

@@ -13,7 +13,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from specmon.engine.draft_cache import CachedDrafter
+from specmon.engine.drafters import CachedDrafter
+from specmon.engine.target import CachedTarget
 from specmon.telemetry.memory import rss_bytes
 
 
@@ -34,39 +35,17 @@ class Context(Protocol):
         """Size of this context's KV memory."""
 
 
-class LlamaCppTarget:
-    """A llama.cpp model and its context; positions [0, cached_len) hold valid keys/values.
-
-    llama.cpp refuses a batch whose first position does not follow the last one in memory, so
-    every write first drops what lies at and after its start (a rejected draft's positions)."""
+class LlamaCppTarget(CachedTarget):
+    """A llama.cpp model and its context. llama.cpp refuses a batch whose first position does not follow
+    the last one in memory, so every write first drops what lies at and after its start."""
 
     def __init__(self, context: Context, name: str, eos_id: int, vocab_size: int):
-        self.context, self.name = context, name
-        self.eos_id = eos_id
-        self.vocab_size = vocab_size  # the tokenizer's; the model's rows are cut to it
-        self.max_len = context.n_ctx
-        self.cached_len = 0
+        super().__init__(name, eos_id, vocab_size, context.n_ctx)
+        self.context = context
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        self.context.keep(0)
-        self.cached_len = 0
-        if tokens:
-            self.context.decode(tokens, 0, "none")
-            self.cached_len = len(tokens)
-
-    def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
-        if start > self.cached_len:
-            raise RuntimeError(f"target cache holds {self.cached_len} positions, asked to write at {start}")
+    def _write(self, tokens: Sequence[int], start: int, logits: bool) -> np.ndarray | None:
         self.context.keep(start)
-        self.cached_len = start
-        if not tokens:
-            return np.zeros((0, self.vocab_size), dtype=np.float32)
-        logits = self.context.decode(tokens, start, "all")
-        self.cached_len = start + len(tokens)
-        return logits[:, : self.vocab_size]
-
-    def truncate(self, length: int) -> None:
-        self.cached_len = min(self.cached_len, length)  # the next forward drops the rest
+        return self.context.decode(tokens, start, "all" if logits else "none")
 
     def memory_bytes(self) -> int:
         return rss_bytes() or 0
@@ -83,12 +62,8 @@ class LlamaCppDrafter(CachedDrafter):
         self.context, self.name = context, name
         self.vocab_size = vocab_size
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        super().begin(prompt)
-        self.context.keep(0)
-
     def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
-        start, pending = self.ledger.plan(context)
+        start, pending = super()._plan(context)  # a new prompt's first plan keeps nothing
         self.context.keep(start)
         return start, pending
 

@@ -32,6 +32,7 @@ INSTALL = (
 PROBE = "Héllo wörld 12345, <|im_start|>user\n  tabs\tand spaces; 東京 🙂<|im_end|>"
 
 
+@functools.cache  # one backend start per process
 def import_llama_cpp():
     """The binding, on first use; quiet unless llama.cpp reports an error."""
     try:
@@ -46,13 +47,8 @@ def import_llama_cpp():
             "reinstall it with: pip install --force-reinstall --no-cache-dir llama-cpp-python"
         ) from None
     logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
-    _backend_init(llama_cpp)
+    llama_cpp.llama_backend_init()
     return llama_cpp
-
-
-@functools.lru_cache(maxsize=1)
-def _backend_init(lib) -> None:
-    lib.llama_backend_init()
 
 
 @functools.lru_cache(maxsize=4)  # read once per process: each model load and bench prompt asks
@@ -66,15 +62,10 @@ def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
         return False
 
 
-def build_has_amx(system_info: str) -> bool:
-    """llama.cpp was compiled with AMX kernels (a native build on an AMX CPU): llama_print_system_info."""
-    return "AMX_INT8 = 1" in system_info
-
-
 def use_extra_bufts(lib) -> bool:
     """llama.cpp's extra buffer types (weights repacked for batched matmul) unless they would be its AMX
-    kernels: a build without AMX (scripts/setup-llamacpp on an AMX CPU) keeps the CPU repacks."""
-    return not (cpu_has_amx() and build_has_amx(lib.llama_print_system_info().decode(errors="replace")))
+    kernels (a native build on an AMX CPU): a build without AMX (scripts/setup-llamacpp) keeps the CPU repacks."""
+    return not (cpu_has_amx() and "AMX_INT8 = 1" in lib.llama_print_system_info().decode(errors="replace"))
 
 
 class LlamaCppModel:
@@ -120,30 +111,26 @@ class LlamaCppContext:
         if not self.ptr:
             raise SpecmonError(f"{model.path}: llama.cpp could not make a context of {n_ctx} positions")
         self.batch = lib.llama_batch_init(BATCH, 0, 1)
-        weakref.finalize(self, _free_context, lib, self.ptr, self.batch)
+        weakref.finalize(self, lib.llama_free, self.ptr)
+        weakref.finalize(self, lib.llama_batch_free, self.batch)
         self.memory = lib.llama_get_memory(self.ptr)
         self.n_ctx = lib.llama_n_ctx(self.ptr)
         self.n_vocab = model.n_vocab
 
     def decode(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:
-        rows = None
-        for offset in range(0, len(tokens), BATCH):
+        batch = self.batch
+        for offset in range(0, len(tokens), BATCH):  # only the last batch's logits are asked for
             chunk = tokens[offset : offset + BATCH]
-            last_chunk = offset + BATCH >= len(tokens)
-            rows = self._decode_chunk(chunk, start + offset, logits if last_chunk else "none")
-        return rows
-
-    def _decode_chunk(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:
-        batch, n = self.batch, len(tokens)
-        batch.n_tokens = n
-        for i, token in enumerate(tokens):
-            batch.token[i], batch.pos[i] = token, start + i
-            batch.n_seq_id[i], batch.seq_id[i][0] = 1, SEQ
-            batch.logits[i] = logits == "all" or (logits == "last" and i == n - 1)
-        status = self.lib.llama_decode(self.ptr, batch)
-        if status != 0:
-            raise RuntimeError(f"llama_decode returned {status} writing {n} tokens at position {start}")
-        if logits == "none":
+            want = logits if offset + BATCH >= len(tokens) else "none"
+            batch.n_tokens = n = len(chunk)
+            for i, token in enumerate(chunk):
+                batch.token[i], batch.pos[i] = token, start + offset + i
+                batch.n_seq_id[i], batch.seq_id[i][0] = 1, SEQ
+                batch.logits[i] = want == "all" or (want == "last" and i == n - 1)
+            status = self.lib.llama_decode(self.ptr, batch)
+            if status != 0:
+                raise RuntimeError(f"llama_decode returned {status} writing {n} tokens at position {start + offset}")
+        if logits == "none" or not tokens:
             return None
         n_out = n if logits == "all" else 1
         array = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ptr), shape=(n_out * self.n_vocab,))
@@ -156,11 +143,6 @@ class LlamaCppContext:
         return 2 * self.model.n_layer * self.n_ctx * self.model.kv_row * 2  # keys and values, f16
 
 
-def _free_context(lib, ptr, batch) -> None:
-    lib.llama_batch_free(batch)
-    lib.llama_free(ptr)
-
-
 def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> Pair:
     target_path = gguf_path(profile.target, profile)
     tokenizer = load_tokenizer(target_path)
@@ -169,13 +151,12 @@ def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> P
     else:  # layerskip refused before anything loads
         simple_drafter(spec, profile, "llamacpp", "a draft GGUF")
     lib = import_llama_cpp()
-    models: dict[Path, LlamaCppModel] = {}
 
+    @functools.cache  # weights loaded once, shared by the target's and a draft's contexts
     def model(path: Path) -> LlamaCppModel:
-        if path not in models:
-            models[path] = LlamaCppModel(lib, path)
-            check_model(models[path], tokenizer, profile)
-        return models[path]
+        loaded = LlamaCppModel(lib, path)
+        check_model(loaded, tokenizer, profile)
+        return loaded
 
     context = LlamaCppContext(model(target_path), profile.max_seq_len, n_threads)
     target = LlamaCppTarget(context, f"{profile.target.describe()} (llama.cpp)", tokenizer.eos_id, tokenizer.vocab_size)

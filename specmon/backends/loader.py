@@ -45,9 +45,7 @@ def _load_pair(profile: Profile, spec: DrafterSpec) -> Pair:
 
         return load_llamacpp_pair(profile, spec, torch.get_num_threads())
     if profile.backend.startswith("exllama"):
-        from specmon.backends.exl2_loader import EXL2  # neither imports its engine: load_gpu_pair does
-        from specmon.backends.exl3_loader import EXL3
-        from specmon.backends.gpu_pair import load_gpu_pair
+        from specmon.backends.gpu_pair import EXL2, EXL3, load_gpu_pair  # it imports the engine only when loading
 
         return load_gpu_pair(profile, spec, EXL2 if profile.backend == "exllamav2" else EXL3)
     if profile.device.startswith("cuda") and not torch.cuda.is_available():
@@ -70,16 +68,15 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget, toke
         return NoDrafter()
     if spec.kind == "ngram":
         return NgramDrafter(spec.ngram_sizes, target.verify_rows)  # a padded pass's spare rows draft for free
+    n_layers = target.model.cfg.n_layers
+    if spec.kind == "layerskip" and not 0 < spec.layers < n_layers:
+        # a depth that differs from the profile's came from --layers: blame the flag, not the file
+        origin = f"profile {profile.source}: drafter.layers" if spec.layers == profile.drafter.layers else "--layers"
+        raise SpecmonError(
+            f"{origin} = {spec.layers}, but a layer-skip draft of {target.name} needs "
+            f"1..{n_layers - 1} layers (the target has {n_layers})"
+        )
     if spec.kind == "layerskip":
-        if not 0 < spec.layers < target.model.cfg.n_layers:
-            # a depth that differs from the profile's came from --layers: blame the flag, not the file
-            origin = (
-                f"profile {profile.source}: drafter.layers" if spec.layers == profile.drafter.layers else "--layers"
-            )
-            raise SpecmonError(
-                f"{origin} = {spec.layers}, but a layer-skip draft of {target.name} needs "
-                f"1..{target.model.cfg.n_layers - 1} layers (the target has {target.model.cfg.n_layers})"
-            )
         return LayerSkipDrafter(target, spec.layers)
     draft_path = resolve_model_path(spec.target, profile)
     check_same_vocab(tokenizer, cached_tokenizer(draft_path), draft_path, profile)
@@ -121,6 +118,4 @@ def context_length(path: Path) -> int | None:
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-@functools.lru_cache(maxsize=4)
-def cached_tokenizer(path: Path) -> ChatTokenizer:
-    return tokenizer_at(path)
+cached_tokenizer = functools.lru_cache(maxsize=4)(tokenizer_at)

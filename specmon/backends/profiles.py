@@ -87,15 +87,10 @@ class Profile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         return 1e-4 if self.dtype == "float32" else 0.5
 
 
-def profile_path(name_or_path: str) -> Path:
-    """A path, or a profile name: from the working directory first, then the shipped profiles."""
-    return resolve("profiles", name_or_path)
-
-
 def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     """Read and check a profile; every problem is one SpecmonError line naming the file (and the
     line, where the problem is a key's value)."""
-    path = profile_path(name_or_path)
+    path = resolve("profiles", name_or_path)  # a path, or a name: the working directory's, then a shipped one
     text = read_user_text(path, "profile")
     try:
         profile = msgspec.convert(tomllib.loads(text), Profile)
@@ -184,9 +179,8 @@ def resolve_model_path(ref: ModelRef, profile: Profile) -> Path:
 
 
 def overrides(args, profile: Profile) -> tuple[Sampling, DrafterSpec]:
-    """The profile's sampling and drafter with the command line's flags over them (`args`: temperature,
-    top_p, top_k, seed, drafter, draft_len and layers, None where not given); a drafter the profile
-    cannot build is refused here, before anything loads."""
+    """The profile's sampling and drafter with the command line's flags (None where not given) over them;
+    a drafter the profile cannot build is refused here, before anything loads."""
     flags = {name: getattr(args, name) for name in Sampling.__struct_fields__}
     sampling = msgspec.structs.replace(
         profile.sampling.to_event(), **{name: value for name, value in flags.items() if value is not None}

@@ -8,40 +8,26 @@ import numpy as np
 import torch
 
 from specmon.backends.llama import KVCache, Llama
-from specmon.engine.draft_cache import CachedDrafter
+from specmon.engine.drafters import CachedDrafter
+from specmon.engine.target import CachedTarget
 from specmon.telemetry.memory import rss_bytes
 
 
-class TorchTarget:
-    """A llama model plus its rollable KV cache, behind the engine's Target protocol."""
+class TorchTarget(CachedTarget):
+    """A llama model plus its rollable KV cache."""
 
     def __init__(self, model: Llama, name: str, eos_id: int):
+        super().__init__(name, eos_id, model.cfg.vocab_size, model.max_len)
         self.model = model
-        self.name = name
-        self.eos_id = eos_id
-        self.vocab_size = model.cfg.vocab_size
-        self.max_len = model.max_len
         self.cache: KVCache = model.new_cache()
-        self.cached_len = 0  # positions [0, cached_len) hold valid keys and values
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        self.forward(tokens, 0)
 
     def fork(self) -> TorchTarget:
         """The same model (weights shared, packed copy included) with a KV cache of its own."""
         return TorchTarget(self.model, self.name, self.eos_id)
 
-    def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
-        if not tokens:
-            self.cached_len = start
-            return np.zeros((0, self.vocab_size), dtype=np.float32)
+    def _write(self, tokens: Sequence[int], start: int, logits: bool) -> np.ndarray:
         ids = torch.tensor(tokens, dtype=torch.long, device=self.model.device)
-        logits = self.model.forward(ids, start, self.cache)
-        self.cached_len = start + len(tokens)
-        return logits.cpu().numpy()  # the copy to the host is also the device sync
-
-    def truncate(self, length: int) -> None:
-        self.cached_len = min(self.cached_len, length)
+        return self.model.forward(ids, start, self.cache).cpu().numpy()  # the copy to the host is also the device sync
 
     def host_facts(self) -> dict[str, str]:
         """What this host's kernels decided at load: a confident draft's length depends on pad_from."""
@@ -59,11 +45,7 @@ class TorchTarget:
         return rss_bytes() or 0
 
     def cache_bytes(self) -> dict[str, int]:
-        return {"target": _tensor_bytes(self.cache.keys) * 2}
-
-
-def _tensor_bytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+        return {"target": self.cache.keys.nbytes * 2}
 
 
 class _TorchDraft(CachedDrafter):
@@ -89,20 +71,17 @@ class ModelDrafter(_TorchDraft):
         return ModelDrafter(self.model, self.name)
 
     def cache_bytes(self) -> dict[str, int]:
-        return {"draft": _tensor_bytes(self.cache.keys) * 2}
+        return {"draft": self.cache.keys.nbytes * 2}
 
 
 class LayerSkipDrafter(_TorchDraft):
-    """Self-draft: the target's first N layers, its final norm and head.
-
-    It writes into the target's own cache for those layers: the target's verify pass then
-    rewrites the same positions with identical values, so no second cache is needed.
-    """
+    """Self-draft: the target's first N layers, its final norm and head, in the target's own cache (its
+    verify pass rewrites the same positions with identical values, so no second cache is needed)."""
 
     def __init__(self, target: TorchTarget, n_layers: int):
         super().__init__(target.model, f"layerskip-{n_layers}", target.cache, n_layers)
         self.target = target
 
     def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
-        valid = min(self.target.cached_len, len(context) - 1)  # the target's cache is the ledger
+        valid = min(self.target.cached_len, len(context) - 1)  # the target's cache says what was fed
         return valid, list(context[valid:])

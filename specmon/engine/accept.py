@@ -1,9 +1,5 @@
-"""Accept rules for one verified round.
-
-Greedy: accept while the draft token is the target's argmax. Sampled: accept draft token x
-with probability min(1, p(x)/q(x)); on rejection draw from normalize(max(0, p - q)). Either
-way the round ends with one target token: a correction at the rejection, or a bonus token.
-"""
+"""Accept rules for one verified round: either way it ends with one target token, a correction at
+the rejection or a bonus token."""
 
 from __future__ import annotations
 
@@ -24,7 +20,7 @@ class Verdict:
 
 
 def accept_greedy(proposed: list[int], target_argmax: np.ndarray) -> Verdict:
-    """`target_argmax` has len(proposed) + 1 entries: the target's choice at every position."""
+    """Accept while the draft token is the target's argmax (`target_argmax`: len(proposed) + 1 of them)."""
     accepted = 0
     while accepted < len(proposed) and proposed[accepted] == int(target_argmax[accepted]):
         accepted += 1
@@ -32,10 +28,8 @@ def accept_greedy(proposed: list[int], target_argmax: np.ndarray) -> Verdict:
 
 
 def accept_sampled(proposed: list[int], p: np.ndarray, q: np.ndarray | None, rng: np.random.Generator) -> Verdict:
-    """Speculative sampling over target rows p [k+1, V] and draft rows q [k, V].
-
-    `q=None` means a drafter with no distribution (n-gram lookup): q is one-hot on its token.
-    """
+    """Accept draft token x with probability min(1, p(x)/q(x)); on rejection draw from normalize(max(0, p - q)).
+    Target rows p [k+1, V], draft rows q [k, V]; `q=None`: a drafter with no distribution, q one-hot."""
     k = len(proposed)
     uniforms = rng.random(k)
     positions = np.arange(k)

@@ -21,9 +21,8 @@ FILLER = 5  # the token ids the timed passes verify: the cost does not depend on
 
 @dataclass(frozen=True)
 class Costs:
-    """verify_ms[T-1]: ms a target pass over T positions costs (T = 1 is a plain step; with T > 1
-    what the pass costs the plain step after it is included);
-    draft_ms: a model drafter's ms per draft token (0 for n-gram lookup)."""
+    """verify_ms[T-1]: ms a target pass over T positions costs (T = 1 is a plain step; with T > 1 what the
+    pass costs the plain step after it is included); draft_ms: a model drafter's ms per draft token."""
 
     verify_ms: tuple[float, ...]
     draft_ms: float = 0.0
@@ -50,14 +49,12 @@ def measure_costs(
     stall: Callable[[], float | None] | None = None,
     done: Callable[[int], None] | None = None,
 ) -> Costs:
-    """Time the target (and a model drafter) on the spot, as decoding runs it: a plain step right
-    after another, and a pass over T positions together with the plain step after it, less a plain
-    step. An engine that reuses its last pass's graph (llama.cpp) rebuilds it on both sides of a
-    draft round (a T = 4 round cost 3.0 steps in decoding, 3.0 timed so, 2.6 timed apart).
-    One warm round of every shape, then `reps` rounds taken on a quiet host (a timing the host
-    disturbed is taken again, up to EXTRA_ROUNDS more rounds); the least of each is kept.
-    `done(n)` hears how many of timings_total(max_positions, reps) are done (a retaken one counts
-    as done already)."""
+    """Time the target (and a model drafter) as decoding runs it: a plain step right after another, and a
+    pass over T positions with the plain step after it, less a plain step (an engine that reuses its last
+    pass's graph, llama.cpp, rebuilds it on both sides of a draft round: a T = 4 round cost 3.0 steps in
+    decoding, 3.0 timed so, 2.6 timed apart). One warm round of every shape, then the least of `reps`
+    quiet timings (a disturbed one is retaken, up to EXTRA_ROUNDS more rounds). `done(n)` hears how many
+    of timings_total(max_positions, reps) are done."""
     room = min(context_len, target.max_len - max_positions - 1)
     context = [(100 + i) % target.vocab_size for i in range(room)]
     target.prefill(context[:-1])
@@ -81,8 +78,6 @@ def measure_costs(
     quiet = [0] * max_positions
     total, taken = timings_total(max_positions, reps), 0
     for rep in range(reps + 1 + EXTRA_ROUNDS):
-        if rep > reps and min(quiet) >= reps:
-            break
         for t in range(max_positions):
             if rep > reps and quiet[t] >= reps:
                 continue
@@ -128,9 +123,7 @@ def _draft_ms(drafter, context: Sequence[int], k: int) -> float:
 
 def time_passes(targets: dict, context_len: int, reps: int, max_positions: int, done=None) -> dict:
     """ms of a pass over T = 1..max_positions positions after `context_len` tokens, per target, as
-    decoding pays it and as a session measures it at load (engine.costs: a T pass with the plain
-    step after it, less a plain step); the least of `reps`, each rep over every target in turn, so
-    drift in the machine's speed falls on every layout alike."""
+    measure_costs takes it; the least of `reps`, each over every target in turn, so drift falls on all alike."""
     for target in targets.values():
         if context_len + max_positions >= target.max_len:
             raise SpecmonError(

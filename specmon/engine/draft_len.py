@@ -1,8 +1,4 @@
-"""Draft length (k): one name, one maximum, and one small protocol for "k for the next round".
-
-A fixed k, the policy's per-round choice and any future scheduler all answer the same two
-questions: which k the next round drafts, and the longest k it may ever ask for (so the round
-loop can check the KV cache has room before the first forward)."""
+"""Draft length (k): one maximum, and one protocol a fixed k and the policy's per-round choice both answer."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ MAX_DRAFT_LEN = 64  # longest draft any profile, policy, sweep or flag may ask f
 
 
 class DraftLenSource(Protocol):
-    max_draft_len: int  # the longest k next_draft_len() may return
+    max_draft_len: int  # the longest k next_draft_len() may return: the KV cache is checked for it first
 
     def next_draft_len(self) -> int:
         """The draft length of the next round (0: a plain decoding step)."""

@@ -1,7 +1,10 @@
 """Drafters propose up to k tokens per round behind one small interface.
 
-Model-based drafters (layer-skip self-draft, a separate draft model) live in the backends,
-since they run torch; the n-gram prompt-lookup drafter needs no model and lives here.
+The n-gram prompt-lookup drafter needs no model and lives here. Model-based drafters (layer-skip
+self-draft, a separate draft model) run torch or an engine, so they live in the backends, on
+CachedDrafter's draft loop: after a round the context may have diverged from what the draft cache
+was fed (a rejected draft token) or run past it (all k accepted: the last draft token was never fed,
+and the bonus token is new), so each round rolls the cache back to the shared prefix, feeds the rest.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from specmon.engine.sampling import probs_from_logits, sample
 from specmon.events.schema import Sampling
 
 
@@ -49,23 +53,17 @@ class NoDrafter:
 
 
 class NgramDrafter:
-    """Prompt lookup: find the latest earlier occurrence of the last n tokens, copy what followed.
+    """Prompt lookup: copy what followed the latest earlier occurrence of the last n tokens, for each n
+    in `ngram_sizes` (longest first). Costs microseconds; q is one-hot.
 
-    Tries each n in `ngram_sizes` (longest first). Costs microseconds; q is one-hot.
-
-    With `confident(min_match, min_seen)` (a policy sets it per prompt class) it proposes only on a
-    confident match, because on a CPU a failed proposal costs a verify pass of 1.2-2.9x a plain
-    step: the context's last `min_match` or more tokens occur earlier, and the token that followed
-    the longest such match followed such a match at least `min_seen` times. It drafts no further
-    than the match is long (a 3-token match drafts at most 3), unless the target's verify pass
-    computes more rows anyway (`verify_rows`: a pass padded to its packed rows costs the same
-    however many of them are draft), nor past where the earlier occurrences that agree so far stop
-    agreeing (with min_seen >= 2).
+    With `confident(...)` (a policy sets it per prompt class) it proposes only on a confident match
+    (see confident_draft), because on a CPU a failed proposal costs a verify pass of 1.2-2.9x a plain step.
     """
+
+    name = "ngram"
 
     def __init__(self, ngram_sizes: Sequence[int] = (3, 2), verify_rows: VerifyRows | None = None):
         self.ngram_sizes = sorted(ngram_sizes, reverse=True)
-        self.name = "ngram"
         self.min_match = 0  # 0: the plain lookup above, no confidence test
         self.min_seen = 1
         self.whole = False  # a confident draft copies up to k tokens, however long its match (a policy cuts it)
@@ -109,11 +107,9 @@ VerifyRows = Callable[[int, int], int]
 
 
 class ContextIndex:
-    """Where each token occurs in one prompt's context, kept from round to round (within a prompt
-    the context only grows): a round's lookup then costs what its few candidates cost, in plain
-    Python, not numpy calls over the whole context (on llama.cpp's ~9 ms steps a round's lookup
-    cost ~1% of a step that way). It trusts a list it has seen to only grow, as the round loop's
-    does; another list object, or one that shrank, starts it afresh."""
+    """Where each token occurs in one prompt's context, kept from round to round as the round loop's list
+    grows, so a lookup costs its few candidates, not a pass over the context (~1% of a llama.cpp step).
+    Another list object, or one that shrank or changed, starts it afresh."""
 
     def __init__(self):
         self.n = 0
@@ -122,18 +118,14 @@ class ContextIndex:
         self.source: Sequence[int] | None = None  # the round loop's context list, extended in place
 
     def update(self, context: Sequence[int]) -> list[int] | None:
-        """The candidates for the context's next token: each earlier position i whose preceding
-        token equals the context's last (context[i - 1] == context[-1], 1 <= i <= n - 1). A context
-        list seen for the first time gets no index yet (None: search it whole), so a caller that
-        passes a new list every time pays nothing for one."""
-        n = len(context)
-        if context is not self.source:
-            self.__init__()
+        """Each earlier position i with context[i - 1] == context[-1] (1 <= i <= n - 1); None for a list
+        seen the first time (search it whole), so a caller that passes a new list every time pays nothing."""
+        n, seen = len(context), context is self.source
+        if not seen or n < self.n or (self.n and context[self.n - 1] != self.last):
+            self.__init__()  # a new list, or one changed other than by growing: index it afresh
             self.source = context
-            return None
-        if n < self.n or (self.n and context[self.n - 1] != self.last):
-            self.__init__()  # changed other than by growing: index it afresh
-            self.source = context
+            if not seen:
+                return None
         where = self.where
         for position in range(self.n, n):
             where.setdefault(context[position], []).append(position)
@@ -152,10 +144,11 @@ def confident_draft(
     positions: Sequence[int] | None = None,
     verify_rows: VerifyRows | None = None,
 ) -> tuple[list[int], int]:
-    """Up to k tokens copied after the longest (then latest) earlier match of the context's end,
-    if it is at least min_match long and its next token was seen after >= min_seen such matches,
-    and the match's length (0: no draft). `positions`: the candidates _match_lengths would find (a
-    ContextIndex keeps them); `verify_rows`: see NgramDrafter."""
+    """Up to k tokens copied after the longest (then latest) earlier match of the context's end, if it is at
+    least min_match long and its next token followed >= min_seen such matches, and the match's length (0:
+    no draft). It drafts no further than the match is long unless the verify pass computes more rows anyway
+    (`verify_rows`: a padded pass costs the same however many rows are draft), nor past where the agreeing
+    occurrences stop agreeing. `positions`: the candidates _match_lengths would find (a ContextIndex's)."""
     matches = [(i, length) for i, length in _match_lengths(ctx, positions) if length >= min_match]
     if not matches:
         return [], 0
@@ -194,3 +187,45 @@ def _match_lengths(
             length += 1
         found.append((i, length))
     return found
+
+
+class CachedDrafter:
+    """A drafter that runs a model on a cache of its own: `_plan`, then k one-token forwards (`_step`) a round."""
+
+    def __init__(self) -> None:
+        self.fed: list[int] = []  # tokens whose keys/values sit in the draft cache, in order
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.fed = []
+
+    def _plan(self, context: Sequence[int]) -> tuple[int, list[int]]:
+        """(positions to keep, tokens to feed); the last token is always fed, so its logits are fresh."""
+        valid = 0
+        limit = min(len(self.fed), len(context) - 1)
+        while valid < limit and self.fed[valid] == context[valid]:
+            valid += 1
+        self.fed = list(context[:valid])
+        return valid, list(context[valid:])
+
+    def _step(self, tokens: list[int], start: int) -> np.ndarray:
+        """Write `tokens` at positions start... of the cache; the last one's logits [1, vocab]."""
+        raise NotImplementedError
+
+    def propose(self, context: Sequence[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
+        if k <= 0:
+            return Proposal([], None)
+        start, pending = self._plan(context)
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        for _ in range(k):
+            logits = self._step(pending, start)
+            start += len(pending)
+            self.fed.extend(pending)
+            if sampling.greedy:  # q one-hot: no row
+                token = int(logits[0].argmax())
+            else:
+                rows.append(probs_from_logits(logits, sampling)[0])
+                token = sample(rows[-1], rng)
+            tokens.append(token)
+            pending = [token]
+        return Proposal(tokens, np.stack(rows) if rows else None)

@@ -1,9 +1,6 @@
-"""The one session driver: every scheduler (`run`'s plain-vs-speculative pairing, the sweep
-grid, the policy, the policy benchmark, `specmon serve`'s jobs) decodes its prompts through it.
-
-It owns the target, the tokenizer, the session's round ids and the emit path, and runs one
-prompt at a time: PromptStarted, one RoundVerified per round, then PromptFinished (with a
-ResourceSample per prompt), with the k of each round asked of a DraftLenSource."""
+"""The one session driver: every scheduler (`run`'s pairing, the sweep, the policy, its benchmark,
+`specmon serve`'s jobs) decodes its prompts through it. It owns the target, the tokenizer, the
+session's round ids and the emit path, and runs one prompt at a time."""
 
 from __future__ import annotations
 
@@ -19,7 +16,6 @@ from typing import Callable, Generator, Protocol, Sequence
 from specmon import __version__
 from specmon.engine.draft_len import DraftLenSource
 from specmon.engine.drafters import Drafter
-from specmon.engine.equivalence import compare
 from specmon.engine.prompts import Prompt
 from specmon.engine.rounds import PromptRun, RoundContext, check_room, drain, prompt_rounds
 from specmon.engine.target import Target
@@ -70,6 +66,21 @@ def host_facts() -> dict[str, str]:
         "python": platform.python_version(),
         "cpus": str(os.cpu_count()),
     }
+
+
+def compare(
+    plain: list[int], plain_margins: list[float], speculative: list[int], greedy: bool, near_tie_margin: float
+) -> Equivalence:
+    """Under greedy decoding the two must match token for token; a divergence where plain decoding's top-1
+    and top-2 logits were closer than `near_tie_margin` is a near-tie (kernels rounding apart)."""
+    if not greedy:
+        return Equivalence("sampled", near_tie_margin=near_tie_margin)
+    if plain == speculative:
+        return Equivalence("identical", near_tie_margin=near_tie_margin)
+    index = next((i for i, (a, b) in enumerate(zip(plain, speculative)) if a != b), min(len(plain), len(speculative)))
+    margin = plain_margins[index] if index < len(plain_margins) else None
+    verdict = "near-tie" if margin is not None and margin < near_tie_margin else "diverged"
+    return Equivalence(verdict, first_divergence=index, margin=margin, near_tie_margin=near_tie_margin)
 
 
 class SessionDriver:
@@ -133,9 +144,8 @@ class SessionDriver:
             )
 
     def fork(self, emit: Emit) -> SessionDriver | None:
-        """A driver on a copy of the target with its own KV cache (weights shared), emitting to
-        `emit`, in this session (same round ids): so decodes can take turns round by round.
-        None where the target cannot be copied."""
+        """A driver in this session (same round ids) on a copy of the target with its own KV cache, emitting to
+        `emit`, so decodes can take turns round by round; None where the target cannot be copied."""
         fork_target = getattr(self.target, "fork", None)
         if fork_target is None:
             return None
@@ -144,19 +154,9 @@ class SessionDriver:
         twin._stopped, twin.stall = self._stopped, self.stall
         return twin
 
-    def decode(
-        self,
-        prompt: Prompt,
-        drafter: Drafter,
-        draft_len: DraftLenSource,
-        sampling: Sampling,
-        max_new_tokens: int,
-        **options,
-    ) -> Decoded:
-        """Decode one prompt: PromptStarted, then its rounds (each handed to `on_round` after it is
-        emitted, so a policy can observe it and decide before the next; then `stop` is asked whether
-        to end here, e.g. a server's client left). Call finish() after."""
-        return drain(self.decode_steps(prompt, drafter, draft_len, sampling, max_new_tokens, **options))
+    def decode(self, *args, **options) -> Decoded:
+        """decode_steps() run to its end. Call finish() after."""
+        return drain(self.decode_steps(*args, **options))
 
     def decode_steps(
         self,
@@ -173,7 +173,9 @@ class SessionDriver:
         on_round: Callable[[RoundVerified], None] | None = None,
         stop: Callable[[], str | None] | None = None,
     ) -> Generator[int, None, Decoded]:
-        """decode() one round at a time: it yields after each round."""
+        """Decode one prompt, yielding after each round: PromptStarted, then its rounds (each handed to
+        `on_round` after it is emitted, so a policy can observe it and decide before the next; then the
+        session's stop, then `stop`, is asked whether to end here, e.g. a server's client left)."""
         if self.stopped:
             raise Cancelled
         tokens = self.tokens(prompt)
@@ -209,20 +211,13 @@ class SessionDriver:
             if on_round is not None:
                 on_round(event)
 
-        run = yield from prompt_rounds(
-            self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit, self._stop_check(stop)
-        )
-        return Decoded(started, run)
-
-    def _stop_check(self, stop: Callable[[], str | None] | None) -> Callable[[], str | None]:
-        """After each round: the session's stop first, then the caller's (a server's client left)."""
-
-        def check() -> str | None:
+        def stopped() -> str | None:  # the session's stop first, then the caller's
             if self._stopped.is_set():
                 return "cancelled"
             return stop() if stop is not None else None
 
-        return check
+        run = yield from prompt_rounds(self.target, drafter, tokens, draft_len, sampling, limit, ctx, emit, stopped)
+        return Decoded(started, run)
 
     def equivalence(self, plain: Decoded, done: Decoded) -> Equivalence:
         """Did `done` give plain decoding's tokens (greedy), with the logit margin where it left them?"""

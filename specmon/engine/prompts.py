@@ -100,7 +100,9 @@ def builtin_suite(classes: list[str] | None = None) -> list[Prompt]:
 def prompt_set(path: Path | None, classes: str | None) -> list[Prompt]:
     """The prompts of `--prompts FILE` (else the built-in suite), keeping only the `--classes` listed
     (comma-separated); a class the set does not have is refused, naming the ones it has."""
-    wanted = _class_list(classes)
+    wanted = None if classes is None else [name.strip() for name in classes.split(",") if name.strip()]
+    if wanted == []:
+        raise SpecmonError(f"--classes {classes!r}: expected comma-separated class names")
     if path is None:
         return builtin_suite(wanted)
     prompts = load_prompts(path)
@@ -111,15 +113,6 @@ def prompt_set(path: Path | None, classes: str | None) -> list[Prompt]:
             f"--classes: prompts file {path} has no class {missing[0]!r}; its classes: {', '.join(have)}"
         )
     return [p for p in prompts if not wanted or p.prompt_class in wanted]
-
-
-def _class_list(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names:
-        raise SpecmonError(f"--classes {text!r}: expected comma-separated class names")
-    return names
 
 
 class PromptRow(msgspec.Struct):
@@ -137,18 +130,16 @@ MAX_PROBLEMS = 3  # listed in the one error line; the rest are counted
 
 
 def load_prompts(path: Path) -> list[Prompt]:
-    """JSON lines: {"id", "prompt", optional "class", "max_new_tokens", "phase"}, UTF-8 (a BOM is
-    fine), ids unique. The bad lines are named (file, line, reason; the first few, then a count) in
-    one error; nothing is half-loaded."""
+    """JSON lines: {"id", "prompt", optional "class", "max_new_tokens", "phase"}, UTF-8, ids unique. The bad
+    lines are named (the first few, then a count) in one error; nothing is half-loaded."""
     text = read_user_text(path, "prompts file")
     prompts, problems, first_line = [], [], {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            prompt = _parse_line(line)
-        except ValueError as exc:
-            problems.append(f"line {number}: {exc}")
+        prompt = _parse_line(line)
+        if isinstance(prompt, str):
+            problems.append(f"line {number}: {prompt}")
             continue
         if prompt.id in first_line:  # figures and intervals are grouped by id: two prompts would merge
             problems.append(f"line {number}: id {prompt.id!r} is used again (line {first_line[prompt.id]})")
@@ -163,22 +154,16 @@ def load_prompts(path: Path) -> list[Prompt]:
     return prompts
 
 
-def _parse_line(line: str) -> Prompt:
-    """One row, or ValueError saying what is wrong with it."""
+def _parse_line(line: str) -> Prompt | str:
+    """One row, or what is wrong with it."""
     try:
         row = _ROW.decode(line)
-    except msgspec.ValidationError as exc:
-        raise ValueError(_readable(exc)) from None
+    except msgspec.ValidationError as exc:  # `Expected `int`, got `bool` - at `$.max_new_tokens``
+        reason, _, where = str(exc).partition(" - at `$")
+        reason = reason.replace("Expected", "expected").replace("Object missing required field", "needs the field")
+        return f"{where.strip('`.')}: {reason}" if where.strip("`.") else reason
     except msgspec.DecodeError as exc:
         if _LONE_SURROGATE.search(line):
-            raise ValueError("a lone UTF-16 surrogate escape (like \\ud800) is not text; remove it") from None
-        raise ValueError(f"not JSON ({exc})") from None
+            return "a lone UTF-16 surrogate escape (like \\ud800) is not text; remove it"
+        return f"not JSON ({exc})"
     return Prompt(row.id, row.prompt, row.prompt_class, row.max_new_tokens, phase=row.phase)
-
-
-def _readable(exc: msgspec.ValidationError) -> str:
-    """msgspec's `Expected `int`, got `bool` - at `$.max_new_tokens`` as `max_new_tokens: expected ...`."""
-    reason, _, where = str(exc).partition(" - at `$")
-    reason = reason.replace("Expected", "expected").replace("Object missing required field", "needs the field")
-    where = where.strip("`.")
-    return f"{where}: {reason}" if where else reason

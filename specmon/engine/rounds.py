@@ -82,12 +82,9 @@ def prompt_rounds(
     emit: Callable[[RoundVerified], None],
     stop: Callable[[], str | None] | None = None,
 ) -> Generator[int, None, PromptRun]:
-    """Decode one prompt round by round, emitting one RoundVerified per round; after each round's
-    event it yields the tokens generated so far, so several decodes (each with its own KV cache)
-    can take turns, keeping level. Only SessionDriver.decode_steps calls it.
-
-    `draft_len` is asked before every round, so a policy can change k mid-prompt. `stop` is asked
-    after every round: a reason ("cancelled", "stop") ends the decode there, and becomes its stop_reason."""
+    """Decode one prompt, emitting one RoundVerified per round and then yielding the tokens generated so far
+    (so decodes on their own KV caches can take turns). Only SessionDriver.decode_steps calls it. `draft_len`
+    is asked before every round (a policy may change k mid-prompt); a reason `stop` gives ends the decode."""
     check_room(target, ctx.prompt_id, len(prompt), max_new_tokens, draft_len.max_draft_len)
     rng = np.random.default_rng(sampling.seed)
     drafter.begin(prompt)

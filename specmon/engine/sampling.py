@@ -12,10 +12,7 @@ from specmon.events.schema import Sampling
 
 
 def probs_from_logits(logits: np.ndarray, sampling: Sampling) -> np.ndarray:
-    """Rows of `logits` [T, V] to rows of probabilities [T, V] under `sampling` (float64).
-
-    Greedy (temperature 0) gives a one-hot row at the argmax.
-    """
+    """Rows of `logits` [T, V] to rows of probabilities [T, V] (float64); greedy: one-hot at the argmax."""
     logits = np.atleast_2d(logits)
     if sampling.greedy:
         out = np.zeros(logits.shape, dtype=np.float64)
