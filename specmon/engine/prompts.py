@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
@@ -35,66 +36,16 @@ class Prompt:
     phase: str = ""  # a stretch of a prompt stream (`bench policy` reports each apart): the file's "phase"
 
 
-_CODE = """def moving_average(values, window):
-    result = []
-    for i in range(len(values)):
-        chunk = values[max(0, i - window + 1): i + 1]
-        result.append(sum(chunk) / len(chunk))
-    return result"""
-
-_PASSAGE = (
-    "The city council met on Tuesday to discuss the new bicycle lanes. Several residents said the "
-    "lanes made the street safer for children walking to school. Shop owners worried that the loss "
-    "of parking spaces would reduce the number of customers. The council agreed to review traffic "
-    "and sales figures after six months before making the lanes permanent."
-)
-
-SUITE: dict[str, list[str]] = {
-    "chat": [
-        "What are three good habits for getting better sleep?",
-        "Why is the sky blue? Explain it simply.",
-        "Give me some ideas for a birthday party for a ten year old.",
-        "What should I pack for a weekend hiking trip?",
-    ],
-    "code-new": [
-        "Write a Python function that checks whether a number is prime.",
-        "Write a Python function that reverses the words in a sentence.",
-        "Write a JavaScript function that returns the largest number in an array.",
-        "Write a Python class for a simple stack with push, pop and peek.",
-    ],
-    "code-edit": [
-        f"Add type hints to this function and return the same code:\n\n{_CODE}",
-        f"Rename the variable `chunk` to `window_values` in this code:\n\n{_CODE}",
-        f"Add a docstring to this function and return the full code:\n\n{_CODE}",
-        "Change this function so it uses a list comprehension:\n\n"
-        "def squares(numbers):\n    out = []\n    for n in numbers:\n        out.append(n * n)\n    return out",
-    ],
-    "rewrite": [
-        f"Summarize this passage in two sentences:\n\n{_PASSAGE}",
-        f"Rewrite this passage in simpler words:\n\n{_PASSAGE}",
-        f"Rewrite this passage in the past tense, keeping every detail:\n\n{_PASSAGE}",
-        'Fix the grammar in this text and return it: "Me and my friend goes to the market every '
-        'saturdays, we buys apples and bread and then we walks home together."',
-    ],
-    "non-english": [
-        "Quelle est la capitale de la France et pourquoi est-elle célèbre ?",
-        "¿Cuáles son los beneficios de beber agua todos los días?",
-        "Was ist der Unterschied zwischen einem Hund und einer Katze?",
-        "Qual é a melhor maneira de aprender uma nova língua?",
-    ],
-}
+BUILTIN = resources.files("specmon.data") / "prompts" / "builtin.jsonl"  # five classes, four prompts each
 
 
 def builtin_suite(classes: list[str] | None = None) -> list[Prompt]:
-    unknown = set(classes or []) - set(SUITE)
+    prompts = load_prompts(Path(str(BUILTIN)))
+    have = list(dict.fromkeys(p.prompt_class for p in prompts))
+    unknown = set(classes or []) - set(have)
     if unknown:
-        raise SpecmonError(f"unknown built-in class {sorted(unknown)[0]!r}; built-in classes: {', '.join(SUITE)}")
-    return [
-        Prompt(f"{name}-{i}", text, name)
-        for name, texts in SUITE.items()
-        if not classes or name in classes
-        for i, text in enumerate(texts)
-    ]
+        raise SpecmonError(f"unknown built-in class {sorted(unknown)[0]!r}; built-in classes: {', '.join(have)}")
+    return [p for p in prompts if not classes or p.prompt_class in classes]
 
 
 def prompt_set(path: Path | None, classes: str | None) -> list[Prompt]:
