@@ -83,3 +83,8 @@ def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+
+
+def wants_tui(args) -> bool:
+    """The TUI, unless --headless or either end of the terminal is not one (piped, a script)."""
+    return not args.headless and sys.stdout.isatty() and sys.stdin.isatty()

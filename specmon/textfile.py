@@ -46,3 +46,9 @@ def replace_atomically(path: Path, text: str) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def check_new_log(path: Path | None) -> None:
+    """A --log that exists is refused before the work starts, not after (the writer refuses it too)."""
+    if path is not None and Path(path).exists():
+        raise SpecmonError(f"{path} exists; pick a new file or remove it")

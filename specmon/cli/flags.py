@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
 from specmon.backends.identity import engine_key
@@ -125,8 +124,3 @@ def log_rotation(args: argparse.Namespace) -> Rotation:
     """The Rotation the flags ask for; the command's session rotates on SIGUSR1 whatever they say."""
     size = args.log_max_mb
     return Rotation(max_bytes=None if size is None else max(1, int(size * MB)), keep=args.log_keep)
-
-
-def wants_tui(args) -> bool:
-    """The TUI, unless --headless or either end of the terminal is not one (piped, a script)."""
-    return not args.headless and sys.stdout.isatty() and sys.stdin.isatty()

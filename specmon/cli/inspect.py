@@ -11,8 +11,7 @@ import msgspec
 from rich.markup import escape
 from rich.text import Text
 
-from specmon.cli.flags import wants_tui
-from specmon.console import err, out, print_error, say
+from specmon.console import err, out, print_error, say, wants_tui
 from specmon.tables import class_table, print_host_line
 from specmon.text import Hanging, wrapped_lines
 from specmon.data import read_shipped, shipped

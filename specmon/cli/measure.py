@@ -27,7 +27,8 @@ from rich.table import Table
 
 from specmon.backends.profiles import DrafterSpec, load_profile, resolve_model_path
 from specmon.console import err, out, progress, say
-from specmon.cli.run import check_json, check_new_log, load_saying, write_json
+from specmon.cli.run import check_json, load_saying, write_json
+from specmon.textfile import check_new_log
 from specmon.cli.serve_clients import Streamed
 from specmon.engine.costs import time_passes
 from specmon.engine.draft_len import FixedDraftLen, check_draft_len

@@ -12,7 +12,8 @@ from pathlib import Path
 from rich.markup import escape
 
 from specmon.backends.profiles import load_profile, overrides
-from specmon.console import err, notice, out, print_error, print_line, progress, say
+from specmon.console import err, notice, out, print_error, print_line, progress, say, wants_tui
+from specmon.textfile import check_new_log
 from specmon.tables import class_table, divergence_lines, print_host_line
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
@@ -21,7 +22,7 @@ from specmon.policy.schema import load_policy
 from specmon.sched.bench import prompts_path
 from specmon.server.auth import check_host, read_api_key
 from specmon.transport.serve import parse_listen
-from specmon.cli.flags import memory_options, wants_tui
+from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
 from specmon.tui.beside import decode_under_tui, serve_under_tui
 
@@ -152,12 +153,6 @@ def load_saying(profile, spec=None):
 
     with err.status(escape(f"loading {profile.target.describe()} ({profile.dtype}, {profile.device})")):
         return load_pair(profile, spec)
-
-
-def check_new_log(path: Path | None) -> None:
-    """A --log that exists is refused before the model loads, not after (the writer refuses it too)."""
-    if path is not None and Path(path).exists():
-        raise SpecmonError(f"{path} exists; pick a new file or remove it")
 
 
 def check_json(path: Path | None) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from specmon.backends.profiles import DrafterSpec, load_profile
 from specmon.console import err, out, progress
-from specmon.cli.run import check_new_log, load_saying
+from specmon.cli.run import load_saying
 from specmon.data import read_shipped
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.engine.prompts import prompt_set
@@ -17,7 +17,7 @@ from specmon.events.schema import Sampling
 from specmon.replay.sweep_report import cell_rows, suggest_policy, sweep_plots
 from specmon.replay.sweep_tables import break_even_table, paths_note, results_table
 from specmon.tables import Note, print_host_line
-from specmon.textfile import read_user_text
+from specmon.textfile import check_new_log, read_user_text
 from specmon.transport.session import live_session
 
 

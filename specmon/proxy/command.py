@@ -12,7 +12,7 @@ import httpx
 from rich.console import Group
 from rich.markup import escape
 
-from specmon.console import err, out, print_line
+from specmon.console import err, out, print_line, wants_tui
 from specmon.text import Hanging
 from specmon.errors import SpecmonError
 from specmon.memory.store import Memory
@@ -39,7 +39,7 @@ def run_proxy(args) -> int:
     check_host(args.host, api_key is not None)
     kind = probe_pool(upstreams, "--upstream")
     plain_kind = probe_pool(plain, "--plain-upstream") if plain else ""
-    tui = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
+    tui = wants_tui(args)
     listening = bind(args.host, args.port)  # before the session: a port in use opens no log
     try:
         options = ProxyOptions(

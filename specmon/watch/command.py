@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from pathlib import Path
 
+from specmon.console import wants_tui
 from specmon.text import line_width
-from specmon.errors import SpecmonError
+from specmon.textfile import check_new_log
 from specmon.server.auth import read_api_key
 from specmon.transport.serve import parse_listen
 from specmon.transport.session import observed_header, observer_session
@@ -25,10 +25,9 @@ def run_watch(args) -> int:
     metrics_url(args.url)  # a bad address is one line now, before a log is opened
     # serve's reader: a 0600 file of printable ASCII (httpx cannot send other bytes in a header)
     api_key = read_api_key(args.api_key_file).decode() if args.api_key_file else None
-    if args.log is not None and Path(args.log).exists():
-        raise SpecmonError(f"{args.log} exists; pick a new file or remove it")
+    check_new_log(args.log)
     listen = parse_listen(args.listen) if args.listen else None
-    tui = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
+    tui = wants_tui(args)
     with client(api_key) as http:
         watcher = Watcher(http, args.url, args.kind, publish=lambda ev: None)
         first = watcher.read()  # the header names the server's kind
