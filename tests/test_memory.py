@@ -63,9 +63,9 @@ def test_other_processes_on_the_gpu_are_counted_without_this_one(monkeypatch):
     fake = types.SimpleNamespace(
         nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(pid=os.getpid()), proc(pid=101), proc(pid=102)],
         nvmlDeviceGetGraphicsRunningProcesses=lambda h: [proc(pid=102), proc(pid=103)],
+        nvmlDeviceGetHandleByIndex=lambda index: "gpu0",
     )
     monkeypatch.setattr(memory, "_nvml_state", {"module": fake})
-    monkeypatch.setattr(memory, "_nvml_handle", lambda index: "gpu0")
     assert memory.gpu_other_processes() == 3  # 101, 102 (listed twice) and 103; not this process
-    monkeypatch.setattr(memory, "_nvml_handle", lambda index: None)
+    monkeypatch.setattr(memory, "_nvml_state", {"failed": True})
     assert memory.gpu_other_processes() is None  # no GPU, no NVML: not known, not zero

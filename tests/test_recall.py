@@ -194,8 +194,8 @@ def test_bench_policy_a_second_time_reads_the_costs_and_classes_the_first_kept_a
     first_id = first_events[0].session_id
     store = Path(os.environ["SPECMON_STATE"]) / "memory"
     (accept,) = store.glob("accept-*.json")
-    entry = msgspec.json.decode(accept.read_bytes(), type=Entry)
-    learned = msgspec.json.decode(entry.body, type=dict[str, Learned])
+    entry = msgspec.json.decode(accept.read_bytes(), type=Entry[dict[str, Learned]])
+    learned = entry.body
     assert entry.session_id == first_id and learned and all(c.session_id == first_id for c in learned.values())
     assert all(c.rounds > 0 and sum(c.tried) > 0 for c in learned.values())
     # Whether a tiny run's own evidence moves a table depends on the host's timing; every draft of the

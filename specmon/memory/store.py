@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Generic, TypeVar
 
 import msgspec
 
@@ -51,22 +51,16 @@ def state_dir() -> Path:
     return Path(base) / "specmon"
 
 
-class Entry(msgspec.Struct, kw_only=True):
+class Entry(msgspec.Struct, Generic[T], kw_only=True):
+    """A store's file: its figures (`body`) with what they were learned under and where they came from
+    (a decision drawn from them cites this)."""
+
     version: int
     kind: str  # "costs" | "accept" | "routes"
     key: dict[str, str]
     session_id: str  # the session that wrote it
     t: float  # when
-    body: msgspec.Raw
-
-
-@dataclass(frozen=True)
-class Recalled:
-    """A store's figures as read, with where they came from (a decision drawn from them cites this)."""
-
-    session_id: str
-    t: float
-    body: object
+    body: T
 
 
 def age_weight(t: float) -> float:
@@ -106,7 +100,7 @@ class Shelf:
     key: dict[str, str]
     kept_at: float = -float("inf")  # monotonic time of the last write: the first learning is kept at once
 
-    def recall(self, body_type: type[T]) -> Recalled | None:
+    def recall(self, body_type: type[T]) -> Entry[T] | None:
         """The stored figures for this key, or None: none kept, `fresh`, or a file that cannot be used
         (one warning line, then it is overwritten by what this session learns)."""
         if self.memory.fresh:
@@ -119,10 +113,10 @@ class Shelf:
         except OSError as exc:
             return warn(path, f"cannot read it ({exc.strerror})")
         try:
-            entry = msgspec.json.decode(data, type=Entry)
+            entry = msgspec.json.decode(data, type=Entry[msgspec.Raw])  # the body read once the key is checked
             if entry.version != VERSION or entry.kind != self.kind or entry.key != self.key:
                 return warn(path, "it was written for another version, model or setting")
-            return Recalled(entry.session_id, entry.t, msgspec.json.decode(entry.body, type=body_type))
+            return msgspec.structs.replace(entry, body=msgspec.json.decode(entry.body, type=body_type))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return warn(path, f"it is damaged ({str(exc).splitlines()[0][:80]})")
 
@@ -134,7 +128,6 @@ class Shelf:
         """Replace the stored figures for this key; a store that cannot be written is one warning."""
         self.kept_at = time.monotonic()
         path = self.memory.path(self.kind, self.key)
-        body = msgspec.Raw(msgspec.json.encode(body))
         entry = Entry(version=VERSION, kind=self.kind, key=self.key, session_id=session_id, t=time.time(), body=body)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

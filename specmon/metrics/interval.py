@@ -71,16 +71,16 @@ def speedup_estimate(
     return SpeedupEstimate(ratio, low, high, spec.prompts, plain.prompts, bound, busy)
 
 
-def goodput_interval(totals: PromptTotals, seed: int = 0) -> tuple[float, float] | None:
-    """95% bootstrap interval over prompts of one side's goodput (Σ emitted / Σ ms); None below
-    MIN_PROMPTS prompts."""
+def tok_per_s_interval(totals: PromptTotals, seed: int = 0) -> tuple[float, float] | None:
+    """95% bootstrap interval over prompts of one side's goodput (Σ emitted / Σ ms) in tokens per second;
+    None below MIN_PROMPTS prompts."""
     if totals.prompts < MIN_PROMPTS:
         return None
     rng = np.random.default_rng(seed)
     emitted, ms = _arrays(totals, sorted(totals.emitted))
     idx = rng.integers(0, totals.prompts, size=(RESAMPLES, totals.prompts))
     with np.errstate(divide="ignore", invalid="ignore"):
-        values = emitted[idx].sum(1) / ms[idx].sum(1)
+        values = emitted[idx].sum(1) / ms[idx].sum(1) * 1e3
     return _span(values)
 
 

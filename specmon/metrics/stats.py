@@ -184,10 +184,9 @@ def class_stats(events: Iterable[AnyEvent]) -> dict[str, ClassStats]:
     """Fold an event stream into per-class, per-draft-length statistics."""
     classes: dict[str, ClassStats] = {}
     for ev in events:
-        if isinstance(ev, RoundVerified):
-            classes.setdefault(ev.prompt_class, ClassStats(ev.prompt_class)).run(ev.draft_len).add_round(ev)
-        elif isinstance(ev, PromptFinished):
-            classes.setdefault(ev.prompt_class, ClassStats(ev.prompt_class)).run(ev.draft_len).add_finish(ev)
+        if isinstance(ev, (RoundVerified, PromptFinished)):
+            run = classes.setdefault(ev.prompt_class, ClassStats(ev.prompt_class)).run(ev.draft_len)
+            (run.add_round if isinstance(ev, RoundVerified) else run.add_finish)(ev)
     return classes
 
 

@@ -83,16 +83,9 @@ def dominant_script(text: str) -> str:
     return counts.most_common(1)[0][0] if counts else "latin"
 
 
-_SCRIPTS = [
-    ("cjk", "CJK"),
-    ("cjk", "HIRAGANA"),
-    ("cjk", "KATAKANA"),
-    ("cjk", "HANGUL"),
-    ("cyrillic", "CYRILLIC"),
-    ("arabic", "ARABIC"),
-    ("greek", "GREEK"),
-    ("latin", "LATIN"),
-]
+# (script, a word of its letters' Unicode names)
+_SCRIPTS = [("cjk", word) for word in ("CJK", "HIRAGANA", "KATAKANA", "HANGUL")]
+_SCRIPTS += [(word.lower(), word) for word in ("CYRILLIC", "ARABIC", "GREEK", "LATIN")]
 
 
 def _non_ascii_share(text: str) -> float:

@@ -14,7 +14,7 @@ from specmon.events.log import read_log
 from specmon.events.schema import RoundVerified
 from specmon.metrics.contention import tally
 from specmon.metrics.format import count, fmt, markdown_cell
-from specmon.metrics.interval import MIN_PROMPTS, goodput_interval
+from specmon.metrics.interval import MIN_PROMPTS, tok_per_s_interval
 from specmon.metrics.served import SERVED_BACKENDS
 from specmon.metrics.served_summary import markdown as served_markdown
 from specmon.metrics.served_summary import served_summary
@@ -45,7 +45,7 @@ def build_report(log: Path, out: Path) -> Path:
         "acceptance_by_position": per_run(lambda r: r.per_position, plain=False),
         "timing_ms": per_run(lambda r: [r.mean_ms(r.draft_ms), r.mean_ms(r.verify_ms), r.mean_ms(r.overhead_ms)]),
         "goodput_tok_per_s": per_run(lambda r: r.tok_per_s, by_k=True),
-        "goodput_interval_tok_per_s": per_run(_tok_per_s_interval, by_k=True),
+        "goodput_interval_tok_per_s": per_run(lambda r: tok_per_s_interval(r.prompt_totals), by_k=True),
         **_over_time(rounds),
         "policy": policy_history(events),
         # the rounds the host disturbed (metrics.contention): counts, when, and the phrase the tables print
@@ -105,12 +105,6 @@ def _over_time(rounds: list[RoundVerified]) -> dict:
             f"no class has {WINDOW} rounds that proposed drafts (one point per {WINDOW}); the most is {most}, in {name}"
         )
     return {"acceptance_over_time": series, "acceptance_over_time_empty": why}
-
-
-def _tok_per_s_interval(run: RunStats) -> list[float] | None:
-    """The 95% interval over prompts of a run's goodput, in tokens per second."""
-    interval = goodput_interval(run.prompt_totals)
-    return None if interval is None else [interval[0] * 1e3, interval[1] * 1e3]
 
 
 def _figure(title: str):

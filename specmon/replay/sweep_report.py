@@ -12,7 +12,7 @@ import tomlkit
 from specmon.events.schema import RoundVerified
 from specmon.metrics import rates
 from specmon.metrics.contention import HostTally
-from specmon.metrics.interval import goodput_interval
+from specmon.metrics.interval import tok_per_s_interval
 from specmon.metrics.predict import (
     MIN_ROUNDS,
     TOLERANCE,
@@ -157,11 +157,11 @@ def _goodput_points(cells: list[CellRow]) -> tuple[list[int], list[float], list[
     for r in sorted(cells, key=lambda r: r.key.draft_len):
         if r.run.tok_per_s is None:
             continue
-        span = goodput_interval(r.run.prompt_totals)
+        span = tok_per_s_interval(r.run.prompt_totals)
         ks.append(r.key.draft_len)
         values.append(r.run.tok_per_s)
-        below.append(r.run.tok_per_s - span[0] * 1e3 if span else 0.0)
-        above.append(span[1] * 1e3 - r.run.tok_per_s if span else 0.0)
+        below.append(r.run.tok_per_s - span[0] if span else 0.0)
+        above.append(span[1] - r.run.tok_per_s if span else 0.0)
     return ks, values, [below, above]
 
 

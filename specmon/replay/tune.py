@@ -126,10 +126,7 @@ class ReplayTarget:
 
     def forward(self, tokens: Sequence[int], start: int) -> np.ndarray:
         rows = np.zeros((len(tokens), self.vocab_size), dtype=np.float32)
-        ahead = [
-            self.sequence[p + 1] if p + 1 < len(self.sequence) else self.eos_id
-            for p in range(start, start + len(tokens))
-        ]
+        ahead = (self.sequence[start + 1 : start + 1 + len(tokens)] + [self.eos_id] * len(tokens))[: len(tokens)]
         rows[np.arange(len(tokens)), ahead] = PEAK
         return rows
 
@@ -213,7 +210,7 @@ def replay(
             driver.finish(done, UNCHECKED)
         if on_prompt:
             on_prompt(index + 1)
-    return Tuned(modelled.totals, scheduler.engine.decisions)
+    return Tuned(modelled.totals, next(scheduler.engine.decision_ids))  # ids count from 0: the next is how many
 
 
 def check_prompts(prompts: Sequence[Prompt], bench: BenchLog, tokenizer, log: Path) -> None:

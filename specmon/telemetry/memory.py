@@ -40,28 +40,22 @@ def gpu_other_processes(index: int = 0) -> int | None:
 
 
 def _query(index: int, query):
-    """query(pynvml, the handle of GPU `index`); None without NVML, or where it raises (its own errors for a
-    lost GPU; a driver that will not list processes, as containers often cannot): N/A, never a crash."""
-    handle = _nvml_handle(index)
-    if handle is None:
+    """query(pynvml, the handle of GPU `index`); None without NVML (started once, lazily; a failure to start
+    is remembered, not retried every round), or where the query raises (its own errors for a lost GPU; a
+    driver that will not list processes, as containers often cannot): N/A, never a crash."""
+    if "failed" in _nvml_state:
+        return None
+    try:
+        if "module" not in _nvml_state:
+            import pynvml  # provided by nvidia-ml-py
+
+            pynvml.nvmlInit()
+            _nvml_state["module"] = pynvml
+        handle = _nvml_state["module"].nvmlDeviceGetHandleByIndex(index)
+    except Exception:
+        _nvml_state["failed"] = True
         return None
     try:
         return query(_nvml_state["module"], handle)
     except Exception:
-        return None
-
-
-def _nvml_handle(index: int):
-    """Start NVML once, lazily; remember a failure so we do not retry every round."""
-    if "failed" in _nvml_state:
-        return None
-    try:
-        import pynvml  # provided by nvidia-ml-py
-
-        if "module" not in _nvml_state:
-            pynvml.nvmlInit()
-            _nvml_state["module"] = pynvml
-        return pynvml.nvmlDeviceGetHandleByIndex(index)
-    except Exception:
-        _nvml_state["failed"] = True
         return None
