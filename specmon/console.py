@@ -32,14 +32,12 @@ NOTICE_WIDTH = 80  # a start line fits the narrowest terminal in common use, wha
 
 def notice(text: str, commands: Iterable[str] = ()) -> None:
     """`specmon: text` on stderr, wrapped to 80 columns at most, each of `commands` on one line where it fits."""
-    width = line_width(sys.stderr, piped=NOTICE_WIDTH, most=NOTICE_WIDTH)
-    for line in wrapped_lines(f"specmon: {text}", width, whole=commands):
-        print(line, file=sys.stderr, flush=True)
+    print_error(text, commands, NOTICE_WIDTH)
 
 
-def print_error(message: str, whole: Iterable[str] = ()) -> None:
-    """`specmon: message` on stderr, wrapped to the terminal (whole where piped), each of `whole` on one line."""
-    width = line_width(sys.stderr)
+def print_error(message: str, whole: Iterable[str] = (), most: int | None = None) -> None:
+    """`specmon: message` on stderr (looked up now: Textual swaps it), wrapped to the terminal or `most`, each of `whole` whole."""
+    width = line_width(sys.stderr, piped=most, most=most)
     for line in f"specmon: {message}".splitlines():
         for part in wrapped_lines(line, width, whole=whole) if width else [line]:
             print(part, file=sys.stderr, flush=True)

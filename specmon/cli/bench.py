@@ -129,8 +129,21 @@ def bench_table(
 ) -> Group:
     """In 80 columns: goodput at each fixed k (9 a table), then best fixed, the policy and the ratios, then a legend."""
     names = {name: name + ("~" if c.host.busy else "") for name, c in results.items()}
-    fixed = [_fixed_table(results, names, ks[i : i + K_COLUMNS], by) for i in range(0, len(ks), K_COLUMNS)]
-    return Group(heading(title, log), *fixed, _ratio_table(results, names, by), Note(BENCH_LEGEND, "dim"))
+    as_json = {name: c.to_json() for name, c in results.items()}
+    tables = []
+    for i in range(0, len(ks), K_COLUMNS):
+        shown = ks[i : i + K_COLUMNS]
+        table = _table(names, (by, *(f"k={k}" for k in shown)))
+        for name, f in as_json.items():
+            table.add_row(escape(names[name]), *(fmt(f["fixed"].get(str(k)), "{:.1f}") for k in shown))
+        tables.append(table)
+    ratios = _table(names, (by, "best fixed", "auto", "best/plain", "auto/plain", "auto/best"))
+    for name, f in as_json.items():
+        best = results[name].best_k
+        best_text = MISSING if best is None else f"k={best} {fmt(f['fixed'][str(best)], '{:.1f}')}"
+        shares = (fmt(f[r], "{:.3f}") for r in ("best_over_plain", "auto_over_plain", "auto_over_best"))
+        ratios.add_row(escape(names[name]), best_text, fmt(f["auto"], "{:.1f}"), *shares)
+    return Group(heading(title, log), *tables, ratios, Note(BENCH_LEGEND, "dim"))
 
 
 def _table(names: dict[str, str], columns: tuple[str, ...]) -> Table:
@@ -140,25 +153,6 @@ def _table(names: dict[str, str], columns: tuple[str, ...]) -> Table:
     table.columns[0].min_width, table.columns[0].overflow = width, "fold"  # a class or a phase alike
     for column in table.columns[1:]:
         column.no_wrap = True
-    return table
-
-
-def _fixed_table(results: dict[str, BenchClass], names: dict[str, str], ks: list[int], by: str) -> Table:
-    table = _table(names, (by, *(f"k={k}" for k in ks)))
-    for name, c in results.items():
-        goodputs = c.to_json()["fixed"]
-        table.add_row(escape(names[name]), *(fmt(goodputs.get(str(k)), "{:.1f}") for k in ks))
-    return table
-
-
-def _ratio_table(results: dict[str, BenchClass], names: dict[str, str], by: str) -> Table:
-    table = _table(names, (by, "best fixed", "auto", "best/plain", "auto/plain", "auto/best"))
-    for name, c in results.items():
-        figures = c.to_json()
-        best = c.best_k
-        best_text = MISSING if best is None else f"k={best} {fmt(figures['fixed'][str(best)], '{:.1f}')}"
-        ratios = (fmt(figures[r], "{:.3f}") for r in ("best_over_plain", "auto_over_plain", "auto_over_best"))
-        table.add_row(escape(names[name]), best_text, fmt(figures["auto"], "{:.1f}"), *ratios)
     return table
 
 

@@ -6,13 +6,13 @@ and asked again only every NO_METRICS_RETRY_S: its replies are what the proxy me
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from typing import Callable
 
 import httpx
 import msgspec
 
+from specmon.console import print_error
 from specmon.events.schema import ServerScraped
 from specmon.watch.fold import ReadFold
 from specmon.metrics.served import NO_METRICS
@@ -63,10 +63,6 @@ def family_at(http: httpx.Client, url: str, paths: tuple[str, ...] = ("/health",
     return ""
 
 
-def print_notice(line: str) -> None:
-    print(f"specmon: {line}", file=sys.stderr, flush=True)  # sys.stderr looked up now: Textual swaps it
-
-
 class UpstreamReads:
     """Reads the first upstream's /metrics every `options.scrape_s` (proxy.server.ProxyOptions) and publishes
     the reads that changed something; keeps the last that found the counters (a failed read says nothing of
@@ -113,7 +109,7 @@ class UpstreamReads:
                 read, error=f"{self.url} {NO_METRICS} ({how}): the figures come from its replies only"
             )
             if first and self.options.line is not None:  # under the view, the read's line is shown there
-                print_notice(read.error)
+                print_error(read.error)
         for passed in self.fold.take(read) if first or not self.no_metrics else []:  # said once, not again
             self.publish(passed)
         if read.drafts is not None:

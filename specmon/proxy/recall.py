@@ -22,7 +22,7 @@ from specmon.memory.store import Memory, Shelf, age_weight
 from specmon.metrics.served import SERVER_CLOCK, timing
 from specmon.policy.classify import matches_of
 from specmon.policy.route import PLAIN, SPEC
-from specmon.policy.schema import PromptClass
+from specmon.policy.schema import Policy, PromptClass
 
 KIND = "routes"
 
@@ -94,16 +94,15 @@ class Recollection:
         sides = {side: [r for r in held.replies if r.side == side] for side in (SPEC, PLAIN)}
         return {side: got[len(got) - round(len(got) * weight) :] for side, got in sides.items()}
 
-    def remember(
-        self, learned: dict[str, list[StoredReply]], classes: dict[str, PromptClass], clock: str, clockless: list[str]
-    ) -> None:
+    def remember(self, learned: dict[str, list[StoredReply]], policy: Policy, clock: str, clockless: list[str]) -> None:
         """Replace each class's stored replies with those `learned` this session, on `clock` (the others as
         they were); a session that learned nothing leaves the store as it was."""
         if self.shelf is None or not learned:
             return
         now = time.time()
         fresh = {
-            name: StoredClass(got, self.session_id, now, matches_of(classes[name])) for name, got in learned.items()
+            name: StoredClass(got, self.session_id, now, matches_of(policy.class_named(name)))
+            for name, got in learned.items()
         }
         # what was recalled stays as read: a class made later must not take this session's replies as stored
         kept = StoredRoutes(self.stored.classes | fresh, clock, list(clockless), self.families)

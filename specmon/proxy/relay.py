@@ -31,6 +31,7 @@ HOP_BY_HOP = frozenset(
 NOT_SENT_ON = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding"}
 NOT_RELAYED = HOP_BY_HOP | {b"server", b"date"}  # uvicorn writes its own
 CLIENT_LEFT, UPSTREAM_BROKE, UPSTREAM_STALLED, UNREACHABLE = 499, 502, 504, 0
+CLOCKED = ("arrived", "first_byte", "ended", "evidence")  # an Exchange's fields that RequestTimed says otherwise
 DONE, DONE_TIGHT, TAIL_BYTES = b"data: [DONE]", b"data:[DONE]", 64
 
 
@@ -70,19 +71,13 @@ class Exchange:
         # the reply's figures (predicted_ms: the server's own decode time; the proxy's clock: first_byte_ms, total_ms)
         figures = msgspec.structs.asdict(self.evidence or Evidence())
         figures["accepted_per_pos"] = list(figures["accepted_per_pos"])
+        own = {k: v for k, v in vars(self).items() if k not in CLOCKED}  # the rest in RequestTimed's names
         return RequestTimed(
             session_id=session_id,
             t=time.time(),
-            request_id=self.request_id,
-            prompt_class=self.prompt_class,
-            class_rule=self.class_rule,
-            upstream=self.upstream,
-            endpoint=self.endpoint,
-            status=self.status,
-            stream=self.stream,
             first_byte_ms=_ms(self.arrived, self.first_byte),
             total_ms=_ms(self.arrived, self.ended),
-            routed=self.routed,
+            **own,
             **figures,
         )
 

@@ -214,9 +214,7 @@ class Router:
                 kept, own = self._own(st)
                 mine = {side: [recall.stored_reply(ev, self.clock) for ev in own[side]] for side in (SPEC, PLAIN)}
                 learned[name] = kept[SPEC] + mine[SPEC] + kept[PLAIN] + mine[PLAIN]
-        self.memory.remember(
-            learned, {name: self.policy.class_named(name) for name in learned}, self.clock, self.clockless
-        )
+        self.memory.remember(learned, self.policy, self.clock, self.clockless)
 
     def _lent(self, name: str, side: str, need: int) -> list[RequestTimed]:
         """A thin class's window on `side` topped up to min_requests with the other classes' latest there."""

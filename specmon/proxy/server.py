@@ -16,6 +16,7 @@ import httpx
 import msgspec
 import uvicorn
 
+from specmon.console import print_error
 from specmon.events.schema import Decision
 from specmon.memory.store import Memory
 from specmon.metrics.unreported import Silence
@@ -28,7 +29,7 @@ from specmon.proxy.pool import Pool, Upstream
 from specmon.proxy.recall import routes_shelf
 from specmon.proxy.relay import UPSTREAM_BROKE, Exchange, quiet_upstream_broke
 from specmon.proxy.routing import PLAIN, SPEC, Router
-from specmon.proxy.reads import UpstreamReads, print_notice
+from specmon.proxy.reads import UpstreamReads
 from specmon.proxy.tables import request_lines
 from specmon.proxy.tally import Tally
 from specmon.server.errors import ApiError, for_terminal
@@ -109,7 +110,7 @@ class Proxying(OnThread):
         self.session_id, self.publish, self.options = session_id, publish, options
         self.tally = Tally(plain_given=bool(options.plain_upstreams))  # the end table's running sums: no request kept
         self.told = Silence()  # the headless line's: each silent upstream's notice is told once this session
-        say = self._say if options.line else print_notice
+        say = self._say if options.line else print_error
         self.client = upstream_client()
         sides = {SPEC: options.upstreams, PLAIN: options.plain_upstreams}  # the app's sides: a plain one if given
         self.pools = {side: Pool(side, urls, say, self.client) for side, urls in sides.items() if urls}
