@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from specmon.events.frames import frame, preamble
-from specmon.events.schema import PromptStarted, Sampling, SessionStarted
+from specmon.events.log import LogWriter
+from specmon.events.schema import PromptStarted, Sampling, SessionStarted, encode
 from specmon.replay.player import ReplayFeed
 from specmon.telemetry.memory import rss_bytes
 from specmon.tui.factory import make_app
@@ -28,47 +28,37 @@ from bench_tui import synthetic_round  # noqa: E402
 
 
 def write_log(path: Path, rounds: int) -> None:
-    with open(path, "wb") as fh:
-        fh.write(preamble())
-        fh.write(
-            frame(
-                SessionStarted(
-                    session_id="bench",
-                    t=0.0,
-                    specmon_version="bench",
-                    profile_name="bench",
-                    profile_text="",
-                    backend="torch",
-                    target="synthetic",
-                    drafter="ngram",
-                    dtype="float32",
-                    device="cpu",
-                )
-            )
+    writer = LogWriter(path)  # the session's own writer: real frames, as a live run writes them
+    header = SessionStarted(
+        session_id="bench",
+        t=0.0,
+        specmon_version="bench",
+        profile_name="bench",
+        profile_text="",
+        backend="torch",
+        target="synthetic",
+        drafter="ngram",
+        dtype="float32",
+        device="cpu",
+    )
+    starts = [
+        PromptStarted(
+            session_id="bench",
+            t=0.0,
+            prompt_id="p",
+            prompt_class=cls,
+            draft_len=4,
+            drafter="ngram",
+            sampling=Sampling(),
+            prompt_tokens=10,
+            max_new_tokens=10**9,
         )
-        for cls in ("chat", "rewrite", "code"):
-            fh.write(
-                frame(
-                    PromptStarted(
-                        session_id="bench",
-                        t=0.0,
-                        prompt_id="p",
-                        prompt_class=cls,
-                        draft_len=4,
-                        drafter="ngram",
-                        sampling=Sampling(),
-                        prompt_tokens=10,
-                        max_new_tokens=10**9,
-                    )
-                )
-            )
-        chunk = []
-        for i in range(rounds):
-            chunk.append(frame(synthetic_round(i)))
-            if len(chunk) == 10_000:
-                fh.write(b"".join(chunk))
-                chunk = []
-        fh.write(b"".join(chunk))
+        for cls in ("chat", "rewrite", "code")
+    ]
+    writer.write_payloads([encode(ev) for ev in (header, *starts)])
+    for first in range(0, rounds, 10_000):
+        writer.write_payloads([encode(synthetic_round(i)) for i in range(first, min(first + 10_000, rounds))])
+    writer.close()
 
 
 async def replay(path: Path, rounds: int) -> None:
