@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             handler = getattr(args, "handler", None) or COMMANDS[args.command]  # a tool's own, else the command's
             return handler(args)
     except SpecmonError as exc:
-        print_error(str(exc), exc.whole)  # one message, no traceback; its phrases kept whole
+        print_error(str(exc), getattr(exc, "whole", ()))  # one message, no traceback; its phrases kept whole
         return 2
     except Terminated as exc:
         print_error(f"ended by {exc}; the session log keeps {kept}")

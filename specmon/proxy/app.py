@@ -102,7 +102,15 @@ async def _classified(state, endpoint: str, request: Request) -> Response:
     fields = body_fields(body)
     name, rule = request_class(state.router.policy, endpoint, fields, class_header(request))
     side = state.router.side(name)
-    exchange = Exchange(uuid.uuid4().hex[:16], name, rule, side, endpoint, fields.get("stream") is True, arrived)
+    exchange = Exchange(
+        request_id=uuid.uuid4().hex[:16],
+        prompt_class=name,
+        class_rule=rule,
+        upstream=side,
+        endpoint=endpoint,
+        stream=fields.get("stream") is True,
+        arrived=arrived,
+    )
     pools = [state.pools[side], *(pool for other, pool in state.pools.items() if other != side)]
     timeout = _deadline(state.options.idle_timeout_s * WHOLE_REPLY_FACTOR)  # its head and first bytes, watched
     headers, path, asked = _headers(request, state), _path(request), set()
