@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 from specmon.events.log import LogWriter
-from specmon.events.schema import PromptStarted, Sampling, SessionStarted, encode
+from specmon.events.schema import SessionStarted, encode
 from specmon.replay.player import ReplayFeed
 from specmon.telemetry.memory import rss_bytes
 from specmon.tui.factory import make_app
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_tui import synthetic_round  # noqa: E402
+from bench_tui import synthetic_round, synthetic_starts  # noqa: E402
 
 
 def write_log(path: Path, rounds: int) -> None:
@@ -41,21 +41,7 @@ def write_log(path: Path, rounds: int) -> None:
         dtype="float32",
         device="cpu",
     )
-    starts = [
-        PromptStarted(
-            session_id="bench",
-            t=0.0,
-            prompt_id="p",
-            prompt_class=cls,
-            draft_len=4,
-            drafter="ngram",
-            sampling=Sampling(),
-            prompt_tokens=10,
-            max_new_tokens=10**9,
-        )
-        for cls in ("chat", "rewrite", "code")
-    ]
-    writer.write_payloads([encode(ev) for ev in (header, *starts)])
+    writer.write_payloads([encode(ev) for ev in (header, *synthetic_starts())])
     for first in range(0, rounds, 10_000):
         writer.write_payloads([encode(synthetic_round(i)) for i in range(first, min(first + 10_000, rounds))])
     writer.close()

@@ -47,21 +47,27 @@ def synthetic_round(i: int) -> RoundVerified:
     )
 
 
-def produce(sub: Subscription, rate: int, seconds: float, stop: threading.Event) -> None:
-    for cls in ("chat", "rewrite", "code"):
-        sub.offer(
-            PromptStarted(
-                session_id="bench",
-                t=0.0,
-                prompt_id="p",
-                prompt_class=cls,
-                draft_len=4,
-                drafter="ngram",
-                sampling=Sampling(),
-                prompt_tokens=10,
-                max_new_tokens=10**9,
-            )
+def synthetic_starts() -> list[PromptStarted]:
+    """One endless prompt in each of three classes, for synthetic_round's rounds."""
+    return [
+        PromptStarted(
+            session_id="bench",
+            t=0.0,
+            prompt_id="p",
+            prompt_class=cls,
+            draft_len=4,
+            drafter="ngram",
+            sampling=Sampling(),
+            prompt_tokens=10,
+            max_new_tokens=10**9,
         )
+        for cls in ("chat", "rewrite", "code")
+    ]
+
+
+def produce(sub: Subscription, rate: int, seconds: float, stop: threading.Event) -> None:
+    for started in synthetic_starts():
+        sub.offer(started)
     start, sent = time.perf_counter(), 0
     while not stop.is_set() and time.perf_counter() - start < seconds:
         due = int((time.perf_counter() - start) * rate)
