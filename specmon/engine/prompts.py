@@ -40,12 +40,7 @@ BUILTIN = resources.files("specmon.data") / "prompts" / "builtin.jsonl"  # five 
 
 
 def builtin_suite(classes: list[str] | None = None) -> list[Prompt]:
-    prompts = load_prompts(Path(str(BUILTIN)))
-    have = list(dict.fromkeys(p.prompt_class for p in prompts))
-    unknown = set(classes or []) - set(have)
-    if unknown:
-        raise SpecmonError(f"unknown built-in class {sorted(unknown)[0]!r}; built-in classes: {', '.join(have)}")
-    return [p for p in prompts if not classes or p.prompt_class in classes]
+    return _of_classes(load_prompts(Path(str(BUILTIN))), classes, "the built-in suite")
 
 
 def prompt_set(path: Path | None, classes: str | None) -> list[Prompt]:
@@ -56,14 +51,15 @@ def prompt_set(path: Path | None, classes: str | None) -> list[Prompt]:
         raise SpecmonError(f"--classes {classes!r}: expected comma-separated class names")
     if path is None:
         return builtin_suite(wanted)
-    prompts = load_prompts(path)
+    return _of_classes(load_prompts(path), wanted, f"prompts file {path}")
+
+
+def _of_classes(prompts: list[Prompt], classes: list[str] | None, where: str) -> list[Prompt]:
     have = list(dict.fromkeys(p.prompt_class for p in prompts))
-    missing = [name for name in wanted or [] if name not in have]
+    missing = [name for name in classes or [] if name not in have]
     if missing:
-        raise SpecmonError(
-            f"--classes: prompts file {path} has no class {missing[0]!r}; its classes: {', '.join(have)}"
-        )
-    return [p for p in prompts if not wanted or p.prompt_class in wanted]
+        raise SpecmonError(f"--classes: {where} has no class {missing[0]!r}; its classes: {', '.join(have)}")
+    return [p for p in prompts if not classes or p.prompt_class in classes]
 
 
 class PromptRow(msgspec.Struct):
