@@ -12,8 +12,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specmon.events.schema import ServerScraped
 
-KINDS = ("llama-server", "vllm", "specmon")
-
 
 @dataclass(frozen=True)
 class Names:

@@ -9,7 +9,7 @@ import httpx
 
 from specmon.errors import SpecmonError
 from specmon.events.schema import ServerScraped
-from specmon.watch.exposition import KINDS, NotMetrics, kind_of, read, samples
+from specmon.watch.exposition import NAMES, NotMetrics, kind_of, read, samples
 
 TIMEOUT_S = 5.0  # a server that takes longer to list its counters is as good as down for a watch
 PROXY_SAMPLE = "specmon_upstream_up"  # only a specmon proxy's own page has it, from its start (proxy.exported)
@@ -78,7 +78,7 @@ def scrape(
 
 
 def _failed(session_id: str, t: float, url: str, kind: str, error: str) -> ServerScraped:
-    return ServerScraped(session_id=session_id, t=t, url=url, kind=kind if kind in KINDS else "", error=error)
+    return ServerScraped(session_id=session_id, t=t, url=url, kind=kind if kind in NAMES else "", error=error)
 
 
 def _why(exc: httpx.HTTPError) -> str:
