@@ -31,8 +31,6 @@ from specmon.policy.route import BOTH, PLAIN, SPEC
 from specmon.policy.schema import Policy
 from specmon.proxy import recall
 
-__all__ = ["BOTH", "PLAIN", "SPEC", "Router"]
-
 
 @dataclass
 class ClassRoute:
