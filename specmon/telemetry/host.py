@@ -58,13 +58,10 @@ def own_cpu_us() -> float:
 
 
 class StallClock:
-    """stall() reads a running total of microseconds in which some task on the host waited for a
-    CPU while other processes were using OTHERS_MIN of a core or more (over the last
-    OTHERS_WINDOW_S); the difference of two readings is what a round between them counts. None if
-    the host cannot say. PSI counts every waiting task, this process's own threads too (a live
-    view's redraws beside the model's threads): the gate keeps those out. It does not tell whose
-    wait it was: a niced background job that waits while we run still reads as contention.
-    Called from one thread (the decode loop's)."""
+    """stall(): the running total of the stall (above), counted while other processes used OTHERS_MIN of a core or
+    more over the last OTHERS_WINDOW_S; two readings' difference is a round's; None where the host cannot say. The
+    gate keeps out this process's own threads (a live view's redraws), but cannot tell whose wait it was: a niced
+    background job that waits while we run still reads as contention. Called from the decode loop's thread only."""
 
     def __init__(self, psi=psi_stall_us, stat=stat_us, own=own_cpu_us, cores: int | None = None, clock=time.monotonic):
         self.psi, self.stat, self.own, self.clock = psi, stat, own, clock
