@@ -69,5 +69,4 @@ class ReadFold:
     def _starts(self, t: float) -> list[ServerScraped]:
         """The held reads figures at `t` start from: served.recent's (at t - RECENT_S) and served.window's."""
         start = next((r for r in reversed(self.held) if r.t <= t - RECENT_S), None)
-        out = [r for r in (start, self.held[-1] if self.held else None) if r is not None]
-        return list({id(r): r for r in out}.values())
+        return [r for r in self.held if r is start or r is self.held[-1]]  # in order, each once
