@@ -16,8 +16,7 @@ MARKS = (b'"timings"', b'"metrics"', b'"usage"', b'"stop_reason"', b'"eos_reason
 
 
 class ReplyReader:
-    """A reply's evidence from the copies it is fed: a JSON body once whole, or a stream's events (the family
-    from the first that shows one; the figures from the last that carries them, as each family sends)."""
+    """A stream's family from the first event that shows one; its figures from the last that carries them."""
 
     def __init__(self, content_type: str):
         """ "" for a reply nobody needs the evidence of (a pass-through path): it is not read at all."""

@@ -64,9 +64,8 @@ def family_at(http: httpx.Client, url: str, paths: tuple[str, ...] = ("/health",
 
 
 class UpstreamReads:
-    """Reads the first upstream's /metrics every `options.scrape_s` (proxy.server.ProxyOptions) and publishes
-    the reads that changed something; keeps the last that found the counters (a failed read says nothing of
-    drafting), and tells each to `told`, the session's fold for its headless line."""
+    """Reads the first upstream every `options.scrape_s`; keeps the last read that found the counters (a failed
+    read says nothing of drafting) and tells each to `told`, the session's fold for its headless line."""
 
     def __init__(self, session_id: str, publish: Callable, options, told: Silence):
         self.session_id, self.publish, self.options, self.told = session_id, publish, options, told

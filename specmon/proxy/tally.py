@@ -20,8 +20,7 @@ WINDOW = 128
 
 
 class Tally:
-    """What the end table and the advice need of a session's events, in memory that does not grow with
-    its requests (classes and upstreams are the policy's and the command line's)."""
+    """Its memory grows with the policy's classes and the command line's upstreams, never with the requests."""
 
     def __init__(self, plain_given: bool | None = None):
         self.plain_given = plain_given  # None: inferred from a request that went plain

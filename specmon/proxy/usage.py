@@ -51,8 +51,7 @@ def asking(fields: dict[str, Any]) -> bytes:
 
 
 class UsageCut:
-    """A stream's bytes with the usage the client did not ask for taken out, every other event as it came.
-    An event past MAX_EVENT_BYTES is no usage chunk: from there the bytes pass as they come (never held)."""
+    """A stream's bytes less the usage the client did not ask for; from an event past MAX_EVENT_BYTES, as they come."""
 
     def __init__(self):
         self._pending = b""
