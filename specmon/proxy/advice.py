@@ -3,8 +3,7 @@ every proxy session and `log info` of its log, in either mode. A class's request
 upstream are set against its requests to the plain one: the goodput ratio (generated tokens per ms, on
 the clock the class is judged on: the upstreams' own decode time, or the proxy's where a reply gave none;
 metrics.served.timing) with a 95% interval from a bootstrap over each side's last tally.WINDOW timed
-requests (metrics.interval: a request is the resampled unit). Until the interval excludes 1.0 the word
-is "not yet known".
+requests (metrics.interval: a request is the resampled unit); ClassAdvice.verdict says what it shows.
 
 The advice itself applies nothing (applied_line says whether routing did, in enforce mode with a plain
 side): llama-server takes no per-request switch for speculation or its draft length (build 287

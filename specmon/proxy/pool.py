@@ -3,11 +3,10 @@ as Envoy's upstream clusters do: a request goes to the member of its side with t
 outstanding; a member that refuses a connection, drops it before a reply, or sends nothing while its
 /health is silent too is marked down, left out, and probed (GET /health) every RETRY_S until it
 answers. A request whose side has no member up goes to the other side (a failover, said once per
-outage); only when no member of either side answers is it a 502. A request a member took and never
-answered is a 504.
+outage); only when no member of either side answers is it a 502.
 
 A request is sent again elsewhere only where the first member gave nothing back: a refused or dropped
-connection. One that timed out may still be decoding it, so that request ends in a 504 instead."""
+connection. One a member took and never answered may still be decoding it, so that request ends in a 504."""
 
 from __future__ import annotations
 

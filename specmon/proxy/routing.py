@@ -11,9 +11,8 @@ Classes are judged on the servers' own decode time while both sides give it; fro
 does not (vLLM without --enable-per-request-metrics, say), every class and both sides on the proxy's clock
 for the rest of the session, so a side that gives no decode time never leaves a class alternating.
 
-With a memory shelf (proxy.recall), a class's replies in earlier sessions against the same upstream
-pair fill its side windows ahead of other classes' loans: a class they decide is decided at once
-(`opening`), and every decision drawn partly from them cites them (RouteChoice.recalled)."""
+With a memory shelf, earlier sessions' replies fill a class's windows (proxy.recall): a class they decide is
+decided at once (`opening`), and every decision drawn partly from them cites them (RouteChoice.recalled)."""
 
 from __future__ import annotations
 
