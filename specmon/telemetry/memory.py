@@ -8,7 +8,7 @@ from typing import Any
 
 from specmon.telemetry.procfs import forget, kept_pread
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_PAGE = os.sysconf("SC_PAGE_SIZE")  # `resource` above exists only where os.sysconf does
 _nvml_state: dict[str, Any] = {}  # "module": pynvml once started; "failed": it would not start
 _STATM = "/proc/self/statm"
 
