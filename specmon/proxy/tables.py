@@ -49,10 +49,8 @@ def request_lines(ev: RequestTimed, told: Silence, width: int | None = None, sid
 
 
 def request_line(ev: RequestTimed, sides: bool = False) -> str:
-    """`200 c676e3f6 chat acc=2/48 tokens=35 tok/s=30.5 total=1183ms`: status, short id, class, the
-    upstream's side where the proxy has two (`sides`), accepted/drafted tokens (n/r: not reported, - on
-    the plain side), tokens, decode tok/s, time to first byte (a stream's alone: a reply sent whole has
-    it at its end) and in all."""
+    """`200 c676e3f6 chat acc=2/48 tokens=35 tok/s=30.5 total=1183ms`; `upstream=` where the proxy has two sides,
+    `ttfb=` a stream's alone (a reply sent whole has its first byte at its end)."""
     totals = RequestTotals() + ev
     on = judged_on(totals)  # the reply's own clock (metrics.served.timing)
     # figures out of range: its notice says why
@@ -66,8 +64,7 @@ def request_line(ev: RequestTimed, sides: bool = False) -> str:
 
 
 def class_table(tally: Tally) -> Table:
-    """A row per (class, upstream): the sums of what its successful replies said, and their ratios; tok/s
-    on the clock the class is judged on."""
+    """A row per (class, upstream) of its successful replies' sums and ratios; tok/s on the class's clock."""
     table = compact_table("requests per class", COLUMNS, left=("class", "upstream"), tight=True)  # fits 80 columns
     for (name, upstream), t in sorted(tally.totals.items()):
         told, on = t.reported > 0, tally.clock(name)
