@@ -36,8 +36,7 @@ class ReadFold:
         self.held: deque[ServerScraped] = deque()  # folded reads since `last`
 
     def take(self, read: ServerScraped) -> list[ServerScraped]:
-        """The reads to pass on now: none (folded); an unchanged read that is due; or a changed one, after
-        the held reads its figures start from."""
+        """The reads to pass on now, in order, by the rules above."""
         if self.last is not None and same(self.last, read):
             # once RECENT_S after a change: the view's recent figures fall back to idle, as unfolded reads would
             settling = not self.settled and read.t - self.changed_t >= RECENT_S
