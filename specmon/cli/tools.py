@@ -47,14 +47,8 @@ class Teaching(argparse.HelpFormatter):
         text = super()._format_usage(usage, actions, groups, prefix)
         if all(len(line) <= self._width for line in text.splitlines()):
             return text
-        head, _, parts = " ".join(text.split()).partition(" [")  # `usage: PROG POSITIONAL...` then the options
-        lines = [head]
-        for part in USAGE_PARTS.findall("[" + parts) if parts else ():
-            if len(lines[-1]) + 1 + len(part) <= self._width:
-                lines[-1] += " " + part
-            else:
-                lines.append(USAGE_INDENT + part)
-        return "\n".join(lines) + "\n\n"
+        flat = " ".join(text.split())
+        return "\n".join(wrapped_lines(flat, self._width, USAGE_INDENT, whole=USAGE_PARTS.findall(flat))) + "\n\n"
 
 
 def continued(lead: str, command: str, width: int) -> list[str]:
