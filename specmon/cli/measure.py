@@ -111,8 +111,6 @@ def verify_table(ms: dict, costs: dict, title: str) -> Table:
 def cmd_bench_engines(args) -> int:
     names = eng.engine_names(args.engines)
     check_json(args.json)
-    if args.threads < 0:
-        raise SpecmonError(f"--threads must be >= 0 (0: torch's default), not {args.threads}")
     reference = check_reference(args.reference, args.llamacpp_profile)
     prompts = builtin_suite([c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None)
     from specmon.backends.loader import set_threads  # torch: only once every input is checked
