@@ -33,7 +33,7 @@ from specmon.cli.serve_clients import Streamed
 from specmon.engine.costs import time_passes
 from specmon.engine.draft_len import FixedDraftLen, check_draft_len
 from specmon.engine.driver import UNCHECKED
-from specmon.engine.prompts import builtin_suite, prompt_set
+from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, RoundVerified, Sampling
@@ -112,7 +112,7 @@ def cmd_bench_engines(args) -> int:
     names = eng.engine_names(args.engines)
     check_json(args.json)
     reference = check_reference(args.reference, args.llamacpp_profile)
-    prompts = builtin_suite([c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None)
+    prompts = prompt_set(None, args.classes)  # the built-in suite
     from specmon.backends.loader import set_threads  # torch: only once every input is checked
 
     threads = set_threads(args.threads)  # the llama.cpp backend takes the same count
