@@ -354,7 +354,6 @@ def cmd_log_dump(args) -> int:
     stdout, written = sys.stdout.buffer, 0
     try:
         for event in read_log(args.log):
-            # {"type": "RoundVerified", "session_id": ..., ...}: the event's type, then its fields in order
             stdout.write(msgspec.json.encode({"type": type(event).__name__, **by_name(event)}) + b"\n")
             written += 1
         stdout.flush()
