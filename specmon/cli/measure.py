@@ -1,8 +1,6 @@
-"""The engines and the server measured: `specmon bench verify`, the v(k) of the predicted speedup
-(metrics.predict); `specmon bench engines`, plain tok/s and the n-gram speedup over each engine's own plain
-decoding, engines interleaved per prompt (specmon/sched/engines.py); `specmon bench serve`, what serving costs,
-server and driver taking turns (which goes first alternates, so drift falls on both), a chunk's tokens counted
-from the log's rounds (each chunk names its round).
+"""The engines and the server measured: `specmon bench verify` (the v(k) of metrics.predict), `bench engines`
+(specmon/sched/engines.py says how) and `bench serve`, where server and driver take turns (which goes first
+alternates, so drift falls on both) and a chunk's tokens are counted from the log's rounds (each names its round).
 
 On a CPU, MKL's fp32 gemm reads the weights once per 3 rows, so without packing a 4-position verify
 costs about twice a plain step; weights packed for `packed_rows` rows are read once for all rows."""
