@@ -24,9 +24,9 @@ KEY = {"backend": "scripted", "target": "t", "drafter": "scripted"}
 POLICY = ONE_CLASS.format(mode="enforce", speculate="auto")
 
 
-def shelf(root, key=KEY, **options) -> tuple[Shelf, list[str]]:
+def shelf(key=KEY, **options) -> tuple[Shelf, list[str]]:
     warnings: list[str] = []
-    return Shelf(Memory(root=root, warn=warnings.append, **options), "accept", key), warnings
+    return Shelf(Memory(warn=warnings.append, **options), "accept", key), warnings
 
 
 def write_log(path, events):
@@ -36,10 +36,10 @@ def write_log(path, events):
     return path
 
 
-def first_session(session, tmp_path):
+def first_session(session):
     """A session on the steep engine whose every draft token is rejected: it learns that 2-token
     matches do not pay (the prior verified one token there) and keeps it."""
-    kept, _ = shelf(tmp_path)
+    kept, _ = shelf()
     live = session(parse_policy(POLICY), STEEP, shelf=kept, session_id="first")
     verified, decisions = live.prompt("chat", rounds=30, emitted=1)
     assert verified[0] == 1 and verified[-1] == 0 and decisions  # as in test_policy: learned on its own rounds
@@ -48,11 +48,11 @@ def first_session(session, tmp_path):
 
 
 def test_a_second_session_starts_from_the_first_ones_evidence_cites_it_and_explain_reproduces_it(session, tmp_path):
-    first = first_session(session, tmp_path)
+    first = first_session(session)
     learned = first.engine.learned()["chat"]
     # 4 drafted rounds, then 26 whose drafts the table cut whole, each settled by the token emitted instead (a Shadow)
     assert learned.session_id == "first" and learned.rounds == 30 and learned.tried[2] == 30 and learned.taken[2] == 0
-    again, warnings = shelf(tmp_path)
+    again, warnings = shelf()
     second = session(parse_policy(POLICY), STEEP, shelf=again, session_id="second")
     (opening,) = second.engine.opening  # decided before its first round
     recall = opening.gate.recalled
@@ -68,40 +68,40 @@ def test_a_second_session_starts_from_the_first_ones_evidence_cites_it_and_expla
     assert "session first" in explained[0].detail
 
 
-def test_another_key_fresh_and_a_damaged_store_start_cold_the_last_with_one_warning(session, tmp_path):
-    first_session(session, tmp_path)
+def test_another_key_fresh_and_a_damaged_store_start_cold_the_last_with_one_warning(session):
+    first_session(session)
     for other, options in [({**KEY, "drafter": "model:other"}, {}), (KEY, {"fresh": True})]:
-        cold, warnings = shelf(tmp_path, other, **options)
+        cold, warnings = shelf(other, **options)
         live = session(parse_policy(POLICY), STEEP, shelf=cold, session_id="cold")
         assert live.engine.opening == [] and not warnings
         assert (
             live.prompt("chat", rounds=5, emitted=1)[0][: gate.CHECK_EVERY] == [1] * gate.CHECK_EVERY
         )  # the prior's table
-    path = Memory(root=tmp_path).path("accept", KEY)
+    path = Memory().path("accept", KEY)
     path.write_bytes(path.read_bytes()[:-20])  # a write cut short (by hand: the store writes atomically)
-    damaged, warnings = shelf(tmp_path)
+    damaged, warnings = shelf()
     live = session(parse_policy(POLICY), STEEP, shelf=damaged, session_id="after")
     assert live.engine.opening == [] and len(warnings) == 1 and str(path) in warnings[0]
     live.prompt("chat", rounds=30, emitted=1)
     live.engine.remember(final=True)  # the damaged file is replaced by what this session learned
-    assert shelf(tmp_path)[0].recall(dict[str, Learned]).body["chat"].session_id == "after"
+    assert shelf()[0].recall(dict[str, Learned]).body["chat"].session_id == "after"
 
 
-def test_a_store_holding_another_key_or_version_is_a_warning_not_a_store(tmp_path):
-    keep, _ = shelf(tmp_path)
+def test_a_store_holding_another_key_or_version_is_a_warning_not_a_store():
+    keep, _ = shelf()
     keep.keep("s", {"chat": 1})
     other = {**KEY, "target": "another"}
-    theirs = Memory(root=tmp_path).path("accept", other)
-    theirs.write_bytes(Memory(root=tmp_path).path("accept", KEY).read_bytes())  # copied under another key's name
-    read, warnings = shelf(tmp_path, other)
+    theirs = Memory().path("accept", other)
+    theirs.write_bytes(Memory().path("accept", KEY).read_bytes())  # copied under another key's name
+    read, warnings = shelf(other)
     assert read.recall(dict[str, int]) is None and len(warnings) == 1
-    assert shelf(tmp_path)[0].recall(dict[str, int]).body == {"chat": 1}
+    assert shelf()[0].recall(dict[str, int]).body == {"chat": 1}
 
 
-def test_a_class_whose_match_rules_changed_does_not_read_what_it_learned_before(session, tmp_path):
-    first_session(session, tmp_path)
+def test_a_class_whose_match_rules_changed_does_not_read_what_it_learned_before(session):
+    first_session(session)
     edited = POLICY + 'match = { keywords = ["hello"] }\n'
-    again, _ = shelf(tmp_path)
+    again, _ = shelf()
     live = session(parse_policy(edited), STEEP, shelf=again, session_id="edited")
     assert live.engine.opening == []
 
@@ -142,7 +142,7 @@ def test_the_engines_costs_are_timed_once_per_host_and_engine_and_again_on_retim
     monkeypatch.setattr(session_module, "measure_costs", lambda *a, **k: timed.append(1) or real(*a, **k))
 
     def costs(name, **options):
-        memory = Memory(root=tmp_path, **options)
+        memory = Memory(**options)
         key = engine_key(profile, pair.drafter.name)
         with live_session(
             pair,

@@ -14,7 +14,7 @@ from specmon.backends.profiles import check_model_drafter, load_profile
 from specmon.backends.tokenizer import profile_tokenizer
 from specmon.console import err, out, progress, say
 from specmon.cli.run import check_json, load_saying, write_json
-from specmon.cli.sweep import parse_ks
+from specmon.cli.sweep import parse_floats, parse_ks
 from specmon.errors import SpecmonError
 from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
@@ -201,16 +201,13 @@ def cmd_tune(args) -> int:
 
 def parse_costs(text: str) -> dict[int, float]:
     """--costs 1.17,1.23,...: a round proposing L = 1, 2, ... tokens, in plain steps."""
-    try:
-        costs = {i + 1: float(x) for i, x in enumerate(text.split(","))}
-    except ValueError:
-        costs = {}
-    if not costs or not all(0 < c < float("inf") for c in costs.values()):
+    costs = parse_floats(text, "--costs")
+    if not all(c > 0 for c in costs):
         raise SpecmonError(
             f"--costs {text!r}: expected comma-separated positive numbers, the cost in plain steps "
             "of a round proposing 1, 2, ... tokens"
         )
-    return costs
+    return {i + 1: c for i, c in enumerate(costs)}
 
 
 def tune_table(result: dict, ks: list[int], title: str) -> Table:

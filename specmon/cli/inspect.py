@@ -354,15 +354,13 @@ def cmd_log_dump(args) -> int:
     stdout, written = sys.stdout.buffer, 0
     try:
         for event in read_log(args.log):
-            # {"type": "RoundVerified", "session_id": ..., ...}: the event's type, then its fields in order
             stdout.write(msgspec.json.encode({"type": type(event).__name__, **by_name(event)}) + b"\n")
             written += 1
+        stdout.flush()
     except LogDamaged as exc:
         stdout.flush()
         print_error(f"{exc}; the {written} events before it were written")
         return 1
     except BrokenPipeError:  # `| head`: the reader has all it wanted
         sys.stderr.close()
-        return 0
-    stdout.flush()
     return 0

@@ -1,8 +1,6 @@
-"""The engines and the server measured: `specmon bench verify`, the v(k) of the predicted speedup
-(metrics.predict); `specmon bench engines`, plain tok/s and the n-gram speedup over each engine's own plain
-decoding, engines interleaved per prompt (specmon/sched/engines.py); `specmon bench serve`, what serving costs,
-server and driver taking turns (which goes first alternates, so drift falls on both), a chunk's tokens counted
-from the log's rounds (each chunk names its round).
+"""The engines and the server measured: `specmon bench verify` (the v(k) of metrics.predict), `bench engines`
+(specmon/sched/engines.py says how) and `bench serve`, where server and driver take turns (which goes first
+alternates, so drift falls on both) and a chunk's tokens are counted from the log's rounds (each names its round).
 
 On a CPU, MKL's fp32 gemm reads the weights once per 3 rows, so without packing a 4-position verify
 costs about twice a plain step; weights packed for `packed_rows` rows are read once for all rows."""
@@ -33,7 +31,7 @@ from specmon.cli.serve_clients import Streamed
 from specmon.engine.costs import time_passes
 from specmon.engine.draft_len import FixedDraftLen, check_draft_len
 from specmon.engine.driver import UNCHECKED
-from specmon.engine.prompts import builtin_suite, prompt_set
+from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
 from specmon.events.schema import PromptFinished, RoundVerified, Sampling
@@ -111,10 +109,8 @@ def verify_table(ms: dict, costs: dict, title: str) -> Table:
 def cmd_bench_engines(args) -> int:
     names = eng.engine_names(args.engines)
     check_json(args.json)
-    if args.threads < 0:
-        raise SpecmonError(f"--threads must be >= 0 (0: torch's default), not {args.threads}")
     reference = check_reference(args.reference, args.llamacpp_profile)
-    prompts = builtin_suite([c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None)
+    prompts = prompt_set(None, args.classes)  # the built-in suite
     from specmon.backends.loader import set_threads  # torch: only once every input is checked
 
     threads = set_threads(args.threads)  # the llama.cpp backend takes the same count

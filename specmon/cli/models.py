@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from specmon.backends import modelstore
+from specmon.cli.flags import whole
 from specmon.console import err, notice, say
 from specmon.errors import SpecmonError
 
@@ -37,7 +38,7 @@ def add_models(sub) -> None:
     )
     export.add_argument("source", help="an embedded model name or a .gguf file")
     export.add_argument("out", type=Path, help="folder to write (replaced atomically)")
-    export.add_argument("--layers", type=int, default=0, help="keep only the first N layers (default: all)")
+    export.add_argument("--layers", type=whole(0), default=0, help="keep only the first N layers (default: all)")
     export.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], default="float16")
 
 
@@ -71,8 +72,6 @@ def cmd_models(args) -> int:
 def _export_model(args) -> int:
     from specmon.backends.hf_folder import export_hf_folder  # loads torch
 
-    if args.layers < 0:
-        raise SpecmonError(f"--layers must be >= 0 (0 keeps all), not {args.layers}")
     source = Path(args.source)
     if not source.suffix == ".gguf":
         source = modelstore.resolve(args.source)

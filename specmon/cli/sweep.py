@@ -43,7 +43,7 @@ def progress_title(cells: list, prompts: list) -> str:
     return f"sweep {classes * len(cells)} cells, decodes"
 
 
-def _floats(text: str, flag: str) -> list[float]:
+def parse_floats(text: str, flag: str) -> list[float]:
     try:
         values = [float(x) for x in text.split(",")]
     except ValueError:
@@ -60,8 +60,8 @@ def cmd_sweep(args) -> int:
     ks = parse_ks(args.ks)
     samplings = [
         Sampling(t, p, 0, args.seed)
-        for t in _floats(args.temperatures, "--temperatures")
-        for p in _floats(args.top_ps, "--top-ps")
+        for t in parse_floats(args.temperatures, "--temperatures")
+        for p in parse_floats(args.top_ps, "--top-ps")
     ]
     if any(s.temperature < 0 or not 0 < s.top_p <= 1 for s in samplings):
         raise SpecmonError("sampling needs temperatures >= 0 and 0 < top-p <= 1")

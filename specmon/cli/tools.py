@@ -47,14 +47,8 @@ class Teaching(argparse.HelpFormatter):
         text = super()._format_usage(usage, actions, groups, prefix)
         if all(len(line) <= self._width for line in text.splitlines()):
             return text
-        head, _, parts = " ".join(text.split()).partition(" [")  # `usage: PROG POSITIONAL...` then the options
-        lines = [head]
-        for part in USAGE_PARTS.findall("[" + parts) if parts else ():
-            if len(lines[-1]) + 1 + len(part) <= self._width:
-                lines[-1] += " " + part
-            else:
-                lines.append(USAGE_INDENT + part)
-        return "\n".join(lines) + "\n\n"
+        flat = " ".join(text.split())
+        return "\n".join(wrapped_lines(flat, self._width, USAGE_INDENT, whole=USAGE_PARTS.findall(flat))) + "\n\n"
 
 
 def continued(lead: str, command: str, width: int) -> list[str]:
@@ -227,7 +221,9 @@ def _add_engines(bench) -> None:
     engines.add_argument("--classes", help="comma-separated built-in classes (default: all)")
     engines.add_argument("--tokens", type=whole(1), default=64, help="new tokens per prompt (default 64)")
     engines.add_argument("--draft-len", type=whole(1), default=4, help="the n-gram drafter's k (default 4)")
-    engines.add_argument("--threads", type=int, default=0, help="CPU threads for every engine (0: torch's default)")
+    engines.add_argument(
+        "--threads", type=whole(0), default=0, help="CPU threads for every engine (0: torch's default)"
+    )
     engines.add_argument("--reps", type=whole(1), default=1, help="passes over the prompts (default 1)")
     engines.add_argument(
         "--reference", metavar="BIN", help="llama.cpp's own loop, built from scripts/llamacpp_reference.cpp"

@@ -72,17 +72,16 @@ def age_weight(t: float) -> float:
 @dataclass
 class Memory:
     """The store as a session uses it: `fresh` reads nothing (what it learns is still kept), `retime`
-    times the engine again though a curve is stored, `root` None is state_dir()."""
+    times the engine again though a curve is stored."""
 
     fresh: bool = False
     retime: bool = False
-    root: Path | None = None
     warn: Callable[[str], None] = notice
     _warned: set = field(default_factory=set)
 
     def path(self, kind: str, key: dict[str, str]) -> Path:
         digest = hashlib.sha256(msgspec.json.encode([kind, key], order="sorted")).hexdigest()[:20]
-        return (self.root or state_dir()) / "memory" / f"{kind}-{digest}.json"
+        return state_dir() / "memory" / f"{kind}-{digest}.json"
 
     def warn_once(self, path: Path, why: str) -> None:
         """One warning line a file, whatever is tried with it again (a store written as a session goes)."""
