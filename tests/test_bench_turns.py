@@ -157,6 +157,6 @@ def test_host_stalls_are_rounds_the_host_made_wait_for_a_cpu():
     assert found.share == pytest.approx(2 / 22) and not found.busy  # under 10% of rounds: mostly quiet
     assert "host mostly quiet: 2 of 22 rounds disturbed (9.1%), peak 90% of a round" in found.line()
     assert tally([*quiet, unmeasured]).line() is None
-    assert tally([unmeasured]).describe() == "" and tally(quiet).describe() == "quiet"
+    assert tally([unmeasured]).said() == "" and tally(quiet).said() == "quiet"
     assert not tally([*quiet[:10], *busy]).busy  # 2 of 12: over 10%, but two stray rounds are not a busy host
     assert tally([*quiet[:10], *busy, *busy, *busy[:1]]).busy  # 5 of 15

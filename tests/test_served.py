@@ -100,7 +100,7 @@ def test_per_class_sums_of_timings_give_acceptance_tokens_per_step_and_goodput()
     assert (code.requests, code.predicted_n, code.draft_n, code.draft_n_accepted) == (2, 60, 64, 30)
     assert code.acceptance == pytest.approx(30 / 64)
     assert code.steps == 30 and code.tokens_per_step == 2.0
-    assert code.goodput == pytest.approx(60 / 500.0)
+    assert code.tok_per_s == pytest.approx(60 / 500.0 * 1e3)
     chat = sums[("chat", "plain")]
     assert chat.acceptance is None and chat.tokens_per_step is None  # no reply reported drafts: not 1.0
 

@@ -253,7 +253,7 @@ def test_bench_policy_figures_are_recomputed_from_its_log(tmp_path):
     assert again.disturbed == stalls.disturbed + (not disturbed(rounds[0])) and again.peak == pytest.approx(
         1.0, abs=1e-3
     )
-    assert re.sub(r"\s+", " ", again.describe()) in re.sub(r"\s+", " ", specmon("log", "info", busy).stdout)
+    assert re.sub(r"\s+", " ", again.said()) in re.sub(r"\s+", " ", specmon("log", "info", busy).stdout)
 
     if any(isinstance(e, Decision) for e in read_log(log)):
         explain = specmon("policy", "explain", log)

@@ -136,7 +136,6 @@ class FrameDecoder:
             raise LogDamaged(self.source, self.offset, "checksum mismatch")
 
     def _check_v2(self, fields: tuple, payload: bytes) -> None:
-        """The CRC covers length, number and payload, seeded by the log id; numbers count up from 0."""
         _, seq, crc = fields
         if zlib.crc32(payload, zlib.crc32(self._buf[self._pos : self._pos + 8], self._seed)) != crc:
             raise LogDamaged(self.source, self.offset, "checksum mismatch (corrupt, or a frame of another log)")

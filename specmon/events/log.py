@@ -72,8 +72,7 @@ class LogWriter:
                 self._header = header if isinstance(header, SessionStarted) else None
         elif self._rotate_asked and payloads:
             self.rotate()  # asked for since the last batch: what comes after the ask opens the new part
-        limit = getattr(self.rotation, "max_bytes", None)
-        limit = math.inf if limit is None else limit  # None: rotate only when asked
+        limit = getattr(self.rotation, "max_bytes", None) or math.inf  # None: rotate only when asked
         while payloads:
             ends = itertools.accumulate((FRAME_V2.size + len(p) for p in payloads), initial=self._good)
             # the live part takes them up to and including the one that fills it

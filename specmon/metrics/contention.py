@@ -75,8 +75,9 @@ class HostTally:
         share = self.share
         return share is not None and share >= MARK_SHARE and self.disturbed >= MIN_DISTURBED
 
-    def describe(self) -> str:
-        """How the host was, for people ("quiet", or the disturbed share and peak); '' where not measured."""
+    def said(self) -> str:
+        """How the host was, for people, as log info and reports print it: "quiet", or the disturbed share and
+        peak and when the disturbed rounds ran; '' where not measured."""
         if not self.measured:
             return ""
         if not self.disturbed:
@@ -85,12 +86,8 @@ class HostTally:
         rounds = "round" if self.measured == 1 else "rounds"
         return (
             f"{state}: {self.disturbed:,} of {self.measured:,} {rounds} disturbed "
-            f"({self.share:.1%}), peak {self.peak:.0%} of a round"
+            f"({self.share:.1%}), peak {self.peak:.0%} of a round, {clock(self.first_t)}-{clock(self.last_t)}"
         )
-
-    def said(self) -> str:
-        """describe(), with when the disturbed rounds ran, as log info and reports print it."""
-        return self.describe() + (f", {clock(self.first_t)}-{clock(self.last_t)}" if self.disturbed else "")
 
     def line(self) -> str | None:
         """A warning beside a run's figures, with when; None where no round was disturbed."""

@@ -291,14 +291,11 @@ class RequestTotals:
         return [rates.ratio(n, self.pos_steps) for n in self.accepted_per_pos]
 
     @property
-    def goodput(self) -> float | None:
-        """Generated tokens per ms of the upstream's own decode time (rates.goodput)."""
-        return rates.goodput(self.predicted_n, self.predicted_ms)
-
-    @property
     def tok_per_s(self) -> float | None:
-        """Decode tok/s: each request's own decode speed, not the server's throughput over its slots."""
-        return None if self.goodput is None else self.goodput * 1e3
+        """Decode tok/s, rates.goodput over the upstream's own decode time: each request's own decode speed, not
+        the server's throughput over its slots."""
+        goodput = rates.goodput(self.predicted_n, self.predicted_ms)
+        return None if goodput is None else goodput * 1e3
 
     def tok_per_s_on(self, clock: str) -> float | None:
         """Tok/s on `clock`: the server's decode time, or the proxy's (judged_on says which a class takes)."""

@@ -66,8 +66,7 @@ def served_summary(log: Path) -> dict:
 
 
 def _class_row(cls: str, upstream: str, t: served.RequestTotals, clock: str) -> dict:
-    """One (class, upstream)'s sums and ratios; drafted and accepted are None where no reply reported them;
-    tok/s on the clock the class is judged on."""
+    """One (class, upstream)'s sums and ratios, for JSON; None where no reply gave the figure."""
     return {
         "class": cls,
         "upstream": upstream,

@@ -15,7 +15,6 @@ from specmon.events.schema import AnyEvent, PromptFinished, PromptStarted, Round
 from specmon.metrics import rates
 from specmon.metrics.contention import HostTally, disturbed
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, sanity_bound, speedup_estimate
-from specmon.metrics.rates import ratio as _ratio
 
 
 @dataclass
@@ -105,7 +104,7 @@ class RunStats:
     @property
     def mean_accepted_len(self) -> float | None:
         """Σ accepted / rounds; tokens per round is this plus one."""
-        return _ratio(self.accepted, self.rounds)
+        return rates.ratio(self.accepted, self.rounds)
 
     @property
     def per_position(self) -> list[float]:
@@ -115,7 +114,7 @@ class RunStats:
     @property
     def alpha_hat(self) -> float | None:
         """Mean over rounds of Σ_x min(p, q) averaged over proposed positions."""
-        return _ratio(self.alpha_sum, self.alpha_rounds)
+        return rates.ratio(self.alpha_sum, self.alpha_rounds)
 
     @property
     def goodput(self) -> float | None:
@@ -127,7 +126,7 @@ class RunStats:
         return None if self.goodput is None else self.goodput * 1e3
 
     def mean_ms(self, total: float) -> float | None:
-        return _ratio(total, self.rounds)
+        return rates.ratio(total, self.rounds)
 
     @property
     def prompts(self) -> int:

@@ -105,12 +105,6 @@ def said(ev: RequestTimed, drafts: int | None = None, reported: bool = False) ->
     )
 
 
-def silent(ev: RequestTimed) -> bool:
-    """A successful reply of the speculating side that carried no draft counts (not one whose counts were
-    out of range: that is said apart)."""
-    return ev.upstream == SPEC and 200 <= ev.status < 300 and ev.draft_n is None and not ev.unmeasured
-
-
 def out_of_range(ev: RequestTimed, replies: int) -> tuple[str, str]:
     """The line for an upstream whose replies' figures were out of range (`ev` its first such reply), whole
     and in the pane's short form."""
@@ -143,7 +137,7 @@ class Silence:
             self.reported.add(where(ev))
             if ev.upstream == SPEC:
                 self.measured.add(ev.prompt_class)
-        elif silent(ev):
+        elif ev.upstream == SPEC and 200 <= ev.status < 300:  # a successful spec reply without draft counts
             self.silent[(where(ev), ev.prompt_class)] = ev
 
     def read(self, scrape: ServerScraped) -> None:

@@ -16,8 +16,6 @@ from specmon.server.errors import ApiError, check_unsupported
 from specmon.server.jobs import Admitted
 from specmon.server.protocol import MAX_STOPS, ChatCompletionRequest, CompletionRequest
 
-Classify = Callable[[str, "str | None"], "tuple[str, str]"]
-
 
 @dataclass
 class Admission:
@@ -28,7 +26,7 @@ class Admission:
     max_len: int  # KV cache positions
     max_draft_len: int  # the longest k a round may draft (the policy may pick any up to its maximum)
     defaults: Sampling  # the profile's, for settings a request leaves out
-    classify: Classify
+    classify: Callable[[str, str | None], tuple[str, str]]  # (text, named class) -> (class, rule)
 
     @property
     def context_len(self) -> int:

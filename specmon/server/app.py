@@ -22,7 +22,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from specmon.server.errors import ApiError, from_decode_error, status_error
-from specmon.server.jobs import Failed, Finished, Job, Piece
+from specmon.server.jobs import Finished, Job, Piece
 from specmon.server.metrics import CONTENT_TYPE
 from specmon.server.protocol import (
     ChatCompletionRequest,
@@ -192,14 +192,14 @@ async def _complete(request: Request, state, chat: bool) -> Response:
     item = await _outcome(job, request, state)
     if item is None:  # no one is left to read a reply
         return Response(status_code=499)
-    if isinstance(item, Failed):
-        raise item.error
+    if isinstance(item, ApiError):
+        raise item
     if item.finish_reason == "cancelled":  # decoded in part, so reported by the worker: not a refusal too
         return error_response(SHUT_DOWN)
     return _json(reply.whole(item))
 
 
-async def _outcome(job: Job, request: Request, state) -> Finished | Failed | None:
+async def _outcome(job: Job, request: Request, state) -> Finished | ApiError | None:
     """Wait for the decode's end, or for the client to leave (None: its request is cancelled)."""
     gone = asyncio.ensure_future(disconnected(request))
     try:
@@ -210,7 +210,7 @@ async def _outcome(job: Job, request: Request, state) -> Finished | Failed | Non
                 item.cancel()
                 _client_left(state, request.url.path, job)
                 return None
-            if isinstance(result := item.result(), (Finished, Failed)):
+            if isinstance(result := item.result(), (Finished, ApiError)):
                 return result
     finally:
         gone.cancel()
@@ -229,8 +229,8 @@ async def _events(job: Job, reply: Reply, state, path: str, include_usage: bool)
         while isinstance(item := await job.out.get(), Piece):
             yield _sse(reply.chunk(item.text, specmon=item.round))
         finished = True
-        if isinstance(item, Failed) or item.finish_reason == "cancelled":
-            error = item.error if isinstance(item, Failed) else SHUT_DOWN
+        if isinstance(item, ApiError) or item.finish_reason == "cancelled":
+            error = item if isinstance(item, ApiError) else SHUT_DOWN
             yield b"data: " + error.body() + b"\n\n"
         else:
             yield _sse(reply.chunk(item.rest, item.finish_reason, specmon=item.info))

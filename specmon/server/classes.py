@@ -16,26 +16,22 @@ from specmon.server.errors import ApiError
 CLASS_NAME = re.compile(r"[A-Za-z0-9_.-]{1,40}\Z")  # as the policy's class names; \Z: no trailing newline
 
 
-def policy_class(policy: PolicyScheduler):
+def policy_class(policy: PolicyScheduler, text: str, named: str | None) -> tuple[str, str]:
     """Admission's check of a request's class under the policy in force: 400 for a name it lacks."""
-
-    def classify(text: str, named: str | None) -> tuple[str, str]:
-        if named is not None:
-            check_name(named)  # a malformed name is told the rule, not that no class has it
-        try:
-            return policy.engine.classify(text, None, named)
-        except UnknownClass as exc:
-            raise unknown_class(exc) from None
-
-    return classify
+    if named is not None:
+        check_name(named)  # a malformed name is told the rule, not that no class has it
+    try:
+        return policy.engine.classify(text, None, named)
+    except UnknownClass as exc:
+        raise unknown_class(exc) from None
 
 
 def unknown_class(exc: UnknownClass) -> ApiError:
     return ApiError(400, str(exc), param="specmon_class", code="invalid_value")
 
 
-def fixed_class(named: str | None, k: int) -> tuple[str, str]:
-    """Without a policy: the named class as a label, or "default"."""
+def fixed_class(k: int, text: str, named: str | None) -> tuple[str, str]:
+    """Without a policy: the named class as a label, or "default" (the text is not read)."""
     if named is None:
         return "default", f"no policy; fixed k={k}"
     check_name(named)

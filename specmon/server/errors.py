@@ -10,7 +10,6 @@ import msgspec
 
 from specmon.server.protocol import UNSUPPORTED, UNSUPPORTED_WHY, ErrorBody, ErrorResponse, encoder
 
-INVALID = "invalid_request_error"
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 _FIELD = re.compile(r"Object (missing required|contains unknown) field `([^`]+)`")
 
@@ -22,7 +21,7 @@ class ApiError(Exception):
     status: int
     message: str
     _: KW_ONLY
-    type: str = INVALID
+    type: str = "invalid_request_error"
     param: str | None = None
     code: str | None = None
     headers: dict[str, str] = field(default_factory=dict)

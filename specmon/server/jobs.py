@@ -65,17 +65,12 @@ class Finished:
     info: SpecmonInfo
 
 
-@dataclass
-class Failed:
-    error: ApiError
-
-
 @dataclass(eq=False)
 class Job:
     request: Admitted
     loop: asyncio.AbstractEventLoop
     text: ReplyText
-    out: asyncio.Queue = field(default_factory=asyncio.Queue)  # Piece* then Finished or Failed
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)  # Piece* then Finished, or the ApiError that ended it
     cancelled: threading.Event = field(default_factory=threading.Event)
     arrived: float = field(default_factory=time.perf_counter)
     queued_at: float = field(default_factory=time.time)  # wall clock, as the log's times: TTFT counts from it
@@ -83,7 +78,7 @@ class Job:
     last_round_at: float | None = None
     ttft_s: float | None = None
 
-    def post(self, item: Piece | Finished | Failed) -> None:
+    def post(self, item: Piece | Finished | ApiError) -> None:
         """From the worker thread to the request's event loop (gone once the server has stopped)."""
         with contextlib.suppress(RuntimeError):  # the loop is closed: no one is waiting for this request any more
             self.loop.call_soon_threadsafe(self.out.put_nowait, item)
@@ -186,7 +181,7 @@ class Worker:
         with self._cond:
             self.closing = True
             for job in self.waiting:
-                job.post(Failed(ApiError(503, why, type="server_error", code="shutting_down")))
+                job.post(ApiError(503, why, type="server_error", code="shutting_down"))
             self.waiting.clear()
             if self.in_flight is not None:
                 self.in_flight.cancelled.set()
@@ -265,7 +260,7 @@ class Worker:
     def _failed(self, job: Job, error: ApiError) -> None:
         """The client gets an error, not text: its rounds (if any ran) count, none of their tokens as sent."""
         self.metrics.count_rounds(job.rounds, 0)
-        job.post(Failed(error))
+        job.post(error)
 
     def _on_round(self, job: Job, ev: RoundVerified) -> None:
         now, name = time.perf_counter(), ev.prompt_class

@@ -50,6 +50,9 @@ class ServerMetrics:
         def gauge(name: str, help: str, labels=()) -> Gauge:
             return Gauge(name, help, labels, registry=r)
 
+        def histogram(name: str, help: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, help, ["class"], buckets=buckets, registry=r)
+
         self.rounds = counter("specmon_rounds", "Rounds decoded (k = 0: plain decoding steps); log info's rounds")
         self.drafts = counter(
             "specmon_spec_decode_num_drafts",
@@ -115,19 +118,15 @@ class ServerMetrics:
         self.generation_tokens = counter(
             "specmon_generation_tokens", "Tokens sent to clients (usage's completion_tokens)", ()
         )
-        self.ttft = Histogram(
+        self.ttft = histogram(
             "specmon_time_to_first_token_seconds",
             "Arrival to the first round's tokens (queue wait included)",
-            ["class"],
-            buckets=TTFT_BUCKETS,
-            registry=r,
+            TTFT_BUCKETS,
         )
-        self.per_token = Histogram(
+        self.per_token = histogram(
             "specmon_time_per_output_token_seconds",
             "Round gap / tokens it emitted, one observation per token after the first round",
-            ["class"],
-            buckets=TOKEN_BUCKETS,
-            registry=r,
+            TOKEN_BUCKETS,
         )
         self.rss = gauge("specmon_process_resident_memory_bytes", "Resident memory of the server process")
         self.vram_used = gauge("specmon_vram_used_bytes", "GPU memory in use (NaN: no GPU)")

@@ -21,8 +21,7 @@ TopK = Annotated[int, msgspec.Meta(ge=-1, le=MAX_INT)]  # -1, as vLLM sends: no 
 Seed = Annotated[int, msgspec.Meta(ge=0, le=MAX_SEED)]
 Stop = str | list[str] | None
 MAX_STOPS = 4  # as OpenAI allows
-TokenId = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
-MinTokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]  # min_tokens, a token id
 Metadata = Annotated[dict[str, Annotated[str, msgspec.Meta(max_length=512)]], msgspec.Meta(max_length=16)]
 
 # Parameters a request may carry only at the value that means "not used" (None: absent or null), by the
@@ -96,8 +95,8 @@ class _Sampled(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's: decode past the end-of-sequence token
-    min_tokens: MinTokens = 0  # vLLM's: the end tokens cannot be chosen before this many tokens
-    stop_token_ids: list[TokenId] | None = None  # vLLM's: these tokens end the reply too
+    min_tokens: NonNegative = 0  # vLLM's: the end tokens cannot be chosen before this many tokens
+    stop_token_ids: list[NonNegative] | None = None  # vLLM's: these tokens end the reply too
     specmon_class: str | None = None  # names the class (a policy tag or class name); clients send it in extra_body
     user: str | None = None  # it and the five below: accepted on purpose and not used (they change nothing sent back)
     metadata: Metadata | None = None

@@ -52,8 +52,7 @@ class ServeOptions:
 
 
 def uvicorn_config(app, head_timeout_s: float, max_connections: int) -> uvicorn.Config:
-    """uvicorn's settings for `serve` and `proxy` alike: no log of its own (the session's events are the
-    log), no lifespan, GRACE_S for replies in flight after a shutdown, and h11 behind the guard's limits."""
+    """uvicorn's settings for `serve` and `proxy` alike; no log of its own: the session's events are the log."""
     return uvicorn.Config(
         app,
         log_level="warning",
@@ -140,7 +139,7 @@ class Serving(OnThread):
             max_len=pair.target.max_len,
             max_draft_len=PolicyDraftLen.max_draft_len if self.policy else k,
             defaults=profile.sampling.to_event(),
-            classify=policy_class(self.policy) if self.policy else (lambda text, named: fixed_class(named, k)),
+            classify=functools.partial(policy_class, self.policy) if self.policy else functools.partial(fixed_class, k),
         )
         self.socket = options.socket if options.socket is not None else bind(options.host, options.port)
         self.address = self.socket.getsockname()[:2]
