@@ -123,3 +123,25 @@ def test_a_draft_maximum_keeps_positions_accepted_at_least_a_tenth_of_the_time()
     assert draft_maximum(None) is None and draft_maximum(1.0) is None
     assert draft_maximum(0.5) == 3  # 0.5^3 = 0.125; 0.5^4 = 0.06
     assert draft_maximum(0.9) == 21 and draft_maximum(0.05) == 1
+
+
+def test_an_upstream_whose_host_does_not_resolve_is_said_so_in_words():
+    """A DNS failure's errno is negative: os.strerror would call it "unknown error -2"."""
+    import socket
+
+    import httpx
+
+    from specmon.proxy.relay import reason
+
+    try:
+        socket.getaddrinfo("upstream.invalid", 8080)  # .invalid never resolves (RFC 2606)
+    except socket.gaierror as exc:
+        failed = exc
+    else:
+        pytest.skip("this host's resolver answers for .invalid")
+    try:
+        raise httpx.ConnectError("[Errno -2] Name or service not known") from failed
+    except httpx.ConnectError as exc:
+        said = reason(exc)
+    assert said.startswith("cannot resolve the host (") and "unknown error" not in said
+    assert said == said.lower() and failed.strerror.lower() in said

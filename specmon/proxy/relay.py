@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 from collections.abc import AsyncIterator
@@ -184,6 +185,8 @@ def reason(exc: httpx.TransportError) -> str:
         return "timed out"
     cause: BaseException | None = exc
     while cause is not None:
+        if isinstance(cause, socket.gaierror):  # its errno is negative: os.strerror says "unknown error -2"
+            return f"cannot resolve the host ({(cause.strerror or str(cause)).lower()})"
         if isinstance(cause, OSError) and cause.errno:
             return os.strerror(cause.errno).lower()
         cause = cause.__cause__ or cause.__context__
