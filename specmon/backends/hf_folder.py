@@ -22,20 +22,20 @@ from specmon.backends.tokenizer import load_tokenizer
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
-    "wq": "self_attn.q_proj",
-    "wk": "self_attn.k_proj",
-    "wv": "self_attn.v_proj",
-    "wo": "self_attn.o_proj",
-    "w_gate": "mlp.gate_proj",
-    "w_up": "mlp.up_proj",
-    "w_down": "mlp.down_proj",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
 }
-_TOP_NAMES = {"embed": "model.embed_tokens", "out_norm": "model.norm", "head": "lm_head"}
+_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def hf_name(key: str) -> str:
-    """Our weight key (`layers.3.wq`) as a Hugging Face llama tensor name."""
+    """Our weight key (`blk.3.attn_q`) as a Hugging Face llama tensor name."""
     if key in _TOP_NAMES:
         return f"{_TOP_NAMES[key]}.weight"
     _, layer, part = key.split(".")
@@ -70,7 +70,7 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
         if not 0 < layers <= cfg.n_layers:
             raise SpecmonError(f"--layers {layers}: {gguf_path.name} has {cfg.n_layers} layers")
         cfg = dataclasses.replace(cfg, n_layers=layers)
-        weights = {k: v for k, v in weights.items() if not k.startswith("layers.") or int(k.split(".")[1]) < layers}
+        weights = {k: v for k, v in weights.items() if not k.startswith("blk.") or int(k.split(".")[1]) < layers}
     tokenizer = load_tokenizer(gguf_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:  # gone if writing fails
@@ -145,11 +145,11 @@ def load_hf_llama(folder: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
         rope_theta=float(raw.get("rope_theta", 10000.0)),
         norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
     )
-    layers = (f"layers.{i}.{part}" for i in range(cfg.n_layers) for part in _LAYER_NAMES)
+    layers = (f"blk.{i}.{part}" for i in range(cfg.n_layers) for part in _LAYER_NAMES)
     ours = {hf_name(key): key for key in [*_TOP_NAMES, *layers]}  # tensors the torch backend does not use are left
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise SpecmonError(f"{folder}: no *.safetensors files")
     weights = {ours[name]: t.float() for file in files for name, t in load_file(str(file)).items() if name in ours}
-    weights.setdefault("head", weights["embed"])  # tie_word_embeddings
+    weights.setdefault("output", weights["token_embd"])  # tie_word_embeddings
     return cfg, weights
