@@ -60,7 +60,10 @@ class Llama:
         self.pad_from = 0
         if self.packed_rows:
             self._pack()
-            self.pad_from = min(max(pad_from, 2), MIN_PACKED_ROWS) if pad_from else self._measured_pad_from()
+            shape = (cfg, self.packed_rows, dtype, device)
+            if not pad_from and shape not in _PAD_FROM:  # every later load of this shape gets the same answer
+                _PAD_FROM[shape] = self._measure_pad_from()
+            self.pad_from = min(max(pad_from, 2), MIN_PACKED_ROWS) if pad_from else _PAD_FROM[shape]
 
     def _pack(self) -> None:
         """A second copy of every weight, laid out by MKL for passes of exactly packed_rows rows."""
@@ -70,13 +73,6 @@ class Llama:
                 {f"{name}#packed": torch.ops.mkl._mkl_reorder_linear_weight(layer[name], rows) for name in LINEARS}
             )
         self.head_packed = torch.ops.mkl._mkl_reorder_linear_weight(self.head, rows)
-
-    def _measured_pad_from(self) -> int:
-        """Measured once per process for a model shape: every later load of it gets the same answer."""
-        key = (self.cfg, self.packed_rows, self.dtype, self.device)
-        if key not in _PAD_FROM:
-            _PAD_FROM[key] = self._measure_pad_from()
-        return _PAD_FROM[key]
 
     def _measure_pad_from(self) -> int:
         """The fewest positions worth padding to packed_rows on this CPU, timed on real passes. Some

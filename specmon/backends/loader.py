@@ -12,7 +12,7 @@ import torch
 from specmon.backends.gguf_weights import load_gguf_llama
 from specmon.backends.hf_folder import DTYPES, load_hf_llama, read_hf_config
 from specmon.backends.llama import Llama
-from specmon.backends.pair import Pair, check_same_vocab
+from specmon.backends.pair import Pair, check_same_vocab, check_trained_len
 from specmon.backends.torch_backend import LayerSkipDrafter, ModelDrafter, TorchTarget
 from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
 from specmon.errors import SpecmonError
@@ -84,12 +84,7 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget, toke
 
 
 def _model(profile: Profile, ref: ModelRef, path: Path, packed_rows: int = 0) -> Llama:
-    context = context_length(path)
-    if context and profile.max_seq_len > context:
-        raise SpecmonError(
-            f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {path.name} was "
-            f"trained for {context} tokens; set max_seq_len <= {context}"
-        )
+    check_trained_len(profile, path.name, context_length(path))
     cfg, weights = cached_weights(path)
     if ref.layers:
         if not 0 < ref.layers <= cfg.n_layers:
