@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from specmon.backends import modelstore
 from specmon.backends.gguf_weights import LlamaConfig, load_gguf_llama
 from specmon.errors import SpecmonError
 from specmon.backends.tokenizer import load_tokenizer
@@ -92,11 +93,9 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
 
 def folder_for_gguf(gguf_path: Path, layers: int = 0) -> Path:
     """A Hugging Face copy of a GGUF (first `layers` layers), written once into the model cache."""
-    from specmon.backends.modelstore import cache_dir
-
     stat = gguf_path.stat()
     stamp = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
-    folder = cache_dir() / "hf" / f"{gguf_path.stem}{f'-{layers}l' if layers else ''}-{stamp}"
+    folder = modelstore.cache_dir() / "hf" / f"{gguf_path.stem}{f'-{layers}l' if layers else ''}-{stamp}"
     if not (folder / "config.json").exists():
         export_hf_folder(gguf_path, folder, layers)
     return folder
