@@ -103,8 +103,7 @@ def cached_weights(path: Path):
 
 @functools.lru_cache(maxsize=4)
 def context_length(path: Path) -> int | None:
-    """The longest sequence the model was trained for (GGUF `llama.context_length`, or config.json's
-    `max_position_embeddings`); None when the file does not say."""
+    """The longest sequence the model was trained for; None when its file does not say."""
     if path.is_dir():
         value = read_hf_config(path).get("max_position_embeddings")
     else:
