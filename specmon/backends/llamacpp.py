@@ -16,7 +16,6 @@ from specmon.telemetry.memory import rss_bytes
 class Context(Protocol):
     """One llama.cpp context: a model's KV memory for sequence 0, and batch decode into it."""
 
-    n_vocab: int
     n_ctx: int
 
     def decode(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:
