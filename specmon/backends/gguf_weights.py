@@ -48,34 +48,18 @@ def read_config(reader: gguf.GGUFReader) -> LlamaConfig:
     )
 
 
-_NAMES = {
-    "attn_norm": "attn_norm",
-    "ffn_norm": "ffn_norm",
-    "attn_q": "wq",
-    "attn_k": "wk",
-    "attn_v": "wv",
-    "attn_output": "wo",
-    "ffn_gate": "w_gate",
-    "ffn_up": "w_up",
-    "ffn_down": "w_down",
-}
-
-
 def load_gguf_llama(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
-    """Dequantise every tensor to float32; keys are `embed`, `out_norm`, `head`, `layers.{i}.{name}`."""
+    """Dequantise every tensor to float32; keys are GGUF's tensor names less `.weight` (`blk.3.attn_q`)."""
     reader = open_gguf(path)
     cfg = read_config(reader)
-    top = {"token_embd.weight": "embed", "output_norm.weight": "out_norm", "output.weight": "head"}
     weights: dict[str, torch.Tensor] = {}
     for tensor in reader.tensors:
         array = np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
-        key = top.get(tensor.name)
-        if key is None:
-            _, layer, part, _ = tensor.name.split(".")
-            key = f"layers.{layer}.{_NAMES[part]}"
-            if part in ("attn_q", "attn_k"):  # llama.cpp's row permutation undone, so rotate-half RoPE applies
-                heads = cfg.n_heads if part == "attn_q" else cfg.n_kv_heads
-                array = array.reshape(heads, -1, 2, *array.shape[1:]).swapaxes(1, 2).reshape(array.shape)
+        key = tensor.name.removesuffix(".weight")
+        part = key.rpartition(".")[2]
+        if part in ("attn_q", "attn_k"):  # llama.cpp's row permutation undone, so rotate-half RoPE applies
+            heads = cfg.n_heads if part == "attn_q" else cfg.n_kv_heads
+            array = array.reshape(heads, -1, 2, *array.shape[1:]).swapaxes(1, 2).reshape(array.shape)
         weights[key] = torch.from_numpy(np.array(array, dtype=np.float32, order="C"))
-    weights.setdefault("head", weights["embed"])  # tied embeddings when there is no output.weight
+    weights.setdefault("output", weights["token_embd"])  # tied embeddings when there is no output.weight
     return cfg, weights

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from specmon.backends import modelstore
 from specmon.backends.gguf_weights import LlamaConfig, load_gguf_llama
 from specmon.errors import SpecmonError
 from specmon.backends.tokenizer import load_tokenizer
@@ -22,20 +23,20 @@ from specmon.backends.tokenizer import load_tokenizer
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
-    "wq": "self_attn.q_proj",
-    "wk": "self_attn.k_proj",
-    "wv": "self_attn.v_proj",
-    "wo": "self_attn.o_proj",
-    "w_gate": "mlp.gate_proj",
-    "w_up": "mlp.up_proj",
-    "w_down": "mlp.down_proj",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
 }
-_TOP_NAMES = {"embed": "model.embed_tokens", "out_norm": "model.norm", "head": "lm_head"}
+_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def hf_name(key: str) -> str:
-    """Our weight key (`layers.3.wq`) as a Hugging Face llama tensor name."""
+    """Our weight key (`blk.3.attn_q`) as a Hugging Face llama tensor name."""
     if key in _TOP_NAMES:
         return f"{_TOP_NAMES[key]}.weight"
     _, layer, part = key.split(".")
@@ -70,7 +71,7 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
         if not 0 < layers <= cfg.n_layers:
             raise SpecmonError(f"--layers {layers}: {gguf_path.name} has {cfg.n_layers} layers")
         cfg = dataclasses.replace(cfg, n_layers=layers)
-        weights = {k: v for k, v in weights.items() if not k.startswith("layers.") or int(k.split(".")[1]) < layers}
+        weights = {k: v for k, v in weights.items() if not k.startswith("blk.") or int(k.split(".")[1]) < layers}
     tokenizer = load_tokenizer(gguf_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:  # gone if writing fails
@@ -92,11 +93,9 @@ def export_hf_folder(gguf_path: Path, out: Path, layers: int = 0, dtype: str = "
 
 def folder_for_gguf(gguf_path: Path, layers: int = 0) -> Path:
     """A Hugging Face copy of a GGUF (first `layers` layers), written once into the model cache."""
-    from specmon.backends.modelstore import cache_dir
-
     stat = gguf_path.stat()
     stamp = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
-    folder = cache_dir() / "hf" / f"{gguf_path.stem}{f'-{layers}l' if layers else ''}-{stamp}"
+    folder = modelstore.cache_dir() / "hf" / f"{gguf_path.stem}{f'-{layers}l' if layers else ''}-{stamp}"
     if not (folder / "config.json").exists():
         export_hf_folder(gguf_path, folder, layers)
     return folder
@@ -145,11 +144,11 @@ def load_hf_llama(folder: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
         rope_theta=float(raw.get("rope_theta", 10000.0)),
         norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
     )
-    layers = (f"layers.{i}.{part}" for i in range(cfg.n_layers) for part in _LAYER_NAMES)
+    layers = (f"blk.{i}.{part}" for i in range(cfg.n_layers) for part in _LAYER_NAMES)
     ours = {hf_name(key): key for key in [*_TOP_NAMES, *layers]}  # tensors the torch backend does not use are left
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise SpecmonError(f"{folder}: no *.safetensors files")
     weights = {ours[name]: t.float() for file in files for name, t in load_file(str(file)).items() if name in ours}
-    weights.setdefault("head", weights["embed"])  # tie_word_embeddings
+    weights.setdefault("output", weights["token_embd"])  # tie_word_embeddings
     return cfg, weights

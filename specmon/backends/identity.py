@@ -22,8 +22,7 @@ def model_identity(ref: ModelRef | None, profile: Profile) -> str:
 
 
 def engine_key(profile: Profile, drafter_name: str, spec: DrafterSpec | None = None) -> dict[str, str]:
-    """The engine, the models it runs and the drafter with its settings (`spec`: the command line's
-    drafter, where it overrides the profile's)."""
+    """The engine, its models and its drafter's settings (`spec`: the command line's drafter, over the profile's)."""
     d = spec or profile.drafter
     return {
         "backend": profile.backend,

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from specmon.backends.gguf_weights import LlamaConfig
 
-LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 MIN_PACKED_ROWS = 4  # MKL's fp32 gemm reads the weights once per 3 rows: from 4 rows on, packing pays
 _PAD_FROM: dict[tuple, int] = {}  # pad_from measured in this process, by model shape
 
@@ -45,13 +45,13 @@ class Llama:
         self.dtype = dtype
         self.device = device
         cast = lambda t: t.to(device=device, dtype=dtype).contiguous()  # noqa: E731
-        self.embed = cast(weights["embed"])
+        self.embed = cast(weights["token_embd"])
         # The output layer stays at least fp32: low-precision heads blur near-ties between top tokens.
         head_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-        self.head = weights["head"].to(device=device, dtype=head_dtype).contiguous()
-        self.out_norm = cast(weights["out_norm"])
+        self.head = weights["output"].to(device=device, dtype=head_dtype).contiguous()
+        self.out_norm = cast(weights["output_norm"])
         self.layers = [
-            {k.split(".", 2)[2]: cast(v) for k, v in weights.items() if k.startswith(f"layers.{i}.")}
+            {k.split(".", 2)[2]: cast(v) for k, v in weights.items() if k.startswith(f"blk.{i}.")}
             for i in range(cfg.n_layers)
         ]
         self.cos, self.sin = _rope_tables(cfg, max_len, device, dtype)
@@ -60,7 +60,10 @@ class Llama:
         self.pad_from = 0
         if self.packed_rows:
             self._pack()
-            self.pad_from = min(max(pad_from, 2), MIN_PACKED_ROWS) if pad_from else self._measured_pad_from()
+            shape = (cfg, self.packed_rows, dtype, device)
+            if not pad_from and shape not in _PAD_FROM:  # every later load of this shape gets the same answer
+                _PAD_FROM[shape] = self._measure_pad_from()
+            self.pad_from = min(max(pad_from, 2), MIN_PACKED_ROWS) if pad_from else _PAD_FROM[shape]
 
     def _pack(self) -> None:
         """A second copy of every weight, laid out by MKL for passes of exactly packed_rows rows."""
@@ -70,13 +73,6 @@ class Llama:
                 {f"{name}#packed": torch.ops.mkl._mkl_reorder_linear_weight(layer[name], rows) for name in LINEARS}
             )
         self.head_packed = torch.ops.mkl._mkl_reorder_linear_weight(self.head, rows)
-
-    def _measured_pad_from(self) -> int:
-        """Measured once per process for a model shape: every later load of it gets the same answer."""
-        key = (self.cfg, self.packed_rows, self.dtype, self.device)
-        if key not in _PAD_FROM:
-            _PAD_FROM[key] = self._measure_pad_from()
-        return _PAD_FROM[key]
 
     def _measure_pad_from(self) -> int:
         """The fewest positions worth padding to packed_rows on this CPU, timed on real passes. Some
@@ -123,7 +119,7 @@ class Llama:
                 layer, _rms_norm(x, layer["attn_norm"], self.cfg.norm_eps), cos, sin, start, cache, i, mask, linear
             )
             h = _rms_norm(x, layer["ffn_norm"], self.cfg.norm_eps)
-            x = x + linear(F.silu(linear(h, layer, "w_gate")) * linear(h, layer, "w_up"), layer, "w_down")
+            x = x + linear(F.silu(linear(h, layer, "ffn_gate")) * linear(h, layer, "ffn_up"), layer, "ffn_down")
         x = _rms_norm(x, self.out_norm, self.cfg.norm_eps).to(self.head.dtype)
         if linear is _linear:
             return F.linear(x, self.head)
@@ -134,9 +130,9 @@ class Llama:
 
     def _attention(self, layer, h, cos, sin, start, cache, i, mask, linear):
         cfg, n_tok = self.cfg, h.shape[0]
-        q = linear(h, layer, "wq").view(n_tok, cfg.n_heads, cfg.head_dim).transpose(0, 1)
-        k = linear(h, layer, "wk").view(n_tok, cfg.n_kv_heads, cfg.head_dim).transpose(0, 1)
-        v = linear(h, layer, "wv").view(n_tok, cfg.n_kv_heads, cfg.head_dim).transpose(0, 1)
+        q = linear(h, layer, "attn_q").view(n_tok, cfg.n_heads, cfg.head_dim).transpose(0, 1)
+        k = linear(h, layer, "attn_k").view(n_tok, cfg.n_kv_heads, cfg.head_dim).transpose(0, 1)
+        v = linear(h, layer, "attn_v").view(n_tok, cfg.n_kv_heads, cfg.head_dim).transpose(0, 1)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         end = start + n_tok
         cache.keys[i, :, start:end] = k
@@ -148,7 +144,7 @@ class Llama:
             attn_mask=mask,
             enable_gqa=True,
         )
-        return linear(out[0].transpose(0, 1).reshape(n_tok, cfg.dim), layer, "wo")
+        return linear(out[0].transpose(0, 1).reshape(n_tok, cfg.dim), layer, "attn_output")
 
 
 def _linear(x: torch.Tensor, layer: dict, name: str) -> torch.Tensor:

@@ -1,11 +1,6 @@
-"""llama.cpp target and draft model behind the engine's protocols, one round at a time.
-
-specmon drives llama.cpp's batch decode itself: the verify pass is one `llama_decode` of the k+1
-positions with logits for every one, and rolling back is removing the sequence's positions past
-the kept prefix from the KV memory. The bookkeeping here talks to a `Context` (one llama.cpp
-context and its memory), so it runs on the CPU against a recording fake in the tests; the binding
-itself (llama-cpp-python) is imported only by `llamacpp_loader`.
-"""
+"""llama.cpp target and draft model behind the engine's protocols, one round at a time (llamacpp_loader says
+how specmon drives llama.cpp and alone imports it). The bookkeeping talks to a `Context` (one llama.cpp context
+and its memory), so it runs on the CPU against a recording fake in the tests."""
 
 from __future__ import annotations
 
@@ -21,7 +16,6 @@ from specmon.telemetry.memory import rss_bytes
 class Context(Protocol):
     """One llama.cpp context: a model's KV memory for sequence 0, and batch decode into it."""
 
-    n_vocab: int
     n_ctx: int
 
     def decode(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:

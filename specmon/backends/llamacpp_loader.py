@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from specmon.backends.llamacpp import LlamaCppDrafter, LlamaCppTarget
-from specmon.backends.pair import Pair, check_same_vocab, simple_drafter
+from specmon.backends.pair import Pair, check_same_vocab, check_trained_len, simple_drafter
 from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_model_path
 from specmon.backends.tokenizer import ChatTokenizer, load_tokenizer
 from specmon.engine.drafters import Drafter
@@ -146,10 +146,8 @@ class LlamaCppContext:
 def load_llamacpp_pair(profile: Profile, spec: DrafterSpec, n_threads: int) -> Pair:
     target_path = gguf_path(profile.target, profile)
     tokenizer = load_tokenizer(target_path)
-    if spec.kind == "model":  # its file checked before either model loads
-        gguf_path(spec.target, profile)
-    else:  # layerskip refused before anything loads
-        simple_drafter(spec, profile, "llamacpp", "a draft GGUF")
+    if simple_drafter(spec, profile, "llamacpp", "a draft GGUF") is None:  # layerskip refused before anything loads
+        gguf_path(spec.target, profile)  # a draft model's file checked before either model loads
     lib = import_llama_cpp()
 
     @functools.cache  # weights loaded once, shared by the target's and a draft's contexts
@@ -190,11 +188,7 @@ def gguf_path(ref: ModelRef, profile: Profile) -> Path:
 
 def check_model(model: LlamaCppModel, tokenizer: ChatTokenizer, profile: Profile) -> None:
     """The KV memory fits the trained context, and llama.cpp's tokenizer gives specmon's ids."""
-    if model.n_ctx_train and profile.max_seq_len > model.n_ctx_train:
-        raise SpecmonError(
-            f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {model.path.name} "
-            f"was trained for {model.n_ctx_train} tokens; set max_seq_len <= {model.n_ctx_train}"
-        )
+    check_trained_len(profile, model.path.name, model.n_ctx_train)
     if model.n_vocab != tokenizer.vocab_size:
         raise SpecmonError(
             f"{model.path.name}: llama.cpp sees {model.n_vocab} tokens, specmon's tokenizer "

@@ -12,7 +12,7 @@ import torch
 from specmon.backends.gguf_weights import load_gguf_llama
 from specmon.backends.hf_folder import DTYPES, load_hf_llama, read_hf_config
 from specmon.backends.llama import Llama
-from specmon.backends.pair import Pair, check_same_vocab
+from specmon.backends.pair import Pair, check_same_vocab, check_trained_len
 from specmon.backends.torch_backend import LayerSkipDrafter, ModelDrafter, TorchTarget
 from specmon.engine.drafters import Drafter, NgramDrafter, NoDrafter
 from specmon.errors import SpecmonError
@@ -84,12 +84,7 @@ def build_drafter(spec: DrafterSpec, profile: Profile, target: TorchTarget, toke
 
 
 def _model(profile: Profile, ref: ModelRef, path: Path, packed_rows: int = 0) -> Llama:
-    context = context_length(path)
-    if context and profile.max_seq_len > context:
-        raise SpecmonError(
-            f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {path.name} was "
-            f"trained for {context} tokens; set max_seq_len <= {context}"
-        )
+    check_trained_len(profile, path.name, context_length(path))
     cfg, weights = cached_weights(path)
     if ref.layers:
         if not 0 < ref.layers <= cfg.n_layers:
@@ -108,8 +103,7 @@ def cached_weights(path: Path):
 
 @functools.lru_cache(maxsize=4)
 def context_length(path: Path) -> int | None:
-    """The longest sequence the model was trained for (GGUF `llama.context_length`, or config.json's
-    `max_position_embeddings`); None when the file does not say."""
+    """The longest sequence the model was trained for; None when its file does not say."""
     if path.is_dir():
         value = read_hf_config(path).get("max_position_embeddings")
     else:

@@ -30,6 +30,15 @@ def check_same_vocab(target: ChatTokenizer, draft: ChatTokenizer, draft_path: Pa
         )
 
 
+def check_trained_len(profile: Profile, model: str, trained: int | None) -> None:
+    """max_seq_len within the context the model was trained for, where its file says."""
+    if trained and profile.max_seq_len > trained:
+        raise SpecmonError(
+            f"profile {profile.source}: max_seq_len = {profile.max_seq_len}, but {model} was "
+            f"trained for {trained} tokens; set max_seq_len <= {trained}"
+        )
+
+
 def simple_drafter(spec: DrafterSpec, profile: Profile, backend: str, draft: str) -> Drafter | None:
     """The drafters that run no model (none, ngram); None for kind = "model"; layerskip (torch only)
     is refused. `draft`: what a draft model is on `backend` (a draft folder, a draft GGUF)."""

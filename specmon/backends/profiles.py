@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from specmon.backends import modelstore
 from specmon.data import resolve
 from specmon.engine.draft_len import check_draft_len
 from specmon.errors import SpecmonError
@@ -166,8 +167,6 @@ def _check(profile: Profile, path: Path, text: str) -> None:
 
 def resolve_model_path(ref: ModelRef, profile: Profile) -> Path:
     """Local path of a model reference; embedded names come from the model store."""
-    from specmon.backends import modelstore
-
     if ref.model:
         return modelstore.resolve(ref.model)
     path = Path(ref.path).expanduser()

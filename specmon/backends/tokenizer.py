@@ -51,9 +51,8 @@ def open_gguf(path: Path) -> gguf.GGUFReader:
 def load_tokenizer(path: Path) -> ChatTokenizer:
     """Build a byte-level BPE tokenizer from the GGUF's vocabulary and merges."""
     fields = open_gguf(path).fields
-    missing = [
-        k for k in ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.chat_template") if k not in fields
-    ]
+    required = ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.chat_template")
+    missing = [key for key in required if key not in fields]
     if missing:
         raise SpecmonError(f"{path}: GGUF has no {missing[0]}; specmon needs the tokenizer inside the model file")
     if fields["tokenizer.ggml.model"].contents() != "gpt2":

@@ -21,14 +21,10 @@ class DraftLenSource(Protocol):
 class FixedDraftLen:
     """The same k every round."""
 
-    draft_len: int
-
-    @property
-    def max_draft_len(self) -> int:
-        return self.draft_len
+    max_draft_len: int
 
     def next_draft_len(self) -> int:
-        return self.draft_len
+        return self.max_draft_len
 
 
 def check_draft_len(draft_len: int, what: str) -> int:

@@ -64,11 +64,9 @@ class NgramDrafter:
 
     def __init__(self, ngram_sizes: Sequence[int] = (3, 2), verify_rows: VerifyRows | None = None):
         self.ngram_sizes = sorted(ngram_sizes, reverse=True)
-        self.min_match = 0  # 0: the plain lookup above, no confidence test
-        self.min_seen = 1
-        self.whole = False  # a confident draft copies up to k tokens, however long its match (a policy cuts it)
         self.verify_rows = verify_rows
         self.index = ContextIndex()
+        self.confident()  # the plain lookup above until a policy sets the test
 
     def confident(self, min_match: int = 0, min_seen: int = 1, whole: bool = False) -> None:
         """Set (min_match >= 1) or clear (0) the confidence test for the prompts that follow;

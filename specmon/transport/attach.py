@@ -32,10 +32,8 @@ def read_token(token_file: Path | None) -> str | None:
     return token
 
 
-def attach_events(target: str | None, token: str | None = None) -> Iterator[AnyEvent]:
+def attach_events(target: str, token: str | None = None) -> Iterator[AnyEvent]:
     """Events of a session: from a Unix socket path, HOST:PORT (with token), or a .specmon log file."""
-    if not target:
-        raise SpecmonError("attach needs a TARGET: a session's socket, HOST:PORT or a .specmon log")
     if target.endswith(".specmon"):
         yield from follow_log(Path(target))
         return

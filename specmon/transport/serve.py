@@ -24,7 +24,6 @@ from specmon.events.log import follow_batches
 from specmon.events.schema import encode
 from specmon.transport.channel import LogSink
 
-CHUNK = 1 << 16
 TOKEN_WAIT_S = 5.0
 
 

@@ -1,8 +1,5 @@
-"""One live session's plumbing: the log, the channel, the attach socket and the driver, opened
-together and closed together, whichever scheduler (run, sweep, policy, bench, server) feeds it.
-
-Closing publishes SessionFinished (unless the decode thread already did), flushes the log,
-removes the socket, and turns a log-writer failure into one SpecmonError naming the file."""
+"""One live session's plumbing: the log, the channel, the attach socket and the driver, opened together and
+closed together (live_session), whichever scheduler (run, sweep, policy, bench, server) feeds it."""
 
 from __future__ import annotations
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from specmon.events.log import LogDamaged, read_log
 from specmon.events.schema import RoundVerified, SessionFinished, SessionStarted
+from specmon.metrics.format import clock, count
 from specmon.transport.serve import runtime_dir
 
 
@@ -30,9 +30,7 @@ class SessionInfo:
 
     def line(self) -> str:
         """Within 80 columns as a numbered item (a session id holds its start: YYYYMMDD-HHMMSS-…)."""
-        started = time.strftime("%H:%M:%S", time.localtime(self.started)) if self.started else "?"
-        rounds = f"{self.rounds} round{'' if self.rounds == 1 else 's'}"
-        return f"{self.session_id} {self.profile}@{self.host} from {started}, {rounds}"
+        return f"{self.session_id} {self.profile}@{self.host} from {clock(self.started)}, {count(self.rounds, 'round')}"
 
 
 def live_sessions() -> list[SessionInfo]:
