@@ -67,10 +67,10 @@ class ReplayFeed:
         self._clock = None
         return self.speed
 
-    def step(self, stop_after: Callable[[AnyEvent], bool] = lambda ev: isinstance(ev, RoundVerified)) -> list[AnyEvent]:
-        """Everything up to and including the next round (or the next event `stop_after` holds for)."""
+    def step(self, until: type) -> list[AnyEvent]:
+        """Everything up to and including the next event of type `until`."""
         self.playing = False
-        return self._take(lambda ev: True, MAX_BATCH, stop_after=stop_after)
+        return self._take(lambda ev: True, MAX_BATCH, stop_after=lambda ev: isinstance(ev, until))
 
     def jump(self, target: str) -> list[AnyEvent]:
         """Events up to a round id (`r123`), a prompt id (`p:chat-2`) or a decision (`d4`).

@@ -1,4 +1,4 @@
-"""The live monitor. One factory builds it for `run`, `attach`, `replay` and the tests."""
+"""The live monitor and its replay. One factory builds them for `run`, `attach`, `replay` and the tests."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from specmon.tui import panes, rows
 from specmon.tui.feed import View
+from specmon.tui.replay_keys import ReplayKeys, replay_bindings
 from specmon.tui.requests import render_requests, requests_subtitle, requests_title
 from specmon.tui.screens import DecisionScreen, HelpScreen, Overlay
 from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
@@ -269,3 +270,18 @@ class SpecmonApp(View):
         yield SystemCommand("Switch acceptance metric", "rate / mean accepted length / α̂", self.action_cycle_metric)
         yield SystemCommand("Text only", "Give the generated text the whole screen", self.action_toggle_text)
         yield SystemCommand("Help", "What every pane shows", self.action_help)
+
+
+class ReplayApp(ReplayKeys, SpecmonApp):
+    """The same monitor, fed from a log: play/pause, step a round, change speed, jump (ReplayKeys)."""
+
+    REPLAY = True
+    BINDINGS = replay_bindings("Advance to the next round", "Jump to a round, a prompt or a decision")
+
+    def apply_now(self, batch) -> None:
+        if self.feed.restarted:  # a jump back: the text and the tables start again too
+            self._text_version = -1
+            self._cursor_class = ""
+            for table in self.screen_stack[0].query(DataTable):
+                table.clear()
+        super().apply_now(batch)
