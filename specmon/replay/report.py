@@ -107,10 +107,11 @@ def _over_time(rounds: list[RoundVerified]) -> dict:
     return {"acceptance_over_time": series, "acceptance_over_time_empty": why}
 
 
-def _figure(title: str):
+def figure(title: str, size: tuple[float, float] = (7, 4)):
+    """One titled, gridded axes at 100 dpi (the report's plots and the sweep's)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    fig, ax = plt.subplots(figsize=size, dpi=100)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     return fig, ax
@@ -125,7 +126,7 @@ def save_figure(fig, path: Path) -> None:
 
 
 def _plot_positions(data: dict):
-    fig, ax = _figure("acceptance by draft position (a_i)")
+    fig, ax = figure("acceptance by draft position (a_i)")
     for cls, by_k in data["acceptance_by_position"].items():
         for k, values in by_k.items():
             if values:
@@ -142,7 +143,7 @@ def _plot_positions(data: dict):
 
 
 def _plot_timing(data: dict):
-    fig, ax = _figure("per-round time: draft vs verify vs overhead (ms)")
+    fig, ax = figure("per-round time: draft vs verify vs overhead (ms)")
     bars = [
         (plot_label(f"{cls}\nk={k}"), *(ms or 0.0 for ms in times))
         for cls, by_k in data["timing_ms"].items()
@@ -200,7 +201,7 @@ def _plot_goodput(data: dict):
 def over_time_figure(data: dict):
     """A point per block of WINDOW proposing rounds, at the rounds counted by its end: a class with
     one block is one point at WINDOW, on an axis from 0 (not a dot on -0.04..0.04)."""
-    fig, ax = _figure(f"acceptance rate over time, per block of {WINDOW} rounds that proposed drafts")
+    fig, ax = figure(f"acceptance rate over time, per block of {WINDOW} rounds that proposed drafts")
     series = data["acceptance_over_time"]
     for (cls, values), marker in zip(series.items(), "os^vD<>ph*"):
         ax.plot([WINDOW * (i + 1) for i in range(len(values))], values, marker=marker, label=plot_label(cls))
