@@ -182,8 +182,8 @@ def _plot_goodput(data: dict):
             value, span = by_k[str(k)], spans[str(k)]
             yerr = [[value - span[0]], [span[1] - value]] if span else None
             ax.errorbar([k], [value], yerr=yerr, fmt="o" if k else "s", capsize=3, color="C0" if k else "C1")
-        if not ks:  # an empty frame would look like a broken plot
-            ax.text(0.5, 0.5, "no rounds", ha="center", va="center", transform=ax.transAxes)
+        if not ks:
+            _say_empty(ax, "no rounds")
         title = "\n".join(wrapped_lines(cls, 20, "", fold=True))  # a 40-character name, on 2 lines
         ax.set_title(plot_label(title), fontsize=9)
         ax.set_xticks(ks)

@@ -73,7 +73,7 @@ class SpecmonApp(View):
             yield panes.Pane(
                 "memory", lambda w: panes.render_memory(self.state, self._rows("memory")), id="memory", classes="stat"
             )
-            table = DataTable(
+            yield DataTable(
                 id="classes",
                 classes="stat",
                 cursor_type="row",
@@ -81,12 +81,7 @@ class SpecmonApp(View):
                 cell_padding=0,
                 cursor_foreground_priority="renderable",
             )  # the cursor keeps the verdict's colour
-            table.border_title = "classes"
-            yield table
-            decisions = panes.DecisionsTable(id="decisions", classes="stat", cursor_type="row", cell_padding=0)
-            decisions.border_title = "decisions"
-            decisions.border_subtitle = "no policy"
-            yield decisions
+            yield panes.DecisionsTable(id="decisions", classes="stat", cursor_type="row", cell_padding=0)
             yield panes.Pane(
                 "requests",
                 lambda w: render_requests(self.state.requests),
@@ -107,9 +102,12 @@ class SpecmonApp(View):
         text_box.border_subtitle = panes.legend()
         text_box.anchor()  # stay at the newest text as it grows, unless the user scrolls up
         classes = self.query_one("#classes", DataTable)
+        classes.border_title = "classes"
         for key, header, width, justify in rows.CLASS_COLUMNS:  # fixed widths: columns do not jump about
             classes.add_column(Text(header, justify=justify), width=width, key=key)
         decisions = self.query_one("#decisions", DataTable)
+        decisions.border_title = "decisions"
+        decisions.border_subtitle = "no policy"
         for key, width in rows.DECISION_COLUMNS:
             decisions.add_column(key, width=width, key=key)
         decisions.fit_last_column()
