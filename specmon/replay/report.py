@@ -6,6 +6,7 @@ the log (and are, in the tests)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from specmon.text import wrapped_lines
@@ -16,8 +17,7 @@ from specmon.metrics.contention import tally
 from specmon.metrics.format import count, fmt, markdown_cell
 from specmon.metrics.interval import MIN_PROMPTS, tok_per_s_interval
 from specmon.metrics.served import SERVED_BACKENDS
-from specmon.metrics.served_summary import markdown as served_markdown
-from specmon.metrics.served_summary import served_summary
+from specmon.metrics.served_summary import markdown as served_markdown, served_summary
 from specmon.metrics.stats import RunStats, class_stats, summary
 from specmon.replay.report_policy import policy_history, policy_markdown
 
@@ -86,11 +86,10 @@ def _over_time(rounds: list[RoundVerified]) -> dict:
     the plot has no point (None when it has one)."""
     series: dict[str, list[float]] = {}
     blocks: dict[str, RunStats] = {}
-    proposing: dict[str, int] = {}
+    proposing = Counter(ev.prompt_class for ev in rounds if ev.proposed)
     for ev in rounds:
         if not ev.proposed:
             continue
-        proposing[ev.prompt_class] = proposing.get(ev.prompt_class, 0) + 1
         block = blocks.setdefault(ev.prompt_class, RunStats(ev.draft_len))
         block.add_round(ev)
         if block.rounds == WINDOW:
@@ -100,7 +99,7 @@ def _over_time(rounds: list[RoundVerified]) -> dict:
     if not proposing:
         why = "no round proposed a draft token: nothing to measure acceptance on"
     elif not series:
-        name, most = max(proposing.items(), key=lambda kv: kv[1])
+        name, most = proposing.most_common(1)[0]
         why = (
             f"no class has {WINDOW} rounds that proposed drafts (one point per {WINDOW}); the most is {most}, in {name}"
         )

@@ -49,7 +49,6 @@ class SpecmonApp(View):
         with Grid(id="main"):
             yield self._run_pane(
                 "acceptance",
-                "acceptance",
                 lambda w: panes.render_acceptance(self.state, self.metric, w),
                 lambda w: self._short_foot(
                     "acceptance", panes.sparkline_caption(self.state, self.metric, w, self._columns("acceptance"))
@@ -57,18 +56,16 @@ class SpecmonApp(View):
             )  # a short pane's last line, the sparkline's caption, goes to its foot
             yield self._run_pane(
                 "speed",
-                "speed",
                 lambda w: panes.render_speed(self.state, w, self._rows("speed")),
                 lambda w: rows.policy_figure(self.state, w),
             )  # what the policy decided on
             yield self._run_pane(
                 "rejections",
-                "rejections",
                 lambda w: panes.render_rejections(self.state, w, self._rows("rejections")),
                 lambda w: self._short_foot("rejections", panes.rejections_caption(self.state, w)),
             )
             yield self._run_pane(
-                "timing", "ms", lambda w: panes.render_timing(self.state, w), lambda w: panes.rounds_caption(self.state)
+                "timing", lambda w: panes.render_timing(self.state, w), lambda w: panes.rounds_caption(self.state), "ms"
             )
             yield panes.Pane(
                 "memory", lambda w: panes.render_memory(self.state, self._rows("memory")), id="memory", classes="stat"
@@ -157,8 +154,9 @@ class SpecmonApp(View):
         self._update_notice(main)
         super().refresh_panes()
 
-    def _run_pane(self, pane_id: str, what: str, render_to, subtitle_to=None) -> panes.Pane:
-        """A pane over the current class's run, titled with that round set."""
+    def _run_pane(self, pane_id: str, render_to, subtitle_to, what: str = "") -> panes.Pane:
+        """A pane over the current class's run, titled `what` (its id unless given) and that round set."""
+        what = what or pane_id
         return panes.Pane(
             what, render_to, lambda w: panes.run_title(self.state, what, w), subtitle_to, id=pane_id, classes="stat"
         )
