@@ -7,7 +7,7 @@ import pytest
 
 from specmon.errors import SpecmonError
 from specmon.events.log import read_log
-from specmon.events.schema import Decision, RoundVerified
+from specmon.events.schema import Decision, RoundVerified, ServerScraped
 from specmon.metrics.stats import class_stats, summary
 from specmon.policy.schema import parse_policy
 from specmon.replay.player import ReplayFeed
@@ -87,9 +87,9 @@ def test_both_replays_take_their_keys_and_lead_from_one_place():
     """The round view's replay and a served log's have one set of replay keys (ReplayKeys): the same keys
     to the same actions, the served one stepping a read and jumping to a read's time where the other
     steps a round."""
-    from specmon.tui.replay_app import ReplayApp
+    from specmon.tui.app import ReplayApp
     from specmon.tui.replay_keys import ReplayKeys
-    from specmon.tui.served_replay import ServedReplayApp
+    from specmon.tui.served_app import ServedReplayApp
 
     for app in (ReplayApp, ServedReplayApp):
         assert issubclass(app, ReplayKeys) and app._lead is ReplayKeys._lead
@@ -101,7 +101,7 @@ def test_both_replays_take_their_keys_and_lead_from_one_place():
             "p": "toggle_pause",
         }
         assert app.action_step is ReplayKeys.action_step and app.action_jump is ReplayKeys.action_jump
-    assert ReplayApp.step_batch is ReplayKeys.step_batch and ServedReplayApp.step_batch is not ReplayKeys.step_batch
+    assert ReplayApp.STEPS_TO is RoundVerified and ServedReplayApp.STEPS_TO is ServerScraped
 
 
 async def test_replay_controls_step_and_jump():

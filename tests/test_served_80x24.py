@@ -15,7 +15,7 @@ from specmon.metrics.unreported import Silence, notices
 from specmon.proxy.tables import request_line
 from specmon.tui import served_panes as sp
 from specmon.tui.factory import make_app
-from specmon.tui.served_replay import jump_to_read
+from specmon.tui.served_app import jump_to_read
 from specmon.tui.served_state import ServedState
 from events import request_timed
 from specmon.errors import SpecmonError

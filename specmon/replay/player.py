@@ -67,23 +67,18 @@ class ReplayFeed:
         self._clock = None
         return self.speed
 
-    def step(self, stop_after: Callable[[AnyEvent], bool] = lambda ev: isinstance(ev, RoundVerified)) -> list[AnyEvent]:
-        """Everything up to and including the next round (or the next event `stop_after` holds for)."""
+    def step(self, until: type) -> list[AnyEvent]:
+        """Everything up to and including the next event of type `until`."""
         self.playing = False
-        return self._take(lambda ev: True, MAX_BATCH, stop_after=stop_after)
+        return self._take(lambda ev: True, MAX_BATCH, stop_after=lambda ev: isinstance(ev, until))
 
     def jump(self, target: str) -> list[AnyEvent]:
-        """Events up to a round id (`r123`), a prompt id (`p:chat-2`) or a decision (`d4`).
-
-        The log is searched first, with a reader of its own: a target that is not there raises
-        and leaves the position, the play state and what was handed out as they were."""
-        match = _target(target)
-        if match is None:
-            raise SpecmonError(f"jump target {target!r}: use r<round id>, p:<prompt id> or d<decision id>")
-        return self.jump_to(match, f"jump target {target!r} is not in {self.path.name}")
+        """Events up to a round id (`r123`), a prompt id (`p:chat-2`) or a decision (`d4`), as jump_to finds them."""
+        return self.jump_to(_target(target), f"jump target {target!r} is not in {self.path.name}")
 
     def jump_to(self, match: Callable[[AnyEvent], bool], missing: str) -> list[AnyEvent]:
-        """Events up to the first that `match` holds for; none: SpecmonError(missing), nothing changed."""
+        """Events up to the first that `match` holds for. The log is searched first, with a reader of its own: where
+        none is, SpecmonError(missing), and the position, the play state and what was handed out stay as they were."""
         index = None
         with contextlib.suppress(SpecmonError):  # damage ends the search
             index = next((i for i, ev in enumerate(read_log(self.path)) if match(ev)), None)
@@ -128,10 +123,10 @@ class ReplayFeed:
 NUMBERED = {"r": (RoundVerified, "round_id"), "d": (Decision, "decision_id")}  # jump targets by their id
 
 
-def _target(text: str) -> Callable[[AnyEvent], bool] | None:
+def _target(text: str) -> Callable[[AnyEvent], bool]:
     if text.startswith("p:"):
         return lambda ev: isinstance(ev, PromptStarted) and ev.prompt_id == text[2:]
     if text[:1] not in NUMBERED or not text[1:].isdigit():
-        return None
+        raise SpecmonError(f"jump target {text!r}: use r<round id>, p:<prompt id> or d<decision id>")
     (kind, field), number = NUMBERED[text[0]], int(text[1:])
     return lambda ev: isinstance(ev, kind) and getattr(ev, field) == number

@@ -6,6 +6,7 @@ the log (and are, in the tests)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from specmon.text import wrapped_lines
@@ -16,8 +17,7 @@ from specmon.metrics.contention import tally
 from specmon.metrics.format import count, fmt, markdown_cell
 from specmon.metrics.interval import MIN_PROMPTS, tok_per_s_interval
 from specmon.metrics.served import SERVED_BACKENDS
-from specmon.metrics.served_summary import markdown as served_markdown
-from specmon.metrics.served_summary import served_summary
+from specmon.metrics.served_summary import markdown as served_markdown, served_summary
 from specmon.metrics.stats import RunStats, class_stats, summary
 from specmon.replay.report_policy import policy_history, policy_markdown
 
@@ -86,11 +86,10 @@ def _over_time(rounds: list[RoundVerified]) -> dict:
     the plot has no point (None when it has one)."""
     series: dict[str, list[float]] = {}
     blocks: dict[str, RunStats] = {}
-    proposing: dict[str, int] = {}
+    proposing = Counter(ev.prompt_class for ev in rounds if ev.proposed)
     for ev in rounds:
         if not ev.proposed:
             continue
-        proposing[ev.prompt_class] = proposing.get(ev.prompt_class, 0) + 1
         block = blocks.setdefault(ev.prompt_class, RunStats(ev.draft_len))
         block.add_round(ev)
         if block.rounds == WINDOW:
@@ -100,17 +99,18 @@ def _over_time(rounds: list[RoundVerified]) -> dict:
     if not proposing:
         why = "no round proposed a draft token: nothing to measure acceptance on"
     elif not series:
-        name, most = max(proposing.items(), key=lambda kv: kv[1])
+        name, most = proposing.most_common(1)[0]
         why = (
             f"no class has {WINDOW} rounds that proposed drafts (one point per {WINDOW}); the most is {most}, in {name}"
         )
     return {"acceptance_over_time": series, "acceptance_over_time_empty": why}
 
 
-def _figure(title: str):
+def figure(title: str, size: tuple[float, float] = (7, 4)):
+    """One titled, gridded axes at 100 dpi (the report's plots and the sweep's)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    fig, ax = plt.subplots(figsize=size, dpi=100)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     return fig, ax
@@ -125,7 +125,7 @@ def save_figure(fig, path: Path) -> None:
 
 
 def _plot_positions(data: dict):
-    fig, ax = _figure("acceptance by draft position (a_i)")
+    fig, ax = figure("acceptance by draft position (a_i)")
     for cls, by_k in data["acceptance_by_position"].items():
         for k, values in by_k.items():
             if values:
@@ -142,7 +142,7 @@ def _plot_positions(data: dict):
 
 
 def _plot_timing(data: dict):
-    fig, ax = _figure("per-round time: draft vs verify vs overhead (ms)")
+    fig, ax = figure("per-round time: draft vs verify vs overhead (ms)")
     bars = [
         (plot_label(f"{cls}\nk={k}"), *(ms or 0.0 for ms in times))
         for cls, by_k in data["timing_ms"].items()
@@ -181,8 +181,8 @@ def _plot_goodput(data: dict):
             value, span = by_k[str(k)], spans[str(k)]
             yerr = [[value - span[0]], [span[1] - value]] if span else None
             ax.errorbar([k], [value], yerr=yerr, fmt="o" if k else "s", capsize=3, color="C0" if k else "C1")
-        if not ks:  # an empty frame would look like a broken plot
-            ax.text(0.5, 0.5, "no rounds", ha="center", va="center", transform=ax.transAxes)
+        if not ks:
+            _say_empty(ax, "no rounds")
         title = "\n".join(wrapped_lines(cls, 20, "", fold=True))  # a 40-character name, on 2 lines
         ax.set_title(plot_label(title), fontsize=9)
         ax.set_xticks(ks)
@@ -200,7 +200,7 @@ def _plot_goodput(data: dict):
 def over_time_figure(data: dict):
     """A point per block of WINDOW proposing rounds, at the rounds counted by its end: a class with
     one block is one point at WINDOW, on an axis from 0 (not a dot on -0.04..0.04)."""
-    fig, ax = _figure(f"acceptance rate over time, per block of {WINDOW} rounds that proposed drafts")
+    fig, ax = figure(f"acceptance rate over time, per block of {WINDOW} rounds that proposed drafts")
     series = data["acceptance_over_time"]
     for (cls, values), marker in zip(series.items(), "os^vD<>ph*"):
         ax.plot([WINDOW * (i + 1) for i in range(len(values))], values, marker=marker, label=plot_label(cls))

@@ -22,7 +22,7 @@ from specmon.metrics.predict import (
     verify_cost_by_len,
 )
 from specmon.metrics.stats import CellKey, RunStats, cell_stats
-from specmon.replay.report import plot_label, save_figure
+from specmon.replay.report import figure, plot_label, save_figure
 from specmon.textfile import replace_atomically
 from specmon.policy.schema import parse_policy
 
@@ -146,8 +146,8 @@ def sweep_plots(rows: list[CellRow], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     out.mkdir(parents=True, exist_ok=True)
     paths = {"sweep_goodput.png": goodput_figure, "sweep_predicted.png": predicted_figure}
-    for name, figure in paths.items():
-        save_figure(figure(rows), out / name)
+    for name, draw in paths.items():
+        save_figure(draw(rows), out / name)
     return [out / name for name in paths]
 
 
@@ -170,7 +170,7 @@ def goodput_figure(rows: list[CellRow]):
     neighbouring k only; plain decoding is its own series at k = 0."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)  # wider by the legend beside the axes
+    fig, ax = figure("goodput by draft length, 95% interval over prompts", (10, 4.5))  # wider: the legend is beside
     series: dict[tuple, list[CellRow]] = {}
     for r in rows:
         series.setdefault((r.key.prompt_class, r.key.drafter, r.key.sampling), []).append(r)
@@ -196,13 +196,8 @@ def goodput_figure(rows: list[CellRow]):
             if ks[i + 1] == ks[i] + 1:  # a line only where no k between went unmeasured
                 ax.plot([k + dodge for k in ks[i : i + 2]], values[i : i + 2], color=colour, linewidth=1)
     ax.set_xticks(sorted({r.key.draft_len for r in rows}))
-    ax.set(
-        title="goodput by draft length, 95% interval over prompts",
-        xlabel="draft length k (only those measured)",
-        ylabel="emitted tokens / s of round time",
-    )
+    ax.set(xlabel="draft length k (only those measured)", ylabel="emitted tokens / s of round time")
     ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
     outside_legend(ax)
     return fig
 
@@ -216,9 +211,9 @@ def outside_legend(ax) -> None:
 
 def predicted_figure(rows: list[CellRow]):
     """Measured against predicted speedup, a series per class and drafter; both axes from 0."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8.5, 5.5), dpi=100)  # wider by the legend beside the axes
+    fig, ax = figure(
+        "measured vs predicted speedup, one point per k and sampling", (8.5, 5.5)
+    )  # wider: the legend is beside
     series: dict[tuple, list[CellRow]] = {}
     for r in rows:
         if r.predicted and r.speedup and r.key.draft_len:
@@ -234,13 +229,8 @@ def predicted_figure(rows: list[CellRow]):
         top = max([top] + [max(r.predicted, r.speedup) for r in cells])
     ax.plot([0, top * 1.05], [0, top * 1.05], color="grey", linewidth=0.8, label="measured = predicted")
     ax.axhline(1.0, color="grey", linewidth=0.6, linestyle=":", label="1× = plain decoding")
-    ax.set(
-        title="measured vs predicted speedup, one point per k and sampling",
-        xlabel="predicted speedup (× plain)",
-        ylabel="measured speedup (× plain)",
-    )
+    ax.set(xlabel="predicted speedup (× plain)", ylabel="measured speedup (× plain)")
     ax.set_xlim(0, top * 1.05)
     ax.set_ylim(0, top * 1.05)
-    ax.grid(alpha=0.3)
     outside_legend(ax)  # inside, upper left, it covered cells measured above their prediction
     return fig

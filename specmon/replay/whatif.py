@@ -23,7 +23,6 @@ from specmon.replay.tune import cost_of, fitted_costs
 
 @dataclass
 class ClassDiff:
-    name: str
     logged: list[str] = field(default_factory=list)
     other: list[str] = field(default_factory=list)
     missing: set[int] = field(default_factory=set)  # draft lengths the other policy allows but the log never verified
@@ -67,7 +66,7 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
         elif isinstance(ev, PromptStarted):
             shadows.drop(ev.prompt_id)
             beside = bench_fixed_k(ev) is not None
-            diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class))
+            diffs.setdefault(ev.prompt_class, ClassDiff())
         elif isinstance(ev, RoundVerified) and not beside:
             longest[ev.prompt_class] = max(longest.get(ev.prompt_class, 0), len(ev.proposed))
             decided = engine.observe(ev, shadows)
@@ -77,9 +76,9 @@ def what_if(log: Path, other: Policy) -> dict[str, ClassDiff]:
                     f"{log}: decision {ev.decision_id} was made by a rule specmon has retired; the log still "
                     "replays, but what-if compares only with this version's rules"
                 )
-            diffs.setdefault(ev.prompt_class, ClassDiff(ev.prompt_class)).logged.append(describe(ev))
+            diffs.setdefault(ev.prompt_class, ClassDiff()).logged.append(describe(ev))
         for decision in decided:
-            diffs.setdefault(decision.prompt_class, ClassDiff(decision.prompt_class)).other.append(describe(decision))
+            diffs.setdefault(decision.prompt_class, ClassDiff()).other.append(describe(decision))
     for name, diff in diffs.items():
         allowed = engine.policy.class_named(name).draft_len
         if allowed > longest.get(name, 0):

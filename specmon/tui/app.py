@@ -1,4 +1,4 @@
-"""The live monitor. One factory builds it for `run`, `attach`, `replay` and the tests."""
+"""The live monitor and its replay. One factory builds them for `run`, `attach`, `replay` and the tests."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from specmon.tui import panes, rows
 from specmon.tui.feed import View
+from specmon.tui.replay_keys import ReplayKeys, replay_bindings
 from specmon.tui.requests import render_requests, requests_subtitle, requests_title
 from specmon.tui.screens import DecisionScreen, HelpScreen, Overlay
 from specmon.tui.state import ACCEPTANCE_METRICS, ViewState
@@ -48,7 +49,6 @@ class SpecmonApp(View):
         with Grid(id="main"):
             yield self._run_pane(
                 "acceptance",
-                "acceptance",
                 lambda w: panes.render_acceptance(self.state, self.metric, w),
                 lambda w: self._short_foot(
                     "acceptance", panes.sparkline_caption(self.state, self.metric, w, self._columns("acceptance"))
@@ -56,23 +56,21 @@ class SpecmonApp(View):
             )  # a short pane's last line, the sparkline's caption, goes to its foot
             yield self._run_pane(
                 "speed",
-                "speed",
                 lambda w: panes.render_speed(self.state, w, self._rows("speed")),
                 lambda w: rows.policy_figure(self.state, w),
             )  # what the policy decided on
             yield self._run_pane(
                 "rejections",
-                "rejections",
                 lambda w: panes.render_rejections(self.state, w, self._rows("rejections")),
                 lambda w: self._short_foot("rejections", panes.rejections_caption(self.state, w)),
             )
             yield self._run_pane(
-                "timing", "ms", lambda w: panes.render_timing(self.state, w), lambda w: panes.rounds_caption(self.state)
+                "timing", lambda w: panes.render_timing(self.state, w), lambda w: panes.rounds_caption(self.state), "ms"
             )
             yield panes.Pane(
                 "memory", lambda w: panes.render_memory(self.state, self._rows("memory")), id="memory", classes="stat"
             )
-            table = DataTable(
+            yield DataTable(
                 id="classes",
                 classes="stat",
                 cursor_type="row",
@@ -80,12 +78,7 @@ class SpecmonApp(View):
                 cell_padding=0,
                 cursor_foreground_priority="renderable",
             )  # the cursor keeps the verdict's colour
-            table.border_title = "classes"
-            yield table
-            decisions = panes.DecisionsTable(id="decisions", classes="stat", cursor_type="row", cell_padding=0)
-            decisions.border_title = "decisions"
-            decisions.border_subtitle = "no policy"
-            yield decisions
+            yield panes.DecisionsTable(id="decisions", classes="stat", cursor_type="row", cell_padding=0)
             yield panes.Pane(
                 "requests",
                 lambda w: render_requests(self.state.requests),
@@ -106,9 +99,12 @@ class SpecmonApp(View):
         text_box.border_subtitle = panes.legend()
         text_box.anchor()  # stay at the newest text as it grows, unless the user scrolls up
         classes = self.query_one("#classes", DataTable)
+        classes.border_title = "classes"
         for key, header, width, justify in rows.CLASS_COLUMNS:  # fixed widths: columns do not jump about
             classes.add_column(Text(header, justify=justify), width=width, key=key)
         decisions = self.query_one("#decisions", DataTable)
+        decisions.border_title = "decisions"
+        decisions.border_subtitle = "no policy"
         for key, width in rows.DECISION_COLUMNS:
             decisions.add_column(key, width=width, key=key)
         decisions.fit_last_column()
@@ -158,8 +154,9 @@ class SpecmonApp(View):
         self._update_notice(main)
         super().refresh_panes()
 
-    def _run_pane(self, pane_id: str, what: str, render_to, subtitle_to=None) -> panes.Pane:
-        """A pane over the current class's run, titled with that round set."""
+    def _run_pane(self, pane_id: str, render_to, subtitle_to, what: str = "") -> panes.Pane:
+        """A pane over the current class's run, titled `what` (its id unless given) and that round set."""
+        what = what or pane_id
         return panes.Pane(
             what, render_to, lambda w: panes.run_title(self.state, what, w), subtitle_to, id=pane_id, classes="stat"
         )
@@ -269,3 +266,18 @@ class SpecmonApp(View):
         yield SystemCommand("Switch acceptance metric", "rate / mean accepted length / α̂", self.action_cycle_metric)
         yield SystemCommand("Text only", "Give the generated text the whole screen", self.action_toggle_text)
         yield SystemCommand("Help", "What every pane shows", self.action_help)
+
+
+class ReplayApp(ReplayKeys, SpecmonApp):
+    """The same monitor, fed from a log: play/pause, step a round, change speed, jump (ReplayKeys)."""
+
+    REPLAY = True
+    BINDINGS = replay_bindings("Advance to the next round", "Jump to a round, a prompt or a decision")
+
+    def apply_now(self, batch) -> None:
+        if self.feed.restarted:  # a jump back: the text and the tables start again too
+            self._text_version = -1
+            self._cursor_class = ""
+            for table in self.screen_stack[0].query(DataTable):
+                table.clear()
+        super().apply_now(batch)

@@ -6,11 +6,9 @@ from textual.app import App
 
 from specmon.metrics.served import SERVED_BACKENDS
 from specmon.replay.player import ReplayFeed
-from specmon.tui.app import SpecmonApp
+from specmon.tui.app import ReplayApp, SpecmonApp
 from specmon.tui.feed import Feed, first_event
-from specmon.tui.replay_app import ReplayApp
-from specmon.tui.served_app import ServedApp
-from specmon.tui.served_replay import ServedReplayApp
+from specmon.tui.served_app import ServedApp, ServedReplayApp
 
 
 def make_app(feed: Feed | ReplayFeed) -> App:

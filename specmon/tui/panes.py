@@ -275,7 +275,7 @@ class TitleBar(Widget):
 class Pane(Static):
     """A bordered Static redrawn on each batch and width change by `render_to`, `title_to`, `subtitle_to` (width)."""
 
-    def __init__(self, title: str, render_to=None, title_to=None, subtitle_to=None, **kwargs):
+    def __init__(self, title: str, render_to, title_to=None, subtitle_to=None, **kwargs):
         super().__init__(**kwargs)
         self.border_title = title
         self.render_to, self.title_to, self.subtitle_to = render_to, title_to, subtitle_to
@@ -286,8 +286,7 @@ class Pane(Static):
                 text = label_to(max(self.outer_size.width - BORDER_LABEL_MARGIN, 0))
                 if text != getattr(self, label):  # setting a title repaints, even the same one
                     setattr(self, label, text)
-        if self.render_to is not None:  # a grid cell: its size never follows its content
-            self.update(self.render_to(self.content_size.width or DEFAULT_WIDTH), layout=False)
+        self.update(self.render_to(self.content_size.width or DEFAULT_WIDTH), layout=False)  # a grid cell's size is set
 
     def on_resize(self) -> None:
         if self.content_size.width and not getattr(self.app, "paused", False):  # a paused view stays as it was

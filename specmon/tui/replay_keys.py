@@ -1,10 +1,11 @@
 """The replay's keys for both views fed from a log: space play/pause, n step, s speed, g jump, and the replay's
-state leading the title. A view says what a step takes (step_batch) and what g takes (jump, JUMP_HINT)."""
+state leading the title. A view says what a step takes (STEPS_TO) and what g takes (jump, JUMP_HINT)."""
 
 from __future__ import annotations
 
 from textual.binding import Binding
 
+from specmon.events.schema import RoundVerified
 from specmon.replay.player import ReplayFeed
 from specmon.tui.screens import JumpScreen
 
@@ -27,18 +28,19 @@ def replay_bindings(step: str, jump: str) -> list[Binding]:
 
 
 class ReplayKeys:
-    """The replay's actions, mixed in before a view's App class; step_batch and jump are the rounds' by default."""
+    """The replay's actions, mixed in before a view's App class; STEPS_TO and jump are the rounds' by default."""
 
     feed: ReplayFeed
     JUMP_HINT = "jump to [b]r[/]<round id>, [b]p:[/]<prompt id> or [b]d[/]<decision id>"
     JUMP_EXAMPLES = "r120, p:chat-2, d3"
+    STEPS_TO: type = RoundVerified  # n takes everything up to and including the next event of this type
 
     def action_play_pause(self) -> None:
         self.feed.toggle()
         self._show_status()
 
     def action_step(self) -> None:
-        self.apply_now(self.step_batch())
+        self.apply_now(self.feed.step(self.STEPS_TO))
 
     def action_speed(self) -> None:
         self.feed.cycle_speed()
@@ -64,10 +66,6 @@ class ReplayKeys:
         speed = "max" if self.feed.speed == 0 else f"{self.feed.speed:g}×"
         mode = "▶" if self.feed.playing and not self.feed.done.is_set() else "⏸"
         return f"{mode} {speed} ev {self.feed.position}"
-
-    def step_batch(self) -> list:
-        """What n takes: everything up to and including the next round."""
-        return self.feed.step()
 
     def jump(self, target: str) -> list:
         """What g takes to: ReplayFeed.jump's targets; SpecmonError where there is none."""

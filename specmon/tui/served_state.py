@@ -6,9 +6,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from specmon.events.schema import Decision, RequestTimed, ServerScraped, SessionFinished, SessionStarted
-from specmon.metrics import served
+from specmon.metrics import served, unreported
 from specmon.metrics.served import RECENT_S
-from specmon.metrics import unreported
 
 KEPT_WINDOWS = 240  # windows the sparkline can draw
 KEPT_READS = 100_000  # a bound only: reads are kept for RECENT_S, whatever the interval

@@ -174,8 +174,7 @@ class ViewState:
         return self.classes.setdefault(name, ClassStats(name))
 
     def _text(self, ev: RoundVerified) -> None:
-        """Accepted draft tokens, then the target's own (a correction or a bonus); special tokens, which events
-        keep, are not text."""
+        """Accepted draft tokens, then the target's own (a correction or a bonus); special tokens are not text."""
         accepted, final = (SPECIAL_TOKEN.sub("", text) for text in (ev.accepted_text, ev.final_text))
         if accepted:
             self.text.append(Span(accepted, "accepted"))
