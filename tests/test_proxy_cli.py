@@ -43,6 +43,7 @@ def test_mistakes_are_one_line_and_open_no_log(specmon, tmp_path):
             ("--upstream", "127.0.0.1:8080"): "--upstream 127.0.0.1:8080: expected http://HOST:PORT",
             ("--upstream", "ftp://h:1"): "expected http://HOST:PORT",
             ("--upstream", refused_port()): "cannot reach it (connection refused); is the server running?",
+            ("--upstream", "http://upstream.invalid:8080"): "cannot reach it (cannot resolve the host: ",  # RFC 2606
             ("--upstream", fake.url, "--plain-upstream", refused_port()): "--plain-upstream",
             ("--upstream", fake.url, "--port", port): f"cannot listen on 127.0.0.1:{port} (address already in use)",
             ("--upstream", fake.url, "--api-key-file", "absent"): "--api-key-file absent: cannot read it",

@@ -143,5 +143,5 @@ def test_an_upstream_whose_host_does_not_resolve_is_said_so_in_words():
         raise httpx.ConnectError("[Errno -2] Name or service not known") from failed
     except httpx.ConnectError as exc:
         said = reason(exc)
-    assert said.startswith("cannot resolve the host (") and "unknown error" not in said
+    assert said.startswith("cannot resolve the host: ") and "unknown error" not in said
     assert said == said.lower() and failed.strerror.lower() in said

@@ -105,7 +105,9 @@ def probe(url: str, flag: str) -> str:
                 err.print(f"specmon: {escape(url)} is still loading its model (/health 503); requests wait for it")
             return family_of(reply) or (family_at(client, url, ("/v1/models",)) if reply.status_code != 503 else "")
     except httpx.TransportError as exc:
-        raise SpecmonError(f"{flag} {url}: cannot reach it ({reason(exc)}); is the server running?") from None
+        why = reason(exc)
+        hint = "is the host name right?" if why.startswith("cannot resolve") else "is the server running?"
+        raise SpecmonError(f"{flag} {url}: cannot reach it ({why}); {hint}") from None
 
 
 def _say_where(proxying: Proxying) -> None:

@@ -186,7 +186,7 @@ def reason(exc: httpx.TransportError) -> str:
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, socket.gaierror):  # its errno is negative: os.strerror says "unknown error -2"
-            return f"cannot resolve the host ({(cause.strerror or str(cause)).lower()})"
+            return f"cannot resolve the host: {(cause.strerror or str(cause)).lower()}"
         if isinstance(cause, OSError) and cause.errno:
             return os.strerror(cause.errno).lower()
         cause = cause.__cause__ or cause.__context__
