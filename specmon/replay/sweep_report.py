@@ -211,9 +211,8 @@ def outside_legend(ax) -> None:
 
 def predicted_figure(rows: list[CellRow]):
     """Measured against predicted speedup, a series per class and drafter; both axes from 0."""
-    fig, ax = figure(
-        "measured vs predicted speedup, one point per k and sampling", (8.5, 5.5)
-    )  # wider: the legend is beside
+    # wider than the report's plots: the legend is beside the axes
+    fig, ax = figure("measured vs predicted speedup, one point per k and sampling", (8.5, 5.5))
     series: dict[tuple, list[CellRow]] = {}
     for r in rows:
         if r.predicted and r.speedup and r.key.draft_len:
