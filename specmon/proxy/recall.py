@@ -51,18 +51,10 @@ def routes_shelf(memory: Memory | None, spec: list[str], plain: list[str]) -> Sh
     return Shelf(memory, KIND, {f"{SPEC}.url": " ".join(sorted(spec)), f"{PLAIN}.url": " ".join(sorted(plain))})
 
 
-def stored_reply(ev: RequestTimed, clock: str) -> StoredReply | None:
-    """A reply as the store keeps it: its figures on `clock`, None where it is not timed there."""
+def stored_reply(ev: RequestTimed, clock: str) -> StoredReply:
+    """A reply timed on `clock` as the store keeps it: its figures there."""
     found = timing(ev, clock)
-    if found is None:
-        return None
     return StoredReply(ev.session_id, ev.request_id, ev.upstream, found.clock, found.tokens, found.ms)
-
-
-def taken(stored: list[StoredReply], clock: str, room: int) -> list[StoredReply]:
-    """The newest `room` of a side's stored replies timed on `clock`: what a window with room left takes."""
-    usable = [r for r in stored if r.clock == clock]
-    return usable[-room:] if room > 0 else []
 
 
 class Recollection:

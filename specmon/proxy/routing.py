@@ -198,8 +198,9 @@ class Router:
     def _own(self, st: ClassRoute) -> tuple[dict[str, list[StoredReply]], dict[str, list[RequestTimed]]]:
         """A class's windows on its clock: the stored replies that fill what its own leave of each, and its own."""
         own = {side: [ev for ev in st.recent[side] if route.timed(ev, self.clock)] for side in (SPEC, PLAIN)}
-        room = {side: self.policy.routing.window - len(own[side]) for side in (SPEC, PLAIN)}
-        return {side: recall.taken(st.stored.get(side, []), self.clock, room[side]) for side in (SPEC, PLAIN)}, own
+        stored = {side: [r for r in st.stored.get(side, []) if r.clock == self.clock] for side in (SPEC, PLAIN)}
+        room = {side: self.policy.routing.window - len(own[side]) for side in (SPEC, PLAIN)}  # the newest that fit
+        return {side: stored[side][-room[side] :] if room[side] > 0 else [] for side in (SPEC, PLAIN)}, own
 
     def remember(self, final: bool = False) -> None:
         """Keep each class's windows of this session (proxy.recall) where due, and when it ends (`final`)."""
