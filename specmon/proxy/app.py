@@ -29,7 +29,7 @@ from specmon.proxy.classes import body_fields, request_class
 from specmon.proxy.deadlines import CONNECT_TIMEOUT_S, LOOKUP_TIMEOUT_S, WHOLE_REPLY_FACTOR, WRITE_TIMEOUT_S
 from specmon.proxy.pool import Pool, Upstream, failed_over, no_reply, send, watched
 from specmon.proxy.relay import CLIENT_LEFT, NOT_SENT_ON, UNREACHABLE, UPSTREAM_STALLED, Exchange, Opened, Relay
-from specmon.proxy.usage import UsageCut, ask_upstream, asking
+from specmon.proxy.usage import ask_upstream, asking
 from specmon.server.app import authorize, class_header, disconnected, error_response, read_body
 from specmon.server.errors import ApiError, status_error
 from specmon.server.guard import BODY_TIMEOUT_S
@@ -136,10 +136,9 @@ async def _classified(state, endpoint: str, request: Request) -> Response:
     member, opened = sent
     exchange.upstream, exchange.first_byte = member.side, opened.at
     exchange.routed = side if failed_over(pools[0], member) else ""
-    sse = opened.reply.headers.get("content-type", "").startswith("text/event-stream")
-    cut = UsageCut() if sse and member.url in asked else None  # the client gets no usage it did not ask for
     stalled = partial(state.pools[member.side].suspect, member)
-    return Relay(opened, exchange, partial(state.replied, member=member), cut, stalled, state.options.idle_timeout_s)
+    replied = partial(state.replied, member=member)
+    return Relay(opened, exchange, replied, member.url in asked, stalled, state.options.idle_timeout_s)
 
 
 async def _open(

@@ -99,7 +99,7 @@ class Opened:
 
 
 class Relay(StreamingResponse):
-    """The upstream's reply, byte for byte as it arrives (less the usage the client did not ask for: `cut`);
+    """The upstream's reply, byte for byte as it arrives (a stream less the usage the proxy `asked` for);
     `on_end(exchange)` (None: a path passed through) however it ended: whole, the client gone (499), the
     upstream gone mid-reply (502), or silent past its idle deadline (504, `on_stall` called)."""
 
@@ -108,17 +108,18 @@ class Relay(StreamingResponse):
         opened: Opened,
         exchange: Exchange | None,
         on_end: Callable[[Exchange | None], None],
-        cut: UsageCut | None = None,
+        asked: bool = False,
         on_stall: Callable[[str], None] = lambda why: None,
         idle_s: float | None = None,
     ):
         reply = opened.reply
         super().__init__(self._relay(opened), status_code=reply.status_code)
-        dropped = NOT_RELAYED | {b"content-length"} if cut is not None else NOT_RELAYED
-        self.raw_headers = [(k, v) for k, v in reply.headers.raw if k.lower() not in dropped]
-        self.reply, self.exchange, self.on_end, self.cut, self.on_stall = reply, exchange, on_end, cut, on_stall
-        self.idle_s = idle_s  # the longest gap between two of the reply's chunks (None: httpx's read deadline)
         self.reader = ReplyReader(reply.headers.get("content-type", "application/json") if exchange else "")
+        self.cut = UsageCut() if asked and self.reader.stream else None
+        dropped = NOT_RELAYED | {b"content-length"} if self.cut is not None else NOT_RELAYED
+        self.raw_headers = [(k, v) for k, v in reply.headers.raw if k.lower() not in dropped]
+        self.reply, self.exchange, self.on_end, self.on_stall = reply, exchange, on_end, on_stall
+        self.idle_s = idle_s  # the longest gap between two of the reply's chunks (None: httpx's read deadline)
         self.outcome = CLIENT_LEFT  # until the last byte is sent on
         self._tail = b""  # the last bytes relayed: a stream's `data: [DONE]` ends it for its client
         self._relayed, self._length = 0, int(reply.headers.get("content-length", "-1") or -1)
@@ -150,18 +151,15 @@ class Relay(StreamingResponse):
         self._tail, self._relayed = (self._tail + chunk)[-TAIL_BYTES:], self._relayed + len(chunk)
         return chunk if self.cut is None else self.cut.feed(chunk)
 
-    @property
-    def whole(self) -> bool:
-        """Every byte of the reply is with the client: its length, or a stream's [DONE]. A client that
-        leaves then (the openai client closes at [DONE]) left nothing unread."""
-        return DONE in self._tail or DONE_TIGHT in self._tail or 0 <= self._length <= self._relayed
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             ended = time.perf_counter()
-            if self.outcome == CLIENT_LEFT and self.whole:
+            # every byte is with the client (its length, or a stream's [DONE]): one that left then (the openai
+            # client closes at [DONE]) left nothing unread
+            whole = DONE in self._tail or DONE_TIGHT in self._tail or 0 <= self._length <= self._relayed
+            if self.outcome == CLIENT_LEFT and whole:
                 self.reader.close()
                 self.outcome = self.reply.status_code
             try:

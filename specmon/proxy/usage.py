@@ -74,8 +74,7 @@ class UsageCut:
         return b"".join(out)
 
     def close(self) -> bytes:
-        rest, self._pending = self._pending, b""
-        return without_usage(rest) if rest else b""
+        return without_usage(self._pending)
 
 
 def without_usage(event: bytes) -> bytes:
