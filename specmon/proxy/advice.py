@@ -66,12 +66,11 @@ class ClassAdvice:
         capped = "" if cap is None else f", draft maximum {cap}"
         if self.verdict == PAYS:
             return ('would set speculate = "on"' if speculate == "off" else "keep speculation on") + capped
-        # why there is nothing to compare yet, never asking for a flag the user gave
-        if speculate == "on" and not self.plain.requests:
-            return 'none (speculate = "on" keeps the class on spec: nothing to compare with)'
-        if not self.plain.requests and self.plain_given:
-            return "none (none of its requests went to the plain side yet)"
-        if not self.plain.requests:
+        if not self.plain.requests:  # why there is nothing to compare yet, never asking for a flag the user gave
+            if speculate == "on":
+                return 'none (speculate = "on" keeps the class on spec: nothing to compare with)'
+            if self.plain_given:
+                return "none (none of its requests went to the plain side yet)"
             return "none (no plain requests to compare with: give --plain-upstream)"
         est = self.estimate
         untimed = [side for side, n in ((SPEC, est.prompts_spec), (PLAIN, est.prompts_plain)) if not n]
@@ -95,7 +94,8 @@ def advise(tally: Tally) -> list[ClassAdvice]:
     out = []
     for name in tally.classes:
         clock = tally.clock(name)
-        estimate = route.estimate(tally.last(name, SPEC), tally.last(name, PLAIN), clock)
+        windows = [tally.recent.get((name, side), ()) for side in (SPEC, PLAIN)]  # the bootstrap's units
+        estimate = route.estimate(*windows, clock)
         spec, plain = tally.side(name, SPEC), tally.side(name, PLAIN)
         out.append(ClassAdvice(name, spec, plain, estimate, clock, bool(tally.plain_given)))
     return out

@@ -26,7 +26,7 @@ class Tally:
         self.plain_given = plain_given  # None: inferred from a request that went plain
         self.totals: dict[tuple[str, str], RequestTotals] = {}  # (class, side) -> its successful replies' sums
         self.outcomes: Counter[int] = Counter()  # status -> requests with no successful reply
-        self.recent: dict[tuple[str, str], deque[RequestTimed]] = {}  # (class, side) -> its last timed requests
+        self.recent: dict[tuple[str, str], deque[RequestTimed]] = {}  # (class, side) -> its last WINDOW timed requests
         self.classes: dict[str, None] = {}  # in order of first appearance
         self.silence = Silence()
         self.windowed = False  # a side of a class had more timed requests than the window holds
@@ -57,7 +57,3 @@ class Tally:
     def clock(self, name: str) -> str:
         """The clock the class is judged on (metrics.served.judged_on), from all its replies so far."""
         return judged_on(self.side(name, SPEC), self.side(name, PLAIN))
-
-    def last(self, name: str, side: str) -> list[RequestTimed]:
-        """The class's last WINDOW timed requests to `side`: the advice's bootstrap units."""
-        return list(self.recent.get((name, side), ()))
