@@ -175,17 +175,15 @@ def _llama_server(t: _Timings) -> Evidence:
 
 def _vllm(metrics: _Metrics, usage: _Usage | None) -> Evidence:
     spec = metrics.speculative_decoding or _SpecDecoding(None, None)  # none: no draft figures
-    generated = _count("completion_tokens", usage.completion_tokens) if usage is not None else None
-    decode_ms, prompt_n = _ms("generation_time_ms", metrics.generation_time_ms), _prompt_n(usage)
     steps = _count("num_spec_steps", spec.num_spec_steps)
     return Evidence(
         VLLM,
         _count("num_draft_tokens", spec.num_draft_tokens),
         _count("num_accepted_draft_tokens", spec.num_accepted_draft_tokens),
         steps,
-        generated,
-        decode_ms,
-        prompt_n,
+        _count("completion_tokens", usage.completion_tokens) if usage is not None else None,
+        _ms("generation_time_ms", metrics.generation_time_ms),
+        _prompt_n(usage),
         accepted_per_pos=_positions(spec.acceptance_histogram, steps),
     )
 
