@@ -52,8 +52,7 @@ def state_dir() -> Path:
 
 
 class Entry(msgspec.Struct, Generic[T], kw_only=True):
-    """A store's file: its figures (`body`) with what they were learned under and where they came from
-    (a decision drawn from them cites this)."""
+    """A store's file: its figures (`body`), their key, and the session a decision drawn from them cites."""
 
     version: int
     kind: str  # "costs" | "accept" | "routes"

@@ -96,8 +96,7 @@ def probe_pool(urls: list[str], flag: str) -> str:
 
 
 def probe(url: str, flag: str) -> str:
-    """The upstream answers (GET /health): its family (reads.family_of: /health, else /v1/models), ""
-    where neither says."""
+    """The family of an upstream that answers GET /health (that, else /v1/models, names it; "" neither)."""
     try:
         with httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=False) as client:
             reply = client.get(f"{url}/health")

@@ -44,8 +44,7 @@ class StoredRoutes(msgspec.Struct):
 
 
 def routes_shelf(memory: Memory | None, spec: list[str], plain: list[str]) -> Shelf | None:
-    """The routing's place in `memory` for this pair, keyed by the servers at these URLs (a pool's in any
-    order); None without a memory or a plain side (nothing is routed)."""
+    """The routing's place in `memory` for this pair of URLs; None without a memory or a plain side."""
     if memory is None or not plain:
         return None
     return Shelf(memory, KIND, {f"{SPEC}.url": " ".join(sorted(spec)), f"{PLAIN}.url": " ".join(sorted(plain))})
@@ -87,8 +86,7 @@ class Recollection:
         return {side: got[len(got) - round(len(got) * weight) :] for side, got in sides.items()}
 
     def remember(self, learned: dict[str, list[StoredReply]], policy: Policy, clock: str, clockless: list[str]) -> None:
-        """Replace each class's stored replies with those `learned` this session, on `clock` (the others as
-        they were); a session that learned nothing leaves the store as it was."""
+        """Replace the stored replies of each class that `learned` some this session; the others stay."""
         if self.shelf is None or not learned:
             return
         now = time.time()
