@@ -29,7 +29,7 @@ from specmon.proxy.classes import body_fields, request_class
 from specmon.proxy.deadlines import CONNECT_TIMEOUT_S, LOOKUP_TIMEOUT_S, WHOLE_REPLY_FACTOR, WRITE_TIMEOUT_S
 from specmon.proxy.pool import Pool, Upstream, failed_over, no_reply, send, watched
 from specmon.proxy.relay import CLIENT_LEFT, NOT_SENT_ON, UNREACHABLE, UPSTREAM_STALLED, Exchange, Opened, Relay
-from specmon.proxy.usage import ask_upstream, asking
+from specmon.proxy.usage import asking
 from specmon.server.app import authorize, class_header, disconnected, error_response, read_body
 from specmon.server.errors import ApiError, status_error
 from specmon.server.guard import BODY_TIMEOUT_S
@@ -116,11 +116,12 @@ async def _classified(state, endpoint: str, request: Request) -> Response:
     headers, path, asked = _headers(request, state), _path(request), set()
 
     def build(member: Upstream) -> httpx.Request:
-        content = body
-        if ask_upstream(fields, member.family):  # figures its family sends only on request
-            content = asking(fields)
+        content = asking(fields, member.family)  # figures its family sends only on request
+        if content is not None:
             asked.add(member.url)
-        return state.client.build_request("POST", member.url + path, headers=headers, content=content, timeout=timeout)
+        return state.client.build_request(
+            "POST", member.url + path, headers=headers, content=content or body, timeout=timeout
+        )
 
     try:
         sent = await _unless_client_leaves(request, _open(state, pools, build))

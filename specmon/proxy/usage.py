@@ -33,20 +33,14 @@ LLAMA_TIMINGS = b'"timings"'  # llama-server sends usage unasked, beside its tim
 SPACE = re.compile(r"[ \t\r\n]*")  # JSON's whitespace
 
 
-def ask_upstream(fields: dict[str, Any], family: str) -> bool:
-    """Whether to add include_usage for an upstream of `family` ("" while unknown)."""
-    options = fields.get("stream_options")
-    if not fields or (isinstance(options, dict) and options.get("include_usage") is True):  # the client asked
-        return False
-    if fields.get("stream") is True:
-        return family != LLAMA_SERVER
-    return family == TABBYAPI
-
-
-def asking(fields: dict[str, Any]) -> bytes:
-    """The request body with stream_options.include_usage set (the client's other options kept)."""
+def asking(fields: dict[str, Any], family: str) -> bytes | None:
+    """The request body with stream_options.include_usage set (the client's other options kept), where the
+    proxy asks an upstream of `family` ("" while unknown) for it; None where it does not."""
     options = fields.get("stream_options")
     options = options if isinstance(options, dict) else {}
+    wanted = family != LLAMA_SERVER if fields.get("stream") is True else family == TABBYAPI  # as the module says
+    if not fields or not wanted or options.get("include_usage") is True:  # or the client asked itself
+        return None
     return msgspec.json.encode({**fields, "stream_options": {**options, "include_usage": True}})
 
 
