@@ -83,7 +83,7 @@ def build_app(state) -> Starlette:
     async def api_error(request: Request, exc: ApiError) -> Response:
         if exc.status < 500:  # a 502 or 504 is the upstream's, logged with its request
             state.metrics.refusal(exc.status)
-        state.refused(request.url.path, exc)
+        state.say(f"{exc.status} {request.url.path}: {exc.message}")  # the headless line of a refused request
         return error_response(exc)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:

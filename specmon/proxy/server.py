@@ -32,7 +32,7 @@ from specmon.proxy.routing import PLAIN, SPEC, Router
 from specmon.proxy.reads import UpstreamReads
 from specmon.proxy.tables import request_lines
 from specmon.proxy.tally import Tally
-from specmon.server.errors import ApiError, for_terminal
+from specmon.server.errors import for_terminal
 from specmon.server.guard import HEAD_TIMEOUT_S
 from specmon.server.runner import OnThread, bind, uvicorn_config
 
@@ -110,7 +110,7 @@ class Proxying(OnThread):
         self.session_id, self.publish, self.options = session_id, publish, options
         self.tally = Tally(plain_given=bool(options.plain_upstreams))  # the end table's running sums: no request kept
         self.told = Silence()  # the headless line's: each silent upstream's notice is told once this session
-        say = self._say if options.line else print_error
+        say = self.say if options.line else print_error
         self.client = upstream_client()
         sides = {SPEC: options.upstreams, PLAIN: options.plain_upstreams}  # the app's sides: a plain one if given
         self.pools = {side: Pool(side, urls, say, self.client) for side, urls in sides.items() if urls}
@@ -156,7 +156,7 @@ class Proxying(OnThread):
     def _decided(self, decision: Decision) -> None:
         self.metrics.decided(decision)
         self.publish(decision)
-        self._say(f"class {decision.prompt_class}: {decision.reason}")
+        self.say(f"class {decision.prompt_class}: {decision.reason}")
 
     def reload(self) -> None:
         """Take an edit of the policy file, or refuse it, and publish which."""
@@ -166,10 +166,6 @@ class Proxying(OnThread):
             if self.options.line is not None:
                 print_reload(event)
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         if self.options.line is not None:  # headless
             self.options.line(for_terminal(line))
-
-    def refused(self, path: str, error: ApiError) -> None:
-        """The headless line of a request the app refused."""
-        self._say(f"{error.status} {path}: {error.message}")
