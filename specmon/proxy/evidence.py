@@ -51,10 +51,6 @@ class Evidence(msgspec.Struct, frozen=True):
     accepted_per_pos: tuple[int, ...] = ()  # steps whose accepted prefix reached past position i
     unmeasured: str = ""  # why the reply's figures are no evidence (then every figure is None); "" they are
 
-    @property
-    def has_figures(self) -> bool:
-        return self.draft_n is not None or self.predicted_n is not None
-
 
 class OutOfRange(Exception):
     """A figure that is no evidence; its message says which and why in a few words."""

@@ -77,7 +77,7 @@ class ReplyReader:
         self.family = self.family or found.family
         if found.unmeasured:
             self.unmeasured = self.unmeasured or found.unmeasured
-        elif found.has_figures:
+        elif found.draft_n is not None or found.predicted_n is not None:  # it has figures, not a family alone
             self.found = found
 
     def _give_up(self, unreadable: Exception | None = None) -> None:
