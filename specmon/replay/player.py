@@ -62,10 +62,9 @@ class ReplayFeed:
         self.playing = not self.playing
         self._clock = None
 
-    def cycle_speed(self) -> float:
+    def cycle_speed(self) -> None:
         self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)] if self.speed in SPEEDS else 0.0
         self._clock = None
-        return self.speed
 
     def step(self, until: type) -> list[AnyEvent]:
         """Everything up to and including the next event of type `until`."""
