@@ -72,8 +72,7 @@ def speedup_estimate(
 
 
 def tok_per_s_interval(totals: PromptTotals, seed: int = 0) -> tuple[float, float] | None:
-    """95% bootstrap interval over prompts of one side's goodput (Σ emitted / Σ ms) in tokens per second;
-    None below MIN_PROMPTS prompts."""
+    """95% bootstrap interval over prompts of one side's goodput in tokens per second; None below MIN_PROMPTS."""
     if totals.prompts < MIN_PROMPTS:
         return None
     emitted, ms = _arrays(totals, sorted(totals.emitted))

@@ -82,8 +82,7 @@ def plot_label(text: str) -> str:
 
 
 def _over_time(rounds: list[RoundVerified]) -> dict:
-    """Acceptance rate per block of WINDOW proposing rounds, per class (metrics' definition), and why
-    the plot has no point (None when it has one)."""
+    """Acceptance rate per block of WINDOW proposing rounds, per class, and why the plot has no point (or None)."""
     series: dict[str, list[float]] = {}
     blocks: dict[str, RunStats] = {}
     proposing = Counter(ev.prompt_class for ev in rounds if ev.proposed)
