@@ -119,13 +119,11 @@ class ReplayFeed:
         return batch
 
 
-NUMBERED = {"r": (RoundVerified, "round_id"), "d": (Decision, "decision_id")}  # jump targets by their id
-
-
 def _target(text: str) -> Callable[[AnyEvent], bool]:
     if text.startswith("p:"):
         return lambda ev: isinstance(ev, PromptStarted) and ev.prompt_id == text[2:]
-    if text[:1] not in NUMBERED or not text[1:].isdigit():
+    numbered = {"r": (RoundVerified, "round_id"), "d": (Decision, "decision_id")}  # jump targets by their id
+    if text[:1] not in numbered or not text[1:].isdigit():
         raise SpecmonError(f"jump target {text!r}: use r<round id>, p:<prompt id> or d<decision id>")
-    (kind, field), number = NUMBERED[text[0]], int(text[1:])
+    (kind, field), number = numbered[text[0]], int(text[1:])
     return lambda ev: isinstance(ev, kind) and getattr(ev, field) == number
