@@ -47,7 +47,7 @@ def test_replay_equals_the_live_run(live_session):
 
 def test_what_if_with_the_same_policy_changes_nothing(live_session, tmp_path):
     diffs = what_if(live_session.log_path, parse_policy(QUICK_POLICY, "same.toml"))
-    assert not any(d.differs for d in diffs.values())
+    assert not any(d.logged != d.other for d in diffs.values())
 
 
 def test_what_if_turning_one_class_off_leaves_it_no_decision(live_session):
@@ -59,7 +59,7 @@ def test_what_if_turning_one_class_off_leaves_it_no_decision(live_session):
     other = parse_policy(text[:end] + 'speculate = "off"\n' + text[end:], "off.toml")
     diffs = what_if(live_session.log_path, other)
     # the other classes learn from the session's rates too, so they may differ; the victim decides nothing
-    assert diffs[victim].differs and diffs[victim].logged and diffs[victim].other == []
+    assert diffs[victim].logged != diffs[victim].other and diffs[victim].logged and diffs[victim].other == []
 
 
 def test_what_if_marks_draft_lengths_the_log_never_ran(live_session):

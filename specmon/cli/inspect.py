@@ -323,7 +323,7 @@ def _print_what_if(log: Path, policy) -> int:
     for name, diff in what_if(log, policy).items():
         missing = ", ".join(f"drafts of {k} never verified" for k in sorted(diff.missing)) or "-"
         logged, other = (escape("; ".join(decisions) or "-") for decisions in (diff.logged, diff.other))
-        table.add_row(escape(name), logged, other, "[yellow]yes[/]" if diff.differs else "no", missing)
+        table.add_row(escape(name), logged, other, "[yellow]yes[/]" if diff.logged != diff.other else "no", missing)
     out.print(table)
     return 0
 

@@ -81,8 +81,7 @@ def position_cells(rates: list[float | None]) -> list[tuple[str, float | None, i
 
 
 def position_cell_text(position: str, rate: float | None, positions: int) -> str:
-    """A position_cells cell as written: a position's rate alone (its place says which), a run's with its
-    positions ("4-47: 0.00")."""
+    """A position_cells cell as written: a position's rate alone (its place says which), a run's "4-47: 0.00"."""
     return fmt(rate) if positions == 1 else f"{position}: {fmt(rate)}"
 
 
@@ -93,8 +92,7 @@ def absent(scrape: ServerScraped) -> bool:
 
 
 def restarted(before: ServerScraped, after: ServerScraped, gone: bool = False) -> bool:
-    """The server started again between two good reads: it was `gone` between them (absent), or a
-    cumulative counter went down."""
+    """The server started again between two good reads: it was `gone` between them, or a counter went down."""
     pairs = [(getattr(before, name), getattr(after, name)) for name in COUNTERS]
     pairs += list(zip(before.accepted_per_pos, after.accepted_per_pos))
     fewer = len(after.accepted_per_pos) < len(before.accepted_per_pos)
@@ -102,8 +100,7 @@ def restarted(before: ServerScraped, after: ServerScraped, gone: bool = False) -
 
 
 def window(before: ServerScraped, after: ServerScraped) -> Window | None:
-    """The counters' deltas from one good scrape to a later one; None across a restart, or where the
-    server reports no speculative counters."""
+    """The counters' deltas from one good scrape to a later one; None across a restart or without draft counters."""
     if before.error or after.error or after.drafts is None or before.drafts is None or restarted(before, after):
         return None
     generated = (after.generation_tokens, before.generation_tokens)
@@ -165,8 +162,7 @@ def _zero(first: ServerScraped) -> ServerScraped:
 
 
 def requests_cell(requests: int, timed: int, reported: int) -> str:
-    """The count, and how many of them gave a decode time and draft counts where not all did (log info's
-    requests column and the report's, the same words)."""
+    """The requests, and how many were timed and reported where not all were: log info's and the report's words."""
     partial = [f"{timed} timed"] if timed < requests and timed else []
     partial += [f"{reported} reported"] if 0 < reported < requests else []
     return f"{requests} ({', '.join(partial)})" if partial else str(requests)
@@ -218,8 +214,7 @@ def judged_on(*sides: RequestTotals) -> str:
 
 
 def tok_per_s_text(speed: float | None, clock: str, missing: str = MISSING) -> str:
-    """A reply's or a class's decode tok/s, timed on `clock`, as every table, line and pane writes it: one
-    decimal, marked CLOCKED on the proxy's clock; `missing` where no reply gave the times."""
+    """A decode tok/s on `clock` as every table, line and pane writes it: one decimal, CLOCKED on the proxy's."""
     return missing if speed is None else f"{speed:.1f}{CLOCKED if clock == PROXY_CLOCK else ''}"
 
 
@@ -286,14 +281,12 @@ class RequestTotals:
         return rates.ratio(self.draft_n_accepted + self.steps, self.steps) if self.reported else None
 
     def position_rates(self) -> list[float | None]:
-        """Acceptance at draft position i: steps whose accepted prefix reached past i / steps (vLLM's
-        histograms; empty where no reply gave one)."""
+        """Acceptance at draft position i: steps whose accepted prefix reached past i / steps (vLLM's histograms)."""
         return [rates.ratio(n, self.pos_steps) for n in self.accepted_per_pos]
 
     @property
     def tok_per_s(self) -> float | None:
-        """Decode tok/s, rates.goodput over the upstream's own decode time: each request's own decode speed, not
-        the server's throughput over its slots."""
+        """Decode tok/s over the upstream's own decode time: each request's speed, not the server's throughput."""
         goodput = rates.goodput(self.predicted_n, self.predicted_ms)
         return None if goodput is None else goodput * 1e3
 
@@ -303,8 +296,7 @@ class RequestTotals:
 
     @property
     def clocked_tok_per_s(self) -> float | None:
-        """Tok/s on the proxy's clock (timing) over every reply timed on it: queueing and the network
-        are in it, so it is never the server's."""
+        """Tok/s on the proxy's clock (timing): queueing and the network are in it, so it is never the server's."""
         speed = rates.ratio(self.clocked_n, self.clocked_ms)
         return None if speed is None else speed * 1e3
 

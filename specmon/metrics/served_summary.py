@@ -98,8 +98,7 @@ def _window(w: served.Window) -> dict:
 
 
 def info_lines(s: dict) -> list[tuple[str, str]]:
-    """log info's served-traffic lines, each a (label, value) that wraps under its value (the proxy's table
-    and advice follow, from proxy.tables)."""
+    """log info's served-traffic lines, each a (label, value) that wraps under its value."""
     if not s["reads"]:
         return []
     what = f"{s['url']} ({s['kind'] or 'unknown'}), {count(s['reads'], 'read')}"

@@ -54,9 +54,8 @@ DRAFTED_NOTHING, ELSEWHERE, NOT_REPORTED = "drafted nothing", "reported elsewher
 
 
 def missing_counts(upstream: str, answered: bool = True, short: bool = True) -> str:
-    """What stands for draft counts a reply did not give, in a line, a table or a pane: not reported (`n/r`,
-    or the words where there is room) where the speculating side answered; `-` on the plain side, which is
-    not meant to draft, or where nothing answered."""
+    """What stands for draft counts a reply did not give: not reported where the speculating side answered, else `-`
+    (the plain side is not meant to draft)."""
     if upstream != SPEC or not answered:
         return "-"
     return "n/r" if short else NOT_REPORTED
@@ -147,14 +146,12 @@ class Silence:
             self.drafts[scrape.url] = scrape.drafts
 
     def unexplained(self) -> dict[str, tuple[RequestTimed, int | None, bool]]:
-        """Each upstream whose silent replies left a class unmeasured: (its last such reply, its /metrics'
-        drafts, whether other replies of it gave counts), said's arguments."""
+        """Each upstream whose silent replies left a class unmeasured, with said's arguments for it."""
         left = {key: ev for (key, cls), ev in self.silent.items() if cls not in self.measured}
         return {key: (ev, self.drafts.get(key), key in self.reported) for key, ev in left.items()}
 
     def notices(self, short: bool = False) -> list[str]:
-        """One line per upstream whose silent replies left a class unmeasured, in the light of its last
-        /metrics read and of its other replies; then one per upstream that sent figures out of range
+        """said's line per unexplained upstream, then out_of_range's per upstream that sent figures out of range
         (`short`: the pane's forms)."""
         told = [said(*why) for why in self.unexplained().values()] + [out_of_range(*b) for b in self.bad.values()]
         return [pane if short else line for line, pane in told]

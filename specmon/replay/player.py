@@ -62,10 +62,9 @@ class ReplayFeed:
         self.playing = not self.playing
         self._clock = None
 
-    def cycle_speed(self) -> float:
+    def cycle_speed(self) -> None:
         self.speed = SPEEDS[(SPEEDS.index(self.speed) + 1) % len(SPEEDS)] if self.speed in SPEEDS else 0.0
         self._clock = None
-        return self.speed
 
     def step(self, until: type) -> list[AnyEvent]:
         """Everything up to and including the next event of type `until`."""
@@ -120,13 +119,11 @@ class ReplayFeed:
         return batch
 
 
-NUMBERED = {"r": (RoundVerified, "round_id"), "d": (Decision, "decision_id")}  # jump targets by their id
-
-
 def _target(text: str) -> Callable[[AnyEvent], bool]:
     if text.startswith("p:"):
         return lambda ev: isinstance(ev, PromptStarted) and ev.prompt_id == text[2:]
-    if text[:1] not in NUMBERED or not text[1:].isdigit():
+    numbered = {"r": (RoundVerified, "round_id"), "d": (Decision, "decision_id")}  # jump targets by their id
+    if text[:1] not in numbered or not text[1:].isdigit():
         raise SpecmonError(f"jump target {text!r}: use r<round id>, p:<prompt id> or d<decision id>")
-    (kind, field), number = NUMBERED[text[0]], int(text[1:])
+    (kind, field), number = numbered[text[0]], int(text[1:])
     return lambda ev: isinstance(ev, kind) and getattr(ev, field) == number

@@ -82,8 +82,7 @@ def plot_label(text: str) -> str:
 
 
 def _over_time(rounds: list[RoundVerified]) -> dict:
-    """Acceptance rate per block of WINDOW proposing rounds, per class (metrics' definition), and why
-    the plot has no point (None when it has one)."""
+    """Acceptance rate per block of WINDOW proposing rounds, per class, and why the plot has no point (or None)."""
     series: dict[str, list[float]] = {}
     blocks: dict[str, RunStats] = {}
     proposing = Counter(ev.prompt_class for ev in rounds if ev.proposed)
@@ -236,18 +235,6 @@ def _span(row: dict) -> str:
     return f"{row['speedup_low']:.2f}–{row['speedup_high']:.2f} ({row['speedup_verdict']})"
 
 
-def _rounds_table(data: dict) -> list[str]:
-    """The summary table: a row per class and k the log ran rounds at."""
-    rows = data["summary"]["classes"].items()
-    return [
-        "A row per class and k it ran rounds at; k = 0 is plain decoding, each speedup's plain side.",
-        "",
-        "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup | 95% interval |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        *(_summary_line(cls, row) for cls, c in rows for row in c["by_draft_len"].values()),
-    ]
-
-
 def _summary_line(cls: str, row: dict) -> str:
     """One (class, k) row of the summary table; at k = 0 no speedup (plain over itself is no finding)."""
     if not row["draft_len"]:
@@ -261,12 +248,6 @@ def _summary_line(cls: str, row: dict) -> str:
     )
 
 
-SERVED_NO_ROUNDS = (
-    "A server's log has no rounds: specmon decoded nothing, it read the server. "
-    "The served traffic section below holds its figures."
-)
-
-
 def _markdown(data: dict, plots: list[str]) -> str:
     host = data["host"]["said"]
     lines = [
@@ -274,7 +255,20 @@ def _markdown(data: dict, plots: list[str]) -> str:
         "",
         *([f"Host: {host}.", ""] if host else []),
     ]
-    lines += _rounds_table(data) if data["round_plots"] else [SERVED_NO_ROUNDS]
+    if data["round_plots"]:  # the summary table: a row per class and k the log ran rounds at
+        rows = data["summary"]["classes"].items()
+        lines += [
+            "A row per class and k it ran rounds at; k = 0 is plain decoding, each speedup's plain side.",
+            "",
+            "| class | k | rounds | acceptance | mean accepted | tok/s | plain tok/s | speedup | 95% interval |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            *(_summary_line(cls, row) for cls, c in rows for row in c["by_draft_len"].values()),
+        ]
+    else:
+        lines.append(
+            "A server's log has no rounds: specmon decoded nothing, it read the server. "
+            "The served traffic section below holds its figures."
+        )
     lines += policy_markdown(data["policy"])
     if data.get("served"):
         lines += served_markdown(data["served"])

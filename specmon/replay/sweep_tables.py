@@ -17,8 +17,7 @@ from specmon.tables import VERDICT_MARKS, Note, compact_table
 
 
 def results_table(rows: list[CellRow], log_name: str) -> Group:
-    """Per cell, in 80 columns: acceptance, then speed against the prediction, then the cells
-    whose prediction is not to be taken at its word."""
+    """Per cell, in 80 columns: acceptance, then speed against the prediction, then the flagged cells."""
     acceptance = _table(
         escape(f"sweep {log_name}: acceptance per cell"),
         ("class", "drafter", "sampling", "k", "rounds", "empty", "rate", "mean", "α̂", "output"),

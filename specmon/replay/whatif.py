@@ -27,10 +27,6 @@ class ClassDiff:
     other: list[str] = field(default_factory=list)
     missing: set[int] = field(default_factory=set)  # draft lengths the other policy allows but the log never verified
 
-    @property
-    def differs(self) -> bool:
-        return self.logged != self.other
-
 
 def describe(d: Decision) -> str:
     if d.route is not None:
