@@ -195,7 +195,8 @@ def crashing(name):
 os.link, os.rename = crashing("link"), crashing("rename")
 no_links = step.endswith("-without-links")
 step = step.removesuffix("-without-links")
-writer = LogWriter(sys.argv[1], Rotation())
+writer = LogWriter(sys.argv[1])
+writer.rotation = Rotation()  # as the session sets it
 writer.write(header())
 for i in range(30):
     writer.write(request_timed(request_id=str(i)))
