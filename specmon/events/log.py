@@ -204,10 +204,8 @@ def _open(path: Path) -> BinaryIO:
 
 
 def read_log(path: Path) -> Iterator[AnyEvent]:
-    """Yield every whole event in order; on damage, raise LogDamaged after the last good one.
-
-    Reads in 64 KiB chunks, so memory stays flat however long the log is.
-    """
+    """Yield every whole event in order; on damage, raise LogDamaged after the last good one. Reads CHUNK
+    bytes at a time, so memory stays flat however long the log is."""
     decoder = FrameDecoder(str(path))
     with _open(Path(path)) as fh:
         while chunk := fh.read(CHUNK):
