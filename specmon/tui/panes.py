@@ -28,12 +28,10 @@ FULL_ROWS = 4  # a pane's content rows in a roomy terminal; at 80x24 the top pan
 BORDER_LABEL_MARGIN = 6  # a border label's room: the width less two corners and a rule and a space each side
 
 
-def bar_line(values: list[float | None], width: int, top: float | None = None) -> str:
-    """A sparkline of the last `width` values scaled to `top` (default: their maximum); None as EMPTY_MARK."""
+def bar_line(values: list[float | None], width: int, top: float) -> str:
+    """A sparkline of the last `width` values scaled to `top`; None as EMPTY_MARK."""
     values = values[-width:] if width > 0 else []
-    present = [v for v in values if v is not None]
-    peak = top or max(present, default=0.0) or 1.0
-    return "".join(EMPTY_MARK if v is None else BARS[min(8, max(0, round(8 * v / peak)))] for v in values)
+    return "".join(EMPTY_MARK if v is None else BARS[min(8, max(0, round(8 * v / top)))] for v in values)
 
 
 def _spark(values: list[float | None], width: int, top: float | None, style: str) -> Text:
@@ -289,7 +287,7 @@ class Pane(Static):
         self.update(self.render_to(self.content_size.width or DEFAULT_WIDTH), layout=False)  # a grid cell's size is set
 
     def on_resize(self) -> None:
-        if self.content_size.width and not getattr(self.app, "paused", False):  # a paused view stays as it was
+        if self.content_size.width and not self.app.paused:  # a paused view stays as it was
             self.redraw()
 
 
