@@ -41,11 +41,9 @@ def server_state(state: ServedState) -> tuple[list[str], str]:
 SHORTEN_STEPS = ("name", "name", "state", "kind")
 
 
-def title(state: ServedState, feed_title: str, alerts: list[str], width: int, lead: str = "") -> Text:
+def title(state: ServedState, name: str, alerts: list[str], width: int, lead: str = "") -> Text:
     """`watch http://… · llama-server · up, seen since 12:03:04 · ALERTS` after `lead`, fitted by SHORTEN_STEPS."""
-    started = state.started
-    kind = (state.last_good.kind if state.last_good else "") or (started.drafter if started else "")
-    name = feed_title or (f"{started.backend} {started.target}" if started else "specmon")
+    kind = (state.last_good.kind if state.last_good else "") or (state.started.drafter if state.started else "")
     words, style = server_state(state)
     parts = [Part("lead", [lead], "bold")] if lead else []
     # shorter: without URL schemes (a socket path by its file name alone), then without the proxy's own address
