@@ -9,17 +9,11 @@ from textual.widgets import DataTable, Static
 
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.interval import SpeedupEstimate
+from specmon.tables import VERDICT_COLOURS
 from specmon.text import first_fitting, wrap_each
 from specmon.tui.state import ViewState
 
 TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cyan", "plain": "default", "prompt": "dim"}
-VERDICT_STYLES = {
-    "faster": "bold green",
-    "slower": "bold red",
-    "not yet known": "bold yellow",
-    "noise": "bold magenta",
-    "busy host": "bold cyan",
-}
 BARS = "_▁▂▃▄▅▆▇█"  # a zero shows as _, so it is not taken for a gap
 EMPTY_MARK = "·"  # a round that proposed nothing, in a sparkline
 ALL_ACCEPTED = "all accepted"  # the rejections pane's count of rounds that had no rejection
@@ -170,7 +164,9 @@ def render_timing(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
 
 
 def verdict_style(estimate: SpeedupEstimate | None) -> str:
-    return VERDICT_STYLES.get(estimate.verdict if estimate else "", "bold")
+    """The verdict's colour, as every table has it (tables.VERDICT_COLOURS), in bold."""
+    colour = VERDICT_COLOURS.get(estimate.verdict) if estimate else None
+    return f"bold {colour}" if colour else "bold"
 
 
 SIDES_WIDTH = 30  # the goodput table's columns; narrower, the sides in the short form
