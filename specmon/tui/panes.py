@@ -28,7 +28,7 @@ def bar_line(values: list[float | None], width: int, top: float) -> str:
     return "".join(EMPTY_MARK if v is None else BARS[min(8, max(0, round(8 * v / top)))] for v in values)
 
 
-def _spark(values: list[float | None], width: int, top: float | None, style: str) -> Text:
+def _spark(values: list[float | None], width: int, top: float, style: str) -> Text:
     """bar_line with the empty-round marks dimmed."""
     return Text.assemble(*((ch, "dim" if ch == EMPTY_MARK else style) for ch in bar_line(values, width, top)))
 
