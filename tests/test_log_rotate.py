@@ -16,7 +16,7 @@ import pytest
 from events import request_timed, session_started
 from specmon.errors import SpecmonError
 from specmon.events.log import Rotation, follow_log, read_log
-from specmon.events.parts import log_parts
+from specmon.events.parts import part_path
 from specmon.events.schema import LogRotated, RequestTimed, SessionFinished, SessionStarted, decode, encode
 from specmon.transport.attach import attach_events
 from specmon.transport.channel import Channel, LogSink
@@ -70,7 +70,8 @@ def publish_from_threads(channel: Channel) -> None:
 
 
 def parts_of(live: Path, sink: LogSink) -> list[Path]:
-    return [*log_parts(live, sink.writer.part - 1), live]
+    finished = (part_path(live, n) for n in range(1, sink.writer.part))
+    return [*(path for path in finished if path.exists()), live]
 
 
 def joined(parts: list[Path]) -> list:
@@ -195,7 +196,8 @@ def crashing(name):
 os.link, os.rename = crashing("link"), crashing("rename")
 no_links = step.endswith("-without-links")
 step = step.removesuffix("-without-links")
-writer = LogWriter(sys.argv[1], Rotation())
+writer = LogWriter(sys.argv[1])
+writer.rotation = Rotation()  # as the session sets it
 writer.write(header())
 for i in range(30):
     writer.write(request_timed(request_id=str(i)))

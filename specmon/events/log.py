@@ -25,7 +25,7 @@ import msgspec
 
 from specmon.errors import SpecmonError
 from specmon.events.frames import FRAME_V2, LOG_ID_SIZE, PREAMBLE, FrameDecoder, FrameEncoder, LogDamaged
-from specmon.events.parts import Rotation, link_part, part_path, refuse_taken_parts
+from specmon.events.parts import Rotation, link_part, part_path
 from specmon.events.schema import AnyEvent, Event, LogRotated, SessionFinished, SessionStarted, decode, encode
 
 CHUNK = 1 << 16
@@ -42,17 +42,15 @@ class LogWriter:
     exclusive lock on the file, which tells followers the session is alive (the kernel drops it
     when the process dies). With a Rotation, the log goes on in new files (see the module's doc)."""
 
-    def __init__(self, path: Path, rotation: Rotation | None = None):
+    def __init__(self, path: Path):
         self.path = Path(path)
-        self.rotation = rotation
+        self.rotation: Rotation | None = None  # set by the session (transport.session), which checks the parts' names
         self.part = 1  # the live file's number among the session's parts
         self._header: SessionStarted | None = None  # repeated at the start of every later part
         self._format = FrameEncoder()
         self._good = 0  # end of the last whole frame
         self.events_written = 0  # in the live part; also its next frame's sequence number
         self._rotate_asked = False  # set by a signal's handler: rotate before the next batch
-        if rotation is not None:
-            refuse_taken_parts(self.path)
         self._fh = _create(self.path)
         with contextlib.suppress(OSError):  # no locks on this filesystem: followers judge by the idle timeout alone
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -129,7 +127,9 @@ class LogWriter:
         self._format, self._good, self.events_written = nxt._format, nxt._good, nxt.events_written
         self.part += 1
         _close(old)  # after the new part is locked: a follower never sees the session without a writer
-        self._prune()
+        keep = getattr(self.rotation, "keep", None)  # the part past `keep` goes; a reader with it open reads on
+        if keep is not None and self.part - 1 - keep >= 1:
+            part_path(self.path, self.part - 1 - keep).unlink(missing_ok=True)
 
     def _next_part(self) -> "LogWriter":
         """The next part, locked, under a name no reader looks for until it is renamed (rotate writes its header)."""
@@ -139,12 +139,6 @@ class LogWriter:
             return LogWriter(temp)
         except SpecmonError as exc:  # as a full disk: the log's writer reports an OSError
             raise OSError(errno.EIO, str(exc)) from None
-
-    def _prune(self) -> None:
-        """Remove the part that fell out of the Rotation's `keep`; a follower that holds it open still reads it."""
-        keep = self.rotation.keep if self.rotation is not None else None
-        if keep is not None and self.part - 1 - keep >= 1:
-            part_path(self.path, self.part - 1 - keep).unlink(missing_ok=True)
 
     def _append(self, data: bytes) -> None:
         view = memoryview(data)
@@ -210,10 +204,8 @@ def _open(path: Path) -> BinaryIO:
 
 
 def read_log(path: Path) -> Iterator[AnyEvent]:
-    """Yield every whole event in order; on damage, raise LogDamaged after the last good one.
-
-    Reads in 64 KiB chunks, so memory stays flat however long the log is.
-    """
+    """Yield every whole event in order; on damage, raise LogDamaged after the last good one. Reads CHUNK
+    bytes at a time, so memory stays flat however long the log is."""
     decoder = FrameDecoder(str(path))
     with _open(Path(path)) as fh:
         while chunk := fh.read(CHUNK):

@@ -34,11 +34,6 @@ def part_path(live: Path, part: int) -> Path:
     return live.with_name(f"{live.stem}.{part}{live.suffix}")
 
 
-def log_parts(live: Path, upto: int) -> list[Path]:
-    """The finished parts 1..upto of the live log `live` that are still on disk, in the order written."""
-    return [path for path in (part_path(live, n) for n in range(1, upto + 1)) if path.exists()]
-
-
 def link_part(live: Path, done: Path) -> bool:
     """Give the finished part its name beside the live one; False where hard links are not supported.
     A name already taken is refused (an OSError, as a full disk is), never overwritten."""
@@ -60,7 +55,7 @@ def parts_said(path: Path, header: SessionStarted | None, rotated: LogRotated | 
     if part > 1:
         tail = f".{part}{path.suffix}"  # the live log it belongs to: logs/S.3.specmon (part 3) is logs/S.specmon's
         live = path.with_name(path.name[: -len(tail)] + path.suffix) if path.name.endswith(tail) else path
-        kept = log_parts(live, part - 1)
+        kept = [earlier for earlier in (part_path(live, n) for n in range(1, part)) if earlier.exists()]
         names = ", ".join(p.name for p in kept) or "none"
         gone = f" ({part - 1 - len(kept)} removed)" if len(kept) < part - 1 else ""
         said.append(("  part             ", f"{part} of a rotated log; earlier parts here: {names}{gone}"))

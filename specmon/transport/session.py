@@ -16,7 +16,8 @@ from specmon.console import notice, print_error, progress
 from specmon.engine.driver import Cancelled, SessionDriver, host_facts, new_session_id
 from specmon.engine.costs import Costs, measure_costs, timings_total
 from specmon.engine.drafters import Drafter
-from specmon.events.log import Rotation, default_log_path, refuse_taken_parts
+from specmon.events.log import Rotation, default_log_path
+from specmon.events.parts import refuse_taken_parts
 from specmon.events.schema import AnyEvent, Sampling, SessionFinished, SessionStarted
 from specmon.memory.store import Memory, Shelf, accept_key, costs_key
 from specmon.transport.channel import Channel, LogSink, LogWriteFailed, Subscription

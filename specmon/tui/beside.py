@@ -55,13 +55,9 @@ def beside_view(
 
 
 def serve_under_tui(session, serving, title: str, what: str = "serving") -> None:
-    """Serve on a thread under the live view; quitting it shuts the server down; its failure is raised after."""
-
-    def shut_down() -> None:
-        serving.server.should_exit = True
-
+    """Serve on a thread under the live view; quitting it stops the server (OnThread.stop); a failure raises after."""
     url = f"{serving.url}/v1"
-    failure = beside_view(session.view, title, serving.run, shut_down, serving.thread_name, what, url)
+    failure = beside_view(session.view, title, serving.run, serving.stop, serving.thread_name, what, url)
     if failure is not None:
         raise failure
 

@@ -9,17 +9,11 @@ from textual.widgets import DataTable, Static
 
 from specmon.metrics.format import MISSING, count, fmt
 from specmon.metrics.interval import SpeedupEstimate
+from specmon.tables import VERDICT_COLOURS
 from specmon.text import first_fitting, wrap_each
 from specmon.tui.state import ViewState
 
 TEXT_STYLES = {"accepted": "green", "correction": "bold red", "bonus": "bold cyan", "plain": "default", "prompt": "dim"}
-VERDICT_STYLES = {
-    "faster": "bold green",
-    "slower": "bold red",
-    "not yet known": "bold yellow",
-    "noise": "bold magenta",
-    "busy host": "bold cyan",
-}
 BARS = "_▁▂▃▄▅▆▇█"  # a zero shows as _, so it is not taken for a gap
 EMPTY_MARK = "·"  # a round that proposed nothing, in a sparkline
 ALL_ACCEPTED = "all accepted"  # the rejections pane's count of rounds that had no rejection
@@ -28,15 +22,13 @@ FULL_ROWS = 4  # a pane's content rows in a roomy terminal; at 80x24 the top pan
 BORDER_LABEL_MARGIN = 6  # a border label's room: the width less two corners and a rule and a space each side
 
 
-def bar_line(values: list[float | None], width: int, top: float | None = None) -> str:
-    """A sparkline of the last `width` values scaled to `top` (default: their maximum); None as EMPTY_MARK."""
+def bar_line(values: list[float | None], width: int, top: float) -> str:
+    """A sparkline of the last `width` values scaled to `top`; None as EMPTY_MARK."""
     values = values[-width:] if width > 0 else []
-    present = [v for v in values if v is not None]
-    peak = top or max(present, default=0.0) or 1.0
-    return "".join(EMPTY_MARK if v is None else BARS[min(8, max(0, round(8 * v / peak)))] for v in values)
+    return "".join(EMPTY_MARK if v is None else BARS[min(8, max(0, round(8 * v / top)))] for v in values)
 
 
-def _spark(values: list[float | None], width: int, top: float | None, style: str) -> Text:
+def _spark(values: list[float | None], width: int, top: float, style: str) -> Text:
     """bar_line with the empty-round marks dimmed."""
     return Text.assemble(*((ch, "dim" if ch == EMPTY_MARK else style) for ch in bar_line(values, width, top)))
 
@@ -172,7 +164,9 @@ def render_timing(state: ViewState, width: int = DEFAULT_WIDTH) -> Text:
 
 
 def verdict_style(estimate: SpeedupEstimate | None) -> str:
-    return VERDICT_STYLES.get(estimate.verdict if estimate else "", "bold")
+    """The verdict's colour, as every table has it (tables.VERDICT_COLOURS), in bold."""
+    colour = VERDICT_COLOURS.get(estimate.verdict) if estimate else None
+    return f"bold {colour}" if colour else "bold"
 
 
 SIDES_WIDTH = 30  # the goodput table's columns; narrower, the sides in the short form
@@ -289,7 +283,7 @@ class Pane(Static):
         self.update(self.render_to(self.content_size.width or DEFAULT_WIDTH), layout=False)  # a grid cell's size is set
 
     def on_resize(self) -> None:
-        if self.content_size.width and not getattr(self.app, "paused", False):  # a paused view stays as it was
+        if self.content_size.width and not self.app.paused:  # a paused view stays as it was
             self.redraw()
 
 

@@ -108,9 +108,8 @@ def render_requests(requests: Requests | None) -> Text:
         done = f"idle, {count(requests.served, 'request')} served"
         return Text(done + (f", {requests.cancelled} cancelled" if requests.cancelled else ""), style="dim")
     k = "k=?" if job.k is None else "plain" if job.k == 0 else f"k={job.k}"
-    progress = (
-        f"{job.tokens}/{job.max_tokens} tok" if job.first_round_t is not None else f"prefill {job.prompt_tokens} tok"
-    )
+    decoding = job.first_round_t is not None
+    progress = f"{job.tokens}/{job.max_tokens} tok" if decoding else f"prefill {job.prompt_tokens} tok"
     return Text.assemble(
         ("▶ ", "bold green"),
         f"{job.endpoint} ",

@@ -152,9 +152,7 @@ SHORTEN_STEPS = ("tail", "host", "host", "ended", "session", "ended", "session",
 def status_line(
     state: ViewState, source: str, alerts: list[str], lead: str = "", tail: str = "", width: int = 0
 ) -> Text:
-    """The title bar, most important first so a narrow terminal cuts the least (SHORTEN_STEPS): the replay's
-    position, alerts, the host's state, the session (short id, profile, host), its drafter and mode ("policy"
-    or the k in force), when and how it ended, rounds; then `tail` where the width leaves room."""
+    """The title bar, most important first so a narrow terminal cuts the least (SHORTEN_STEPS); `tail` last."""
     parts = [Part("lead", [lead], "bold")] if lead else []
     parts += [Part(f"alert{i}", [alert], "bold red") for i, alert in enumerate(alerts)]
     host = []  # while recent rounds are disturbed, how many; once calm, when it was busy (an ended session's is calm)

@@ -14,7 +14,6 @@ from specmon.text import Part, cut, fill, first_fitting, title as titled, wrap, 
 from specmon.tui.panes import bar_line
 from specmon.tui.served_state import ServedState
 
-RECENT = f"last {RECENT_S:.0f} s"
 FULL, EMPTY = "█", "░"
 COLUMN_GAP = 2  # blanks between columns of position bars
 MIN_NAME = 6  # a class name's column where tokens/step keeps its own; without it, a column narrower by one
@@ -42,11 +41,9 @@ def server_state(state: ServedState) -> tuple[list[str], str]:
 SHORTEN_STEPS = ("name", "name", "state", "kind")
 
 
-def title(state: ServedState, feed_title: str, alerts: list[str], width: int, lead: str = "") -> Text:
+def title(state: ServedState, name: str, alerts: list[str], width: int, lead: str = "") -> Text:
     """`watch http://… · llama-server · up, seen since 12:03:04 · ALERTS` after `lead`, fitted by SHORTEN_STEPS."""
-    started = state.started
-    kind = (state.last_good.kind if state.last_good else "") or (started.drafter if started else "")
-    name = feed_title or (f"{started.backend} {started.target}" if started else "specmon")
+    kind = (state.last_good.kind if state.last_good else "") or (state.started.drafter if state.started else "")
     words, style = server_state(state)
     parts = [Part("lead", [lead], "bold")] if lead else []
     # shorter: without URL schemes (a socket path by its file name alone), then without the proxy's own address
@@ -61,7 +58,7 @@ def title(state: ServedState, feed_title: str, alerts: list[str], width: int, le
 
 def recent_span(w: served.Window | None) -> str:
     """What the recent figures span: the last RECENT_S once that much is read, else the seconds read so far."""
-    return RECENT if w is None or w.seconds >= RECENT_S else f"last {w.seconds:.0f} s"
+    return f"last {RECENT_S if w is None else min(w.seconds, RECENT_S):.0f} s"
 
 
 def render_acceptance(state: ServedState, width: int, height: int | None = None) -> Text:

@@ -161,10 +161,7 @@ class ViewState:
                 self.asked_k.pop(c.name, None)
             if c.speculate or c.name in ev.changed:  # an unchanged class that is still off keeps its decision
                 self.off_by.pop(c.name, None)
-            if c.speculate:
-                self.policy_off.discard(c.name)
-            else:
-                self.policy_off.add(c.name)
+        self.policy_off = (self.policy_off - in_policy) | {c.name for c in ev.classes if not c.speculate}
 
     def cited(self, decision: Decision) -> list[RoundVerified]:
         """The rounds a decision cites that are still held (all of them in any normal session)."""
