@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specmon import __version__
 from specmon.backends.profiles import MAX_SEED
-from specmon.cli.flags import add_inputs, add_log_rotation, add_memory_flags, add_profile, finite, log_rotation, whole
+from specmon.cli.flags import MB, add_inputs, add_log, add_memory_flags, add_profile, finite, whole
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_log_dump, cmd_policy, cmd_replay, cmd_report
 from specmon.cli.models import add_models, cmd_models
 from specmon.cli.servers import add_proxy, add_watch
@@ -16,6 +16,7 @@ from specmon.cli.tools import Teaching, add_bench, add_policy_tune, lazy
 from specmon.console import print_error
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
+from specmon.events.log import Rotation
 from specmon.hangup import Terminated, ending_signals
 
 
@@ -220,8 +221,7 @@ def _add_serve(sub) -> None:
         default=16,
         help="requests held at once, the one decoding included; one more gets 429 (default 16)",
     )
-    serve.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
-    add_log_rotation(serve)
+    add_log(serve)
     serve.add_argument("--headless", action="store_true", help="print one line per request")
 
 
@@ -256,8 +256,9 @@ def _add_policy(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if hasattr(args, "log_max_mb"):  # serve, proxy, watch: their rotation flags as one Rotation
-        args.rotation = log_rotation(args)
+    if hasattr(args, "log_max_mb"):  # serve, proxy, watch: their rotation flags as one Rotation (SIGUSR1 rotates too)
+        size = args.log_max_mb
+        args.rotation = Rotation(max_bytes=None if size is None else max(1, int(size * MB)), keep=args.log_keep)
     kept = getattr(args, "log_keeps", "every finished round")  # a proxy's requests, a watch's reads
     try:
         with ending_signals():
