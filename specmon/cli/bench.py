@@ -147,10 +147,9 @@ def bench_table(
 
 
 def _table(names: dict[str, str], columns: tuple[str, ...]) -> Table:
-    """A bench table whose headers and figures never wrap: a long class name folds instead."""
+    """A bench table whose headers and figures never wrap: a long class (or phase) name folds instead."""
     width = min(CLASS_WIDTH, max(map(len, names.values()), default=5))
-    table = compact_table("", columns, left=columns[:1])
-    table.columns[0].min_width, table.columns[0].overflow = width, "fold"  # a class or a phase alike
+    table = compact_table("", columns, left=columns[:1], class_width=width)
     for column in table.columns[1:]:
         column.no_wrap = True
     return table
