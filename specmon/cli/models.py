@@ -14,12 +14,6 @@ from specmon.console import err, notice, say
 from specmon.errors import SpecmonError
 
 
-EXL3_EXAMPLE = (
-    "huggingface-cli download turboderp/Llama-3.1-8B-Instruct-exl3 --revision 4.0bpw "
-    "--local-dir ~/models/Llama-3.1-8B-Instruct-exl3-4.0bpw"
-)
-
-
 def add_models(sub) -> None:
     models = sub.add_parser(
         "models",
@@ -56,7 +50,11 @@ def cmd_models(args) -> int:
             "GPU models are folders you download yourself; specmon fetches nothing. For ExLlamaV3, an EXL3 "
             "quantisation (one branch per bitrate: see the model page) and a 1B draft of the same family, e.g.:"
         )
-        print(f"  {EXL3_EXAMPLE}", file=sys.stderr)  # one line, whatever the width: it is copied whole
+        print(  # one line, whatever the width: it is copied whole
+            "  huggingface-cli download turboderp/Llama-3.1-8B-Instruct-exl3 --revision 4.0bpw "
+            "--local-dir ~/models/Llama-3.1-8B-Instruct-exl3-4.0bpw",
+            file=sys.stderr,
+        )
         notice("then set both folders' paths in a copy of profiles/exl3-llama3-8b.toml (docs/backends.md)")
         return 0
     if args.models_command == "export":
