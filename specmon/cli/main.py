@@ -10,7 +10,7 @@ from specmon import __version__
 from specmon.backends.profiles import MAX_SEED
 from specmon.cli.flags import MB, add_inputs, add_log, add_memory_flags, add_profile, finite, whole
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_log_dump, cmd_policy, cmd_replay, cmd_report
-from specmon.cli.models import add_models, cmd_models
+from specmon.cli.models import add_models
 from specmon.cli.servers import add_proxy, add_watch
 from specmon.cli.tools import Teaching, add_bench, add_policy_tune, lazy
 from specmon.console import print_error
@@ -84,6 +84,7 @@ def _add_attach(sub) -> None:
     )
     attach.add_argument("--token", help=argparse.SUPPRESS)  # removed (visible in `ps`); refused with a hint
     attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
+    attach.set_defaults(handler=cmd_attach)
 
 
 def _add_sweep(sub) -> None:
@@ -114,6 +115,7 @@ def _add_sweep(sub) -> None:
         metavar="FILE",
         help="write the best k per class (or off) into FILE, commented with the figures",
     )
+    sweep.set_defaults(handler=lazy("specmon.cli.sweep", "cmd_sweep"))
 
 
 def _add_logs(sub) -> None:
@@ -121,6 +123,7 @@ def _add_logs(sub) -> None:
     report = sub.add_parser("report", help="per-class tables and PNG plots of a session log, as a Markdown page")
     report.add_argument("log", type=Path)
     report.add_argument("--out", type=Path, help="output folder (default: reports/LOGNAME/)")
+    report.set_defaults(handler=cmd_report)
     replay = sub.add_parser(
         "replay",
         help="replay a session log in the TUI, or under another policy",
@@ -133,11 +136,13 @@ def _add_logs(sub) -> None:
     replay.add_argument("--follow", action="store_true", help="keep reading a log that is still being written")
     replay.add_argument("--policy", type=Path, help="what-if: the decisions OTHER.toml would have made")
     replay.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
+    replay.set_defaults(handler=cmd_replay)
     log = sub.add_parser("log", help="inspect session logs").add_subparsers(
         dest="log_command", required=True, metavar="ACTION"
     )
     info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
     info.add_argument("log", type=Path)
+    info.set_defaults(handler=cmd_log)
     dump = log.add_parser(
         "dump",
         help="every event as one JSON object a line (type, then its fields by name)",
@@ -189,6 +194,7 @@ def _add_run(sub) -> None:
         help="also serve events over TCP on loopback (HOST may be a name, e.g. localhost); the token "
         "goes to a 0600 file whose path is printed at start",
     )
+    run.set_defaults(handler=lazy("specmon.cli.run", "cmd_run"))
 
 
 def _add_serve(sub) -> None:
@@ -223,12 +229,13 @@ def _add_serve(sub) -> None:
     )
     add_log(serve)
     serve.add_argument("--headless", action="store_true", help="print one line per request")
+    serve.set_defaults(handler=lazy("specmon.cli.run", "cmd_serve"))
 
 
 def _add_policy(sub) -> None:
-    policy = sub.add_parser("policy", help="check, edit and explain TOML policies").add_subparsers(
-        dest="policy_command", required=True, metavar="ACTION"
-    )
+    command = sub.add_parser("policy", help="check, edit and explain TOML policies")
+    command.set_defaults(handler=cmd_policy)  # show, check, explain, set; tune has its own
+    policy = command.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
     show = policy.add_parser("show", help="print a shipped policy (to copy and edit): specmon policy show default")
     show.add_argument("name", nargs="?", default="default")
     check = policy.add_parser("check", help="validate: file:line:column: reason for each problem")
@@ -262,8 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     kept = getattr(args, "log_keeps", "every finished round")  # a proxy's requests, a watch's reads
     try:
         with ending_signals():
-            handler = getattr(args, "handler", None) or COMMANDS[args.command]  # a tool's own, else the command's
-            return handler(args)
+            return args.handler(args)  # what the command's parser set (set_defaults)
     except SpecmonError as exc:
         print_error(str(exc), getattr(exc, "whole", ()))  # one message, no traceback; its phrases kept whole
         return 2
@@ -273,19 +279,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print_error(f"interrupted; the session log keeps {kept}")
         return 130
-
-
-COMMANDS = {
-    "run": lazy("specmon.cli.run", "cmd_run"),
-    "serve": lazy("specmon.cli.run", "cmd_serve"),
-    "sweep": lazy("specmon.cli.sweep", "cmd_sweep"),
-    "bench": lazy("specmon.cli.bench", "cmd_bench"),
-    "replay": cmd_replay,
-    "report": cmd_report,
-    "models": cmd_models,
-    "log": cmd_log,
-    "attach": cmd_attach,
-    "policy": cmd_policy,
-    "proxy": lazy("specmon.proxy.command", "run_proxy"),  # the HTTP client and server load only when proxying
-    "watch": lazy("specmon.watch.command", "run_watch"),
-}

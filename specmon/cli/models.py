@@ -15,12 +15,14 @@ from specmon.errors import SpecmonError
 
 
 def add_models(sub) -> None:
-    models = sub.add_parser(
+    command = sub.add_parser(
         "models",
         help="list and pull embedded models; export a model as an HF folder",
         description="The embedded models ship with specmon. GPU models (EXL3 for ExLlamaV3, EXL2 for "
         "ExLlamaV2) are folders you download yourself: specmon fetches nothing. `models list` says how.",
-    ).add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    )
+    command.set_defaults(handler=cmd_models)
+    models = command.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     models.add_parser("list", help="embedded models and whether each is here")
     pull = models.add_parser("pull", help="copy an embedded model into the cache, checked by sha256")
     pull.add_argument("name", nargs="?", default=modelstore.SMOLLM2.name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmon.cli.flags import add_log, finite, whole
+from specmon.cli.tools import lazy
 from specmon.memory.store import state_dir
 from specmon.proxy.deadlines import IDLE_TIMEOUT_S, WHOLE_REPLY_FACTOR
 
@@ -79,7 +80,7 @@ def add_proxy(sub) -> None:
     )
     add_log(proxy)
     proxy.add_argument("--headless", action="store_true", help="print one line per request instead of the TUI")
-    proxy.set_defaults(log_keeps="every finished request")
+    proxy.set_defaults(log_keeps="every finished request", handler=lazy("specmon.proxy.command", "run_proxy"))
 
 
 def add_watch(sub) -> None:
@@ -105,4 +106,4 @@ def add_watch(sub) -> None:
     add_log(watch)
     watch.add_argument("--listen", metavar="127.0.0.1:PORT", help="also serve events over TCP (as run --listen)")
     watch.add_argument("--headless", action="store_true", help="print one line per window instead of the TUI")
-    watch.set_defaults(log_keeps="every read")
+    watch.set_defaults(log_keeps="every read", handler=lazy("specmon.watch.command", "run_watch"))
