@@ -59,7 +59,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="specmon", description="Watch speculative decoding and find where it pays.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
     commands = (_add_run, _add_serve, add_models, _add_attach, _add_policy, add_bench, _add_sweep, _add_logs)
     for add in (*commands, add_watch, add_proxy):
         add(sub)
@@ -137,9 +137,7 @@ def _add_logs(sub) -> None:
     replay.add_argument("--policy", type=Path, help="what-if: the decisions OTHER.toml would have made")
     replay.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
     replay.set_defaults(handler=cmd_replay)
-    log = sub.add_parser("log", help="inspect session logs").add_subparsers(
-        dest="log_command", required=True, metavar="ACTION"
-    )
+    log = sub.add_parser("log", help="inspect session logs").add_subparsers(required=True, metavar="ACTION")
     info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
     info.add_argument("log", type=Path)
     info.set_defaults(handler=cmd_log)

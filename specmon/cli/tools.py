@@ -79,7 +79,7 @@ def prose(text: str, width: int, indent: str = "") -> list[str]:
 def add_bench(sub) -> None:
     """`bench policy`, `bench verify`, `bench engines`, `bench serve`."""
     bench = sub.add_parser("bench", help="measure: policy vs fixed k, verify cost, engines, serving").add_subparsers(
-        dest="bench_command", required=True, metavar="WHAT"
+        required=True, metavar="WHAT"
     )
     policy = bench.add_parser(
         "policy",
