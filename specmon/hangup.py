@@ -16,9 +16,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-ENDING = (signal.SIGTERM, signal.SIGHUP)
 STDIO = (0, 1, 2)
-WATCH_S = 0.5  # how often the watcher looks; a hang-up is seen within this
 
 
 def hung_up(fd: int) -> bool:
@@ -65,12 +63,12 @@ def ending_signals() -> Iterator[None]:
         raise Terminated(signum)
 
     def watch() -> None:  # the kernel signals only the terminal's session leader: this one may never hear
-        while not watching.wait(WATCH_S):
+        while not watching.wait(0.5):  # a hang-up is seen within half a second
             if detach_hung_up():
                 os.kill(os.getpid(), signal.SIGHUP)
                 return
 
-    previous = {sig: signal.signal(sig, handler) for sig in ENDING}
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     watching = threading.Event()
     if any(os.isatty(fd) for fd in STDIO):  # False, not an error, for a closed descriptor
         threading.Thread(target=watch, name="specmon-hangup", daemon=True).start()

@@ -75,13 +75,13 @@ def compact_table(
         show_edge=False,
         padding=(0, 0 if tight else 1, 0, 0),
     )
-    for name in columns:
+    for i, name in enumerate(columns):  # the first column is a class's name (or a phase's)
         table.add_column(
             name,
             justify="left" if name in left else "right",
-            min_width=class_width if name == "class" else None,
-            no_wrap=tight and name != "class",
-            overflow="fold" if name == "class" else "ellipsis",
+            min_width=class_width if i == 0 else None,
+            no_wrap=tight and i > 0,
+            overflow="fold" if i == 0 else "ellipsis",
         )
     return table
 

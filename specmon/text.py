@@ -60,11 +60,8 @@ def wrap(
         if last is None and at[e] - at[s] <= room:  # the first word fits without the line's leading blanks
             first, last = s, e
             continue
-        if last is None and start:  # the first word fits only a whole line: the first holds the prefix alone
-            lines.append(Text())
-            first, room = s, then
-        elif last is not None:
-            lines.append(_line(flat, first, last, lines, indent))
+        if last is not None or start:  # the line ends before this word; a first line with none holds the prefix alone
+            lines.append(Text() if last is None else _line(flat, first, last, lines, indent))
             first, room = s, then
         if fold and at[e] - at[first] > room > 0:  # a word no line holds: folded, its last piece a line of its own
             while at[e] - at[first] > room:

@@ -18,18 +18,17 @@ from specmon.cli.sweep import parse_floats, parse_ks
 from specmon.errors import SpecmonError
 from specmon.metrics import rates
 from specmon.metrics.format import MISSING, fmt
+from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
 from specmon.replay.tune import check_prompts, cost_of, figures, read_bench_log, replay
 from specmon.sched.bench import BenchClass, bench_prompts, bench_results, overall_figures, prompt_phases, run_bench
+from specmon.sched.policy import PolicyScheduler
 from specmon.tables import CLASS_WIDTH, Note, compact_table, figures_table, heading, print_host_line
 from specmon.cli.flags import memory_options
 from specmon.transport.session import live_session
 
 
 def cmd_bench(args) -> int:
-    from specmon.policy.engine import PolicyEngine
-    from specmon.sched.policy import PolicyScheduler
-
     profile = load_profile(args.profile)
     policy = load_policy(args.policy)
     ks = parse_ks(args.ks)
@@ -147,10 +146,9 @@ def bench_table(
 
 
 def _table(names: dict[str, str], columns: tuple[str, ...]) -> Table:
-    """A bench table whose headers and figures never wrap: a long class name folds instead."""
+    """A bench table whose headers and figures never wrap: a long class (or phase) name folds instead."""
     width = min(CLASS_WIDTH, max(map(len, names.values()), default=5))
-    table = compact_table("", columns, left=columns[:1])
-    table.columns[0].min_width, table.columns[0].overflow = width, "fold"  # a class or a phase alike
+    table = compact_table("", columns, left=columns[:1], class_width=width)
     for column in table.columns[1:]:
         column.no_wrap = True
     return table

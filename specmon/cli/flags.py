@@ -1,5 +1,5 @@
 """What several commands share on their command lines: number types refused in one line naming the flag,
-the model pair and prompt set, what earlier sessions learned, and how a long session's log rotates."""
+the model pair and prompt set, what earlier sessions learned, and a long session's log and how it rotates."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 from specmon.backends.identity import engine_key
 from specmon.backends.profiles import DEFAULT_PROFILE, MAX_INT
-from specmon.events.log import Rotation
 from specmon.memory.store import Memory, state_dir
 
 DEFAULT_MAX_MB = 64.0  # a part that `log info` and `replay` read in seconds; weeks of a busy proxy in a few
@@ -89,8 +88,9 @@ def memory_options(args, profile, drafter_name: str, spec=None) -> dict:
     }
 
 
-def add_log_rotation(parser: argparse.ArgumentParser) -> None:
-    """--log-max-mb and --log-keep; main sets args.rotation, the Rotation they ask for."""
+def add_log(parser: argparse.ArgumentParser) -> None:
+    """--log, --log-max-mb and --log-keep (a long-running command's); main sets args.rotation from the last two."""
+    parser.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
     parser.add_argument(
         "--log-max-mb",
         type=max_mb,
@@ -118,9 +118,3 @@ def max_mb(text: str) -> float | None:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a size in MB > 0 (or off), not {text}")
     return value
-
-
-def log_rotation(args: argparse.Namespace) -> Rotation:
-    """The Rotation the flags ask for; the command's session rotates on SIGUSR1 whatever they say."""
-    size = args.log_max_mb
-    return Rotation(max_bytes=None if size is None else max(1, int(size * MB)), keep=args.log_keep)

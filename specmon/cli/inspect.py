@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 from rich.markup import escape
+from rich.table import Table
 from rich.text import Text
 
 from specmon.console import err, out, print_error, say, wants_tui
@@ -236,12 +237,10 @@ def cmd_log(args) -> int:
     return 1 if damage else 0
 
 
-CONTINUED = 4  # a wrapped line with no label to hang under: two columns further in than the line it continues
-
-
-def print_hanging(label: str, value: str, style: str = "", indent: int | None = None) -> None:
-    """A line of `log info` wrapped under its value (or `indent` columns in), the value in `style`; never markup."""
-    lines = wrapped_lines(label + value, out.width, " " * (len(label) if indent is None else indent))
+def print_hanging(label: str, value: str, style: str = "") -> None:
+    """A line of `log info` wrapped under its value, the value in `style`; never markup."""
+    hang = len(label) if label.strip() else len(label) + 2  # no label to hang under: two columns further in
+    lines = wrapped_lines(label + value, out.width, " " * hang)
     text = Text("\n".join(lines))
     text.stylize(style, len(label))
     out.print(text)
@@ -283,7 +282,7 @@ def _print_header(ev: SessionStarted, events: list) -> None:
     per_prompt = f"{', '.join(ran)} (per prompt)" if ran else "none"  # a session that loaded no drafter: a sweep
     drafters = ev.drafter if ev.drafter != "none" else per_prompt
     model = f"  {ev.dtype} on {ev.device}" if ev.dtype or ev.device else ""  # a watch or proxy decodes nothing
-    print_hanging("  ", f"target {ev.target}  drafter {drafters}{model}  backend {ev.backend}", indent=CONTINUED)
+    print_hanging("  ", f"target {ev.target}  drafter {drafters}{model}  backend {ev.backend}")
     if ev.host:
         host = ", ".join(f"{k} {v}" for k, v in ev.host.items())
         print_hanging("  host: ", host)
@@ -294,10 +293,10 @@ def _print_header(ev: SessionStarted, events: list) -> None:
         timed = "pinned by the profile" if ev.verify_ms[0] == 1.0 else f"timed at load, a step {ev.verify_ms[0]:.1f} ms"
         draft = f", draft {ev.draft_ms:.2f} {'steps' if ev.verify_ms[0] == 1.0 else 'ms'}/token" if ev.draft_ms else ""
         curve_of = f"verify cost, plain steps, T = 1..{len(ev.verify_ms)} positions: {curve} ({timed}{draft})"
-        print_hanging("  ", curve_of, indent=CONTINUED)
+        print_hanging("  ", curve_of)
         if ev.verify_disturbed:
             disturbed = f"{ev.verify_disturbed} of its points timed while other work held the CPU"
-            print_hanging("  ", disturbed, "yellow", indent=CONTINUED)
+            print_hanging("  ", disturbed, "yellow")
 
 
 def cmd_replay(args) -> int:
@@ -314,8 +313,6 @@ def cmd_replay(args) -> int:
 
 
 def _print_what_if(log: Path, policy) -> int:
-    from rich.table import Table
-
     from specmon.replay.whatif import what_if
 
     columns = ("class", "logged decisions", "other policy's decisions", "differs", "missing evidence")

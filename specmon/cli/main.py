@@ -8,14 +8,15 @@ from pathlib import Path
 
 from specmon import __version__
 from specmon.backends.profiles import MAX_SEED
-from specmon.cli.flags import add_inputs, add_log_rotation, add_memory_flags, add_profile, finite, log_rotation, whole
+from specmon.cli.flags import MB, add_inputs, add_log, add_memory_flags, add_profile, finite, whole
 from specmon.cli.inspect import cmd_attach, cmd_log, cmd_log_dump, cmd_policy, cmd_replay, cmd_report
-from specmon.cli.models import add_models, cmd_models
+from specmon.cli.models import add_models
 from specmon.cli.servers import add_proxy, add_watch
 from specmon.cli.tools import Teaching, add_bench, add_policy_tune, lazy
 from specmon.console import print_error
 from specmon.engine.draft_len import MAX_DRAFT_LEN
 from specmon.errors import SpecmonError
+from specmon.events.log import Rotation
 from specmon.hangup import Terminated, ending_signals
 
 
@@ -58,7 +59,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="specmon", description="Watch speculative decoding and find where it pays.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
     commands = (_add_run, _add_serve, add_models, _add_attach, _add_policy, add_bench, _add_sweep, _add_logs)
     for add in (*commands, add_watch, add_proxy):
         add(sub)
@@ -83,6 +84,7 @@ def _add_attach(sub) -> None:
     )
     attach.add_argument("--token", help=argparse.SUPPRESS)  # removed (visible in `ps`); refused with a hint
     attach.add_argument("--headless", action="store_true", help="print one line per round instead of the TUI")
+    attach.set_defaults(handler=cmd_attach)
 
 
 def _add_sweep(sub) -> None:
@@ -113,6 +115,7 @@ def _add_sweep(sub) -> None:
         metavar="FILE",
         help="write the best k per class (or off) into FILE, commented with the figures",
     )
+    sweep.set_defaults(handler=lazy("specmon.cli.sweep", "cmd_sweep"))
 
 
 def _add_logs(sub) -> None:
@@ -120,6 +123,7 @@ def _add_logs(sub) -> None:
     report = sub.add_parser("report", help="per-class tables and PNG plots of a session log, as a Markdown page")
     report.add_argument("log", type=Path)
     report.add_argument("--out", type=Path, help="output folder (default: reports/LOGNAME/)")
+    report.set_defaults(handler=cmd_report)
     replay = sub.add_parser(
         "replay",
         help="replay a session log in the TUI, or under another policy",
@@ -132,11 +136,11 @@ def _add_logs(sub) -> None:
     replay.add_argument("--follow", action="store_true", help="keep reading a log that is still being written")
     replay.add_argument("--policy", type=Path, help="what-if: the decisions OTHER.toml would have made")
     replay.add_argument("--headless", action="store_true", help="print tables instead of the TUI")
-    log = sub.add_parser("log", help="inspect session logs").add_subparsers(
-        dest="log_command", required=True, metavar="ACTION"
-    )
+    replay.set_defaults(handler=cmd_replay)
+    log = sub.add_parser("log", help="inspect session logs").add_subparsers(required=True, metavar="ACTION")
     info = log.add_parser("info", help="header, counts per event type, time span, integrity, per-class table")
     info.add_argument("log", type=Path)
+    info.set_defaults(handler=cmd_log)
     dump = log.add_parser(
         "dump",
         help="every event as one JSON object a line (type, then its fields by name)",
@@ -188,6 +192,7 @@ def _add_run(sub) -> None:
         help="also serve events over TCP on loopback (HOST may be a name, e.g. localhost); the token "
         "goes to a 0600 file whose path is printed at start",
     )
+    run.set_defaults(handler=lazy("specmon.cli.run", "cmd_run"))
 
 
 def _add_serve(sub) -> None:
@@ -220,15 +225,15 @@ def _add_serve(sub) -> None:
         default=16,
         help="requests held at once, the one decoding included; one more gets 429 (default 16)",
     )
-    serve.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
-    add_log_rotation(serve)
+    add_log(serve)
     serve.add_argument("--headless", action="store_true", help="print one line per request")
+    serve.set_defaults(handler=lazy("specmon.cli.run", "cmd_serve"))
 
 
 def _add_policy(sub) -> None:
-    policy = sub.add_parser("policy", help="check, edit and explain TOML policies").add_subparsers(
-        dest="policy_command", required=True, metavar="ACTION"
-    )
+    command = sub.add_parser("policy", help="check, edit and explain TOML policies")
+    command.set_defaults(handler=cmd_policy)  # show, check, explain, set; tune has its own
+    policy = command.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
     show = policy.add_parser("show", help="print a shipped policy (to copy and edit): specmon policy show default")
     show.add_argument("name", nargs="?", default="default")
     check = policy.add_parser("check", help="validate: file:line:column: reason for each problem")
@@ -256,13 +261,13 @@ def _add_policy(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if hasattr(args, "log_max_mb"):  # serve, proxy, watch: their rotation flags as one Rotation
-        args.rotation = log_rotation(args)
+    if hasattr(args, "log_max_mb"):  # serve, proxy, watch: their rotation flags as one Rotation (SIGUSR1 rotates too)
+        size = args.log_max_mb
+        args.rotation = Rotation(max_bytes=None if size is None else max(1, int(size * MB)), keep=args.log_keep)
     kept = getattr(args, "log_keeps", "every finished round")  # a proxy's requests, a watch's reads
     try:
         with ending_signals():
-            handler = getattr(args, "handler", None) or COMMANDS[args.command]  # a tool's own, else the command's
-            return handler(args)
+            return args.handler(args)  # what the command's parser set (set_defaults)
     except SpecmonError as exc:
         print_error(str(exc), getattr(exc, "whole", ()))  # one message, no traceback; its phrases kept whole
         return 2
@@ -272,19 +277,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print_error(f"interrupted; the session log keeps {kept}")
         return 130
-
-
-COMMANDS = {
-    "run": lazy("specmon.cli.run", "cmd_run"),
-    "serve": lazy("specmon.cli.run", "cmd_serve"),
-    "sweep": lazy("specmon.cli.sweep", "cmd_sweep"),
-    "bench": lazy("specmon.cli.bench", "cmd_bench"),
-    "replay": cmd_replay,
-    "report": cmd_report,
-    "models": cmd_models,
-    "log": cmd_log,
-    "attach": cmd_attach,
-    "policy": cmd_policy,
-    "proxy": lazy("specmon.proxy.command", "run_proxy"),  # the HTTP client and server load only when proxying
-    "watch": lazy("specmon.watch.command", "run_watch"),
-}

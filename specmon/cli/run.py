@@ -18,8 +18,11 @@ from specmon.tables import class_table, divergence_lines, print_host_line
 from specmon.engine.prompts import prompt_set
 from specmon.errors import SpecmonError
 from specmon.metrics.stats import class_stats, summary
+from specmon.policy.engine import PolicyEngine
 from specmon.policy.schema import load_policy
 from specmon.sched.bench import prompts_path
+from specmon.sched.pairing import run_paired
+from specmon.sched.policy import PolicyScheduler
 from specmon.server.auth import check_host, read_api_key
 from specmon.transport.serve import parse_listen
 from specmon.cli.flags import memory_options
@@ -28,10 +31,6 @@ from specmon.tui.beside import decode_under_tui, serve_under_tui
 
 
 def cmd_run(args) -> int:
-    from specmon.policy.engine import PolicyEngine
-    from specmon.sched.pairing import run_paired
-    from specmon.sched.policy import PolicyScheduler
-
     profile = load_profile(args.profile)
     if args.policy and args.draft_len is not None:
         raise SpecmonError(

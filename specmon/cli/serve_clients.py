@@ -63,9 +63,8 @@ def main(url: str) -> int:
     import openai
 
     api = openai.OpenAI(base_url=url + "/v1", api_key="bench", max_retries=0)
-    for line in sys.stdin:
-        asked = json.loads(line)
-        print(json.dumps(batch(api, asked["texts"], asked["clients"], asked["max_tokens"])), flush=True)
+    for line in sys.stdin:  # each line is batch's keyword arguments
+        print(json.dumps(batch(api, **json.loads(line))), flush=True)
     return 0
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specmon.cli.flags import add_log_rotation, finite, whole
+from specmon.cli.flags import add_log, finite, whole
+from specmon.cli.tools import lazy
 from specmon.memory.store import state_dir
 from specmon.proxy.deadlines import IDLE_TIMEOUT_S, WHOLE_REPLY_FACTOR
 
@@ -77,10 +78,9 @@ def add_proxy(sub) -> None:
         help="route from nothing: ignore the replies earlier sessions kept of this upstream pair (under "
         f"{state_dir() / 'memory'}; this session's still replace them)",
     )
-    proxy.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
-    add_log_rotation(proxy)
+    add_log(proxy)
     proxy.add_argument("--headless", action="store_true", help="print one line per request instead of the TUI")
-    proxy.set_defaults(log_keeps="every finished request")
+    proxy.set_defaults(log_keeps="every finished request", handler=lazy("specmon.proxy.command", "run_proxy"))
 
 
 def add_watch(sub) -> None:
@@ -103,8 +103,7 @@ def add_watch(sub) -> None:
     )
     watch.add_argument("--duration", type=positive_seconds, metavar="SECONDS", help="stop after (default: Ctrl-C)")
     watch.add_argument("--api-key-file", type=Path, metavar="FILE", help="a file holding the server's API key")
-    watch.add_argument("--log", type=Path, help="session log path (default: logs/SESSION.specmon)")
-    add_log_rotation(watch)
+    add_log(watch)
     watch.add_argument("--listen", metavar="127.0.0.1:PORT", help="also serve events over TCP (as run --listen)")
     watch.add_argument("--headless", action="store_true", help="print one line per window instead of the TUI")
-    watch.set_defaults(log_keeps="every read")
+    watch.set_defaults(log_keeps="every read", handler=lazy("specmon.watch.command", "run_watch"))

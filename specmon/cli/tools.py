@@ -79,7 +79,7 @@ def prose(text: str, width: int, indent: str = "") -> list[str]:
 def add_bench(sub) -> None:
     """`bench policy`, `bench verify`, `bench engines`, `bench serve`."""
     bench = sub.add_parser("bench", help="measure: policy vs fixed k, verify cost, engines, serving").add_subparsers(
-        dest="bench_command", required=True, metavar="WHAT"
+        required=True, metavar="WHAT"
     )
     policy = bench.add_parser(
         "policy",
@@ -116,6 +116,7 @@ def add_bench(sub) -> None:
     )
     policy.add_argument("--log", type=Path, help="session log (default logs/SESSION.specmon)")
     policy.add_argument("--json", type=Path, help="also write the per-class figures as JSON here")
+    policy.set_defaults(handler=lazy("specmon.cli.bench", "cmd_bench"))
     for add in (_add_verify, _add_engines, _add_serve):
         add(bench)
 
