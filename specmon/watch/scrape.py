@@ -45,7 +45,9 @@ def client(api_key: str | None = None) -> httpx.Client:
     return httpx.Client(headers=headers, timeout=TIMEOUT_S, follow_redirects=True, trust_env=False)
 
 
-def scrape(http: httpx.Client, url: str, kind: str, session_id: str = "", address: str | None = None) -> ServerScraped:
+def scrape(
+    http: httpx.Client, url: str, kind: str = "auto", session_id: str = "", address: str | None = None
+) -> ServerScraped:
     """Read url's /metrics once (or `address`). `kind`: "auto" detects it from the names on the page. A
     failed read is an event too, with `error` set (its one line) and no counters. A specmon proxy's own
     page is per class and side: its upstream's page, at /upstream/metrics, is read instead."""
