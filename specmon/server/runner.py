@@ -180,7 +180,7 @@ class Serving(OnThread):
 
 def request_line(job: Job, done: Finished, status: int) -> str:
     """`200 2ec5b984 chat k=8 rounds=7 tokens=48+8 ttft=184ms tok/s=13.9`: one line per request (status
-    499: the client left; 503: the server shut down; tok/s since it arrived), then its finish where it was not `stop`."""
+    499: the client left; 503: the server shut down; tok/s since it arrived), then its finish unless `stop`."""
     info, usage = done.info, done.usage
     ks = sorted(set(info.draft_lens))
     k = ",".join(map(str, ks)) if ks else str(info.draft_len)
