@@ -219,7 +219,7 @@ async def test_the_totals_count_the_positions_the_pane_has_no_room_for():
 
 
 def test_drafts_without_per_position_counters_draw_a_dash():
-    """A page with drafts but no `_per_pos` metric (watch.exposition.per_position gives ()): no bar to draw,
+    """A page with drafts but no `_per_pos` metric (watch.exposition.read gives ()): no bar to draw,
     with or without the pane's height (max() of no labels, a division by no columns)."""
     state = ServedState()
     state.apply([header("watch"), counters(0, 0, []), counters(1, 10, [])])

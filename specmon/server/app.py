@@ -33,7 +33,7 @@ from specmon.server.protocol import (
     encoder,
 )
 from specmon.server.reply import Reply
-from specmon.server.text import ReplyText, reply_decoder
+from specmon.server.text import ReplyText
 
 JSON = "application/json"
 CLASS_HEADER = "x-specmon-class"
@@ -178,7 +178,9 @@ async def _complete(request: Request, state, chat: bool) -> Response:
         raise ApiError(400, "the request body is nested too deeply", code="invalid_json") from None
     admit = state.admission.chat if chat else state.admission.completion
     admitted = await anyio.to_thread.run_sync(admit, parsed, class_header(request))
-    text = ReplyText(reply_decoder(state.admission.tokenizer), admitted.prompt.end_ids, admitted.stops)
+    # control tokens left out, as vLLM's skip_special_tokens: past an ignored eos, <|im_end|> is template markup
+    tok = state.admission.tokenizer.tokenizer
+    text = ReplyText(functools.partial(tok.decode, skip_special_tokens=True), admitted.prompt.end_ids, admitted.stops)
     job = Job(admitted, asyncio.get_running_loop(), text)
     state.worker.submit(job)
     reply = Reply(admitted.id, int(time.time()), state.admission.model_id, chat)  # OpenAI's: when this completion began

@@ -19,7 +19,6 @@ Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]  # 0, as OpenAI allows: the top token alone
 TopK = Annotated[int, msgspec.Meta(ge=-1, le=MAX_INT)]  # -1, as vLLM sends: no cut, like 0
 Seed = Annotated[int, msgspec.Meta(ge=0, le=MAX_SEED)]
-Stop = str | list[str] | None
 MAX_STOPS = 4  # as OpenAI allows
 NonNegative = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]  # min_tokens, a token id
 Metadata = Annotated[dict[str, Annotated[str, msgspec.Meta(max_length=512)]], msgspec.Meta(max_length=16)]
@@ -91,7 +90,7 @@ class _Sampled(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     top_p: TopP | None = None
     top_k: TopK | None = None  # not OpenAI's; vLLM and TabbyAPI accept it too
     seed: Seed | None = None
-    stop: Stop = None
+    stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's: decode past the end-of-sequence token

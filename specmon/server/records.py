@@ -10,13 +10,10 @@ from specmon.console import NOTICE_WIDTH
 from specmon.server.errors import for_terminal
 from specmon.text import line_width, wrap
 
-SHORT_ID = 8  # hex characters of a request id shown: enough to find it in a client's log or the session's
-PREFIX = "specmon: "  # what console.print_line puts before each line it prints
-
 
 def short_id(request_id: str) -> str:
     """The start of the id's random part: chatcmpl-3f9a2b1c… → 3f9a2b1c."""
-    return request_id.rpartition("-")[2][:SHORT_ID]
+    return request_id.rpartition("-")[2][:8]  # enough to find it in a client's log or the session's
 
 
 def millis(ms: float | None) -> str:
@@ -25,10 +22,10 @@ def millis(ms: float | None) -> str:
 
 
 def notice_text(notice: str, width: int | None = None) -> str:
-    """A notice or a message (a refused request) as one text for print_line (whose prefix starts its first
+    """A notice or a message (a refused request) as one text for print_line (whose "specmon: " starts its first
     line), each line made safe for a terminal: wrapped at words under a hanging indent to `width` (default:
     80, or the terminal's where narrower), whole where stdout is piped (as records are)."""
     width = width or line_width(sys.stdout, most=NOTICE_WIDTH)
     if width is None:
         return for_terminal(notice)
-    return "\n".join(for_terminal(line.plain) for line in wrap(notice, width, start=len(PREFIX), fold=False))
+    return "\n".join(for_terminal(line.plain) for line in wrap(notice, width, start=len("specmon: "), fold=False))

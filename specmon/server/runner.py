@@ -178,18 +178,16 @@ class Serving(OnThread):
             self.options.line(notice_text(f"{error.status} {path}: {error.message}"))
 
 
-def request_line(job: Job, done: Finished, status: int = 200, took_s: float | None = None) -> str:
+def request_line(job: Job, done: Finished, status: int) -> str:
     """`200 2ec5b984 chat k=8 rounds=7 tokens=48+8 ttft=184ms tok/s=13.9`: one line per request (status
-    499: the client left; 503: the server shut down; tok/s over `took_s`, default since it arrived), then its
-    finish where it was not `stop`."""
+    499: the client left; 503: the server shut down; tok/s since it arrived), then its finish unless `stop`."""
     info, usage = done.info, done.usage
-    took = time.perf_counter() - job.arrived if took_s is None else took_s
     ks = sorted(set(info.draft_lens))
     k = ",".join(map(str, ks)) if ks else str(info.draft_len)
     fields = [str(status), short_id(info.prompt_id), info.prompt_class, f"k={k}", f"rounds={len(info.round_ids)}"]
     fields += [f"tokens={usage.prompt_tokens}+{usage.completion_tokens}"]
     fields += [f"ttft={millis(None if job.ttft_s is None else job.ttft_s * 1e3)}"]
-    fields += [f"tok/s={usage.completion_tokens / took:.1f}"]
+    fields += [f"tok/s={usage.completion_tokens / (time.perf_counter() - job.arrived):.1f}"]
     return " ".join(fields + ([f"finish={done.finish_reason}"] if done.finish_reason != "stop" else []))
 
 

@@ -8,12 +8,6 @@ from typing import Callable, Collection, Sequence
 REPLACEMENT = "\ufffd"  # what a byte-level decode shows for a character whose bytes are not all here yet
 
 
-def reply_decoder(tok) -> Callable[[list[int]], str]:
-    """A reply's text leaves control tokens out (as vLLM's skip_special_tokens): past an ignored eos the
-    model writes `<|im_end|>` and `<|im_start|>`, which are markup of the chat template, not text."""
-    return lambda ids: tok.tokenizer.decode(ids, skip_special_tokens=True)
-
-
 class ReplyText:
     """Decodes the whole reply each round (tokens of one reply: cheap next to a model forward) and
     holds back what a later token could still change: a trailing incomplete character, and a tail

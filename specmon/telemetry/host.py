@@ -23,13 +23,10 @@ OTHERS_WINDOW_S = 1.0  # /proc/stat counts in 10 ms ticks: over a second, its er
 OTHERS_MIN = 0.10  # of a core: less than that is the kernel's own threads, and the ticks' error
 FIRST_WINDOW_S = 0.25  # the first look comes sooner (the cost curve is timed in the first seconds): a hog shows in it
 
-_PSI = "/proc/pressure/cpu"
-_STAT = "/proc/stat"
-
 
 def psi_stall_us(read=kept_pread) -> int | None:
     """Microseconds since boot in which some task waited for a CPU, or None without PSI."""
-    data = read(_PSI, 256)
+    data = read("/proc/pressure/cpu", 256)
     if not data:
         return None
     try:
@@ -40,7 +37,7 @@ def psi_stall_us(read=kept_pread) -> int | None:
 
 def stat_us(read=kept_pread) -> tuple[float, float] | None:
     """(busy, idle) CPU microseconds since boot over all cores, from /proc/stat's first line."""
-    data = read(_STAT, 512)
+    data = read("/proc/stat", 512)
     if not data:
         return None
     try:

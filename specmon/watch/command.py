@@ -14,11 +14,9 @@ from specmon.server.auth import read_api_key
 from specmon.transport.serve import parse_listen
 from specmon.transport.session import observed_header, observer_session
 from specmon.tui.beside import beside_view
-from specmon.watch.lines import fitted
+from specmon.watch.lines import fitted, totals_line
 from specmon.watch.poll import Watcher, poll
 from specmon.watch.scrape import client, metrics_url
-
-UNKNOWN_KIND = "unknown"  # the header's drafter where the server could not be read at the start
 
 
 def run_watch(args) -> int:
@@ -31,7 +29,7 @@ def run_watch(args) -> int:
     with client(api_key) as http:
         watcher = Watcher(http, args.url, args.kind, publish=lambda ev: None)
         first = watcher.read()  # the header names the server's kind
-        kind = first.kind or (args.kind if args.kind != "auto" else UNKNOWN_KIND)
+        kind = first.kind or (args.kind if args.kind != "auto" else "unknown")  # the first read failed
         with observer_session(
             lambda sid: observed_header(sid, "watch", args.url, kind),
             args.log,
@@ -51,7 +49,7 @@ def run_watch(args) -> int:
                 else:
                     read()
             finally:  # after a Ctrl-C or SIGTERM too, and the session ends "interrupted"
-                say(watcher.totals())
+                say(totals_line(watcher.runs, watcher.failed_reads))
     return 0
 
 

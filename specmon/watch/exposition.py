@@ -41,13 +41,16 @@ NAMES = {
 }
 
 
+Samples = dict[str, list[tuple[dict[str, str], float]]]  # sample name -> [(labels, value)]
+
+
 class NotMetrics(ValueError):
     """The page is not Prometheus text exposition."""
 
 
-def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Sample name -> [(labels, value)], every family's samples as the page exposes them."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+def samples(text: str) -> Samples:
+    """Every family's samples as the page exposes them."""
+    out: Samples = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -57,32 +60,25 @@ def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def kind_of(names: dict) -> str | None:
+def kind_of(names: Samples) -> str | None:
     """The kind whose speculative counters the page has; else the kind any of its names belong to."""
     speculating = next((kind for kind, n in NAMES.items() if n.prefix + n.drafts in names), None)
     return speculating or next((kind for kind, n in NAMES.items() if any(x.startswith(n.prefix) for x in names)), None)
 
 
-def read(
-    names: dict[str, list[tuple[dict[str, str], float]]], kind: str, session_id: str = "", t: float = 0.0, url: str = ""
-) -> ServerScraped:
+def read(names: Samples, kind: str, session_id: str = "", t: float = 0.0, url: str = "") -> ServerScraped:
     """The figures of `kind` on a parsed page (samples()), as a read of `url`; None where the page lacks one."""
     n, sums = NAMES[kind], {}
     for figure in ("drafts", "draft_tokens", "accepted", "generation_tokens", "running", "waiting"):
         name = n.prefix + getattr(n, figure)
         found = names.get(name)
         sums[figure] = None if found is None else round(finite(name, sum(value for _, value in found)))
-    per_pos = per_position(names.get(n.prefix + n.accepted_per_pos, []))
-    return ServerScraped(session_id=session_id, t=t, url=url, kind=kind, accepted_per_pos=per_pos, **sums)
-
-
-def per_position(found: list[tuple[dict[str, str], float]]) -> list[int]:
-    """Counts by draft position 0, 1, ... (summed over the other labels; a position not listed is 0)."""
-    by_pos: Counter[int] = Counter()
-    for labels, value in found:
+    by_pos: Counter[int] = Counter()  # by draft position, summed over the other labels; a position not listed is 0
+    for labels, value in names.get(n.prefix + n.accepted_per_pos, []):
         if labels.get("position", "").isdigit():
             by_pos[int(labels["position"])] += value
-    return [round(finite("per position", by_pos[i])) for i in range(max(by_pos) + 1)] if by_pos else []
+    per_pos = [round(finite("per position", by_pos[i])) for i in range(max(by_pos) + 1)] if by_pos else []
+    return ServerScraped(session_id=session_id, t=t, url=url, kind=kind, accepted_per_pos=per_pos, **sums)
 
 
 def finite(name: str, value: float) -> float:

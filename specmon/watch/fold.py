@@ -41,7 +41,10 @@ class ReadFold:
             # once RECENT_S after a change: the view's recent figures fall back to idle, as unfolded reads would
             settling = not self.settled and read.t - self.changed_t >= RECENT_S
             if not (settling or read.t - self.last.t >= HEARTBEAT_S):
-                self._hold(read)
+                self.held.append(read)
+                # a later read's recent span starts at or after this one's: reads older than its start are not needed
+                while len(self.held) > 1 and self.held[1].t <= read.t - RECENT_S:
+                    self.held.popleft()
                 return []
             self.settled = self.settled or settling
             out = [read]
@@ -58,12 +61,6 @@ class ReadFold:
         self.held.clear()
         self.last = out[-1] if out else self.last
         return out
-
-    def _hold(self, read: ServerScraped) -> None:
-        self.held.append(read)
-        # a later read's recent span starts at or after this one's: reads older than its start are not needed
-        while len(self.held) > 1 and self.held[1].t <= read.t - RECENT_S:
-            self.held.popleft()
 
     def _starts(self, t: float) -> list[ServerScraped]:
         """The held reads figures at `t` start from: served.recent's (at t - RECENT_S) and served.window's."""

@@ -24,7 +24,7 @@ def idle_line(w: served.Window) -> str:
 
 
 def state_line(
-    before: ServerScraped | None, last_good: ServerScraped | None, now: ServerScraped, gone: bool = False
+    before: ServerScraped | None, last_good: ServerScraped | None, now: ServerScraped, gone: bool
 ) -> str | None:
     """One line when the server's state changed: down (or answering something else), back, restarted."""
     at = clock(now.t)
@@ -55,13 +55,10 @@ def totals_line(runs: list[list[ServerScraped]], failed_reads: int) -> str:
     return f"total {clock(w.start)}, {w.seconds:.0f} s watched ({span}): {figures(w)}"
 
 
-MIN_WRAP = 20  # narrower (COLUMNS=0, a sliver of a pane) a line would go a word or less a line: it stays whole
-
-
 def fitted(line: str, width: int | None) -> list[str]:
     """`line` wrapped at its fields (split by two blanks; a run of positions, "4-47: 0.00", kept whole)
-    to `width` under a hanging indent; whole where `width` is None or under MIN_WRAP."""
-    if width is None or width < MIN_WRAP:
+    to `width` under a hanging indent; whole where `width` is None or under 20."""
+    if width is None or width < 20:  # narrower (COLUMNS=0, a sliver of a pane), a word or less a line: whole
         return [line]
     fields = [*line.split("  "), *re.findall(r"\d+-\d+: \S+", line)]
     return wrapped_lines(line, width, whole=fields)

@@ -45,7 +45,10 @@ class Watcher:
             self.gone = self.gone or served.absent(now)
         else:
             said += self._window(now)
-            self._keep(now)
+            if self.runs and not served.restarted(self.runs[-1][-1], now, self.gone):
+                self.runs[-1][1:] = [now]  # the run's latest read replaces the one before it
+            else:
+                self.runs.append([now])  # a run begins: the first read, or the first after a restart
             self.last_good, self.gone = now, False
         self.last = now
         return said
@@ -63,15 +66,6 @@ class Watcher:
             self.idle = True
             return [lines.idle_line(w)]
         return []
-
-    def _keep(self, now: ServerScraped) -> None:
-        if self.runs and not served.restarted(self.runs[-1][-1], now, self.gone):
-            self.runs[-1][1:] = [now]  # the run's latest read replaces the one before it
-        else:
-            self.runs.append([now])  # a run begins: the first read, or the first after a restart
-
-    def totals(self) -> str:
-        return lines.totals_line(self.runs, self.failed_reads)
 
 
 def poll(

@@ -38,11 +38,11 @@ def metrics_url(url: str) -> str:
     return base if base.endswith("/metrics") else f"{base}/metrics"
 
 
-def client(api_key: str | None = None, timeout_s: float = TIMEOUT_S) -> httpx.Client:
+def client(api_key: str | None = None) -> httpx.Client:
     """The HTTP client a watch reads with; the key goes as `Authorization: Bearer`."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     # trust_env off: a watch of 127.0.0.1 must not go through $HTTP_PROXY (the proxy's relay does the same)
-    return httpx.Client(headers=headers, timeout=timeout_s, follow_redirects=True, trust_env=False)
+    return httpx.Client(headers=headers, timeout=TIMEOUT_S, follow_redirects=True, trust_env=False)
 
 
 def scrape(
