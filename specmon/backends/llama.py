@@ -7,6 +7,7 @@ a smaller `start` on the next call: stale positions beyond it are overwritten be
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import torch
@@ -154,12 +155,8 @@ def _linear(x: torch.Tensor, layer: dict, name: str) -> torch.Tensor:
 def choose_pad_from(short_ms: dict[int, float], packed_ms: float) -> int:
     """The least n for which passes of n..MIN_PACKED_ROWS-1 rows each measured dearer than the packed
     pass; MIN_PACKED_ROWS where none did (nothing short is padded)."""
-    pad_from = MIN_PACKED_ROWS
-    for rows in sorted(short_ms, reverse=True):
-        if packed_ms >= short_ms[rows]:
-            break
-        pad_from = rows
-    return pad_from
+    dearer = itertools.takewhile(lambda rows: short_ms[rows] > packed_ms, sorted(short_ms, reverse=True))
+    return min(dearer, default=MIN_PACKED_ROWS)
 
 
 def can_pack(device: str, dtype: torch.dtype) -> bool:
