@@ -179,10 +179,8 @@ def resolve_model_path(ref: ModelRef, profile: Profile) -> Path:
 def overrides(args, profile: Profile) -> tuple[Sampling, DrafterSpec]:
     """The profile's sampling and drafter with the command line's flags (None where not given) over them;
     a drafter the profile cannot build is refused here, before anything loads."""
-    flags = {name: getattr(args, name) for name in Sampling.__struct_fields__}
-    sampling = msgspec.structs.replace(
-        profile.sampling.to_event(), **{name: value for name, value in flags.items() if value is not None}
-    )
+    given = {name: getattr(args, name) for name in Sampling.__struct_fields__ if getattr(args, name) is not None}
+    sampling = msgspec.structs.replace(profile.sampling.to_event(), **given)
     d = profile.drafter
     spec = msgspec.structs.replace(
         d,
