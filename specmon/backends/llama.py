@@ -68,12 +68,10 @@ class Llama:
 
     def _pack(self) -> None:
         """A second copy of every weight, laid out by MKL for passes of exactly packed_rows rows."""
-        rows = self.packed_rows
         for layer in self.layers:
-            layer.update(
-                {f"{name}#packed": torch.ops.mkl._mkl_reorder_linear_weight(layer[name], rows) for name in LINEARS}
-            )
-        self.head_packed = torch.ops.mkl._mkl_reorder_linear_weight(self.head, rows)
+            for name in LINEARS:
+                layer[f"{name}#packed"] = torch.ops.mkl._mkl_reorder_linear_weight(layer[name], self.packed_rows)
+        self.head_packed = torch.ops.mkl._mkl_reorder_linear_weight(self.head, self.packed_rows)
 
     def _measure_pad_from(self) -> int:
         """The fewest positions worth padding to packed_rows on this CPU, timed on real passes. Some
