@@ -101,7 +101,7 @@ def live_session(
                 )
         return started
 
-    with _running(session, header, announce, rotation):
+    with _running(session, header, announce):
         yield session
 
 
@@ -141,14 +141,12 @@ def observer_session(
     """A session that decodes nothing (`watch`, `proxy`): the same log, channel and attach socket as a
     decoding one, its header built by `started(session_id)`; events are published on session.channel."""
     session = _open(None, None, log_path, serve, listen, viewer, rotation, keep_events=False)  # runs for days
-    with _running(session, lambda: started(session.session_id), announce, rotation):
+    with _running(session, lambda: started(session.session_id), announce):
         yield session
 
 
 @contextmanager
-def _running(
-    session: LiveSession, header: Callable[[], SessionStarted], announce: bool, rotation: Rotation | None
-) -> Iterator[None]:
+def _running(session: LiveSession, header: Callable[[], SessionStarted], announce: bool) -> Iterator[None]:
     """Announce, publish the header and run the body; then finish and close as live_session says."""
     in_flight: BaseException | None = None
     try:
@@ -157,7 +155,7 @@ def _running(
         session.channel.publish(header())
         # SIGUSR1 (nginx's signal to reopen its logs) rotates a rotating log; without rotation it keeps its default
         rotating = handling(signal.SIGUSR1, lambda signum, frame: session.sink.rotate_soon())
-        with rotating if rotation is not None else nullcontext():
+        with rotating if session.sink.writer.rotation is not None else nullcontext():
             yield
         session.finish("done")
     except BaseException as exc:
