@@ -219,10 +219,9 @@ def _open(
     sink = LogSink(path)
     sink.writer.rotation = rotation  # from its next batch: the header is the first
     channel = Channel(sink)
-    driver = None
+    session = LiveSession(None, channel, sink, None, session_id)
     if pair is not None:
-        driver = SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin)
-    session = LiveSession(driver, channel, sink, None, session_id)
+        session.driver = SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin)
     if keep_events:  # False for a long-lived session (a server, a watch): only the log keeps them
         channel.on_event(session.events.append)
     session.view = channel.subscribe(maxlen=VIEW_BUFFER) if viewer else None
