@@ -65,7 +65,6 @@ class LiveSession:
 def live_session(
     pair,
     profile,
-    drafter: Drafter,
     log_path: Path | None = None,
     *,
     serve: bool = True,
@@ -87,10 +86,10 @@ def live_session(
     session.memory, session.engine_key = (memory, engine_key) if engine_key else (None, {})
 
     def header() -> SessionStarted:
-        started = session.driver.started_event(profile, drafter)
+        started = session.driver.started_event(profile, pair.drafter)
         if policy is not None:
             started.policy_text, started.policy_hash = policy.text, policy.sha256
-            session.costs = _costs(session, profile, drafter, policy, started.host, announce)
+            session.costs = _costs(session, profile, pair.drafter, policy, started.host, announce)
             started.verify_ms, started.draft_ms = list(session.costs.verify_ms), session.costs.draft_ms
             started.verify_disturbed = session.costs.disturbed
             if session.costs.disturbed and announce:
