@@ -159,7 +159,7 @@ def main() -> int:
     try:
         for server in servers:
             server.wait_ready()
-        with live_session(pair, profile, pair.drafter, args.log, policy=policy) as session:
+        with live_session(pair, profile, args.log, policy=policy) as session:
             scheduler = PolicyScheduler(
                 session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter
             )

@@ -56,9 +56,7 @@ def main() -> None:
     out.unlink(missing_ok=True)
     profile, policy = load_profile("smollm2-cpu"), load_policy("default")
     pair = load_pair(profile)
-    with live_session(
-        pair, profile, pair.drafter, out, serve=False, policy=policy, announce=False, keep_events=False
-    ) as session:
+    with live_session(pair, profile, out, serve=False, policy=policy, announce=False, keep_events=False) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0), policy)
         server.start()
         api = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=600)

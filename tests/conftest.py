@@ -101,7 +101,7 @@ def live_session(tmp_path_factory):
     profile = load_profile(str(profile_path))
     policy = load_policy(policy_file)
     pair = load_pair(profile, DrafterSpec(kind="ngram", draft_len=4))
-    with open_session(pair, profile, pair.drafter, tmp / "live.specmon", policy=policy, announce=False) as session:
+    with open_session(pair, profile, tmp / "live.specmon", policy=policy, announce=False) as session:
         scheduler = PolicyScheduler(
             session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter
         )

@@ -47,7 +47,7 @@ def bench_log(request, tmp_path_factory):
     pair = load_pair(profile, drafter)
     policy = load_policy("default")
     prompts = builtin_suite()[::5]  # chat, code-new, code-edit, rewrite
-    with open_session(pair, profile, pair.drafter, tmp / "bench.specmon", policy=policy, announce=False) as session:
+    with open_session(pair, profile, tmp / "bench.specmon", policy=policy, announce=False) as session:
         scheduler = PolicyScheduler(
             session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter, on_reload=None
         )

@@ -173,8 +173,6 @@ def test_a_pinned_draft_cost_prices_each_drafted_token(tmp_path):
 
     profile = load_profile(_profile(tmp_path, MODEL_DRAFTER, "draft_cost = 0.25\n"))
     pair = load_pair(profile)
-    with live_session(
-        pair, profile, pair.drafter, tmp_path / "s.specmon", policy=load_policy("default"), announce=False
-    ) as s:
+    with live_session(pair, profile, tmp_path / "s.specmon", policy=load_policy("default"), announce=False) as s:
         assert (s.costs.verify_ms, s.costs.draft_ms) == ((1.0, 1.2, 1.4), 0.25)
         assert s.costs.steps(2) == pytest.approx(1.4 + 2 * 0.25)

@@ -134,7 +134,7 @@ def test_build_failure_names_what_is_missing():
     )
     assert "a CUDA build of torch" in build_failure("exllamav2", boom, which=every, env={}, torch_cuda=None)
     assert "nvcc" not in build_failure(
-        "exllamav2", boom, which=lambda t: None if t == "nvcc" else t, env={"CUDA_HOME": "/usr/local/cuda"}
+        "exllamav2", boom, "13.0", which=lambda t: None if t == "nvcc" else t, env={"CUDA_HOME": "/usr/local/cuda"}
     )
     assert build_failure("exllamav2", boom, which=every, env={}, torch_cuda="13.0") == (
         "exllamav2's CUDA extension failed to build or load: Error building extension 'exllamav2_ext'"

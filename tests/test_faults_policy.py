@@ -306,7 +306,7 @@ def _plain_log(tmp_path: Path) -> Path:
 
     profile = load_profile(str(tiny_profile(tmp_path)))
     pair = load_pair(profile, DrafterSpec(kind="ngram", draft_len=3))
-    with live_session(pair, profile, pair.drafter, tmp_path / "plain.specmon", serve=False, announce=False) as session:
+    with live_session(pair, profile, tmp_path / "plain.specmon", serve=False, announce=False) as session:
         run_paired(session.driver, builtin_suite(["chat"])[:1], pair.drafter, 3, profile.sampling.to_event(), 8)
     return session.log_path
 
@@ -338,9 +338,7 @@ def reload_run(tmp_path_factory):
     stderr = io.StringIO()
     policy = load_policy(path)
     with contextlib.redirect_stderr(stderr):
-        with live_session(
-            pair, profile, pair.drafter, tmp / "run.specmon", serve=False, policy=policy, announce=False
-        ) as session:
+        with live_session(pair, profile, tmp / "run.specmon", serve=False, policy=policy, announce=False) as session:
             scheduler = PolicyScheduler(
                 session.driver, PolicyEngine(policy, session.session_id, session.costs), pair.drafter, poll_s=0.0
             )  # a look every round: each edit lands at the next prompt

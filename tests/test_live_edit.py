@@ -116,7 +116,7 @@ def test_every_edit_of_a_live_runs_policy_is_in_force_from_its_classes_next_prom
     path, log = tmp_path / "p.toml", tmp_path / "run.specmon"
     path.write_text(POLICY)
     policy = load_policy(str(path))
-    with live_session(pair, profile, pair.drafter, log, serve=False, policy=policy, announce=False) as session:
+    with live_session(pair, profile, log, serve=False, policy=policy, announce=False) as session:
         scheduler = PolicyScheduler(
             session.driver,
             PolicyEngine(policy, session.session_id, session.costs),

@@ -83,9 +83,7 @@ def pinned(tmp_path_factory):
 def serving(profile, pair, policy: Path, log: Path):
     """`specmon serve --policy POLICY` on a free loopback port; yields an HTTP client of it."""
     loaded = load_policy(str(policy))
-    with live_session(
-        pair, profile, pair.drafter, log, serve=False, policy=loaded, announce=False, keep_events=False
-    ) as session:
+    with live_session(pair, profile, log, serve=False, policy=loaded, announce=False, keep_events=False) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0), loaded)
         server.start()
         try:

@@ -147,7 +147,6 @@ def test_the_engines_costs_are_timed_once_per_host_and_engine_and_again_on_retim
         with live_session(
             pair,
             profile,
-            pair.drafter,
             tmp_path / f"{name}.specmon",
             serve=False,
             announce=False,

@@ -28,9 +28,7 @@ def serving(tmp_path, tiny, policy="default", **options):
     profile, pair = tiny
     log = tmp_path / f"serve-{time.monotonic_ns()}.specmon"
     loaded = load_policy(policy) if policy else None
-    with live_session(
-        pair, profile, pair.drafter, log, serve=False, policy=loaded, announce=False, keep_events=False
-    ) as session:
+    with live_session(pair, profile, log, serve=False, policy=loaded, announce=False, keep_events=False) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0, **options), loaded)
         server.start()
         try:
@@ -217,7 +215,7 @@ def test_under_the_monitor_the_view_sees_the_rounds_and_quitting_stops_the_serve
     monkeypatch.setattr(factory, "make_app", Monitor)
     log = tmp_path / "tui.specmon"
     with live_session(
-        pair, profile, pair.drafter, log, serve=False, policy=None, announce=False, keep_events=False, viewer=True
+        pair, profile, log, serve=False, policy=None, announce=False, keep_events=False, viewer=True
     ) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0, draft_len=2))
         serve_under_tui(session, server, "serve: tiny")

@@ -30,7 +30,7 @@ def watched_server(tmp_path, tiny, lines: list[str]):
     profile, pair = tiny
     log, policy = tmp_path / "serve.specmon", load_policy("default")
     with live_session(
-        pair, profile, pair.drafter, log, serve=False, policy=policy, announce=False, keep_events=False, viewer=True
+        pair, profile, log, serve=False, policy=policy, announce=False, keep_events=False, viewer=True
     ) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0, line=lines.append), policy)
         server.start()

@@ -29,7 +29,7 @@ def swept(tmp_path_factory):
     }
     cells = grid(["model"], [0, 2, 4], SAMPLINGS)
     prompts = builtin_suite(["rewrite", "chat"])[:3]
-    with live_session(pair, profile, pair.drafter, tmp / "sweep.specmon", serve=False, announce=False) as session:
+    with live_session(pair, profile, tmp / "sweep.specmon", serve=False, announce=False) as session:
         assert _lanes(session.driver, {**drafters, "none": pair.drafter}, cells) is not None
         told = []
         run_sweep(session.driver, drafters, prompts, cells, 16, told.append)
@@ -96,7 +96,7 @@ def test_the_copies_must_fit_lane_bytes(swept, tmp_path, monkeypatch):
     profile = load_profile(str(tiny_profile(tmp_path)))
     monkeypatch.setattr(sweep_module, "LANE_BYTES", 1)
     told = []
-    with live_session(pair, profile, pair.drafter, tmp_path / "s.specmon", serve=False, announce=False) as session:
+    with live_session(pair, profile, tmp_path / "s.specmon", serve=False, announce=False) as session:
         assert _lanes(session.driver, {"none": pair.drafter, "model": pair.drafter}, cells) is None
         run_sweep(session.driver, {"model": NgramDrafter()}, builtin_suite(["rewrite"])[:1], cells, 8, told.append)
     assert told == list(range(1, len(cells) + 1))  # one after another: told after each run
@@ -119,7 +119,7 @@ def test_a_drafter_that_cannot_be_copied_decodes_cells_one_after_another(swept, 
         fork = None
 
     profile = load_profile(str(tiny_profile(tmp_path)))
-    with live_session(pair, profile, pair.drafter, tmp_path / "s.specmon", serve=False, announce=False) as session:
+    with live_session(pair, profile, tmp_path / "s.specmon", serve=False, announce=False) as session:
         assert _lanes(session.driver, {"model": Uncopyable(), "none": pair.drafter}, cells) is None
         run_sweep(session.driver, {"model": Uncopyable()}, builtin_suite(["rewrite"])[:1], cells, 8)
         runs = decodes(session.events)

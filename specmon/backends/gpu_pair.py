@@ -122,9 +122,7 @@ def require_cuda(backend: str, torch_cuda: str | None = torch.version.cuda, devi
     raise SpecmonError(f"backend {backend} needs an NVIDIA GPU: {problem}")
 
 
-def build_failure(
-    package: str, exc: BaseException, which=shutil.which, env=os.environ, torch_cuda: str | None = ""
-) -> str:
+def build_failure(package: str, exc: BaseException, torch_cuda: str | None, which=shutil.which, env=os.environ) -> str:
     """What stopped an engine's JIT extension build, named by the missing tool where we can tell."""
     missing = []
     if torch_cuda is None:
@@ -150,7 +148,7 @@ def import_engine(engine: GpuEngine):
             raise SpecmonError(f"{engine.backend} is not installed: {engine.install}") from None
         raise SpecmonError(f"{engine.backend} needs the {exc.name} package: pip install {exc.name}") from None
     except Exception as exc:  # the JIT build raises RuntimeError, OSError or subprocess errors
-        raise SpecmonError(build_failure(engine.backend, exc, torch_cuda=torch.version.cuda)) from None
+        raise SpecmonError(build_failure(engine.backend, exc, torch.version.cuda)) from None
 
 
 def cache_bytes(config: dict, max_seq_len: int) -> int:

@@ -7,10 +7,8 @@ from specmon.backends.profiles import DrafterSpec, ModelRef, Profile, resolve_mo
 from specmon.errors import SpecmonError
 
 
-def model_identity(ref: ModelRef | None, profile: Profile) -> str:
+def model_identity(ref: ModelRef, profile: Profile) -> str:
     """An embedded model by name (its file is pinned by hash); a file by its path, size and mtime."""
-    if ref is None:
-        return ""
     if ref.model:
         return ref.describe()
     try:

@@ -7,6 +7,7 @@ a smaller `start` on the next call: stale positions beyond it are overwritten be
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import torch
@@ -67,12 +68,10 @@ class Llama:
 
     def _pack(self) -> None:
         """A second copy of every weight, laid out by MKL for passes of exactly packed_rows rows."""
-        rows = self.packed_rows
         for layer in self.layers:
-            layer.update(
-                {f"{name}#packed": torch.ops.mkl._mkl_reorder_linear_weight(layer[name], rows) for name in LINEARS}
-            )
-        self.head_packed = torch.ops.mkl._mkl_reorder_linear_weight(self.head, rows)
+            for name in LINEARS:
+                layer[f"{name}#packed"] = torch.ops.mkl._mkl_reorder_linear_weight(layer[name], self.packed_rows)
+        self.head_packed = torch.ops.mkl._mkl_reorder_linear_weight(self.head, self.packed_rows)
 
     def _measure_pad_from(self) -> int:
         """The fewest positions worth padding to packed_rows on this CPU, timed on real passes. Some
@@ -154,12 +153,8 @@ def _linear(x: torch.Tensor, layer: dict, name: str) -> torch.Tensor:
 def choose_pad_from(short_ms: dict[int, float], packed_ms: float) -> int:
     """The least n for which passes of n..MIN_PACKED_ROWS-1 rows each measured dearer than the packed
     pass; MIN_PACKED_ROWS where none did (nothing short is padded)."""
-    pad_from = MIN_PACKED_ROWS
-    for rows in sorted(short_ms, reverse=True):
-        if packed_ms >= short_ms[rows]:
-            break
-        pad_from = rows
-    return pad_from
+    dearer = itertools.takewhile(lambda rows: short_ms[rows] > packed_ms, sorted(short_ms, reverse=True))
+    return min(dearer, default=MIN_PACKED_ROWS)
 
 
 def can_pack(device: str, dtype: torch.dtype) -> bool:

@@ -115,7 +115,6 @@ class LlamaCppContext:
         weakref.finalize(self, lib.llama_batch_free, self.batch)
         self.memory = lib.llama_get_memory(self.ptr)
         self.n_ctx = lib.llama_n_ctx(self.ptr)
-        self.n_vocab = model.n_vocab
 
     def decode(self, tokens: Sequence[int], start: int, logits: str) -> np.ndarray | None:
         batch = self.batch
@@ -133,8 +132,8 @@ class LlamaCppContext:
         if logits == "none" or not tokens:
             return None
         n_out = n if logits == "all" else 1
-        array = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ptr), shape=(n_out * self.n_vocab,))
-        return array.reshape(n_out, self.n_vocab).copy()
+        array = np.ctypeslib.as_array(self.lib.llama_get_logits(self.ptr), shape=(n_out * self.model.n_vocab,))
+        return array.reshape(n_out, self.model.n_vocab).copy()
 
     def keep(self, length: int) -> None:
         self.lib.llama_memory_seq_rm(self.memory, SEQ, length, -1)

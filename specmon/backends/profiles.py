@@ -20,11 +20,10 @@ from specmon.events.schema import Sampling
 DEFAULT_PROFILE = "smollm2-cpu"
 MAX_INT = 2**31 - 1  # counts beyond this are typos, and would not fit every reader
 MAX_SEED = 2**63 - 1  # numpy and the log's msgpack both take 0..2**63-1
-MAX_NGRAM = 64
 DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")  # what the torch backend can be asked for
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 Positive = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
-NgramSize = Annotated[int, msgspec.Meta(ge=1, le=MAX_NGRAM)]
+NgramSize = Annotated[int, msgspec.Meta(ge=1, le=64)]
 
 
 class ModelRef(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -180,10 +179,8 @@ def resolve_model_path(ref: ModelRef, profile: Profile) -> Path:
 def overrides(args, profile: Profile) -> tuple[Sampling, DrafterSpec]:
     """The profile's sampling and drafter with the command line's flags (None where not given) over them;
     a drafter the profile cannot build is refused here, before anything loads."""
-    flags = {name: getattr(args, name) for name in Sampling.__struct_fields__}
-    sampling = msgspec.structs.replace(
-        profile.sampling.to_event(), **{name: value for name, value in flags.items() if value is not None}
-    )
+    given = {name: getattr(args, name) for name in Sampling.__struct_fields__ if getattr(args, name) is not None}
+    sampling = msgspec.structs.replace(profile.sampling.to_event(), **given)
     d = profile.drafter
     spec = msgspec.structs.replace(
         d,

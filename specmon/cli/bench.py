@@ -45,7 +45,7 @@ def cmd_bench(args) -> int:
     sampling = profile.sampling.to_event()
     pair = load_saying(profile, spec)
     remembers = memory_options(args, profile, pair.drafter.name, spec)
-    with live_session(pair, profile, pair.drafter, args.log, policy=policy, **remembers) as session:
+    with live_session(pair, profile, args.log, policy=policy, **remembers) as session:
         engine = PolicyEngine(policy, session.session_id, session.costs, session.policy_shelf(sampling))
         scheduler = PolicyScheduler(session.driver, engine, pair.drafter)
         what = f"policy and k={','.join(map(str, ks))}"

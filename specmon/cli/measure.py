@@ -235,7 +235,7 @@ def _measure(profile, k: int, prompts, args, log: Path) -> dict:
     from specmon.transport.session import live_session
 
     pair = load_saying(profile)
-    with live_session(pair, profile, pair.drafter, log, serve=False, announce=False, keep_events=False) as session:
+    with live_session(pair, profile, log, serve=False, announce=False, keep_events=False) as session:
         server = Serving(session, pair, profile, ServeOptions(port=0, max_queue=64, draft_len=k))
         server.start()
         child = [sys.executable, "-m", "specmon.cli.serve_clients", server.url]  # exits when its stdin closes

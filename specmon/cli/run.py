@@ -56,9 +56,7 @@ def cmd_run(args) -> int:
     tui = wants_tui(args)
     interrupted: KeyboardInterrupt | None = None
     remembers = memory_options(args, profile, pair.drafter.name, spec) if policy else {}
-    with live_session(
-        pair, profile, pair.drafter, args.log, listen=listen, policy=policy, viewer=tui, **remembers
-    ) as session:
+    with live_session(pair, profile, args.log, listen=listen, policy=policy, viewer=tui, **remembers) as session:
         if policy is not None:  # work(done) decodes every prompt, reporting how many are done
             engine = PolicyEngine(policy, session.session_id, session.costs, session.policy_shelf(sampling))
             scheduler = PolicyScheduler(session.driver, engine, pair.drafter)
@@ -120,7 +118,6 @@ def cmd_serve(args) -> int:
         with live_session(
             pair,
             profile,
-            pair.drafter,
             args.log,
             policy=policy,
             keep_events=False,

@@ -82,7 +82,7 @@ def cmd_sweep(args) -> int:
     ]
     drafters = {d.name: d for d in map(pair.make_drafter, specs)}  # keyed by the drafter's own name, e.g. "layerskip-4"
     cells = grid(list(drafters), ks, samplings)
-    with live_session(pair, profile, pair.drafter, args.log, serve=False, announce=False) as session:
+    with live_session(pair, profile, args.log, serve=False, announce=False) as session:
         try:
             with progress(progress_title(cells, prompts), len(cells) * len(prompts)) as done:
                 run_sweep(session.driver, drafters, prompts, cells, args.max_new_tokens, done)

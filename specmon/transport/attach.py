@@ -53,7 +53,16 @@ def attach_events(target: str, token: str | None = None) -> Iterator[AnyEvent]:
     sock = _connect(target, tcp)
     if tcp:
         sock.sendall(token.encode() + b"\n")
-    yield from _receive(sock, target)
+    decoder = FrameDecoder(target)
+    with sock:
+        while data := sock.recv(1 << 16):
+            for event in decoder.feed(data):
+                yield event
+                if isinstance(event, SessionFinished):
+                    return
+    if decoder.offset == 0 and decoder.pending == 0:
+        raise SpecmonError(f"{target} closed the connection without sending anything (wrong token?)")
+    decoder.finish()
 
 
 def _connect(target: str, tcp: tuple[str, int] | None) -> socket.socket:
@@ -74,16 +83,3 @@ def _connect(target: str, tcp: tuple[str, int] | None) -> socket.socket:
             f"cannot attach to {where}: {getattr(exc, 'strerror', None) or exc}; is the session still running?"
         ) from None
     return sock
-
-
-def _receive(sock: socket.socket, source: str) -> Iterator[AnyEvent]:
-    decoder = FrameDecoder(source)
-    with sock:
-        while data := sock.recv(1 << 16):
-            for event in decoder.feed(data):
-                yield event
-                if isinstance(event, SessionFinished):
-                    return
-    if decoder.offset == 0 and decoder.pending == 0:
-        raise SpecmonError(f"{source} closed the connection without sending anything (wrong token?)")
-    decoder.finish()

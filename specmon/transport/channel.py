@@ -120,7 +120,7 @@ class LogSink:
 class Channel:
     """One publisher, many subscribers, every event encoded once."""
 
-    def __init__(self, log: LogSink | None = None):
+    def __init__(self, log: LogSink):
         self.log = log
         self._callbacks: list[Callable[[AnyEvent], None]] = []
 
@@ -135,14 +135,12 @@ class Channel:
 
     def publish(self, event: AnyEvent) -> None:
         """Raises the log's write error, so a decode stops at the first event the log lost."""
-        if self.log is not None:
-            failure = self.log.failure()
-            if failure is not None:
-                raise failure
-            self.log.offer(encode(event), isinstance(event, RoundVerified))
+        failure = self.log.failure()
+        if failure is not None:
+            raise failure
+        self.log.offer(encode(event), isinstance(event, RoundVerified))
         for callback in self._callbacks:
             callback(event)
 
     def close(self) -> None:
-        if self.log is not None:
-            self.log.close()
+        self.log.close()

@@ -101,17 +101,16 @@ class EventServer:
         return listener
 
     def _accept(self, listener: socket.socket) -> None:
-        needs_token = listener.family != socket.AF_UNIX
         while not self._stopping.is_set():
             try:
                 conn, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn, needs_token), daemon=True, name="specmon-client").start()
+            threading.Thread(target=self._serve, args=(conn,), daemon=True, name="specmon-client").start()
 
-    def _serve(self, conn: socket.socket, needs_token: bool) -> None:
+    def _serve(self, conn: socket.socket) -> None:
         with conn, suppress(OSError):  # OSError: the client went away; the run goes on
-            if not needs_token or self._token_ok(conn):
+            if conn.family == socket.AF_UNIX or self._token_ok(conn):  # TCP clients send the token first
                 self._stream(conn)
 
     def _token_ok(self, conn: socket.socket) -> bool:

@@ -66,7 +66,6 @@ class LiveSession:
 def live_session(
     pair,
     profile,
-    drafter: Drafter,
     log_path: Path | None = None,
     *,
     serve: bool = True,
@@ -88,10 +87,10 @@ def live_session(
     session.memory, session.engine_key = (memory, engine_key) if engine_key else (None, {})
 
     def header() -> SessionStarted:
-        started = session.driver.started_event(profile, drafter)
+        started = session.driver.started_event(profile, pair.drafter)
         if policy is not None:
             started.policy_text, started.policy_hash = policy.text, policy.sha256
-            session.costs = _costs(session, profile, drafter, policy, started.host, announce)
+            session.costs = _costs(session, profile, pair.drafter, policy, started.host, announce)
             started.verify_ms, started.draft_ms = list(session.costs.verify_ms), session.costs.draft_ms
             started.verify_disturbed = session.costs.disturbed
             if session.costs.disturbed and announce:
@@ -102,7 +101,7 @@ def live_session(
                 )
         return started
 
-    with _running(session, header, announce, rotation):
+    with _running(session, header, announce):
         yield session
 
 
@@ -142,14 +141,12 @@ def observer_session(
     """A session that decodes nothing (`watch`, `proxy`): the same log, channel and attach socket as a
     decoding one, its header built by `started(session_id)`; events are published on session.channel."""
     session = _open(None, None, log_path, serve, listen, viewer, rotation, keep_events=False)  # runs for days
-    with _running(session, lambda: started(session.session_id), announce, rotation):
+    with _running(session, lambda: started(session.session_id), announce):
         yield session
 
 
 @contextmanager
-def _running(
-    session: LiveSession, header: Callable[[], SessionStarted], announce: bool, rotation: Rotation | None
-) -> Iterator[None]:
+def _running(session: LiveSession, header: Callable[[], SessionStarted], announce: bool) -> Iterator[None]:
     """Announce, publish the header and run the body; then finish and close as live_session says."""
     in_flight: BaseException | None = None
     try:
@@ -158,7 +155,7 @@ def _running(
         session.channel.publish(header())
         # SIGUSR1 (nginx's signal to reopen its logs) rotates a rotating log; without rotation it keeps its default
         rotating = handling(signal.SIGUSR1, lambda signum, frame: session.sink.rotate_soon())
-        with rotating if rotation is not None else nullcontext():
+        with rotating if session.sink.writer.rotation is not None else nullcontext():
             yield
         session.finish("done")
     except BaseException as exc:
@@ -222,10 +219,9 @@ def _open(
     sink = LogSink(path)
     sink.writer.rotation = rotation  # from its next batch: the header is the first
     channel = Channel(sink)
-    driver = None
+    session = LiveSession(None, channel, sink, None, session_id)
     if pair is not None:
-        driver = SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin)
-    session = LiveSession(driver, channel, sink, None, session_id)
+        session.driver = SessionDriver(session_id, pair.target, pair.tokenizer, channel.publish, profile.tie_margin)
     if keep_events:  # False for a long-lived session (a server, a watch): only the log keeps them
         channel.on_event(session.events.append)
     session.view = channel.subscribe(maxlen=VIEW_BUFFER) if viewer else None
