@@ -119,7 +119,7 @@ class PolicyEngine:
         steps = self.steps(cls)
         explored = st.budget.afford(steps, proposed)
         if explored:
-            st.budget.spend(steps[explored] - 1)
+            st.budget.balance -= steps[explored] - 1
         return explored, explored > 0
 
     def confidence(self, name: str) -> tuple[int, int, bool] | None:
