@@ -28,7 +28,7 @@ from specmon.metrics.contention import HostTally
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
 from specmon.metrics.rates import goodput, speedup
 from specmon.metrics.stats import RunStats
-from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
+from specmon.sched.policy import GatedDrafter, PolicyScheduler
 from specmon.sched.turns import Lane, lanes as make_lanes, rotated, take_turns
 
 
@@ -81,7 +81,7 @@ def run_bench(
     """`fixed_passes` > 0 keeps the fixed k > 0 to the first passes (slow drafters); plain still
     runs beside every policy prompt, so auto/plain stays paired."""
     driver = policy.driver
-    driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
+    driver.check_room(prompts, max_new_tokens, GatedDrafter.max_draft_len)
     lanes = make_lanes(driver, [policy.drafter] * (len(ks) + 1))
     runs: list[int | None] = [None, *ks]  # None: the policy's own, which takes each place in turn as every k does
     for index, prompt in enumerate(list(prompts) * repeat):
