@@ -85,7 +85,8 @@ def run_bench(
     lanes = make_lanes(driver, [policy.drafter] * (len(ks) + 1))
     runs: list[int | None] = [None, *ks]  # None: the policy's own, which takes each place in turn as every k does
     for index, prompt in enumerate(list(prompts) * repeat):
-        name = policy.engine.classify(prompt.text, _tag(prompt))[0]
+        tag = prompt.prompt_class if prompt.prompt_class != "default" else None  # as the policy's own decode reads it
+        name = policy.engine.classify(prompt.text, tag)[0]
         late = fixed_passes and index // len(prompts) >= fixed_passes  # a pass after those fixed k > 0 run in
         order = [k for k in rotated(runs, index) if not (k and late)]
         arms = lanes or [Lane(driver, policy.drafter)] * len(order)  # an un-forked Lane holds nothing to flush
@@ -127,10 +128,6 @@ def _arm(
     )
     driver.finish(done, UNCHECKED)
     return done
-
-
-def _tag(prompt: Prompt) -> str | None:
-    return prompt.prompt_class if prompt.prompt_class != "default" else None
 
 
 @dataclass
