@@ -122,10 +122,6 @@ class PolicyEngine:
             st.budget.balance -= steps[explored] - 1
         return explored, explored > 0
 
-    def confidence(self, name: str) -> tuple[int, int, bool] | None:
-        """The n-gram drafter's `confident` arguments: under auto, draft after MIN_MATCH tokens; else None."""
-        return (gate.MIN_MATCH, 1, True) if self.policy.class_named(name).speculate == "auto" else None
-
     def observe(self, ev: RoundVerified, shadows: gate.Shadows) -> list[Decision]:
         """Take a round of a prompt whose cut drafts `shadows` checks: it earns its class's
         exploration budget (an explored one gives back what it had accepted) and, if it drafted or

@@ -137,7 +137,8 @@ class PolicyScheduler:
         """The class's n-gram setting for this prompt's rounds (none: the drafter's plain lookup)."""
         confident = getattr(drafter or self.drafter, "confident", None)
         if confident is not None:
-            confident(*(self.engine.confidence(name) or (0,)))
+            auto = self.engine.policy.class_named(name).speculate == "auto"
+            confident(*((gate.MIN_MATCH, 1, True) if auto else (0,)))  # auto: whole drafts, which the table cuts
 
     def run(
         self,
