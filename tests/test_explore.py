@@ -134,8 +134,8 @@ def test_a_budget_affords_the_longest_draft_its_balance_covers_and_refunds_cap_a
     assert budget.afford(steps, 3) == 0  # nothing earned yet
     budget.earn(0.45, cap=steps[-1] - 1)
     assert budget.afford(steps, 3) == 2 and budget.afford(steps, 1) == 1  # 1.4 - 1 <= 0.45 < 1.55 - 1
-    budget.spend(steps[2] - 1)
-    assert budget.balance == pytest.approx(0.05) and budget.explored == 1
+    budget.balance -= steps[2] - 1  # a 2-token draft explored (PolicyEngine.cut)
+    assert budget.balance == pytest.approx(0.05)
     budget.earn(2.0, cap=steps[-1] - 1)  # both tokens accepted: given back, up to one whole draft's cost
     assert budget.balance == pytest.approx(0.55)
 

@@ -13,7 +13,7 @@ from typing import Callable, Generator, Sequence, TypeVar
 
 import numpy as np
 
-from specmon.engine.accept import Verdict, accept_greedy, accept_sampled, alpha_hat
+from specmon.engine.accept import accept_greedy, accept_sampled, alpha_hat
 from specmon.engine.draft_len import DraftLenSource
 from specmon.engine.drafters import Drafter, Proposal
 from specmon.engine.sampling import probs_from_logits
@@ -137,7 +137,11 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
     logits = _mask_ends(logits, ends, ctx.min_tokens - len(run.generated))
     t2 = time.perf_counter()
     top = logits.argmax(axis=-1)  # each row's greedy token: acceptance, margins and p(x) all start from it
-    verdict, p = _accept(logits, top, proposal, sampling, rng)
+    p = None if sampling.greedy else probs_from_logits(logits, sampling)  # greedy needs only the argmaxes
+    if p is None:
+        verdict = accept_greedy(proposal.tokens, top)
+    else:
+        verdict = accept_sampled(proposal.tokens, p, proposal.q, rng)
     target.truncate(base + verdict.accepted + 1)  # roll back past the first rejected token
     new_tokens = [*proposal.tokens[: verdict.accepted], verdict.next_token]
     new_tokens = _trim(new_tokens, max_new_tokens - len(run.generated), ends)
@@ -178,16 +182,6 @@ def _one_round(target, drafter, context, draft_len, sampling, rng, max_new_token
     event.overhead_ms = (time.perf_counter() - t2) * 1e3
     event.host_stall_ms = stall_ms(stalled, ctx.stall()) if ctx.stall else None
     return event
-
-
-def _accept(
-    logits: np.ndarray, top: np.ndarray, proposal: Proposal, sampling: Sampling, rng: np.random.Generator
-) -> tuple[Verdict, np.ndarray | None]:
-    """Greedy needs only the argmaxes (`top`); sampling needs the transformed target rows p as well."""
-    if sampling.greedy:
-        return accept_greedy(proposal.tokens, top), None
-    p = probs_from_logits(logits, sampling)
-    return accept_sampled(proposal.tokens, p, proposal.q, rng), p
 
 
 def _trim(tokens: list[int], room: int, ends: frozenset[int]) -> list[int]:

@@ -9,8 +9,8 @@ from collections import Counter
 import msgspec
 
 from specmon.errors import SpecmonError
-from specmon.policy import regex
 from specmon.policy.features import prompt_features
+from specmon.policy.regex import compile_regex
 from specmon.policy.schema import Policy, PromptClass
 
 
@@ -59,7 +59,7 @@ def _matching_key(cls: PromptClass, text: str, tag: str | None) -> str | None:
     sized = bool(m.min_chars or m.max_chars)
     if sized and not (len(text) >= m.min_chars and (not m.max_chars or len(text) <= m.max_chars)):
         return "default" if cls.default else None
-    if m.regex and any(regex.search(p, text) for p in m.regex):
+    if m.regex and any(compile_regex(p).search(text) for p in m.regex):
         return "regex"
     lowered = text.lower()
     if m.keywords and any(k.lower() in lowered for k in m.keywords):

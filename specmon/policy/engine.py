@@ -119,12 +119,8 @@ class PolicyEngine:
         steps = self.steps(cls)
         explored = st.budget.afford(steps, proposed)
         if explored:
-            st.budget.spend(steps[explored] - 1)
+            st.budget.balance -= steps[explored] - 1
         return explored, explored > 0
-
-    def confidence(self, name: str) -> tuple[int, int, bool] | None:
-        """The n-gram drafter's `confident` arguments: under auto, draft after MIN_MATCH tokens; else None."""
-        return (gate.MIN_MATCH, 1, True) if self.policy.class_named(name).speculate == "auto" else None
 
     def observe(self, ev: RoundVerified, shadows: gate.Shadows) -> list[Decision]:
         """Take a round of a prompt whose cut drafts `shadows` checks: it earns its class's

@@ -129,9 +129,7 @@ def _differs(figures: dict[str, tuple], spec: str = "") -> str:
 
 
 def explain_gate(d: Decision, drafts: dict[int, gate.Draft]) -> Explanation:
-    """A decision of the live rule: the class's acceptance by reach from its cited rounds (and
-    the session's from all of them), its cut table from the costs it logged, and that table's
-    summary and kept tokens against the decision's."""
+    """A gate decision drawn again from the rounds it cites and the rule's inputs it logged."""
     g = d.gate
     missing = [rid for rid in d.round_ids if rid not in drafts]
     if missing:

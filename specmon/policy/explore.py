@@ -15,10 +15,9 @@ from typing import Sequence
 
 @dataclass
 class Budget:
-    """Plain steps a class may still lose to exploring, and how it spent them (for log info)."""
+    """Plain steps a class may still lose to exploring: a verified cut draft spends its cost past a plain step."""
 
     balance: float = 0.0
-    explored: int = 0  # rounds that verified a draft the table had cut
 
     def earn(self, steps: float, cap: float) -> None:
         """Add `steps` (a round's share, or a refund), up to `cap`: one whole draft's cost, so
@@ -32,7 +31,3 @@ class Budget:
         while j < min(proposed, len(steps) - 1) and steps[j + 1] - 1 <= self.balance:
             j += 1
         return j
-
-    def spend(self, steps: float) -> None:
-        self.balance -= steps
-        self.explored += 1

@@ -24,8 +24,3 @@ def compile_regex(pattern: str):
         reason = exc.args[0] if exc.args else "cannot compile"
         reason = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
         raise RegexError(f"{reason} (policy regexes are RE2: no backreferences or lookaround)") from None
-
-
-def search(pattern: str, text: str) -> bool:
-    """Whether the pattern matches anywhere in text."""
-    return compile_regex(pattern).search(text) is not None

@@ -28,7 +28,7 @@ from specmon.metrics.contention import HostTally
 from specmon.metrics.interval import PromptTotals, SpeedupEstimate, speedup_estimate
 from specmon.metrics.rates import goodput, speedup
 from specmon.metrics.stats import RunStats
-from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
+from specmon.sched.policy import GatedDrafter, PolicyScheduler
 from specmon.sched.turns import Lane, lanes as make_lanes, rotated, take_turns
 
 
@@ -81,11 +81,12 @@ def run_bench(
     """`fixed_passes` > 0 keeps the fixed k > 0 to the first passes (slow drafters); plain still
     runs beside every policy prompt, so auto/plain stays paired."""
     driver = policy.driver
-    driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
+    driver.check_room(prompts, max_new_tokens, GatedDrafter.max_draft_len)
     lanes = make_lanes(driver, [policy.drafter] * (len(ks) + 1))
     runs: list[int | None] = [None, *ks]  # None: the policy's own, which takes each place in turn as every k does
     for index, prompt in enumerate(list(prompts) * repeat):
-        name = policy.engine.classify(prompt.text, _tag(prompt))[0]
+        tag = prompt.prompt_class if prompt.prompt_class != "default" else None  # as the policy's own decode reads it
+        name = policy.engine.classify(prompt.text, tag)[0]
         late = fixed_passes and index // len(prompts) >= fixed_passes  # a pass after those fixed k > 0 run in
         order = [k for k in rotated(runs, index) if not (k and late)]
         arms = lanes or [Lane(driver, policy.drafter)] * len(order)  # an un-forked Lane holds nothing to flush
@@ -127,10 +128,6 @@ def _arm(
     )
     driver.finish(done, UNCHECKED)
     return done
-
-
-def _tag(prompt: Prompt) -> str | None:
-    return prompt.prompt_class if prompt.prompt_class != "default" else None
 
 
 @dataclass

@@ -34,28 +34,21 @@ def policy_poll_s() -> float:
     return value if 0.0 <= value < float("inf") else POLL_S
 
 
-class PolicyDraftLen:
-    """k for each round of one prompt: what the class's decision in force asks of the drafter
-    (a decision mid-prompt changes it at once)."""
+class GatedDrafter:
+    """The class's decision in force, for one prompt's round loop: each round's k (a decision mid-prompt counts at
+    once), and the drafter with each proposal cut to the tokens the decision verifies; a draft cut whole is logged
+    as `cut` and checked against the tokens the prompt emits next (gate.Shadow)."""
 
     max_draft_len = MAX_DRAFT_LEN  # a reload may raise k for the next prompt: the cache must have room for any
-
-    def __init__(self, engine: PolicyEngine, prompt_class: str):
-        self.engine, self.prompt_class = engine, prompt_class
-
-    def next_draft_len(self) -> int:
-        return self.engine.draft_len(self.prompt_class)
-
-
-class GatedDrafter:
-    """The drafter, with each proposal cut to the tokens the class's decision verifies; a draft cut
-    whole is logged as `cut` and checked against the tokens the prompt emits next (gate.Shadow)."""
 
     def __init__(self, drafter: Drafter, engine: PolicyEngine, prompt_class: str):
         self.drafter, self.engine, self.prompt_class = drafter, engine, prompt_class
         self.name = getattr(drafter, "name", "none")
         self.spent_ms = 0.0  # the cuts' own time: policy work
         self.shadows = gate.Shadows()  # this decode's: one prompt's
+
+    def next_draft_len(self) -> int:
+        return self.engine.draft_len(self.prompt_class)
 
     def begin(self, prompt) -> None:
         self.drafter.begin(prompt)
@@ -123,7 +116,7 @@ class PolicyScheduler:
         done = yield from driver.decode_steps(
             prompt,
             gated,
-            PolicyDraftLen(self.engine, name),
+            gated,  # the draft length too: each round's k, as the decision in force asks it
             sampling,
             max_new_tokens,
             prompt_class=name,
@@ -144,7 +137,8 @@ class PolicyScheduler:
         """The class's n-gram setting for this prompt's rounds (none: the drafter's plain lookup)."""
         confident = getattr(drafter or self.drafter, "confident", None)
         if confident is not None:
-            confident(*(self.engine.confidence(name) or (0,)))
+            auto = self.engine.policy.class_named(name).speculate == "auto"
+            confident(*((gate.MIN_MATCH, 1, True) if auto else (0,)))  # auto: whole drafts, which the table cuts
 
     def run(
         self,
@@ -153,7 +147,7 @@ class PolicyScheduler:
         max_new_tokens: int,
         on_prompt: Callable[[int], None] | None = None,
     ) -> None:
-        self.driver.check_room(prompts, max_new_tokens, PolicyDraftLen.max_draft_len)
+        self.driver.check_room(prompts, max_new_tokens, GatedDrafter.max_draft_len)
         try:
             for index, prompt in enumerate(prompts):
                 self.decode(prompt, sampling, max_new_tokens)

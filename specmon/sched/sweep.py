@@ -24,11 +24,8 @@ class Cell:
 
 def grid(drafters: Sequence[str], ks: Sequence[int], samplings: Sequence[Sampling]) -> list[Cell]:
     """Every (drafter, k) under every sampling setting, plus one plain cell per sampling setting."""
-    cells = []
-    for sampling in samplings:
-        cells.append(Cell("none", 0, sampling))
-        cells.extend(Cell(d, k, sampling) for d in drafters for k in ks if k > 0)
-    return cells
+    arms = [("none", 0), *((d, k) for d in drafters for k in ks if k > 0)]
+    return [Cell(drafter, k, sampling) for sampling in samplings for drafter, k in arms]
 
 
 LANE_BYTES = 4 << 30  # KV-cache copies a prompt's cells may take to decode in turn; above it, one by one

@@ -21,7 +21,7 @@ import uvicorn
 
 from specmon.errors import SpecmonError
 from specmon.policy.engine import PolicyEngine
-from specmon.sched.policy import PolicyDraftLen, PolicyScheduler
+from specmon.sched.policy import GatedDrafter, PolicyScheduler
 from specmon.server.admit import Admission
 from specmon.server.app import build_app
 from specmon.server.classes import fixed_class, policy_class
@@ -137,7 +137,7 @@ class Serving(OnThread):
             model_id=Path(pair.target.name).name,
             tokenizer=pair.tokenizer,
             max_len=pair.target.max_len,
-            max_draft_len=PolicyDraftLen.max_draft_len if self.policy else k,
+            max_draft_len=GatedDrafter.max_draft_len if self.policy else k,
             defaults=profile.sampling.to_event(),
             classify=functools.partial(policy_class, self.policy) if self.policy else functools.partial(fixed_class, k),
         )
