@@ -144,7 +144,7 @@ def wait_for_listener(port: int, proc: subprocess.Popen, timeout: float = 60.0) 
     wait_until(listening, f"serve listening on {port}", timeout)
 
 
-def test_the_headless_record_is_one_line_within_80_columns():
+def test_the_headless_record_is_one_line_within_80_columns(monkeypatch):
     """The trial's serve lines were 104-123 columns (`200 chat chatcmpl-2ec5b98467274517a41f1942 class=chat …
     finish=stop`): a short id, no endpoint beside the class, and a finish said where it is not `stop`."""
     job = SimpleNamespace(request=SimpleNamespace(endpoint="chat"), arrived=0.0, ttft_s=0.184)
@@ -158,9 +158,11 @@ def test_the_headless_record_is_one_line_within_80_columns():
     done = SimpleNamespace(
         info=info, usage=SimpleNamespace(prompt_tokens=48, completion_tokens=8), finish_reason="stop"
     )
-    record = request_line(job, done, took_s=8 / 13.9)
+    monkeypatch.setattr("time.perf_counter", lambda: 8 / 13.9)  # tok/s is over the time since it arrived (0.0)
+    record = request_line(job, done, 200)
     assert f"specmon: {record}" == "specmon: 200 2ec5b984 chat k=8 rounds=7 tokens=48+8 ttft=184ms tok/s=13.9"
     done.finish_reason, info.prompt_class = "length", "non-english"
-    assert request_line(job, done, 499, took_s=1.0).split() == [
+    monkeypatch.setattr("time.perf_counter", lambda: 1.0)
+    assert request_line(job, done, 499).split() == [
         "499", "2ec5b984", "non-english", "k=8", "rounds=7", "tokens=48+8", "ttft=184ms", "tok/s=8.0", "finish=length"
     ]  # fmt: skip
