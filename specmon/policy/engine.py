@@ -55,6 +55,7 @@ class PolicyEngine:
     def __init__(self, policy: Policy, session_id: str, costs: Costs, shelf: Shelf | None = None):
         self.policy, self.session_id, self.costs, self.shelf = policy, session_id, costs, shelf
         self.states: dict[str, ClassState] = {}
+        self._steps: dict[int, tuple[float, ...]] = {}  # steps() per draft length
         recalled = shelf.recall(dict[str, Learned]) if shelf is not None else None
         self.stored: dict[str, Learned] = recalled.body if recalled is not None else {}
         self.shared = gate.Counts()  # every class's windows together: a new class starts from these
@@ -85,9 +86,11 @@ class PolicyEngine:
             self.states[name] = ClassState(collections.deque(), table, stored=stored)
         return self.states[name]
 
-    def steps(self, cls: PromptClass) -> list[float]:
+    def steps(self, cls: PromptClass) -> tuple[float, ...]:
         """A round's cost in plain steps for a draft of j = 0..k tokens, from the measured curve."""
-        return [self.costs.steps(j) for j in range(cls.draft_len + 1)]
+        if cls.draft_len not in self._steps:  # read every round: the curve is fixed for the session
+            self._steps[cls.draft_len] = tuple(self.costs.steps(j) for j in range(cls.draft_len + 1))
+        return self._steps[cls.draft_len]
 
     def _gated(self, cls: PromptClass) -> bool:
         return cls.speculate == "auto" and self.policy.settings.mode == "enforce"

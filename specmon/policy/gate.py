@@ -53,6 +53,7 @@ def bucket(reach: int) -> int:
 
 
 BUCKETS = bucket(MAX_REACH) + 1
+BUCKET_OF = tuple(bucket(reach) for reach in range(MAX_REACH + 1))  # bucket() as a lookup, for the tables' loops
 REACH = (0, 1, 2, 3, 4, 5, 7, 10)  # each bucket's least reach
 # acceptance before any evidence: a match that has run r tokens runs on with odds (r + 1) / (r + 3),
 # the rule of succession with one failure more: rising with reach, as copies do, from a third
@@ -199,7 +200,7 @@ def goodputs(rate: Sequence[float], steps: Sequence[float], matched: int) -> lis
     out, survive, expected = [1.0], 1.0, 1.0
     start = matched - 1 if matched else -1
     for j in range(1, len(steps)):
-        survive *= rate[bucket(min(start + j, MAX_REACH))]
+        survive *= rate[BUCKET_OF[min(start + j, MAX_REACH)]]
         expected += survive
         out.append(expected / steps[j])
     return out
@@ -209,8 +210,11 @@ Table = tuple[tuple[int, ...], ...]  # table[m][n]: tokens verified of an n-toke
 
 
 def cut_table(rate: Sequence[float], steps: Sequence[float], min_gain: float) -> Table:
-    rows = []
+    rows: list[tuple[int, ...]] = []
     for matched in range(MAX_REACH + 1):
+        if matched > REACH[-1]:  # every position of a longer match is in the last bucket: the same row
+            rows.append(rows[-1])
+            continue
         g = goodputs(rate, steps, matched)
         best, row = 0, [0]
         for n in range(1, len(steps)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import math
 import os
@@ -111,7 +112,11 @@ class Policy:
 
     def class_named(self, name: str) -> PromptClass:
         """The class by name, or the default class where none has it (a reload removed it)."""
-        return next((c for c in self.classes if c.name == name), None) or next(c for c in self.classes if c.default)
+        return self._by_name.get(name) or next(c for c in self.classes if c.default)
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, PromptClass]:
+        return {c.name: c for c in self.classes}  # looked up several times a round
 
 
 class PolicyError(SpecmonError):
