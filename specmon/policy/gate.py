@@ -53,7 +53,7 @@ def bucket(reach: int) -> int:
 
 
 BUCKETS = bucket(MAX_REACH) + 1
-BUCKET_OF = tuple(bucket(reach) for reach in range(MAX_REACH + 1))  # bucket() as a lookup, for the tables' loops
+BUCKET_OF = tuple(bucket(reach) for reach in range(MAX_REACH + 1))  # bucket() as a lookup, for the per-position loops
 REACH = (0, 1, 2, 3, 4, 5, 7, 10)  # each bucket's least reach
 # acceptance before any evidence: a match that has run r tokens runs on with odds (r + 1) / (r + 3),
 # the rule of succession with one failure more: rising with reach, as copies do, from a third
@@ -90,7 +90,7 @@ class Counts:
         seen = min(draft.accepted + 1, draft.proposed)
         start = draft.matched - 1 if draft.matched else -1
         for position in range(1, seen + 1):
-            b = bucket(min(start + position, MAX_REACH))
+            b = BUCKET_OF[min(start + position, MAX_REACH)]
             self.tried[b] += sign
             self.taken[b] += sign * (position <= draft.accepted)
 
